@@ -7,3 +7,4 @@ pub mod address;
 pub mod config;
 pub mod graph;
 pub mod naming;
+pub mod state;
