@@ -7,4 +7,6 @@ pub mod address;
 pub mod config;
 pub mod graph;
 pub mod naming;
+pub mod plan;
+pub mod resource;
 pub mod state;
