@@ -4,7 +4,9 @@
 //! refresh against state → plan → executor → state and outputs.
 
 pub mod address;
+pub mod aws;
 pub mod config;
+pub mod engine;
 pub mod graph;
 pub mod naming;
 pub mod plan;

@@ -58,6 +58,31 @@ impl Dag {
     }
 }
 
+impl Dag {
+    /// Each node's "bottom level": its own estimate plus the longest chain
+    /// of estimates among its transitive dependants. Starting ready nodes in
+    /// decreasing bottom level is the classic critical-path list-scheduling
+    /// rule (Hu 1961; Kwok & Ahmad 1999), which keeps bounded parallelism
+    /// close to the critical path.
+    pub fn bottom_levels(
+        &self,
+        estimate: impl Fn(&Address) -> Duration,
+    ) -> BTreeMap<Address, Duration> {
+        let mut level: BTreeMap<Address, Duration> = BTreeMap::new();
+        for node in self.reverse_topological_order() {
+            let below = self
+                .dependants(&node)
+                .into_iter()
+                .map(|d| level[d])
+                .max()
+                .unwrap_or(Duration::ZERO);
+            let own = estimate(&node);
+            level.insert(node, own + below);
+        }
+        level
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::tests::{a, dag};
@@ -84,6 +109,16 @@ mod tests {
         });
         assert_eq!(cp.total, Duration::from_secs(5));
         assert_eq!(cp.path, vec![a("b")]);
+    }
+
+    #[test]
+    fn bottom_levels_sum_the_longest_chain_below() {
+        let g = dag(&[("a", &[]), ("b", &["a"]), ("c", &["a"]), ("d", &["c"])]).unwrap();
+        let lv = g.bottom_levels(|n| Duration::from_secs(if n.as_str() == "d" { 5 } else { 1 }));
+        assert_eq!(lv[&a("d")], Duration::from_secs(5));
+        assert_eq!(lv[&a("c")], Duration::from_secs(6));
+        assert_eq!(lv[&a("b")], Duration::from_secs(1));
+        assert_eq!(lv[&a("a")], Duration::from_secs(7));
     }
 
     #[test]

@@ -140,6 +140,49 @@ impl State {
     }
 }
 
+/// The state belongs to another account or region than the caller's.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "deployment {deployment:?} lives in account {state_account} region {state_region}, but the \
+     credentials are for account {account} and the region is {region}; switch credentials \
+     (AWS_PROFILE / --aws-profile) or region before planning -- otherwise kfaws would find \
+     nothing and plan to create everything again"
+)]
+pub struct IdentityMismatch {
+    /// The deployment.
+    pub deployment: String,
+    /// Account recorded in state.
+    pub state_account: String,
+    /// Region recorded in state.
+    pub state_region: String,
+    /// The caller's account.
+    pub account: String,
+    /// The configured region.
+    pub region: String,
+}
+
+impl State {
+    /// Compares the recorded account and region with the caller's; a state
+    /// that records neither (nothing applied yet) matches anything.
+    ///
+    /// # Errors
+    /// [`IdentityMismatch`] naming both.
+    pub fn check_identity(&self, account: &str, region: &str) -> Result<(), IdentityMismatch> {
+        let account_ok = self.account_id.as_deref().is_none_or(|a| a == account);
+        let region_ok = self.region.as_deref().is_none_or(|r| r == region);
+        if account_ok && region_ok {
+            return Ok(());
+        }
+        Err(IdentityMismatch {
+            deployment: self.deployment.clone(),
+            state_account: self.account_id.clone().unwrap_or_else(|| "(unset)".into()),
+            state_region: self.region.clone().unwrap_or_else(|| "(unset)".into()),
+            account: account.to_string(),
+            region: region.to_string(),
+        })
+    }
+}
+
 /// SHA-256 (hex) of the canonical JSON of a spec: object keys sorted
 /// (serde_json's map is ordered), no whitespace.
 pub fn spec_hash(spec: &Value) -> String {
@@ -163,6 +206,25 @@ mod tests {
             spec_hash(&json!({"b": 2, "a": {"x": 3, "y": 2}}))
         );
         assert_eq!(spec_hash(&a).len(), 64);
+    }
+
+    #[test]
+    fn identity_must_match_the_recorded_account_and_region() {
+        let mut s = State::new("ml");
+        s.check_identity("111111111111", "us-east-1").unwrap();
+        s.account_id = Some("111111111111".into());
+        s.region = Some("us-east-1".into());
+        s.check_identity("111111111111", "us-east-1").unwrap();
+        let e = s.check_identity("111111111111", "eu-west-1").unwrap_err();
+        assert!(
+            e.to_string().contains("region us-east-1") && e.to_string().contains("eu-west-1"),
+            "{e}"
+        );
+        let e = s.check_identity("222222222222", "us-east-1").unwrap_err();
+        assert!(
+            e.to_string().contains("222222222222") && e.to_string().contains("111111111111"),
+            "{e}"
+        );
     }
 
     #[test]
