@@ -1,7 +1,7 @@
 //! The state lock: at most one writing command per deployment at a time.
 //!
-//! The lock is a file, `state.lock`, created with `O_CREAT|O_EXCL` (atomic on
-//! local file systems) and holding who took it: a random id, the operation,
+//! The lock is a file, `state.lock`, created atomically with its content
+//! (written to a temporary file, then hard-linked into place) and holding who took it: a random id, the operation,
 //! user, host, pid and time. A second command fails at once with that
 //! information. A lock whose process died stays until `kfaws state unlock
 //! ID` removes it -- the holder may have been killed in the middle of a
@@ -126,24 +126,26 @@ impl StateLock {
             created: Utc::now(),
             version: env!("CARGO_PKG_VERSION").to_string(),
         };
-        let mut options = fs::OpenOptions::new();
-        options.write(true).create_new(true);
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::OpenOptionsExt;
-            options.mode(0o600);
-        }
-        match options.open(&path) {
-            Ok(mut file) => {
-                let bytes = serde_json::to_vec_pretty(&info).expect("lock info serializes");
-                file.write_all(&bytes)
-                    .and_then(|()| file.sync_all())
-                    .map_err(|source| LockError::Io {
-                        path: path.clone(),
-                        source,
-                    })?;
-                Ok(Self { path, info })
-            }
+        // Write the holder's details to a private temporary file first and
+        // hard-link it into place: link(2) fails if the name exists, and the
+        // lock file is never visible half-written (the classic link-based
+        // lock, safe on NFS too).
+        let mut tmp = tempfile::Builder::new()
+            .prefix(".lock-")
+            .tempfile_in(dir)
+            .map_err(|source| LockError::Io {
+                path: dir.to_path_buf(),
+                source,
+            })?;
+        let bytes = serde_json::to_vec_pretty(&info).expect("lock info serializes");
+        tmp.write_all(&bytes)
+            .and_then(|()| tmp.as_file().sync_all())
+            .map_err(|source| LockError::Io {
+                path: tmp.path().to_path_buf(),
+                source,
+            })?;
+        match fs::hard_link(tmp.path(), &path) {
+            Ok(()) => Ok(Self { path, info }),
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(match read(&path)? {
                 Some(held) => LockError::Held(held),
                 None => LockError::Unreadable {
