@@ -163,8 +163,8 @@ fn kill_9_at_20_random_moments_then_reapply_converges_with_each_resource_created
     println!("seed {seed}");
     let mut killed_mid_run = 0;
     for trial in 0..20 {
-        let child = spawn_child(dir.path(), 60);
-        std::thread::sleep(Duration::from_millis(rng.u64(0..300)));
+        let child = spawn_child(dir.path(), 150);
+        std::thread::sleep(Duration::from_millis(rng.u64(0..400)));
         let mut child = child;
         let _ = child.kill(); // SIGKILL
         let (code, stderr) = finish(child);
@@ -181,10 +181,10 @@ fn kill_9_at_20_random_moments_then_reapply_converges_with_each_resource_created
         }
     }
     assert!(
-        killed_mid_run >= 5,
+        killed_mid_run >= 10,
         "only {killed_mid_run} kills landed mid-run (seed {seed})"
     );
-    let (code, stderr) = finish(spawn_child(dir.path(), 60));
+    let (code, stderr) = finish(spawn_child(dir.path(), 20));
     assert_eq!(code, Some(0), "final apply (seed {seed}): {stderr}");
     assert_converged(dir.path());
 }

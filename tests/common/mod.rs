@@ -14,7 +14,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -200,15 +199,18 @@ impl Resource for TestResource {
         }
         let path = self.world.object(&self.address, token);
         let body = json!({"spec": self.spec, "inputs": inputs});
-        match fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&path)
-        {
-            Ok(mut f) => {
-                f.write_all(&serde_json::to_vec(&body).unwrap()).unwrap();
-                f.sync_all().unwrap();
-            }
+        // Create-if-absent with its content in one step (write a temporary
+        // file, hard-link it into place), as a service applies a client
+        // token atomically.
+        let tmp = self
+            .world
+            .dir
+            .join(format!("tmp-{token}-{}", std::process::id()));
+        fs::write(&tmp, serde_json::to_vec(&body).unwrap()).unwrap();
+        let linked = fs::hard_link(&tmp, &path);
+        fs::remove_file(&tmp).unwrap();
+        match linked {
+            Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
             Err(e) => return Err(ResourceError::msg(e.to_string())),
         }
