@@ -10,5 +10,6 @@ pub mod engine;
 pub mod graph;
 pub mod naming;
 pub mod plan;
+pub mod profiles;
 pub mod resource;
 pub mod state;

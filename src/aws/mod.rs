@@ -8,6 +8,8 @@
 //! standard retry mode with a bounded number of attempts.
 
 pub mod identity;
+pub mod stack;
+pub mod wait;
 
 use aws_config::retry::RetryConfig;
 use aws_config::{BehaviorVersion, Region, SdkConfig};
