@@ -230,22 +230,18 @@ impl fmt::Display for NameError {
 }
 
 impl DerivedName {
-    /// Checks the name against its rule.
-    ///
-    /// # Errors
+    /// Checks the name against its rule: `None` when it passes, else a
     /// [`NameError`] describing the field, the derived value, the rule, its
     /// source and, when the name is too long, the longest input that fits.
-    pub fn check(&self) -> Result<(), NameError> {
-        let Some(problem) = self.rule.violation(&self.value) else {
-            return Ok(());
-        };
+    pub fn problem(&self) -> Option<NameError> {
+        let problem = self.rule.violation(&self.value)?;
         let len = self.value.chars().count();
         let longest_input =
             (len > self.rule.max_len && self.value.contains(&self.input)).then(|| {
                 let overhead = len - self.input.chars().count();
                 self.rule.max_len.saturating_sub(overhead)
             });
-        Err(NameError {
+        Some(NameError {
             field: self.field.clone(),
             input: self.input.clone(),
             value: self.value.clone(),
@@ -260,7 +256,7 @@ impl DerivedName {
 
 /// Checks every name, returning all failures (not only the first).
 pub fn check_all(names: &[DerivedName]) -> Vec<NameError> {
-    names.iter().filter_map(|n| n.check().err()).collect()
+    names.iter().filter_map(DerivedName::problem).collect()
 }
 
 /// AWS Regions kfaws knows (source: AWS General Reference, "AWS Regions").
@@ -431,7 +427,7 @@ mod tests {
             value: "kfaws-test-k8_cluster01-network".into(),
             rule: &CFN_STACK,
         };
-        let e = n.check().unwrap_err();
+        let e = n.problem().unwrap();
         let msg = e.to_string();
         assert!(msg.contains("name \"test-k8_cluster01\""), "{msg}");
         assert!(msg.contains("\"kfaws-test-k8_cluster01-network\""), "{msg}");
@@ -449,7 +445,7 @@ mod tests {
             value: format!("kfaws-{input}-ap-southeast-1-irsa-efs-csi-controller"),
             rule: &IAM_ROLE,
         };
-        let e = n.check().unwrap_err();
+        let e = n.problem().unwrap();
         assert_eq!(e.longest_input, Some(64 - (n.value.len() - input.len())));
         assert!(e.to_string().contains("may be at most"), "{e}");
     }

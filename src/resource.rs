@@ -169,5 +169,5 @@ pub trait Resource: Send + Sync {
 pub trait Provider: Send + Sync {
     /// A handle for the recorded resource at `address`, or `None` for a kind
     /// this provider does not know.
-    fn from_state(&self, address: &Address, recorded: &ResourceState) -> Option<Arc<dyn Resource>>;
+    fn handle_for(&self, address: &Address, recorded: &ResourceState) -> Option<Arc<dyn Resource>>;
 }

@@ -300,7 +300,11 @@ pub fn state_graph(state: &State) -> Result<Dag, GraphError> {
     }))
 }
 
-fn handles(
+/// Handles for every desired resource and every recorded one (through the provider).
+///
+/// # Errors
+/// [`PlanError::UnknownKind`] for a recorded kind the provider does not know.
+pub fn handles(
     desired: &[Arc<dyn Resource>],
     provider: &dyn Provider,
     state: &State,
@@ -315,7 +319,7 @@ fn handles(
         }
         let handle =
             provider
-                .from_state(address, recorded)
+                .handle_for(address, recorded)
                 .ok_or_else(|| PlanError::UnknownKind {
                     address: address.clone(),
                     kind: recorded.kind.clone(),

@@ -49,7 +49,7 @@ pub struct AwsProvider {
 }
 
 impl Provider for AwsProvider {
-    fn from_state(&self, address: &Address, recorded: &ResourceState) -> Option<Arc<dyn Resource>> {
+    fn handle_for(&self, address: &Address, recorded: &ResourceState) -> Option<Arc<dyn Resource>> {
         match recorded.kind.as_str() {
             "aws_cloudformation_stack" => {
                 vanilla::stack_from_state(&self.config, &self.aws, address, recorded)

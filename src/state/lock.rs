@@ -46,7 +46,7 @@ pub enum LockError {
          If no kfaws process holds it any more, remove it with `kfaws state unlock {}`",
         .0.who, .0.pid, liveness(.0), .0.operation, .0.created.to_rfc3339(), .0.id, .0.id
     )]
-    Held(LockInfo),
+    Held(Box<LockInfo>),
     /// The lock file exists but cannot be read (being written, or damaged).
     #[error("the state lock {path} exists but cannot be read ({message}); another command may be starting")]
     Unreadable {
@@ -61,7 +61,7 @@ pub enum LockError {
         /// The id given.
         given: String,
         /// The current lock.
-        current: LockInfo,
+        current: Box<LockInfo>,
     },
     /// `state unlock` found no lock.
     #[error("the state of this deployment is not locked")]
@@ -147,7 +147,7 @@ impl StateLock {
         match fs::hard_link(tmp.path(), &path) {
             Ok(()) => Ok(Self { path, info }),
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(match read(&path)? {
-                Some(held) => LockError::Held(held),
+                Some(held) => LockError::Held(Box::new(held)),
                 None => LockError::Unreadable {
                     path,
                     message: "it was released while being read; run the command again".into(),
@@ -208,7 +208,7 @@ pub fn force_unlock(state_dir: &Path, deployment: &str, id: &str) -> Result<Lock
     if current.id.to_string() != id {
         return Err(LockError::WrongId {
             given: id.to_string(),
-            current,
+            current: Box::new(current),
         });
     }
     fs::remove_file(&path).map_err(|source| LockError::Io { path, source })?;
@@ -227,7 +227,7 @@ mod tests {
         let LockError::Held(info) = &err else {
             panic!("{err}")
         };
-        assert_eq!(info, held.info());
+        assert_eq!(**info, *held.info());
         let msg = err.to_string();
         assert!(
             msg.contains("`apply`") && msg.contains(&held.info().id.to_string()),

@@ -258,7 +258,7 @@ impl Resource for TestResource {
 pub struct TestProvider(pub World);
 
 impl Provider for TestProvider {
-    fn from_state(&self, address: &Address, recorded: &ResourceState) -> Option<Arc<dyn Resource>> {
+    fn handle_for(&self, address: &Address, recorded: &ResourceState) -> Option<Arc<dyn Resource>> {
         (recorded.kind == "test_object").then(|| {
             Arc::new(TestResource {
                 address: address.clone(),
