@@ -135,7 +135,8 @@ enum Command {
     /// Print outputs recorded in the state (`<address>.<output>`).
     Output {
         /// One output, e.g. stack.network.VpcId.
-        name: Option<String>,
+        #[arg(id = "output", value_name = "NAME")]
+        output: Option<String>,
         /// Print JSON.
         #[arg(long)]
         json: bool,
@@ -228,7 +229,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
             auto_approve,
         } => run::apply(&g, &plan, false, auto_approve).await,
         Command::Destroy { plan, auto_approve } => run::apply(&g, &plan, true, auto_approve).await,
-        Command::Output { name, json } => state::output(&g, name.as_deref(), json),
+        Command::Output { output, json } => state::output(&g, output.as_deref(), json),
         Command::State(StateCommand::List) => state::list(&g),
         Command::State(StateCommand::Show { address }) => state::show(&g, &address),
         Command::State(StateCommand::Rm { address }) => state::rm(&g, &address),

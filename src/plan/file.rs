@@ -79,7 +79,11 @@ pub fn load(path: &Path) -> Result<Plan, PlanFileError> {
 /// # Errors
 /// [`PlanFileError::Stale`] or [`PlanFileError::SpecChanged`].
 pub fn check(plan: &Plan, state: &State, handles: &Handles) -> Result<(), PlanFileError> {
-    if plan.state_serial != state.serial || plan.state_lineage != state.lineage {
+    // Serial 0 is a state never written: its lineage is not fixed until the
+    // first write, so only the serial can be compared.
+    let never_written = plan.state_serial == 0 && state.serial == 0;
+    if !never_written && (plan.state_serial != state.serial || plan.state_lineage != state.lineage)
+    {
         return Err(PlanFileError::Stale {
             planned: plan.state_serial,
             lineage: plan.state_lineage,

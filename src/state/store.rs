@@ -178,7 +178,10 @@ pub fn upgrade(version: u64, value: Value) -> Result<Value, String> {
 /// # Errors
 /// [`StateError::Io`] naming the path that failed.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), StateError> {
-    let dir = path.parent().unwrap_or(Path::new("."));
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
     create_private_dir(dir)?;
     // tempfile creates the file with mode 0600 on Unix.
     let mut tmp = tempfile::Builder::new()
@@ -270,6 +273,19 @@ mod tests {
             .filter(|n| n.to_string_lossy().ends_with(".tmp"))
             .collect();
         assert!(leftovers.is_empty(), "{leftovers:?}");
+    }
+
+    #[test]
+    fn a_bare_file_name_is_written_in_the_current_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("plain.json");
+        let cwd = std::env::current_dir().unwrap();
+        // Relative path with an empty parent, as `kfaws plan -out tf.plan` passes it.
+        std::env::set_current_dir(dir.path()).unwrap();
+        let result = write_atomic(Path::new("plain.json"), b"{}");
+        std::env::set_current_dir(cwd).unwrap();
+        result.unwrap();
+        assert_eq!(fs::read(file).unwrap(), b"{}");
     }
 
     #[test]

@@ -1,0 +1,43 @@
+# kfaws developer entry points. `make demo` and `make test` work on a fresh
+# machine: every prerequisite is installed by the targets themselves into
+# caches outside the clone ($(KFAWS_CACHE)), reused by later runs.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := help
+
+KFAWS_CACHE ?= $(HOME)/.cache/kfaws
+export KFAWS_CACHE
+# One target directory outside the clone, shared by builds, tests, CI and benches.
+export CARGO_TARGET_DIR ?= $(KFAWS_CACHE)/target
+CARGO ?= cargo
+WITH_EMULATOR := tests/emulator/with_emulator.sh
+
+.PHONY: help build test fmt-check clippy test-rust test-emulator demo bench
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
+
+build: ## build the kfaws binary
+	$(CARGO) build --bin kfaws
+
+test: fmt-check clippy test-emulator test-rust ## formatting, clippy -D warnings and every test
+	@echo "make test: all checks passed"
+
+fmt-check: ## rustfmt in check mode
+	$(CARGO) fmt --all -- --check
+
+clippy: ## clippy on every target, warnings denied
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+test-emulator: ## the AWS emulator's own tests (each patch against real-AWS behaviour)
+	tests/emulator/run_tests.sh
+
+test-rust: ## unit, engine and end-to-end tests (against the AWS emulator)
+	$(WITH_EMULATOR) $(CARGO) test --workspace
+
+demo: build ## the main job on the embedded default: plan, apply, outputs, drift check, destroy
+	$(WITH_EMULATOR) tests/demo.sh
+
+bench: ## benchmarks: plan time on large graphs, apply wall time vs critical path
+	$(CARGO) bench --bench engine
