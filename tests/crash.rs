@@ -7,14 +7,14 @@ mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use common::{layered, TestProvider, World};
 use kfaws::config::{ConfigFile, Overrides};
 use kfaws::engine::interrupt::{cancel_on_signals, EXIT_INTERRUPTED};
 use kfaws::engine::progress::Console;
-use kfaws::engine::{execute, ExecOptions};
+use kfaws::engine::{execute, ExecOptions, SharedStore};
 use kfaws::plan::{make_plan, PlanRequest};
 use kfaws::state::lock::{self, StateLock};
 use kfaws::state::store::StateStore;
@@ -69,7 +69,7 @@ fn child_apply() {
         let report = execute(
             &plan,
             &handles,
-            Arc::new(Mutex::new(store)),
+            SharedStore::new(store),
             &ExecOptions { parallelism: 4 },
             Arc::new(Console::new()),
             cancel,

@@ -46,7 +46,7 @@ impl Env {
         Self {
             _dir: dir,
             world,
-            store: Arc::new(Mutex::new(store)),
+            store: SharedStore::new(store),
         }
     }
 
@@ -56,7 +56,7 @@ impl Env {
         destroy: bool,
         targets: &[Address],
     ) -> (Plan, Handles) {
-        let state = self.store.lock().unwrap().state().clone();
+        let state = self.store.read(Clone::clone);
         let provider = TestProvider(self.world.clone());
         make_plan(PlanRequest {
             config: &config(),
@@ -108,12 +108,7 @@ impl Env {
 
     fn status(&self, address: &str) -> Option<Status> {
         self.store
-            .lock()
-            .unwrap()
-            .state()
-            .resources
-            .get(&a(address))
-            .map(|r| r.status)
+            .read(|s| s.resources.get(&a(address)).map(|r| r.status))
     }
 }
 
@@ -341,7 +336,7 @@ async fn a_create_that_times_out_is_tainted_and_replaced_on_the_next_apply() {
     // Destroy removes everything.
     let report = env.run(&desired, true, 4).await;
     assert!(report.succeeded(), "{report:?}");
-    assert!(env.store.lock().unwrap().state().resources.is_empty());
+    assert!(env.store.read(|s| s.resources.is_empty()));
     for r in &desired {
         assert!(env.world.live(r.address()).is_empty());
     }
@@ -358,9 +353,8 @@ async fn a_tainted_resource_that_exists_is_replaced() {
     ))];
     assert!(env.run(&desired, false, 1).await.succeeded());
     env.store
-        .lock()
-        .unwrap()
-        .write(|s| s.resources.get_mut(&a("a")).unwrap().status = Status::Tainted)
+        .persist(|s| s.resources.get_mut(&a("a")).unwrap().status = Status::Tainted)
+        .await
         .unwrap();
     let (plan, _) = env.plan(&desired, false, &[]).await;
     assert_eq!(actions(&plan), [("a".into(), Action::Replace)]);
@@ -487,10 +481,10 @@ async fn a_saved_plan_is_refused_once_the_state_moved() {
     kfaws::plan::file::save(&plan, &file).unwrap();
     let loaded = kfaws::plan::file::load(&file).unwrap();
     assert_eq!(loaded, plan);
-    let state = env.store.lock().unwrap().state().clone();
+    let state = env.store.read(Clone::clone);
     kfaws::plan::file::check(&loaded, &state, &handles).unwrap();
     assert!(env.run(&desired, false, 1).await.succeeded());
-    let state = env.store.lock().unwrap().state().clone();
+    let state = env.store.read(Clone::clone);
     let err = kfaws::plan::file::check(&loaded, &state, &handles).unwrap_err();
     assert!(err.to_string().contains("stale"), "{err}");
 }

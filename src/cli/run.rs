@@ -2,12 +2,12 @@
 
 use std::io::IsTerminal;
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use anyhow::Context as _;
 use kfaws::engine::interrupt::{cancel_on_signals, EXIT_INTERRUPTED};
 use kfaws::engine::progress::{report_table, Console};
-use kfaws::engine::{execute, ApplyReport, ExecOptions, Outcome};
+use kfaws::engine::{execute, ApplyReport, ExecOptions, Outcome, SharedStore};
 use kfaws::plan::{self, make_plan, render, Action, Plan, PlanRequest};
 use kfaws::profiles;
 use kfaws::state::lock::StateLock;
@@ -207,7 +207,7 @@ async fn run(p: Planned, parallelism: usize) -> anyhow::Result<u8> {
     let report = execute(
         &plan,
         &handles,
-        Arc::new(Mutex::new(store)),
+        SharedStore::new(store),
         &ExecOptions { parallelism },
         Arc::new(Console::new()),
         cancel,

@@ -19,17 +19,13 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use super::progress::Progress;
+use super::store::{PersistError, SharedStore};
 use super::walk::{walk, Outcome};
 use crate::address::Address;
 use crate::graph::GraphError;
 use crate::plan::{Action, Change, Handles, Plan};
 use crate::resource::{Inputs, Observed, Resource};
-use crate::state::store::{StateError, StateStore};
 use crate::state::{spec_hash, ResourceState, Status};
-
-/// The state store shared by concurrent resource jobs. Writes are blocking
-/// file I/O; [`persist`] runs them on the blocking pool.
-pub type SharedStore = Arc<Mutex<StateStore>>;
 
 /// Executor settings.
 #[derive(Debug, Clone)]
@@ -86,25 +82,6 @@ pub enum ExecError {
     NoHandle(Address),
 }
 
-/// Writes one change to the state on the blocking pool.
-///
-/// # Errors
-/// [`StateError`] when the write fails.
-pub async fn persist(
-    store: &SharedStore,
-    change: impl FnOnce(&mut crate::state::State) + Send + 'static,
-) -> Result<(), StateError> {
-    let store = Arc::clone(store);
-    tokio::task::spawn_blocking(move || {
-        store
-            .lock()
-            .expect("a state write never panics while holding the lock")
-            .write(change)
-    })
-    .await
-    .expect("the blocking state write does not panic")
-}
-
 struct Job {
     store: SharedStore,
     handle: Arc<dyn Resource>,
@@ -151,7 +128,7 @@ pub async fn execute(
         |a| priority[a],
         |address| {
             let job = Job {
-                store: Arc::clone(&store),
+                store: store.clone(),
                 handle: Arc::clone(&handles[&address]),
                 change: changes[&address].clone(),
                 progress: Arc::clone(&progress),
@@ -197,29 +174,23 @@ enum Failure {
     #[error("{0}")]
     Resource(String),
     #[error("could not record the change in the state: {0}")]
-    State(#[from] StateError),
+    State(#[from] PersistError),
 }
 
 fn recorded(store: &SharedStore, address: &Address) -> Option<ResourceState> {
-    store
-        .lock()
-        .expect("not poisoned")
-        .state()
-        .resources
-        .get(address)
-        .cloned()
+    store.read(|s| s.resources.get(address).cloned())
 }
 
 fn inputs(store: &SharedStore, handle: &dyn Resource) -> Inputs {
-    let guard = store.lock().expect("not poisoned");
-    let resources = &guard.state().resources;
-    Inputs(
-        handle
-            .dependencies()
-            .into_iter()
-            .filter_map(|d| resources.get(&d).map(|r| (d, r.outputs.clone())))
-            .collect(),
-    )
+    store.read(|s| {
+        Inputs(
+            handle
+                .dependencies()
+                .into_iter()
+                .filter_map(|d| s.resources.get(&d).map(|r| (d, r.outputs.clone())))
+                .collect(),
+        )
+    })
 }
 
 async fn timed<T>(
@@ -246,10 +217,11 @@ async fn run(job: &Job) -> Result<(), Failure> {
         Action::Update => update(job).await,
         Action::Delete => {
             delete(job).await?;
-            persist(&job.store, move |s| {
-                s.resources.remove(&address);
-            })
-            .await?;
+            job.store
+                .persist(move |s| {
+                    s.resources.remove(&address);
+                })
+                .await?;
             Ok(())
         }
         Action::Read => read(job).await,
@@ -282,10 +254,11 @@ async fn create(job: &Job, resume: Option<String>) -> Result<(), Failure> {
         }
     }
     let a = address.clone();
-    persist(&job.store, move |s| {
-        s.resources.insert(a, pending);
-    })
-    .await?;
+    job.store
+        .persist(move |s| {
+            s.resources.insert(a, pending);
+        })
+        .await?;
     let inputs = inputs(&job.store, job.handle.as_ref());
     let result = timed(
         job.handle.as_ref(),
@@ -295,25 +268,27 @@ async fn create(job: &Job, resume: Option<String>) -> Result<(), Failure> {
     .await;
     match result {
         Ok(applied) => {
-            persist(&job.store, move |s| {
-                if let Some(r) = s.resources.get_mut(&address) {
-                    r.status = Status::Created;
-                    r.physical_id = Some(applied.physical_id);
-                    r.outputs = applied.outputs;
-                    r.updated_at = Utc::now();
-                }
-            })
-            .await?;
+            job.store
+                .persist(move |s| {
+                    if let Some(r) = s.resources.get_mut(&address) {
+                        r.status = Status::Created;
+                        r.physical_id = Some(applied.physical_id);
+                        r.outputs = applied.outputs;
+                        r.updated_at = Utc::now();
+                    }
+                })
+                .await?;
             Ok(())
         }
         Err(message) => {
-            persist(&job.store, move |s| {
-                if let Some(r) = s.resources.get_mut(&address) {
-                    r.status = Status::Tainted;
-                    r.updated_at = Utc::now();
-                }
-            })
-            .await?;
+            job.store
+                .persist(move |s| {
+                    if let Some(r) = s.resources.get_mut(&address) {
+                        r.status = Status::Tainted;
+                        r.updated_at = Utc::now();
+                    }
+                })
+                .await?;
             Err(Failure::Resource(message))
         }
     }
@@ -337,10 +312,11 @@ async fn update(job: &Job) -> Result<(), Failure> {
     let mut next = entry(job, Status::Created, current.idempotency_token);
     next.physical_id = Some(applied.physical_id);
     next.outputs = applied.outputs;
-    persist(&job.store, move |s| {
-        s.resources.insert(address, next);
-    })
-    .await?;
+    job.store
+        .persist(move |s| {
+            s.resources.insert(address, next);
+        })
+        .await?;
     Ok(())
 }
 
@@ -352,10 +328,11 @@ async fn delete(job: &Job) -> Result<(), Failure> {
     current.status = Status::Deleting;
     current.updated_at = Utc::now();
     let (a, marked) = (address.clone(), current.clone());
-    persist(&job.store, move |s| {
-        s.resources.insert(a, marked);
-    })
-    .await?;
+    job.store
+        .persist(move |s| {
+            s.resources.insert(a, marked);
+        })
+        .await?;
     timed(job.handle.as_ref(), "delete", job.handle.delete(&current))
         .await
         .map_err(Failure::Resource)
@@ -379,9 +356,10 @@ async fn read(job: &Job) -> Result<(), Failure> {
     let mut next = entry(job, Status::Created, None);
     next.physical_id = physical_id;
     next.outputs = outputs;
-    persist(&job.store, move |s| {
-        s.resources.insert(address, next);
-    })
-    .await?;
+    job.store
+        .persist(move |s| {
+            s.resources.insert(address, next);
+        })
+        .await?;
     Ok(())
 }

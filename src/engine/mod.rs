@@ -6,9 +6,9 @@
 pub mod exec;
 pub mod interrupt;
 pub mod progress;
+pub mod store;
 pub mod walk;
 
-pub use exec::{
-    execute, persist, ApplyReport, ExecError, ExecOptions, ResourceResult, SharedStore,
-};
+pub use exec::{execute, ApplyReport, ExecError, ExecOptions, ResourceResult};
+pub use store::SharedStore;
 pub use walk::Outcome;
