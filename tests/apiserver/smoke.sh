@@ -4,6 +4,7 @@
 #   - /version reports the pinned Kubernetes release,
 #   - an anonymous request for namespaces is refused (RBAC is on),
 #   - a Namespace can be created and a CRD becomes Established and serves a CR,
+#   - kubectl (built alongside) can server-side apply through DIR/kubeconfig,
 # then that it stops cleanly with no process left: on SIGTERM, when the
 # process that started it is killed, and when the harness itself is SIGKILLed.
 # Exit status 0 means every check passed; each failure names the check.
@@ -111,6 +112,19 @@ done
 size=$(curl_admin "$KFAWS_TESTENV_ENDPOINT/apis/smoke.kfaws.dev/v1/namespaces/smoke/widgets/w1" | jq -r .spec.size)
 [[ $size == 3 ]] || fail "custom resource w1: spec.size $size, want 3"
 ok "custom resource created and read back"
+
+# The kubeconfig the harness wrote works for a standard client, and server-side
+# apply (what kfaws uses) goes through; kubectl is the one build.sh builds.
+"$bin/kubectl" --kubeconfig "$KUBECONFIG" apply --server-side --field-manager smoke -f - >/dev/null <<'YAML'
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: applied, namespace: smoke}
+data: {key: value}
+YAML
+manager=$("$bin/kubectl" --kubeconfig "$KUBECONFIG" get configmap applied -n smoke --show-managed-fields \
+  -o jsonpath='{.metadata.managedFields[0].manager}/{.metadata.managedFields[0].operation}')
+[[ $manager == smoke/Apply ]] || fail "configmap applied: managedFields manager/operation $manager, want smoke/Apply"
+ok "kubectl with the kubeconfig: server-side apply recorded by field manager smoke"
 
 etcd_pid=$(pid_of "$env1" etcd)
 api_pid=$(pid_of "$env1" kube_apiserver)
