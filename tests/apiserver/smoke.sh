@@ -5,7 +5,7 @@
 #   - an anonymous request for namespaces is refused (RBAC is on),
 #   - a Namespace can be created and a CRD becomes Established and serves a CR,
 #   - kubectl (built alongside) can server-side apply through DIR/kubeconfig,
-# then that it stops cleanly with no process left: on SIGTERM, when the
+# then that it stops cleanly with no process left: on `kfaws-testenv stop`, when the
 # process that started it is killed, and when the harness itself is SIGKILLed.
 # Exit status 0 means every check passed; each failure names the check.
 set -euo pipefail
@@ -128,16 +128,16 @@ ok "kubectl with the kubeconfig: server-side apply recorded by field manager smo
 
 etcd_pid=$(pid_of "$env1" etcd)
 api_pid=$(pid_of "$env1" kube_apiserver)
-kill -TERM "$harness"
+"$bin/kfaws-testenv" stop --dir "$env1" || fail "kfaws-testenv stop --dir $env1 failed"
 rc=0
 wait "$harness" || rc=$?
-[[ $rc == 0 ]] || fail "harness exited $rc after SIGTERM: $(tail -n 20 "$env1.stderr")"
+[[ $rc == 0 ]] || fail "harness exited $rc after stop: $(tail -n 20 "$env1.stderr")"
 [[ ! -e $env1/ready.json ]] || fail "ready.json still present after stop"
 for pid in "$etcd_pid" "$api_pid"; do
-  ! kill -0 "$pid" 2>/dev/null || fail "server pid $pid still running after SIGTERM to the harness"
+  ! kill -0 "$pid" 2>/dev/null || fail "server pid $pid still running after the harness stopped"
 done
 no_process_left "$env1"
-ok "SIGTERM: harness exited 0, etcd and kube-apiserver gone"
+ok "kfaws-testenv stop (SIGTERM): harness exited 0, etcd and kube-apiserver gone"
 
 # --- 2. the process that started the harness dies -------------------------
 env2=$work/env2

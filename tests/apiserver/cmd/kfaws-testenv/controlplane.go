@@ -89,7 +89,7 @@ func startControlPlane(o *startOptions, p *pki, signals <-chan os.Signal) (*cont
 		cp.stop(o.stopTimeout)
 		return nil, err
 	}
-	if err := waitReady(cp.etcd, etcdClient, cp.etcdEndpoint+"/health", `"health":"true"`, deadline, signals); err != nil {
+	if err := waitReady(cp.etcd, etcdClient, cp.etcdEndpoint+"/health", `"health":"true"`, deadline, signals, o.parentGone); err != nil {
 		cp.stop(o.stopTimeout)
 		return nil, err
 	}
@@ -138,7 +138,7 @@ func startControlPlane(o *startOptions, p *pki, signals <-chan os.Signal) (*cont
 		cp.stop(o.stopTimeout)
 		return nil, err
 	}
-	if err := waitReady(cp.apiserver, adminClient, cp.endpoint+"/readyz", "ok", deadline, signals); err != nil {
+	if err := waitReady(cp.apiserver, adminClient, cp.endpoint+"/readyz", "ok", deadline, signals, o.parentGone); err != nil {
 		cp.stop(o.stopTimeout)
 		return nil, err
 	}
@@ -158,8 +158,8 @@ func startControlPlane(o *startOptions, p *pki, signals <-chan os.Signal) (*cont
 }
 
 // waitReady polls url until its body contains want, the child exits, a
-// signal arrives or the deadline passes.
-func waitReady(c *child, client *http.Client, url, want string, deadline time.Time, signals <-chan os.Signal) error {
+// signal arrives, the parent is gone or the deadline passes.
+func waitReady(c *child, client *http.Client, url, want string, deadline time.Time, signals <-chan os.Signal, parentGone func() bool) error {
 	tick := time.NewTicker(200 * time.Millisecond)
 	defer tick.Stop()
 	var last error
@@ -183,6 +183,9 @@ func waitReady(c *child, client *http.Client, url, want string, deadline time.Ti
 		case s := <-signals:
 			return fmt.Errorf("interrupted by %v while waiting for %s", s, c.name)
 		case <-tick.C:
+		}
+		if parentGone() {
+			return fmt.Errorf("parent process exited while waiting for %s", c.name)
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("%s not ready at %s within --ready-timeout (last: %v); see %s", c.name, url, last, c.log)
@@ -279,7 +282,7 @@ func (cp *controlPlane) removeReady(dir string) {
 // wait blocks until a signal, the death of the starting process (when
 // exitWithParent) or the unexpected exit of a server, and returns the exit
 // code for the harness.
-func (cp *controlPlane) wait(signals <-chan os.Signal, exitWithParent bool, parent int) int {
+func (cp *controlPlane) wait(signals <-chan os.Signal, o *startOptions) int {
 	tick := time.NewTicker(500 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -294,11 +297,8 @@ func (cp *controlPlane) wait(signals <-chan os.Signal, exitWithParent bool, pare
 			fmt.Fprintf(os.Stderr, "kfaws-testenv: kube-apiserver exited unexpectedly (%v); see %s\n", cp.apiserver.err, cp.apiserver.log)
 			return 1
 		case <-tick.C:
-			// Polling the parent id works whichever thread of the parent
-			// started us, unlike PR_SET_PDEATHSIG (a Rust test thread that
-			// ends would otherwise take a shared harness with it).
-			if exitWithParent && os.Getppid() != parent {
-				fmt.Fprintf(os.Stderr, "kfaws-testenv: parent process %d exited, stopping\n", parent)
+			if o.parentGone() {
+				fmt.Fprintf(os.Stderr, "kfaws-testenv: parent process %d exited, stopping\n", o.parent)
 				return 0
 			}
 		}

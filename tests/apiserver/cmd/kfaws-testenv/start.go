@@ -28,6 +28,7 @@ type startOptions struct {
 	serviceAccountIssuer string
 	tokenWebhookConfig   string
 	exitWithParent       bool
+	parent               int // process id of whoever started the harness
 	apiserverArgs        multiFlag
 	etcdArgs             multiFlag
 }
@@ -56,7 +57,7 @@ func runStart(args []string) int {
 	fs.StringVar(&o.serviceAccountIssuer, "service-account-issuer", "https://kubernetes.default.svc.cluster.local", "issuer (iss) of service-account tokens, as kube-apiserver's flag of that name")
 	fs.StringVar(&o.tokenWebhookConfig, "authentication-token-webhook-config-file", "", "kubeconfig-format file of a TokenReview webhook (authentication.k8s.io/v1) that kube-apiserver consults for bearer tokens")
 	fs.BoolVar(&o.exitWithParent, "exit-with-parent", true, "stop when the process that started the harness exits")
-	fs.Var(&o.apiserverArgs, "apiserver-arg", "extra kube-apiserver flag such as --v=4 (repeatable; later flags override earlier ones)")
+	fs.Var(&o.apiserverArgs, "apiserver-arg", "extra kube-apiserver flag such as --v=4 (repeatable; appended after the harness's own flags, so a single-value flag given here wins, while a list flag such as --disable-admission-plugins adds to the harness's value)")
 	fs.Var(&o.etcdArgs, "etcd-arg", "extra etcd flag (repeatable)")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -70,7 +71,7 @@ func runStart(args []string) int {
 		return 2
 	}
 
-	parent := os.Getppid()
+	o.parent = os.Getppid()
 	signals := make(chan os.Signal, 1)
 	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 
@@ -107,10 +108,19 @@ func runStart(args []string) int {
 	fmt.Println(info)
 	fmt.Fprintf(os.Stderr, "kfaws-testenv: ready at %s; stop with SIGTERM or `kfaws-testenv stop --dir %s`\n", cp.endpoint, o.dir)
 
-	code := cp.wait(signals, o.exitWithParent, parent)
+	code := cp.wait(signals, &o)
 	cp.removeReady(o.dir)
 	cp.stop(o.stopTimeout)
 	return code
+}
+
+// parentGone reports whether the process that started the harness has exited
+// (we were re-parented) and --exit-with-parent asks us to follow it. Polling the
+// parent id works whichever thread of the parent started us, unlike
+// PR_SET_PDEATHSIG: a Rust test thread that ends would otherwise take a harness
+// shared by the whole test binary with it.
+func (o *startOptions) parentGone() bool {
+	return o.exitWithParent && os.Getppid() != o.parent
 }
 
 func (o *startOptions) complete() error {
