@@ -227,10 +227,41 @@ pub enum ConfigError {
     Names(Vec<NameError>),
 }
 
+/// One line per broken name; names that break the same rule for the same
+/// reason (the four stack names of an underscored deployment name) share a
+/// line that lists them all.
 fn render_names(errors: &[NameError]) -> String {
-    errors
-        .iter()
-        .map(ToString::to_string)
+    let mut groups: Vec<(&NameError, Vec<&str>)> = Vec::new();
+    for e in errors {
+        let same = |g: &NameError| {
+            g.field == e.field && g.what == e.what && g.problem == e.problem && g.value != g.input
+        };
+        match groups
+            .iter_mut()
+            .find(|(g, _)| same(g) && e.value != e.input)
+        {
+            Some((_, values)) => values.push(&e.value),
+            None => groups.push((e, vec![&e.value])),
+        }
+    }
+    groups
+        .into_iter()
+        .map(|(e, values)| {
+            if values.len() == 1 {
+                return e.to_string();
+            }
+            let quoted: Vec<String> = values.iter().map(|v| format!("{v:?}")).collect();
+            format!(
+                "{} {:?} is invalid: the derived {}s {} break the rule {} ({}); {}",
+                e.field,
+                e.input,
+                e.what,
+                quoted.join(", "),
+                e.rule,
+                e.reference,
+                e.problem
+            )
+        })
         .collect::<Vec<_>>()
         .join("\n")
 }
@@ -649,6 +680,23 @@ mod tests {
             .any(|e| e.value == "kfaws-ml_team-network" && e.what == "CloudFormation stack name"));
         // EKS accepts the underscore itself.
         assert!(!errs.iter().any(|e| e.what == "EKS cluster name"));
+    }
+
+    #[test]
+    fn names_broken_for_the_same_reason_share_one_line() {
+        let Err(e) = resolve("name = \"ml_team\"\nregion = \"us-east-1\"") else {
+            panic!("ml_team must be refused")
+        };
+        let text = e.to_string();
+        let stack_lines: Vec<&str> = text
+            .lines()
+            .filter(|l| l.contains("CloudFormation stack name"))
+            .collect();
+        assert_eq!(stack_lines.len(), 1, "{text}");
+        assert!(
+            stack_lines[0].contains("\"kfaws-ml_team-network\", \"kfaws-ml_team-iam\""),
+            "{text}"
+        );
     }
 
     #[test]

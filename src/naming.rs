@@ -46,10 +46,35 @@ impl Rule {
         // Every pattern is a literal in this file, covered by the tests below.
         let re = Regex::new(self.pattern).expect("naming rule patterns are valid");
         if !re.is_match(value) {
-            return Some(format!("it does not match {}", self.pattern));
+            return Some(explain_mismatch(&re, value));
         }
         (self.extra)(value).map(str::to_string)
     }
+}
+
+/// Says which characters of `value` the pattern refuses. A character is
+/// refused when it fails even between two letters (`a?a`); when every
+/// character is allowed somewhere, the first or last one is in the wrong place.
+fn explain_mismatch(re: &Regex, value: &str) -> String {
+    let mut bad: Vec<char> = value
+        .chars()
+        .filter(|c| !re.is_match(&format!("a{c}a")))
+        .collect();
+    bad.sort_unstable();
+    bad.dedup();
+    if !bad.is_empty() {
+        let list: Vec<String> = bad.iter().map(|c| format!("{c:?}")).collect();
+        return format!("it contains {} (not allowed)", list.join(", "));
+    }
+    let first = value.chars().next().unwrap_or_default();
+    if !re.is_match(&format!("{first}a")) {
+        return format!("it may not start with {first:?}");
+    }
+    let last = value.chars().last().unwrap_or_default();
+    if !re.is_match(&format!("a{last}")) {
+        return format!("it may not end with {last:?}");
+    }
+    format!("it does not match {}", re.as_str())
 }
 
 /// EKS cluster names.
@@ -416,6 +441,26 @@ mod tests {
                 "job-",
                 &"j".repeat(64),
             ],
+        );
+    }
+
+    #[test]
+    fn mismatches_name_the_offending_characters_or_position() {
+        assert_eq!(
+            CFN_STACK.violation("kfaws-ml_team-x").unwrap(),
+            "it contains '_' (not allowed)"
+        );
+        assert_eq!(
+            DNS1123_LABEL.violation("Team_A").unwrap(),
+            "it contains 'A', 'T', '_' (not allowed)"
+        );
+        assert_eq!(
+            CFN_STACK.violation("1stack").unwrap(),
+            "it may not start with '1'"
+        );
+        assert_eq!(
+            DNS1123_LABEL.violation("team-").unwrap(),
+            "it may not end with '-'"
         );
     }
 
