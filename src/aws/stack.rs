@@ -204,6 +204,7 @@ impl StackResource {
                 return Poll::Ready(Some(stack));
             }
             let s = status.as_str();
+            tracing::debug!(stack = %self.stack_name, status = s, "polled");
             if s.ends_with("_IN_PROGRESS") {
                 return Poll::Pending(s.to_string());
             }

@@ -333,6 +333,7 @@ async fn delete(job: &Job) -> Result<(), Failure> {
             s.resources.insert(a, marked);
         })
         .await?;
+    tracing::debug!(%address, "recorded as deleting; calling delete");
     timed(job.handle.as_ref(), "delete", job.handle.delete(&current))
         .await
         .map_err(Failure::Resource)

@@ -80,6 +80,7 @@ fn commit(inner: &Inner) {
         return;
     }
     let (changes, acks): (Vec<Change>, Vec<_>) = batch.into_iter().unzip();
+    tracing::debug!(changes = changes.len(), "writing the state");
     let result = store
         .write(|s| {
             for change in changes {
