@@ -108,8 +108,12 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(sig, lambda *_: stop.set())
     if args.exit_on_stdin_eof:
 
+        stdin_fd = sys.stdin.fileno()
+
         def watch_stdin() -> None:
-            while sys.stdin.buffer.read(4096):
+            # os.read, not sys.stdin: a buffered reader's lock held by this
+            # daemon thread would abort the interpreter at exit.
+            while os.read(stdin_fd, 4096):
                 pass
             stop.set()
 
@@ -155,4 +159,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    status = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Skip interpreter finalization: tearing down moto's object graph takes
+    # seconds and there is nothing left to release.
+    os._exit(status)

@@ -7,8 +7,8 @@
 | POST | /_kfaws/faults | a rule (``faults.Rule``) | adds it; 201 with the rule and its ``id`` |
 | DELETE | /_kfaws/faults | ``?account_id=`` optional | removes all rules (or that account's) |
 | PUT | /_kfaws/faults/seed | ``{"seed": int}`` | makes probabilistic rules reproducible |
-| GET | /_kfaws/lifecycle | | scale, durations, effective seconds, pending transitions |
-| PUT | /_kfaws/lifecycle | ``{"scale": s, "durations": {key: seconds}}`` | merges the settings |
+| GET | /_kfaws/lifecycle | ``?account_id=`` optional | scale, durations, effective seconds, pending transitions |
+| PUT | /_kfaws/lifecycle | ``{"scale": s, "durations": {key: seconds}}``, ``?account_id=`` optional | merges the settings, globally or for one account |
 | GET | /_kfaws/calls | ``?account_id=`` optional | calls per account, service, operation |
 | DELETE | /_kfaws/calls | | forgets the call counts |
 | POST | /_kfaws/reset | | forgets all resources, rules, counts and lifecycle settings |
@@ -64,10 +64,10 @@ def _route(app, request: Request) -> Response:
         return _json({"seed": seed})
     if path == "/_kfaws/lifecycle":
         if method == "GET":
-            return _json(app.lifecycle.settings())
+            return _json(app.lifecycle.settings(account))
         if method == "PUT":
-            app.lifecycle.configure(_body(request))
-            return _json(app.lifecycle.settings())
+            app.lifecycle.configure(_body(request), account)
+            return _json(app.lifecycle.settings(account))
     if path == "/_kfaws/calls":
         if method == "GET":
             return _json(app.calls.snapshot(account))

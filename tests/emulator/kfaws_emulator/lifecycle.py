@@ -50,17 +50,22 @@ class LifecycleError(ValueError):
 
 
 class Lifecycle:
-    """Configured durations plus the queue of pending state transitions."""
+    """Configured durations (global, or per account) plus the queue of pending transitions."""
 
     def __init__(self) -> None:
         self._lock = threading.RLock()
-        self._durations = dict(DEFAULT_DURATIONS)
-        self._scale = 0.0
+        self._global = (0.0, dict(DEFAULT_DURATIONS))
+        self._accounts: dict[str, tuple[float, dict[str, float]]] = {}
         self._queue: list[tuple[float, int, Callable[[], None]]] = []
         self._seq = itertools.count()
 
-    def configure(self, data: dict) -> None:
-        """Merges ``{"scale": s, "durations": {key: seconds}}`` into the settings."""
+    def configure(self, data: dict, account_id: str | None = None) -> None:
+        """Merges ``{"scale": s, "durations": {key: seconds}}`` into the settings.
+
+        With ``account_id`` the settings apply to that account only (starting
+        from the global ones), so concurrent tests in other accounts are not
+        slowed down.
+        """
         if not isinstance(data, dict) or set(data) - {"scale", "durations"}:
             raise LifecycleError('lifecycle settings are a JSON object with keys "scale" and/or "durations"')
         durations = data.get("durations", {})
@@ -69,34 +74,41 @@ class Lifecycle:
         for key, value in durations.items():
             if key not in DEFAULT_DURATIONS:
                 raise LifecycleError(f"unknown lifecycle key {key!r}; known: {sorted(DEFAULT_DURATIONS)}")
-            if not isinstance(value, (int, float)) or value < 0:
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
                 raise LifecycleError(f"duration {key!r} must be a non-negative number of seconds")
-        scale = data.get("scale", self._scale)
-        if not isinstance(scale, (int, float)) or scale < 0:
-            raise LifecycleError('"scale" must be a non-negative number')
         with self._lock:
-            self._durations.update({k: float(v) for k, v in durations.items()})
-            self._scale = float(scale)
+            scale, current = self._accounts.get(account_id, self._global) if account_id else self._global
+            scale = data.get("scale", scale)
+            if not isinstance(scale, (int, float)) or isinstance(scale, bool) or scale < 0:
+                raise LifecycleError('"scale" must be a non-negative number')
+            merged = {**current, **{k: float(v) for k, v in durations.items()}}
+            if account_id:
+                self._accounts[account_id] = (float(scale), merged)
+            else:
+                self._global = (float(scale), merged)
 
     def reset(self) -> None:
         with self._lock:
-            self._durations = dict(DEFAULT_DURATIONS)
-            self._scale = 0.0
+            self._global = (0.0, dict(DEFAULT_DURATIONS))
+            self._accounts.clear()
             self._queue.clear()
 
-    def settings(self) -> dict:
+    def settings(self, account_id: str | None = None) -> dict:
         with self._lock:
+            scale, durations = self._accounts.get(account_id, self._global) if account_id else self._global
             return {
-                "scale": self._scale,
-                "durations": dict(self._durations),
-                "effective_seconds": {k: v * self._scale for k, v in self._durations.items()},
+                "account_id": account_id,
+                "scale": scale,
+                "durations": dict(durations),
+                "effective_seconds": {k: v * scale for k, v in durations.items()},
                 "pending_transitions": len(self._queue),
             }
 
-    def duration(self, key: str) -> float:
-        """Seconds that the transition ``key`` takes now (0: instant, moto's own behaviour)."""
+    def duration(self, key: str, account_id: str) -> float:
+        """Seconds that transition ``key`` takes now in ``account_id`` (0: instant, moto's behaviour)."""
         with self._lock:
-            return self._durations[key] * self._scale
+            scale, durations = self._accounts.get(account_id, self._global)
+            return durations[key] * scale
 
     def schedule(self, seconds: float, transition: Callable[[], None]) -> None:
         """Runs ``transition`` at the first ``advance`` at least ``seconds`` from now."""

@@ -46,7 +46,7 @@ def warm_up(endpoint: str) -> None:
         aws_secret_access_key="warmup",
         region_name="us-east-1",
     )
-    config = Config(retries={"max_attempts": 1})
+    config = Config(retries={"total_max_attempts": 1, "mode": "standard"})
 
     def client(name):
         return session.client(name, endpoint_url=endpoint, config=config)
