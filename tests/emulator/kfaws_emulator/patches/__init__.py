@@ -9,7 +9,22 @@ from __future__ import annotations
 
 import importlib
 
-MODULES = ()
+# Order matters where two patches wrap the same method: the later one wraps
+# the earlier (lifecycle_stacks must see cfn_stack_failure's outcome;
+# lifecycle_eks must see eks_idempotency's).
+MODULES = (
+    "cfn_managed_policy_arns",
+    "cfn_ec2_deletion",
+    "cfn_delete_order",
+    "cfn_stack_failure",
+    "ec2_dependency_violation",
+    "eks_idempotency",
+    "efs_already_exists_id",
+    "lifecycle_eks",
+    "lifecycle_efs",
+    "lifecycle_nat",
+    "lifecycle_stacks",
+)
 
 _applied = False
 
