@@ -39,6 +39,13 @@ def _parse(argv: list[str]) -> argparse.Namespace:
         help="serve moto unpatched (to show which tests fail without the patches)",
     )
     parser.add_argument(
+        "--skip-patch",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="serve without one patch (repeatable), to show which tests it makes pass",
+    )
+    parser.add_argument(
         "--lifecycle",
         help='lifecycle settings as JSON, e.g. \'{"scale": 0.01}\' (see /_kfaws/lifecycle)',
     )
@@ -92,7 +99,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"kfaws_emulator: --lifecycle: {err}", file=sys.stderr)
             return 2
     if not args.no_patches:
-        patches.apply_all()
+        try:
+            patches.apply_all(skip=tuple(args.skip_patch))
+        except ValueError as err:
+            print(f"kfaws_emulator: --skip-patch: {err}", file=sys.stderr)
+            return 2
 
     started = time.monotonic()
     app = EmulatorApp()

@@ -17,6 +17,8 @@ MODULES = (
     "cfn_ec2_deletion",
     "cfn_delete_order",
     "cfn_stack_failure",
+    "cfn_efs_getatt",
+    "cfn_s3_bucket_settings",
     "ec2_dependency_violation",
     "eks_idempotency",
     "efs_already_exists_id",
@@ -29,11 +31,18 @@ MODULES = (
 _applied = False
 
 
-def apply_all() -> None:
-    """Installs every patch once (idempotent)."""
+def apply_all(skip: tuple[str, ...] = ()) -> None:
+    """Installs every patch not named in ``skip``, once (idempotent).
+
+    Raises ValueError naming an unknown patch in ``skip``.
+    """
     global _applied
+    unknown = set(skip) - set(MODULES)
+    if unknown:
+        raise ValueError(f"unknown patch(es) {sorted(unknown)}; known: {list(MODULES)}")
     if _applied:
         return
     for name in MODULES:
-        importlib.import_module(f"{__name__}.{name}").apply()
+        if name not in skip:
+            importlib.import_module(f"{__name__}.{name}").apply()
     _applied = True
