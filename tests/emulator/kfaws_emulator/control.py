@@ -24,7 +24,7 @@ from importlib.metadata import version
 
 from werkzeug.wrappers import Request, Response
 
-from .faults import RuleError
+from .faults import ACCOUNT_ID, RuleError
 from .lifecycle import LifecycleError
 
 
@@ -46,6 +46,8 @@ def _route(app, request: Request) -> Response:
     path = request.path.rstrip("/")
     method = request.method
     account = request.args.get("account_id")
+    if account is not None and not ACCOUNT_ID.match(account):
+        raise RuleError("query parameter 'account_id' must be a 12-digit AWS account id")
     if path == "/_kfaws/health" and method == "GET":
         return _json({"status": "ok", "warm": app.warm, "moto": version("moto")})
     if path == "/_kfaws/faults":

@@ -22,6 +22,7 @@ from __future__ import annotations
 import itertools
 import json
 import random
+import re
 import threading
 import uuid
 from dataclasses import asdict, dataclass, field
@@ -30,6 +31,7 @@ from xml.sax.saxutils import escape
 from .operations import Operation, canonical_service
 
 KINDS = ("throttle", "server_error", "latency")
+ACCOUNT_ID = re.compile(r"^\d{12}$")
 
 # (code, HTTP status) per protocol and kind, from the references above.
 _DEFAULTS = {
@@ -90,6 +92,8 @@ class Rule:
             raise RuleError("field 'latency_ms' must be a non-negative integer (milliseconds)")
         if rule.kind == "latency" and rule.latency_ms == 0:
             raise RuleError("a 'latency' rule needs 'latency_ms' > 0")
+        if rule.account_id is not None and not (isinstance(rule.account_id, str) and ACCOUNT_ID.match(rule.account_id)):
+            raise RuleError("field 'account_id' must be a 12-digit AWS account id")
         if rule.status is not None and not (isinstance(rule.status, int) and 400 <= rule.status <= 599):
             raise RuleError("field 'status' must be an HTTP error status 400-599")
         rule.service = canonical_service(rule.service)

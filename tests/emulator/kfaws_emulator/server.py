@@ -24,6 +24,7 @@ import re
 import threading
 import time
 from collections import Counter
+from http import HTTPStatus
 
 from moto.core.models import DEFAULT_ACCOUNT_ID
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
@@ -86,9 +87,16 @@ class EmulatorApp:
         if environ.get("PATH_INFO", "").startswith(CONTROL_PREFIX):
             return control.handle(self, environ, start_response)
 
-        length = int(environ.get("CONTENT_LENGTH") or 0)
-        body = environ["wsgi.input"].read(length) if length else b""
+        if environ.get("CONTENT_LENGTH"):
+            body = environ["wsgi.input"].read(int(environ["CONTENT_LENGTH"]))
+        elif "chunked" in environ.get("HTTP_TRANSFER_ENCODING", "").lower():
+            # werkzeug has already de-chunked the stream; hand moto a plain body.
+            body = environ["wsgi.input"].read()
+            environ.pop("HTTP_TRANSFER_ENCODING")
+        else:
+            body = b""
         environ["wsgi.input"] = io.BytesIO(body)
+        environ["CONTENT_LENGTH"] = str(len(body))
 
         op = identify(environ, body)
         if "HTTP_X_MOTO_ACCOUNT_ID" not in environ:
@@ -129,8 +137,6 @@ class EmulatorApp:
 
 
 def _reason(status: int) -> str:
-    from http import HTTPStatus
-
     try:
         return HTTPStatus(status).phrase
     except ValueError:
