@@ -6,4 +6,4 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 venv="$("$here/setup.sh")"
 cd "$here"
-exec "$here/with_emulator.sh" "$venv/bin/python" -m pytest -p no:cacheprovider tests "$@"
+exec "$here/with_emulator.sh" "$venv/bin/python" -m pytest "$@"
