@@ -79,6 +79,7 @@ def _write_ready(path: str, lines: dict[str, str]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    started = time.monotonic()
     args = _parse(sys.argv[1:] if argv is None else argv)
     # Read by moto when each account's IAM backend is first built.
     os.environ["MOTO_IAM_LOAD_MANAGED_POLICIES"] = "true"
@@ -105,10 +106,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"kfaws_emulator: --skip-patch: {err}", file=sys.stderr)
             return 2
 
-    started = time.monotonic()
     app = EmulatorApp()
     handler = MotoRequestHandler if args.access_log else _quiet_handler()
-    server = make_server(args.host, args.port, app, threaded=True, request_handler=handler)
+    try:
+        server = make_server(args.host, args.port, app, threaded=True, request_handler=handler)
+    except OSError as err:
+        print(f"kfaws_emulator: cannot listen on {args.host}:{args.port}: {err}", file=sys.stderr)
+        return 1
     host, port = server.server_address[:2]
     endpoint = f"http://{host}:{port}" if ":" not in host else f"http://[{host}]:{port}"
     thread = threading.Thread(target=server.serve_forever, name="kfaws-emulator", daemon=True)
@@ -118,7 +122,6 @@ def main(argv: list[str] | None = None) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     if args.exit_on_stdin_eof:
-
         stdin_fd = sys.stdin.fileno()
 
         def watch_stdin() -> None:
@@ -141,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     app.warm = True
     ready = time.monotonic()
     print(
-        f"kfaws_emulator: {endpoint} ready (listening after {listening - started:.2f}s, "
+        f"kfaws_emulator: {endpoint} ready (listening {listening - started:.2f}s after start, "
         f"warm-up {ready - listening:.2f}s)",
         file=sys.stderr,
         flush=True,

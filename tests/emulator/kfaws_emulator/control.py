@@ -24,8 +24,9 @@ from importlib.metadata import version
 
 from werkzeug.wrappers import Request, Response
 
-from .faults import ACCOUNT_ID, RuleError
+from .faults import RuleError
 from .lifecycle import LifecycleError
+from .operations import ACCOUNT_ID
 
 
 def _json(data, status: int = 200) -> Response:

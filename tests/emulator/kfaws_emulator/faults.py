@@ -22,16 +22,14 @@ from __future__ import annotations
 import itertools
 import json
 import random
-import re
 import threading
 import uuid
 from dataclasses import asdict, dataclass, field
 from xml.sax.saxutils import escape
 
-from .operations import Operation, canonical_service
+from .operations import ACCOUNT_ID, Operation, canonical_service
 
 KINDS = ("throttle", "server_error", "latency")
-ACCOUNT_ID = re.compile(r"^\d{12}$")
 
 # (code, HTTP status) per protocol and kind, from the references above.
 _DEFAULTS = {

@@ -32,6 +32,9 @@ _SIGNING_TO_SERVICE = {
     "execute-api": "apigateway",
 }
 
+ACCOUNT_ID = re.compile(r"^\d{12}$")
+"""An AWS account id: 12 digits."""
+
 _CREDENTIAL = re.compile(r"Credential=([^/,\s]+)/\d{8}/([^/]+)/([^/]+)/aws4_request")
 
 

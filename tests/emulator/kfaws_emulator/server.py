@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import io
 import os
-import re
 import threading
 import time
 from collections import Counter
@@ -32,10 +31,9 @@ from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_ba
 from . import control
 from .faults import FaultRules
 from .lifecycle import LIFECYCLE
-from .operations import identify
+from .operations import ACCOUNT_ID, identify
 
 CONTROL_PREFIX = "/_kfaws/"
-_ACCOUNT_KEY = re.compile(r"^\d{12}$")
 
 
 class CallLog:
@@ -100,7 +98,7 @@ class EmulatorApp:
 
         op = identify(environ, body)
         if "HTTP_X_MOTO_ACCOUNT_ID" not in environ:
-            if op.access_key and _ACCOUNT_KEY.match(op.access_key):
+            if op.access_key and ACCOUNT_ID.match(op.access_key):
                 environ["HTTP_X_MOTO_ACCOUNT_ID"] = op.access_key
             elif not (op.access_key or "").startswith("ASIA"):
                 # moto would search every account's IAM users for this key,
