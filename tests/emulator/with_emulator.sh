@@ -37,6 +37,10 @@ emulator_pid=""
 stop_emulator() {
     local status=$?
     exec 9>&- 2>/dev/null || true
+    if [[ $status -ne 0 && -s "$log" ]]; then
+        echo "with_emulator.sh: exit status $status; the emulator's log:" >&2
+        tail -n 50 "$log" >&2
+    fi
     if [[ -n "$emulator_pid" ]] && kill -0 "$emulator_pid" 2>/dev/null; then
         kill -TERM "$emulator_pid" 2>/dev/null || true
         for _ in $(seq 100); do

@@ -1,6 +1,7 @@
 """Fault rules set over the control API, rendered in each protocol's real error shape."""
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import boto3
 import pytest
@@ -74,13 +75,26 @@ def test_sdk_retries_throttling_and_the_call_log_counts_every_attempt(endpoint, 
 
 def test_latency_is_added_to_the_named_operation_only(aws, control, account_id):
     ec2 = aws("ec2")
-    _rule(control, service="ec2", operation="DescribeVpcs", kind="latency", latency_ms=400, count=None, account_id=account_id)
+    rule = _rule(control, service="ec2", operation="DescribeVpcs", kind="latency", latency_ms=400, count=None, account_id=account_id)
     started = time.monotonic()
     ec2.describe_vpcs()
     assert time.monotonic() - started >= 0.4
-    started = time.monotonic()
     ec2.describe_subnets()
-    assert time.monotonic() - started < 0.4
+    listed = {r["id"]: r for r in control.call("GET", "/faults")[1]}[rule["id"]]
+    assert (listed["seen"], listed["fired"]) == (1, 1)
+    control.call("DELETE", f"/faults?account_id={account_id}")
+
+
+def test_delayed_calls_overlap_instead_of_queueing(aws, control, account_id):
+    _rule(control, service="eks", operation="ListClusters", kind="latency", latency_ms=600, count=None, account_id=account_id)
+    clients = [aws("eks") for _ in range(4)]
+    started = time.monotonic()
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        list(pool.map(lambda client: client.list_clusters(), clients))
+    elapsed = time.monotonic() - started
+    control.call("DELETE", f"/faults?account_id={account_id}")
+    # Four 0.6 s delays served one after another would take 2.4 s.
+    assert 0.6 <= elapsed < 1.8
 
 
 def test_rules_are_scoped_to_their_account(aws, control, account_id):
