@@ -8,6 +8,8 @@ SubnetRouteTableAssociation, InternetGateway, VPCGatewayAttachment,
 VPCEndpoint, NatGateway and EIP.
 """
 
+import json
+
 from conftest import wait_for
 from templates import network
 
@@ -40,3 +42,28 @@ def test_network_stack_deletion_leaves_no_ec2_resource(aws):
     assert ec2.describe_addresses()["Addresses"] == []
     assert ec2.describe_network_interfaces()["NetworkInterfaces"] == []
     assert ec2.describe_subnets(Filters=[{"Name": "vpc-id", "Values": [vpc_id]}])["Subnets"] == []
+
+
+def test_resources_are_deleted_in_reverse_dependency_order(aws):
+    """Each resource's DELETE_COMPLETE event comes before those of the resources it refers to."""
+    cfn = aws("cloudformation")
+    stack_id = cfn.create_stack(StackName="network", TemplateBody=network())["StackId"]
+    wait_for(lambda: _stack_status(cfn, stack_id) == "CREATE_COMPLETE")
+    cfn.delete_stack(StackName=stack_id)
+    wait_for(lambda: _stack_status(cfn, stack_id) == "DELETE_COMPLETE")
+
+    events = reversed(cfn.describe_stack_events(StackName=stack_id)["StackEvents"])  # oldest first
+    deleted = [e["LogicalResourceId"] for e in events if e["ResourceStatus"] == "DELETE_COMPLETE" and e["LogicalResourceId"] != "network"]
+    assert sorted(deleted) == sorted(json.loads(network())["Resources"])
+    for dependent, dependency in [
+        ("S3Endpoint", "PrivateRouteTable"),
+        ("PrivateDefaultRoute", "Nat"),
+        ("PublicDefaultRoute", "IgwAttachment"),
+        ("IgwAttachment", "Igw"),
+        ("Nat", "NatEip"),
+        ("Nat", "PublicSubnet"),
+        ("PrivateAssociation", "PrivateSubnet"),
+        ("PublicSubnet", "Vpc"),
+        ("NfsSecurityGroup", "Vpc"),
+    ]:
+        assert deleted.index(dependent) < deleted.index(dependency), (dependent, dependency)

@@ -1,8 +1,11 @@
-"""A stack's resources are deleted in reverse dependency order.
+"""A stack's resources are deleted in reverse dependency order, each with its events.
 
 AWS: a resource that refers to another (``Ref``, ``Fn::GetAtt``, ``Fn::Sub``)
-or names it in ``DependsOn`` is created after it and deleted before it.
+or names it in ``DependsOn`` is created after it and deleted before it, and
+each deletion is recorded as DELETE_IN_PROGRESS and DELETE_COMPLETE stack
+events for that resource.
 https://docs.aws.amazon.com/AWSCloudFormation/latest/TemplateReference/aws-attribute-dependson.html
+https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/view-stack-events.html
 
 moto 5.2.5 deletes in arbitrary order and retries what fails, which deletes a
 route table before the VPC endpoint that routes through it (and then fails
@@ -15,6 +18,7 @@ from __future__ import annotations
 import re
 from graphlib import TopologicalSorter
 
+from moto.cloudformation.models import Event, Stack
 from moto.cloudformation.parsing import ResourceMap
 
 from ._common import wrap
@@ -53,16 +57,47 @@ def deletion_order(resources: dict[str, dict]) -> list[str]:
     return list(reversed(list(TopologicalSorter(graph).static_order())))
 
 
+def _event(stack: Stack | None, logical_id: str, resource, resource_type: str, status: str) -> None:
+    if stack is not None:
+        stack.events.append(
+            Event(
+                stack_id=stack.stack_id,
+                stack_name=stack.name,
+                logical_resource_id=logical_id,
+                physical_resource_id=getattr(resource, "physical_resource_id", "") or "",
+                resource_type=resource_type,
+                resource_status=status,
+                resource_status_reason=None,
+                resource_properties=None,
+            )
+        )
+
+
 def apply() -> None:
+    def make_create_resource_map(original):
+        def _create_resource_map(self):
+            resource_map = original(self)
+            # The map records deletion events on its stack.
+            resource_map.kfaws_stack = self
+            return resource_map
+
+        return _create_resource_map
+
+    wrap(Stack, "_create_resource_map", make_create_resource_map)
+
     def make_delete(original):
         def delete(self):
+            stack = getattr(self, "kfaws_stack", None)
             for logical_id in deletion_order(self._resource_json_map):
                 definition = self._resource_json_map[logical_id]
                 parsed = self._parsed_resources.get(logical_id)
                 if definition.get("DeletionPolicy") == "Retain" or parsed is None or isinstance(parsed, str):
                     continue
+                resource_type = definition.get("Type", "")
+                _event(stack, logical_id, parsed, resource_type, "DELETE_IN_PROGRESS")
                 self._delete_resource(parsed, definition)
                 self._parsed_resources.pop(logical_id)
+                _event(stack, logical_id, parsed, resource_type, "DELETE_COMPLETE")
             # Only retained or never-created resources remain: moto's own pass
             # finds nothing left to delete.
             return original(self)
