@@ -17,7 +17,7 @@ import pytest
 from botocore.exceptions import ClientError
 from conftest import wait_for
 
-D = 0.6  # seconds each transition lasts in these tests
+D = 1.0  # seconds each transition lasts in these tests; polls come every 0.05 s
 
 
 def _history(read, until, timeout=10.0):
