@@ -12,7 +12,10 @@ export KFAWS_CACHE
 export CARGO_TARGET_DIR ?= $(KFAWS_CACHE)/target
 CARGO ?= cargo
 WITH_EMULATOR := tests/emulator/with_emulator.sh
-DEBIAN_PACKAGES := ca-certificates curl jq unzip util-linux procps
+# python3-venv only where python3 cannot make virtualenvs by itself (Debian's
+# python3 without it; pyenv builds can).
+PY_VENV_PKG := $(shell python3 -c 'import venv, ensurepip' 2>/dev/null || echo python3-venv)
+DEBIAN_PACKAGES := ca-certificates curl jq unzip util-linux procps $(PY_VENV_PKG)
 
 .PHONY: help deps build test fmt-check clippy test-rust test-emulator test-apiserver demo bench
 

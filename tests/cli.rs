@@ -236,7 +236,7 @@ async fn the_wrong_region_or_account_is_refused_before_planning() {
             predicate::str::contains("region us-east-1").and(predicate::str::contains("eu-west-1")),
         );
     d.kfaws(&["plan"])
-        .env("AWS_ACCESS_KEY_ID", "999999999999")
+        .env("AWS_ACCESS_KEY_ID", "111111111111")
         .assert()
         .failure()
         .stderr(predicate::str::contains(format!("account {}", d.account)));

@@ -31,6 +31,12 @@ max_size = 4
 sagemaker_role_policy = "scoped"
 TOML
 
+# Stacks take 3 s to create and delete instead of moto's instant answer
+# (real AWS: minutes), so the waits and the parallel walk are visible.
+curl -fsS -XPUT "$KFAWS_EMULATOR_CONTROL/lifecycle" -H 'content-type: application/json' \
+    -d '{"scale": 1, "durations": {"cloudformation.stack.create": 3,
+         "cloudformation.stack.update": 3, "cloudformation.stack.delete": 3}}' >/dev/null
+
 step() {
     printf '\n\033[1m$ %s\033[0m\n' "$*"
     "$@"
