@@ -87,6 +87,18 @@ fn liveness(info: &LockInfo) -> &'static str {
     }
 }
 
+/// `uid N` of this process, for a `who` when no user name is in the environment.
+fn current_uid() -> String {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        if let Ok(m) = fs::metadata("/proc/self") {
+            return format!("uid {}", m.uid());
+        }
+    }
+    "unknown user".into()
+}
+
 fn host() -> String {
     gethostname::gethostname().to_string_lossy().into_owned()
 }
@@ -116,7 +128,9 @@ impl StateLock {
             source: std::io::Error::other(e.to_string()),
         })?;
         let host = host();
-        let user = std::env::var("USER").unwrap_or_else(|_| "unknown".into());
+        let user = std::env::var("USER")
+            .or_else(|_| std::env::var("LOGNAME"))
+            .unwrap_or_else(|_| current_uid());
         let info = LockInfo {
             id: Uuid::new_v4(),
             operation: operation.to_string(),
