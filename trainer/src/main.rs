@@ -1,0 +1,87 @@
+//! `kfaws-trainer`: thin CLI over the library. `train` trains (see `--help`); exit codes are
+//! documented in [`kfaws_trainer::error`].
+
+use std::process::ExitCode;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use clap::{Parser, Subcommand};
+use kfaws_trainer::contract::sagemaker::SageMakerLayout;
+use kfaws_trainer::contract::{self, TrainArgs};
+use kfaws_trainer::error::TrainError;
+use kfaws_trainer::train;
+
+/// Data-parallel burn image classifier for PyTorchJob, SageMaker and local runs.
+#[derive(Debug, Parser)]
+#[command(version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Train (SageMaker invokes the container with `train`).
+    Train(TrainArgs),
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .init();
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Train(args) => run_train(&args),
+    }
+}
+
+fn run_train(args: &TrainArgs) -> ExitCode {
+    let stop = Arc::new(AtomicBool::new(false));
+    if let Err(e) = signal_hook::flag::register(signal_hook::consts::SIGTERM, Arc::clone(&stop)) {
+        tracing::warn!("cannot watch SIGTERM, stopping will not checkpoint: {e}");
+    }
+    let config = match contract::resolve(args, &|name| std::env::var(name).ok()) {
+        Ok(config) => config,
+        Err(e) => {
+            // Under SageMaker the reason must reach FailureReason even when the configuration
+            // itself is what failed.
+            let layout = SageMakerLayout { root: args.sagemaker_root.clone() };
+            let failure_file = layout.is_present().then(|| layout.failure_file());
+            return fail(&TrainError::from(e), failure_file.as_deref());
+        }
+    };
+    let rv = &config.rendezvous;
+    tracing::info!(
+        launcher = ?config.launcher, rank = rv.rank, world_size = rv.world_size,
+        master = %format!("{}:{}", rv.master_addr, rv.master_port),
+        data = %config.data_dir.display(), "starting"
+    );
+    let result = train::load_dataset(&config).and_then(|dataset| {
+        tracing::info!(dataset = dataset.kind.name(), train = dataset.train.len(), test = dataset.test.len(), "dataset loaded");
+        let is_rank0 = rv.rank == 0;
+        train::train(&config, &dataset, &stop, |metrics| {
+            if is_rank0 {
+                println!("{}", metrics.line());
+            }
+        })
+    });
+    match result {
+        Ok(_) => ExitCode::SUCCESS,
+        Err(e) => fail(&e, config.failure_file.as_deref()),
+    }
+}
+
+/// Logs the error, writes it where SageMaker reads the failure reason, and maps the exit code.
+fn fail(error: &TrainError, failure_file: Option<&std::path::Path>) -> ExitCode {
+    tracing::error!("{error}");
+    if let Some(path) = failure_file {
+        let written = path.parent().map_or(Ok(()), std::fs::create_dir_all).and_then(|_| std::fs::write(path, error.to_string()));
+        if let Err(e) = written {
+            tracing::warn!(path = %path.display(), "cannot write the failure reason: {e}");
+        }
+    }
+    ExitCode::from(u8::try_from(error.exit_code()).unwrap_or(1))
+}
