@@ -35,7 +35,9 @@ pub enum TrainError {
     #[error("writing the model to {path}: {detail}")]
     ModelOutput { path: String, detail: String },
     /// SIGTERM arrived; the checkpoint of `epoch`/`step` was written by rank 0.
-    #[error("stopped by SIGTERM at epoch {epoch} step {step}; checkpoint written, the job can resume")]
+    #[error(
+        "stopped by SIGTERM at epoch {epoch} step {step}; checkpoint written, the job can resume"
+    )]
     Terminated { epoch: u64, step: u64 },
 }
 
@@ -44,7 +46,9 @@ impl TrainError {
     pub fn exit_code(&self) -> i32 {
         match self {
             Self::Config(_) | Self::Data(_) => EXIT_CONFIG,
-            Self::Checkpoint(CheckpointError::WrongModel { .. } | CheckpointError::Corrupt { .. }) => EXIT_CONFIG,
+            Self::Checkpoint(
+                CheckpointError::WrongModel { .. } | CheckpointError::Corrupt { .. },
+            ) => EXIT_CONFIG,
             Self::Comm(e) if !e.is_transient() => EXIT_CONFIG,
             Self::Comm(_) | Self::Checkpoint(_) | Self::ModelOutput { .. } => EXIT_TRANSIENT,
             Self::Terminated { .. } => EXIT_TERMINATED,
@@ -64,6 +68,9 @@ mod tests {
         assert_eq!(mismatch.exit_code(), 1);
         let dead = TrainError::from(CommError::PeerClosed { rank: 1 });
         assert!(dead.exit_code() >= 130);
-        assert_eq!(TrainError::Terminated { epoch: 1, step: 2 }.exit_code(), 143);
+        assert_eq!(
+            TrainError::Terminated { epoch: 1, step: 2 }.exit_code(),
+            143
+        );
     }
 }

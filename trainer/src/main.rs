@@ -28,6 +28,7 @@ enum Command {
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
@@ -48,7 +49,9 @@ fn run_train(args: &TrainArgs) -> ExitCode {
         Err(e) => {
             // Under SageMaker the reason must reach FailureReason even when the configuration
             // itself is what failed.
-            let layout = SageMakerLayout { root: args.sagemaker_root.clone() };
+            let layout = SageMakerLayout {
+                root: args.sagemaker_root.clone(),
+            };
             let failure_file = layout.is_present().then(|| layout.failure_file());
             return fail(&TrainError::from(e), failure_file.as_deref());
         }
@@ -60,7 +63,12 @@ fn run_train(args: &TrainArgs) -> ExitCode {
         data = %config.data_dir.display(), "starting"
     );
     let result = train::load_dataset(&config).and_then(|dataset| {
-        tracing::info!(dataset = dataset.kind.name(), train = dataset.train.len(), test = dataset.test.len(), "dataset loaded");
+        tracing::info!(
+            dataset = dataset.kind.name(),
+            train = dataset.train.len(),
+            test = dataset.test.len(),
+            "dataset loaded"
+        );
         let is_rank0 = rv.rank == 0;
         train::train(&config, &dataset, &stop, |metrics| {
             if is_rank0 {
@@ -78,7 +86,10 @@ fn run_train(args: &TrainArgs) -> ExitCode {
 fn fail(error: &TrainError, failure_file: Option<&std::path::Path>) -> ExitCode {
     tracing::error!("{error}");
     if let Some(path) = failure_file {
-        let written = path.parent().map_or(Ok(()), std::fs::create_dir_all).and_then(|_| std::fs::write(path, error.to_string()));
+        let written = path
+            .parent()
+            .map_or(Ok(()), std::fs::create_dir_all)
+            .and_then(|_| std::fs::write(path, error.to_string()));
         if let Err(e) = written {
             tracing::warn!(path = %path.display(), "cannot write the failure reason: {e}");
         }

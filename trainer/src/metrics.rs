@@ -64,7 +64,11 @@ impl Tally {
 
     /// From an all-reduced vector.
     pub fn from_slice(v: &[f32]) -> Self {
-        Self { loss_sum: f64::from(v[0]), correct: f64::from(v[1]), count: f64::from(v[2]) }
+        Self {
+            loss_sum: f64::from(v[0]),
+            correct: f64::from(v[1]),
+            count: f64::from(v[2]),
+        }
     }
 }
 
@@ -74,7 +78,14 @@ mod tests {
 
     #[test]
     fn line_has_the_documented_shape() {
-        let m = EpochMetrics { epoch: 2, train_loss: 0.41234, train_acc: 0.85119, test_loss: 0.3911, test_acc: 0.86341, images_per_sec: 5120.4 };
+        let m = EpochMetrics {
+            epoch: 2,
+            train_loss: 0.41234,
+            train_acc: 0.85119,
+            test_loss: 0.3911,
+            test_acc: 0.86341,
+            images_per_sec: 5120.4,
+        };
         assert_eq!(
             m.line(),
             "epoch=2 train_loss=0.4123; train_acc=0.8512; test_loss=0.3911; test_acc=0.8634; images_per_sec=5120;"

@@ -28,7 +28,12 @@ pub const NUM_CLASSES: usize = 10;
 /// # Errors
 /// `None` when the input is too small for two 5×5 convolutions and two 2×2 pools (< 16 px).
 pub fn flat_features(shape: [usize; 3]) -> Option<usize> {
-    let side = |n: usize| n.checked_sub(4).map(|n| n / 2).and_then(|n| n.checked_sub(4)).map(|n| n / 2);
+    let side = |n: usize| {
+        n.checked_sub(4)
+            .map(|n| n / 2)
+            .and_then(|n| n.checked_sub(4))
+            .map(|n| n / 2)
+    };
     let (h, w) = (side(shape[1])?, side(shape[2])?);
     (h > 0 && w > 0).then_some(16 * h * w)
 }
@@ -54,7 +59,9 @@ impl Net {
 
     /// Logits `[batch, 10]` for normalised images `[batch, C, H, W]`.
     pub fn forward(&self, images: Tensor<4>) -> Tensor<2> {
-        let x = self.pool.forward(self.relu.forward(self.conv1.forward(images)));
+        let x = self
+            .pool
+            .forward(self.relu.forward(self.conv1.forward(images)));
         let x = self.pool.forward(self.relu.forward(self.conv2.forward(x)));
         let x: Tensor<2> = x.flatten(1, 3);
         let x = self.relu.forward(self.fc1.forward(x));
@@ -73,7 +80,10 @@ mod tests {
         let device = Device::flex();
         assert_eq!(Net::new([3, 32, 32], &device).num_params(), 62_006);
         // Fashion-MNIST: conv1 has 1 input channel (156) and fc1 256 inputs (30,840).
-        assert_eq!(Net::new([1, 28, 28], &device).num_params(), 156 + 2_416 + 30_840 + 10_164 + 850);
+        assert_eq!(
+            Net::new([1, 28, 28], &device).num_params(),
+            156 + 2_416 + 30_840 + 10_164 + 850
+        );
     }
 
     #[test]

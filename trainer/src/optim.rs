@@ -20,7 +20,11 @@ pub struct Sgd {
 impl Sgd {
     /// A fresh optimiser.
     pub fn new(lr: f32, momentum: f32) -> Self {
-        Self { lr, momentum, velocity: Vec::new() }
+        Self {
+            lr,
+            momentum,
+            velocity: Vec::new(),
+        }
     }
 
     /// Updates `params` in place with `grads` (same length).
@@ -30,16 +34,25 @@ impl Sgd {
     pub fn step(&mut self, params: &mut [f32], grads: &[f32]) {
         assert_eq!(params.len(), grads.len(), "parameter and gradient lengths");
         if self.momentum == 0.0 {
-            params.iter_mut().zip(grads).for_each(|(p, g)| *p -= self.lr * g);
+            params
+                .iter_mut()
+                .zip(grads)
+                .for_each(|(p, g)| *p -= self.lr * g);
             return;
         }
         if self.velocity.is_empty() {
             self.velocity = grads.to_vec();
         } else {
             let mu = self.momentum;
-            self.velocity.iter_mut().zip(grads).for_each(|(v, g)| *v = mu * *v + g);
+            self.velocity
+                .iter_mut()
+                .zip(grads)
+                .for_each(|(v, g)| *v = mu * *v + g);
         }
-        params.iter_mut().zip(&self.velocity).for_each(|(p, v)| *p -= self.lr * v);
+        params
+            .iter_mut()
+            .zip(&self.velocity)
+            .for_each(|(p, v)| *p -= self.lr * v);
     }
 }
 

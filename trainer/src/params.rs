@@ -26,7 +26,9 @@ pub fn flatten_grads<M: Module>(module: &M, grads: &Gradients) -> Vec<f32> {
             let value = param.val();
             match value.grad(self.1) {
                 Some(grad) => extend_from(&mut self.0, grad),
-                None => self.0.extend(std::iter::repeat_n(0.0, value.shape().num_elements())),
+                None => self
+                    .0
+                    .extend(std::iter::repeat_n(0.0, value.shape().num_elements())),
             }
         }
     }
@@ -53,7 +55,11 @@ pub fn load_flat_params<M: Module>(module: M, flat: &[f32]) -> M {
             })
         }
     }
-    assert_eq!(flat.len(), module.num_params(), "flat parameter vector length");
+    assert_eq!(
+        flat.len(),
+        module.num_params(),
+        "flat parameter vector length"
+    );
     module.map(&mut Load(flat))
 }
 
@@ -80,6 +86,9 @@ mod tests {
         let loss = net.forward(Tensor::ones([2, 1, 28, 28], &device)).sum();
         let grads = flatten_grads(&net, &loss.backward());
         assert_eq!(grads.len(), flat.len());
-        assert!(grads.iter().any(|g| *g != 0.0), "gradients flow after loading");
+        assert!(
+            grads.iter().any(|g| *g != 0.0),
+            "gradients flow after loading"
+        );
     }
 }

@@ -44,7 +44,8 @@ pub fn device_for(backend: &str) -> Result<Device, ConfigError> {
             key: "backend".into(),
             value: other.into(),
             origin: "the resolved configuration".into(),
-            rule: "gloo (this build has no CUDA support: build with --features cuda for nccl)".into(),
+            rule: "gloo (this build has no CUDA support: build with --features cuda for nccl)"
+                .into(),
         }),
     }
 }
@@ -94,7 +95,10 @@ pub fn train(
     let train_device = device.clone().autodiff();
     train_device.seed(hp.seed);
     let model = Net::new(dataset.kind.shape(), &train_device);
-    let agreement = Agreement { param_count: model.num_params() as u64, config_hash: config_hash(config, dataset) };
+    let agreement = Agreement {
+        param_count: model.num_params() as u64,
+        config_hash: config_hash(config, dataset),
+    };
     let mut comm = Communicator::connect(&config.rendezvous, &agreement)?;
     let rank = comm.rank();
     let world_size = comm.world_size();
@@ -103,28 +107,47 @@ pub fn train(
     let mut model = load_flat_params(model, &params);
     let loss_fn = CrossEntropyLossConfig::new().init(&train_device);
     let sampler = DistributedSampler::new(dataset.train.len(), world_size, rank, hp.seed);
-    let mut outcome = Outcome { epochs: Vec::new(), params: Vec::new() };
+    let mut outcome = Outcome {
+        epochs: Vec::new(),
+        params: Vec::new(),
+    };
 
     for epoch in start.epoch..=hp.epochs {
         let indices = sampler.indices(epoch);
         let batches: Vec<&[usize]> = indices.chunks(hp.batch_size).collect();
-        let first_step = if epoch == start.epoch { start.step as usize } else { 0 };
+        let first_step = if epoch == start.epoch {
+            start.step as usize
+        } else {
+            0
+        };
         let augment = dataset.kind.augments().then_some((hp.seed, epoch));
         let mut tally = Tally::default();
         let started = Instant::now();
         for (step, batch_indices) in batches.iter().enumerate().skip(first_step) {
             if stop.load(Ordering::SeqCst) {
                 if rank == 0 {
-                    let checkpoint = Checkpoint { epoch, step: step as u64, params: params.clone(), velocity: sgd.velocity.clone() };
+                    let checkpoint = Checkpoint {
+                        epoch,
+                        step: step as u64,
+                        params: params.clone(),
+                        velocity: sgd.velocity.clone(),
+                    };
                     let path = checkpoint.save(&config.checkpoint_dir)?;
                     tracing::warn!(path = %path.display(), "SIGTERM: checkpoint written");
                 }
-                return Err(TrainError::Terminated { epoch, step: step as u64 });
+                return Err(TrainError::Terminated {
+                    epoch,
+                    step: step as u64,
+                });
             }
             let batch = data::make_batch(&dataset.train, dataset.kind, batch_indices, augment);
             let n = batch.labels.len();
-            let images = Tensor::<4>::from_data(TensorData::new(batch.images, batch.shape), &train_device);
-            let targets = Tensor::<1, Int>::from_data(TensorData::new(batch.labels.clone(), [n]), &train_device);
+            let images =
+                Tensor::<4>::from_data(TensorData::new(batch.images, batch.shape), &train_device);
+            let targets = Tensor::<1, Int>::from_data(
+                TensorData::new(batch.labels.clone(), [n]),
+                &train_device,
+            );
             let logits = model.forward(images);
             let loss = loss_fn.forward(logits.clone(), targets);
             let mut grads = flatten_grads(&model, &loss.backward());
@@ -132,17 +155,38 @@ pub fn train(
             sgd.step(&mut params, &grads);
             model = load_flat_params(model, &params);
 
-            let loss_value = f64::from(loss.into_data().convert::<f32>().as_slice::<f32>().expect("f32")[0]);
+            let loss_value = f64::from(
+                loss.into_data()
+                    .convert::<f32>()
+                    .as_slice::<f32>()
+                    .expect("f32")[0],
+            );
             tally.add(loss_value, count_correct(logits.detach(), &batch.labels), n);
-            if rank == 0 && hp.log_interval > 0 && (step as u64 + 1) % hp.log_interval == 0 {
-                tracing::info!(epoch, step = step + 1, steps = batches.len(), loss = loss_value, "training (rank 0's batch loss)");
+            if rank == 0 && hp.log_interval > 0 && (step as u64 + 1).is_multiple_of(hp.log_interval)
+            {
+                tracing::info!(
+                    epoch,
+                    step = step + 1,
+                    steps = batches.len(),
+                    loss = loss_value,
+                    "training (rank 0's batch loss)"
+                );
             }
         }
         let train_secs = started.elapsed().as_secs_f64();
         let mut train_sums = tally.to_vec();
         comm.all_reduce_sum(&mut train_sums)?;
         let train = Tally::from_slice(&train_sums);
-        let mut test_sums = evaluate(&model, &dataset.test, dataset.kind, rank, world_size, hp.test_batch_size, &device).to_vec();
+        let mut test_sums = evaluate(
+            &model,
+            &dataset.test,
+            dataset.kind,
+            rank,
+            world_size,
+            hp.test_batch_size,
+            &device,
+        )
+        .to_vec();
         comm.all_reduce_sum(&mut test_sums)?;
         let test = Tally::from_slice(&test_sums);
         let ((train_loss, train_acc), (test_loss, test_acc)) = (train.means(), test.means());
@@ -157,7 +201,12 @@ pub fn train(
         on_epoch(&metrics);
         outcome.epochs.push(metrics);
         if rank == 0 {
-            let checkpoint = Checkpoint { epoch: epoch + 1, step: 0, params: params.clone(), velocity: sgd.velocity.clone() };
+            let checkpoint = Checkpoint {
+                epoch: epoch + 1,
+                step: 0,
+                params: params.clone(),
+                velocity: sgd.velocity.clone(),
+            };
             checkpoint.save(&config.checkpoint_dir)?;
         }
     }
@@ -176,7 +225,11 @@ struct Start {
 
 /// Rank 0's starting point — its newest checkpoint, or the fresh model — broadcast to all
 /// ranks: `[epoch, step, has momentum]`, the parameters, then the momentum if any.
-fn initial_state(comm: &mut Communicator, model: &Net, config: &RunConfig) -> Result<(Start, Vec<f32>, Sgd), TrainError> {
+fn initial_state(
+    comm: &mut Communicator,
+    model: &Net,
+    config: &RunConfig,
+) -> Result<(Start, Vec<f32>, Sgd), TrainError> {
     let n = model.num_params();
     let mut params = flatten_params(model);
     let mut sgd = Sgd::new(config.hp.lr, config.hp.momentum);
@@ -184,7 +237,11 @@ fn initial_state(comm: &mut Communicator, model: &Net, config: &RunConfig) -> Re
     if comm.rank() == 0 {
         if let Some((checkpoint, path)) = Checkpoint::load_newest(&config.checkpoint_dir, n)? {
             tracing::info!(path = %path.display(), epoch = checkpoint.epoch, step = checkpoint.step, "resuming from checkpoint");
-            header = [checkpoint.epoch as f32, checkpoint.step as f32, f32::from(u8::from(!checkpoint.velocity.is_empty()))];
+            header = [
+                checkpoint.epoch as f32,
+                checkpoint.step as f32,
+                f32::from(u8::from(!checkpoint.velocity.is_empty())),
+            ];
             params = checkpoint.params;
             sgd.velocity = checkpoint.velocity;
         }
@@ -195,12 +252,27 @@ fn initial_state(comm: &mut Communicator, model: &Net, config: &RunConfig) -> Re
         sgd.velocity.resize(n, 0.0);
         comm.broadcast(&mut sgd.velocity)?;
     }
-    Ok((Start { epoch: header[0] as u64, step: header[1] as u64 }, params, sgd))
+    Ok((
+        Start {
+            epoch: header[0] as u64,
+            step: header[1] as u64,
+        },
+        params,
+        sgd,
+    ))
 }
 
 /// Loss and accuracy sums over this rank's share of `split` (examples `rank`, `rank + world`, …:
 /// disjoint, no padding, so the all-reduced figures cover the test set exactly once).
-fn evaluate(model: &Net, split: &Split, kind: data::DatasetKind, rank: usize, world: usize, batch: usize, device: &Device) -> Tally {
+fn evaluate(
+    model: &Net,
+    split: &Split,
+    kind: data::DatasetKind,
+    rank: usize,
+    world: usize,
+    batch: usize,
+    device: &Device,
+) -> Tally {
     let model = model.valid();
     let loss_fn = CrossEntropyLossConfig::new().init(device);
     let indices: Vec<usize> = (rank..split.len()).step_by(world).collect();
@@ -208,10 +280,20 @@ fn evaluate(model: &Net, split: &Split, kind: data::DatasetKind, rank: usize, wo
     for chunk in indices.chunks(batch) {
         let b = data::make_batch(split, kind, chunk, None);
         let n = b.labels.len();
-        let logits = model.forward(Tensor::<4>::from_data(TensorData::new(b.images, b.shape), device));
+        let logits = model.forward(Tensor::<4>::from_data(
+            TensorData::new(b.images, b.shape),
+            device,
+        ));
         let targets = Tensor::<1, Int>::from_data(TensorData::new(b.labels.clone(), [n]), device);
-        let loss = loss_fn.forward(logits.clone(), targets).into_data().convert::<f32>();
-        tally.add(f64::from(loss.as_slice::<f32>().expect("f32")[0]), count_correct(logits, &b.labels), n);
+        let loss = loss_fn
+            .forward(logits.clone(), targets)
+            .into_data()
+            .convert::<f32>();
+        tally.add(
+            f64::from(loss.as_slice::<f32>().expect("f32")[0]),
+            count_correct(logits, &b.labels),
+            n,
+        );
     }
     tally
 }
@@ -221,23 +303,53 @@ pub fn count_correct(logits: Tensor<2>, labels: &[i64]) -> usize {
     let [_, classes] = logits.dims();
     let data = logits.into_data().convert::<f32>();
     let values = data.as_slice::<f32>().expect("f32");
-    values.chunks_exact(classes).zip(labels).filter(|(row, &label)| argmax(row) == label as usize).count()
+    values
+        .chunks_exact(classes)
+        .zip(labels)
+        .filter(|(row, &label)| argmax(row) == label as usize)
+        .count()
 }
 
 /// Index of the largest value (the first on ties).
 pub fn argmax(row: &[f32]) -> usize {
-    row.iter().enumerate().fold((0, f32::NEG_INFINITY), |best, (i, &v)| if v > best.1 { (i, v) } else { best }).0
+    row.iter()
+        .enumerate()
+        .fold((0, f32::NEG_INFINITY), |best, (i, &v)| {
+            if v > best.1 {
+                (i, v)
+            } else {
+                best
+            }
+        })
+        .0
 }
 
 /// Writes `model.bpk` (burn record) and `model.json` into `dir`.
-fn write_model(model: &Net, dataset: &Dataset, last: Option<&EpochMetrics>, dir: &Path) -> Result<(), TrainError> {
-    let fail = |detail: String| TrainError::ModelOutput { path: dir.display().to_string(), detail };
+fn write_model(
+    model: &Net,
+    dataset: &Dataset,
+    last: Option<&EpochMetrics>,
+    dir: &Path,
+) -> Result<(), TrainError> {
+    let fail = |detail: String| TrainError::ModelOutput {
+        path: dir.display().to_string(),
+        detail,
+    };
     std::fs::create_dir_all(dir).map_err(|e| fail(e.to_string()))?;
-    model.clone().valid().save_file(dir.join(crate::MODEL_FILE)).map_err(|e| fail(e.to_string()))?;
+    model
+        .clone()
+        .valid()
+        .save_file(dir.join(crate::MODEL_FILE))
+        .map_err(|e| fail(e.to_string()))?;
     let (mean, std) = dataset.kind.normalisation();
     let info = crate::ModelInfo {
         dataset: dataset.kind,
-        classes: dataset.kind.classes().iter().map(|c| c.to_string()).collect(),
+        classes: dataset
+            .kind
+            .classes()
+            .iter()
+            .map(|c| c.to_string())
+            .collect(),
         input_shape: dataset.kind.shape(),
         mean,
         std,
@@ -262,7 +374,10 @@ mod tests {
 
     #[test]
     fn count_correct_compares_row_maxima_with_labels() {
-        let logits = Tensor::<2>::from_data(TensorData::new(vec![1.0f32, 2.0, 5.0, 0.0, 0.0, 3.0], [3, 2]), &Device::flex());
+        let logits = Tensor::<2>::from_data(
+            TensorData::new(vec![1.0f32, 2.0, 5.0, 0.0, 0.0, 3.0], [3, 2]),
+            &Device::flex(),
+        );
         assert_eq!(count_correct(logits, &[1, 0, 0]), 2);
     }
 

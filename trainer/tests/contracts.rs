@@ -19,7 +19,11 @@ fn sagemaker_root(dir: &Path, hyperparameters: &str) -> std::path::PathBuf {
         let entry = entry.unwrap();
         std::os::unix::fs::symlink(entry.path(), channel.join(entry.file_name())).unwrap();
     }
-    std::fs::write(config.join("resourceconfig.json"), r#"{"current_host": "algo-1", "hosts": ["algo-1"]}"#).unwrap();
+    std::fs::write(
+        config.join("resourceconfig.json"),
+        r#"{"current_host": "algo-1", "hosts": ["algo-1"]}"#,
+    )
+    .unwrap();
     std::fs::write(config.join("hyperparameters.json"), hyperparameters).unwrap();
     root
 }
@@ -33,15 +37,23 @@ fn sagemaker_layout_trains_and_writes_model_and_checkpoint() {
         r#"{"backend": "\"gloo\"", "batch-size": "64", "epochs": "1", "lr": "0.05", "model-type": "\"custom\"",
             "max-train-samples": "6400", "dataset": "\"fashion-mnist\"", "sagemaker_program": "\"train.py\""}"#,
     );
-    let mut p = spawn_train(dir.path(), "sm", &[], &[("TRAINER_SAGEMAKER_ROOT", root.display().to_string())]);
+    let mut p = spawn_train(
+        dir.path(),
+        "sm",
+        &[],
+        &[("TRAINER_SAGEMAKER_ROOT", root.display().to_string())],
+    );
     assert_eq!(p.wait(Duration::from_secs(600)), 0, "{}", p.stderr());
     assert!(p.stderr().contains("SageMaker"), "{}", p.stderr());
-    let info: serde_json::Value = serde_json::from_slice(&std::fs::read(root.join("model/model.json")).unwrap()).unwrap();
+    let info: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(root.join("model/model.json")).unwrap()).unwrap();
     assert_eq!(info["dataset"], "fashion-mnist");
     assert_eq!(info["classes"][9], "Ankle boot");
     assert!(info["test_accuracy"].as_f64().unwrap() > 0.6, "{info}");
     assert!(root.join("model/model.bpk").is_file());
-    assert!(root.join("checkpoints/checkpoint-000002-00000000.bin").is_file());
+    assert!(root
+        .join("checkpoints/checkpoint-000002-00000000.bin")
+        .is_file());
     assert!(!root.join("output/failure").exists());
 }
 
@@ -49,10 +61,18 @@ fn sagemaker_layout_trains_and_writes_model_and_checkpoint() {
 fn sagemaker_configuration_error_exits_1_and_writes_the_failure_reason() {
     let dir = tempfile::tempdir().unwrap();
     let root = sagemaker_root(dir.path(), r#"{"batch-size": "\"lots\""}"#);
-    let mut p = spawn_train(dir.path(), "sm", &[], &[("TRAINER_SAGEMAKER_ROOT", root.display().to_string())]);
+    let mut p = spawn_train(
+        dir.path(),
+        "sm",
+        &[],
+        &[("TRAINER_SAGEMAKER_ROOT", root.display().to_string())],
+    );
     assert_eq!(p.wait(Duration::from_secs(60)), 1, "{}", p.stderr());
     let reason = std::fs::read_to_string(root.join("output/failure")).unwrap();
-    assert!(reason.contains("\"batch-size\"") && reason.contains("positive integer"), "{reason}");
+    assert!(
+        reason.contains("\"batch-size\"") && reason.contains("positive integer"),
+        "{reason}"
+    );
 }
 
 #[test]
@@ -60,9 +80,18 @@ fn missing_dataset_exits_1_naming_the_directory() {
     let dir = tempfile::tempdir().unwrap();
     let empty = dir.path().join("empty");
     std::fs::create_dir(&empty).unwrap();
-    let mut p = spawn_train(dir.path(), "p", &[format!("--data-dir={}", empty.display())], &[]);
+    let mut p = spawn_train(
+        dir.path(),
+        "p",
+        &[format!("--data-dir={}", empty.display())],
+        &[],
+    );
     assert_eq!(p.wait(Duration::from_secs(60)), 1);
-    assert!(p.stderr().contains("no dataset found in") && p.stderr().contains("empty"), "{}", p.stderr());
+    assert!(
+        p.stderr().contains("no dataset found in") && p.stderr().contains("empty"),
+        "{}",
+        p.stderr()
+    );
 }
 
 /// SIGTERM mid-epoch writes a checkpoint at the current step and exits 143; the next run
@@ -83,21 +112,57 @@ fn sigterm_checkpoints_and_the_next_run_resumes() {
     };
     let mut first = spawn_train(dir.path(), "first", &args(1), &[]);
     first.wait_for_log("step=30", Duration::from_secs(300));
-    assert!(std::process::Command::new("kill").args(["-TERM", &first.child.id().to_string()]).status().unwrap().success());
-    assert_eq!(first.wait(Duration::from_secs(30)), 143, "{}", first.stderr());
-    assert!(first.stderr().contains("checkpoint written"), "{}", first.stderr());
+    assert!(std::process::Command::new("kill")
+        .args(["-TERM", &first.child.id().to_string()])
+        .status()
+        .unwrap()
+        .success());
+    assert_eq!(
+        first.wait(Duration::from_secs(30)),
+        143,
+        "{}",
+        first.stderr()
+    );
+    assert!(
+        first.stderr().contains("checkpoint written"),
+        "{}",
+        first.stderr()
+    );
     let saved: Vec<String> = std::fs::read_dir(dir.path().join("ckpt"))
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
-    assert!(saved.iter().any(|n| n.starts_with("checkpoint-000001-") && !n.ends_with("-00000000.bin")), "{saved:?}");
+    assert!(
+        saved
+            .iter()
+            .any(|n| n.starts_with("checkpoint-000001-") && !n.ends_with("-00000000.bin")),
+        "{saved:?}"
+    );
 
     let mut second = spawn_train(dir.path(), "second", &args(1), &[]);
-    assert_eq!(second.wait(Duration::from_secs(300)), 0, "{}", second.stderr());
-    assert!(second.stderr().contains("resuming from checkpoint"), "{}", second.stderr());
+    assert_eq!(
+        second.wait(Duration::from_secs(300)),
+        0,
+        "{}",
+        second.stderr()
+    );
+    assert!(
+        second.stderr().contains("resuming from checkpoint"),
+        "{}",
+        second.stderr()
+    );
     assert_eq!(second.test_accuracies().len(), 1);
 
     let mut third = spawn_train(dir.path(), "third", &args(2), &[]);
-    assert_eq!(third.wait(Duration::from_secs(300)), 0, "{}", third.stderr());
-    assert!(third.stdout().starts_with("epoch=2 "), "only epoch 2 runs:\n{}", third.stdout());
+    assert_eq!(
+        third.wait(Duration::from_secs(300)),
+        0,
+        "{}",
+        third.stderr()
+    );
+    assert!(
+        third.stdout().starts_with("epoch=2 "),
+        "only epoch 2 runs:\n{}",
+        third.stdout()
+    );
 }

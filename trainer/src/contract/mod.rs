@@ -24,10 +24,19 @@ use crate::dist::Rendezvous;
 pub enum ConfigError {
     /// A hyperparameter's value breaks its rule.
     #[error("hyperparameter \"{key}\" = {value:?} (from {origin}) must be {rule}")]
-    Hyperparameter { key: String, value: String, origin: String, rule: String },
+    Hyperparameter {
+        key: String,
+        value: String,
+        origin: String,
+        rule: String,
+    },
     /// A hyperparameter this trainer does not know.
     #[error("unknown hyperparameter \"{key}\" (from {origin}); known: {known}")]
-    UnknownHyperparameter { key: String, origin: String, known: String },
+    UnknownHyperparameter {
+        key: String,
+        origin: String,
+        known: String,
+    },
     /// A configuration file is not the JSON expected.
     #[error("{path}: {detail}")]
     Json { path: String, detail: String },
@@ -82,7 +91,12 @@ pub struct TrainArgs {
     #[arg(long, env = "TRAINER_METRICS_PORT")]
     pub metrics_port: Option<u16>,
     /// Hyperparameters as `key=value` (same names as SageMaker's: batch-size, epochs, lr, …).
-    #[arg(long = "hp", value_name = "KEY=VALUE", env = "TRAINER_HYPERPARAMETERS", value_delimiter = ',')]
+    #[arg(
+        long = "hp",
+        value_name = "KEY=VALUE",
+        env = "TRAINER_HYPERPARAMETERS",
+        value_delimiter = ','
+    )]
     pub hyperparameters: Vec<String>,
 }
 
@@ -130,33 +144,59 @@ pub const DEFAULT_MASTER_PORT: u16 = 7777;
 ///
 /// # Errors
 /// [`ConfigError`] naming the setting, its source and the rule it breaks.
-pub fn resolve(args: &TrainArgs, env: &dyn Fn(&str) -> Option<String>) -> Result<RunConfig, ConfigError> {
-    let sm = SageMakerLayout { root: args.sagemaker_root.clone() };
+pub fn resolve(
+    args: &TrainArgs,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<RunConfig, ConfigError> {
+    let sm = SageMakerLayout {
+        root: args.sagemaker_root.clone(),
+    };
     let on_sagemaker = sm.is_present();
 
     let mut hp = Hyperparameters::default();
     if on_sagemaker && sm.hyperparameters().is_file() {
-        let text = std::fs::read_to_string(sm.hyperparameters())
-            .map_err(|e| ConfigError::Json { path: sm.hyperparameters().display().to_string(), detail: e.to_string() })?;
+        let text =
+            std::fs::read_to_string(sm.hyperparameters()).map_err(|e| ConfigError::Json {
+                path: sm.hyperparameters().display().to_string(),
+                detail: e.to_string(),
+            })?;
         hp.apply_sagemaker_json(&text, &sm.hyperparameters().display().to_string())?;
     }
     for pair in &args.hyperparameters {
-        let (key, value) = pair.split_once('=').ok_or_else(|| ConfigError::Hyperparameter {
-            key: pair.clone(),
-            value: String::new(),
-            origin: "--hp".into(),
-            rule: "written key=value".into(),
-        })?;
+        let (key, value) = pair
+            .split_once('=')
+            .ok_or_else(|| ConfigError::Hyperparameter {
+                key: pair.clone(),
+                value: String::new(),
+                origin: "--hp".into(),
+                rule: "written key=value".into(),
+            })?;
         hp.set(key.trim(), value.trim(), "--hp")?;
     }
 
     let (placement, launcher) = if on_sagemaker {
         let p = sm.placement()?;
-        (env::Topology { rank: p.rank, world_size: p.world_size, master_addr: p.master, master_port: None }, Launcher::SageMaker)
+        (
+            env::Topology {
+                rank: p.rank,
+                world_size: p.world_size,
+                master_addr: p.master,
+                master_port: None,
+            },
+            Launcher::SageMaker,
+        )
     } else if let Some((t, launcher)) = env::from_env(env)? {
         (t, launcher)
     } else {
-        (env::Topology { rank: 0, world_size: 1, master_addr: "127.0.0.1".into(), master_port: None }, Launcher::Single)
+        (
+            env::Topology {
+                rank: 0,
+                world_size: 1,
+                master_addr: "127.0.0.1".into(),
+                master_port: None,
+            },
+            Launcher::Single,
+        )
     };
     let flags_set = args.rank.is_some() || args.world_size.is_some();
     let rank = args.rank.unwrap_or(placement.rank);
@@ -169,7 +209,10 @@ pub fn resolve(args: &TrainArgs, env: &dyn Fn(&str) -> Option<String>) -> Result
     }
     let rendezvous = Rendezvous {
         master_addr: args.master_addr.clone().unwrap_or(placement.master_addr),
-        master_port: args.master_port.or(placement.master_port).unwrap_or(DEFAULT_MASTER_PORT),
+        master_port: args
+            .master_port
+            .or(placement.master_port)
+            .unwrap_or(DEFAULT_MASTER_PORT),
         bind_addr: args.bind_addr.clone(),
         rank,
         world_size,
@@ -186,11 +229,20 @@ pub fn resolve(args: &TrainArgs, env: &dyn Fn(&str) -> Option<String>) -> Result
             ))
         }
     };
-    let model_dir = args.model_dir.clone().unwrap_or_else(|| if on_sagemaker { sm.model_dir() } else { PathBuf::from("model") });
-    let checkpoint_dir = args
-        .checkpoint_dir
-        .clone()
-        .unwrap_or_else(|| if on_sagemaker { sm.checkpoint_dir() } else { model_dir.join("checkpoints") });
+    let model_dir = args.model_dir.clone().unwrap_or_else(|| {
+        if on_sagemaker {
+            sm.model_dir()
+        } else {
+            PathBuf::from("model")
+        }
+    });
+    let checkpoint_dir = args.checkpoint_dir.clone().unwrap_or_else(|| {
+        if on_sagemaker {
+            sm.checkpoint_dir()
+        } else {
+            model_dir.join("checkpoints")
+        }
+    });
     Ok(RunConfig {
         data_dir,
         model_dir,

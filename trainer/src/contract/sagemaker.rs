@@ -74,11 +74,21 @@ impl SageMakerLayout {
         let config: ResourceConfig = read_json(&path)?;
         let mut hosts = config.hosts.clone();
         hosts.sort();
-        let rank = hosts.iter().position(|h| *h == config.current_host).ok_or_else(|| ConfigError::Contract {
-            source_name: path.display().to_string(),
-            detail: format!("current_host {:?} is not in hosts {:?}", config.current_host, config.hosts),
-        })?;
-        Ok(Placement { rank, world_size: hosts.len(), master: hosts[0].clone() })
+        let rank = hosts
+            .iter()
+            .position(|h| *h == config.current_host)
+            .ok_or_else(|| ConfigError::Contract {
+                source_name: path.display().to_string(),
+                detail: format!(
+                    "current_host {:?} is not in hosts {:?}",
+                    config.current_host, config.hosts
+                ),
+            })?;
+        Ok(Placement {
+            rank,
+            world_size: hosts.len(),
+            master: hosts[0].clone(),
+        })
     }
 
     /// The data directory of `channel`, or of the only channel when `channel` is `None`.
@@ -90,7 +100,11 @@ impl SageMakerLayout {
         let base = self.channels();
         let mut found: Vec<String> = std::fs::read_dir(&base)
             .map(|entries| {
-                entries.flatten().filter(|e| e.path().is_dir()).map(|e| e.file_name().to_string_lossy().into_owned()).collect()
+                entries
+                    .flatten()
+                    .filter(|e| e.path().is_dir())
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
             })
             .unwrap_or_default();
         found.sort();
@@ -103,15 +117,22 @@ impl SageMakerLayout {
         }
         Err(ConfigError::Contract {
             source_name: base.display().to_string(),
-            detail: format!("no channel {wanted:?}; channels present: {found:?} (choose one with --channel)"),
+            detail: format!(
+                "no channel {wanted:?}; channels present: {found:?} (choose one with --channel)"
+            ),
         })
     }
 }
 
 pub(super) fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, ConfigError> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| ConfigError::Json { path: path.display().to_string(), detail: e.to_string() })?;
-    serde_json::from_str(&text).map_err(|e| ConfigError::Json { path: path.display().to_string(), detail: e.to_string() })
+    let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Json {
+        path: path.display().to_string(),
+        detail: e.to_string(),
+    })?;
+    serde_json::from_str(&text).map_err(|e| ConfigError::Json {
+        path: path.display().to_string(),
+        detail: e.to_string(),
+    })
 }
 
 #[cfg(test)]
@@ -120,7 +141,9 @@ mod tests {
 
     fn layout_with(resource: &str) -> (tempfile::TempDir, SageMakerLayout) {
         let dir = tempfile::tempdir().unwrap();
-        let layout = SageMakerLayout { root: dir.path().to_path_buf() };
+        let layout = SageMakerLayout {
+            root: dir.path().to_path_buf(),
+        };
         std::fs::create_dir_all(layout.resource_config().parent().unwrap()).unwrap();
         std::fs::write(layout.resource_config(), resource).unwrap();
         (dir, layout)
@@ -132,8 +155,16 @@ mod tests {
             r#"{"current_host": "algo-1", "hosts": ["algo-3", "algo-1", "algo-2"], "network_interface_name": "eth0"}"#,
         );
         assert!(layout.is_present());
-        assert_eq!(layout.placement().unwrap(), Placement { rank: 0, world_size: 3, master: "algo-1".into() });
-        let (_d, layout) = layout_with(r#"{"current_host": "algo-3", "hosts": ["algo-3", "algo-1", "algo-2"]}"#);
+        assert_eq!(
+            layout.placement().unwrap(),
+            Placement {
+                rank: 0,
+                world_size: 3,
+                master: "algo-1".into()
+            }
+        );
+        let (_d, layout) =
+            layout_with(r#"{"current_host": "algo-3", "hosts": ["algo-3", "algo-1", "algo-2"]}"#);
         assert_eq!(layout.placement().unwrap().rank, 2);
     }
 
@@ -141,17 +172,29 @@ mod tests {
     fn current_host_missing_from_hosts_is_an_error() {
         let (_d, layout) = layout_with(r#"{"current_host": "algo-9", "hosts": ["algo-1"]}"#);
         let err = layout.placement().unwrap_err().to_string();
-        assert!(err.contains("resourceconfig.json") && err.contains("algo-9"), "{err}");
+        assert!(
+            err.contains("resourceconfig.json") && err.contains("algo-9"),
+            "{err}"
+        );
     }
 
     #[test]
     fn channel_defaults_to_training_or_the_only_one() {
         let (_d, layout) = layout_with(r#"{"current_host": "a", "hosts": ["a"]}"#);
         std::fs::create_dir_all(layout.channels().join("train")).unwrap();
-        assert_eq!(layout.channel_dir(None).unwrap(), layout.channels().join("train"));
+        assert_eq!(
+            layout.channel_dir(None).unwrap(),
+            layout.channels().join("train")
+        );
         std::fs::create_dir_all(layout.channels().join("training")).unwrap();
-        assert_eq!(layout.channel_dir(None).unwrap(), layout.channels().join("training"));
+        assert_eq!(
+            layout.channel_dir(None).unwrap(),
+            layout.channels().join("training")
+        );
         let err = layout.channel_dir(Some("test")).unwrap_err().to_string();
-        assert!(err.contains("\"test\"") && err.contains("\"train\", \"training\""), "{err}");
+        assert!(
+            err.contains("\"test\"") && err.contains("\"train\", \"training\""),
+            "{err}"
+        );
     }
 }

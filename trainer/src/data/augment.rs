@@ -45,11 +45,17 @@ mod tests {
             // Every output pixel is zero padding or some pixel of the same channel.
             for ch in 0..3 {
                 let plane = &original[ch * 1024..(ch + 1) * 1024];
-                assert!(image[ch * 1024..(ch + 1) * 1024].iter().all(|p| *p == 0 || plane.contains(p)));
+                assert!(image[ch * 1024..(ch + 1) * 1024]
+                    .iter()
+                    .all(|p| *p == 0 || plane.contains(p)));
             }
             changed += usize::from(image != original);
         }
-        assert!(changed > 10, "augmentation left {} of 20 images unchanged", 20 - changed);
+        assert!(
+            changed > 10,
+            "augmentation left {} of 20 images unchanged",
+            20 - changed
+        );
     }
 
     #[test]
@@ -58,8 +64,11 @@ mod tests {
         let shape = [1, 2, 3];
         for seed in 0..10_000 {
             let mut probe = StdRng::seed_from_u64(seed);
-            let (dy, dx, flip) =
-                (probe.random_range(-4..=4), probe.random_range(-4..=4), probe.random_bool(0.5));
+            let (dy, dx, flip) = (
+                probe.random_range(-4..=4),
+                probe.random_range(-4..=4),
+                probe.random_bool(0.5),
+            );
             if (dy, dx, flip) == (0i32, 0i32, true) {
                 let mut image = vec![1, 2, 3, 4, 5, 6];
                 augment_cifar(&mut image, shape, &mut StdRng::seed_from_u64(seed));

@@ -19,7 +19,12 @@ pub struct Batch {
 /// is augmented (CIFAR-10 training only) with a generator drawn from the seed, the epoch and
 /// the example's index — so an example's augmentation does not depend on which rank or batch
 /// position it lands in, and results do not depend on the world size.
-pub fn make_batch(split: &Split, kind: DatasetKind, indices: &[usize], augment: Option<(u64, u64)>) -> Batch {
+pub fn make_batch(
+    split: &Split,
+    kind: DatasetKind,
+    indices: &[usize],
+    augment: Option<(u64, u64)>,
+) -> Batch {
     let [c, h, w] = split.shape;
     let plane = h * w;
     let (mean, std) = kind.normalisation();
@@ -34,11 +39,19 @@ pub fn make_batch(split: &Split, kind: DatasetKind, indices: &[usize], augment: 
             augment_cifar(&mut scratch, split.shape, &mut StdRng::seed_from_u64(mix));
         }
         for (ch, pixels) in scratch.chunks_exact(plane).enumerate() {
-            images.extend(pixels.iter().map(|&p| (f32::from(p) / 255.0 - mean[ch]) / std[ch]));
+            images.extend(
+                pixels
+                    .iter()
+                    .map(|&p| (f32::from(p) / 255.0 - mean[ch]) / std[ch]),
+            );
         }
         labels.push(i64::from(split.labels[i]));
     }
-    Batch { images, labels, shape: [indices.len(), c, h, w] }
+    Batch {
+        images,
+        labels,
+        shape: [indices.len(), c, h, w],
+    }
 }
 
 #[cfg(test)]
@@ -46,7 +59,11 @@ mod tests {
     use super::*;
 
     fn split() -> Split {
-        Split { images: vec![0, 255, 51, 102], labels: vec![3, 7], shape: [1, 1, 2] }
+        Split {
+            images: vec![0, 255, 51, 102],
+            labels: vec![3, 7],
+            shape: [1, 1, 2],
+        }
     }
 
     #[test]
@@ -55,7 +72,12 @@ mod tests {
         assert_eq!(b.shape, [2, 1, 1, 2]);
         assert_eq!(b.labels, vec![7, 3]);
         let expected = |p: f32| (p / 255.0 - 0.1307) / 0.3081;
-        let want = [expected(51.0), expected(102.0), expected(0.0), expected(255.0)];
+        let want = [
+            expected(51.0),
+            expected(102.0),
+            expected(0.0),
+            expected(255.0),
+        ];
         for (got, want) in b.images.iter().zip(want) {
             assert!((got - want).abs() < 1e-6);
         }
@@ -72,8 +94,9 @@ mod tests {
         let paired = make_batch(&split, DatasetKind::Cifar10, &[0, 1], Some((9, 2)));
         assert_eq!(alone.images[..], paired.images[3072..]);
         let plain = make_batch(&split, DatasetKind::Cifar10, &[1], None);
-        let other_epochs: Vec<_> =
-            (3..8).map(|e| make_batch(&split, DatasetKind::Cifar10, &[1], Some((9, e))).images).collect();
+        let other_epochs: Vec<_> = (3..8)
+            .map(|e| make_batch(&split, DatasetKind::Cifar10, &[1], Some((9, e))).images)
+            .collect();
         assert!(other_epochs.iter().any(|images| images != &alone.images));
         assert!(other_epochs.iter().any(|images| images != &plain.images));
     }

@@ -25,13 +25,25 @@ const TEST_FILE: &str = "test_batch.bin";
 /// not a whole number of 3,073-byte records, [`DataError::BadLabel`] for a label above 9.
 pub fn load_cifar10(dir: &Path) -> Result<super::Dataset, DataError> {
     let found = super::list_dir(dir)?;
-    let mut train = Split { images: Vec::new(), labels: Vec::new(), shape: [3, 32, 32] };
+    let mut train = Split {
+        images: Vec::new(),
+        labels: Vec::new(),
+        shape: [3, 32, 32],
+    };
     for name in TRAIN_FILES {
         read_batch(dir, name, &found, &mut train)?;
     }
-    let mut test = Split { images: Vec::new(), labels: Vec::new(), shape: [3, 32, 32] };
+    let mut test = Split {
+        images: Vec::new(),
+        labels: Vec::new(),
+        shape: [3, 32, 32],
+    };
     read_batch(dir, TEST_FILE, &found, &mut test)?;
-    Ok(super::Dataset { kind: super::DatasetKind::Cifar10, train, test })
+    Ok(super::Dataset {
+        kind: super::DatasetKind::Cifar10,
+        train,
+        test,
+    })
 }
 
 fn read_batch(dir: &Path, name: &str, found: &[String], into: &mut Split) -> Result<(), DataError> {
@@ -56,7 +68,12 @@ fn read_batch(dir: &Path, name: &str, found: &[String], into: &mut Split) -> Res
     }
     for (index, record) in bytes.chunks_exact(CIFAR10_RECORD_BYTES).enumerate() {
         if record[0] >= 10 {
-            return Err(DataError::BadLabel { path, index, label: record[0], classes: 10 });
+            return Err(DataError::BadLabel {
+                path,
+                index,
+                label: record[0],
+                classes: 10,
+            });
         }
         into.labels.push(record[0]);
         into.images.extend_from_slice(&record[1..]);
@@ -123,7 +140,11 @@ mod tests {
     fn misnamed_batch_is_missing() {
         let dir = tempfile::tempdir().unwrap();
         write_cifar(dir.path(), 1);
-        std::fs::rename(dir.path().join("test_batch.bin"), dir.path().join("test_batch")).unwrap();
+        std::fs::rename(
+            dir.path().join("test_batch.bin"),
+            dir.path().join("test_batch"),
+        )
+        .unwrap();
         let err = load_dir(dir.path(), None).unwrap_err().to_string();
         assert!(err.contains("test_batch.bin is missing"), "{err}");
     }
@@ -136,6 +157,9 @@ mod tests {
         bytes[0] = 10;
         std::fs::write(dir.path().join("data_batch_5.bin"), bytes).unwrap();
         let err = load_dir(dir.path(), None).unwrap_err().to_string();
-        assert!(err.contains("data_batch_5.bin: label 10 of example 0"), "{err}");
+        assert!(
+            err.contains("data_batch_5.bin: label 10 of example 0"),
+            "{err}"
+        );
     }
 }

@@ -40,9 +40,18 @@ pub fn load_idx_pair(dir: &Path, prefix: &str, found: &[String]) -> Result<Split
         });
     }
     if let Some((index, &label)) = labels.iter().enumerate().find(|(_, &l)| l >= 10) {
-        return Err(DataError::BadLabel { path: labels_path, index, label, classes: 10 });
+        return Err(DataError::BadLabel {
+            path: labels_path,
+            index,
+            label,
+            classes: 10,
+        });
     }
-    Ok(Split { images, labels, shape: [1, 28, 28] })
+    Ok(Split {
+        images,
+        labels,
+        shape: [1, 28, 28],
+    })
 }
 
 /// The path of `stem` or `stem.gz` in `dir`.
@@ -60,10 +69,16 @@ fn find(dir: &Path, stem: &str, found: &[String]) -> Result<PathBuf, DataError> 
 
 /// Reads an IDX file, checking the magic number and that the data is exactly as long as the
 /// dimensions say. Returns the dimensions and the data bytes.
-fn read_idx(path: &Path, magic: u32, what: &'static str) -> Result<(Vec<usize>, Vec<u8>), DataError> {
+fn read_idx(
+    path: &Path,
+    magic: u32,
+    what: &'static str,
+) -> Result<(Vec<usize>, Vec<u8>), DataError> {
     let bytes = read_maybe_gz(path)?;
     let be_u32 = |at: usize| {
-        bytes.get(at..at + 4).map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+        bytes
+            .get(at..at + 4)
+            .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
     };
     let truncated = |expected: String| DataError::WrongSize {
         path: path.to_path_buf(),
@@ -72,7 +87,12 @@ fn read_idx(path: &Path, magic: u32, what: &'static str) -> Result<(Vec<usize>, 
     };
     let found = be_u32(0).ok_or_else(|| truncated("at least a 4-byte IDX header".into()))?;
     if found != magic {
-        return Err(DataError::BadMagic { path: path.to_path_buf(), expected: magic, found, what });
+        return Err(DataError::BadMagic {
+            path: path.to_path_buf(),
+            expected: magic,
+            found,
+            what,
+        });
     }
     let rank = (magic & 0xff) as usize;
     let header = 4 + 4 * rank;
@@ -118,8 +138,14 @@ mod tests {
             let pixels: Vec<u8> = (0..n * 784).map(|i| (i % 251) as u8).collect();
             let labels: Vec<u8> = (0..n as u8).collect();
             let files = [
-                (format!("{prefix}-images-idx3-ubyte"), idx(IDX_IMAGES_MAGIC, &[n, 28, 28], &pixels)),
-                (format!("{prefix}-labels-idx1-ubyte"), idx(IDX_LABELS_MAGIC, &[n], &labels)),
+                (
+                    format!("{prefix}-images-idx3-ubyte"),
+                    idx(IDX_IMAGES_MAGIC, &[n, 28, 28], &pixels),
+                ),
+                (
+                    format!("{prefix}-labels-idx1-ubyte"),
+                    idx(IDX_LABELS_MAGIC, &[n], &labels),
+                ),
             ];
             for (name, bytes) in files {
                 if gzip {
@@ -154,7 +180,10 @@ mod tests {
             std::fs::create_dir(dir).unwrap();
             write_dataset(dir, false);
         }
-        assert_eq!(load_dir(&fashion, None).unwrap().kind, DatasetKind::FashionMnist);
+        assert_eq!(
+            load_dir(&fashion, None).unwrap().kind,
+            DatasetKind::FashionMnist
+        );
         assert_eq!(load_dir(&plain, None).unwrap().kind, DatasetKind::Mnist);
     }
 
@@ -188,7 +217,10 @@ mod tests {
         let from = dir.path().join("t10k-images-idx3-ubyte");
         std::fs::rename(&from, dir.path().join("t10k-images.idx3-ubyte")).unwrap();
         let err = load_dir(dir.path(), None).unwrap_err().to_string();
-        assert!(err.contains("t10k-images-idx3-ubyte[.gz] is missing"), "{err}");
+        assert!(
+            err.contains("t10k-images-idx3-ubyte[.gz] is missing"),
+            "{err}"
+        );
         assert!(err.contains("t10k-images.idx3-ubyte"), "{err}");
     }
 

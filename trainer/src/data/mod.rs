@@ -30,26 +30,60 @@ pub enum DataError {
     )]
     NotFound { dir: PathBuf, found: String },
     /// Part of a dataset is there but one expected file is missing (often misnamed).
-    #[error("{path} is missing: the {dataset} dataset in this directory needs it (found: [{found}])")]
-    MissingFile { path: PathBuf, dataset: &'static str, found: String },
+    #[error(
+        "{path} is missing: the {dataset} dataset in this directory needs it (found: [{found}])"
+    )]
+    MissingFile {
+        path: PathBuf,
+        dataset: &'static str,
+        found: String,
+    },
     /// Reading a file failed.
     #[error("cannot read {path}: {source}")]
-    Io { path: PathBuf, #[source] source: std::io::Error },
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     /// An IDX file starts with the wrong magic number.
     #[error("{path}: wrong magic number 0x{found:08x}, expected 0x{expected:08x} ({what})")]
-    BadMagic { path: PathBuf, expected: u32, found: u32, what: &'static str },
+    BadMagic {
+        path: PathBuf,
+        expected: u32,
+        found: u32,
+        what: &'static str,
+    },
     /// A file is shorter (or longer) than its header or record size says.
     #[error("{path}: {found} bytes, expected {expected}")]
-    WrongSize { path: PathBuf, expected: String, found: u64 },
+    WrongSize {
+        path: PathBuf,
+        expected: String,
+        found: u64,
+    },
     /// Image and label files disagree on the number of examples.
     #[error("{images} holds {n_images} images but {labels} holds {n_labels} labels")]
-    CountMismatch { images: PathBuf, labels: PathBuf, n_images: usize, n_labels: usize },
+    CountMismatch {
+        images: PathBuf,
+        labels: PathBuf,
+        n_images: usize,
+        n_labels: usize,
+    },
     /// A label outside `0..10`.
     #[error("{path}: label {label} of example {index} is outside 0..{classes}")]
-    BadLabel { path: PathBuf, index: usize, label: u8, classes: usize },
+    BadLabel {
+        path: PathBuf,
+        index: usize,
+        label: u8,
+        classes: usize,
+    },
     /// Images of a size the dataset kind does not have.
     #[error("{path}: images are {found:?} (C×H×W), {dataset} images are {expected:?}")]
-    WrongShape { path: PathBuf, dataset: &'static str, expected: [usize; 3], found: [usize; 3] },
+    WrongShape {
+        path: PathBuf,
+        dataset: &'static str,
+        expected: [usize; 3],
+        found: [usize; 3],
+    },
 }
 
 /// The datasets the trainer knows; each fixes the input shape, class names and normalisation.
@@ -98,13 +132,29 @@ impl DatasetKind {
             Self::Mnist => ["0", "1", "2", "3", "4", "5", "6", "7", "8", "9"],
             // github.com/zalandoresearch/fashion-mnist#labels
             Self::FashionMnist => [
-                "T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
-                "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot",
+                "T-shirt/top",
+                "Trouser",
+                "Pullover",
+                "Dress",
+                "Coat",
+                "Sandal",
+                "Shirt",
+                "Sneaker",
+                "Bag",
+                "Ankle boot",
             ],
             // www.cs.toronto.edu/~kriz/cifar.html, batches.meta.txt
             Self::Cifar10 => [
-                "airplane", "automobile", "bird", "cat", "deer",
-                "dog", "frog", "horse", "ship", "truck",
+                "airplane",
+                "automobile",
+                "bird",
+                "cat",
+                "deer",
+                "dog",
+                "frog",
+                "horse",
+                "ship",
+                "truck",
             ],
         }
     }
@@ -187,14 +237,22 @@ pub struct Dataset {
 pub fn load_dir(dir: &Path, hint: Option<DatasetKind>) -> Result<Dataset, DataError> {
     let found = list_dir(dir)?;
     for cifar_dir in [dir.to_path_buf(), dir.join("cifar-10-batches-bin")] {
-        if cifar_dir.join("data_batch_1.bin").exists() || cifar_dir.join("test_batch.bin").exists() {
+        if cifar_dir.join("data_batch_1.bin").exists() || cifar_dir.join("test_batch.bin").exists()
+        {
             return load_cifar10(&cifar_dir);
         }
     }
-    if found.iter().any(|name| name.contains("idx1-ubyte") || name.contains("idx3-ubyte")) {
+    if found
+        .iter()
+        .any(|name| name.contains("idx1-ubyte") || name.contains("idx3-ubyte"))
+    {
         let kind = match hint {
             Some(kind @ (DatasetKind::Mnist | DatasetKind::FashionMnist)) => kind,
-            _ if dir.to_string_lossy().to_ascii_lowercase().contains("fashion") => {
+            _ if dir
+                .to_string_lossy()
+                .to_ascii_lowercase()
+                .contains("fashion") =>
+            {
                 DatasetKind::FashionMnist
             }
             _ => DatasetKind::Mnist,
@@ -203,15 +261,27 @@ pub fn load_dir(dir: &Path, hint: Option<DatasetKind>) -> Result<Dataset, DataEr
         let test = load_idx_pair(dir, "t10k", &found)?;
         return Ok(Dataset { kind, train, test });
     }
-    Err(DataError::NotFound { dir: dir.to_path_buf(), found: found.join(", ") })
+    Err(DataError::NotFound {
+        dir: dir.to_path_buf(),
+        found: found.join(", "),
+    })
 }
 
 /// Sorted file names in `dir`.
 fn list_dir(dir: &Path) -> Result<Vec<String>, DataError> {
-    let io = |source| DataError::Io { path: dir.to_path_buf(), source };
+    let io = |source| DataError::Io {
+        path: dir.to_path_buf(),
+        source,
+    };
     let mut names = Vec::new();
     for entry in std::fs::read_dir(dir).map_err(io)? {
-        names.push(entry.map_err(io)?.file_name().to_string_lossy().into_owned());
+        names.push(
+            entry
+                .map_err(io)?
+                .file_name()
+                .to_string_lossy()
+                .into_owned(),
+        );
     }
     names.sort();
     Ok(names)
@@ -220,11 +290,16 @@ fn list_dir(dir: &Path) -> Result<Vec<String>, DataError> {
 /// Reads a whole file, decompressing gzip (by its magic bytes, not its name).
 fn read_maybe_gz(path: &Path) -> Result<Vec<u8>, DataError> {
     use std::io::Read;
-    let io = |source| DataError::Io { path: path.to_path_buf(), source };
+    let io = |source| DataError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
     let raw = std::fs::read(path).map_err(io)?;
     if raw.starts_with(&[0x1f, 0x8b]) {
         let mut out = Vec::new();
-        flate2::read::GzDecoder::new(&raw[..]).read_to_end(&mut out).map_err(io)?;
+        flate2::read::GzDecoder::new(&raw[..])
+            .read_to_end(&mut out)
+            .map_err(io)?;
         Ok(out)
     } else {
         Ok(raw)

@@ -19,8 +19,16 @@ impl DistributedSampler {
     /// # Panics
     /// If `rank >= world_size` or `world_size == 0`: callers validate these first.
     pub fn new(len: usize, world_size: usize, rank: usize, seed: u64) -> Self {
-        assert!(world_size > 0 && rank < world_size, "rank {rank} of world size {world_size}");
-        Self { len, world_size, rank, seed }
+        assert!(
+            world_size > 0 && rank < world_size,
+            "rank {rank} of world size {world_size}"
+        );
+        Self {
+            len,
+            world_size,
+            rank,
+            seed,
+        }
     }
 
     /// Indices per rank per epoch: `ceil(len / world_size)`.
@@ -40,7 +48,10 @@ impl DistributedSampler {
             all.push(all[i]);
             i += 1;
         }
-        all.into_iter().skip(self.rank).step_by(self.world_size).collect()
+        all.into_iter()
+            .skip(self.rank)
+            .step_by(self.world_size)
+            .collect()
     }
 }
 
@@ -52,21 +63,31 @@ mod tests {
     #[test]
     fn shards_are_disjoint_and_cover_the_dataset() {
         for world in 1..=4 {
-            let shards: Vec<_> =
-                (0..world).map(|r| DistributedSampler::new(100, world, r, 7).indices(3)).collect();
+            let shards: Vec<_> = (0..world)
+                .map(|r| DistributedSampler::new(100, world, r, 7).indices(3))
+                .collect();
             let all: HashSet<usize> = shards.iter().flatten().copied().collect();
-            assert_eq!(all.len(), 100, "world {world}: every example is in some shard");
+            assert_eq!(
+                all.len(),
+                100,
+                "world {world}: every example is in some shard"
+            );
             // Only the padding (100 rounded up to a multiple of the world size) repeats.
             let total = 100usize.div_ceil(world) * world;
-            assert_eq!(shards.iter().map(Vec::len).sum::<usize>(), total, "world {world}");
+            assert_eq!(
+                shards.iter().map(Vec::len).sum::<usize>(),
+                total,
+                "world {world}"
+            );
         }
     }
 
     #[test]
     fn pads_like_pytorch_so_every_rank_has_the_same_count() {
         // 10 examples over 4 ranks: ceil(10/4) = 3 each, 2 indices repeated from the start.
-        let shards: Vec<_> =
-            (0..4).map(|r| DistributedSampler::new(10, 4, r, 0).indices(0)).collect();
+        let shards: Vec<_> = (0..4)
+            .map(|r| DistributedSampler::new(10, 4, r, 0).indices(0))
+            .collect();
         assert!(shards.iter().all(|s| s.len() == 3));
         let flat: Vec<usize> = shards.iter().flatten().copied().collect();
         assert_eq!(flat.iter().collect::<HashSet<_>>().len(), 10);
@@ -78,7 +99,9 @@ mod tests {
 
     #[test]
     fn pads_by_wrapping_more_than_once_when_world_exceeds_len() {
-        let shards: Vec<_> = (0..4).map(|r| DistributedSampler::new(1, 4, r, 0).indices(0)).collect();
+        let shards: Vec<_> = (0..4)
+            .map(|r| DistributedSampler::new(1, 4, r, 0).indices(0))
+            .collect();
         assert!(shards.iter().all(|s| s == &vec![0]));
     }
 
@@ -87,7 +110,10 @@ mod tests {
         let s = DistributedSampler::new(1000, 2, 1, 42);
         assert_eq!(s.indices(1), s.indices(1));
         assert_ne!(s.indices(1), s.indices(2));
-        assert_ne!(s.indices(1), DistributedSampler::new(1000, 2, 1, 43).indices(1));
+        assert_ne!(
+            s.indices(1),
+            DistributedSampler::new(1000, 2, 1, 43).indices(1)
+        );
     }
 
     #[test]

@@ -64,13 +64,25 @@ pub struct Agreement {
 pub enum CommError {
     /// Rank 0 could not listen.
     #[error("rank 0 cannot listen on {addr}: {source}")]
-    Bind { addr: String, #[source] source: io::Error },
+    Bind {
+        addr: String,
+        #[source]
+        source: io::Error,
+    },
     /// A rank could not reach rank 0 before the connect timeout.
     #[error("rank {rank} could not connect to rank 0 at {addr} within {timeout:?}: {last_error}")]
-    ConnectTimeout { rank: usize, addr: String, timeout: Duration, last_error: String },
+    ConnectTimeout {
+        rank: usize,
+        addr: String,
+        timeout: Duration,
+        last_error: String,
+    },
     /// Rank 0 did not hear from every rank before the connect timeout.
     #[error("rank 0 waited {timeout:?} for ranks {missing:?} to connect")]
-    RendezvousTimeout { timeout: Duration, missing: Vec<usize> },
+    RendezvousTimeout {
+        timeout: Duration,
+        missing: Vec<usize>,
+    },
     /// The ranks disagree on something they must share: a configuration error, not transient.
     #[error("handshake refused: {0}")]
     Mismatch(String),
@@ -82,7 +94,11 @@ pub enum CommError {
     PeerTimeout { rank: usize, timeout: Duration },
     /// Another I/O failure talking to a peer.
     #[error("talking to rank {rank}: {source}")]
-    PeerIo { rank: usize, #[source] source: io::Error },
+    PeerIo {
+        rank: usize,
+        #[source]
+        source: io::Error,
+    },
     /// A peer sent something this protocol does not allow.
     #[error("rank {rank} broke the protocol: {detail}")]
     Protocol { rank: usize, detail: String },
@@ -103,7 +119,9 @@ impl CommError {
             | io::ErrorKind::ConnectionReset
             | io::ErrorKind::ConnectionAborted
             | io::ErrorKind::BrokenPipe => Self::PeerClosed { rank },
-            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => Self::PeerTimeout { rank, timeout },
+            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => {
+                Self::PeerTimeout { rank, timeout }
+            }
             _ => Self::PeerIo { rank, source },
         }
     }
@@ -133,7 +151,12 @@ impl std::fmt::Debug for Communicator {
 impl Communicator {
     /// A world of one: every collective is the identity.
     pub fn single() -> Self {
-        Self { rank: 0, world_size: 1, timeout: Duration::MAX, role: Role::Single }
+        Self {
+            rank: 0,
+            world_size: 1,
+            timeout: Duration::MAX,
+            role: Role::Single,
+        }
     }
 
     /// Joins the group: rank 0 listens and admits `world_size − 1` peers after checking their
@@ -148,8 +171,17 @@ impl Communicator {
         if rv.world_size == 1 {
             return Ok(Self::single());
         }
-        let role = if rv.rank == 0 { accept_peers(rv, agreement)? } else { join(rv, agreement)? };
-        Ok(Self { rank: rv.rank, world_size: rv.world_size, timeout: rv.collective_timeout, role })
+        let role = if rv.rank == 0 {
+            accept_peers(rv, agreement)?
+        } else {
+            join(rv, agreement)?
+        };
+        Ok(Self {
+            rank: rv.rank,
+            world_size: rv.world_size,
+            timeout: rv.collective_timeout,
+            role,
+        })
     }
 
     /// This process's rank.
@@ -171,7 +203,8 @@ impl Communicator {
             Role::Single => Ok(()),
             Role::Root(peers) => {
                 for (i, peer) in peers.iter_mut().enumerate() {
-                    write_floats(peer, values).map_err(|e| CommError::from_io(i + 1, self.timeout, e))?;
+                    write_floats(peer, values)
+                        .map_err(|e| CommError::from_io(i + 1, self.timeout, e))?;
                 }
                 Ok(())
             }
@@ -214,15 +247,23 @@ impl Communicator {
     }
 }
 
-fn reduce_at_root(peers: &mut [TcpStream], values: &mut [f32], timeout: Duration) -> Result<(), CommError> {
+fn reduce_at_root(
+    peers: &mut [TcpStream],
+    values: &mut [f32],
+    timeout: Duration,
+) -> Result<(), CommError> {
     let mut incoming = vec![0f32; values.len()];
     for (i, peer) in peers.iter_mut().enumerate() {
         let rank = i + 1;
         let (tag, payload) = read_frame(peer).map_err(|e| CommError::from_io(rank, timeout, e))?;
         if tag != Tag::Floats {
-            return Err(CommError::Protocol { rank, detail: format!("expected floats, got {tag:?}") });
+            return Err(CommError::Protocol {
+                rank,
+                detail: format!("expected floats, got {tag:?}"),
+            });
         }
-        decode_floats(&payload, &mut incoming).map_err(|detail| CommError::Protocol { rank, detail })?;
+        decode_floats(&payload, &mut incoming)
+            .map_err(|detail| CommError::Protocol { rank, detail })?;
         values.iter_mut().zip(&incoming).for_each(|(v, x)| *v += x);
     }
     for (i, peer) in peers.iter_mut().enumerate() {
@@ -239,12 +280,22 @@ fn abort_peers(peers: &mut [TcpStream], reason: &str) {
     }
 }
 
-fn receive_floats(root: &mut TcpStream, values: &mut [f32], timeout: Duration) -> Result<(), CommError> {
+fn receive_floats(
+    root: &mut TcpStream,
+    values: &mut [f32],
+    timeout: Duration,
+) -> Result<(), CommError> {
     let (tag, payload) = read_frame(root).map_err(|e| CommError::from_io(0, timeout * 2, e))?;
     match tag {
-        Tag::Floats => decode_floats(&payload, values).map_err(|detail| CommError::Protocol { rank: 0, detail }),
-        Tag::Abort => Err(CommError::Aborted(String::from_utf8_lossy(&payload).into_owned())),
-        other => Err(CommError::Protocol { rank: 0, detail: format!("expected floats, got {other:?}") }),
+        Tag::Floats => decode_floats(&payload, values)
+            .map_err(|detail| CommError::Protocol { rank: 0, detail }),
+        Tag::Abort => Err(CommError::Aborted(
+            String::from_utf8_lossy(&payload).into_owned(),
+        )),
+        other => Err(CommError::Protocol {
+            rank: 0,
+            detail: format!("expected floats, got {other:?}"),
+        }),
     }
 }
 
@@ -272,10 +323,14 @@ fn check_hello(payload: &[u8], world_size: usize, agreement: &Agreement) -> Resu
     let params = u64::from_le_bytes(payload[20..28].try_into().expect("8 bytes"));
     let hash: [u8; 32] = payload[28..60].try_into().expect("32 bytes");
     if version != PROTOCOL_VERSION {
-        return Err(format!("rank {rank} speaks protocol version {version}, rank 0 speaks {PROTOCOL_VERSION}"));
+        return Err(format!(
+            "rank {rank} speaks protocol version {version}, rank 0 speaks {PROTOCOL_VERSION}"
+        ));
     }
     if peer_world != world_size {
-        return Err(format!("rank {rank} has world size {peer_world}, rank 0 has {world_size}"));
+        return Err(format!(
+            "rank {rank} has world size {peer_world}, rank 0 has {world_size}"
+        ));
     }
     if rank == 0 || rank >= world_size {
         return Err(format!("rank {rank} is outside 1..{world_size}"));
@@ -303,8 +358,16 @@ fn hex8(hash: &[u8; 32]) -> String {
 
 fn accept_peers(rv: &Rendezvous, agreement: &Agreement) -> Result<Role, CommError> {
     let addr = format!("{}:{}", rv.bind_addr, rv.master_port);
-    let listener = TcpListener::bind(&addr).map_err(|source| CommError::Bind { addr: addr.clone(), source })?;
-    listener.set_nonblocking(true).map_err(|source| CommError::Bind { addr: addr.clone(), source })?;
+    let listener = TcpListener::bind(&addr).map_err(|source| CommError::Bind {
+        addr: addr.clone(),
+        source,
+    })?;
+    listener
+        .set_nonblocking(true)
+        .map_err(|source| CommError::Bind {
+            addr: addr.clone(),
+            source,
+        })?;
     let deadline = Instant::now() + rv.connect_timeout;
     let mut peers: Vec<Option<TcpStream>> = (1..rv.world_size).map(|_| None).collect();
     while peers.iter().any(Option::is_none) {
@@ -312,8 +375,13 @@ fn accept_peers(rv: &Rendezvous, agreement: &Agreement) -> Result<Role, CommErro
             Ok(conn) => conn,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 if Instant::now() >= deadline {
-                    let missing = (1..rv.world_size).filter(|r| peers[r - 1].is_none()).collect();
-                    return Err(CommError::RendezvousTimeout { timeout: rv.connect_timeout, missing });
+                    let missing = (1..rv.world_size)
+                        .filter(|r| peers[r - 1].is_none())
+                        .collect();
+                    return Err(CommError::RendezvousTimeout {
+                        timeout: rv.connect_timeout,
+                        missing,
+                    });
                 }
                 std::thread::sleep(Duration::from_millis(20));
                 continue;
@@ -336,9 +404,13 @@ fn accept_peers(rv: &Rendezvous, agreement: &Agreement) -> Result<Role, CommErro
     }
     // Welcome only once everyone is in, so a worker's next wait (the initial broadcast) is
     // bounded by the collective timeout rather than by how late the last rank joins.
-    let mut peers: Vec<TcpStream> = peers.into_iter().map(|p| p.expect("all admitted")).collect();
+    let mut peers: Vec<TcpStream> = peers
+        .into_iter()
+        .map(|p| p.expect("all admitted"))
+        .collect();
     for (i, peer) in peers.iter_mut().enumerate() {
-        write_frame(peer, Tag::Welcome, &[]).map_err(|e| CommError::from_io(i + 1, rv.collective_timeout, e))?;
+        write_frame(peer, Tag::Welcome, &[])
+            .map_err(|e| CommError::from_io(i + 1, rv.collective_timeout, e))?;
     }
     Ok(Role::Root(peers))
 }
@@ -363,7 +435,9 @@ fn admit(
     setup(&stream).map_err(|e| Admission::Ignored(e.to_string()))?;
     let (tag, payload) = read_frame(&mut stream).map_err(|e| Admission::Ignored(e.to_string()))?;
     if tag != Tag::Hello {
-        return Err(Admission::Ignored(format!("first frame was {tag:?}, not a handshake")));
+        return Err(Admission::Ignored(format!(
+            "first frame was {tag:?}, not a handshake"
+        )));
     }
     let verdict = check_hello(&payload, rv.world_size, agreement).and_then(|rank| {
         if peers[rank - 1].is_some() {
@@ -392,7 +466,12 @@ fn join(rv: &Rendezvous, agreement: &Agreement) -> Result<Role, CommError> {
         };
         let now = Instant::now();
         if now >= deadline {
-            return Err(CommError::ConnectTimeout { rank: rv.rank, addr, timeout: rv.connect_timeout, last_error });
+            return Err(CommError::ConnectTimeout {
+                rank: rv.rank,
+                addr,
+                timeout: rv.connect_timeout,
+                last_error,
+            });
         }
         tracing::debug!(%addr, %last_error, "rank 0 not reachable yet, retrying in {backoff:?}");
         std::thread::sleep(backoff.min(deadline - now));
@@ -401,7 +480,10 @@ fn join(rv: &Rendezvous, agreement: &Agreement) -> Result<Role, CommError> {
 }
 
 fn try_connect(addr: &str, timeout: Duration) -> Result<TcpStream, String> {
-    let addrs: Vec<SocketAddr> = addr.to_socket_addrs().map_err(|e| format!("resolving {addr}: {e}"))?.collect();
+    let addrs: Vec<SocketAddr> = addr
+        .to_socket_addrs()
+        .map_err(|e| format!("resolving {addr}: {e}"))?
+        .collect();
     let mut last = format!("{addr} resolved to no address");
     for a in addrs {
         match TcpStream::connect_timeout(&a, Duration::from_secs(5)) {
@@ -418,19 +500,37 @@ fn try_connect(addr: &str, timeout: Duration) -> Result<TcpStream, String> {
     Err(last)
 }
 
-fn handshake(mut stream: TcpStream, rv: &Rendezvous, agreement: &Agreement) -> Result<Role, CommError> {
+fn handshake(
+    mut stream: TcpStream,
+    rv: &Rendezvous,
+    agreement: &Agreement,
+) -> Result<Role, CommError> {
     let wait = rv.connect_timeout + rv.collective_timeout;
     let io = |e| CommError::from_io(0, wait, e);
-    write_frame(&mut stream, Tag::Hello, &hello(rv.rank, rv.world_size, agreement)).map_err(io)?;
+    write_frame(
+        &mut stream,
+        Tag::Hello,
+        &hello(rv.rank, rv.world_size, agreement),
+    )
+    .map_err(io)?;
     // Rank 0 answers once every rank has joined: wait as long as it waits for them.
     stream.set_read_timeout(Some(wait)).map_err(io)?;
     let (tag, payload) = read_frame(&mut stream).map_err(io)?;
-    stream.set_read_timeout(Some(rv.collective_timeout * 2)).map_err(io)?;
+    stream
+        .set_read_timeout(Some(rv.collective_timeout * 2))
+        .map_err(io)?;
     match tag {
         Tag::Welcome => Ok(Role::Worker(stream)),
-        Tag::Reject => Err(CommError::Mismatch(String::from_utf8_lossy(&payload).into_owned())),
-        Tag::Abort => Err(CommError::Aborted(String::from_utf8_lossy(&payload).into_owned())),
-        other => Err(CommError::Protocol { rank: 0, detail: format!("answered the handshake with {other:?}") }),
+        Tag::Reject => Err(CommError::Mismatch(
+            String::from_utf8_lossy(&payload).into_owned(),
+        )),
+        Tag::Abort => Err(CommError::Aborted(
+            String::from_utf8_lossy(&payload).into_owned(),
+        )),
+        other => Err(CommError::Protocol {
+            rank: 0,
+            detail: format!("answered the handshake with {other:?}"),
+        }),
     }
 }
 

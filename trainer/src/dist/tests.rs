@@ -4,7 +4,11 @@ use super::*;
 use std::thread;
 
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 fn rendezvous(port: u16, rank: usize, world_size: usize) -> Rendezvous {
@@ -20,7 +24,10 @@ fn rendezvous(port: u16, rank: usize, world_size: usize) -> Rendezvous {
 }
 
 fn agreement(param_count: u64) -> Agreement {
-    Agreement { param_count, config_hash: [7; 32] }
+    Agreement {
+        param_count,
+        config_hash: [7; 32],
+    }
 }
 
 /// Runs `body` on `world_size` ranks, each in its own thread, and returns their results by rank.
@@ -42,21 +49,28 @@ fn run_ranks<T: Send + 'static>(
 fn all_reduce_sums_and_averages_identically_on_1_to_4_ranks() {
     for world in 1..=4 {
         let port = free_port();
-        let results = run_ranks(world, |r| (rendezvous(port, r, world), agreement(5)), move |rank, comm| {
-            let mut comm = comm.unwrap();
-            let mut sum: Vec<f32> = (0..5).map(|i| (rank * 10 + i) as f32 + 0.1).collect();
-            comm.all_reduce_sum(&mut sum).unwrap();
-            let mut mean = vec![rank as f32; 5];
-            comm.all_reduce_mean(&mut mean).unwrap();
-            (sum, mean)
-        });
+        let results = run_ranks(
+            world,
+            |r| (rendezvous(port, r, world), agreement(5)),
+            move |rank, comm| {
+                let mut comm = comm.unwrap();
+                let mut sum: Vec<f32> = (0..5).map(|i| (rank * 10 + i) as f32 + 0.1).collect();
+                comm.all_reduce_sum(&mut sum).unwrap();
+                let mut mean = vec![rank as f32; 5];
+                comm.all_reduce_mean(&mut mean).unwrap();
+                (sum, mean)
+            },
+        );
         let expected_sum: Vec<f32> = (0..5)
             .map(|i| (0..world).fold(0f32, |acc, r| acc + ((r * 10 + i) as f32 + 0.1)))
             .collect();
         let expected_mean = (0..world).sum::<usize>() as f32 / world as f32;
         for (rank, (sum, mean)) in results.iter().enumerate() {
             assert_eq!(sum, &expected_sum, "world {world} rank {rank}");
-            assert!(mean.iter().all(|m| (m - expected_mean).abs() < 1e-6), "world {world} rank {rank}");
+            assert!(
+                mean.iter().all(|m| (m - expected_mean).abs() < 1e-6),
+                "world {world} rank {rank}"
+            );
         }
         // Bit-identical on every rank, whatever the network did.
         assert!(results.iter().all(|r| r.0 == results[0].0));
@@ -66,11 +80,15 @@ fn all_reduce_sums_and_averages_identically_on_1_to_4_ranks() {
 #[test]
 fn broadcast_copies_rank_zero_values() {
     let port = free_port();
-    let results = run_ranks(3, |r| (rendezvous(port, r, 3), agreement(3)), |rank, comm| {
-        let mut values = vec![rank as f32; 3];
-        comm.unwrap().broadcast(&mut values).unwrap();
-        values
-    });
+    let results = run_ranks(
+        3,
+        |r| (rendezvous(port, r, 3), agreement(3)),
+        |rank, comm| {
+            let mut values = vec![rank as f32; 3];
+            comm.unwrap().broadcast(&mut values).unwrap();
+            values
+        },
+    );
     assert!(results.iter().all(|v| v == &vec![0.0; 3]));
 }
 
@@ -92,20 +110,40 @@ fn worker_started_before_rank_zero_connects_after_retries() {
 
 #[test]
 fn handshake_mismatches_fail_both_sides_with_the_reason() {
-    let cases: [(&str, Box<dyn Fn(usize) -> (Rendezvous, Agreement)>); 3] = [
-        ("model parameters", Box::new(|r| (rendezvous(0, r, 2), agreement(10 + r as u64)))),
-        ("training configuration differs", Box::new(|r| {
-            (rendezvous(0, r, 2), Agreement { param_count: 1, config_hash: [r as u8; 32] })
-        })),
-        ("world size", Box::new(|r| (rendezvous(0, r, 2 + r), agreement(1)))),
+    type Setup = Box<dyn Fn(usize) -> (Rendezvous, Agreement)>;
+    let cases: [(&str, Setup); 3] = [
+        (
+            "model parameters",
+            Box::new(|r| (rendezvous(0, r, 2), agreement(10 + r as u64))),
+        ),
+        (
+            "training configuration differs",
+            Box::new(|r| {
+                (
+                    rendezvous(0, r, 2),
+                    Agreement {
+                        param_count: 1,
+                        config_hash: [r as u8; 32],
+                    },
+                )
+            }),
+        ),
+        (
+            "world size",
+            Box::new(|r| (rendezvous(0, r, 2 + r), agreement(1))),
+        ),
     ];
     for (needle, setup) in cases {
         let port = free_port();
-        let results = run_ranks(2, |r| {
-            let (mut rv, ag) = setup(r);
-            rv.master_port = port;
-            (rv, ag)
-        }, |_, comm| comm.map(|_| ()).unwrap_err());
+        let results = run_ranks(
+            2,
+            |r| {
+                let (mut rv, ag) = setup(r);
+                rv.master_port = port;
+                (rv, ag)
+            },
+            |_, comm| comm.map(|_| ()).unwrap_err(),
+        );
         for (rank, err) in results.iter().enumerate() {
             assert!(matches!(err, CommError::Mismatch(_)), "rank {rank}: {err}");
             assert!(err.to_string().contains(needle), "rank {rank}: {err}");
@@ -117,43 +155,66 @@ fn handshake_mismatches_fail_both_sides_with_the_reason() {
 #[test]
 fn dead_peer_fails_every_rank_naming_it() {
     let port = free_port();
-    let results = run_ranks(3, |r| (rendezvous(port, r, 3), agreement(2)), |rank, comm| {
-        let mut comm = comm.unwrap();
-        let mut v = [1.0, 2.0];
-        comm.all_reduce_sum(&mut v).unwrap();
-        if rank == 2 {
-            drop(comm); // the process "dies": its socket closes
-            return None;
-        }
-        Some(comm.all_reduce_sum(&mut v).unwrap_err())
-    });
+    let results = run_ranks(
+        3,
+        |r| (rendezvous(port, r, 3), agreement(2)),
+        |rank, comm| {
+            let mut comm = comm.unwrap();
+            let mut v = [1.0, 2.0];
+            comm.all_reduce_sum(&mut v).unwrap();
+            if rank == 2 {
+                drop(comm); // the process "dies": its socket closes
+                return None;
+            }
+            Some(comm.all_reduce_sum(&mut v).unwrap_err())
+        },
+    );
     let root = results[0].as_ref().unwrap();
     assert!(matches!(root, CommError::PeerClosed { rank: 2 }), "{root}");
     let worker = results[1].as_ref().unwrap();
     assert!(matches!(worker, CommError::Aborted(_)), "{worker}");
-    assert!(worker.to_string().contains("rank 2 closed its connection"), "{worker}");
+    assert!(
+        worker.to_string().contains("rank 2 closed its connection"),
+        "{worker}"
+    );
     assert!(worker.is_transient());
 }
 
 #[test]
 fn hung_peer_fails_within_the_timeout_naming_it() {
     let port = free_port();
-    let results = run_ranks(3, |r| (rendezvous(port, r, 3), agreement(1)), |rank, comm| {
-        let mut comm = comm.unwrap();
-        let started = Instant::now();
-        if rank == 1 {
-            thread::sleep(Duration::from_secs(3)); // hung: never joins the collective
-            return None;
-        }
-        let err = comm.all_reduce_sum(&mut [1.0]).unwrap_err();
-        Some((err, started.elapsed()))
-    });
+    let results = run_ranks(
+        3,
+        |r| (rendezvous(port, r, 3), agreement(1)),
+        |rank, comm| {
+            let mut comm = comm.unwrap();
+            let started = Instant::now();
+            if rank == 1 {
+                thread::sleep(Duration::from_secs(3)); // hung: never joins the collective
+                return None;
+            }
+            let err = comm.all_reduce_sum(&mut [1.0]).unwrap_err();
+            Some((err, started.elapsed()))
+        },
+    );
     let (root, root_took) = results[0].as_ref().unwrap();
-    assert!(matches!(root, CommError::PeerTimeout { rank: 1, .. }), "{root}");
-    assert!(*root_took < Duration::from_millis(1500), "rank 0 took {root_took:?}");
+    assert!(
+        matches!(root, CommError::PeerTimeout { rank: 1, .. }),
+        "{root}"
+    );
+    assert!(
+        *root_took < Duration::from_millis(1500),
+        "rank 0 took {root_took:?}"
+    );
     let (worker, worker_took) = results[2].as_ref().unwrap();
-    assert!(worker.to_string().contains("rank 1 did not respond"), "{worker}");
-    assert!(*worker_took < Duration::from_millis(1500), "rank 2 took {worker_took:?}");
+    assert!(
+        worker.to_string().contains("rank 1 did not respond"),
+        "{worker}"
+    );
+    assert!(
+        *worker_took < Duration::from_millis(1500),
+        "rank 2 took {worker_took:?}"
+    );
 }
 
 #[test]
@@ -161,9 +222,14 @@ fn missing_rank_times_out_the_rendezvous_naming_it() {
     let port = free_port();
     let mut rv = rendezvous(port, 0, 3);
     rv.connect_timeout = Duration::from_millis(800);
-    let worker = thread::spawn(move || Communicator::connect(&rendezvous(port, 1, 3), &agreement(1)).map(|_| ()));
+    let worker = thread::spawn(move || {
+        Communicator::connect(&rendezvous(port, 1, 3), &agreement(1)).map(|_| ())
+    });
     let err = Communicator::connect(&rv, &agreement(1)).unwrap_err();
-    assert!(matches!(&err, CommError::RendezvousTimeout { missing, .. } if missing == &vec![2]), "{err}");
+    assert!(
+        matches!(&err, CommError::RendezvousTimeout { missing, .. } if missing == &vec![2]),
+        "{err}"
+    );
     assert!(worker.join().unwrap().is_err());
 }
 
@@ -171,6 +237,11 @@ fn missing_rank_times_out_the_rendezvous_naming_it() {
 fn connecting_to_nobody_times_out_naming_the_address() {
     let mut rv = rendezvous(free_port(), 1, 2);
     rv.connect_timeout = Duration::from_millis(400);
-    let err = Communicator::connect(&rv, &agreement(1)).unwrap_err().to_string();
-    assert!(err.contains("rank 1 could not connect to rank 0 at 127.0.0.1:"), "{err}");
+    let err = Communicator::connect(&rv, &agreement(1))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("rank 1 could not connect to rank 0 at 127.0.0.1:"),
+        "{err}"
+    );
 }

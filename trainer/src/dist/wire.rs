@@ -21,9 +21,15 @@ pub enum Tag {
 
 impl Tag {
     fn from_byte(b: u8) -> Option<Self> {
-        [Self::Hello, Self::Welcome, Self::Reject, Self::Floats, Self::Abort]
-            .into_iter()
-            .find(|t| *t as u8 == b)
+        [
+            Self::Hello,
+            Self::Welcome,
+            Self::Reject,
+            Self::Floats,
+            Self::Abort,
+        ]
+        .into_iter()
+        .find(|t| *t as u8 == b)
     }
 }
 
@@ -51,11 +57,18 @@ pub fn write_floats(w: &mut impl Write, values: &[f32]) -> io::Result<()> {
 pub fn read_frame(r: &mut impl Read) -> io::Result<(Tag, Vec<u8>)> {
     let mut header = [0u8; 9];
     r.read_exact(&mut header)?;
-    let tag = Tag::from_byte(header[0])
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, format!("unknown frame tag {}", header[0])))?;
+    let tag = Tag::from_byte(header[0]).ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("unknown frame tag {}", header[0]),
+        )
+    })?;
     let len = u64::from_le_bytes(header[1..].try_into().expect("8 bytes"));
     if len > MAX_PAYLOAD {
-        return Err(io::Error::new(io::ErrorKind::InvalidData, format!("frame of {len} bytes exceeds {MAX_PAYLOAD}")));
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("frame of {len} bytes exceeds {MAX_PAYLOAD}"),
+        ));
     }
     let mut payload = vec![0u8; len as usize];
     r.read_exact(&mut payload)?;
@@ -65,7 +78,11 @@ pub fn read_frame(r: &mut impl Read) -> io::Result<(Tag, Vec<u8>)> {
 /// Decodes a [`Tag::Floats`] payload into `out`, which must have exactly its length.
 pub fn decode_floats(payload: &[u8], out: &mut [f32]) -> Result<(), String> {
     if payload.len() != out.len() * 4 {
-        return Err(format!("expected {} floats, received {} bytes", out.len(), payload.len()));
+        return Err(format!(
+            "expected {} floats, received {} bytes",
+            out.len(),
+            payload.len()
+        ));
     }
     for (v, b) in out.iter_mut().zip(payload.chunks_exact(4)) {
         *v = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
@@ -94,9 +111,15 @@ mod tests {
     fn rejects_unknown_tag_and_oversized_length() {
         let mut bad = vec![99u8];
         bad.extend(0u64.to_le_bytes());
-        assert_eq!(read_frame(&mut &bad[..]).unwrap_err().kind(), io::ErrorKind::InvalidData);
+        assert_eq!(
+            read_frame(&mut &bad[..]).unwrap_err().kind(),
+            io::ErrorKind::InvalidData
+        );
         let mut huge = vec![Tag::Floats as u8];
         huge.extend((MAX_PAYLOAD + 1).to_le_bytes());
-        assert_eq!(read_frame(&mut &huge[..]).unwrap_err().kind(), io::ErrorKind::InvalidData);
+        assert_eq!(
+            read_frame(&mut &huge[..]).unwrap_err().kind(),
+            io::ErrorKind::InvalidData
+        );
     }
 }

@@ -21,7 +21,11 @@ pub fn fashion_mnist() -> PathBuf {
 
 /// A loopback port free right now.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 /// A running trainer whose stdout and stderr go to files under `dir`.
@@ -49,7 +53,10 @@ impl Proc {
             }
             if Instant::now() > deadline {
                 let _ = self.child.kill();
-                panic!("trainer still running after {limit:?}\nstderr:\n{}", self.stderr());
+                panic!(
+                    "trainer still running after {limit:?}\nstderr:\n{}",
+                    self.stderr()
+                );
             }
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -59,7 +66,11 @@ impl Proc {
     pub fn wait_for_log(&self, needle: &str, limit: Duration) {
         let deadline = Instant::now() + limit;
         while !self.stderr().contains(needle) {
-            assert!(Instant::now() < deadline, "no {needle:?} in stderr after {limit:?}:\n{}", self.stderr());
+            assert!(
+                Instant::now() < deadline,
+                "no {needle:?} in stderr after {limit:?}:\n{}",
+                self.stderr()
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
     }
@@ -88,7 +99,16 @@ pub fn spawn_train(dir: &Path, name: &str, args: &[String], envs: &[(&str, Strin
     let stderr = dir.join(format!("{name}.err"));
     let mut command = Command::new(env!("CARGO_BIN_EXE_kfaws-trainer"));
     command.arg("train").args(args);
-    for var in ["MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "PET_NNODES", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT"] {
+    for var in [
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "WORLD_SIZE",
+        "RANK",
+        "PET_NNODES",
+        "PET_NODE_RANK",
+        "PET_MASTER_ADDR",
+        "PET_MASTER_PORT",
+    ] {
         command.env_remove(var);
     }
     command
@@ -98,15 +118,32 @@ pub fn spawn_train(dir: &Path, name: &str, args: &[String], envs: &[(&str, Strin
         .stdin(Stdio::null())
         .stdout(std::fs::File::create(&stdout).unwrap())
         .stderr(std::fs::File::create(&stderr).unwrap());
-    Proc { child: command.spawn().unwrap(), stdout, stderr }
+    Proc {
+        child: command.spawn().unwrap(),
+        stdout,
+        stderr,
+    }
 }
 
 /// Flags for rank `rank` of `world` on loopback `port`, with its own model and checkpoint dirs.
-pub fn rank_args(dir: &Path, data: &Path, rank: usize, world: usize, port: u16, hp: &[&str]) -> Vec<String> {
+pub fn rank_args(
+    dir: &Path,
+    data: &Path,
+    rank: usize,
+    world: usize,
+    port: u16,
+    hp: &[&str],
+) -> Vec<String> {
     let mut args = vec![
         format!("--data-dir={}", data.display()),
-        format!("--model-dir={}", dir.join(format!("model-{rank}")).display()),
-        format!("--checkpoint-dir={}", dir.join(format!("ckpt-{rank}")).display()),
+        format!(
+            "--model-dir={}",
+            dir.join(format!("model-{rank}")).display()
+        ),
+        format!(
+            "--checkpoint-dir={}",
+            dir.join(format!("ckpt-{rank}")).display()
+        ),
         format!("--rank={rank}"),
         format!("--world-size={world}"),
         "--master-addr=127.0.0.1".into(),
