@@ -6,7 +6,9 @@
 //! - [`model`]: the reference network;
 //! - [`dist`]: our all-reduce over TCP;
 //! - [`contract`]: flags, `TRAINER_*`, SageMaker and PyTorchJob configuration;
-//! - [`train`]: the training loop, with [`optim`], [`params`], [`checkpoint`] and [`metrics`].
+//! - [`train`]: the training loop, with [`optim`], [`params`], [`checkpoint`], [`metrics`]
+//!   and [`prometheus`];
+//! - [`serve`]: the SageMaker inference contract.
 
 pub mod checkpoint;
 pub mod contract;
@@ -17,6 +19,8 @@ pub mod metrics;
 pub mod model;
 pub mod optim;
 pub mod params;
+pub mod prometheus;
+pub mod serve;
 pub mod train;
 
 /// File name of the trained model (burn's burnpack record) in the model directory.

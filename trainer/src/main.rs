@@ -9,7 +9,8 @@ use clap::{Parser, Subcommand};
 use kfaws_trainer::contract::sagemaker::SageMakerLayout;
 use kfaws_trainer::contract::{self, TrainArgs};
 use kfaws_trainer::error::TrainError;
-use kfaws_trainer::train;
+use kfaws_trainer::serve::{self, Classifier, ServeArgs};
+use kfaws_trainer::{prometheus, train};
 
 /// Data-parallel burn image classifier for PyTorchJob, SageMaker and local runs.
 #[derive(Debug, Parser)]
@@ -23,6 +24,8 @@ struct Cli {
 enum Command {
     /// Train (SageMaker invokes the container with `train`).
     Train(TrainArgs),
+    /// Serve the trained model (SageMaker invokes the container with `serve`).
+    Serve(ServeArgs),
 }
 
 fn main() -> ExitCode {
@@ -36,14 +39,33 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Train(args) => run_train(&args),
+        Command::Serve(args) => run_serve(&args),
+    }
+}
+
+fn sigterm_flag() -> Arc<AtomicBool> {
+    let stop = Arc::new(AtomicBool::new(false));
+    if let Err(e) = signal_hook::flag::register(signal_hook::consts::SIGTERM, Arc::clone(&stop)) {
+        tracing::warn!("cannot watch SIGTERM, stopping will not be graceful: {e}");
+    }
+    stop
+}
+
+fn run_serve(args: &ServeArgs) -> ExitCode {
+    let stop = sigterm_flag();
+    let served = Classifier::load(&args.model_dir)
+        .and_then(|classifier| serve::serve(&classifier, args, &stop));
+    match served {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e}");
+            ExitCode::from(kfaws_trainer::error::EXIT_CONFIG as u8)
+        }
     }
 }
 
 fn run_train(args: &TrainArgs) -> ExitCode {
-    let stop = Arc::new(AtomicBool::new(false));
-    if let Err(e) = signal_hook::flag::register(signal_hook::consts::SIGTERM, Arc::clone(&stop)) {
-        tracing::warn!("cannot watch SIGTERM, stopping will not checkpoint: {e}");
-    }
+    let stop = sigterm_flag();
     let config = match contract::resolve(args, &|name| std::env::var(name).ok()) {
         Ok(config) => config,
         Err(e) => {
@@ -70,9 +92,17 @@ fn run_train(args: &TrainArgs) -> ExitCode {
             "dataset loaded"
         );
         let is_rank0 = rv.rank == 0;
+        let latest = prometheus::Latest::default();
+        if let (Some(port), true) = (config.metrics_port, is_rank0) {
+            match prometheus::spawn(port, latest.clone()) {
+                Ok(addr) => tracing::info!(%addr, "Prometheus metrics on /metrics"),
+                Err(e) => tracing::warn!("no metrics endpoint: {e}"),
+            }
+        }
         train::train(&config, &dataset, &stop, |metrics| {
             if is_rank0 {
                 println!("{}", metrics.line());
+                *latest.lock().expect("metrics lock") = Some(*metrics);
             }
         })
     });

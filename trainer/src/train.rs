@@ -6,7 +6,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
-use burn::nn::loss::CrossEntropyLossConfig;
+use burn::nn::loss::{CrossEntropyLoss, CrossEntropyLossConfig};
 use burn::prelude::*;
 use burn::tensor::TensorData;
 use sha2::{Digest, Sha256};
@@ -103,9 +103,8 @@ pub fn train(
     let rank = comm.rank();
     let world_size = comm.world_size();
 
-    let (start, mut params, mut sgd) = initial_state(&mut comm, &model, config)?;
-    let mut model = load_flat_params(model, &params);
-    let loss_fn = CrossEntropyLossConfig::new().init(&train_device);
+    let (start, params, sgd) = initial_state(&mut comm, &model, config)?;
+    let mut learner = Learner::new(model, params, sgd, &train_device);
     let sampler = DistributedSampler::new(dataset.train.len(), world_size, rank, hp.seed);
     let mut outcome = Outcome {
         epochs: Vec::new(),
@@ -126,12 +125,7 @@ pub fn train(
         for (step, batch_indices) in batches.iter().enumerate().skip(first_step) {
             if stop.load(Ordering::SeqCst) {
                 if rank == 0 {
-                    let checkpoint = Checkpoint {
-                        epoch,
-                        step: step as u64,
-                        params: params.clone(),
-                        velocity: sgd.velocity.clone(),
-                    };
+                    let checkpoint = learner.checkpoint(epoch, step as u64);
                     let path = checkpoint.save(&config.checkpoint_dir)?;
                     tracing::warn!(path = %path.display(), "SIGTERM: checkpoint written");
                 }
@@ -142,33 +136,15 @@ pub fn train(
             }
             let batch = data::make_batch(&dataset.train, dataset.kind, batch_indices, augment);
             let n = batch.labels.len();
-            let images =
-                Tensor::<4>::from_data(TensorData::new(batch.images, batch.shape), &train_device);
-            let targets = Tensor::<1, Int>::from_data(
-                TensorData::new(batch.labels.clone(), [n]),
-                &train_device,
-            );
-            let logits = model.forward(images);
-            let loss = loss_fn.forward(logits.clone(), targets);
-            let mut grads = flatten_grads(&model, &loss.backward());
-            comm.all_reduce_mean(&mut grads)?;
-            sgd.step(&mut params, &grads);
-            model = load_flat_params(model, &params);
-
-            let loss_value = f64::from(
-                loss.into_data()
-                    .convert::<f32>()
-                    .as_slice::<f32>()
-                    .expect("f32")[0],
-            );
-            tally.add(loss_value, count_correct(logits.detach(), &batch.labels), n);
+            let (loss, correct) = learner.step(batch, &mut comm)?;
+            tally.add(loss, correct, n);
             if rank == 0 && hp.log_interval > 0 && (step as u64 + 1).is_multiple_of(hp.log_interval)
             {
                 tracing::info!(
                     epoch,
                     step = step + 1,
                     steps = batches.len(),
-                    loss = loss_value,
+                    loss,
                     "training (rank 0's batch loss)"
                 );
             }
@@ -178,7 +154,7 @@ pub fn train(
         comm.all_reduce_sum(&mut train_sums)?;
         let train = Tally::from_slice(&train_sums);
         let mut test_sums = evaluate(
-            &model,
+            &learner.model,
             &dataset.test,
             dataset.kind,
             rank,
@@ -201,20 +177,90 @@ pub fn train(
         on_epoch(&metrics);
         outcome.epochs.push(metrics);
         if rank == 0 {
-            let checkpoint = Checkpoint {
-                epoch: epoch + 1,
-                step: 0,
-                params: params.clone(),
-                velocity: sgd.velocity.clone(),
-            };
-            checkpoint.save(&config.checkpoint_dir)?;
+            learner
+                .checkpoint(epoch + 1, 0)
+                .save(&config.checkpoint_dir)?;
         }
     }
     if rank == 0 {
-        write_model(&model, dataset, outcome.epochs.last(), &config.model_dir)?;
+        write_model(
+            &learner.model,
+            dataset,
+            outcome.epochs.last(),
+            &config.model_dir,
+        )?;
     }
-    outcome.params = params;
+    outcome.params = learner.params;
     Ok(outcome)
+}
+
+/// The model, its flat parameters and the optimiser: one data-parallel step at a time.
+#[derive(Debug)]
+pub struct Learner {
+    /// The network, on an autodiff device, holding `params`.
+    pub model: Net,
+    /// Flat parameters, identical on every rank.
+    pub params: Vec<f32>,
+    /// The optimiser and its momentum.
+    pub sgd: Sgd,
+    loss_fn: CrossEntropyLoss,
+    device: Device,
+}
+
+impl Learner {
+    /// A learner for `model` (on the autodiff `device`) starting from `params`.
+    pub fn new(model: Net, params: Vec<f32>, sgd: Sgd, device: &Device) -> Self {
+        let model = load_flat_params(model, &params);
+        let loss_fn = CrossEntropyLossConfig::new().init(device);
+        Self {
+            model,
+            params,
+            sgd,
+            loss_fn,
+            device: device.clone(),
+        }
+    }
+
+    /// Forward and backward on this rank's `batch`, gradients averaged over `comm`, one SGD
+    /// step. Returns the batch's mean loss and how many it classified correctly (before the
+    /// step).
+    ///
+    /// # Errors
+    /// The all-reduce's failure, as [`TrainError::Comm`].
+    pub fn step(
+        &mut self,
+        batch: data::Batch,
+        comm: &mut Communicator,
+    ) -> Result<(f64, usize), TrainError> {
+        let n = batch.labels.len();
+        let images =
+            Tensor::<4>::from_data(TensorData::new(batch.images, batch.shape), &self.device);
+        let targets =
+            Tensor::<1, Int>::from_data(TensorData::new(batch.labels.clone(), [n]), &self.device);
+        let logits = self.model.forward(images);
+        let loss = self.loss_fn.forward(logits.clone(), targets);
+        let mut grads = flatten_grads(&self.model, &loss.backward());
+        comm.all_reduce_mean(&mut grads)?;
+        self.sgd.step(&mut self.params, &grads);
+        self.model = load_flat_params(self.model.clone(), &self.params);
+        let loss = f64::from(
+            loss.into_data()
+                .convert::<f32>()
+                .as_slice::<f32>()
+                .expect("f32")[0],
+        );
+        Ok((loss, count_correct(logits.detach(), &batch.labels)))
+    }
+
+    /// A checkpoint of the current state, positioned at `epoch`/`step`.
+    pub fn checkpoint(&self, epoch: u64, step: u64) -> Checkpoint {
+        Checkpoint {
+            epoch,
+            step,
+            params: self.params.clone(),
+            velocity: self.sgd.velocity.clone(),
+        }
+    }
 }
 
 /// Where training starts.
@@ -325,7 +371,10 @@ pub fn argmax(row: &[f32]) -> usize {
 }
 
 /// Writes `model.bpk` (burn record) and `model.json` into `dir`.
-fn write_model(
+///
+/// # Errors
+/// [`TrainError::ModelOutput`] naming the directory.
+pub fn write_model(
     model: &Net,
     dataset: &Dataset,
     last: Option<&EpochMetrics>,

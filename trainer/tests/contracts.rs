@@ -7,6 +7,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use common::*;
+use kfaws_trainer::data::{load_dir, DatasetKind};
 
 /// A SageMaker root for one host whose `training` channel links to the real Fashion-MNIST.
 fn sagemaker_root(dir: &Path, hyperparameters: &str) -> std::path::PathBuf {
@@ -28,14 +29,16 @@ fn sagemaker_root(dir: &Path, hyperparameters: &str) -> std::path::PathBuf {
     root
 }
 
+/// Train in a SageMaker layout, then `serve` the model it wrote and classify a real
+/// Fashion-MNIST test image sent as PNG.
 #[test]
-fn sagemaker_layout_trains_and_writes_model_and_checkpoint() {
+fn sagemaker_layout_trains_then_serves_a_real_test_image() {
     let dir = tempfile::tempdir().unwrap();
     // As the SageMaker Python SDK writes them: every value a JSON-encoded string.
     let root = sagemaker_root(
         dir.path(),
-        r#"{"backend": "\"gloo\"", "batch-size": "64", "epochs": "1", "lr": "0.05", "model-type": "\"custom\"",
-            "max-train-samples": "6400", "dataset": "\"fashion-mnist\"", "sagemaker_program": "\"train.py\""}"#,
+        r#"{"backend": "\"gloo\"", "batch-size": "64", "epochs": "1", "lr": "0.02", "model-type": "\"custom\"",
+            "max-train-samples": "12800", "dataset": "\"fashion-mnist\"", "sagemaker_program": "\"train.py\""}"#,
     );
     let mut p = spawn_train(
         dir.path(),
@@ -55,6 +58,86 @@ fn sagemaker_layout_trains_and_writes_model_and_checkpoint() {
         .join("checkpoints/checkpoint-000002-00000000.bin")
         .is_file());
     assert!(!root.join("output/failure").exists());
+
+    let port = free_port();
+    let mut server = spawn_serve(
+        dir.path(),
+        &root.join("model"),
+        port,
+        &["--max-body-bytes=100000"],
+    );
+    wait_for_ping(port, Duration::from_secs(60));
+    let test = load_dir(&fashion_mnist(), Some(DatasetKind::FashionMnist))
+        .unwrap()
+        .test;
+    let png = |i: usize, side: u32| {
+        let image = image::GrayImage::from_raw(28, 28, test.image(i).to_vec()).unwrap();
+        let image =
+            image::imageops::resize(&image, side, side, image::imageops::FilterType::Nearest);
+        let mut out = std::io::Cursor::new(Vec::new());
+        image.write_to(&mut out, image::ImageFormat::Png).unwrap();
+        out.into_inner()
+    };
+    let (status, body) = http(
+        port,
+        "POST",
+        "/invocations",
+        "application/x-image",
+        &png(0, 28),
+    )
+    .unwrap();
+    assert_eq!(status, 200, "{body}");
+    let answer: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(answer["index"], u64::from(test.labels[0]), "{answer}");
+    assert_eq!(
+        answer["label"],
+        DatasetKind::FashionMnist.classes()[usize::from(test.labels[0])]
+    );
+    assert_eq!(answer["score"][0].as_array().unwrap().len(), 10);
+    // Any size is resized to 28×28.
+    let (status, _) = http(port, "POST", "/invocations", "image/png", &png(0, 84)).unwrap();
+    assert_eq!(status, 200);
+    assert_eq!(
+        http(port, "POST", "/invocations", "text/csv", b"1,2")
+            .unwrap()
+            .0,
+        415
+    );
+    assert_eq!(
+        http(
+            port,
+            "POST",
+            "/invocations",
+            "application/x-image",
+            b"garbage"
+        )
+        .unwrap()
+        .0,
+        400
+    );
+    assert_eq!(
+        http(
+            port,
+            "POST",
+            "/invocations",
+            "application/x-image",
+            &vec![0u8; 200_000]
+        )
+        .unwrap()
+        .0,
+        413
+    );
+    assert!(std::process::Command::new("kill")
+        .args(["-TERM", &server.child.id().to_string()])
+        .status()
+        .unwrap()
+        .success());
+    assert_eq!(
+        server.wait(Duration::from_secs(10)),
+        0,
+        "graceful exit on SIGTERM\n{}",
+        server.stderr()
+    );
 }
 
 #[test]

@@ -87,7 +87,7 @@ pub struct TrainArgs {
     /// Seconds any collective waits for a peer before failing the job.
     #[arg(long, env = "TRAINER_COLLECTIVE_TIMEOUT", default_value_t = 120)]
     pub collective_timeout_secs: u64,
-    /// Serve Prometheus metrics on this port (rank 0 only).
+    /// Serve Prometheus metrics on this port (rank 0 only; `/metrics`).
     #[arg(long, env = "TRAINER_METRICS_PORT")]
     pub metrics_port: Option<u16>,
     /// Hyperparameters as `key=value` (same names as SageMaker's: batch-size, epochs, lr, …).

@@ -153,3 +153,73 @@ pub fn rank_args(
     args.extend(hp.iter().map(|h| format!("--hp={h}")));
     args
 }
+
+/// One HTTP/1.1 request to `127.0.0.1:port`; returns the status and the body.
+pub fn http(
+    port: u16,
+    method: &str,
+    path: &str,
+    content_type: &str,
+    body: &[u8],
+) -> std::io::Result<(u16, String)> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port))?;
+    stream.set_read_timeout(Some(Duration::from_secs(30)))?;
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes())?;
+    // The server may answer (413) before reading a large body and close: ignore a failed write.
+    let _ = stream.write_all(body);
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response)?;
+    let text = String::from_utf8_lossy(&response).into_owned();
+    let status = text
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    Ok((status, body))
+}
+
+/// Waits until `GET /ping` answers 200.
+pub fn wait_for_ping(port: u16, limit: Duration) {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Ok((200, _)) = http(port, "GET", "/ping", "text/plain", b"") {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no 200 from /ping on port {port} after {limit:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Starts `kfaws-trainer serve` for `model_dir` on loopback `port`.
+pub fn spawn_serve(dir: &Path, model_dir: &Path, port: u16, extra: &[&str]) -> Proc {
+    let stdout = dir.join("serve.out");
+    let stderr = dir.join("serve.err");
+    let child = Command::new(env!("CARGO_BIN_EXE_kfaws-trainer"))
+        .arg("serve")
+        .arg(format!("--model-dir={}", model_dir.display()))
+        .arg(format!("--port={port}"))
+        .arg("--bind-addr=127.0.0.1")
+        .args(extra)
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&stdout).unwrap())
+        .stderr(std::fs::File::create(&stderr).unwrap())
+        .spawn()
+        .unwrap();
+    Proc {
+        child,
+        stdout,
+        stderr,
+    }
+}
