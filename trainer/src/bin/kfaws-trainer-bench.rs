@@ -5,12 +5,12 @@
 //! side by side with PyTorch and multi-rank runs.
 
 use std::path::PathBuf;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use burn::tensor::Device;
 use clap::Parser;
 use kfaws_trainer::data::{self, DatasetKind};
-use kfaws_trainer::dist::Communicator;
+use kfaws_trainer::dist::{Agreement, Communicator, Rendezvous};
 use kfaws_trainer::model::Net;
 use kfaws_trainer::optim::Sgd;
 use kfaws_trainer::params::flatten_params;
@@ -95,7 +95,66 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         pct(0.99)
     );
     std::fs::remove_dir_all(&dir)?;
+
+    for world in [2, 4] {
+        let p50 = all_reduce_p50_ms(world, flatten_params(&learner.model).len(), args.requests)?;
+        println!(
+            "bench=all_reduce world_size={world} floats={} p50_ms={p50:.3}",
+            learner.params.len()
+        );
+    }
     Ok(())
+}
+
+/// Median time of an all-reduce of `floats` values among `world` in-process ranks on loopback,
+/// as seen by rank 0: the figure behind the star-topology choice in `dist`.
+fn all_reduce_p50_ms(
+    world: usize,
+    floats: usize,
+    rounds: usize,
+) -> Result<f64, Box<dyn std::error::Error>> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let agreement = Agreement {
+        param_count: floats as u64,
+        config_hash: [0; 32],
+    };
+    let ranks: Vec<_> = (0..world)
+        .map(|rank| {
+            let rv = Rendezvous {
+                master_addr: "127.0.0.1".into(),
+                master_port: port,
+                bind_addr: "127.0.0.1".into(),
+                rank,
+                world_size: world,
+                connect_timeout: Duration::from_secs(30),
+                collective_timeout: Duration::from_secs(30),
+            };
+            let agreement = agreement.clone();
+            std::thread::spawn(move || -> Result<Vec<f64>, String> {
+                let mut comm = Communicator::connect(&rv, &agreement).map_err(|e| e.to_string())?;
+                let mut values = vec![rank as f32; floats];
+                (0..rounds)
+                    .map(|_| {
+                        let t = Instant::now();
+                        comm.all_reduce_mean(&mut values)
+                            .map_err(|e| e.to_string())?;
+                        Ok(t.elapsed().as_secs_f64() * 1e3)
+                    })
+                    .collect()
+            })
+        })
+        .collect();
+    let mut times = Vec::new();
+    for (rank, handle) in ranks.into_iter().enumerate() {
+        let measured = handle.join().map_err(|_| "rank panicked")??;
+        if rank == 0 {
+            times = measured;
+        }
+    }
+    times.sort_by(f64::total_cmp);
+    Ok(times[times.len() / 2])
 }
 
 /// A private scratch directory for the model the latency benchmark serves.
