@@ -245,3 +245,29 @@ fn connecting_to_nobody_times_out_naming_the_address() {
         "{err}"
     );
 }
+
+#[test]
+fn stray_connection_is_ignored_and_the_rendezvous_completes() {
+    let port = free_port();
+    let root = thread::spawn(move || {
+        let mut comm = Communicator::connect(&rendezvous(port, 0, 2), &agreement(1)).unwrap();
+        let mut v = [1.0];
+        comm.all_reduce_sum(&mut v).unwrap();
+        v[0]
+    });
+    // A health check or port scan: connects, says something that is not a handshake, leaves.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut stray = loop {
+        match TcpStream::connect(("127.0.0.1", port)) {
+            Ok(s) => break s,
+            Err(_) if Instant::now() < deadline => thread::sleep(Duration::from_millis(20)),
+            Err(e) => panic!("{e}"),
+        }
+    };
+    std::io::Write::write_all(&mut stray, b"GET / HTTP/1.0\r\n\r\n").unwrap();
+    drop(stray);
+    let mut worker = Communicator::connect(&rendezvous(port, 1, 2), &agreement(1)).unwrap();
+    let mut v = [2.0];
+    worker.all_reduce_sum(&mut v).unwrap();
+    assert_eq!((root.join().unwrap(), v[0]), (3.0, 3.0));
+}
