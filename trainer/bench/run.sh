@@ -23,12 +23,19 @@ BIN="$CARGO_TARGET_DIR/release"
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
 
-ours=$(RAYON_NUM_THREADS=$THREADS "$BIN/kfaws-trainer-bench" --batch-size "$BATCH")
-echo "$ours"
-theirs=$("$PYTHON" trainer/bench/pytorch_reference.py --batch-size "$BATCH" --threads "$THREADS")
-echo "$theirs"
+# Alternate the two sides 3 times and keep each one's best run: on a shared machine the
+# slowest runs measure the neighbours, not the code.
 ips() { sed -n 's/.*images_per_sec=\([0-9.]*\).*/\1/p' <<<"$1" | head -1; }
-echo "bench=throughput_ratio kfaws_over_pytorch=$(python3 -c "print(round($(ips "$ours")/$(ips "$theirs"), 3))")"
+best_ours=0 best_theirs=0
+for _ in 1 2 3; do
+    ours=$(RAYON_NUM_THREADS=$THREADS "$BIN/kfaws-trainer-bench" --batch-size "$BATCH")
+    echo "$ours"
+    theirs=$("$PYTHON" trainer/bench/pytorch_reference.py --batch-size "$BATCH" --threads "$THREADS")
+    echo "$theirs"
+    best_ours=$(python3 -c "print(max($best_ours, $(ips "$ours")))")
+    best_theirs=$(python3 -c "print(max($best_theirs, $(ips "$theirs")))")
+done
+echo "bench=throughput_ratio kfaws_over_pytorch=$(python3 -c "print(round($best_ours/$best_theirs, 3))") best_kfaws=$best_ours best_pytorch=$best_theirs"
 
 PIDS=()
 start_ranks() { # name world_size epochs extra-hp...; the ranks' pids go to PIDS

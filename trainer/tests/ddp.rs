@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 use common::*;
 use kfaws_trainer::checkpoint::Checkpoint;
 
-/// 2 ranks × batch 32 for 2 epochs with the default hyperparameters (lr 0.02, momentum 0.9).
+/// 2 ranks × batch 32 for 2 epochs with the default hyperparameters (lr 0.02, momentum 0.9),
+/// launched as Kubeflow Trainer v2 launches nodes: topology from `PET_*` only.
 #[test]
 fn two_ranks_reach_85_percent_on_fashion_mnist_in_two_epochs() {
     let data = fashion_mnist();
@@ -15,12 +16,26 @@ fn two_ranks_reach_85_percent_on_fashion_mnist_in_two_epochs() {
     let port = free_port();
     let mut ranks: Vec<Proc> = (0..2)
         .map(|r| {
-            spawn_train(
-                dir.path(),
-                &format!("rank{r}"),
-                &rank_args(dir.path(), &data, r, 2, port, &["epochs=2"]),
-                &[],
-            )
+            let args = [
+                format!("--data-dir={}", data.display()),
+                format!(
+                    "--model-dir={}",
+                    dir.path().join(format!("model-{r}")).display()
+                ),
+                format!(
+                    "--checkpoint-dir={}",
+                    dir.path().join(format!("ckpt-{r}")).display()
+                ),
+                "--bind-addr=127.0.0.1".to_string(),
+                "--hp=epochs=2".to_string(),
+            ];
+            let env = [
+                ("PET_MASTER_ADDR", "127.0.0.1".to_string()),
+                ("PET_MASTER_PORT", port.to_string()),
+                ("PET_NNODES", "2".to_string()),
+                ("PET_NODE_RANK", r.to_string()),
+            ];
+            spawn_train(dir.path(), &format!("rank{r}"), &args, &env)
         })
         .collect();
     for (r, p) in ranks.iter_mut().enumerate() {
@@ -31,6 +46,11 @@ fn two_ranks_reach_85_percent_on_fashion_mnist_in_two_epochs() {
             p.stderr()
         );
     }
+    assert!(
+        ranks[1].stderr().contains("launcher=TrainerV2"),
+        "{}",
+        ranks[1].stderr()
+    );
     let accuracies = ranks[0].test_accuracies();
     eprintln!("{}", ranks[0].stdout());
     assert_eq!(
@@ -90,19 +110,36 @@ fn one_rank_batch_64_equals_two_ranks_batch_32() {
     let port = free_port();
     let mut hp32 = hp.to_vec();
     hp32.push("batch-size=32");
+    // The pair is launched as a Kubeflow PyTorchJob launches replicas: topology from
+    // MASTER_ADDR, MASTER_PORT, WORLD_SIZE and RANK, no topology flags.
     let mut two: Vec<Proc> = (0..2)
         .map(|r| {
-            spawn_train(
-                pair.path(),
-                &format!("rank{r}"),
-                &rank_args(pair.path(), &data, r, 2, port, &hp32),
-                &[],
-            )
+            let mut args = vec![
+                format!("--data-dir={}", data.display()),
+                format!(
+                    "--model-dir={}",
+                    pair.path().join(format!("model-{r}")).display()
+                ),
+                format!(
+                    "--checkpoint-dir={}",
+                    pair.path().join(format!("ckpt-{r}")).display()
+                ),
+                "--bind-addr=127.0.0.1".to_string(),
+            ];
+            args.extend(hp32.iter().map(|h| format!("--hp={h}")));
+            let env = [
+                ("MASTER_ADDR", "127.0.0.1".to_string()),
+                ("MASTER_PORT", port.to_string()),
+                ("WORLD_SIZE", "2".to_string()),
+                ("RANK", r.to_string()),
+            ];
+            spawn_train(pair.path(), &format!("rank{r}"), &args, &env)
         })
         .collect();
     assert_eq!(one.wait(Duration::from_secs(600)), 0, "{}", one.stderr());
     for p in two.iter_mut() {
         assert_eq!(p.wait(Duration::from_secs(600)), 0, "{}", p.stderr());
+        assert!(p.stderr().contains("launcher=PyTorchJob"), "{}", p.stderr());
     }
     let a = final_params(single.path(), 44_426);
     let b = final_params(pair.path(), 44_426);
