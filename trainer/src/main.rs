@@ -2,13 +2,14 @@
 //! documented in [`kfaws_trainer::error`].
 
 use std::process::ExitCode;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use kfaws_trainer::contract::sagemaker::SageMakerLayout;
 use kfaws_trainer::contract::{self, TrainArgs};
-use kfaws_trainer::error::TrainError;
+use kfaws_trainer::error::{TrainError, EXIT_TERMINATED};
 use kfaws_trainer::serve::{self, Classifier, ServeArgs};
 use kfaws_trainer::{prometheus, train};
 
@@ -51,6 +52,23 @@ fn sigterm_flag() -> Arc<AtomicBool> {
     stop
 }
 
+/// After SIGTERM the training loop checkpoints and exits at its next step, within
+/// milliseconds. A rank blocked elsewhere (waiting for peers to connect or answer) would only
+/// notice at its timeout, past the orchestrator's SIGKILL: this watchdog exits with 143 once
+/// `grace` has passed since SIGTERM.
+fn stop_deadline(stop: Arc<AtomicBool>, grace: Duration) {
+    std::thread::spawn(move || {
+        while !stop.load(Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        std::thread::sleep(grace);
+        tracing::error!(
+            "SIGTERM: not stopped after {grace:?} (blocked waiting for peers); exiting"
+        );
+        std::process::exit(EXIT_TERMINATED);
+    });
+}
+
 fn run_serve(args: &ServeArgs) -> ExitCode {
     let stop = sigterm_flag();
     let served = Classifier::load(&args.model_dir)
@@ -66,6 +84,7 @@ fn run_serve(args: &ServeArgs) -> ExitCode {
 
 fn run_train(args: &TrainArgs) -> ExitCode {
     let stop = sigterm_flag();
+    stop_deadline(Arc::clone(&stop), Duration::from_secs(args.stop_grace_secs));
     let config = match contract::resolve(args, &|name| std::env::var(name).ok()) {
         Ok(config) => config,
         Err(e) => {

@@ -249,3 +249,38 @@ fn sigterm_checkpoints_and_the_next_run_resumes() {
         third.stdout()
     );
 }
+
+/// A rank blocked in the rendezvous (its rank 0 never comes) still exits 143 shortly after
+/// SIGTERM, within the configured grace.
+#[test]
+fn sigterm_while_waiting_for_peers_exits_within_the_grace() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = [
+        format!("--data-dir={}", fashion_mnist().display()),
+        "--rank=1".to_string(),
+        "--world-size=2".to_string(),
+        "--master-addr=127.0.0.1".to_string(),
+        format!("--master-port={}", free_port()),
+        "--stop-grace-secs=1".to_string(),
+    ];
+    let mut p = spawn_train(dir.path(), "waiting", &args, &[]);
+    p.wait_for_log("dataset loaded", Duration::from_secs(60));
+    std::thread::sleep(Duration::from_millis(300));
+    let sent = std::time::Instant::now();
+    assert!(std::process::Command::new("kill")
+        .args(["-TERM", &p.child.id().to_string()])
+        .status()
+        .unwrap()
+        .success());
+    assert_eq!(p.wait(Duration::from_secs(20)), 143, "{}", p.stderr());
+    assert!(
+        sent.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        sent.elapsed()
+    );
+    assert!(
+        p.stderr().contains("blocked waiting for peers"),
+        "{}",
+        p.stderr()
+    );
+}

@@ -87,6 +87,10 @@ pub struct TrainArgs {
     /// Seconds any collective waits for a peer before failing the job.
     #[arg(long, env = "TRAINER_COLLECTIVE_TIMEOUT", default_value_t = 120)]
     pub collective_timeout_secs: u64,
+    /// Seconds after SIGTERM before a rank still blocked waiting for peers exits with 143
+    /// (SageMaker's StopTrainingJob sends SIGKILL 120 s after SIGTERM).
+    #[arg(long, env = "TRAINER_STOP_GRACE", default_value_t = 30)]
+    pub stop_grace_secs: u64,
     /// Serve Prometheus metrics on this port (rank 0 only; `/metrics`).
     #[arg(long, env = "TRAINER_METRICS_PORT")]
     pub metrics_port: Option<u16>,
