@@ -1,0 +1,50 @@
+# kfaws developer entry points. `make demo` and `make test` work on a fresh
+# machine: every prerequisite is installed by the targets themselves into
+# caches outside the clone ($(KFAWS_CACHE)), reused by later runs.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := help
+
+KFAWS_CACHE ?= $(HOME)/.cache/kfaws
+export KFAWS_CACHE
+# One target directory outside the clone, shared by builds, tests, CI and benches.
+export CARGO_TARGET_DIR ?= $(KFAWS_CACHE)/target
+CARGO ?= cargo
+WITH_EMULATOR := tests/emulator/with_emulator.sh
+DEBIAN_PACKAGES := ca-certificates curl jq unzip util-linux procps
+
+.PHONY: help deps build test fmt-check clippy test-rust test-emulator test-apiserver demo bench
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
+
+deps: ## Debian packages the tests and the demo need (installs only what is missing)
+	tests/debian-packages.sh $(DEBIAN_PACKAGES)
+
+build: ## build the kfaws binary
+	$(CARGO) build --bin kfaws
+
+test: deps fmt-check clippy test-emulator test-apiserver test-rust ## formatting, clippy -D warnings and every test
+	@echo "make test: all checks passed"
+
+fmt-check: ## rustfmt in check mode
+	$(CARGO) fmt --all -- --check
+
+clippy: ## clippy on every target, warnings denied
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+test-emulator: ## the AWS emulator's own tests (each patch against real-AWS behaviour)
+	tests/emulator/run_tests.sh
+
+test-apiserver: deps ## build kube-apiserver and etcd from the Go module proxy (cached) and smoke-test the harness
+	tests/apiserver/smoke.sh
+
+test-rust: ## unit, engine and end-to-end tests (against the AWS emulator)
+	$(WITH_EMULATOR) $(CARGO) test --workspace
+
+demo: deps build ## the main job on the embedded default: plan, apply, outputs, drift check, destroy
+	$(WITH_EMULATOR) tests/demo.sh
+
+bench: ## benchmarks: plan time on large graphs, apply wall time vs critical path
+	$(CARGO) bench --bench engine

@@ -1,0 +1,30 @@
+//! AWS access: SDK configuration from the standard chain, and the resources
+//! that live in AWS.
+//!
+//! Credentials come from the SDK's default chain (environment, `AWS_PROFILE`
+//! or `--aws-profile`, SSO, web identity, container and instance metadata);
+//! the endpoint from the SDK's standard `AWS_ENDPOINT_URL` override when set
+//! (how tests and `make demo` reach the local emulator). Retries use the SDK's
+//! standard retry mode with a bounded number of attempts.
+
+pub mod identity;
+pub mod stack;
+pub mod wait;
+
+use aws_config::retry::RetryConfig;
+use aws_config::{BehaviorVersion, Region, SdkConfig};
+
+/// Attempts per AWS call, including the first (the SDK's standard retry mode
+/// backs off exponentially with jitter between them).
+pub const MAX_ATTEMPTS: u32 = 5;
+
+/// Loads the SDK configuration for `region`, optionally from a named profile.
+pub async fn sdk_config(region: &str, profile: Option<&str>) -> SdkConfig {
+    let mut loader = aws_config::defaults(BehaviorVersion::latest())
+        .region(Region::new(region.to_string()))
+        .retry_config(RetryConfig::standard().with_max_attempts(MAX_ATTEMPTS));
+    if let Some(p) = profile {
+        loader = loader.profile_name(p);
+    }
+    loader.load().await
+}

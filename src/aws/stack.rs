@@ -1,0 +1,414 @@
+//! A CloudFormation stack as a graph resource (`aws_cloudformation_stack`).
+//!
+//! The template is embedded in the binary; parameters come from the config
+//! (static, part of the spec) and from dependencies' outputs (resolved at
+//! apply time). Calls and states follow the AWS CloudFormation API
+//! Reference:
+//! - create passes the idempotency token as `ClientRequestToken`; a stack of
+//!   the same name that carries our deployment tag is re-attached to (the
+//!   previous create was interrupted), one without it is refused;
+//! - waits poll `DescribeStacks` until `CREATE_COMPLETE` / `UPDATE_COMPLETE`
+//!   / gone, and a failure reports the first failing resource and its
+//!   reason from `DescribeStackEvents`;
+//! - "No updates are to be performed" is success;
+//! - a stack left in `ROLLBACK_COMPLETE` can only be deleted, so create
+//!   deletes it first.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use aws_sdk_cloudformation::error::ProvideErrorMetadata;
+use aws_sdk_cloudformation::types::{Capability, OnFailure, Parameter, Stack, StackStatus, Tag};
+use aws_sdk_cloudformation::Client;
+use serde_json::{json, Value};
+
+use super::wait::{wait_until, Backoff, Poll};
+use crate::address::Address;
+use crate::resource::{Applied, Inputs, Observed, Outputs, Resource, ResourceError};
+use crate::state::ResourceState;
+
+/// The tag every kfaws stack carries, naming its deployment.
+pub const DEPLOYMENT_TAG: &str = "kfaws:deployment";
+
+/// A parameter filled from a dependency's output at apply time.
+#[derive(Debug, Clone)]
+pub struct InputParameter {
+    /// Template parameter name.
+    pub parameter: &'static str,
+    /// The dependency.
+    pub from: Address,
+    /// Its output.
+    pub output: &'static str,
+}
+
+/// One CloudFormation stack.
+pub struct StackResource {
+    /// Graph address, e.g. `stack.network`.
+    pub address: Address,
+    /// The stack name (validated by [`crate::naming::CFN_STACK`]).
+    pub stack_name: String,
+    /// The deployment, written as the [`DEPLOYMENT_TAG`].
+    pub deployment: String,
+    /// The template body (YAML).
+    pub template: &'static str,
+    /// Parameters known from the config.
+    pub parameters: BTreeMap<String, String>,
+    /// Parameters filled from dependencies.
+    pub inputs: Vec<InputParameter>,
+    /// Expected create time.
+    pub estimate: Duration,
+    /// The client.
+    pub client: Client,
+}
+
+fn sdk_message<E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static>(
+    e: &aws_sdk_cloudformation::error::SdkError<E>,
+) -> String {
+    aws_sdk_cloudformation::error::DisplayErrorContext(e).to_string()
+}
+
+fn is_missing<E: ProvideErrorMetadata>(e: &aws_sdk_cloudformation::error::SdkError<E>) -> bool {
+    e.as_service_error()
+        .and_then(ProvideErrorMetadata::message)
+        .is_some_and(|m| m.contains("does not exist"))
+}
+
+impl StackResource {
+    fn template_hash(&self) -> String {
+        crate::state::spec_hash(&Value::String(self.template.to_string()))
+    }
+
+    async fn describe(&self) -> Result<Option<Stack>, ResourceError> {
+        match self
+            .client
+            .describe_stacks()
+            .stack_name(&self.stack_name)
+            .send()
+            .await
+        {
+            Ok(out) => Ok(out
+                .stacks()
+                .first()
+                .filter(|s| s.stack_status() != Some(&StackStatus::DeleteComplete))
+                .cloned()),
+            Err(e) if is_missing(&e) => Ok(None),
+            Err(e) => Err(ResourceError::msg(format!(
+                "DescribeStacks {}: {}",
+                self.stack_name,
+                sdk_message(&e)
+            ))),
+        }
+    }
+
+    /// The first resource that failed, from the stack events (oldest first).
+    async fn first_failure(&self) -> String {
+        let Ok(out) = self
+            .client
+            .describe_stack_events()
+            .stack_name(&self.stack_name)
+            .send()
+            .await
+        else {
+            return "no stack events available".into();
+        };
+        out.stack_events()
+            .iter()
+            .rev()
+            .find(|e| {
+                e.resource_status()
+                    .is_some_and(|s| s.as_str().ends_with("_FAILED"))
+                    && e.logical_resource_id() != Some(self.stack_name.as_str())
+            })
+            .map(|e| {
+                format!(
+                    "{} ({}): {}: {}",
+                    e.logical_resource_id().unwrap_or("?"),
+                    e.resource_type().unwrap_or("?"),
+                    e.resource_status().map(|s| s.as_str()).unwrap_or("?"),
+                    e.resource_status_reason().unwrap_or("no reason given")
+                )
+            })
+            .unwrap_or_else(|| "no failed resource in the stack events".into())
+    }
+
+    fn all_parameters(&self, inputs: &Inputs) -> Result<Vec<Parameter>, ResourceError> {
+        let mut params: Vec<Parameter> = self
+            .parameters
+            .iter()
+            .map(|(k, v)| {
+                Parameter::builder()
+                    .parameter_key(k)
+                    .parameter_value(v)
+                    .build()
+            })
+            .collect();
+        for p in &self.inputs {
+            let value = inputs.get(&p.from, p.output)?;
+            let value = value
+                .as_str()
+                .map_or_else(|| value.to_string(), str::to_string);
+            params.push(
+                Parameter::builder()
+                    .parameter_key(p.parameter)
+                    .parameter_value(value)
+                    .build(),
+            );
+        }
+        Ok(params)
+    }
+
+    fn tags(&self) -> Vec<Tag> {
+        vec![
+            Tag::builder()
+                .key(DEPLOYMENT_TAG)
+                .value(&self.deployment)
+                .build(),
+            Tag::builder()
+                .key("kfaws:address")
+                .value(self.address.as_str())
+                .build(),
+        ]
+    }
+
+    fn owned(&self, stack: &Stack) -> bool {
+        stack
+            .tags()
+            .iter()
+            .any(|t| t.key() == Some(DEPLOYMENT_TAG) && t.value() == Some(self.deployment.as_str()))
+    }
+
+    async fn wait_for(
+        &self,
+        done: &[StackStatus],
+        gone_ok: bool,
+    ) -> Result<Option<Stack>, ResourceError> {
+        let schedule = Backoff::with_deadline(self.timeout());
+        wait_until(schedule, || async {
+            let stack = match self.describe().await {
+                Ok(s) => s,
+                Err(e) => return Poll::Failed(e.to_string()),
+            };
+            let Some(stack) = stack else {
+                return if gone_ok {
+                    Poll::Ready(None)
+                } else {
+                    Poll::Failed(format!("stack {} disappeared", self.stack_name))
+                };
+            };
+            let status = stack
+                .stack_status()
+                .cloned()
+                .unwrap_or(StackStatus::from("UNKNOWN"));
+            if done.contains(&status) {
+                return Poll::Ready(Some(stack));
+            }
+            let s = status.as_str();
+            tracing::debug!(stack = %self.stack_name, status = s, "polled");
+            if s.ends_with("_IN_PROGRESS") {
+                return Poll::Pending(s.to_string());
+            }
+            let reason = self.first_failure().await;
+            Poll::Failed(format!(
+                "stack {} is {s}; first failure: {reason}",
+                self.stack_name
+            ))
+        })
+        .await
+        .map_err(|e| ResourceError::msg(e.to_string()))
+    }
+
+    fn applied(stack: &Stack) -> Applied {
+        let outputs: Outputs = stack
+            .outputs()
+            .iter()
+            .filter_map(|o| Some((o.output_key()?.to_string(), json!(o.output_value()?))))
+            .collect();
+        Applied {
+            physical_id: stack.stack_id().unwrap_or_default().to_string(),
+            outputs,
+        }
+    }
+}
+
+#[async_trait]
+impl Resource for StackResource {
+    fn address(&self) -> &Address {
+        &self.address
+    }
+
+    fn kind(&self) -> &'static str {
+        "aws_cloudformation_stack"
+    }
+
+    fn dependencies(&self) -> Vec<Address> {
+        let mut deps: Vec<Address> = self.inputs.iter().map(|p| p.from.clone()).collect();
+        deps.sort();
+        deps.dedup();
+        deps
+    }
+
+    fn spec(&self) -> Value {
+        json!({
+            "stack_name": self.stack_name,
+            "template_sha256": self.template_hash(),
+            "parameters": self.parameters,
+        })
+    }
+
+    fn replace_fields(&self) -> &[&str] {
+        &["stack_name"]
+    }
+
+    fn estimate(&self) -> Duration {
+        self.estimate
+    }
+
+    fn timeout(&self) -> Duration {
+        Duration::from_secs(40 * 60)
+    }
+
+    async fn read(&self, _: Option<&ResourceState>) -> Result<Observed, ResourceError> {
+        let Some(stack) = self.describe().await? else {
+            return Ok(Observed::Gone);
+        };
+        let live_params: BTreeMap<String, String> = stack
+            .parameters()
+            .iter()
+            .filter_map(|p| {
+                Some((
+                    p.parameter_key()?.to_string(),
+                    p.parameter_value()?.to_string(),
+                ))
+            })
+            .filter(|(k, _)| self.parameters.contains_key(k))
+            .collect();
+        let mut spec = serde_json::Map::new();
+        spec.insert("stack_name".into(), json!(stack.stack_name()));
+        spec.insert("parameters".into(), json!(live_params));
+        let applied = Self::applied(&stack);
+        Ok(Observed::Present {
+            physical_id: Some(applied.physical_id),
+            spec,
+            outputs: applied.outputs,
+        })
+    }
+
+    async fn create(&self, token: &str, inputs: &Inputs) -> Result<Applied, ResourceError> {
+        if let Some(existing) = self.describe().await? {
+            if !self.owned(&existing) {
+                return Err(ResourceError::msg(format!(
+                    "stack {} already exists and was not created by kfaws for deployment {:?} \
+                     (no {DEPLOYMENT_TAG} tag); delete or rename it",
+                    self.stack_name, self.deployment
+                )));
+            }
+            match existing.stack_status() {
+                Some(StackStatus::RollbackComplete) => {
+                    // Only deletion is possible from ROLLBACK_COMPLETE.
+                    self.delete_stack(&format!("{token}-rollback")).await?;
+                }
+                _ => {
+                    let stack = self
+                        .wait_for(
+                            &[StackStatus::CreateComplete, StackStatus::UpdateComplete],
+                            false,
+                        )
+                        .await?
+                        .expect("not gone");
+                    return Ok(Self::applied(&stack));
+                }
+            }
+        }
+        let sent = self
+            .client
+            .create_stack()
+            .stack_name(&self.stack_name)
+            .template_body(self.template)
+            .set_parameters(Some(self.all_parameters(inputs)?))
+            .capabilities(Capability::CapabilityNamedIam)
+            .on_failure(OnFailure::Rollback)
+            .client_request_token(token)
+            .set_tags(Some(self.tags()))
+            .send()
+            .await;
+        if let Err(e) = sent {
+            if e.code() != Some("AlreadyExistsException") {
+                return Err(ResourceError::msg(format!(
+                    "CreateStack {}: {}",
+                    self.stack_name,
+                    sdk_message(&e)
+                )));
+            }
+        }
+        let stack = self
+            .wait_for(&[StackStatus::CreateComplete], false)
+            .await?
+            .expect("not gone");
+        Ok(Self::applied(&stack))
+    }
+
+    async fn update(&self, _: &ResourceState, inputs: &Inputs) -> Result<Applied, ResourceError> {
+        let sent = self
+            .client
+            .update_stack()
+            .stack_name(&self.stack_name)
+            .template_body(self.template)
+            .set_parameters(Some(self.all_parameters(inputs)?))
+            .capabilities(Capability::CapabilityNamedIam)
+            .client_request_token(uuid::Uuid::new_v4().to_string())
+            .set_tags(Some(self.tags()))
+            .send()
+            .await;
+        if let Err(e) = sent {
+            let no_op = e
+                .message()
+                .is_some_and(|m| m.contains("No updates are to be performed"));
+            if !no_op {
+                return Err(ResourceError::msg(format!(
+                    "UpdateStack {}: {}",
+                    self.stack_name,
+                    sdk_message(&e)
+                )));
+            }
+        }
+        let stack = self
+            .wait_for(
+                &[StackStatus::UpdateComplete, StackStatus::CreateComplete],
+                false,
+            )
+            .await?
+            .expect("not gone");
+        Ok(Self::applied(&stack))
+    }
+
+    async fn delete(&self, recorded: &ResourceState) -> Result<(), ResourceError> {
+        let token = recorded.idempotency_token.as_deref().map_or_else(
+            || uuid::Uuid::new_v4().to_string(),
+            |t| format!("{t}-delete"),
+        );
+        self.delete_stack(&token).await
+    }
+}
+
+impl StackResource {
+    async fn delete_stack(&self, token: &str) -> Result<(), ResourceError> {
+        if self.describe().await?.is_none() {
+            return Ok(());
+        }
+        self.client
+            .delete_stack()
+            .stack_name(&self.stack_name)
+            .client_request_token(token)
+            .send()
+            .await
+            .map_err(|e| {
+                ResourceError::msg(format!(
+                    "DeleteStack {}: {}",
+                    self.stack_name,
+                    sdk_message(&e)
+                ))
+            })?;
+        self.wait_for(&[], true).await.map(|_| ())
+    }
+}

@@ -1,0 +1,184 @@
+//! Waiting for a resource to reach a state: poll with exponential backoff
+//! until a terminal state or a deadline, keeping the history of the
+//! statuses seen so a timeout or failure can say where it got stuck.
+//!
+//! The readiness decision is the caller's ([`Poll`]); this module only
+//! schedules polls. Backoff starts at [`Backoff::initial`] and doubles to
+//! [`Backoff::max`] -- the schedule the AWS SDK waiters use, without their
+//! per-service hard-coded limits.
+
+use std::fmt;
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+/// What one poll found.
+#[derive(Debug)]
+pub enum Poll<T> {
+    /// The wait is over.
+    Ready(T),
+    /// Not yet; the status seen (recorded in the history when it changes).
+    Pending(String),
+    /// A terminal failure; the message.
+    Failed(String),
+}
+
+/// The polling schedule.
+#[derive(Debug, Clone, Copy)]
+pub struct Backoff {
+    /// First delay between polls.
+    pub initial: Duration,
+    /// Longest delay between polls.
+    pub max: Duration,
+    /// Give up after this long.
+    pub deadline: Duration,
+}
+
+impl Backoff {
+    /// 100 ms doubling to 10 s, for `deadline`.
+    pub fn with_deadline(deadline: Duration) -> Self {
+        Self {
+            initial: Duration::from_millis(100),
+            max: Duration::from_secs(10),
+            deadline,
+        }
+    }
+}
+
+/// Status transitions seen while waiting, with the time since the wait began.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct History(pub Vec<(Duration, String)>);
+
+impl fmt::Display for History {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let parts: Vec<String> = self
+            .0
+            .iter()
+            .map(|(t, s)| format!("{s} at {:.0}s", t.as_secs_f64()))
+            .collect();
+        f.write_str(&parts.join(" → "))
+    }
+}
+
+/// Why a wait ended without the resource being ready.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WaitError {
+    /// A terminal failure.
+    #[error("{message} (statuses: {history})")]
+    Failed {
+        /// The failure.
+        message: String,
+        /// What was seen before it.
+        history: History,
+    },
+    /// The deadline passed.
+    #[error("still not ready after {}s (statuses: {history})", .after.as_secs())]
+    TimedOut {
+        /// The deadline.
+        after: Duration,
+        /// What was seen.
+        history: History,
+    },
+}
+
+/// Polls `poll` on `schedule` until it is ready, fails, or the deadline passes.
+///
+/// # Errors
+/// [`WaitError`] with the status history.
+pub async fn wait_until<T, F, Fut>(schedule: Backoff, mut poll: F) -> Result<T, WaitError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Poll<T>>,
+{
+    let start = Instant::now();
+    let mut history = History::default();
+    let mut delay = schedule.initial;
+    loop {
+        match poll().await {
+            Poll::Ready(v) => return Ok(v),
+            Poll::Failed(message) => return Err(WaitError::Failed { message, history }),
+            Poll::Pending(status) => {
+                if history.0.last().map(|(_, s)| s) != Some(&status) {
+                    history.0.push((start.elapsed(), status));
+                }
+            }
+        }
+        let left = schedule.deadline.saturating_sub(start.elapsed());
+        if left.is_zero() {
+            return Err(WaitError::TimedOut {
+                after: schedule.deadline,
+                history,
+            });
+        }
+        tokio::time::sleep(delay.min(left)).await;
+        delay = (delay * 2).min(schedule.max);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fast(deadline_ms: u64) -> Backoff {
+        Backoff {
+            initial: Duration::from_millis(1),
+            max: Duration::from_millis(4),
+            deadline: Duration::from_millis(deadline_ms),
+        }
+    }
+
+    #[tokio::test]
+    async fn returns_when_ready_and_records_transitions_once() {
+        let mut n = 0;
+        let v = wait_until(fast(1000), || {
+            n += 1;
+            let r = match n {
+                1 | 2 => Poll::Pending("CREATING".to_string()),
+                _ => Poll::Ready(n),
+            };
+            async move { r }
+        })
+        .await
+        .unwrap();
+        assert_eq!(v, 3);
+    }
+
+    #[tokio::test]
+    async fn failure_carries_the_history() {
+        let mut n = 0;
+        let e = wait_until(fast(1000), || {
+            n += 1;
+            let r: Poll<()> = match n {
+                1 | 2 => Poll::Pending("CREATE_IN_PROGRESS".into()),
+                3 => Poll::Pending("ROLLBACK_IN_PROGRESS".into()),
+                _ => Poll::Failed("Vpc: CREATE_FAILED: limit exceeded".into()),
+            };
+            async move { r }
+        })
+        .await
+        .unwrap_err();
+        let WaitError::Failed { message, history } = &e else {
+            panic!("{e}")
+        };
+        assert_eq!(message, "Vpc: CREATE_FAILED: limit exceeded");
+        let seen: Vec<&str> = history.0.iter().map(|(_, s)| s.as_str()).collect();
+        assert_eq!(seen, ["CREATE_IN_PROGRESS", "ROLLBACK_IN_PROGRESS"]);
+        assert!(
+            e.to_string()
+                .contains("CREATE_IN_PROGRESS at 0s → ROLLBACK_IN_PROGRESS"),
+            "{e}"
+        );
+    }
+
+    #[tokio::test]
+    async fn gives_up_at_the_deadline() {
+        let e = wait_until(fast(30), || async {
+            Poll::<()>::Pending("CREATING".into())
+        })
+        .await
+        .unwrap_err();
+        assert!(
+            matches!(&e, WaitError::TimedOut { history, .. } if history.0.len() == 1),
+            "{e}"
+        );
+    }
+}

@@ -1,0 +1,125 @@
+//! Loading what every command needs: the validated config, where the state
+//! lives, and (for commands that call AWS) the SDK config and identity.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context as _;
+use aws_config::SdkConfig;
+use comfy_table::{presets::UTF8_BORDERS_ONLY, Table};
+use kfaws::aws::identity::{caller_identity, CallerIdentity};
+use kfaws::config::{Config, ConfigFile, Overrides, ProfileName, CONFIG_FILE};
+use kfaws::state::store::StateStore;
+use kfaws::state::State;
+
+use super::Global;
+
+/// A loaded, validated config and where its state lives.
+pub struct Loaded {
+    /// The config.
+    pub config: Config,
+    /// The state directory.
+    pub state_dir: PathBuf,
+}
+
+fn env_region() -> Option<String> {
+    std::env::var("AWS_REGION")
+        .or_else(|_| std::env::var("AWS_DEFAULT_REGION"))
+        .ok()
+        .filter(|r| !r.is_empty())
+}
+
+/// Reads kfaws.toml (or --config) without resolving it.
+pub fn read_file(g: &Global) -> anyhow::Result<(ConfigFile, PathBuf)> {
+    let path = g
+        .config
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(CONFIG_FILE));
+    let file = ConfigFile::load(&path, g.config.is_some())?;
+    let state_dir = g.state_dir.clone().unwrap_or_else(|| file.state_dir(&path));
+    Ok((file, state_dir))
+}
+
+/// The deployment name from the flag or the file, for commands that only
+/// read the state.
+pub fn deployment(g: &Global) -> anyhow::Result<(String, PathBuf)> {
+    let (file, state_dir) = read_file(g)?;
+    let name = g
+        .name
+        .clone()
+        .or(file.name)
+        .context("name is not set: pass --name or set `name` in kfaws.toml")?;
+    Ok((name, state_dir))
+}
+
+/// Loads and validates the config. The profile is the flag's, else the one
+/// recorded in the deployment's state, else the file's, else vanilla.
+pub fn load(g: &Global, profile: Option<ProfileName>) -> anyhow::Result<Loaded> {
+    let (file, state_dir) = read_file(g)?;
+    let name = g.name.clone().or_else(|| file.name.clone());
+    let recorded = name
+        .as_deref()
+        .and_then(|n| StateStore::open(&state_dir, n).ok())
+        .and_then(|s| s.state().profile);
+    if let (None, Some(rec), Some(f)) = (profile, recorded, file.profile) {
+        if rec != f {
+            tracing::warn!(
+                "kfaws.toml says profile {f}, the deployment was applied with {rec}; using {rec} \
+                 (pass --profile to change it)"
+            );
+        }
+    }
+    let overrides = Overrides {
+        name: g.name.clone(),
+        region: g.region.clone(),
+        profile: profile.or(recorded),
+    };
+    let config = file.resolve(&overrides, env_region())?;
+    if !config.profile.is_available() {
+        anyhow::bail!(kfaws::profiles::ProfileError::NotAvailable(config.profile));
+    }
+    Ok(Loaded { config, state_dir })
+}
+
+/// The SDK config for the deployment's region.
+pub async fn aws(g: &Global, config: &Config) -> SdkConfig {
+    kfaws::aws::sdk_config(&config.region, g.aws_profile.as_deref()).await
+}
+
+/// Establishes the caller identity and checks it against the state.
+pub async fn check_identity(
+    aws: &SdkConfig,
+    config: &Config,
+    state: &State,
+) -> anyhow::Result<CallerIdentity> {
+    let id = caller_identity(aws).await?;
+    state.check_identity(&id.account, &config.region)?;
+    tracing::debug!(account = %id.account, arn = %id.arn, "caller identity");
+    Ok(id)
+}
+
+/// `kfaws validate`.
+pub fn validate(g: &Global, profile: Option<ProfileName>) -> anyhow::Result<u8> {
+    let loaded = load(g, profile)?;
+    let c = &loaded.config;
+    println!(
+        "The configuration is valid: deployment {:?}, profile {}, region {}, Kubernetes {}.\n",
+        c.name, c.profile, c.region, c.kubernetes_version
+    );
+    let mut table = Table::new();
+    table.load_style(UTF8_BORDERS_ONLY);
+    table.set_header(["Name", "Kind", "From"]);
+    for n in c.derived_names() {
+        table.add_row([n.value, n.rule.what.to_string(), n.field]);
+    }
+    println!("{table}");
+    println!(
+        "State: {}",
+        state_path(&loaded.state_dir, &c.name).display()
+    );
+    Ok(0)
+}
+
+/// Where the state of `name` lives.
+pub fn state_path(state_dir: &Path, name: &str) -> PathBuf {
+    kfaws::state::store::deployment_dir(state_dir, name).join("state.json")
+}

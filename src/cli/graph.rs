@@ -1,0 +1,70 @@
+//! `kfaws graph`: the resource graph in DOT, optionally coloured by the plan.
+
+use std::collections::BTreeMap;
+
+use kfaws::config::ProfileName;
+use kfaws::graph::{Dag, NodeStyle};
+use kfaws::plan::{make_plan, Action, PlanRequest};
+use kfaws::profiles;
+use kfaws::state::store::StateStore;
+
+use super::context;
+use super::Global;
+
+fn colour(action: Action) -> &'static str {
+    match action {
+        Action::Create => "palegreen",
+        Action::Update => "khaki",
+        Action::Replace => "orange",
+        Action::Delete => "salmon",
+        Action::Read => "lightblue",
+        Action::NoOp => "white",
+    }
+}
+
+/// `kfaws graph [--plan]`.
+pub async fn graph(
+    g: &Global,
+    profile: Option<ProfileName>,
+    with_plan: bool,
+) -> anyhow::Result<u8> {
+    let loaded = context::load(g, profile)?;
+    let config = &loaded.config;
+    let aws = context::aws(g, config).await;
+    let built = profiles::build(config, &aws)?;
+    let dag = Dag::new(
+        built
+            .resources
+            .iter()
+            .map(|r| (r.address().clone(), r.dependencies())),
+    )?;
+    let mut actions = BTreeMap::new();
+    if with_plan {
+        let store = StateStore::open(&loaded.state_dir, &config.name)?;
+        context::check_identity(&aws, config, store.state()).await?;
+        let (plan, _) = make_plan(PlanRequest {
+            config,
+            desired: &built.resources,
+            provider: built.provider.as_ref(),
+            state: store.state(),
+            destroy: false,
+            targets: &[],
+            parallelism: 10,
+        })
+        .await?;
+        actions = plan
+            .changes
+            .into_iter()
+            .map(|c| (c.address, c.action))
+            .collect();
+    }
+    let dot = dag.to_dot(|a| match actions.get(a) {
+        Some(action) => NodeStyle {
+            fill: Some(colour(*action)),
+            note: Some(action.as_str().to_string()),
+        },
+        None => NodeStyle::default(),
+    });
+    println!("{dot}");
+    Ok(0)
+}

@@ -1,0 +1,239 @@
+//! Command definitions (clap) and dispatch. Each command's module parses
+//! nothing and decides nothing of substance: it loads, calls the library and
+//! prints.
+
+mod context;
+mod graph;
+mod run;
+mod state;
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+use kfaws::address::Address;
+use kfaws::config::ProfileName;
+
+/// kfaws: Kubeflow on AWS, planned, applied and destroyed from one binary.
+///
+/// Resources (CloudFormation stacks, EKS, IAM, EFS, S3 and Kubernetes
+/// components) form a dependency graph that is planned, applied and
+/// destroyed in dependency order, with a state file, locking, resume after
+/// failure and drift detection.
+///
+/// Configuration comes from kfaws.toml in the current directory (or
+/// --config), overridden by flags. AWS credentials come from the standard
+/// chain (environment, AWS_PROFILE or --aws-profile, SSO, instance
+/// metadata); AWS_ENDPOINT_URL redirects every AWS call (the local emulator).
+#[derive(Debug, Parser)]
+#[command(
+    name = "kfaws",
+    version,
+    propagate_version = true,
+    max_term_width = 100
+)]
+pub struct Cli {
+    #[command(flatten)]
+    global: Global,
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// Flags every command takes.
+#[derive(Debug, Args, Clone)]
+pub struct Global {
+    /// The config file [default: ./kfaws.toml; a missing default file is an empty config].
+    #[arg(long, global = true, env = "KFAWS_CONFIG", value_name = "PATH")]
+    config: Option<PathBuf>,
+    /// Deployment name (also the EKS cluster name) [default: `name` in kfaws.toml].
+    #[arg(long, global = true, env = "KFAWS_NAME")]
+    name: Option<String>,
+    /// AWS Region [default: `region` in kfaws.toml, else AWS_REGION].
+    #[arg(long, global = true)]
+    region: Option<String>,
+    /// Named AWS profile for credentials (as AWS_PROFILE).
+    #[arg(long, global = true, value_name = "PROFILE")]
+    aws_profile: Option<String>,
+    /// Directory of deployment state [default: `state_dir` in kfaws.toml, else .kfaws beside it].
+    #[arg(long, global = true, value_name = "DIR")]
+    state_dir: Option<PathBuf>,
+    /// More logs: -v for debug, -vv for trace (RUST_LOG overrides).
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    verbose: u8,
+}
+
+/// Flags of the commands that build a plan.
+#[derive(Debug, Args, Clone)]
+pub struct PlanFlags {
+    /// Deployment profile [default: the one recorded in state, else kfaws.toml, else vanilla].
+    #[arg(long, value_enum)]
+    profile: Option<ProfileName>,
+    /// Limit to these addresses and their dependencies (apply) or dependants (destroy); repeatable.
+    #[arg(long, value_name = "ADDR")]
+    target: Vec<Address>,
+    /// At most this many resources change (or are read) at once.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u16).range(1..=256))]
+    parallelism: u16,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Check the config and every name it derives, without calling AWS.
+    Validate {
+        /// Deployment profile to validate.
+        #[arg(long, value_enum)]
+        profile: Option<ProfileName>,
+    },
+    /// Show what apply (or destroy) would do.
+    ///
+    /// Refreshes every recorded resource live, diffs desired vs recorded vs
+    /// live and prints each change with its reason: + create, ~ update in
+    /// place, -/+ replace, - destroy, <= read. Changes made outside kfaws are
+    /// reported as drift.
+    Plan {
+        #[command(flatten)]
+        plan: PlanFlags,
+        /// Plan a destroy instead.
+        #[arg(long)]
+        destroy: bool,
+        /// Save the plan to FILE for `kfaws apply FILE` (also `-out FILE`).
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+        /// Print the plan as JSON.
+        #[arg(long)]
+        json: bool,
+        /// Exit 0 for no changes, 2 for changes, 1 for errors.
+        #[arg(long)]
+        detailed_exitcode: bool,
+    },
+    /// Create or update the deployment's resources.
+    ///
+    /// Walks the graph in dependency order with bounded parallelism. A
+    /// failure stops its dependants, lets independent resources finish,
+    /// marks the failed resource tainted and exits 1; run apply again to
+    /// resume. Ctrl-C stops new work and exits 130 once in-flight calls are
+    /// recorded.
+    Apply {
+        /// A plan saved by `kfaws plan --out FILE`: apply exactly it, without asking.
+        #[arg(value_name = "PLAN_FILE")]
+        plan_file: Option<PathBuf>,
+        #[command(flatten)]
+        plan: PlanFlags,
+        /// Do not ask for confirmation.
+        #[arg(long)]
+        auto_approve: bool,
+    },
+    /// Delete every resource of the deployment, dependants first.
+    Destroy {
+        #[command(flatten)]
+        plan: PlanFlags,
+        /// Do not ask for confirmation.
+        #[arg(long)]
+        auto_approve: bool,
+    },
+    /// Print outputs recorded in the state (`<address>.<output>`).
+    Output {
+        /// One output, e.g. stack.network.VpcId.
+        #[arg(id = "output", value_name = "NAME")]
+        output: Option<String>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Inspect and repair the state.
+    #[command(subcommand)]
+    State(StateCommand),
+    /// Print the resource graph in Graphviz DOT.
+    Graph {
+        /// Deployment profile.
+        #[arg(long, value_enum)]
+        profile: Option<ProfileName>,
+        /// Colour nodes by planned action (refreshes like `plan`).
+        #[arg(long)]
+        plan: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum StateCommand {
+    /// List recorded resources with their status.
+    List,
+    /// Show one recorded resource as JSON.
+    Show {
+        /// The address.
+        address: Address,
+    },
+    /// Forget a resource: kfaws stops managing it; it is NOT deleted.
+    Rm {
+        /// The address.
+        address: Address,
+    },
+    /// Remove a stale lock left by a command that died.
+    Unlock {
+        /// The lock ID printed by the refused command.
+        id: String,
+    },
+}
+
+/// Parses `args` and runs the command; returns the process exit code.
+pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
+    let cli = Cli::parse_from(args);
+    init_logging(cli.global.verbose);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("the tokio runtime starts");
+    match runtime.block_on(dispatch(cli)) {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            eprintln!("Error: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn init_logging(verbose: u8) {
+    let default = match verbose {
+        0 => "warn",
+        1 => "kfaws=debug,info",
+        _ => "trace",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
+    let g = cli.global;
+    match cli.command {
+        Command::Validate { profile } => context::validate(&g, profile),
+        Command::Plan {
+            plan,
+            destroy,
+            out,
+            json,
+            detailed_exitcode,
+        } => run::plan(&g, &plan, destroy, out.as_deref(), json, detailed_exitcode).await,
+        Command::Apply {
+            plan_file: Some(file),
+            plan,
+            ..
+        } => run::apply_saved(&g, &file, plan.parallelism).await,
+        Command::Apply {
+            plan_file: None,
+            plan,
+            auto_approve,
+        } => run::apply(&g, &plan, false, auto_approve).await,
+        Command::Destroy { plan, auto_approve } => run::apply(&g, &plan, true, auto_approve).await,
+        Command::Output { output, json } => state::output(&g, output.as_deref(), json),
+        Command::State(StateCommand::List) => state::list(&g),
+        Command::State(StateCommand::Show { address }) => state::show(&g, &address),
+        Command::State(StateCommand::Rm { address }) => state::rm(&g, &address),
+        Command::State(StateCommand::Unlock { id }) => state::unlock(&g, &id),
+        Command::Graph { profile, plan } => graph::graph(&g, profile, plan).await,
+    }
+}

@@ -1,0 +1,251 @@
+//! `kfaws plan`, `kfaws apply` and `kfaws destroy`.
+
+use std::io::IsTerminal;
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use kfaws::engine::interrupt::{cancel_on_signals, EXIT_INTERRUPTED};
+use kfaws::engine::progress::{report_table, Console};
+use kfaws::engine::{execute, ApplyReport, ExecOptions, Outcome, SharedStore};
+use kfaws::plan::{self, make_plan, render, Action, Plan, PlanRequest};
+use kfaws::profiles;
+use kfaws::state::lock::StateLock;
+use kfaws::state::store::StateStore;
+
+use super::context::{self, Loaded};
+use super::{Global, PlanFlags};
+
+fn warn_targets(flags: &PlanFlags) {
+    if !flags.target.is_empty() {
+        eprintln!(
+            "Warning: resource targeting is in effect. The plan may be incomplete: only the \
+             targets and their dependencies (apply) or dependants (destroy) are considered. \
+             --target is for exceptional situations such as recovering from errors, not for \
+             routine use.\n"
+        );
+    }
+}
+
+struct Planned {
+    loaded: Loaded,
+    _lock: StateLock,
+    store: StateStore,
+    plan: Plan,
+    handles: plan::Handles,
+    account: String,
+}
+
+async fn make(
+    g: &Global,
+    flags: &PlanFlags,
+    destroy: bool,
+    operation: &str,
+) -> anyhow::Result<Planned> {
+    let loaded = context::load(g, flags.profile)?;
+    let config = &loaded.config;
+    let lock = StateLock::acquire(&loaded.state_dir, &config.name, operation)?;
+    let store = StateStore::open(&loaded.state_dir, &config.name)?;
+    let aws = context::aws(g, config).await;
+    let built = profiles::build(config, &aws)?;
+    let id = context::check_identity(&aws, config, store.state()).await?;
+    warn_targets(flags);
+    let (plan, handles) = make_plan(PlanRequest {
+        config,
+        desired: &built.resources,
+        provider: built.provider.as_ref(),
+        state: store.state(),
+        destroy,
+        targets: &flags.target,
+        parallelism: usize::from(flags.parallelism),
+    })
+    .await?;
+    Ok(Planned {
+        loaded,
+        _lock: lock,
+        store,
+        plan,
+        handles,
+        account: id.account,
+    })
+}
+
+/// `kfaws plan`.
+pub async fn plan(
+    g: &Global,
+    flags: &PlanFlags,
+    destroy: bool,
+    out: Option<&Path>,
+    json: bool,
+    detailed_exitcode: bool,
+) -> anyhow::Result<u8> {
+    let p = make(g, flags, destroy, "plan").await?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&render::json(&p.plan))?);
+    } else {
+        print!("{}", render::human(&p.plan));
+    }
+    if let Some(file) = out {
+        plan::file::save(&p.plan, file)?;
+        if !json {
+            println!(
+                "\nSaved the plan to: {}\nTo perform exactly these actions, run: kfaws apply {}",
+                file.display(),
+                file.display()
+            );
+        }
+    }
+    Ok(if detailed_exitcode && p.plan.has_changes() {
+        2
+    } else {
+        0
+    })
+}
+
+async fn confirm(destroy: bool) -> anyhow::Result<bool> {
+    if !std::io::stdin().is_terminal() {
+        anyhow::bail!(
+            "refusing to {} without confirmation: stdin is not a terminal; pass --auto-approve",
+            if destroy { "destroy" } else { "apply" }
+        );
+    }
+    let question = if destroy {
+        "Do you really want to destroy all resources of this deployment?\n  There is no undo."
+    } else {
+        "Do you want to perform these actions?"
+    };
+    println!("\n{question}\n  Only 'yes' will be accepted to approve.\n");
+    print!("  Enter a value: ");
+    std::io::Write::flush(&mut std::io::stdout())?;
+    let answer = tokio::task::spawn_blocking(|| {
+        let mut line = String::new();
+        std::io::stdin().read_line(&mut line).map(|_| line)
+    })
+    .await??;
+    Ok(answer.trim() == "yes")
+}
+
+/// `kfaws apply` and `kfaws destroy` (without a saved plan).
+pub async fn apply(
+    g: &Global,
+    flags: &PlanFlags,
+    destroy: bool,
+    auto_approve: bool,
+) -> anyhow::Result<u8> {
+    let operation = if destroy { "destroy" } else { "apply" };
+    if destroy {
+        let (name, state_dir) = context::deployment(g)?;
+        let store = StateStore::open(&state_dir, &name)?;
+        if store.state().resources.is_empty() {
+            println!("No resources to destroy: deployment {name:?} has nothing in its state.");
+            return Ok(0);
+        }
+    }
+    let p = make(g, flags, destroy, operation).await?;
+    print!("{}", render::human(&p.plan));
+    if !p.plan.has_changes() {
+        return Ok(0);
+    }
+    if !auto_approve && !confirm(destroy).await? {
+        println!("\n{} cancelled.", if destroy { "Destroy" } else { "Apply" });
+        return Ok(1);
+    }
+    println!();
+    run(p, usize::from(flags.parallelism)).await
+}
+
+/// `kfaws apply FILE`.
+pub async fn apply_saved(g: &Global, file: &Path, parallelism: u16) -> anyhow::Result<u8> {
+    let saved = plan::file::load(file)?;
+    let config = saved.config.clone();
+    config.validate()?;
+    let state_dir = context::read_file(g)?.1;
+    let lock = StateLock::acquire(&state_dir, &config.name, "apply")?;
+    let store = StateStore::open(&state_dir, &config.name)?;
+    let aws = context::aws(g, &config).await;
+    let built = profiles::build(&config, &aws)?;
+    let id = context::check_identity(&aws, &config, store.state()).await?;
+    let handles = plan::handles(&built.resources, built.provider.as_ref(), store.state())?;
+    plan::file::check(&saved, store.state(), &handles)?;
+    if !saved.has_changes() {
+        println!("The saved plan has no changes.");
+        return Ok(0);
+    }
+    run(
+        Planned {
+            loaded: Loaded { config, state_dir },
+            _lock: lock,
+            store,
+            plan: saved,
+            handles,
+            account: id.account,
+        },
+        usize::from(parallelism),
+    )
+    .await
+}
+
+async fn run(p: Planned, parallelism: usize) -> anyhow::Result<u8> {
+    let Planned {
+        loaded,
+        _lock,
+        mut store,
+        plan,
+        handles,
+        account,
+    } = p;
+    let config = loaded.config;
+    store
+        .write(|s| {
+            s.account_id = Some(account);
+            s.region = Some(config.region.clone());
+            s.profile = Some(config.profile);
+        })
+        .context("recording the deployment's account and region in the state")?;
+    let state_path = store.path().to_path_buf();
+    let cancel = cancel_on_signals();
+    let report = execute(
+        &plan,
+        &handles,
+        SharedStore::new(store),
+        &ExecOptions { parallelism },
+        Arc::new(Console::new()),
+        cancel,
+    )
+    .await?;
+    println!("\n{}", report_table(&report));
+    Ok(finish(&plan, &report, &state_path))
+}
+
+fn finish(plan: &Plan, report: &ApplyReport, state_path: &Path) -> u8 {
+    let count = |actions: &[Action]| {
+        report
+            .results
+            .iter()
+            .filter(|r| r.outcome == Outcome::Succeeded && actions.contains(&r.action))
+            .count()
+    };
+    let added = count(&[Action::Create, Action::Replace]);
+    let changed = count(&[Action::Update]);
+    let destroyed = count(&[Action::Delete, Action::Replace]);
+    let verb = if plan.destroy { "Destroy" } else { "Apply" };
+    if report.succeeded() {
+        println!(
+            "{verb} complete! Resources: {added} added, {changed} changed, {destroyed} destroyed."
+        );
+        0
+    } else if report.interrupted {
+        println!(
+            "{verb} interrupted after {added} added, {changed} changed, {destroyed} destroyed. \
+             The state ({}) records everything that may exist; run the command again to resume.",
+            state_path.display()
+        );
+        EXIT_INTERRUPTED as u8
+    } else {
+        println!(
+            "{verb} failed after {added} added, {changed} changed, {destroyed} destroyed. \
+             Failed resources are tainted; fix the cause and run the command again to resume."
+        );
+        1
+    }
+}

@@ -1,0 +1,122 @@
+//! `kfaws state ...` and `kfaws output`.
+
+use anyhow::Context as _;
+use comfy_table::{presets::UTF8_BORDERS_ONLY, Table};
+use kfaws::address::Address;
+use kfaws::state::lock::{self, StateLock};
+use kfaws::state::store::StateStore;
+
+use super::context;
+use super::Global;
+
+fn open(g: &Global) -> anyhow::Result<(StateStore, std::path::PathBuf, String)> {
+    let (name, state_dir) = context::deployment(g)?;
+    let store = StateStore::open(&state_dir, &name)?;
+    Ok((store, state_dir, name))
+}
+
+/// `kfaws state list`.
+pub fn list(g: &Global) -> anyhow::Result<u8> {
+    let (store, _, name) = open(g)?;
+    let state = store.state();
+    if state.resources.is_empty() {
+        println!("Deployment {name:?} has no resources in its state.");
+        return Ok(0);
+    }
+    let mut table = Table::new();
+    table.load_style(UTF8_BORDERS_ONLY);
+    table.set_header(["Address", "Kind", "Status", "ID"]);
+    for (address, r) in &state.resources {
+        table.add_row([
+            address.to_string(),
+            r.kind.clone(),
+            r.status.as_str().to_string(),
+            r.physical_id.clone().unwrap_or_else(|| "-".into()),
+        ]);
+    }
+    println!("{table}");
+    println!(
+        "serial {}, lineage {}, account {}, region {}",
+        state.serial,
+        state.lineage,
+        state.account_id.as_deref().unwrap_or("-"),
+        state.region.as_deref().unwrap_or("-")
+    );
+    Ok(0)
+}
+
+/// `kfaws state show ADDR`.
+pub fn show(g: &Global, address: &Address) -> anyhow::Result<u8> {
+    let (store, _, name) = open(g)?;
+    let r = store
+        .state()
+        .resources
+        .get(address)
+        .with_context(|| format!("{address} is not in the state of deployment {name:?}"))?;
+    println!("{}", serde_json::to_string_pretty(r)?);
+    Ok(0)
+}
+
+/// `kfaws state rm ADDR`.
+pub fn rm(g: &Global, address: &Address) -> anyhow::Result<u8> {
+    let (name, state_dir) = context::deployment(g)?;
+    let _lock = StateLock::acquire(&state_dir, &name, "state rm")?;
+    let mut store = StateStore::open(&state_dir, &name)?;
+    let r = store
+        .state()
+        .resources
+        .get(address)
+        .cloned()
+        .with_context(|| format!("{address} is not in the state of deployment {name:?}"))?;
+    let a = address.clone();
+    store.write(move |s| {
+        s.resources.remove(&a);
+    })?;
+    println!(
+        "Removed {address} from the state. kfaws no longer manages it; it still exists{}.",
+        r.physical_id
+            .map(|id| format!(" ({id})"))
+            .unwrap_or_default()
+    );
+    Ok(0)
+}
+
+/// `kfaws state unlock ID`.
+pub fn unlock(g: &Global, id: &str) -> anyhow::Result<u8> {
+    let (name, state_dir) = context::deployment(g)?;
+    let info = lock::force_unlock(&state_dir, &name, id)?;
+    println!(
+        "Removed the lock {} held by {} (pid {}) for `{}` since {}.",
+        info.id,
+        info.who,
+        info.pid,
+        info.operation,
+        info.created.to_rfc3339()
+    );
+    Ok(0)
+}
+
+/// `kfaws output [NAME] [--json]`.
+pub fn output(g: &Global, name: Option<&str>, json: bool) -> anyhow::Result<u8> {
+    let (store, _, deployment) = open(g)?;
+    let outputs = store.state().outputs();
+    match name {
+        Some(n) => {
+            let v = outputs.get(n).with_context(|| {
+                format!("no output {n:?} in deployment {deployment:?}; `kfaws output` lists them")
+            })?;
+            match (json, v.as_str()) {
+                (false, Some(s)) => println!("{s}"),
+                _ => println!("{v}"),
+            }
+        }
+        None if json => println!("{}", serde_json::to_string_pretty(&outputs)?),
+        None if outputs.is_empty() => println!("Deployment {deployment:?} has no outputs yet."),
+        None => {
+            for (k, v) in outputs {
+                println!("{k} = {v}");
+            }
+        }
+    }
+    Ok(0)
+}

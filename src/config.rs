@@ -1,0 +1,805 @@
+//! The deployment config: `kfaws.toml` merged with command-line overrides,
+//! validated as a whole before anything talks to AWS.
+//!
+//! Parsing is strict: unknown keys, duplicate keys and wrong types are errors
+//! with the line and column (the `toml` crate's spans), never ignored.
+//! Validation then checks every value and every name the deployment will
+//! create against the rule of the service that receives it ([`crate::naming`]).
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::naming::{self, DerivedName, NameError};
+
+/// The config file read from the working directory unless `--config` says otherwise.
+pub const CONFIG_FILE: &str = "kfaws.toml";
+
+/// Deployment profiles: which Kubeflow-on-AWS variant to install. The names
+/// are those of the Kubeflow on AWS distribution's deployment options.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum, PartialOrd, Ord,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum ProfileName {
+    /// Kubeflow with EFS storage, the training operator and SageMaker access.
+    Vanilla,
+    /// Vanilla with RDS for metadata and S3 for pipeline artifacts (not yet available).
+    RdsS3,
+    /// Vanilla behind Cognito authentication (not yet available).
+    Cognito,
+    /// Cognito and RDS/S3 together (not yet available).
+    CognitoRdsS3,
+}
+
+impl ProfileName {
+    /// The name as written in config and on the command line.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Vanilla => "vanilla",
+            Self::RdsS3 => "rds-s3",
+            Self::Cognito => "cognito",
+            Self::CognitoRdsS3 => "cognito-rds-s3",
+        }
+    }
+
+    /// Whether this build of kfaws can deploy the profile.
+    pub fn is_available(self) -> bool {
+        matches!(self, Self::Vanilla)
+    }
+}
+
+impl fmt::Display for ProfileName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Policy attached to the SageMaker execution role.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SageMakerRolePolicy {
+    /// `AmazonSageMakerFullAccess` and `AmazonS3FullAccess`, as the Kubeflow on AWS guides do.
+    #[default]
+    Full,
+    /// Only the artifact bucket and the SageMaker actions kfaws uses.
+    Scoped,
+}
+
+/// One EKS managed node group.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeGroup {
+    /// EC2 instance type, e.g. `m5.xlarge`.
+    pub instance_type: String,
+    /// Minimum number of nodes (EKS `scalingConfig.minSize`).
+    pub min_size: u32,
+    /// Desired number of nodes (EKS `scalingConfig.desiredSize`).
+    pub desired_size: u32,
+    /// Maximum number of nodes (EKS `scalingConfig.maxSize`, at least 1).
+    pub max_size: u32,
+    /// Root volume size in GiB (encrypted).
+    #[serde(default = "default_disk_size")]
+    pub disk_size_gib: u32,
+}
+
+fn default_disk_size() -> u32 {
+    50
+}
+
+impl Default for NodeGroup {
+    fn default() -> Self {
+        Self {
+            instance_type: "m5.xlarge".into(),
+            min_size: 1,
+            desired_size: 2,
+            max_size: 4,
+            disk_size_gib: default_disk_size(),
+        }
+    }
+}
+
+/// Deployment options; every key has a default.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Options {
+    /// IPv4 CIDR of the VPC.
+    pub vpc_cidr: String,
+    /// Name of the SageMaker execution role.
+    pub sagemaker_role_name: String,
+    /// What the SageMaker execution role may do.
+    pub sagemaker_role_policy: SageMakerRolePolicy,
+    /// Name of the S3 artifact bucket; default `kfaws-<name>-<region>-artifacts`.
+    pub artifact_bucket: Option<String>,
+    /// The Kubeflow profile namespace users work in.
+    pub user_namespace: String,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            vpc_cidr: "10.0.0.0/16".into(),
+            sagemaker_role_name: "sagemakerrole".into(),
+            sagemaker_role_policy: SageMakerRolePolicy::Full,
+            artifact_bucket: None,
+            user_namespace: "kubeflow-user-example-com".into(),
+        }
+    }
+}
+
+/// `kfaws.toml` as written; every key optional.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConfigFile {
+    /// Deployment name (also the EKS cluster name).
+    pub name: Option<String>,
+    /// AWS Region.
+    pub region: Option<String>,
+    /// Deployment profile.
+    pub profile: Option<ProfileName>,
+    /// Kubernetes version of the EKS cluster, `1.NN`.
+    pub kubernetes_version: Option<String>,
+    /// Directory holding the state of each deployment.
+    pub state_dir: Option<PathBuf>,
+    /// Node groups by name; default one group `cpu`.
+    pub node_groups: Option<BTreeMap<String, NodeGroup>>,
+    /// Options.
+    #[serde(default)]
+    pub options: Options,
+}
+
+/// Values given on the command line; they win over the file.
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    /// `--name`.
+    pub name: Option<String>,
+    /// `--region`.
+    pub region: Option<String>,
+    /// `--profile`.
+    pub profile: Option<ProfileName>,
+}
+
+/// A complete, validated deployment config.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Config {
+    /// Deployment name; also the EKS cluster name.
+    pub name: String,
+    /// AWS Region.
+    pub region: String,
+    /// Deployment profile.
+    pub profile: ProfileName,
+    /// Kubernetes version, `1.NN`.
+    pub kubernetes_version: String,
+    /// Node groups by name.
+    pub node_groups: BTreeMap<String, NodeGroup>,
+    /// Options.
+    pub options: Options,
+}
+
+/// The Kubernetes version used when the config names none: the newest
+/// version in EKS standard support when this kfaws was released (source:
+/// Amazon EKS User Guide, "Understand the Kubernetes version lifecycle on EKS").
+pub const DEFAULT_KUBERNETES_VERSION: &str = "1.33";
+
+/// Why a config cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML or does not match the schema; the message
+    /// carries the line and column.
+    #[error("{path}: {message}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// The `toml` crate's message, with line, column and the offending text.
+        message: String,
+    },
+    /// A required value is missing from both the file and the command line.
+    #[error("{field} is not set: {hint}")]
+    Missing {
+        /// The field.
+        field: &'static str,
+        /// How to set it.
+        hint: &'static str,
+    },
+    /// A value breaks a rule.
+    #[error("{field} {value:?} is invalid: {problem}")]
+    Invalid {
+        /// The field, as a dotted path.
+        field: String,
+        /// The value.
+        value: String,
+        /// What is wrong and which rule says so.
+        problem: String,
+    },
+    /// One or more derived names break their service's rule.
+    #[error("{}", render_names(.0))]
+    Names(Vec<NameError>),
+}
+
+/// One line per broken name; names that break the same rule for the same
+/// reason (the four stack names of an underscored deployment name) share a
+/// line that lists them all.
+fn render_names(errors: &[NameError]) -> String {
+    let mut groups: Vec<(&NameError, Vec<&str>)> = Vec::new();
+    for e in errors {
+        let same = |g: &NameError| {
+            g.field == e.field && g.what == e.what && g.problem == e.problem && g.value != g.input
+        };
+        match groups
+            .iter_mut()
+            .find(|(g, _)| same(g) && e.value != e.input)
+        {
+            Some((_, values)) => values.push(&e.value),
+            None => groups.push((e, vec![&e.value])),
+        }
+    }
+    groups
+        .into_iter()
+        .map(|(e, values)| {
+            if values.len() == 1 {
+                return e.to_string();
+            }
+            let quoted: Vec<String> = values.iter().map(|v| format!("{v:?}")).collect();
+            format!(
+                "{} {:?} is invalid: the derived {}s {} break the rule {} ({}); {}",
+                e.field,
+                e.input,
+                e.what,
+                quoted.join(", "),
+                e.rule,
+                e.reference,
+                e.problem
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+impl ConfigFile {
+    /// Parses `kfaws.toml` text strictly.
+    ///
+    /// # Errors
+    /// [`ConfigError::Parse`] with line and column for syntax errors,
+    /// duplicate keys, unknown keys and wrong types.
+    pub fn parse(path: &Path, text: &str) -> Result<Self, ConfigError> {
+        toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: path.to_path_buf(),
+            message: e.to_string().trim_end().to_string(),
+        })
+    }
+
+    /// Reads and parses a config file; a missing file at the default path is
+    /// an empty config, a missing file named explicitly is an error.
+    ///
+    /// # Errors
+    /// [`ConfigError::Read`] or [`ConfigError::Parse`].
+    pub fn load(path: &Path, explicit: bool) -> Result<Self, ConfigError> {
+        match std::fs::read_to_string(path) {
+            Ok(text) => Self::parse(path, &text),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !explicit => Ok(Self::default()),
+            Err(source) => Err(ConfigError::Read {
+                path: path.to_path_buf(),
+                source,
+            }),
+        }
+    }
+
+    /// The state directory named in the file, or `.kfaws` beside it.
+    pub fn state_dir(&self, config_path: &Path) -> PathBuf {
+        let base = config_path.parent().unwrap_or(Path::new("."));
+        match &self.state_dir {
+            Some(dir) if dir.is_absolute() => dir.clone(),
+            Some(dir) => base.join(dir),
+            None => base.join(".kfaws"),
+        }
+    }
+
+    /// Merges the file with command-line overrides and validates the result.
+    /// `env_region` is the region from `AWS_REGION`/`AWS_DEFAULT_REGION`,
+    /// used when neither the flag nor the file sets one.
+    ///
+    /// # Errors
+    /// [`ConfigError::Missing`] for a missing name or region,
+    /// [`ConfigError::Invalid`] for a bad value, [`ConfigError::Names`] with
+    /// every derived name that breaks its rule.
+    pub fn resolve(
+        self,
+        overrides: &Overrides,
+        env_region: Option<String>,
+    ) -> Result<Config, ConfigError> {
+        let name = overrides
+            .name
+            .clone()
+            .or(self.name)
+            .ok_or(ConfigError::Missing {
+                field: "name",
+                hint: "pass --name or set `name` in kfaws.toml",
+            })?;
+        let region = overrides
+            .region
+            .clone()
+            .or(self.region)
+            .or(env_region)
+            .ok_or(ConfigError::Missing {
+                field: "region",
+                hint: "pass --region, set `region` in kfaws.toml, or export AWS_REGION",
+            })?;
+        let config = Config {
+            name,
+            region,
+            profile: overrides
+                .profile
+                .or(self.profile)
+                .unwrap_or(ProfileName::Vanilla),
+            kubernetes_version: self
+                .kubernetes_version
+                .unwrap_or_else(|| DEFAULT_KUBERNETES_VERSION.to_string()),
+            node_groups: self
+                .node_groups
+                .unwrap_or_else(|| BTreeMap::from([("cpu".to_string(), NodeGroup::default())])),
+            options: self.options,
+        };
+        config.validate()?;
+        Ok(config)
+    }
+}
+
+impl Config {
+    /// Name of the CloudFormation stack for `part` (`network`, `iam`, ...).
+    pub fn stack_name(&self, part: &str) -> String {
+        format!("kfaws-{}-{part}", self.name)
+    }
+
+    /// Name of an IAM role kfaws creates for `purpose` (`eks-cluster`, ...).
+    /// IAM names are global to the account, so the region is part of it.
+    pub fn role_name(&self, purpose: &str) -> String {
+        format!("kfaws-{}-{}-{purpose}", self.name, self.region)
+    }
+
+    /// Name of the EKS node group for config group `group`.
+    pub fn nodegroup_name(&self, group: &str) -> String {
+        format!("{}-{group}", self.name)
+    }
+
+    /// The artifact bucket's name.
+    pub fn bucket_name(&self) -> String {
+        self.options
+            .artifact_bucket
+            .clone()
+            .unwrap_or_else(|| format!("kfaws-{}-{}-artifacts", self.name, self.region))
+    }
+
+    /// The name of the ApplySet parent object that inventories our
+    /// Kubernetes objects.
+    pub fn applyset_name(&self) -> String {
+        format!("kfaws-{}", self.name)
+    }
+
+    /// The longest training job name kfaws generates: the deployment name,
+    /// a UTC timestamp `-YYYYMMDD-HHMMSS`, and for Kubernetes the operator's
+    /// per-replica suffix `-worker-NNN`.
+    pub fn longest_job_names(&self) -> (String, String) {
+        let job = format!("{}-20261130-235959", self.name);
+        let service = format!("{job}-worker-999");
+        (job, service)
+    }
+
+    /// Every name the deployment will create, with its field and rule.
+    pub fn derived_names(&self) -> Vec<DerivedName> {
+        let named = |field: &str, input: &str, value: String, rule| DerivedName {
+            field: field.to_string(),
+            input: input.to_string(),
+            value,
+            rule,
+        };
+        let n = self.name.as_str();
+        let mut names = vec![named("name", n, n.to_string(), &naming::EKS_CLUSTER)];
+        for part in ["network", "iam", "irsa", "storage"] {
+            names.push(named("name", n, self.stack_name(part), &naming::CFN_STACK));
+        }
+        for purpose in [
+            "eks-cluster",
+            "eks-node",
+            "irsa-efs-csi-controller",
+            "irsa-pipelines",
+        ] {
+            names.push(named("name", n, self.role_name(purpose), &naming::IAM_ROLE));
+        }
+        for group in self.node_groups.keys() {
+            names.push(named(
+                &format!("node_groups.{group}"),
+                group,
+                self.nodegroup_name(group),
+                &naming::EKS_NODEGROUP,
+            ));
+        }
+        let role = &self.options.sagemaker_role_name;
+        names.push(named(
+            "options.sagemaker_role_name",
+            role,
+            role.clone(),
+            &naming::IAM_ROLE,
+        ));
+        let bucket_field = if self.options.artifact_bucket.is_some() {
+            ("options.artifact_bucket", self.bucket_name())
+        } else {
+            ("name", n.to_string())
+        };
+        names.push(named(
+            bucket_field.0,
+            &bucket_field.1,
+            self.bucket_name(),
+            &naming::S3_BUCKET,
+        ));
+        let ns = &self.options.user_namespace;
+        names.push(named(
+            "options.user_namespace",
+            ns,
+            ns.clone(),
+            &naming::DNS1123_LABEL,
+        ));
+        names.push(named(
+            "name",
+            n,
+            self.applyset_name(),
+            &naming::DNS1123_SUBDOMAIN,
+        ));
+        let (job, service) = self.longest_job_names();
+        names.push(named("name", n, job, &naming::SAGEMAKER_JOB));
+        names.push(named("name", n, service, &naming::RFC1035_LABEL));
+        names
+    }
+
+    /// Validates values and derived names; reports every broken name at once.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] for the first bad value, else
+    /// [`ConfigError::Names`] listing every derived name that breaks a rule.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |field: &str, value: &str, problem: String| ConfigError::Invalid {
+            field: field.to_string(),
+            value: value.to_string(),
+            problem,
+        };
+        if !naming::KNOWN_REGIONS.contains(&self.region.as_str()) {
+            return Err(invalid(
+                "region",
+                &self.region,
+                "not an AWS Region kfaws knows (AWS General Reference, \"AWS Regions\"); \
+                 e.g. us-east-1, eu-west-1, ap-southeast-1"
+                    .into(),
+            ));
+        }
+        let kv = &self.kubernetes_version;
+        let minor = kv
+            .strip_prefix("1.")
+            .and_then(|m| m.parse::<u32>().ok())
+            .filter(|_| !kv.ends_with('.'));
+        if minor.is_none() {
+            return Err(invalid(
+                "kubernetes_version",
+                kv,
+                "must be MAJOR.MINOR such as \"1.33\" (EKS CreateCluster, version)".into(),
+            ));
+        }
+        check_cidr(&self.options.vpc_cidr)
+            .map_err(|p| invalid("options.vpc_cidr", &self.options.vpc_cidr, p))?;
+        if self.node_groups.is_empty() {
+            return Err(invalid(
+                "node_groups",
+                "{}",
+                "at least one node group is required".into(),
+            ));
+        }
+        for (group, ng) in &self.node_groups {
+            let field = |k: &str| format!("node_groups.{group}.{k}");
+            if ng.max_size < 1 {
+                return Err(invalid(
+                    &field("max_size"),
+                    &ng.max_size.to_string(),
+                    "must be at least 1 (EKS NodegroupScalingConfig, maxSize)".into(),
+                ));
+            }
+            if !(ng.min_size <= ng.desired_size && ng.desired_size <= ng.max_size) {
+                return Err(invalid(
+                    &field("desired_size"),
+                    &ng.desired_size.to_string(),
+                    format!(
+                        "must satisfy min_size ({}) <= desired_size <= max_size ({}) \
+                         (EKS NodegroupScalingConfig)",
+                        ng.min_size, ng.max_size
+                    ),
+                ));
+            }
+            let it = &ng.instance_type;
+            let family_size = it.split_once('.');
+            if !family_size.is_some_and(|(f, s)| {
+                !f.is_empty()
+                    && !s.is_empty()
+                    && it.chars().all(|c| {
+                        c.is_ascii_lowercase() || c.is_ascii_digit() || c == '.' || c == '-'
+                    })
+            }) {
+                return Err(invalid(
+                    &field("instance_type"),
+                    it,
+                    "must be an EC2 instance type such as m5.xlarge (family.size)".into(),
+                ));
+            }
+            if !(20..=16384).contains(&ng.disk_size_gib) {
+                return Err(invalid(
+                    &field("disk_size_gib"),
+                    &ng.disk_size_gib.to_string(),
+                    "must be 20..=16384 GiB (EKS CreateNodegroup diskSize; gp3 volume limit)"
+                        .into(),
+                ));
+            }
+        }
+        let errors = naming::check_all(&self.derived_names());
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(ConfigError::Names(errors))
+        }
+    }
+}
+
+/// A VPC IPv4 CIDR: dotted quad, prefix /16 to /24, no host bits. AWS allows
+/// /16 to /28 (Amazon VPC User Guide, "VPC CIDR blocks"); kfaws carves a
+/// public and a private subnet for each of at least two Availability Zones
+/// out of it, which needs at least a /24.
+fn check_cidr(cidr: &str) -> Result<(), String> {
+    let (addr, prefix) = cidr
+        .split_once('/')
+        .ok_or("must be an IPv4 CIDR such as 10.0.0.0/16")?;
+    let addr: Ipv4Addr = addr
+        .parse()
+        .map_err(|_| "the address part is not an IPv4 address".to_string())?;
+    let prefix: u32 = prefix
+        .parse()
+        .map_err(|_| "the prefix length is not a number".to_string())?;
+    if !(16..=24).contains(&prefix) {
+        return Err(
+            "the prefix length must be /16 to /24 (AWS allows /16 to /28; kfaws needs \
+                    four subnets)"
+                .into(),
+        );
+    }
+    if u32::from(addr) & (u32::MAX >> prefix) != 0 {
+        return Err(format!("host bits are set; did you mean {}/{prefix}?", {
+            Ipv4Addr::from(u32::from(addr) & !(u32::MAX >> prefix))
+        }));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn resolve(toml: &str) -> Result<Config, ConfigError> {
+        ConfigFile::parse(Path::new("kfaws.toml"), toml)?.resolve(&Overrides::default(), None)
+    }
+
+    fn names_error(toml: &str) -> Vec<NameError> {
+        match resolve(toml) {
+            Err(ConfigError::Names(v)) => v,
+            other => panic!("expected name errors, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn minimal_config_gets_defaults() {
+        let c = resolve("name = \"ml\"\nregion = \"us-west-2\"\n").unwrap();
+        assert_eq!(c.profile, ProfileName::Vanilla);
+        assert_eq!(c.kubernetes_version, DEFAULT_KUBERNETES_VERSION);
+        assert_eq!(c.node_groups.keys().collect::<Vec<_>>(), ["cpu"]);
+        assert_eq!(c.bucket_name(), "kfaws-ml-us-west-2-artifacts");
+        assert_eq!(c.stack_name("network"), "kfaws-ml-network");
+    }
+
+    #[test]
+    fn overrides_win_over_the_file_and_env_region_is_the_fallback() {
+        let file =
+            ConfigFile::parse(Path::new("k"), "name = \"a\"\nregion = \"eu-west-1\"").unwrap();
+        let o = Overrides {
+            name: Some("b".into()),
+            region: Some("us-east-1".into()),
+            profile: Some(ProfileName::Cognito),
+        };
+        let c = file.resolve(&o, Some("ap-south-1".into())).unwrap();
+        assert_eq!((c.name.as_str(), c.region.as_str()), ("b", "us-east-1"));
+        assert_eq!(c.profile, ProfileName::Cognito);
+        let file = ConfigFile::parse(Path::new("k"), "name = \"a\"").unwrap();
+        let c = file
+            .resolve(&Overrides::default(), Some("ap-south-1".into()))
+            .unwrap();
+        assert_eq!(c.region, "ap-south-1");
+    }
+
+    #[test]
+    fn missing_name_or_region_says_how_to_set_it() {
+        let e = resolve("region = \"us-east-1\"").unwrap_err();
+        assert!(e.to_string().contains("--name"), "{e}");
+        let e = resolve("name = \"x\"").unwrap_err();
+        assert!(e.to_string().contains("AWS_REGION"), "{e}");
+    }
+
+    #[test]
+    fn unknown_key_is_an_error_with_its_line() {
+        let e = resolve("name = \"ml\"\nregion = \"us-east-1\"\nregoin = \"x\"\n").unwrap_err();
+        let msg = e.to_string();
+        assert!(msg.contains("line 3"), "{msg}");
+        assert!(msg.contains("regoin"), "{msg}");
+        let e = resolve("name = \"ml\"\n[options]\nvpc = \"10.0.0.0/16\"\n").unwrap_err();
+        assert!(e.to_string().contains("line 3"), "{e}");
+    }
+
+    #[test]
+    fn duplicate_key_is_an_error_with_its_line() {
+        let e = resolve("name = \"ml\"\nregion = \"us-east-1\"\nname = \"b\"\n").unwrap_err();
+        let msg = e.to_string();
+        assert!(msg.contains("line 3"), "{msg}");
+        assert!(msg.contains("duplicate"), "{msg}");
+    }
+
+    #[test]
+    fn wrong_type_is_an_error_with_its_line() {
+        let e = resolve(
+            "name = \"ml\"\nregion = \"us-east-1\"\n[node_groups.cpu]\ninstance_type = \"m5.large\"\nmin_size = \"one\"\ndesired_size = 1\nmax_size = 2\n",
+        )
+        .unwrap_err();
+        let msg = e.to_string();
+        assert!(msg.contains("line 5"), "{msg}");
+        assert!(msg.contains("min_size") || msg.contains("integer"), "{msg}");
+    }
+
+    #[test]
+    fn unknown_profile_lists_nothing_silently() {
+        let e = resolve("name = \"ml\"\nregion = \"us-east-1\"\nprofile = \"k8s\"\n").unwrap_err();
+        let msg = e.to_string();
+        assert!(msg.contains("line 3") && msg.contains("vanilla"), "{msg}");
+    }
+
+    #[test]
+    fn underscore_name_fails_the_stack_rule_naming_it() {
+        let errs = names_error("name = \"ml_team\"\nregion = \"us-east-1\"");
+        assert!(errs
+            .iter()
+            .any(|e| e.value == "kfaws-ml_team-network" && e.what == "CloudFormation stack name"));
+        // EKS accepts the underscore itself.
+        assert!(!errs.iter().any(|e| e.what == "EKS cluster name"));
+    }
+
+    #[test]
+    fn names_broken_for_the_same_reason_share_one_line() {
+        let Err(e) = resolve("name = \"ml_team\"\nregion = \"us-east-1\"") else {
+            panic!("ml_team must be refused")
+        };
+        let text = e.to_string();
+        let stack_lines: Vec<&str> = text
+            .lines()
+            .filter(|l| l.contains("CloudFormation stack name"))
+            .collect();
+        assert_eq!(stack_lines.len(), 1, "{text}");
+        assert!(
+            stack_lines[0].contains("\"kfaws-ml_team-network\", \"kfaws-ml_team-iam\""),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn case_c12_names_the_stack_rule() {
+        let errs = names_error("name = \"test-k8_cluster01\"\nregion = \"us-east-1\"");
+        let stack = errs
+            .iter()
+            .find(|e| e.what == "CloudFormation stack name")
+            .unwrap();
+        assert!(stack.to_string().contains("[a-zA-Z][-a-zA-Z0-9]*"));
+    }
+
+    #[test]
+    fn case_c11_long_name_in_a_long_region_is_refused_with_the_longest_allowed() {
+        let name = "tf-vanilla-uwiqgwfqu3";
+        assert_eq!(name.len(), 21);
+        let errs = names_error(&format!("name = \"{name}\"\nregion = \"ap-southeast-1\""));
+        let role = errs.iter().find(|e| e.what == "IAM role name").unwrap();
+        assert_eq!(
+            role.value,
+            "kfaws-tf-vanilla-uwiqgwfqu3-ap-southeast-1-irsa-efs-csi-controller"
+        );
+        assert!(role.value.len() > 64);
+        let longest = role.longest_input.unwrap();
+        let ok = "a".repeat(longest);
+        resolve(&format!("name = \"{ok}\"\nregion = \"ap-southeast-1\"")).unwrap();
+        let too_long = "a".repeat(longest + 1);
+        names_error(&format!(
+            "name = \"{too_long}\"\nregion = \"ap-southeast-1\""
+        ));
+    }
+
+    #[test]
+    fn a_twenty_character_name_in_ap_southeast_1_passes_64_in_a_role_name() {
+        let errs = names_error("name = \"abcdefghij0123456789\"\nregion = \"ap-southeast-1\"");
+        assert!(errs
+            .iter()
+            .any(|e| e.what == "IAM role name" && e.value.len() > 64));
+        // ...but fits in a shorter region.
+        resolve("name = \"abcdefghij0123456789\"\nregion = \"us-east-1\"").unwrap();
+    }
+
+    #[test]
+    fn bad_bucket_names_are_refused() {
+        for bucket in ["Artifacts-Bucket", "my..bucket", "my_bucket", "ab"] {
+            let errs = names_error(&format!(
+                "name = \"ml\"\nregion = \"us-east-1\"\n[options]\nartifact_bucket = \"{bucket}\""
+            ));
+            assert_eq!(errs[0].field, "options.artifact_bucket", "{bucket}");
+        }
+        // An uppercase deployment name breaks the default bucket name too.
+        let errs = names_error("name = \"MLTeam\"\nregion = \"us-east-1\"");
+        assert!(errs.iter().any(|e| e.what == "S3 bucket name"));
+    }
+
+    #[test]
+    fn bad_values_name_their_field() {
+        let cases = [
+            ("region = \"us-east1\"", "region"),
+            ("region = \"us-east-1\"\nkubernetes_version = \"v1.30\"", "kubernetes_version"),
+            ("region = \"us-east-1\"\n[options]\nvpc_cidr = \"10.0.0.1/16\"", "options.vpc_cidr"),
+            ("region = \"us-east-1\"\n[options]\nvpc_cidr = \"10.0.0.0/8\"", "options.vpc_cidr"),
+            (
+                "region = \"us-east-1\"\n[node_groups.cpu]\ninstance_type = \"m5.large\"\nmin_size = 3\ndesired_size = 2\nmax_size = 4",
+                "node_groups.cpu.desired_size",
+            ),
+            (
+                "region = \"us-east-1\"\n[node_groups.cpu]\ninstance_type = \"large\"\nmin_size = 1\ndesired_size = 1\nmax_size = 1",
+                "node_groups.cpu.instance_type",
+            ),
+        ];
+        for (toml, field) in cases {
+            match resolve(&format!("name = \"ml\"\n{toml}")) {
+                Err(ConfigError::Invalid { field: f, .. }) => assert_eq!(f, field, "{toml}"),
+                other => panic!("{toml}: expected Invalid {field}, got {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn node_group_names_are_checked() {
+        let errs = names_error(
+            "name = \"ml\"\nregion = \"us-east-1\"\n[node_groups.\"gpu.big\"]\ninstance_type = \"g5.xlarge\"\nmin_size = 0\ndesired_size = 0\nmax_size = 1",
+        );
+        assert_eq!(errs[0].field, "node_groups.gpu.big");
+        assert_eq!(errs[0].value, "ml-gpu.big");
+    }
+
+    #[test]
+    fn namespace_and_sagemaker_role_are_checked() {
+        let errs = names_error(
+            "name = \"ml\"\nregion = \"us-east-1\"\n[options]\nuser_namespace = \"Team_A\"\nsagemaker_role_name = \"sage maker\"",
+        );
+        let fields: Vec<_> = errs.iter().map(|e| e.field.as_str()).collect();
+        assert_eq!(
+            fields,
+            ["options.sagemaker_role_name", "options.user_namespace"]
+        );
+    }
+
+    #[test]
+    fn names_starting_with_a_digit_cannot_name_kubernetes_services() {
+        let errs = names_error("name = \"1ml\"\nregion = \"us-east-1\"");
+        assert!(errs.iter().any(|e| e.what == "Kubernetes RFC 1035 label"));
+    }
+}

@@ -1,0 +1,366 @@
+//! The executor: applies a [`Plan`] by walking its execution graph and
+//! calling each resource's create, update or delete, recording every
+//! transition in the state before and after the call.
+//!
+//! The order of writes is what makes `kill -9` safe at any moment:
+//! 1. `creating` + idempotency token is written **before** `create` is
+//!    called, so a re-run re-attaches with the same token;
+//! 2. `deleting` is written before `delete`, so a re-run finishes it;
+//! 3. `created` + outputs, or removal, is written after the call returns;
+//! 4. a failed or timed-out create leaves the resource `tainted`, replaced
+//!    on the next apply. There is no rollback.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use super::progress::Progress;
+use super::store::{PersistError, SharedStore};
+use super::walk::{walk, Outcome};
+use crate::address::Address;
+use crate::graph::GraphError;
+use crate::plan::{Action, Change, Handles, Plan};
+use crate::resource::{Inputs, Observed, Resource};
+use crate::state::{spec_hash, ResourceState, Status};
+
+/// Executor settings.
+#[derive(Debug, Clone)]
+pub struct ExecOptions {
+    /// At most this many resources change at once (`--parallelism`, default 10).
+    pub parallelism: usize,
+}
+
+impl Default for ExecOptions {
+    fn default() -> Self {
+        Self { parallelism: 10 }
+    }
+}
+
+/// What happened to one resource.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResourceResult {
+    /// The address.
+    pub address: Address,
+    /// The planned action.
+    pub action: Action,
+    /// How it ended.
+    pub outcome: Outcome,
+    /// Wall time of its job, if it ran.
+    pub elapsed: Option<Duration>,
+}
+
+/// The result of an apply or destroy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApplyReport {
+    /// One entry per planned change, in address order.
+    pub results: Vec<ResourceResult>,
+    /// Whether an interrupt stopped the run.
+    pub interrupted: bool,
+    /// Wall time of the whole walk.
+    pub elapsed: Duration,
+}
+
+impl ApplyReport {
+    /// Whether every change succeeded.
+    pub fn succeeded(&self) -> bool {
+        !self.interrupted && self.results.iter().all(|r| r.outcome == Outcome::Succeeded)
+    }
+}
+
+/// Why the executor could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ExecError {
+    /// The plan's changes do not form a DAG.
+    #[error(transparent)]
+    Graph(#[from] GraphError),
+    /// A change has no resource handle.
+    #[error("no resource handle for {0}")]
+    NoHandle(Address),
+}
+
+struct Job {
+    store: SharedStore,
+    handle: Arc<dyn Resource>,
+    change: Change,
+    progress: Arc<dyn Progress>,
+}
+
+/// Applies `plan`: every change whose action is not a no-op, in dependency
+/// order, at most `opts.parallelism` at once. A state write failure cancels
+/// the walk (nothing may run that the state cannot record).
+///
+/// # Errors
+/// [`ExecError`] before anything runs; failures of resources are in the report.
+pub async fn execute(
+    plan: &Plan,
+    handles: &Handles,
+    store: SharedStore,
+    opts: &ExecOptions,
+    progress: Arc<dyn Progress>,
+    cancel: CancellationToken,
+) -> Result<ApplyReport, ExecError> {
+    let mut todo = plan.clone();
+    todo.changes.retain(|c| c.action != Action::NoOp);
+    let dag = todo.execution_graph()?;
+    let changes: BTreeMap<Address, Change> = todo
+        .changes
+        .into_iter()
+        .map(|c| (c.address.clone(), c))
+        .collect();
+    for address in changes.keys() {
+        if !handles.contains_key(address) {
+            return Err(ExecError::NoHandle(address.clone()));
+        }
+    }
+    let estimate = |a: &Address| handles[a].estimate();
+    let priority = dag.bottom_levels(estimate);
+    let elapsed: Arc<Mutex<BTreeMap<Address, Duration>>> = Arc::default();
+    let started = Instant::now();
+    let abort = cancel.child_token();
+    let result = walk(
+        &dag,
+        opts.parallelism,
+        &abort,
+        |a| priority[a],
+        |address| {
+            let job = Job {
+                store: store.clone(),
+                handle: Arc::clone(&handles[&address]),
+                change: changes[&address].clone(),
+                progress: Arc::clone(&progress),
+            };
+            let elapsed = Arc::clone(&elapsed);
+            let abort = abort.clone();
+            async move {
+                let t0 = Instant::now();
+                job.progress.started(&job.change.address, job.change.action);
+                let result = run(&job).await;
+                let took = t0.elapsed();
+                elapsed.lock().expect("not poisoned").insert(address, took);
+                let message = result.as_ref().map(|_| ()).map_err(|e| e.to_string());
+                job.progress
+                    .finished(&job.change.address, job.change.action, &message, took);
+                if let Err(Failure::State(_)) = &result {
+                    abort.cancel();
+                }
+                message
+            }
+        },
+    )
+    .await;
+    let elapsed = elapsed.lock().expect("not poisoned").clone();
+    let results = changes
+        .values()
+        .map(|c| ResourceResult {
+            address: c.address.clone(),
+            action: c.action,
+            outcome: result.outcomes[&c.address].clone(),
+            elapsed: elapsed.get(&c.address).copied(),
+        })
+        .collect();
+    Ok(ApplyReport {
+        results,
+        interrupted: result.cancelled && cancel.is_cancelled(),
+        elapsed: started.elapsed(),
+    })
+}
+
+#[derive(Debug, thiserror::Error)]
+enum Failure {
+    #[error("{0}")]
+    Resource(String),
+    #[error("could not record the change in the state: {0}")]
+    State(#[from] PersistError),
+}
+
+fn recorded(store: &SharedStore, address: &Address) -> Option<ResourceState> {
+    store.read(|s| s.resources.get(address).cloned())
+}
+
+fn inputs(store: &SharedStore, handle: &dyn Resource) -> Inputs {
+    store.read(|s| {
+        Inputs(
+            handle
+                .dependencies()
+                .into_iter()
+                .filter_map(|d| s.resources.get(&d).map(|r| (d, r.outputs.clone())))
+                .collect(),
+        )
+    })
+}
+
+async fn timed<T>(
+    handle: &dyn Resource,
+    verb: &str,
+    call: impl std::future::Future<Output = Result<T, crate::resource::ResourceError>>,
+) -> Result<T, String> {
+    let limit = handle.timeout();
+    match tokio::time::timeout(limit, call).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(format!("{verb} failed: {e}")),
+        Err(_) => Err(format!("{verb} timed out after {}s", limit.as_secs())),
+    }
+}
+
+async fn run(job: &Job) -> Result<(), Failure> {
+    let address = job.change.address.clone();
+    match job.change.action {
+        Action::Create => create(job, job.change.resume_token.clone()).await,
+        Action::Replace => {
+            delete(job).await?;
+            create(job, None).await
+        }
+        Action::Update => update(job).await,
+        Action::Delete => {
+            delete(job).await?;
+            job.store
+                .persist(move |s| {
+                    s.resources.remove(&address);
+                })
+                .await?;
+            Ok(())
+        }
+        Action::Read => read(job).await,
+        Action::NoOp => Ok(()),
+    }
+}
+
+fn entry(job: &Job, status: Status, token: Option<String>) -> ResourceState {
+    let spec = job.handle.spec();
+    ResourceState {
+        kind: job.handle.kind().to_string(),
+        status,
+        physical_id: None,
+        idempotency_token: token,
+        spec_hash: spec_hash(&spec),
+        spec,
+        outputs: BTreeMap::new(),
+        dependencies: job.handle.dependencies(),
+        updated_at: Utc::now(),
+    }
+}
+
+async fn create(job: &Job, resume: Option<String>) -> Result<(), Failure> {
+    let address = job.change.address.clone();
+    let token = resume.unwrap_or_else(|| Uuid::new_v4().to_string());
+    let mut pending = entry(job, Status::Creating, Some(token.clone()));
+    if let Some(previous) = recorded(&job.store, &address) {
+        if previous.status == Status::Creating {
+            pending.physical_id = previous.physical_id;
+        }
+    }
+    let a = address.clone();
+    job.store
+        .persist(move |s| {
+            s.resources.insert(a, pending);
+        })
+        .await?;
+    let inputs = inputs(&job.store, job.handle.as_ref());
+    let result = timed(
+        job.handle.as_ref(),
+        "create",
+        job.handle.create(&token, &inputs),
+    )
+    .await;
+    match result {
+        Ok(applied) => {
+            job.store
+                .persist(move |s| {
+                    if let Some(r) = s.resources.get_mut(&address) {
+                        r.status = Status::Created;
+                        r.physical_id = Some(applied.physical_id);
+                        r.outputs = applied.outputs;
+                        r.updated_at = Utc::now();
+                    }
+                })
+                .await?;
+            Ok(())
+        }
+        Err(message) => {
+            job.store
+                .persist(move |s| {
+                    if let Some(r) = s.resources.get_mut(&address) {
+                        r.status = Status::Tainted;
+                        r.updated_at = Utc::now();
+                    }
+                })
+                .await?;
+            Err(Failure::Resource(message))
+        }
+    }
+}
+
+async fn update(job: &Job) -> Result<(), Failure> {
+    let address = job.change.address.clone();
+    let Some(current) = recorded(&job.store, &address) else {
+        return Err(Failure::Resource(format!(
+            "{address} is not in state; cannot update it"
+        )));
+    };
+    let inputs = inputs(&job.store, job.handle.as_ref());
+    let applied = timed(
+        job.handle.as_ref(),
+        "update",
+        job.handle.update(&current, &inputs),
+    )
+    .await
+    .map_err(Failure::Resource)?;
+    let mut next = entry(job, Status::Created, current.idempotency_token);
+    next.physical_id = Some(applied.physical_id);
+    next.outputs = applied.outputs;
+    job.store
+        .persist(move |s| {
+            s.resources.insert(address, next);
+        })
+        .await?;
+    Ok(())
+}
+
+async fn delete(job: &Job) -> Result<(), Failure> {
+    let address = job.change.address.clone();
+    let Some(mut current) = recorded(&job.store, &address) else {
+        return Ok(());
+    };
+    current.status = Status::Deleting;
+    current.updated_at = Utc::now();
+    let (a, marked) = (address.clone(), current.clone());
+    job.store
+        .persist(move |s| {
+            s.resources.insert(a, marked);
+        })
+        .await?;
+    tracing::debug!(%address, "recorded as deleting; calling delete");
+    timed(job.handle.as_ref(), "delete", job.handle.delete(&current))
+        .await
+        .map_err(Failure::Resource)
+}
+
+async fn read(job: &Job) -> Result<(), Failure> {
+    let address = job.change.address.clone();
+    let observed = timed(job.handle.as_ref(), "read", job.handle.read(None))
+        .await
+        .map_err(Failure::Resource)?;
+    let Observed::Present {
+        physical_id,
+        outputs,
+        ..
+    } = observed
+    else {
+        return Err(Failure::Resource(format!(
+            "data source {address} found nothing"
+        )));
+    };
+    let mut next = entry(job, Status::Created, None);
+    next.physical_id = physical_id;
+    next.outputs = outputs;
+    job.store
+        .persist(move |s| {
+            s.resources.insert(address, next);
+        })
+        .await?;
+    Ok(())
+}

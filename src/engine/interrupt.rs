@@ -1,0 +1,40 @@
+//! Ctrl-C and SIGTERM: the first stops new work and lets in-flight calls
+//! finish and be recorded; the second exits at once with 130 (the state
+//! already records in-flight creates as `creating` with their tokens).
+
+use tokio::signal::unix::{signal, SignalKind};
+use tokio_util::sync::CancellationToken;
+
+/// The exit status after an interrupt (128 + SIGINT, the shell convention).
+pub const EXIT_INTERRUPTED: i32 = 130;
+
+/// Returns a token cancelled by the first SIGINT or SIGTERM, and installs
+/// the second-signal exit. Must be called inside a tokio runtime.
+///
+/// # Panics
+/// If the signal handlers cannot be installed (no tokio signal driver).
+pub fn cancel_on_signals() -> CancellationToken {
+    let token = CancellationToken::new();
+    let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler installs");
+    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler installs");
+    let t = token.clone();
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = int.recv() => {}
+            _ = term.recv() => {}
+        }
+        eprintln!(
+            "\nInterrupt received: no new resources will start; waiting for in-flight calls to \
+             finish and be recorded. Interrupt again to exit at once (the state already records \
+             in-flight creates and deletes)."
+        );
+        t.cancel();
+        tokio::select! {
+            _ = int.recv() => {}
+            _ = term.recv() => {}
+        }
+        eprintln!("Second interrupt: exiting now.");
+        std::process::exit(EXIT_INTERRUPTED);
+    });
+    token
+}

@@ -1,0 +1,182 @@
+//! Progress reporting for apply and destroy: a live line per running
+//! resource with its elapsed time on a terminal (indicatif), timestamped
+//! plain lines otherwise, and a final table of what was done.
+
+use std::collections::BTreeMap;
+use std::io::IsTerminal;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use comfy_table::{presets::UTF8_BORDERS_ONLY, Table};
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+use super::exec::ApplyReport;
+use super::walk::Outcome;
+use crate::address::Address;
+use crate::plan::Action;
+
+/// Receives the executor's events. Implementations must be cheap: they are
+/// called from the resource jobs.
+pub trait Progress: Send + Sync {
+    /// A resource's job started.
+    fn started(&self, address: &Address, action: Action);
+    /// A resource's job ended after `elapsed`.
+    fn finished(
+        &self,
+        address: &Address,
+        action: Action,
+        result: &Result<(), String>,
+        elapsed: Duration,
+    );
+}
+
+/// Discards every event (tests, `--quiet` callers).
+#[derive(Debug, Default)]
+pub struct Silent;
+
+impl Progress for Silent {
+    fn started(&self, _: &Address, _: Action) {}
+    fn finished(&self, _: &Address, _: Action, _: &Result<(), String>, _: Duration) {}
+}
+
+fn doing(action: Action) -> &'static str {
+    match action {
+        Action::Create => "Creating",
+        Action::Update => "Modifying",
+        Action::Replace => "Replacing",
+        Action::Delete => "Destroying",
+        Action::Read => "Reading",
+        Action::NoOp => "Checking",
+    }
+}
+
+fn done(action: Action) -> &'static str {
+    match action {
+        Action::Create => "Creation complete",
+        Action::Update => "Modifications complete",
+        Action::Replace => "Replacement complete",
+        Action::Delete => "Destruction complete",
+        Action::Read => "Read complete",
+        Action::NoOp => "Checked",
+    }
+}
+
+/// Prints progress to stdout: spinners on a terminal, lines otherwise.
+pub struct Console {
+    bars: Option<(MultiProgress, Mutex<BTreeMap<Address, ProgressBar>>)>,
+}
+
+impl Console {
+    /// Spinners when stdout is a terminal, plain timestamped lines otherwise.
+    pub fn new() -> Self {
+        let bars = std::io::stdout().is_terminal().then(|| {
+            (
+                MultiProgress::with_draw_target(ProgressDrawTarget::stdout()),
+                Mutex::new(BTreeMap::new()),
+            )
+        });
+        Self { bars }
+    }
+
+    fn line(&self, text: String) {
+        match &self.bars {
+            Some((multi, _)) => {
+                let _ = multi.println(text);
+            }
+            None => println!("{} {text}", chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ")),
+        }
+    }
+}
+
+impl Default for Console {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Progress for Console {
+    fn started(&self, address: &Address, action: Action) {
+        match &self.bars {
+            Some((multi, bars)) => {
+                let bar = multi.add(ProgressBar::new_spinner());
+                bar.set_style(
+                    ProgressStyle::with_template("{spinner} {prefix}: {msg}... [{elapsed}]")
+                        .expect("the template is valid"),
+                );
+                bar.set_prefix(address.to_string());
+                bar.set_message(doing(action));
+                bar.enable_steady_tick(Duration::from_millis(120));
+                bars.lock()
+                    .expect("not poisoned")
+                    .insert(address.clone(), bar);
+            }
+            None => self.line(format!("{address}: {}...", doing(action))),
+        }
+    }
+
+    fn finished(
+        &self,
+        address: &Address,
+        action: Action,
+        result: &Result<(), String>,
+        elapsed: Duration,
+    ) {
+        if let Some((multi, bars)) = &self.bars {
+            if let Some(bar) = bars.lock().expect("not poisoned").remove(address) {
+                bar.finish_and_clear();
+                multi.remove(&bar);
+            }
+        }
+        let secs = elapsed.as_secs_f64();
+        match result {
+            Ok(()) => self.line(format!("{address}: {} after {secs:.1}s", done(action))),
+            Err(e) => self.line(format!("{address}: failed after {secs:.1}s: {e}")),
+        }
+    }
+}
+
+/// The final table: address, action, result and duration of every change,
+/// then the errors, each upstream failure reported once with what it skipped.
+pub fn report_table(report: &ApplyReport) -> String {
+    let mut table = Table::new();
+    table.load_style(UTF8_BORDERS_ONLY);
+    table.set_header(["Resource", "Action", "Result", "Duration"]);
+    for r in &report.results {
+        let result = match &r.outcome {
+            Outcome::Succeeded => "done".to_string(),
+            Outcome::Failed(_) => "FAILED".to_string(),
+            Outcome::UpstreamFailed(root) => format!("skipped: upstream {root} failed"),
+            Outcome::NotStarted => "not started (interrupted)".to_string(),
+        };
+        let took = r
+            .elapsed
+            .map(|d| format!("{:.1}s", d.as_secs_f64()))
+            .unwrap_or_else(|| "-".into());
+        table.add_row([
+            r.address.to_string(),
+            r.action.as_str().to_string(),
+            result,
+            took,
+        ]);
+    }
+    let mut out = table.to_string();
+    out.push('\n');
+    for r in &report.results {
+        if let Outcome::Failed(e) = &r.outcome {
+            let skipped: Vec<String> = report
+                .results
+                .iter()
+                .filter(|s| s.outcome == Outcome::UpstreamFailed(r.address.clone()))
+                .map(|s| s.address.to_string())
+                .collect();
+            out.push_str(&format!("Error: {}: {e}\n", r.address));
+            if !skipped.is_empty() {
+                out.push_str(&format!(
+                    "  (upstream failed: {} not attempted)\n",
+                    skipped.join(", ")
+                ));
+            }
+        }
+    }
+    out
+}

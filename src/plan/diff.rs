@@ -1,0 +1,500 @@
+//! Diffing: desired spec vs recorded state vs refreshed live view → one
+//! [`Change`] per address, with its reason. Pure: no I/O, so every action
+//! and reason is unit-tested here.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use super::{Action, Change, FieldChange};
+use crate::address::Address;
+use crate::resource::{Mode, Observed, Resource};
+use crate::state::{spec_hash, ResourceState, State, Status};
+
+/// Changes for an apply: every desired resource, plus a delete for every
+/// recorded resource that left the config. Sorted by address.
+///
+/// `observed` holds the refreshed view of every resource in `state` (and
+/// of nothing else: resources not in state are not read).
+pub fn diff_apply(
+    desired: &[Arc<dyn Resource>],
+    state: &State,
+    observed: &BTreeMap<Address, Observed>,
+) -> Vec<Change> {
+    let mut changes: Vec<Change> = desired
+        .iter()
+        .map(|r| {
+            diff_one(
+                r.as_ref(),
+                state.resources.get(r.address()),
+                observed.get(r.address()),
+            )
+        })
+        .collect();
+    let wanted: BTreeSet<&Address> = desired.iter().map(|r| r.address()).collect();
+    for (address, recorded) in &state.resources {
+        if !wanted.contains(address) {
+            let reason = "not in the configuration any more";
+            changes.push(delete_change(
+                address,
+                recorded,
+                observed.get(address),
+                reason,
+            ));
+        }
+    }
+    changes.sort_by(|a, b| a.address.cmp(&b.address));
+    changes
+}
+
+/// Changes for a destroy: a delete for every recorded resource, sorted by address.
+pub fn diff_destroy(state: &State, observed: &BTreeMap<Address, Observed>) -> Vec<Change> {
+    state
+        .resources
+        .iter()
+        .map(|(address, recorded)| {
+            delete_change(address, recorded, observed.get(address), "destroy")
+        })
+        .collect()
+}
+
+fn delete_change(
+    address: &Address,
+    recorded: &ResourceState,
+    observed: Option<&Observed>,
+    why: &str,
+) -> Change {
+    let gone = matches!(observed, Some(Observed::Gone));
+    let reason = match (gone, recorded.status) {
+        (true, _) => format!("{why}; already gone outside kfaws, only removed from state"),
+        (false, Status::Creating) => {
+            format!("{why}; its create never finished, deleting what it made")
+        }
+        (false, Status::Deleting) => format!("{why}; finishing an interrupted delete"),
+        (false, Status::Tainted) => format!("{why} (tainted)"),
+        (false, Status::Created) => why.to_string(),
+    };
+    Change {
+        address: address.clone(),
+        kind: recorded.kind.clone(),
+        action: Action::Delete,
+        reason,
+        drift: gone,
+        fields: Vec::new(),
+        dependencies: recorded.dependencies.clone(),
+        spec_hash: None,
+        resume_token: None,
+    }
+}
+
+fn diff_one(
+    r: &dyn Resource,
+    recorded: Option<&ResourceState>,
+    observed: Option<&Observed>,
+) -> Change {
+    let desired = r.spec();
+    let change = |action, reason: &str| Change {
+        address: r.address().clone(),
+        kind: r.kind().to_string(),
+        action,
+        reason: reason.to_string(),
+        drift: false,
+        fields: Vec::new(),
+        dependencies: r.dependencies(),
+        spec_hash: Some(spec_hash(&desired)),
+        resume_token: None,
+    };
+    if r.mode() == Mode::Data {
+        return change(Action::Read, "data source, read for its outputs");
+    }
+    let Some(recorded) = recorded else {
+        return change(Action::Create, "not in state");
+    };
+    match (recorded.status, observed) {
+        (Status::Creating, _) => {
+            let mut c = change(
+                Action::Create,
+                "an earlier create did not finish; re-attaching with its idempotency token",
+            );
+            c.resume_token = recorded.idempotency_token.clone();
+            c
+        }
+        (Status::Tainted, Some(Observed::Gone)) => {
+            change(Action::Create, "tainted by a failed apply, and gone")
+        }
+        (Status::Tainted, _) => change(Action::Replace, "tainted by a failed apply"),
+        (Status::Deleting, Some(Observed::Gone)) => change(
+            Action::Create,
+            "an earlier delete finished; creating it again",
+        ),
+        (Status::Deleting, _) => change(Action::Replace, "an earlier delete did not finish"),
+        (Status::Created, Some(Observed::Gone)) => {
+            let mut c = change(Action::Create, "drift: deleted outside kfaws");
+            c.drift = true;
+            c
+        }
+        (Status::Created, live) => {
+            let live = match live {
+                Some(Observed::Present { spec, .. }) => Some(spec),
+                _ => None,
+            };
+            let fields = field_changes(&desired, &recorded.spec, live, r.replace_fields());
+            let drift = fields.iter().any(|f| f.drift);
+            let mut c = if let Some(f) = fields.iter().find(|f| f.forces_replacement) {
+                let why = if f.drift {
+                    "changed outside kfaws"
+                } else {
+                    "changed"
+                };
+                change(
+                    Action::Replace,
+                    &format!("{} {why}, which forces replacement", f.field),
+                )
+            } else if fields.is_empty() {
+                change(Action::NoOp, "up to date")
+            } else {
+                let names: Vec<&str> = fields.iter().map(|f| f.field.as_str()).collect();
+                let what = if drift {
+                    "drift: changed outside kfaws"
+                } else {
+                    "config changed"
+                };
+                change(Action::Update, &format!("{what}: {}", names.join(", ")))
+            };
+            c.drift = drift;
+            c.fields = fields;
+            c
+        }
+    }
+}
+
+/// Field-level differences between the desired spec and the world as last
+/// seen: the live value where the service reports one, else the recorded one.
+fn field_changes(
+    desired: &Value,
+    recorded: &Value,
+    live: Option<&serde_json::Map<String, Value>>,
+    replace: &[&str],
+) -> Vec<FieldChange> {
+    let empty = serde_json::Map::new();
+    let desired = desired.as_object().unwrap_or(&empty);
+    let recorded = recorded.as_object().unwrap_or(&empty);
+    let keys: BTreeSet<&String> = desired.keys().chain(recorded.keys()).collect();
+    keys.into_iter()
+        .filter_map(|k| {
+            let want = desired.get(k);
+            let was = recorded.get(k);
+            let (now, drift) = match live.and_then(|l| l.get(k)) {
+                Some(seen) => (Some(seen), Some(seen) != was),
+                None => (was, false),
+            };
+            (want != now).then(|| FieldChange {
+                field: k.clone(),
+                before: now.cloned(),
+                after: want.cloned(),
+                forces_replacement: replace.contains(&k.as_str()),
+                drift,
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::resource::{Applied, Inputs, ResourceError};
+    use async_trait::async_trait;
+    use serde_json::json;
+    use std::time::Duration;
+
+    struct Fake {
+        address: Address,
+        spec: Value,
+        mode: Mode,
+    }
+
+    #[async_trait]
+    impl Resource for Fake {
+        fn address(&self) -> &Address {
+            &self.address
+        }
+        fn kind(&self) -> &'static str {
+            "fake"
+        }
+        fn dependencies(&self) -> Vec<Address> {
+            Vec::new()
+        }
+        fn mode(&self) -> Mode {
+            self.mode
+        }
+        fn spec(&self) -> Value {
+            self.spec.clone()
+        }
+        fn replace_fields(&self) -> &[&str] {
+            &["cidr"]
+        }
+        fn estimate(&self) -> Duration {
+            Duration::from_secs(1)
+        }
+        async fn read(&self, _: Option<&ResourceState>) -> Result<Observed, ResourceError> {
+            unreachable!("diff is pure")
+        }
+        async fn create(&self, _: &str, _: &Inputs) -> Result<Applied, ResourceError> {
+            unreachable!("diff is pure")
+        }
+        async fn update(&self, _: &ResourceState, _: &Inputs) -> Result<Applied, ResourceError> {
+            unreachable!("diff is pure")
+        }
+        async fn delete(&self, _: &ResourceState) -> Result<(), ResourceError> {
+            unreachable!("diff is pure")
+        }
+    }
+
+    fn addr() -> Address {
+        Address::new("stack.network").unwrap()
+    }
+
+    fn fake(spec: Value) -> Arc<dyn Resource> {
+        Arc::new(Fake {
+            address: addr(),
+            spec,
+            mode: Mode::Managed,
+        })
+    }
+
+    fn recorded(status: Status, spec: Value) -> ResourceState {
+        ResourceState {
+            kind: "fake".into(),
+            status,
+            physical_id: Some("p-1".into()),
+            idempotency_token: Some("tok".into()),
+            spec_hash: spec_hash(&spec),
+            spec,
+            outputs: Default::default(),
+            dependencies: vec![],
+            updated_at: chrono::Utc::now(),
+        }
+    }
+
+    fn present(spec: Value) -> Observed {
+        Observed::Present {
+            physical_id: Some("p-1".into()),
+            spec: spec.as_object().unwrap().clone(),
+            outputs: Default::default(),
+        }
+    }
+
+    fn one(desired: Option<Value>, rec: Option<ResourceState>, live: Option<Observed>) -> Change {
+        let mut state = State::new("ml");
+        if let Some(r) = rec {
+            state.resources.insert(addr(), r);
+        }
+        let mut observed = BTreeMap::new();
+        if let Some(o) = live {
+            observed.insert(addr(), o);
+        }
+        let desired: Vec<_> = desired.into_iter().map(fake).collect();
+        let mut changes = diff_apply(&desired, &state, &observed);
+        assert_eq!(changes.len(), 1);
+        changes.remove(0)
+    }
+
+    const SPEC: fn() -> Value = || json!({"cidr": "10.0.0.0/16", "tags": {"a": "1"}});
+
+    #[test]
+    fn not_in_state_is_create() {
+        let c = one(Some(SPEC()), None, None);
+        assert_eq!(
+            (c.action, c.reason.as_str()),
+            (Action::Create, "not in state")
+        );
+        assert_eq!(c.spec_hash, Some(spec_hash(&SPEC())));
+    }
+
+    #[test]
+    fn unchanged_is_noop() {
+        let c = one(
+            Some(SPEC()),
+            Some(recorded(Status::Created, SPEC())),
+            Some(present(SPEC())),
+        );
+        assert_eq!(c.action, Action::NoOp);
+        assert!(c.fields.is_empty() && !c.drift);
+    }
+
+    #[test]
+    fn config_change_of_an_updatable_field_is_update() {
+        let want = json!({"cidr": "10.0.0.0/16", "tags": {"a": "2"}});
+        let c = one(
+            Some(want),
+            Some(recorded(Status::Created, SPEC())),
+            Some(present(SPEC())),
+        );
+        assert_eq!(c.action, Action::Update);
+        assert_eq!(c.reason, "config changed: tags");
+        assert!(!c.drift);
+        assert_eq!(c.fields[0].before, Some(json!({"a": "1"})));
+        assert_eq!(c.fields[0].after, Some(json!({"a": "2"})));
+    }
+
+    #[test]
+    fn config_change_of_a_replace_field_is_replace_naming_the_field() {
+        let want = json!({"cidr": "10.1.0.0/16", "tags": {"a": "1"}});
+        let c = one(
+            Some(want),
+            Some(recorded(Status::Created, SPEC())),
+            Some(present(SPEC())),
+        );
+        assert_eq!(c.action, Action::Replace);
+        assert_eq!(c.reason, "cidr changed, which forces replacement");
+        assert!(c.fields[0].forces_replacement);
+    }
+
+    #[test]
+    fn out_of_band_change_is_drift_and_update_back() {
+        let live = json!({"cidr": "10.0.0.0/16", "tags": {"a": "manual"}});
+        let c = one(
+            Some(SPEC()),
+            Some(recorded(Status::Created, SPEC())),
+            Some(present(live)),
+        );
+        assert_eq!(c.action, Action::Update);
+        assert!(c.drift);
+        assert_eq!(c.reason, "drift: changed outside kfaws: tags");
+        assert_eq!(c.fields[0].before, Some(json!({"a": "manual"})));
+    }
+
+    #[test]
+    fn out_of_band_change_of_a_replace_field_is_drift_replace() {
+        let live = json!({"cidr": "10.9.0.0/16", "tags": {"a": "1"}});
+        let c = one(
+            Some(SPEC()),
+            Some(recorded(Status::Created, SPEC())),
+            Some(present(live)),
+        );
+        assert_eq!(c.action, Action::Replace);
+        assert!(c.drift);
+        assert_eq!(
+            c.reason,
+            "cidr changed outside kfaws, which forces replacement"
+        );
+    }
+
+    #[test]
+    fn fields_the_service_does_not_report_are_compared_with_the_record() {
+        let live = json!({"cidr": "10.0.0.0/16"});
+        let c = one(
+            Some(SPEC()),
+            Some(recorded(Status::Created, SPEC())),
+            Some(present(live)),
+        );
+        assert_eq!(c.action, Action::NoOp);
+    }
+
+    #[test]
+    fn deleted_out_of_band_is_drift_create() {
+        let c = one(
+            Some(SPEC()),
+            Some(recorded(Status::Created, SPEC())),
+            Some(Observed::Gone),
+        );
+        assert_eq!((c.action, c.drift), (Action::Create, true));
+        assert_eq!(c.reason, "drift: deleted outside kfaws");
+    }
+
+    #[test]
+    fn interrupted_create_resumes_with_its_token() {
+        let c = one(
+            Some(SPEC()),
+            Some(recorded(Status::Creating, SPEC())),
+            Some(Observed::Gone),
+        );
+        assert_eq!(c.action, Action::Create);
+        assert_eq!(c.resume_token.as_deref(), Some("tok"));
+        assert!(c.reason.contains("re-attaching"));
+    }
+
+    #[test]
+    fn tainted_is_replace_or_create_when_gone() {
+        let c = one(
+            Some(SPEC()),
+            Some(recorded(Status::Tainted, SPEC())),
+            Some(present(SPEC())),
+        );
+        assert_eq!(
+            (c.action, c.reason.as_str()),
+            (Action::Replace, "tainted by a failed apply")
+        );
+        let c = one(
+            Some(SPEC()),
+            Some(recorded(Status::Tainted, SPEC())),
+            Some(Observed::Gone),
+        );
+        assert_eq!(c.action, Action::Create);
+    }
+
+    #[test]
+    fn interrupted_delete_of_a_desired_resource_is_replace_or_create() {
+        let c = one(
+            Some(SPEC()),
+            Some(recorded(Status::Deleting, SPEC())),
+            Some(present(SPEC())),
+        );
+        assert_eq!(c.action, Action::Replace);
+        let c = one(
+            Some(SPEC()),
+            Some(recorded(Status::Deleting, SPEC())),
+            Some(Observed::Gone),
+        );
+        assert_eq!(c.action, Action::Create);
+    }
+
+    #[test]
+    fn recorded_but_not_desired_is_delete() {
+        let c = one(
+            None,
+            Some(recorded(Status::Created, SPEC())),
+            Some(present(SPEC())),
+        );
+        assert_eq!(
+            (c.action, c.reason.as_str()),
+            (Action::Delete, "not in the configuration any more")
+        );
+        let c = one(
+            None,
+            Some(recorded(Status::Created, SPEC())),
+            Some(Observed::Gone),
+        );
+        assert_eq!(c.action, Action::Delete);
+        assert!(c.drift && c.reason.contains("already gone"));
+    }
+
+    #[test]
+    fn data_sources_are_read() {
+        let r: Arc<dyn Resource> = Arc::new(Fake {
+            address: addr(),
+            spec: json!({}),
+            mode: Mode::Data,
+        });
+        let changes = diff_apply(&[r], &State::new("ml"), &BTreeMap::new());
+        assert_eq!(changes[0].action, Action::Read);
+    }
+
+    #[test]
+    fn destroy_deletes_everything_recorded_with_reasons() {
+        let mut state = State::new("ml");
+        state
+            .resources
+            .insert(addr(), recorded(Status::Creating, SPEC()));
+        let b = Address::new("b").unwrap();
+        state
+            .resources
+            .insert(b.clone(), recorded(Status::Created, SPEC()));
+        let observed = BTreeMap::from([(addr(), present(SPEC())), (b, Observed::Gone)]);
+        let changes = diff_destroy(&state, &observed);
+        assert!(changes.iter().all(|c| c.action == Action::Delete));
+        assert!(changes[0].reason.contains("already gone"));
+        assert!(changes[1].reason.contains("create never finished"));
+    }
+}

@@ -1,0 +1,102 @@
+//! Saved plans: `kfaws plan -out FILE` writes one, `kfaws apply FILE`
+//! applies exactly it, and refuses it if the state moved since (Terraform's
+//! "Saved plan is stale" rule) or if this build would compute a different
+//! desired spec from the saved config.
+
+use std::path::{Path, PathBuf};
+
+use super::{Handles, Plan, PLAN_FORMAT_VERSION};
+use crate::address::Address;
+use crate::state::{spec_hash, store::write_atomic, State};
+
+/// Why a saved plan cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum PlanFileError {
+    /// The file could not be read or written.
+    #[error("plan file {path}: {message}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// What failed.
+        message: String,
+    },
+    /// The state changed since the plan was made.
+    #[error(
+        "the saved plan is stale: it was made against state serial {planned} of lineage {lineage}, \
+         the state is now serial {current} of lineage {current_lineage}; run `kfaws plan` again"
+    )]
+    Stale {
+        /// Serial the plan was made against.
+        planned: u64,
+        /// Its lineage.
+        lineage: uuid::Uuid,
+        /// Serial now.
+        current: u64,
+        /// Lineage now.
+        current_lineage: uuid::Uuid,
+    },
+    /// The desired spec computed now differs from the one planned.
+    #[error("the saved plan's spec for {0} differs from what this kfaws computes from the same config; run `kfaws plan` again")]
+    SpecChanged(Address),
+}
+
+/// Writes `plan` to `path` (JSON, mode 0600).
+///
+/// # Errors
+/// [`PlanFileError::Io`].
+pub fn save(plan: &Plan, path: &Path) -> Result<(), PlanFileError> {
+    let bytes = serde_json::to_vec_pretty(plan).expect("a plan serializes");
+    write_atomic(path, &bytes).map_err(|e| PlanFileError::Io {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    })
+}
+
+/// Reads a plan written by [`save`].
+///
+/// # Errors
+/// [`PlanFileError::Io`] for unreadable, malformed or newer-format files.
+pub fn load(path: &Path) -> Result<Plan, PlanFileError> {
+    let io = |message: String| PlanFileError::Io {
+        path: path.to_path_buf(),
+        message,
+    };
+    let bytes = std::fs::read(path).map_err(|e| io(e.to_string()))?;
+    let plan: Plan =
+        serde_json::from_slice(&bytes).map_err(|e| io(format!("not a kfaws plan: {e}")))?;
+    if plan.format_version != PLAN_FORMAT_VERSION {
+        return Err(io(format!(
+            "plan format {} is not {PLAN_FORMAT_VERSION}; make the plan with this kfaws",
+            plan.format_version
+        )));
+    }
+    Ok(plan)
+}
+
+/// Checks that `plan` still applies to `state` and to the specs `handles`
+/// compute now.
+///
+/// # Errors
+/// [`PlanFileError::Stale`] or [`PlanFileError::SpecChanged`].
+pub fn check(plan: &Plan, state: &State, handles: &Handles) -> Result<(), PlanFileError> {
+    // Serial 0 is a state never written: its lineage is not fixed until the
+    // first write, so only the serial can be compared.
+    let never_written = plan.state_serial == 0 && state.serial == 0;
+    if !never_written && (plan.state_serial != state.serial || plan.state_lineage != state.lineage)
+    {
+        return Err(PlanFileError::Stale {
+            planned: plan.state_serial,
+            lineage: plan.state_lineage,
+            current: state.serial,
+            current_lineage: state.lineage,
+        });
+    }
+    for c in &plan.changes {
+        if let (Some(planned), Some(handle)) = (&c.spec_hash, handles.get(&c.address)) {
+            if *planned != spec_hash(&handle.spec()) {
+                return Err(PlanFileError::SpecChanged(c.address.clone()));
+            }
+        }
+    }
+    Ok(())
+}

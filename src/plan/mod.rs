@@ -1,0 +1,330 @@
+//! Plans: what an apply or destroy will do, per address, and why.
+//!
+//! A plan is data before it is text: [`make_plan`] refreshes every recorded
+//! resource live (in parallel), diffs desired vs recorded vs live
+//! ([`diff`]), applies `--target`, and returns a [`Plan`]; [`render`] turns
+//! it into Terraform-style text or JSON; [`file`] saves it so that `kfaws
+//! apply FILE` applies exactly it.
+
+pub mod diff;
+pub mod file;
+pub mod refresh;
+pub mod render;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use uuid::Uuid;
+
+use crate::address::Address;
+use crate::config::Config;
+use crate::graph::{Closure, Dag, GraphError};
+use crate::resource::{Provider, Resource};
+use crate::state::State;
+
+/// What will happen to one address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Action {
+    /// Create (or re-attach to an interrupted create).
+    Create,
+    /// Change in place.
+    Update,
+    /// Delete, then create.
+    Replace,
+    /// Delete.
+    Delete,
+    /// Nothing to do.
+    NoOp,
+    /// Read a data source for its outputs.
+    Read,
+}
+
+impl Action {
+    /// Terraform's symbol for the action.
+    pub fn symbol(self) -> &'static str {
+        match self {
+            Self::Create => "+",
+            Self::Update => "~",
+            Self::Replace => "-/+",
+            Self::Delete => "-",
+            Self::NoOp => " ",
+            Self::Read => "<=",
+        }
+    }
+
+    /// The action as a word.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Create => "create",
+            Self::Update => "update",
+            Self::Replace => "replace",
+            Self::Delete => "delete",
+            Self::NoOp => "no-op",
+            Self::Read => "read",
+        }
+    }
+
+    /// Whether the action changes anything.
+    pub fn is_change(self) -> bool {
+        matches!(
+            self,
+            Self::Create | Self::Update | Self::Replace | Self::Delete
+        )
+    }
+}
+
+/// One field's difference.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FieldChange {
+    /// Top-level spec field.
+    pub field: String,
+    /// The value now (live where reported, else recorded); absent if unset.
+    pub before: Option<Value>,
+    /// The desired value; absent if the field goes away.
+    pub after: Option<Value>,
+    /// Whether changing it requires replacement.
+    pub forces_replacement: bool,
+    /// Whether the value was changed outside kfaws.
+    pub drift: bool,
+}
+
+/// The planned action for one address.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Change {
+    /// The address.
+    pub address: Address,
+    /// The resource kind.
+    pub kind: String,
+    /// The action.
+    pub action: Action,
+    /// Why, in words.
+    pub reason: String,
+    /// Whether the action repairs a change made outside kfaws.
+    pub drift: bool,
+    /// Field differences for updates and replacements.
+    pub fields: Vec<FieldChange>,
+    /// The addresses this change must wait for: desired dependencies for
+    /// creates and updates, recorded dependencies for deletes.
+    pub dependencies: Vec<Address>,
+    /// Hash of the desired spec (absent for deletes); `apply FILE` checks it.
+    pub spec_hash: Option<String>,
+    /// For a create resuming an interrupted one: the recorded token.
+    pub resume_token: Option<String>,
+}
+
+/// Counts for the summary line.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Summary {
+    /// Creates plus replacements.
+    pub add: usize,
+    /// Updates.
+    pub change: usize,
+    /// Deletes plus replacements.
+    pub destroy: usize,
+}
+
+/// A complete plan.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Plan {
+    /// The plan format version (for plan files and `--json`).
+    pub format_version: u32,
+    /// Whether this is a destroy plan.
+    pub destroy: bool,
+    /// The config the plan was made from.
+    pub config: Config,
+    /// The state serial the plan was made against.
+    pub state_serial: u64,
+    /// The state lineage the plan was made against.
+    pub state_lineage: Uuid,
+    /// `--target` addresses, if any.
+    pub targets: Vec<Address>,
+    /// One entry per address, sorted by address.
+    pub changes: Vec<Change>,
+}
+
+/// The plan format this build writes.
+pub const PLAN_FORMAT_VERSION: u32 = 1;
+
+impl Plan {
+    /// Counts creates, updates and deletes like Terraform's summary line.
+    pub fn summary(&self) -> Summary {
+        let mut s = Summary::default();
+        for c in &self.changes {
+            match c.action {
+                Action::Create => s.add += 1,
+                Action::Update => s.change += 1,
+                Action::Replace => {
+                    s.add += 1;
+                    s.destroy += 1;
+                }
+                Action::Delete => s.destroy += 1,
+                Action::NoOp | Action::Read => {}
+            }
+        }
+        s
+    }
+
+    /// Whether applying the plan would change anything.
+    pub fn has_changes(&self) -> bool {
+        self.changes.iter().any(|c| c.action.is_change())
+    }
+
+    /// The graph of the plan's changes in execution order: for an apply,
+    /// dependencies first (a delete waits for what depended on it); for a
+    /// destroy, dependants first.
+    ///
+    /// # Errors
+    /// [`GraphError::Cycle`] when the recorded and desired dependencies
+    /// contradict each other.
+    pub fn execution_graph(&self) -> Result<Dag, GraphError> {
+        let present: BTreeMap<&Address, &Change> =
+            self.changes.iter().map(|c| (&c.address, c)).collect();
+        let mut deps: BTreeMap<Address, Vec<Address>> = self
+            .changes
+            .iter()
+            .map(|c| (c.address.clone(), Vec::new()))
+            .collect();
+        for c in &self.changes {
+            for d in &c.dependencies {
+                if !present.contains_key(d) {
+                    continue;
+                }
+                if c.action == Action::Delete {
+                    // `c` depended on `d`: whatever happens to `d` waits
+                    // until `c` is deleted (the reverse of creation order).
+                    deps.get_mut(d).expect("present").push(c.address.clone());
+                } else {
+                    deps.get_mut(&c.address).expect("present").push(d.clone());
+                }
+            }
+        }
+        Dag::new(deps)
+    }
+}
+
+/// Why no plan could be made.
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    /// The desired graph or the targets are invalid.
+    #[error(transparent)]
+    Graph(#[from] GraphError),
+    /// Some resources could not be read.
+    #[error(transparent)]
+    Refresh(#[from] refresh::RefreshError),
+    /// A recorded resource's kind is unknown to this build.
+    #[error(
+        "{address} has kind {kind:?}, which this kfaws cannot manage; it cannot be read or deleted"
+    )]
+    UnknownKind {
+        /// The address.
+        address: Address,
+        /// The recorded kind.
+        kind: String,
+    },
+}
+
+/// Inputs of [`make_plan`].
+pub struct PlanRequest<'a> {
+    /// The validated config.
+    pub config: &'a Config,
+    /// Desired resources (ignored for a destroy, except to find handles).
+    pub desired: &'a [Arc<dyn Resource>],
+    /// Handles for recorded resources that are not desired.
+    pub provider: &'a dyn Provider,
+    /// The current state.
+    pub state: &'a State,
+    /// Whether to plan a destroy.
+    pub destroy: bool,
+    /// `--target` addresses.
+    pub targets: &'a [Address],
+    /// At most this many reads at once.
+    pub parallelism: usize,
+}
+
+/// Handles for every address a plan touches.
+pub type Handles = BTreeMap<Address, Arc<dyn Resource>>;
+
+/// Refreshes, diffs and targets: the whole of `kfaws plan` but the printing.
+///
+/// # Errors
+/// [`PlanError`].
+pub async fn make_plan(req: PlanRequest<'_>) -> Result<(Plan, Handles), PlanError> {
+    let desired_graph = Dag::new(
+        req.desired
+            .iter()
+            .map(|r| (r.address().clone(), r.dependencies())),
+    )?;
+    let handles = handles(req.desired, req.provider, req.state)?;
+    let observed = refresh::refresh(&handles, req.state, req.parallelism).await?;
+    let mut changes = if req.destroy {
+        diff::diff_destroy(req.state, &observed)
+    } else {
+        diff::diff_apply(req.desired, req.state, &observed)
+    };
+    if !req.targets.is_empty() {
+        let keep = if req.destroy {
+            state_graph(req.state)?.select(req.targets, Closure::Dependants)?
+        } else {
+            desired_graph.select(req.targets, Closure::Dependencies)?
+        };
+        changes.retain(|c| keep.contains(&c.address));
+    }
+    let plan = Plan {
+        format_version: PLAN_FORMAT_VERSION,
+        destroy: req.destroy,
+        config: req.config.clone(),
+        state_serial: req.state.serial,
+        state_lineage: req.state.lineage,
+        targets: req.targets.to_vec(),
+        changes,
+    };
+    Ok((plan, handles))
+}
+
+/// The graph recorded in state (what exists and what it depended on).
+///
+/// # Errors
+/// [`GraphError`] for a state whose dependencies are inconsistent.
+pub fn state_graph(state: &State) -> Result<Dag, GraphError> {
+    Dag::new(state.resources.iter().map(|(a, r)| {
+        let deps = r
+            .dependencies
+            .iter()
+            .filter(|d| state.resources.contains_key(*d))
+            .cloned()
+            .collect();
+        (a.clone(), deps)
+    }))
+}
+
+/// Handles for every desired resource and every recorded one (through the provider).
+///
+/// # Errors
+/// [`PlanError::UnknownKind`] for a recorded kind the provider does not know.
+pub fn handles(
+    desired: &[Arc<dyn Resource>],
+    provider: &dyn Provider,
+    state: &State,
+) -> Result<Handles, PlanError> {
+    let mut out: Handles = desired
+        .iter()
+        .map(|r| (r.address().clone(), Arc::clone(r)))
+        .collect();
+    for (address, recorded) in &state.resources {
+        if out.contains_key(address) {
+            continue;
+        }
+        let handle =
+            provider
+                .handle_for(address, recorded)
+                .ok_or_else(|| PlanError::UnknownKind {
+                    address: address.clone(),
+                    kind: recorded.kind.clone(),
+                })?;
+        out.insert(address.clone(), handle);
+    }
+    Ok(out)
+}

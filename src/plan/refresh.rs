@@ -1,0 +1,69 @@
+//! Refresh: read every recorded resource live, at most `parallelism` at once.
+
+use std::collections::BTreeMap;
+
+use futures::stream::{self, StreamExt};
+
+use super::Handles;
+use crate::address::Address;
+use crate::resource::Observed;
+use crate::state::State;
+
+/// Reads that failed, by address.
+#[derive(Debug, thiserror::Error)]
+#[error("refresh failed for {}", render(.failures))]
+pub struct RefreshError {
+    /// `(address, message)` for each failed read.
+    pub failures: Vec<(Address, String)>,
+}
+
+fn render(failures: &[(Address, String)]) -> String {
+    failures
+        .iter()
+        .map(|(a, m)| format!("{a}: {m}"))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// Reads every resource in `state` through its handle in parallel.
+///
+/// # Errors
+/// [`RefreshError`] listing every read that failed (all reads run).
+///
+/// # Panics
+/// If a recorded address has no handle; [`super::make_plan`] builds one for each.
+pub async fn refresh(
+    handles: &Handles,
+    state: &State,
+    parallelism: usize,
+) -> Result<BTreeMap<Address, Observed>, RefreshError> {
+    let reads = state.resources.iter().map(|(address, recorded)| {
+        let handle = handles
+            .get(address)
+            .unwrap_or_else(|| panic!("no handle for recorded resource {address}"));
+        async move {
+            let result = handle.read(Some(recorded)).await;
+            (address.clone(), result)
+        }
+    });
+    let results: Vec<_> = stream::iter(reads)
+        .buffer_unordered(parallelism.max(1))
+        .collect()
+        .await;
+    let mut observed = BTreeMap::new();
+    let mut failures = Vec::new();
+    for (address, result) in results {
+        match result {
+            Ok(o) => {
+                observed.insert(address, o);
+            }
+            Err(e) => failures.push((address, e.to_string())),
+        }
+    }
+    if failures.is_empty() {
+        Ok(observed)
+    } else {
+        failures.sort();
+        Err(RefreshError { failures })
+    }
+}

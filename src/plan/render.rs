@@ -1,0 +1,184 @@
+//! Plan output: Terraform-style text for people, JSON for machines.
+//!
+//! The text is a contract users script against, like Terraform's: one block
+//! per change with the symbol (`+` create, `~` update, `-/+` replace, `-`
+//! delete, `<=` read), and the summary line
+//! `Plan: N to add, M to change, K to destroy.`
+
+use std::fmt::Write;
+
+use serde_json::{json, Value};
+
+use super::{Action, Change, Plan};
+
+fn headline(c: &Change) -> String {
+    let what = match c.action {
+        Action::Create if c.resume_token.is_some() => "will be created (resuming)",
+        Action::Create => "will be created",
+        Action::Update => "will be updated in place",
+        Action::Replace => "must be replaced",
+        Action::Delete => "will be destroyed",
+        Action::Read => "will be read during apply",
+        Action::NoOp => "is up to date",
+    };
+    format!("  # {} {what}", c.address)
+}
+
+fn value(v: &Option<Value>) -> String {
+    match v {
+        Some(v) => v.to_string(),
+        None => "(unset)".into(),
+    }
+}
+
+/// The plan as text: changed resources, then the summary line.
+pub fn human(plan: &Plan) -> String {
+    let mut out = String::new();
+    let changes: Vec<&Change> = plan
+        .changes
+        .iter()
+        .filter(|c| c.action != Action::NoOp)
+        .collect();
+    if !plan.has_changes() {
+        out.push_str("No changes. The infrastructure matches the configuration.\n");
+    } else {
+        out.push_str("kfaws will perform the following actions:\n");
+    }
+    for c in changes {
+        out.push('\n');
+        out.push_str(&headline(c));
+        out.push('\n');
+        let _ = writeln!(
+            out,
+            "{:>3} {} ({})\n      reason: {}",
+            c.action.symbol(),
+            c.address,
+            c.kind,
+            c.reason
+        );
+        for f in &c.fields {
+            let _ = write!(
+                out,
+                "      ~ {}: {} -> {}",
+                f.field,
+                value(&f.before),
+                value(&f.after)
+            );
+            if f.drift {
+                out.push_str("  # changed outside kfaws");
+            }
+            if f.forces_replacement {
+                out.push_str("  # forces replacement");
+            }
+            out.push('\n');
+        }
+    }
+    let s = plan.summary();
+    if plan.has_changes() {
+        let _ = writeln!(
+            out,
+            "\nPlan: {} to add, {} to change, {} to destroy.",
+            s.add, s.change, s.destroy
+        );
+    }
+    out
+}
+
+/// The plan as JSON: the [`Plan`] document plus its summary.
+pub fn json(plan: &Plan) -> Value {
+    let mut v = serde_json::to_value(plan).expect("a plan serializes");
+    v["summary"] = json!(plan.summary());
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::address::Address;
+    use crate::config::{ConfigFile, Overrides};
+    use crate::plan::{FieldChange, PLAN_FORMAT_VERSION};
+
+    fn change(address: &str, action: Action) -> Change {
+        Change {
+            address: Address::new(address).unwrap(),
+            kind: "fake".into(),
+            action,
+            reason: "because".into(),
+            drift: false,
+            fields: vec![],
+            dependencies: vec![],
+            spec_hash: None,
+            resume_token: None,
+        }
+    }
+
+    fn plan(changes: Vec<Change>) -> Plan {
+        let config = ConfigFile::parse(
+            std::path::Path::new("k"),
+            "name = \"ml\"\nregion = \"us-east-1\"",
+        )
+        .unwrap()
+        .resolve(&Overrides::default(), None)
+        .unwrap();
+        Plan {
+            format_version: PLAN_FORMAT_VERSION,
+            destroy: false,
+            config,
+            state_serial: 3,
+            state_lineage: uuid::Uuid::nil(),
+            targets: vec![],
+            changes,
+        }
+    }
+
+    #[test]
+    fn summary_line_counts_replace_as_add_and_destroy() {
+        let mut replace = change("c", Action::Replace);
+        replace.fields.push(FieldChange {
+            field: "cidr".into(),
+            before: Some(json!("10.0.0.0/16")),
+            after: Some(json!("10.1.0.0/16")),
+            forces_replacement: true,
+            drift: false,
+        });
+        let p = plan(vec![
+            change("a", Action::Create),
+            change("b", Action::Update),
+            replace,
+            change("d", Action::Delete),
+            change("e", Action::NoOp),
+        ]);
+        let text = human(&p);
+        assert!(
+            text.ends_with("Plan: 2 to add, 1 to change, 2 to destroy.\n"),
+            "{text}"
+        );
+        assert!(text.contains("  + a (fake)"), "{text}");
+        assert!(text.contains("  ~ b (fake)"), "{text}");
+        assert!(text.contains("-/+ c (fake)"), "{text}");
+        assert!(text.contains("  - d (fake)"), "{text}");
+        assert!(
+            text.contains("~ cidr: \"10.0.0.0/16\" -> \"10.1.0.0/16\"  # forces replacement"),
+            "{text}"
+        );
+        assert!(!text.contains(" e "), "no-ops are not listed: {text}");
+    }
+
+    #[test]
+    fn no_changes_says_so() {
+        let p = plan(vec![change("a", Action::NoOp)]);
+        assert_eq!(
+            human(&p),
+            "No changes. The infrastructure matches the configuration.\n"
+        );
+    }
+
+    #[test]
+    fn json_carries_changes_and_summary() {
+        let p = plan(vec![change("a", Action::Create)]);
+        let v = json(&p);
+        assert_eq!(v["changes"][0]["action"], "create");
+        assert_eq!(v["summary"]["add"], 1);
+        assert_eq!(v["state_serial"], 3);
+    }
+}

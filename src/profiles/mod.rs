@@ -1,0 +1,60 @@
+//! Deployment profiles: which resources a deployment consists of, wired to
+//! which dependencies. One file per profile.
+
+pub mod vanilla;
+
+use std::sync::Arc;
+
+use aws_config::SdkConfig;
+
+use crate::address::Address;
+use crate::config::{Config, ProfileName};
+use crate::resource::{Provider, Resource};
+use crate::state::ResourceState;
+
+/// A profile's resources and the provider for recorded ones.
+pub struct Built {
+    /// The desired resources.
+    pub resources: Vec<Arc<dyn Resource>>,
+    /// Handles for recorded resources that left the config.
+    pub provider: Arc<dyn Provider>,
+}
+
+/// Why a profile cannot be built.
+#[derive(Debug, thiserror::Error)]
+pub enum ProfileError {
+    /// The profile is known but this build cannot deploy it.
+    #[error(
+        "profile {0} is not yet available in this kfaws; available: vanilla \
+         (rds-s3, cognito and cognito-rds-s3 are planned)"
+    )]
+    NotAvailable(ProfileName),
+}
+
+/// Builds the resources of the config's profile.
+///
+/// # Errors
+/// [`ProfileError::NotAvailable`] for profiles this build cannot deploy.
+pub fn build(config: &Config, aws: &SdkConfig) -> Result<Built, ProfileError> {
+    match config.profile {
+        ProfileName::Vanilla => Ok(vanilla::build(config, aws)),
+        other => Err(ProfileError::NotAvailable(other)),
+    }
+}
+
+/// Recreates handles for recorded AWS resources by kind.
+pub struct AwsProvider {
+    config: Config,
+    aws: SdkConfig,
+}
+
+impl Provider for AwsProvider {
+    fn handle_for(&self, address: &Address, recorded: &ResourceState) -> Option<Arc<dyn Resource>> {
+        match recorded.kind.as_str() {
+            "aws_cloudformation_stack" => {
+                vanilla::stack_from_state(&self.config, &self.aws, address, recorded)
+            }
+            _ => None,
+        }
+    }
+}

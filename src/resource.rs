@@ -1,0 +1,173 @@
+//! The `Resource` trait every node of the graph implements, and the
+//! `Provider` that recreates handles for resources known only from state.
+//!
+//! A resource is a desired spec plus four calls against the real world:
+//! `read`, `create`, `update`, `delete`. The engine decides which to call and
+//! when; the resource only talks to its service. The contract each
+//! implementation must keep is what makes resume and destroy safe:
+//!
+//! - `create` is **idempotent for a given token**: called twice with the same
+//!   token (because the first call's process was killed after the state
+//!   recorded the token), it re-attaches to what the first call created
+//!   instead of creating a second one (AWS client request tokens have
+//!   exactly this meaning, e.g. CloudFormation `ClientRequestToken`).
+//! - `delete` of something already gone succeeds.
+//! - Outputs hold identifiers and public endpoints only, never secrets: they
+//!   are written to the state file and printed by `kfaws output`.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde_json::Value;
+
+use crate::address::Address;
+use crate::state::ResourceState;
+
+/// Output values by name.
+pub type Outputs = BTreeMap<String, Value>;
+
+/// Managed resources are created and deleted by kfaws; data sources are only read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Created, updated and deleted by kfaws.
+    Managed,
+    /// Read for its outputs only (Terraform's `data` blocks).
+    Data,
+}
+
+/// What a `read` found.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Observed {
+    /// The resource does not exist.
+    Gone,
+    /// The resource exists.
+    Present {
+        /// Its provider id.
+        physical_id: Option<String>,
+        /// The live value of each spec field the service reports, keyed like
+        /// the desired spec's top-level fields. Fields the service cannot
+        /// report are left out and not compared.
+        spec: serde_json::Map<String, Value>,
+        /// Its current outputs.
+        outputs: Outputs,
+    },
+}
+
+/// The result of a successful create or update.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Applied {
+    /// The provider id.
+    pub physical_id: String,
+    /// Outputs for dependants and `kfaws output`.
+    pub outputs: Outputs,
+}
+
+/// A failed call, with the service's message.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct ResourceError {
+    /// What failed, in the service's words where possible.
+    pub message: String,
+    /// The underlying error.
+    #[source]
+    pub source: Option<Box<dyn std::error::Error + Send + Sync>>,
+}
+
+impl ResourceError {
+    /// An error with a message only.
+    pub fn msg(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+            source: None,
+        }
+    }
+}
+
+/// The outputs of a resource's dependencies, by address, as recorded when
+/// they finished.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Inputs(pub BTreeMap<Address, Outputs>);
+
+impl Inputs {
+    /// The output `name` of dependency `address`.
+    ///
+    /// # Errors
+    /// [`ResourceError`] naming the missing output: a dependency that did not
+    /// produce what a dependant needs is a bug in the profile.
+    pub fn get(&self, address: &Address, name: &str) -> Result<&Value, ResourceError> {
+        self.0
+            .get(address)
+            .and_then(|o| o.get(name))
+            .ok_or_else(|| {
+                ResourceError::msg(format!("dependency {address} has no output {name:?}"))
+            })
+    }
+}
+
+/// A node of the graph: its identity, its desired spec and the calls that
+/// reconcile the real world with it.
+#[async_trait]
+pub trait Resource: Send + Sync {
+    /// The address, unique in the graph.
+    fn address(&self) -> &Address;
+
+    /// The kind, e.g. `aws_cloudformation_stack`; recorded in state so a
+    /// resource that left the config can still be deleted ([`Provider`]).
+    fn kind(&self) -> &'static str;
+
+    /// Addresses whose outputs this resource needs; they are created first
+    /// and deleted last.
+    fn dependencies(&self) -> Vec<Address>;
+
+    /// Managed or data source.
+    fn mode(&self) -> Mode {
+        Mode::Managed
+    }
+
+    /// The desired spec, a JSON object computed from the config alone (no
+    /// calls). Its hash is recorded in state; a change of a field is an
+    /// update, or a replacement for [`Resource::replace_fields`].
+    fn spec(&self) -> Value;
+
+    /// Top-level spec fields that cannot change in place.
+    fn replace_fields(&self) -> &[&str] {
+        &[]
+    }
+
+    /// Expected wall time of a create, used for the critical path.
+    fn estimate(&self) -> Duration;
+
+    /// Longest a single create, update or delete may take before it fails.
+    fn timeout(&self) -> Duration {
+        Duration::from_secs(45 * 60)
+    }
+
+    /// Reads the live resource. `recorded` is the state entry (absent for
+    /// data sources read for the first time).
+    async fn read(&self, recorded: Option<&ResourceState>) -> Result<Observed, ResourceError>;
+
+    /// Creates the resource, idempotently for `token` (see the module docs),
+    /// and waits until it is usable.
+    async fn create(&self, token: &str, inputs: &Inputs) -> Result<Applied, ResourceError>;
+
+    /// Changes the resource in place to the desired spec and waits until it is usable.
+    async fn update(
+        &self,
+        recorded: &ResourceState,
+        inputs: &Inputs,
+    ) -> Result<Applied, ResourceError>;
+
+    /// Deletes the resource and waits until it is gone; gone already is success.
+    async fn delete(&self, recorded: &ResourceState) -> Result<(), ResourceError>;
+}
+
+/// Recreates a handle for a resource known only from state (it left the
+/// config, or `destroy` runs without it), so it can be read and deleted.
+/// Terraform keeps providers for the same reason.
+pub trait Provider: Send + Sync {
+    /// A handle for the recorded resource at `address`, or `None` for a kind
+    /// this provider does not know.
+    fn handle_for(&self, address: &Address, recorded: &ResourceState) -> Option<Arc<dyn Resource>>;
+}

@@ -1,0 +1,294 @@
+//! The state lock: at most one writing command per deployment at a time.
+//!
+//! The lock is a file, `state.lock`, created atomically with its content
+//! (written to a temporary file, then hard-linked into place) and holding who took it: a random id, the operation,
+//! user, host, pid and time. A second command fails at once with that
+//! information. A lock whose process died stays until `kfaws state unlock
+//! ID` removes it -- the holder may have been killed in the middle of a
+//! write to AWS, and only a person can tell that it is safe (Terraform's
+//! `force-unlock` rule).
+
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use super::store::{create_private_dir, deployment_dir};
+
+/// Who holds a lock.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LockInfo {
+    /// The id `kfaws state unlock` asks for.
+    pub id: Uuid,
+    /// The command holding it: `apply`, `destroy`, ...
+    pub operation: String,
+    /// `user@host`.
+    pub who: String,
+    /// Host name of the holder.
+    pub host: String,
+    /// Process id of the holder.
+    pub pid: u32,
+    /// When it was taken.
+    pub created: DateTime<Utc>,
+    /// kfaws version of the holder.
+    pub version: String,
+}
+
+/// Why a lock could not be taken or broken.
+#[derive(Debug, thiserror::Error)]
+pub enum LockError {
+    /// Someone else holds the lock.
+    #[error(
+        "the state is locked by {} (pid {}{}) for `{}` since {}; lock ID {}\n\
+         If no kfaws process holds it any more, remove it with `kfaws state unlock {}`",
+        .0.who, .0.pid, liveness(.0), .0.operation, .0.created.to_rfc3339(), .0.id, .0.id
+    )]
+    Held(Box<LockInfo>),
+    /// The lock file exists but cannot be read (being written, or damaged).
+    #[error("the state lock {path} exists but cannot be read ({message}); another command may be starting")]
+    Unreadable {
+        /// The lock file.
+        path: PathBuf,
+        /// What went wrong.
+        message: String,
+    },
+    /// `state unlock` was given an id that does not match.
+    #[error("lock ID {given} does not match the current lock {}", .current.id)]
+    WrongId {
+        /// The id given.
+        given: String,
+        /// The current lock.
+        current: Box<LockInfo>,
+    },
+    /// `state unlock` found no lock.
+    #[error("the state of this deployment is not locked")]
+    NotLocked,
+    /// An I/O error.
+    #[error("state lock {path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+}
+
+fn liveness(info: &LockInfo) -> &'static str {
+    if info.host != host() {
+        return "";
+    }
+    if cfg!(target_os = "linux") && !Path::new(&format!("/proc/{}", info.pid)).exists() {
+        ", which is no longer running"
+    } else {
+        ""
+    }
+}
+
+fn host() -> String {
+    gethostname::gethostname().to_string_lossy().into_owned()
+}
+
+fn lock_path(state_dir: &Path, deployment: &str) -> PathBuf {
+    deployment_dir(state_dir, deployment).join("state.lock")
+}
+
+/// A held lock; released when dropped.
+#[derive(Debug)]
+pub struct StateLock {
+    path: PathBuf,
+    info: LockInfo,
+}
+
+impl StateLock {
+    /// Takes the lock of `deployment` for `operation`, failing at once if it is held.
+    ///
+    /// # Errors
+    /// [`LockError::Held`] with the holder, [`LockError::Unreadable`],
+    /// [`LockError::Io`].
+    pub fn acquire(state_dir: &Path, deployment: &str, operation: &str) -> Result<Self, LockError> {
+        let path = lock_path(state_dir, deployment);
+        let dir = path.parent().expect("lock path has a parent");
+        create_private_dir(dir).map_err(|e| LockError::Io {
+            path: dir.to_path_buf(),
+            source: std::io::Error::other(e.to_string()),
+        })?;
+        let host = host();
+        let user = std::env::var("USER").unwrap_or_else(|_| "unknown".into());
+        let info = LockInfo {
+            id: Uuid::new_v4(),
+            operation: operation.to_string(),
+            who: format!("{user}@{host}"),
+            host,
+            pid: std::process::id(),
+            created: Utc::now(),
+            version: env!("CARGO_PKG_VERSION").to_string(),
+        };
+        // Write the holder's details to a private temporary file first and
+        // hard-link it into place: link(2) fails if the name exists, and the
+        // lock file is never visible half-written (the classic link-based
+        // lock, safe on NFS too).
+        let mut tmp = tempfile::Builder::new()
+            .prefix(".lock-")
+            .tempfile_in(dir)
+            .map_err(|source| LockError::Io {
+                path: dir.to_path_buf(),
+                source,
+            })?;
+        let bytes = serde_json::to_vec_pretty(&info).expect("lock info serializes");
+        tmp.write_all(&bytes)
+            .and_then(|()| tmp.as_file().sync_all())
+            .map_err(|source| LockError::Io {
+                path: tmp.path().to_path_buf(),
+                source,
+            })?;
+        match fs::hard_link(tmp.path(), &path) {
+            Ok(()) => Ok(Self { path, info }),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(match read(&path)? {
+                Some(held) => LockError::Held(Box::new(held)),
+                None => LockError::Unreadable {
+                    path,
+                    message: "it was released while being read; run the command again".into(),
+                },
+            }),
+            Err(source) => Err(LockError::Io { path, source }),
+        }
+    }
+
+    /// Who holds this lock (us).
+    pub fn info(&self) -> &LockInfo {
+        &self.info
+    }
+}
+
+impl Drop for StateLock {
+    fn drop(&mut self) {
+        // Only remove the file if it is still ours: `state unlock` may have
+        // broken it and another command taken it since.
+        if matches!(read(&self.path), Ok(Some(current)) if current.id == self.info.id) {
+            let _ = fs::remove_file(&self.path);
+        }
+    }
+}
+
+fn read(path: &Path) -> Result<Option<LockInfo>, LockError> {
+    match fs::read(path) {
+        Ok(bytes) => serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|e| LockError::Unreadable {
+                path: path.to_path_buf(),
+                message: e.to_string(),
+            }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(source) => Err(LockError::Io {
+            path: path.to_path_buf(),
+            source,
+        }),
+    }
+}
+
+/// The current lock of `deployment`, if any.
+///
+/// # Errors
+/// [`LockError::Unreadable`] or [`LockError::Io`].
+pub fn current(state_dir: &Path, deployment: &str) -> Result<Option<LockInfo>, LockError> {
+    read(&lock_path(state_dir, deployment))
+}
+
+/// Breaks the lock whose id is `id` (`kfaws state unlock ID`). An unreadable
+/// lock file can be broken with the id `unreadable`.
+///
+/// # Errors
+/// [`LockError::NotLocked`], [`LockError::WrongId`], [`LockError::Io`].
+pub fn force_unlock(state_dir: &Path, deployment: &str, id: &str) -> Result<LockInfo, LockError> {
+    let path = lock_path(state_dir, deployment);
+    let current = read(&path)?.ok_or(LockError::NotLocked)?;
+    if current.id.to_string() != id {
+        return Err(LockError::WrongId {
+            given: id.to_string(),
+            current: Box::new(current),
+        });
+    }
+    fs::remove_file(&path).map_err(|source| LockError::Io { path, source })?;
+    Ok(current)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn second_acquire_fails_naming_the_holder_and_release_frees_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let held = StateLock::acquire(dir.path(), "ml", "apply").unwrap();
+        let err = StateLock::acquire(dir.path(), "ml", "destroy").unwrap_err();
+        let LockError::Held(info) = &err else {
+            panic!("{err}")
+        };
+        assert_eq!(**info, *held.info());
+        let msg = err.to_string();
+        assert!(
+            msg.contains("`apply`") && msg.contains(&held.info().id.to_string()),
+            "{msg}"
+        );
+        assert!(
+            msg.contains(&format!("pid {}", std::process::id())),
+            "{msg}"
+        );
+        drop(held);
+        StateLock::acquire(dir.path(), "ml", "destroy").unwrap();
+    }
+
+    #[test]
+    fn locks_are_per_deployment() {
+        let dir = tempfile::tempdir().unwrap();
+        let _a = StateLock::acquire(dir.path(), "a", "apply").unwrap();
+        let _b = StateLock::acquire(dir.path(), "b", "apply").unwrap();
+    }
+
+    #[test]
+    fn unlock_needs_the_matching_id_and_leaves_a_newer_lock_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let stale = StateLock::acquire(dir.path(), "ml", "apply").unwrap();
+        let id = stale.info().id.to_string();
+        assert!(matches!(
+            force_unlock(dir.path(), "ml", "not-the-id"),
+            Err(LockError::WrongId { .. })
+        ));
+        assert_eq!(
+            force_unlock(dir.path(), "ml", &id).unwrap().id,
+            stale.info().id
+        );
+        let newer = StateLock::acquire(dir.path(), "ml", "apply").unwrap();
+        drop(stale);
+        assert_eq!(
+            current(dir.path(), "ml").unwrap().unwrap().id,
+            newer.info().id
+        );
+        drop(newer);
+        assert!(matches!(
+            force_unlock(dir.path(), "ml", &id),
+            Err(LockError::NotLocked)
+        ));
+    }
+
+    #[test]
+    fn a_lock_left_by_a_dead_process_says_so() {
+        let dir = tempfile::tempdir().unwrap();
+        let lock = StateLock::acquire(dir.path(), "ml", "apply").unwrap();
+        let mut info = lock.info().clone();
+        std::mem::forget(lock);
+        info.pid = u32::MAX - 1;
+        fs::write(
+            lock_path(dir.path(), "ml"),
+            serde_json::to_vec(&info).unwrap(),
+        )
+        .unwrap();
+        let err = StateLock::acquire(dir.path(), "ml", "apply").unwrap_err();
+        if cfg!(target_os = "linux") {
+            assert!(err.to_string().contains("no longer running"), "{err}");
+        }
+    }
+}

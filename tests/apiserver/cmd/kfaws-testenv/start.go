@@ -1,0 +1,175 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// The Service network of the test cluster; kube-apiserver reserves its first
+// address for the "kubernetes" Service, so the serving certificate names it.
+const serviceClusterIPRange = "10.0.0.0/24"
+
+var serviceClusterIP = net.IPv4(10, 0, 0, 1)
+
+type startOptions struct {
+	dir                  string
+	binDir               string
+	etcdBin, apiBin      string
+	readyTimeout         time.Duration
+	stopTimeout          time.Duration
+	serviceAccountIssuer string
+	tokenWebhookConfig   string
+	exitWithParent       bool
+	parent               int // process id of whoever started the harness
+	apiserverArgs        multiFlag
+	etcdArgs             multiFlag
+}
+
+// multiFlag collects a repeatable string flag.
+type multiFlag []string
+
+func (m *multiFlag) String() string     { return strings.Join(*m, " ") }
+func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
+
+// errAddrInUse marks a start attempt that lost a port race and may be retried.
+var errAddrInUse = errors.New("address already in use")
+
+// startAttempts bounds retries of the free-port race (see freePorts).
+const startAttempts = 3
+
+func runStart(args []string) int {
+	var o startOptions
+	fs := flag.NewFlagSet("start", flag.ContinueOnError)
+	fs.StringVar(&o.dir, "dir", "", "directory for certificates, kubeconfig, etcd data, logs and ready.json (required; created, must be empty)")
+	fs.StringVar(&o.binDir, "bin-dir", "", "directory holding etcd and kube-apiserver (default: the directory of this executable, where build.sh puts all three)")
+	fs.StringVar(&o.etcdBin, "etcd", "", "path of the etcd binary (default: BIN-DIR/etcd)")
+	fs.StringVar(&o.apiBin, "kube-apiserver", "", "path of the kube-apiserver binary (default: BIN-DIR/kube-apiserver)")
+	fs.DurationVar(&o.readyTimeout, "ready-timeout", 3*time.Minute, "how long to wait for etcd /health and kube-apiserver /readyz")
+	fs.DurationVar(&o.stopTimeout, "stop-timeout", 15*time.Second, "how long each server gets to exit after SIGTERM before SIGKILL")
+	fs.StringVar(&o.serviceAccountIssuer, "service-account-issuer", "https://kubernetes.default.svc.cluster.local", "issuer (iss) of service-account tokens, as kube-apiserver's flag of that name")
+	fs.StringVar(&o.tokenWebhookConfig, "authentication-token-webhook-config-file", "", "kubeconfig-format file of a TokenReview webhook (authentication.k8s.io/v1) that kube-apiserver consults for bearer tokens")
+	fs.BoolVar(&o.exitWithParent, "exit-with-parent", true, "stop when the process that started the harness exits")
+	fs.Var(&o.apiserverArgs, "apiserver-arg", "extra kube-apiserver flag such as --v=4 (repeatable; appended after the harness's own flags, so a single-value flag given here wins, while a list flag such as --disable-admission-plugins adds to the harness's value)")
+	fs.Var(&o.etcdArgs, "etcd-arg", "extra etcd flag (repeatable)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "kfaws-testenv start: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	if err := o.complete(); err != nil {
+		fmt.Fprintf(os.Stderr, "kfaws-testenv start: %v\n", err)
+		return 2
+	}
+
+	o.parent = os.Getppid()
+	signals := make(chan os.Signal, 1)
+	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+
+	if err := os.WriteFile(filepath.Join(o.dir, "testenv.pid"), fmt.Appendf(nil, "%d\n", os.Getpid()), 0o644); err != nil {
+		fmt.Fprintf(os.Stderr, "kfaws-testenv start: %v\n", err)
+		return 1
+	}
+	p, err := newPKI(filepath.Join(o.dir, "pki"))
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "kfaws-testenv start: generating certificates: %v\n", err)
+		return 1
+	}
+
+	var cp *controlPlane
+	for attempt := 1; ; attempt++ {
+		cp, err = startControlPlane(&o, p, signals)
+		if err == nil {
+			break
+		}
+		if errors.Is(err, errAddrInUse) && attempt < startAttempts {
+			fmt.Fprintf(os.Stderr, "kfaws-testenv: %v; retrying with new ports\n", err)
+			continue
+		}
+		fmt.Fprintf(os.Stderr, "kfaws-testenv start: %v\n", err)
+		return 1
+	}
+
+	info, err := cp.writeReady(&o, p)
+	if err != nil {
+		cp.stop(o.stopTimeout)
+		fmt.Fprintf(os.Stderr, "kfaws-testenv start: %v\n", err)
+		return 1
+	}
+	fmt.Println(info)
+	fmt.Fprintf(os.Stderr, "kfaws-testenv: ready at %s; stop with SIGTERM or `kfaws-testenv stop --dir %s`\n", cp.endpoint, o.dir)
+
+	code := cp.wait(signals, &o)
+	cp.removeReady(o.dir)
+	cp.stop(o.stopTimeout)
+	return code
+}
+
+// parentGone reports whether the process that started the harness has exited
+// (we were re-parented) and --exit-with-parent asks us to follow it. Polling the
+// parent id works whichever thread of the parent started us, unlike
+// PR_SET_PDEATHSIG: a Rust test thread that ends would otherwise take a harness
+// shared by the whole test binary with it.
+func (o *startOptions) parentGone() bool {
+	return o.exitWithParent && os.Getppid() != o.parent
+}
+
+func (o *startOptions) complete() error {
+	if o.dir == "" {
+		return errors.New("--dir is required")
+	}
+	dir, err := filepath.Abs(o.dir)
+	if err != nil {
+		return err
+	}
+	o.dir = dir
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("--dir %s: %w", dir, err)
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("--dir %s: %w", dir, err)
+	}
+	if len(entries) > 0 {
+		return fmt.Errorf("--dir %s must be empty (it holds %s); every run gets fresh certificates and etcd data", dir, entries[0].Name())
+	}
+	if o.binDir == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return err
+		}
+		o.binDir = filepath.Dir(exe)
+	}
+	if o.etcdBin == "" {
+		o.etcdBin = filepath.Join(o.binDir, "etcd")
+	}
+	if o.apiBin == "" {
+		o.apiBin = filepath.Join(o.binDir, "kube-apiserver")
+	}
+	for flagName, path := range map[string]string{"--etcd": o.etcdBin, "--kube-apiserver": o.apiBin} {
+		if st, err := os.Stat(path); err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
+			return fmt.Errorf("%s %s: not an executable file (build it with tests/apiserver/build.sh)", flagName, path)
+		}
+	}
+	if o.tokenWebhookConfig != "" {
+		if o.tokenWebhookConfig, err = filepath.Abs(o.tokenWebhookConfig); err != nil {
+			return err
+		}
+		if _, err := os.Stat(o.tokenWebhookConfig); err != nil {
+			return fmt.Errorf("--authentication-token-webhook-config-file: %w", err)
+		}
+	}
+	if o.readyTimeout <= 0 || o.stopTimeout <= 0 {
+		return errors.New("--ready-timeout and --stop-timeout must be positive durations")
+	}
+	return nil
+}

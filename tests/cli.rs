@@ -1,0 +1,344 @@
+//! `kfaws` end to end against the local AWS emulator: plan, apply, drift,
+//! saved plans, locking, identity checks, outputs, state commands and
+//! destroy. Run under `tests/emulator/with_emulator.sh` (`make test` does);
+//! each test works in an account of its own.
+
+use assert_cmd::Command;
+use aws_sdk_cloudformation::config::Credentials;
+use predicates::prelude::*;
+
+struct Deployment {
+    dir: tempfile::TempDir,
+    account: String,
+    name: String,
+}
+
+fn endpoint() -> String {
+    std::env::var("AWS_ENDPOINT_URL").expect(
+        "these tests need the local AWS emulator: run them under \
+         tests/emulator/with_emulator.sh (make test does)",
+    )
+}
+
+impl Deployment {
+    fn new() -> Self {
+        let _ = endpoint();
+        let account = format!("{:012}", fastrand::u64(100_000_000_000..999_999_999_999));
+        let name = format!("e2e{}", fastrand::u32(10_000..99_999));
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("kfaws.toml"),
+            format!("name = \"{name}\"\nregion = \"us-east-1\"\n"),
+        )
+        .unwrap();
+        Self { dir, account, name }
+    }
+
+    fn kfaws(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::cargo_bin("kfaws").unwrap();
+        cmd.current_dir(self.dir.path())
+            .env("AWS_ACCESS_KEY_ID", &self.account)
+            .env("AWS_SECRET_ACCESS_KEY", "test")
+            .env_remove("AWS_PROFILE")
+            .env_remove("AWS_SESSION_TOKEN")
+            .env_remove("KFAWS_NAME")
+            .env_remove("KFAWS_CONFIG")
+            .args(args);
+        cmd
+    }
+
+    fn stdout(&self, args: &[&str]) -> String {
+        let out = self
+            .kfaws(args)
+            .assert()
+            .success()
+            .get_output()
+            .stdout
+            .clone();
+        String::from_utf8(out).unwrap()
+    }
+
+    async fn cloudformation(&self) -> aws_sdk_cloudformation::Client {
+        let config = aws_config::defaults(aws_config::BehaviorVersion::latest())
+            .region(aws_config::Region::new("us-east-1"))
+            .endpoint_url(endpoint())
+            .credentials_provider(Credentials::new(&self.account, "test", None, None, "test"))
+            .load()
+            .await;
+        aws_sdk_cloudformation::Client::new(&config)
+    }
+
+    async fn live_stacks(&self) -> Vec<String> {
+        let out = self
+            .cloudformation()
+            .await
+            .describe_stacks()
+            .send()
+            .await
+            .unwrap();
+        let mut names: Vec<String> = out
+            .stacks()
+            .iter()
+            .filter(|s| s.stack_status().map(|s| s.as_str()) != Some("DELETE_COMPLETE"))
+            .filter_map(|s| s.stack_name().map(str::to_string))
+            .collect();
+        names.sort();
+        names
+    }
+
+    fn state_file(&self) -> std::path::PathBuf {
+        self.dir
+            .path()
+            .join(".kfaws")
+            .join(&self.name)
+            .join("state.json")
+    }
+}
+
+#[tokio::test]
+async fn plan_apply_noop_plan_outputs_and_destroy() {
+    let d = Deployment::new();
+    let plan = d
+        .kfaws(&["plan", "--detailed-exitcode"])
+        .assert()
+        .code(2)
+        .get_output()
+        .stdout
+        .clone();
+    let plan = String::from_utf8(plan).unwrap();
+    for a in ["stack.network", "stack.iam", "stack.storage"] {
+        assert!(
+            plan.contains(&format!("  + {a} (aws_cloudformation_stack)")),
+            "{plan}"
+        );
+    }
+    assert!(
+        plan.contains("Plan: 3 to add, 0 to change, 0 to destroy."),
+        "{plan}"
+    );
+
+    let applied = d.stdout(&["apply", "--auto-approve"]);
+    assert!(
+        applied.contains("Apply complete! Resources: 3 added, 0 changed, 0 destroyed."),
+        "{applied}"
+    );
+    let n = &d.name;
+    assert_eq!(
+        d.live_stacks().await,
+        [
+            format!("kfaws-{n}-iam"),
+            format!("kfaws-{n}-network"),
+            format!("kfaws-{n}-storage")
+        ]
+    );
+
+    d.kfaws(&["plan", "--detailed-exitcode"])
+        .assert()
+        .code(0)
+        .stdout(predicate::str::contains("No changes."));
+
+    let vpc = d.stdout(&["output", "stack.network.VpcId"]);
+    assert!(vpc.trim().starts_with("vpc-"), "{vpc}");
+    let all: serde_json::Value = serde_json::from_str(&d.stdout(&["output", "--json"])).unwrap();
+    assert_eq!(
+        all["stack.storage.BucketName"],
+        format!("kfaws-{n}-us-east-1-artifacts")
+    );
+    assert!(all["stack.iam.SageMakerRoleArn"]
+        .as_str()
+        .unwrap()
+        .ends_with(":role/sagemakerrole"));
+
+    let list = d.stdout(&["state", "list"]);
+    assert!(
+        list.contains("stack.storage") && list.contains("created"),
+        "{list}"
+    );
+    let shown: serde_json::Value =
+        serde_json::from_str(&d.stdout(&["state", "show", "stack.iam"])).unwrap();
+    assert_eq!(shown["status"], "created");
+    assert!(shown["idempotency_token"].is_string());
+
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(d.state_file())
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+
+    let destroyed = d.stdout(&["destroy", "--auto-approve"]);
+    assert!(
+        destroyed.contains("Destroy complete! Resources: 0 added, 0 changed, 3 destroyed."),
+        "{destroyed}"
+    );
+    assert!(d.live_stacks().await.is_empty());
+    d.kfaws(&["destroy", "--auto-approve"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("No resources to destroy"));
+}
+
+#[tokio::test]
+async fn a_stack_deleted_out_of_band_is_drift_and_apply_repairs_it() {
+    let d = Deployment::new();
+    d.stdout(&["apply", "--auto-approve"]);
+    let cfn = d.cloudformation().await;
+    cfn.delete_stack()
+        .stack_name(format!("kfaws-{}-iam", d.name))
+        .send()
+        .await
+        .unwrap();
+    let plan = d.stdout(&["plan"]);
+    assert!(
+        plan.contains("reason: drift: deleted outside kfaws"),
+        "{plan}"
+    );
+    assert!(
+        plan.contains("Plan: 1 to add, 0 to change, 0 to destroy."),
+        "{plan}"
+    );
+    d.stdout(&["apply", "--auto-approve"]);
+    d.kfaws(&["plan", "--detailed-exitcode"]).assert().code(0);
+    d.stdout(&["destroy", "--auto-approve"]);
+    assert!(d.live_stacks().await.is_empty());
+}
+
+#[tokio::test]
+async fn a_saved_plan_applies_exactly_once_and_is_then_stale() {
+    let d = Deployment::new();
+    d.kfaws(&["plan", "-out", "tf.plan"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("kfaws apply tf.plan"));
+    d.kfaws(&["apply", "tf.plan"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("3 added"));
+    d.kfaws(&["apply", "tf.plan"])
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("the saved plan is stale"));
+    d.stdout(&["destroy", "--auto-approve"]);
+    assert!(d.live_stacks().await.is_empty());
+}
+
+#[tokio::test]
+async fn the_wrong_region_or_account_is_refused_before_planning() {
+    let d = Deployment::new();
+    d.stdout(&["apply", "--auto-approve"]);
+    d.kfaws(&["plan", "--region", "eu-west-1"])
+        .assert()
+        .failure()
+        .stderr(
+            predicate::str::contains("region us-east-1").and(predicate::str::contains("eu-west-1")),
+        );
+    d.kfaws(&["plan"])
+        .env("AWS_ACCESS_KEY_ID", "999999999999")
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains(format!("account {}", d.account)));
+    d.stdout(&["destroy", "--auto-approve"]);
+    assert!(d.live_stacks().await.is_empty());
+}
+
+#[test]
+fn apply_without_a_terminal_needs_auto_approve() {
+    let d = Deployment::new();
+    d.kfaws(&["apply"])
+        .write_stdin("yes\n")
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("pass --auto-approve"));
+    assert!(
+        !d.state_file().exists()
+            || !std::fs::read_to_string(d.state_file())
+                .unwrap()
+                .contains("stack.")
+    );
+}
+
+#[test]
+fn a_held_lock_refuses_apply_and_unlock_breaks_it() {
+    let d = Deployment::new();
+    let state_dir = d.dir.path().join(".kfaws");
+    let held = kfaws::state::lock::StateLock::acquire(&state_dir, &d.name, "apply").unwrap();
+    let id = held.info().id.to_string();
+    std::mem::forget(held); // as if its process died
+    d.kfaws(&["apply", "--auto-approve"])
+        .assert()
+        .failure()
+        .stderr(
+            predicate::str::contains("the state is locked by")
+                .and(predicate::str::contains(id.as_str())),
+        );
+    d.kfaws(&["state", "unlock", &id]).assert().success();
+    d.kfaws(&["plan"]).assert().success();
+}
+
+#[test]
+fn invalid_names_fail_before_any_api_call() {
+    // An endpoint where nothing listens: any API call would fail with a
+    // connection error, so a name error proves no call was made.
+    for (name, region, rule) in [
+        ("test-k8_cluster01", "us-east-1", "[a-zA-Z][-a-zA-Z0-9]*"),
+        ("tf-vanilla-uwiqgwfqu3", "ap-southeast-1", "may be at most"),
+        ("MLTeam", "us-east-1", "S3 bucket name"),
+    ] {
+        let d = Deployment::new();
+        d.kfaws(&["plan", "--name", name, "--region", region])
+            .env("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
+            .assert()
+            .code(1)
+            .stderr(predicate::str::contains(rule))
+            .stderr(predicate::str::contains("connect").not());
+    }
+    let d = Deployment::new();
+    d.kfaws(&["plan", "--region", "us-east1"])
+        .env("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("region \"us-east1\" is invalid"));
+}
+
+#[test]
+fn unknown_and_unavailable_profiles_are_refused() {
+    let d = Deployment::new();
+    d.kfaws(&["plan", "--profile", "k8s"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("vanilla").and(predicate::str::contains("rds-s3")));
+    d.kfaws(&["plan", "--profile", "rds-s3"])
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("not yet available"));
+}
+
+#[test]
+fn graph_prints_dot_with_every_resource() {
+    let d = Deployment::new();
+    let dot = d.stdout(&["graph"]);
+    assert!(dot.starts_with("digraph {"), "{dot}");
+    for a in ["stack.network", "stack.iam", "stack.storage"] {
+        assert!(dot.contains(a), "{dot}");
+    }
+    assert_eq!(dot.matches("->").count(), 1, "{dot}");
+}
+
+#[tokio::test]
+async fn state_rm_forgets_without_deleting_and_apply_adopts_it_again() {
+    let d = Deployment::new();
+    d.stdout(&["apply", "--auto-approve", "--target", "stack.iam"]);
+    d.kfaws(&["state", "rm", "stack.iam"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("it still exists"));
+    assert!(d.stdout(&["state", "list"]).contains("has no resources"));
+    // Applying again adopts the stack kfaws made (it carries the deployment
+    // tag) instead of failing with AlreadyExists.
+    d.stdout(&["apply", "--auto-approve", "--target", "stack.iam"]);
+    d.stdout(&["destroy", "--auto-approve"]);
+    assert!(d.live_stacks().await.is_empty());
+}

@@ -1,0 +1,52 @@
+"""Our patches to moto: each module restores one real-AWS behaviour moto lacks.
+
+Each module has an ``apply()`` that installs it by wrapping moto methods, a
+docstring naming the AWS documentation it follows, and a test in
+``tests/emulator/tests/``. The list, with the reasons, is in README.md.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+# Order matters where two patches wrap the same method: the later one wraps
+# the earlier (lifecycle_stacks must see cfn_stack_failure's outcome;
+# lifecycle_eks must see eks_idempotency's).
+MODULES = (
+    "cfn_managed_policy_arns",
+    "cfn_ec2_deletion",
+    "cfn_delete_order",
+    "cfn_stack_failure",
+    "cfn_efs_getatt",
+    "cfn_s3_bucket_settings",
+    "cfn_update_no_changes",
+    "cfn_s3_bucket_policy",
+    "cfn_unsupported_types",
+    "ec2_dependency_violation",
+    "eks_idempotency",
+    "eks_cluster_vpc_config",
+    "efs_already_exists_id",
+    "lifecycle_eks",
+    "lifecycle_efs",
+    "lifecycle_nat",
+    "lifecycle_stacks",
+)
+
+_applied = False
+
+
+def apply_all(skip: tuple[str, ...] = ()) -> None:
+    """Installs every patch not named in ``skip``, once (idempotent).
+
+    Raises ValueError naming an unknown patch in ``skip``.
+    """
+    global _applied
+    unknown = set(skip) - set(MODULES)
+    if unknown:
+        raise ValueError(f"unknown patch(es) {sorted(unknown)}; known: {list(MODULES)}")
+    if _applied:
+        return
+    for name in MODULES:
+        if name not in skip:
+            importlib.import_module(f"{__name__}.{name}").apply()
+    _applied = True

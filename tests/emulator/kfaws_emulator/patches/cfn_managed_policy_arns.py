@@ -1,0 +1,78 @@
+"""CloudFormation ``AWS::IAM::Role`` ``ManagedPolicyArns``.
+
+AWS: "A list of Amazon Resource Names (ARNs) of the IAM managed policies that
+you want to attach to the role"; deleting the stack detaches them before the
+role is deleted, and an update attaches and detaches to match the new list.
+https://docs.aws.amazon.com/AWSCloudFormation/latest/TemplateReference/aws-resource-iam-role.html#cfn-iam-role-managedpolicyarns
+
+moto 5.2.5 ignores the property: the role is created with no policy attached.
+An ARN that names no policy fails the resource, as in AWS (the IAM
+AttachRolePolicy error NoSuchEntity becomes the resource's reason).
+"""
+
+from __future__ import annotations
+
+from moto.iam.models import Role, iam_backends
+from moto.utilities.utils import get_partition
+
+from ._common import wrap
+
+
+def _backend(account_id: str, region_name: str):
+    return iam_backends[account_id][get_partition(region_name)]
+
+
+def apply() -> None:
+    def make_create(original):
+        def create_from_cloudformation_json(resource_name, cloudformation_json, account_id, region_name, **kwargs):
+            role = original(resource_name, cloudformation_json, account_id, region_name, **kwargs)
+            backend = _backend(account_id, region_name)
+            try:
+                for arn in cloudformation_json.get("Properties", {}).get("ManagedPolicyArns", []):
+                    backend.attach_role_policy(arn, role.name)
+            except Exception:
+                # A failed resource leaves nothing behind: CloudFormation
+                # only rolls back resources that were created.
+                for arn in list(role.managed_policies):
+                    backend.detach_role_policy(arn, role.name)
+                backend.delete_role(role.name)
+                raise
+            return role
+
+        return create_from_cloudformation_json
+
+    def make_delete(original):
+        def delete_from_cloudformation_json(resource_name, cloudformation_json, account_id, region_name):
+            backend = _backend(account_id, region_name)
+            role = backend.roles.get(resource_name) or next(
+                (r for r in backend.roles.values() if r.name == resource_name), None
+            )
+            if role is not None:
+                for arn in list(role.managed_policies):
+                    backend.detach_role_policy(arn, role.name)
+            return original(resource_name, cloudformation_json, account_id, region_name)
+
+        return delete_from_cloudformation_json
+
+    def make_update(original):
+        def update_from_cloudformation_json(original_resource, new_resource_name, cloudformation_json, account_id, region_name):
+            role = original(
+                original_resource=original_resource,
+                new_resource_name=new_resource_name,
+                cloudformation_json=cloudformation_json,
+                account_id=account_id,
+                region_name=region_name,
+            )
+            backend = _backend(account_id, region_name)
+            wanted = set(cloudformation_json.get("Properties", {}).get("ManagedPolicyArns", []))
+            for arn in set(role.managed_policies) - wanted:
+                backend.detach_role_policy(arn, role.name)
+            for arn in wanted - set(role.managed_policies):
+                backend.attach_role_policy(arn, role.name)
+            return role
+
+        return update_from_cloudformation_json
+
+    wrap(Role, "create_from_cloudformation_json", make_create)
+    wrap(Role, "update_from_cloudformation_json", make_update)
+    wrap(Role, "delete_from_cloudformation_json", make_delete)

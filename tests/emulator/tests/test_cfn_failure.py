@@ -1,0 +1,99 @@
+"""A resource that fails to create fails the stack, with a per-resource event, instead of hanging.
+
+AWS: "If stack creation fails, CloudFormation rolls back the stack by default"
+(OnFailure ROLLBACK -> ROLLBACK_COMPLETE; DO_NOTHING -> CREATE_FAILED; DELETE),
+and the failing resource gets a CREATE_FAILED event with ResourceStatusReason.
+https://docs.aws.amazon.com/AWSCloudFormation/latest/APIReference/API_CreateStack.html
+https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/stack-failure-options.html
+"""
+
+import json
+
+import pytest
+from conftest import wait_for
+
+TERMINAL = {"CREATE_COMPLETE", "CREATE_FAILED", "ROLLBACK_COMPLETE", "ROLLBACK_FAILED", "DELETE_COMPLETE"}
+
+# The subnet's CIDR lies outside the VPC's: EC2 refuses it (InvalidSubnet.Range).
+BAD_SUBNET = json.dumps(
+    {
+        "Resources": {
+            "Vpc": {"Type": "AWS::EC2::VPC", "Properties": {"CidrBlock": "10.20.0.0/16"}},
+            "Subnet": {
+                "Type": "AWS::EC2::Subnet",
+                "Properties": {"VpcId": {"Ref": "Vpc"}, "CidrBlock": "192.168.0.0/24"},
+            },
+        }
+    }
+)
+
+
+def _final_status(cfn, stack_id):
+    def status():
+        s = cfn.describe_stacks(StackName=stack_id)["Stacks"][0]["StackStatus"]
+        return s if s in TERMINAL else None
+
+    return wait_for(status)
+
+
+def _vpcs(ec2):
+    return ec2.describe_vpcs(Filters=[{"Name": "cidr", "Values": ["10.20.0.0/16"]}])["Vpcs"]
+
+
+def _failed_event(cfn, stack_id):
+    events = cfn.describe_stack_events(StackName=stack_id)["StackEvents"]
+    return [e for e in events if e["ResourceStatus"] == "CREATE_FAILED" and e["LogicalResourceId"] != e["StackName"]]
+
+
+def test_failing_resource_rolls_the_stack_back(aws):
+    cfn, ec2 = aws("cloudformation"), aws("ec2")
+    stack_id = cfn.create_stack(StackName="bad", TemplateBody=BAD_SUBNET)["StackId"]
+
+    assert _final_status(cfn, stack_id) == "ROLLBACK_COMPLETE"
+    failed = _failed_event(cfn, stack_id)
+    assert [e["LogicalResourceId"] for e in failed] == ["Subnet"]
+    assert failed[0]["ResourceType"] == "AWS::EC2::Subnet"
+    assert failed[0]["ResourceStatusReason"]
+    assert _vpcs(ec2) == [], "rollback deletes the resources that were created"
+
+
+def test_on_failure_do_nothing_keeps_the_created_resources(aws):
+    cfn, ec2 = aws("cloudformation"), aws("ec2")
+    stack_id = cfn.create_stack(StackName="bad", TemplateBody=BAD_SUBNET, OnFailure="DO_NOTHING")["StackId"]
+
+    assert _final_status(cfn, stack_id) == "CREATE_FAILED"
+    assert len(_failed_event(cfn, stack_id)) == 1
+    assert len(_vpcs(ec2)) == 1
+
+
+def test_on_failure_delete_deletes_the_stack(aws):
+    cfn, ec2 = aws("cloudformation"), aws("ec2")
+    stack_id = cfn.create_stack(StackName="bad", TemplateBody=BAD_SUBNET, OnFailure="DELETE")["StackId"]
+
+    assert _final_status(cfn, stack_id) == "DELETE_COMPLETE"
+    assert _vpcs(ec2) == []
+
+
+def test_failing_change_set_rolls_the_new_stack_back(aws):
+    cfn = aws("cloudformation")
+    change_set = cfn.create_change_set(
+        StackName="bad", ChangeSetName="plan", TemplateBody=BAD_SUBNET, ChangeSetType="CREATE"
+    )
+    wait_for(
+        lambda: cfn.describe_change_set(ChangeSetName=change_set["Id"])["Status"] == "CREATE_COMPLETE"
+    )
+    cfn.execute_change_set(ChangeSetName=change_set["Id"])
+
+    assert _final_status(cfn, change_set["StackId"]) == "ROLLBACK_COMPLETE"
+    assert [e["LogicalResourceId"] for e in _failed_event(cfn, change_set["StackId"])] == ["Subnet"]
+
+
+def test_a_failed_stack_can_be_deleted(aws):
+    cfn = aws("cloudformation")
+    stack_id = cfn.create_stack(StackName="bad", TemplateBody=BAD_SUBNET)["StackId"]
+    _final_status(cfn, stack_id)
+    cfn.delete_stack(StackName=stack_id)
+
+    assert _final_status(cfn, stack_id) == "DELETE_COMPLETE"
+    with pytest.raises(cfn.exceptions.ClientError):
+        cfn.describe_stacks(StackName="bad")

@@ -1,0 +1,70 @@
+"""AWS::IAM::Role ManagedPolicyArns: the policies are attached, and detached when the stack goes.
+
+https://docs.aws.amazon.com/AWSCloudFormation/latest/TemplateReference/aws-resource-iam-role.html#cfn-iam-role-managedpolicyarns
+"""
+
+import json
+
+import pytest
+from conftest import wait_for
+from templates import ASSUME_EKS
+
+POLICIES = [
+    "arn:aws:iam::aws:policy/AmazonEKSWorkerNodePolicy",
+    "arn:aws:iam::aws:policy/AmazonEC2ContainerRegistryReadOnly",
+]
+
+
+def _template(policies):
+    return json.dumps(
+        {
+            "Resources": {
+                "NodeRole": {
+                    "Type": "AWS::IAM::Role",
+                    "Properties": {
+                        "RoleName": "kfaws-node",
+                        "AssumeRolePolicyDocument": ASSUME_EKS,
+                        "ManagedPolicyArns": policies,
+                    },
+                }
+            }
+        }
+    )
+
+
+def _status(cfn, name):
+    return cfn.describe_stacks(StackName=name)["Stacks"][0]["StackStatus"]
+
+
+def test_managed_policies_are_attached_and_detached_with_the_stack(aws):
+    cfn, iam = aws("cloudformation"), aws("iam")
+    cfn.create_stack(StackName="iam", TemplateBody=_template(POLICIES), Capabilities=["CAPABILITY_NAMED_IAM"])
+    wait_for(lambda: _status(cfn, "iam") == "CREATE_COMPLETE")
+
+    attached = iam.list_attached_role_policies(RoleName="kfaws-node")["AttachedPolicies"]
+    assert sorted(p["PolicyArn"] for p in attached) == sorted(POLICIES)
+
+    stack_id = cfn.describe_stacks(StackName="iam")["Stacks"][0]["StackId"]
+    cfn.delete_stack(StackName="iam")
+    wait_for(lambda: _status(cfn, stack_id) in ("DELETE_COMPLETE", "DELETE_FAILED"))
+    assert _status(cfn, stack_id) == "DELETE_COMPLETE"
+    with pytest.raises(iam.exceptions.NoSuchEntityException):
+        iam.get_role(RoleName="kfaws-node")
+
+
+def test_a_policy_that_does_not_exist_fails_the_role(aws):
+    cfn, iam = aws("cloudformation"), aws("iam")
+    missing = "arn:aws:iam::aws:policy/NoSuchPolicyAnywhere"
+    cfn.create_stack(StackName="iam", TemplateBody=_template([missing]), Capabilities=["CAPABILITY_NAMED_IAM"])
+    final = wait_for(lambda: _status(cfn, "iam") in ("ROLLBACK_COMPLETE", "CREATE_COMPLETE") and _status(cfn, "iam"))
+
+    assert final == "ROLLBACK_COMPLETE"
+    failed = [
+        e
+        for e in cfn.describe_stack_events(StackName="iam")["StackEvents"]
+        if e["ResourceStatus"] == "CREATE_FAILED"
+    ]
+    assert failed[0]["LogicalResourceId"] == "NodeRole"
+    assert "NoSuchPolicyAnywhere" in failed[0]["ResourceStatusReason"]
+    with pytest.raises(iam.exceptions.NoSuchEntityException):
+        iam.get_role(RoleName="kfaws-node")

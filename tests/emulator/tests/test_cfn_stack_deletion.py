@@ -1,0 +1,69 @@
+"""Deleting a stack deletes every resource it created, including the EC2 networking resources.
+
+AWS: "DeleteStack deletes a specified stack ... all resources in the stack are
+deleted" unless DeletionPolicy Retain
+(https://docs.aws.amazon.com/AWSCloudFormation/latest/APIReference/API_DeleteStack.html).
+moto 5.2.5 has no deletion for AWS::EC2::RouteTable, Route,
+SubnetRouteTableAssociation, InternetGateway, VPCGatewayAttachment,
+VPCEndpoint, NatGateway and EIP.
+"""
+
+import json
+
+from conftest import wait_for
+from templates import network
+
+
+def _stack_status(cfn, stack_id):
+    return cfn.describe_stacks(StackName=stack_id)["Stacks"][0]["StackStatus"]
+
+
+def test_network_stack_deletion_leaves_no_ec2_resource(aws):
+    cfn, ec2 = aws("cloudformation"), aws("ec2")
+    stack_id = cfn.create_stack(StackName="network", TemplateBody=network())["StackId"]
+    wait_for(lambda: _stack_status(cfn, stack_id) == "CREATE_COMPLETE")
+    resources = {
+        r["LogicalResourceId"]: r["PhysicalResourceId"]
+        for r in cfn.describe_stack_resources(StackName=stack_id)["StackResources"]
+    }
+    vpc_id = resources["Vpc"]
+
+    cfn.delete_stack(StackName=stack_id)
+    final = wait_for(lambda: _stack_status(cfn, stack_id) in ("DELETE_COMPLETE", "DELETE_FAILED") and _stack_status(cfn, stack_id))
+
+    assert final == "DELETE_COMPLETE"
+    assert ec2.describe_vpcs(Filters=[{"Name": "vpc-id", "Values": [vpc_id]}])["Vpcs"] == []
+    assert ec2.describe_route_tables(Filters=[{"Name": "vpc-id", "Values": [vpc_id]}])["RouteTables"] == []
+    assert ec2.describe_internet_gateways()["InternetGateways"] == []
+    assert [
+        e for e in ec2.describe_vpc_endpoints()["VpcEndpoints"] if e["State"].lower() != "deleted"
+    ] == []
+    assert [n for n in ec2.describe_nat_gateways()["NatGateways"] if n["State"] != "deleted"] == []
+    assert ec2.describe_addresses()["Addresses"] == []
+    assert ec2.describe_network_interfaces()["NetworkInterfaces"] == []
+    assert ec2.describe_subnets(Filters=[{"Name": "vpc-id", "Values": [vpc_id]}])["Subnets"] == []
+
+
+def test_resources_are_deleted_in_reverse_dependency_order(aws):
+    """Each resource's DELETE_COMPLETE event comes before those of the resources it refers to."""
+    cfn = aws("cloudformation")
+    stack_id = cfn.create_stack(StackName="network", TemplateBody=network())["StackId"]
+    wait_for(lambda: _stack_status(cfn, stack_id) == "CREATE_COMPLETE")
+    cfn.delete_stack(StackName=stack_id)
+    wait_for(lambda: _stack_status(cfn, stack_id) == "DELETE_COMPLETE")
+
+    events = reversed(cfn.describe_stack_events(StackName=stack_id)["StackEvents"])  # oldest first
+    deleted = [e["LogicalResourceId"] for e in events if e["ResourceStatus"] == "DELETE_COMPLETE" and e["LogicalResourceId"] != "network"]
+    assert sorted(deleted) == sorted(json.loads(network())["Resources"])
+    for dependent, dependency in [
+        ("S3Endpoint", "PrivateRouteTable"),
+        ("PrivateDefaultRoute", "Nat"),
+        ("PublicDefaultRoute", "IgwAttachment"),
+        ("IgwAttachment", "Igw"),
+        ("Nat", "NatEip"),
+        ("Nat", "PublicSubnet"),
+        ("PrivateAssociation", "PrivateSubnet"),
+        ("PublicSubnet", "Vpc"),
+        ("NfsSecurityGroup", "Vpc"),
+    ]:
+        assert deleted.index(dependent) < deleted.index(dependency), (dependent, dependency)

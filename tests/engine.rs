@@ -1,0 +1,490 @@
+//! The engine end to end with in-process resources: plan, apply, resume,
+//! drift, destroy, parallelism, failures and timeouts.
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::{layered, Faults, TestProvider, TestResource, World};
+use kfaws::address::Address;
+use kfaws::config::{Config, ConfigFile, Overrides};
+use kfaws::engine::progress::Progress;
+use kfaws::engine::{execute, ApplyReport, ExecOptions, Outcome, SharedStore};
+use kfaws::plan::{make_plan, Action, Handles, Plan, PlanRequest};
+use kfaws::resource::Resource;
+use kfaws::state::store::StateStore;
+use kfaws::state::Status;
+use tokio_util::sync::CancellationToken;
+
+fn a(s: &str) -> Address {
+    Address::new(s).unwrap()
+}
+
+fn config() -> Config {
+    ConfigFile::parse(
+        std::path::Path::new("k"),
+        "name = \"ml\"\nregion = \"us-east-1\"",
+    )
+    .unwrap()
+    .resolve(&Overrides::default(), None)
+    .unwrap()
+}
+
+struct Env {
+    _dir: tempfile::TempDir,
+    world: World,
+    store: SharedStore,
+}
+
+impl Env {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let world = World::new(&dir.path().join("world"));
+        let store = StateStore::open(&dir.path().join("state"), "ml").unwrap();
+        Self {
+            _dir: dir,
+            world,
+            store: SharedStore::new(store),
+        }
+    }
+
+    async fn plan(
+        &self,
+        desired: &[Arc<dyn Resource>],
+        destroy: bool,
+        targets: &[Address],
+    ) -> (Plan, Handles) {
+        let state = self.store.read(Clone::clone);
+        let provider = TestProvider(self.world.clone());
+        make_plan(PlanRequest {
+            config: &config(),
+            desired,
+            provider: &provider,
+            state: &state,
+            destroy,
+            targets,
+            parallelism: 10,
+        })
+        .await
+        .unwrap()
+    }
+
+    async fn run(
+        &self,
+        desired: &[Arc<dyn Resource>],
+        destroy: bool,
+        parallelism: usize,
+    ) -> ApplyReport {
+        self.run_with(
+            desired,
+            destroy,
+            parallelism,
+            Arc::new(kfaws::engine::progress::Silent),
+        )
+        .await
+    }
+
+    async fn run_with(
+        &self,
+        desired: &[Arc<dyn Resource>],
+        destroy: bool,
+        parallelism: usize,
+        progress: Arc<dyn Progress>,
+    ) -> ApplyReport {
+        let (plan, handles) = self.plan(desired, destroy, &[]).await;
+        execute(
+            &plan,
+            &handles,
+            self.store.clone(),
+            &ExecOptions { parallelism },
+            progress,
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap()
+    }
+
+    fn status(&self, address: &str) -> Option<Status> {
+        self.store
+            .read(|s| s.resources.get(&a(address)).map(|r| r.status))
+    }
+}
+
+fn actions(plan: &Plan) -> Vec<(String, Action)> {
+    plan.changes
+        .iter()
+        .map(|c| (c.address.to_string(), c.action))
+        .collect()
+}
+
+#[derive(Default)]
+struct Concurrency {
+    now: AtomicUsize,
+    peak: AtomicUsize,
+    order: Mutex<Vec<String>>,
+}
+
+impl Progress for Concurrency {
+    fn started(&self, address: &Address, _: Action) {
+        let n = self.now.fetch_add(1, Ordering::SeqCst) + 1;
+        self.peak.fetch_max(n, Ordering::SeqCst);
+        self.order.lock().unwrap().push(address.to_string());
+    }
+    fn finished(&self, _: &Address, _: Action, _: &Result<(), String>, _: Duration) {
+        self.now.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+#[tokio::test]
+async fn apply_creates_in_dependency_order_and_a_second_plan_is_all_noop() {
+    let env = Env::new();
+    let desired = layered(&env.world, 3, 3, Duration::from_millis(5));
+    let progress = Arc::new(Concurrency::default());
+    let report = env.run_with(&desired, false, 10, progress.clone()).await;
+    assert!(report.succeeded(), "{report:?}");
+    let order = progress.order.lock().unwrap().clone();
+    for r in &desired {
+        let pos = order
+            .iter()
+            .position(|x| x == r.address().as_str())
+            .unwrap();
+        for d in r.dependencies() {
+            let dp = order.iter().position(|x| x == d.as_str()).unwrap();
+            assert!(dp < pos, "{d} must start before {}", r.address());
+        }
+        assert_eq!(env.world.ever_created(r.address()), 1);
+        assert_eq!(env.status(r.address().as_str()), Some(Status::Created));
+    }
+    let (plan, _) = env.plan(&desired, false, &[]).await;
+    assert!(!plan.has_changes(), "{:?}", actions(&plan));
+    assert!(plan.changes.iter().all(|c| c.action == Action::NoOp));
+}
+
+#[tokio::test]
+async fn dependants_receive_their_dependencies_outputs() {
+    let env = Env::new();
+    let desired: Vec<Arc<dyn Resource>> = vec![
+        Arc::new(TestResource::new(&env.world, "net", &[], Duration::ZERO)),
+        Arc::new(TestResource::new(
+            &env.world,
+            "cluster",
+            &["net"],
+            Duration::ZERO,
+        )),
+    ];
+    assert!(env.run(&desired, false, 2).await.succeeded());
+    let net_id = env.world.live(&a("net"))[0]
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .trim_start_matches("net--")
+        .trim_end_matches(".json")
+        .to_string();
+    let obj: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&env.world.live(&a("cluster"))[0]).unwrap()).unwrap();
+    assert_eq!(obj["inputs"]["net"], serde_json::json!(net_id));
+}
+
+#[tokio::test]
+async fn parallelism_is_bounded_and_used() {
+    let env = Env::new();
+    let (n, p, delay) = (20usize, 5usize, Duration::from_millis(200));
+    let desired: Vec<Arc<dyn Resource>> = (0..n)
+        .map(|i| {
+            Arc::new(TestResource::new(&env.world, &format!("r{i}"), &[], delay))
+                as Arc<dyn Resource>
+        })
+        .collect();
+    let progress = Arc::new(Concurrency::default());
+    let t0 = Instant::now();
+    let report = env.run_with(&desired, false, p, progress.clone()).await;
+    let took = t0.elapsed();
+    assert!(report.succeeded());
+    assert_eq!(progress.peak.load(Ordering::SeqCst), p, "peak concurrency");
+    let waves = n.div_ceil(p) as u32;
+    assert!(took >= delay * waves, "{took:?} < {waves} delays");
+    // Generous upper bound: state writes (fsync) and a loaded machine add
+    // time, but a serial run would take 20 delays.
+    assert!(
+        took < delay * (waves + 4),
+        "{took:?} is far above {waves} delays"
+    );
+}
+
+#[tokio::test]
+async fn a_failure_skips_exactly_its_dependants_and_taints_itself_then_reapply_recovers() {
+    let env = Env::new();
+    let desired: Vec<Arc<dyn Resource>> = vec![
+        Arc::new(TestResource::new(&env.world, "a", &[], Duration::ZERO)),
+        Arc::new(TestResource::new(&env.world, "b", &["a"], Duration::ZERO)),
+        Arc::new(TestResource::new(&env.world, "c", &["b"], Duration::ZERO)),
+        Arc::new(TestResource::new(
+            &env.world,
+            "x",
+            &[],
+            Duration::from_millis(50),
+        )),
+        Arc::new(TestResource::new(&env.world, "y", &["x"], Duration::ZERO)),
+    ];
+    env.world.set_faults(&Faults {
+        fail_create: ["a".to_string()].into(),
+        ..Faults::default()
+    });
+    let report = env.run(&desired, false, 4).await;
+    assert!(!report.succeeded());
+    let outcome = |s: &str| {
+        report
+            .results
+            .iter()
+            .find(|r| r.address.as_str() == s)
+            .unwrap()
+            .outcome
+            .clone()
+    };
+    assert!(matches!(outcome("a"), Outcome::Failed(m) if m.contains("injected failure")));
+    assert_eq!(outcome("b"), Outcome::UpstreamFailed(a("a")));
+    assert_eq!(outcome("c"), Outcome::UpstreamFailed(a("a")));
+    assert_eq!(outcome("x"), Outcome::Succeeded);
+    assert_eq!(outcome("y"), Outcome::Succeeded);
+    assert_eq!(env.status("a"), Some(Status::Tainted));
+    assert_eq!(env.status("b"), None);
+    let table = kfaws::engine::progress::report_table(&report);
+    assert_eq!(
+        table.matches("upstream failed: b, c not attempted").count(),
+        1,
+        "{table}"
+    );
+
+    env.world.set_faults(&Faults::default());
+    let (plan, _) = env.plan(&desired, false, &[]).await;
+    assert_eq!(
+        actions(&plan),
+        [
+            ("a".into(), Action::Create),
+            ("b".into(), Action::Create),
+            ("c".into(), Action::Create),
+            ("x".into(), Action::NoOp),
+            ("y".into(), Action::NoOp)
+        ],
+        "a failed before creating anything, so it is gone and simply created"
+    );
+    assert!(env.run(&desired, false, 4).await.succeeded());
+    for r in ["a", "b", "c", "x", "y"] {
+        assert_eq!(env.world.ever_created(&a(r)), 1, "{r}");
+    }
+}
+
+#[tokio::test]
+async fn a_create_that_times_out_is_tainted_and_replaced_on_the_next_apply() {
+    // Case C1: a component never becomes ready; destroy removes all that
+    // started; apply again resumes from the failed node.
+    let env = Env::new();
+    let mut stuck = TestResource::new(
+        &env.world,
+        "k8s.kubeflow",
+        &["eks.cluster"],
+        Duration::from_millis(10),
+    );
+    stuck.timeout = Duration::from_millis(300);
+    let desired: Vec<Arc<dyn Resource>> = vec![
+        Arc::new(TestResource::new(
+            &env.world,
+            "eks.cluster",
+            &[],
+            Duration::ZERO,
+        )),
+        Arc::new(stuck),
+        Arc::new(TestResource::new(
+            &env.world,
+            "k8s.training-operator",
+            &["k8s.kubeflow"],
+            Duration::ZERO,
+        )),
+    ];
+    env.world.set_faults(&Faults {
+        hang_create: ["k8s.kubeflow".to_string()].into(),
+        ..Faults::default()
+    });
+    let report = env.run(&desired, false, 4).await;
+    let failed = report
+        .results
+        .iter()
+        .find(|r| r.address.as_str() == "k8s.kubeflow")
+        .unwrap();
+    assert!(
+        matches!(&failed.outcome, Outcome::Failed(m) if m.contains("timed out")),
+        "{failed:?}"
+    );
+    assert_eq!(env.status("k8s.kubeflow"), Some(Status::Tainted));
+    assert_eq!(env.world.live(&a("k8s.kubeflow")).len(), 0);
+
+    // Resume: the stuck one is replaced, its dependant created.
+    env.world.set_faults(&Faults::default());
+    let (plan, _) = env.plan(&desired, false, &[]).await;
+    assert_eq!(
+        plan.changes
+            .iter()
+            .find(|c| c.address.as_str() == "k8s.kubeflow")
+            .unwrap()
+            .action,
+        Action::Create
+    );
+    assert!(env.run(&desired, false, 4).await.succeeded());
+
+    // Destroy removes everything.
+    let report = env.run(&desired, true, 4).await;
+    assert!(report.succeeded(), "{report:?}");
+    assert!(env.store.read(|s| s.resources.is_empty()));
+    for r in &desired {
+        assert!(env.world.live(r.address()).is_empty());
+    }
+}
+
+#[tokio::test]
+async fn a_tainted_resource_that_exists_is_replaced() {
+    let env = Env::new();
+    let desired: Vec<Arc<dyn Resource>> = vec![Arc::new(TestResource::new(
+        &env.world,
+        "a",
+        &[],
+        Duration::ZERO,
+    ))];
+    assert!(env.run(&desired, false, 1).await.succeeded());
+    env.store
+        .persist(|s| s.resources.get_mut(&a("a")).unwrap().status = Status::Tainted)
+        .await
+        .unwrap();
+    let (plan, _) = env.plan(&desired, false, &[]).await;
+    assert_eq!(actions(&plan), [("a".into(), Action::Replace)]);
+    assert!(env.run(&desired, false, 1).await.succeeded());
+    assert_eq!(env.world.live(&a("a")).len(), 1);
+    assert_eq!(
+        env.world.ever_created(&a("a")),
+        2,
+        "the old object was deleted, a new one made"
+    );
+}
+
+#[tokio::test]
+async fn drift_is_detected_and_repaired() {
+    let env = Env::new();
+    let desired: Vec<Arc<dyn Resource>> = vec![
+        Arc::new(TestResource::new(&env.world, "a", &[], Duration::ZERO)),
+        Arc::new(TestResource::new(&env.world, "b", &[], Duration::ZERO)),
+        Arc::new(TestResource::new(&env.world, "c", &[], Duration::ZERO)),
+    ];
+    assert!(env.run(&desired, false, 3).await.succeeded());
+    env.world
+        .tamper(&a("a"), "label", serde_json::json!("edited by hand"));
+    env.world.tamper(&a("b"), "size", serde_json::json!(9));
+    env.world.remove_out_of_band(&a("c"));
+    let (plan, _) = env.plan(&desired, false, &[]).await;
+    assert_eq!(
+        actions(&plan),
+        [
+            ("a".into(), Action::Update),
+            ("b".into(), Action::Replace),
+            ("c".into(), Action::Create)
+        ]
+    );
+    assert!(plan.changes.iter().all(|c| c.drift));
+    assert!(env.run(&desired, false, 3).await.succeeded());
+    let (plan, _) = env.plan(&desired, false, &[]).await;
+    assert!(!plan.has_changes(), "{:?}", actions(&plan));
+}
+
+#[tokio::test]
+async fn a_resource_removed_from_the_config_is_deleted_after_its_dependants() {
+    let env = Env::new();
+    let full: Vec<Arc<dyn Resource>> = vec![
+        Arc::new(TestResource::new(&env.world, "a", &[], Duration::ZERO)),
+        Arc::new(TestResource::new(&env.world, "b", &["a"], Duration::ZERO)),
+        Arc::new(TestResource::new(&env.world, "keep", &[], Duration::ZERO)),
+    ];
+    assert!(env.run(&full, false, 3).await.succeeded());
+    let fewer = vec![full[2].clone()];
+    let progress = Arc::new(Concurrency::default());
+    let report = env.run_with(&fewer, false, 3, progress.clone()).await;
+    assert!(report.succeeded());
+    assert_eq!(*progress.order.lock().unwrap(), ["b", "a"]);
+    assert!(env.world.live(&a("a")).is_empty() && env.world.live(&a("b")).is_empty());
+    assert_eq!(env.world.live(&a("keep")).len(), 1);
+}
+
+#[tokio::test]
+async fn destroy_walks_the_reverse_order_and_twice_is_a_noop() {
+    let env = Env::new();
+    let desired = layered(&env.world, 3, 2, Duration::ZERO);
+    assert!(env.run(&desired, false, 4).await.succeeded());
+    let progress = Arc::new(Concurrency::default());
+    assert!(env
+        .run_with(&desired, true, 4, progress.clone())
+        .await
+        .succeeded());
+    let order = progress.order.lock().unwrap().clone();
+    for r in &desired {
+        let pos = order
+            .iter()
+            .position(|x| x == r.address().as_str())
+            .unwrap();
+        for d in r.dependencies() {
+            let dp = order.iter().position(|x| x == d.as_str()).unwrap();
+            assert!(dp > pos, "{d} must be destroyed after {}", r.address());
+        }
+        assert!(env.world.live(r.address()).is_empty());
+    }
+    let (plan, _) = env.plan(&desired, true, &[]).await;
+    assert!(plan.changes.is_empty() && !plan.has_changes());
+}
+
+#[tokio::test]
+async fn targets_select_dependencies_for_apply_and_dependants_for_destroy() {
+    let env = Env::new();
+    let desired: Vec<Arc<dyn Resource>> = vec![
+        Arc::new(TestResource::new(&env.world, "net", &[], Duration::ZERO)),
+        Arc::new(TestResource::new(&env.world, "iam", &[], Duration::ZERO)),
+        Arc::new(TestResource::new(
+            &env.world,
+            "cluster",
+            &["net", "iam"],
+            Duration::ZERO,
+        )),
+        Arc::new(TestResource::new(
+            &env.world,
+            "storage",
+            &["net"],
+            Duration::ZERO,
+        )),
+    ];
+    let (plan, _) = env.plan(&desired, false, &[a("cluster")]).await;
+    let names: Vec<String> = plan.changes.iter().map(|c| c.address.to_string()).collect();
+    assert_eq!(names, ["cluster", "iam", "net"]);
+    assert!(env.run(&desired, false, 4).await.succeeded());
+    let (plan, _) = env.plan(&desired, true, &[a("net")]).await;
+    let names: Vec<String> = plan.changes.iter().map(|c| c.address.to_string()).collect();
+    assert_eq!(names, ["cluster", "net", "storage"]);
+}
+
+#[tokio::test]
+async fn a_saved_plan_is_refused_once_the_state_moved() {
+    let env = Env::new();
+    let desired: Vec<Arc<dyn Resource>> = vec![Arc::new(TestResource::new(
+        &env.world,
+        "a",
+        &[],
+        Duration::ZERO,
+    ))];
+    let (plan, handles) = env.plan(&desired, false, &[]).await;
+    let file = env._dir.path().join("plan.json");
+    kfaws::plan::file::save(&plan, &file).unwrap();
+    let loaded = kfaws::plan::file::load(&file).unwrap();
+    assert_eq!(loaded, plan);
+    let state = env.store.read(Clone::clone);
+    kfaws::plan::file::check(&loaded, &state, &handles).unwrap();
+    assert!(env.run(&desired, false, 1).await.succeeded());
+    let state = env.store.read(Clone::clone);
+    let err = kfaws::plan::file::check(&loaded, &state, &handles).unwrap_err();
+    assert!(err.to_string().contains("stale"), "{err}");
+}
