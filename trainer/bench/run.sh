@@ -3,18 +3,16 @@
 #   1. training throughput of kfaws-trainer vs PyTorch (same model, batch, threads, data);
 #   2. 2-rank data-parallel scaling efficiency on this machine;
 #   3. time to 0.89 test accuracy on Fashion-MNIST with 2 ranks (BENCH_MAX_EPOCHS, default 15);
-#   4. inference latency p50/p99 of one image.
-# Needs trainer/setup.sh (Fashion-MNIST) and a CPU PyTorch. PyPI's Linux torch wheel pulls
-# the CUDA libraries (gigabytes), so this uses Debian's CPU-only python3-torch (1.13) with the
-# system Python, installed here if missing. Run from the repository root.
+#   4. inference latency p50/p99 of one image, and the all-reduce latency behind the topology.
+# Installs Fashion-MNIST and a CPU PyTorch if missing. PyPI's Linux torch wheel pulls the CUDA
+# libraries (gigabytes), so the reference is Debian's CPU-only python3-torch (1.13) on the
+# system Python. Run from anywhere: bash trainer/bench/run.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/kfaws/target-trainer}"
 PYTHON="${PYTHON:-/usr/bin/python3}"
-if ! "$PYTHON" -c 'import torch, numpy' 2>/dev/null; then
-    apt-get update
-    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends python3-torch python3-numpy
-fi
+bash trainer/setup.sh
+tests/debian-packages.sh python3-torch python3-numpy
 THREADS="${BENCH_THREADS:-$(nproc)}"
 BATCH="${BENCH_BATCH:-64}"
 DATA=/usr/share/datasets/fashion-mnist
