@@ -1,0 +1,165 @@
+//! `kfaws-trainer-bench`: the trainer's figures for `make bench`, one `bench=…` line each:
+//! training throughput of one process (the same `Learner::step` as `train`, all-reduce of a
+//! world of one) and in-process inference latency of one PNG image (decode, resize, forward).
+//! Threads follow `RAYON_NUM_THREADS` (default: all cores). `trainer/bench/run.sh` puts these
+//! side by side with PyTorch and multi-rank runs.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use burn::tensor::Device;
+use clap::Parser;
+use kfaws_trainer::data::{self, DatasetKind};
+use kfaws_trainer::dist::{Agreement, Communicator, Rendezvous};
+use kfaws_trainer::model::Net;
+use kfaws_trainer::optim::Sgd;
+use kfaws_trainer::params::flatten_params;
+use kfaws_trainer::serve::Classifier;
+use kfaws_trainer::train::{write_model, Learner};
+
+/// Benchmarks of the trainer.
+#[derive(Debug, Parser)]
+struct Args {
+    /// Fashion-MNIST directory.
+    #[arg(long, default_value = "/usr/share/datasets/fashion-mnist")]
+    data_dir: PathBuf,
+    /// Training batch size.
+    #[arg(long, default_value_t = 64)]
+    batch_size: usize,
+    /// Timed training steps.
+    #[arg(long, default_value_t = 200)]
+    steps: usize,
+    /// Untimed steps first.
+    #[arg(long, default_value_t = 20)]
+    warmup: usize,
+    /// Timed inference requests.
+    #[arg(long, default_value_t = 200)]
+    requests: usize,
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args = Args::parse();
+    let dataset = data::load_dir(&args.data_dir, Some(DatasetKind::FashionMnist))?;
+    let device = Device::flex().autodiff();
+    device.seed(1);
+    let model = Net::new(dataset.kind.shape(), &device);
+    let params = flatten_params(&model);
+    let mut learner = Learner::new(model, params, Sgd::new(0.02, 0.9), &device);
+    let mut comm = Communicator::single();
+    let indices: Vec<usize> = (0..dataset.train.len()).collect();
+    let mut batches = indices.chunks(args.batch_size).cycle();
+    let mut started = Instant::now();
+    for step in 0..args.warmup + args.steps {
+        if step == args.warmup {
+            started = Instant::now();
+        }
+        let batch = data::make_batch(
+            &dataset.train,
+            dataset.kind,
+            batches.next().expect("cycle"),
+            None,
+        );
+        learner.step(batch, &mut comm)?;
+    }
+    let secs = started.elapsed().as_secs_f64();
+    let threads = std::env::var("RAYON_NUM_THREADS").unwrap_or_else(|_| "all".into());
+    println!(
+        "bench=train_throughput batch_size={} steps={} threads={threads} images_per_sec={:.0}",
+        args.batch_size,
+        args.steps,
+        (args.steps * args.batch_size) as f64 / secs
+    );
+
+    let dir = tempfile_dir()?;
+    write_model(&learner.model, &dataset, None, &dir)?;
+    let classifier = Classifier::load(&dir)?;
+    let image =
+        image::GrayImage::from_raw(28, 28, dataset.test.image(0).to_vec()).ok_or("28×28 image")?;
+    let mut png = std::io::Cursor::new(Vec::new());
+    image.write_to(&mut png, image::ImageFormat::Png)?;
+    let mut latencies: Vec<f64> = (0..args.requests)
+        .map(|_| {
+            let t = Instant::now();
+            classifier
+                .invoke("application/x-image", png.get_ref())
+                .map(|_| t.elapsed().as_secs_f64() * 1e3)
+        })
+        .collect::<Result<_, _>>()
+        .map_err(|r| r.message)?;
+    latencies.sort_by(f64::total_cmp);
+    let pct = |p: f64| latencies[((latencies.len() - 1) as f64 * p).round() as usize];
+    println!(
+        "bench=inference_latency requests={} p50_ms={:.3} p99_ms={:.3}",
+        args.requests,
+        pct(0.50),
+        pct(0.99)
+    );
+    std::fs::remove_dir_all(&dir)?;
+
+    for world in [2, 4] {
+        let p50 = all_reduce_p50_ms(world, flatten_params(&learner.model).len(), args.requests)?;
+        println!(
+            "bench=all_reduce world_size={world} floats={} p50_ms={p50:.3}",
+            learner.params.len()
+        );
+    }
+    Ok(())
+}
+
+/// Median time of an all-reduce of `floats` values among `world` in-process ranks on loopback,
+/// as seen by rank 0: the figure behind the star-topology choice in `dist`.
+fn all_reduce_p50_ms(
+    world: usize,
+    floats: usize,
+    rounds: usize,
+) -> Result<f64, Box<dyn std::error::Error>> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let agreement = Agreement {
+        param_count: floats as u64,
+        config_hash: [0; 32],
+    };
+    let ranks: Vec<_> = (0..world)
+        .map(|rank| {
+            let rv = Rendezvous {
+                master_addr: "127.0.0.1".into(),
+                master_port: port,
+                bind_addr: "127.0.0.1".into(),
+                rank,
+                world_size: world,
+                connect_timeout: Duration::from_secs(30),
+                collective_timeout: Duration::from_secs(30),
+            };
+            let agreement = agreement.clone();
+            std::thread::spawn(move || -> Result<Vec<f64>, String> {
+                let mut comm = Communicator::connect(&rv, &agreement).map_err(|e| e.to_string())?;
+                let mut values = vec![rank as f32; floats];
+                (0..rounds)
+                    .map(|_| {
+                        let t = Instant::now();
+                        comm.all_reduce_mean(&mut values)
+                            .map_err(|e| e.to_string())?;
+                        Ok(t.elapsed().as_secs_f64() * 1e3)
+                    })
+                    .collect()
+            })
+        })
+        .collect();
+    let mut times = Vec::new();
+    for (rank, handle) in ranks.into_iter().enumerate() {
+        let measured = handle.join().map_err(|_| "rank panicked")??;
+        if rank == 0 {
+            times = measured;
+        }
+    }
+    times.sort_by(f64::total_cmp);
+    Ok(times[times.len() / 2])
+}
+
+/// A private scratch directory for the model the latency benchmark serves.
+fn tempfile_dir() -> std::io::Result<PathBuf> {
+    let dir = std::env::temp_dir().join(format!("kfaws-trainer-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
+}

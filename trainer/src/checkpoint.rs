@@ -1,0 +1,255 @@
+//! Training checkpoints: the flat parameters, the optimiser's momentum and the position in
+//! training, written atomically by rank 0 and read back by rank 0 on start, which then
+//! broadcasts them so every rank resumes from identical state.
+//!
+//! File `checkpoint-EEEEEE-SSSSSSSS.bin` (epoch, steps done in it), little-endian:
+//! magic `KFAWSCKP`, format version `u32`, epoch `u64`, step `u64`, parameter count `u64`,
+//! parameters `f32 × count`, momentum length `u64` (0 or count), momentum `f32 × length`.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+const MAGIC: &[u8; 8] = b"KFAWSCKP";
+const VERSION: u32 = 1;
+/// Checkpoints kept besides the newest, so a crash while writing never leaves none.
+const KEEP: usize = 2;
+
+/// Where training stands.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Checkpoint {
+    /// Epoch in progress, counted from 1.
+    pub epoch: u64,
+    /// Steps of `epoch` already done (0: the epoch starts afresh).
+    pub step: u64,
+    /// Flat model parameters.
+    pub params: Vec<f32>,
+    /// Flat momentum buffer, empty before the first step.
+    pub velocity: Vec<f32>,
+}
+
+/// Why a checkpoint could not be written or used.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckpointError {
+    /// File system failure.
+    #[error("checkpoint {path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// Not a checkpoint of this format, or cut short.
+    #[error("checkpoint {path} is corrupt: {detail}")]
+    Corrupt { path: PathBuf, detail: String },
+    /// Written for another model.
+    #[error(
+        "checkpoint {path} holds {found} parameters but this model has {expected}: it belongs \
+         to another dataset or model; remove it or choose another checkpoint directory"
+    )]
+    WrongModel {
+        path: PathBuf,
+        expected: usize,
+        found: usize,
+    },
+}
+
+impl Checkpoint {
+    fn file_name(&self) -> String {
+        format!("checkpoint-{:06}-{:08}.bin", self.epoch, self.step)
+    }
+
+    /// Writes the checkpoint into `dir` (temporary file, fsync, rename) and deletes all but the
+    /// newest [`KEEP`] + 1. Returns the path written.
+    ///
+    /// # Errors
+    /// [`CheckpointError::Io`].
+    pub fn save(&self, dir: &Path) -> Result<PathBuf, CheckpointError> {
+        let path = dir.join(self.file_name());
+        let io = |source| CheckpointError::Io {
+            path: path.clone(),
+            source,
+        };
+        std::fs::create_dir_all(dir).map_err(io)?;
+        let mut bytes = MAGIC.to_vec();
+        bytes.extend(VERSION.to_le_bytes());
+        bytes.extend(self.epoch.to_le_bytes());
+        bytes.extend(self.step.to_le_bytes());
+        for part in [&self.params, &self.velocity] {
+            bytes.extend((part.len() as u64).to_le_bytes());
+            bytes.extend(part.iter().flat_map(|v| v.to_le_bytes()));
+        }
+        let tmp = dir.join(format!(".{}.tmp", self.file_name()));
+        let mut file = std::fs::File::create(&tmp).map_err(io)?;
+        file.write_all(&bytes)
+            .and_then(|_| file.sync_all())
+            .map_err(io)?;
+        std::fs::rename(&tmp, &path).map_err(io)?;
+        for old in list(dir).map_err(io)?.into_iter().rev().skip(KEEP + 1) {
+            std::fs::remove_file(old).map_err(io)?;
+        }
+        Ok(path)
+    }
+
+    /// The newest checkpoint in `dir` (none if the directory is absent or empty), checked
+    /// against the model's parameter count.
+    ///
+    /// # Errors
+    /// [`CheckpointError`] when the newest file cannot be read, is corrupt or is for another model.
+    pub fn load_newest(
+        dir: &Path,
+        param_count: usize,
+    ) -> Result<Option<(Self, PathBuf)>, CheckpointError> {
+        let files = list(dir).map_err(|source| CheckpointError::Io {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+        let Some(path) = files.last() else {
+            return Ok(None);
+        };
+        let bytes = std::fs::read(path).map_err(|source| CheckpointError::Io {
+            path: path.clone(),
+            source,
+        })?;
+        let checkpoint = Self::decode(&bytes).map_err(|detail| CheckpointError::Corrupt {
+            path: path.clone(),
+            detail,
+        })?;
+        if checkpoint.params.len() != param_count {
+            return Err(CheckpointError::WrongModel {
+                path: path.clone(),
+                expected: param_count,
+                found: checkpoint.params.len(),
+            });
+        }
+        Ok(Some((checkpoint, path.clone())))
+    }
+
+    fn decode(bytes: &[u8]) -> Result<Self, String> {
+        let mut at = 0usize;
+        let mut take = |n: usize| -> Result<&[u8], String> {
+            let part = bytes
+                .get(at..at + n)
+                .ok_or_else(|| format!("ends at byte {} of at least {}", bytes.len(), at + n))?;
+            at += n;
+            Ok(part)
+        };
+        if take(8)? != MAGIC {
+            return Err("not a kfaws-trainer checkpoint (bad magic)".into());
+        }
+        let version = u32::from_le_bytes(take(4)?.try_into().expect("4"));
+        if version != VERSION {
+            return Err(format!(
+                "format version {version}, this trainer reads {VERSION}"
+            ));
+        }
+        let mut u64_ =
+            || -> Result<u64, String> { Ok(u64::from_le_bytes(take(8)?.try_into().expect("8"))) };
+        let (epoch, step) = (u64_()?, u64_()?);
+        let mut floats = || -> Result<Vec<f32>, String> {
+            let n = u64::from_le_bytes(take(8)?.try_into().expect("8")) as usize;
+            let raw = take(n.checked_mul(4).ok_or("length overflow")?)?;
+            Ok(raw
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect())
+        };
+        let params = floats()?;
+        let velocity = floats()?;
+        Ok(Self {
+            epoch,
+            step,
+            params,
+            velocity,
+        })
+    }
+}
+
+/// Checkpoint files in `dir`, oldest first (the zero-padded names sort by epoch, then step).
+fn list(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let mut files = match std::fs::read_dir(dir) {
+        Ok(entries) => entries
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| {
+                let name = p
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                name.starts_with("checkpoint-") && name.ends_with(".bin")
+            })
+            .collect::<Vec<_>>(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(e) => return Err(e),
+    };
+    files.sort();
+    Ok(files)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(epoch: u64, step: u64) -> Checkpoint {
+        Checkpoint {
+            epoch,
+            step,
+            params: vec![1.5, -2.0, epoch as f32],
+            velocity: vec![0.25, 0.0, -1.0],
+        }
+    }
+
+    #[test]
+    fn round_trips_and_picks_the_newest() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(Checkpoint::load_newest(dir.path(), 3).unwrap().is_none());
+        assert!(Checkpoint::load_newest(&dir.path().join("absent"), 3)
+            .unwrap()
+            .is_none());
+        for (epoch, step) in [(2, 0), (10, 0), (10, 7), (3, 5)] {
+            sample(epoch, step).save(dir.path()).unwrap();
+        }
+        let (newest, path) = Checkpoint::load_newest(dir.path(), 3).unwrap().unwrap();
+        assert_eq!(newest, sample(10, 7));
+        assert!(path.ends_with("checkpoint-000010-00000007.bin"));
+        // Older ones beyond KEEP + 1 are pruned; no temporary file is left.
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names.len(), KEEP + 1, "{names:?}");
+    }
+
+    #[test]
+    fn empty_velocity_round_trips() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = Checkpoint {
+            velocity: vec![],
+            ..sample(1, 0)
+        };
+        c.save(dir.path()).unwrap();
+        assert_eq!(
+            Checkpoint::load_newest(dir.path(), 3).unwrap().unwrap().0,
+            c
+        );
+    }
+
+    #[test]
+    fn corrupt_and_foreign_checkpoints_are_errors_naming_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = sample(1, 0).save(dir.path()).unwrap();
+        let err = Checkpoint::load_newest(dir.path(), 4)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("holds 3 parameters but this model has 4"),
+            "{err}"
+        );
+        let bytes = std::fs::read(&path).unwrap();
+        std::fs::write(&path, &bytes[..bytes.len() - 3]).unwrap();
+        let err = Checkpoint::load_newest(dir.path(), 3)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("checkpoint-000001-00000000.bin is corrupt"),
+            "{err}"
+        );
+    }
+}

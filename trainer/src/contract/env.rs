@@ -1,0 +1,90 @@
+//! Topology from a launcher's environment variables.
+//!
+//! PyTorchJob (Kubeflow training operator v1) sets `MASTER_ADDR`, `MASTER_PORT`, `WORLD_SIZE`
+//! and `RANK` on every replica (one process per pod). Kubeflow Trainer v2 sets torchrun's
+//! `PET_NNODES`, `PET_NODE_RANK`, `PET_MASTER_ADDR` and `PET_MASTER_PORT`; with one process
+//! per node, rank = node rank and world size = number of nodes.
+
+use super::{ConfigError, Launcher};
+
+/// Rank, world size and where rank 0 is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Topology {
+    /// This process's rank.
+    pub rank: usize,
+    /// Number of processes.
+    pub world_size: usize,
+    /// Host of rank 0.
+    pub master_addr: String,
+    /// Port of rank 0, when the launcher gives one.
+    pub master_port: Option<u16>,
+}
+
+const PYTORCHJOB: [&str; 4] = ["MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK"];
+const TRAINER_V2: [&str; 4] = [
+    "PET_MASTER_ADDR",
+    "PET_MASTER_PORT",
+    "PET_NNODES",
+    "PET_NODE_RANK",
+];
+
+/// The topology of a PyTorchJob or Trainer v2 launch, `None` when neither set of variables is
+/// present. PyTorchJob's variables win when both are.
+///
+/// # Errors
+/// [`ConfigError::Contract`] when only some variables of a set are present, or one does not
+/// parse (naming the variable).
+pub fn from_env(
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Option<(Topology, Launcher)>, ConfigError> {
+    for (names, launcher) in [
+        (PYTORCHJOB, Launcher::PyTorchJob),
+        (TRAINER_V2, Launcher::TrainerV2),
+    ] {
+        let values: Vec<Option<String>> = names.iter().map(|n| env(n)).collect();
+        if values.iter().all(Option::is_none) {
+            continue;
+        }
+        let missing: Vec<&str> = names
+            .iter()
+            .zip(&values)
+            .filter(|(_, v)| v.is_none())
+            .map(|(n, _)| *n)
+            .collect();
+        if !missing.is_empty() {
+            return Err(ConfigError::Contract {
+                source_name: format!("{launcher:?} environment"),
+                detail: format!(
+                    "{} set but {} missing",
+                    names.join(", "),
+                    missing.join(", ")
+                ),
+            });
+        }
+        let get = |i: usize| values[i].clone().expect("checked present");
+        let number = |i: usize| {
+            get(i)
+                .trim()
+                .parse::<usize>()
+                .map_err(|_| ConfigError::Contract {
+                    source_name: format!("{launcher:?} environment"),
+                    detail: format!("{}={:?} is not a non-negative integer", names[i], get(i)),
+                })
+        };
+        let port = get(1)
+            .trim()
+            .parse::<u16>()
+            .map_err(|_| ConfigError::Contract {
+                source_name: format!("{launcher:?} environment"),
+                detail: format!("{}={:?} is not a port number", names[1], get(1)),
+            })?;
+        let topology = Topology {
+            master_addr: get(0),
+            master_port: Some(port),
+            world_size: number(2)?,
+            rank: number(3)?,
+        };
+        return Ok(Some((topology, launcher)));
+    }
+    Ok(None)
+}

@@ -1,0 +1,263 @@
+//! Where a training run's configuration comes from. Resolved in this order, first wins:
+//!
+//! 1. flags, or the `TRAINER_*` variable named in each flag's help;
+//! 2. SageMaker: `<root>/input/config/resourceconfig.json` and `hyperparameters.json`
+//!    ([`sagemaker`]), root `/opt/ml` unless `--sagemaker-root` says otherwise;
+//! 3. Kubeflow PyTorchJob (`MASTER_ADDR`, `MASTER_PORT`, `WORLD_SIZE`, `RANK`) or Trainer v2
+//!    (`PET_NNODES`, `PET_NODE_RANK`, `PET_MASTER_ADDR`, `PET_MASTER_PORT`) ([`env`]);
+//! 4. otherwise a single process.
+
+pub mod env;
+mod hyperparameters;
+pub mod sagemaker;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+pub use hyperparameters::Hyperparameters;
+use sagemaker::SageMakerLayout;
+
+use crate::dist::Rendezvous;
+
+/// A configuration that cannot work; never retryable (exit code 1).
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// A hyperparameter's value breaks its rule.
+    #[error("hyperparameter \"{key}\" = {value:?} (from {origin}) must be {rule}")]
+    Hyperparameter {
+        key: String,
+        value: String,
+        origin: String,
+        rule: String,
+    },
+    /// A hyperparameter this trainer does not know.
+    #[error("unknown hyperparameter \"{key}\" (from {origin}); known: {known}")]
+    UnknownHyperparameter {
+        key: String,
+        origin: String,
+        known: String,
+    },
+    /// A configuration file is not the JSON expected.
+    #[error("{path}: {detail}")]
+    Json { path: String, detail: String },
+    /// A runtime contract is inconsistent.
+    #[error("{source_name}: {detail}")]
+    Contract { source_name: String, detail: String },
+    /// A required setting was given by no source.
+    #[error("{0}")]
+    Missing(String),
+}
+
+/// `kfaws-trainer train` flags. Each also reads the `TRAINER_*` variable shown in `--help`.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct TrainArgs {
+    /// Directory holding the dataset (CIFAR-10 binary or (Fashion-)MNIST IDX files).
+    #[arg(long, env = "TRAINER_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// SageMaker input channel to read the dataset from (default: `training`, or the only one).
+    #[arg(long, env = "TRAINER_CHANNEL")]
+    pub channel: Option<String>,
+    /// Where rank 0 writes the trained model (burn record) and `model.json`.
+    #[arg(long, env = "TRAINER_MODEL_DIR")]
+    pub model_dir: Option<PathBuf>,
+    /// Where rank 0 writes a checkpoint every epoch, and every rank resumes from.
+    #[arg(long, env = "TRAINER_CHECKPOINT_DIR")]
+    pub checkpoint_dir: Option<PathBuf>,
+    /// Root of the SageMaker layout.
+    #[arg(long, env = "TRAINER_SAGEMAKER_ROOT", default_value = "/opt/ml")]
+    pub sagemaker_root: PathBuf,
+    /// This process's rank, `0..world-size`.
+    #[arg(long, env = "TRAINER_RANK")]
+    pub rank: Option<usize>,
+    /// Number of training processes.
+    #[arg(long, env = "TRAINER_WORLD_SIZE")]
+    pub world_size: Option<usize>,
+    /// Host name or address of rank 0.
+    #[arg(long, env = "TRAINER_MASTER_ADDR")]
+    pub master_addr: Option<String>,
+    /// Port rank 0 listens on.
+    #[arg(long, env = "TRAINER_MASTER_PORT")]
+    pub master_port: Option<u16>,
+    /// Address rank 0's listener binds.
+    #[arg(long, env = "TRAINER_BIND_ADDR", default_value = "0.0.0.0")]
+    pub bind_addr: String,
+    /// Seconds to wait for all ranks to connect.
+    #[arg(long, env = "TRAINER_CONNECT_TIMEOUT", default_value_t = 300)]
+    pub connect_timeout_secs: u64,
+    /// Seconds any collective waits for a peer before failing the job.
+    #[arg(long, env = "TRAINER_COLLECTIVE_TIMEOUT", default_value_t = 120)]
+    pub collective_timeout_secs: u64,
+    /// Seconds after SIGTERM before a rank still blocked waiting for peers exits with 143
+    /// (SageMaker's StopTrainingJob sends SIGKILL 120 s after SIGTERM).
+    #[arg(long, env = "TRAINER_STOP_GRACE", default_value_t = 30)]
+    pub stop_grace_secs: u64,
+    /// Serve Prometheus metrics on this port (rank 0 only; `/metrics`).
+    #[arg(long, env = "TRAINER_METRICS_PORT")]
+    pub metrics_port: Option<u16>,
+    /// Hyperparameters as `key=value` (same names as SageMaker's: batch-size, epochs, lr, …).
+    #[arg(
+        long = "hp",
+        value_name = "KEY=VALUE",
+        env = "TRAINER_HYPERPARAMETERS",
+        value_delimiter = ','
+    )]
+    pub hyperparameters: Vec<String>,
+}
+
+/// Where the run's topology came from, for the log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Launcher {
+    /// Flags or `TRAINER_*`.
+    Flags,
+    /// SageMaker resource config.
+    SageMaker,
+    /// PyTorchJob environment.
+    PyTorchJob,
+    /// Trainer v2 `PET_*` environment.
+    TrainerV2,
+    /// Nothing: one process.
+    Single,
+}
+
+/// Everything a training run needs, resolved and validated.
+#[derive(Debug, Clone)]
+pub struct RunConfig {
+    /// Dataset directory.
+    pub data_dir: PathBuf,
+    /// Model output directory.
+    pub model_dir: PathBuf,
+    /// Checkpoint directory.
+    pub checkpoint_dir: PathBuf,
+    /// Where to write the failure reason (SageMaker), if anywhere.
+    pub failure_file: Option<PathBuf>,
+    /// Hyperparameters.
+    pub hp: Hyperparameters,
+    /// Rendezvous of the ranks.
+    pub rendezvous: Rendezvous,
+    /// Which contract gave the topology.
+    pub launcher: Launcher,
+    /// Prometheus port.
+    pub metrics_port: Option<u16>,
+}
+
+/// Default `MASTER_PORT` where no contract gives one: the port SageMaker's PyTorch toolkit uses.
+pub const DEFAULT_MASTER_PORT: u16 = 7777;
+
+/// Resolves the run configuration from `args`, the SageMaker layout and the environment
+/// (`env` looks a variable up; `std::env::var(..).ok()` outside tests).
+///
+/// # Errors
+/// [`ConfigError`] naming the setting, its source and the rule it breaks.
+pub fn resolve(
+    args: &TrainArgs,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<RunConfig, ConfigError> {
+    let sm = SageMakerLayout {
+        root: args.sagemaker_root.clone(),
+    };
+    let on_sagemaker = sm.is_present();
+
+    let mut hp = Hyperparameters::default();
+    if on_sagemaker && sm.hyperparameters().is_file() {
+        let text =
+            std::fs::read_to_string(sm.hyperparameters()).map_err(|e| ConfigError::Json {
+                path: sm.hyperparameters().display().to_string(),
+                detail: e.to_string(),
+            })?;
+        hp.apply_sagemaker_json(&text, &sm.hyperparameters().display().to_string())?;
+    }
+    for pair in &args.hyperparameters {
+        let (key, value) = pair
+            .split_once('=')
+            .ok_or_else(|| ConfigError::Hyperparameter {
+                key: pair.clone(),
+                value: String::new(),
+                origin: "--hp".into(),
+                rule: "written key=value".into(),
+            })?;
+        hp.set(key.trim(), value.trim(), "--hp")?;
+    }
+
+    let (placement, launcher) = if on_sagemaker {
+        let p = sm.placement()?;
+        (
+            env::Topology {
+                rank: p.rank,
+                world_size: p.world_size,
+                master_addr: p.master,
+                master_port: None,
+            },
+            Launcher::SageMaker,
+        )
+    } else if let Some((t, launcher)) = env::from_env(env)? {
+        (t, launcher)
+    } else {
+        (
+            env::Topology {
+                rank: 0,
+                world_size: 1,
+                master_addr: "127.0.0.1".into(),
+                master_port: None,
+            },
+            Launcher::Single,
+        )
+    };
+    let flags_set = args.rank.is_some() || args.world_size.is_some();
+    let rank = args.rank.unwrap_or(placement.rank);
+    let world_size = args.world_size.unwrap_or(placement.world_size);
+    if world_size == 0 || rank >= world_size {
+        return Err(ConfigError::Contract {
+            source_name: format!("{launcher:?} topology"),
+            detail: format!("rank {rank} is outside 0..{world_size} (world size must be ≥ 1)"),
+        });
+    }
+    let rendezvous = Rendezvous {
+        master_addr: args.master_addr.clone().unwrap_or(placement.master_addr),
+        master_port: args
+            .master_port
+            .or(placement.master_port)
+            .unwrap_or(DEFAULT_MASTER_PORT),
+        bind_addr: args.bind_addr.clone(),
+        rank,
+        world_size,
+        connect_timeout: Duration::from_secs(args.connect_timeout_secs),
+        collective_timeout: Duration::from_secs(args.collective_timeout_secs.max(1)),
+    };
+
+    let data_dir = match (&args.data_dir, on_sagemaker) {
+        (Some(dir), _) => dir.clone(),
+        (None, true) => sm.channel_dir(args.channel.as_deref())?,
+        (None, false) => {
+            return Err(ConfigError::Missing(
+                "no dataset: pass --data-dir (TRAINER_DATA_DIR) or run under SageMaker".into(),
+            ))
+        }
+    };
+    let model_dir = args.model_dir.clone().unwrap_or_else(|| {
+        if on_sagemaker {
+            sm.model_dir()
+        } else {
+            PathBuf::from("model")
+        }
+    });
+    let checkpoint_dir = args.checkpoint_dir.clone().unwrap_or_else(|| {
+        if on_sagemaker {
+            sm.checkpoint_dir()
+        } else {
+            model_dir.join("checkpoints")
+        }
+    });
+    Ok(RunConfig {
+        data_dir,
+        model_dir,
+        checkpoint_dir,
+        failure_file: on_sagemaker.then(|| sm.failure_file()),
+        hp,
+        rendezvous,
+        launcher: if flags_set { Launcher::Flags } else { launcher },
+        metrics_port: args.metrics_port,
+    })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,229 @@
+//! Each runtime contract, and the order in which they win.
+
+use super::*;
+use std::collections::HashMap;
+
+fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+    let map: HashMap<String, String> = pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    move |name| map.get(name).cloned()
+}
+
+fn no_sagemaker() -> TrainArgs {
+    TrainArgs {
+        sagemaker_root: PathBuf::from("/nonexistent/opt/ml"),
+        bind_addr: "0.0.0.0".into(),
+        connect_timeout_secs: 300,
+        collective_timeout_secs: 120,
+        ..TrainArgs::default()
+    }
+}
+
+/// A SageMaker root for host `current` of `hosts` with `hyperparameters` and a `training` channel.
+fn sagemaker_root(current: &str, hosts: &[&str], hyperparameters: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("input/config");
+    std::fs::create_dir_all(&config).unwrap();
+    std::fs::create_dir_all(dir.path().join("input/data/training")).unwrap();
+    let resource = serde_json::json!({"current_host": current, "hosts": hosts});
+    std::fs::write(config.join("resourceconfig.json"), resource.to_string()).unwrap();
+    std::fs::write(config.join("hyperparameters.json"), hyperparameters).unwrap();
+    dir
+}
+
+#[test]
+fn nothing_set_is_a_single_process_needing_a_data_dir() {
+    let err = resolve(&no_sagemaker(), &env_of(&[]))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("--data-dir"), "{err}");
+    let args = TrainArgs {
+        data_dir: Some("/data".into()),
+        ..no_sagemaker()
+    };
+    let config = resolve(&args, &env_of(&[])).unwrap();
+    assert_eq!(config.launcher, Launcher::Single);
+    assert_eq!(
+        (config.rendezvous.rank, config.rendezvous.world_size),
+        (0, 1)
+    );
+    assert_eq!(config.model_dir, PathBuf::from("model"));
+    assert_eq!(config.checkpoint_dir, PathBuf::from("model/checkpoints"));
+    assert_eq!(config.hp, Hyperparameters::default());
+    assert!(config.failure_file.is_none());
+}
+
+#[test]
+fn sagemaker_layout_gives_rank_paths_and_hyperparameters() {
+    let root = sagemaker_root(
+        "algo-2",
+        &["algo-2", "algo-1"],
+        r#"{"batch-size": "16", "epochs": "1", "sagemaker_program": "\"x\""}"#,
+    );
+    let args = TrainArgs {
+        sagemaker_root: root.path().to_path_buf(),
+        ..no_sagemaker()
+    };
+    let config = resolve(&args, &env_of(&[])).unwrap();
+    assert_eq!(config.launcher, Launcher::SageMaker);
+    assert_eq!(
+        (config.rendezvous.rank, config.rendezvous.world_size),
+        (1, 2)
+    );
+    assert_eq!(config.rendezvous.master_addr, "algo-1");
+    assert_eq!(config.rendezvous.master_port, DEFAULT_MASTER_PORT);
+    assert_eq!(config.data_dir, root.path().join("input/data/training"));
+    assert_eq!(config.model_dir, root.path().join("model"));
+    assert_eq!(config.checkpoint_dir, root.path().join("checkpoints"));
+    assert_eq!(
+        config.failure_file,
+        Some(root.path().join("output/failure"))
+    );
+    assert_eq!((config.hp.batch_size, config.hp.epochs), (16, 1));
+}
+
+#[test]
+fn sagemaker_wins_over_pytorchjob_environment() {
+    let root = sagemaker_root("algo-1", &["algo-1"], "{}");
+    let args = TrainArgs {
+        sagemaker_root: root.path().to_path_buf(),
+        ..no_sagemaker()
+    };
+    let env = env_of(&[
+        ("MASTER_ADDR", "m"),
+        ("MASTER_PORT", "1"),
+        ("WORLD_SIZE", "4"),
+        ("RANK", "3"),
+    ]);
+    let config = resolve(&args, &env).unwrap();
+    assert_eq!(
+        (config.launcher, config.rendezvous.world_size),
+        (Launcher::SageMaker, 1)
+    );
+}
+
+#[test]
+fn flags_win_over_sagemaker() {
+    let root = sagemaker_root("algo-1", &["algo-1", "algo-2"], r#"{"lr": "0.5"}"#);
+    let args = TrainArgs {
+        sagemaker_root: root.path().to_path_buf(),
+        rank: Some(1),
+        master_addr: Some("10.0.0.9".into()),
+        master_port: Some(2345),
+        data_dir: Some("/elsewhere".into()),
+        hyperparameters: vec!["lr=0.25".into()],
+        ..no_sagemaker()
+    };
+    let config = resolve(&args, &env_of(&[])).unwrap();
+    assert_eq!(config.launcher, Launcher::Flags);
+    assert_eq!(
+        (config.rendezvous.rank, config.rendezvous.world_size),
+        (1, 2)
+    );
+    assert_eq!(
+        (
+            config.rendezvous.master_addr.as_str(),
+            config.rendezvous.master_port
+        ),
+        ("10.0.0.9", 2345)
+    );
+    assert_eq!(config.data_dir, PathBuf::from("/elsewhere"));
+    assert_eq!(config.hp.lr, 0.25);
+}
+
+#[test]
+fn pytorchjob_environment_gives_the_topology() {
+    let env = env_of(&[
+        ("MASTER_ADDR", "job-master-0"),
+        ("MASTER_PORT", "23456"),
+        ("WORLD_SIZE", "3"),
+        ("RANK", "2"),
+    ]);
+    let args = TrainArgs {
+        data_dir: Some("/d".into()),
+        ..no_sagemaker()
+    };
+    let config = resolve(&args, &env).unwrap();
+    assert_eq!(config.launcher, Launcher::PyTorchJob);
+    let rv = &config.rendezvous;
+    assert_eq!(
+        (
+            rv.master_addr.as_str(),
+            rv.master_port,
+            rv.world_size,
+            rv.rank
+        ),
+        ("job-master-0", 23456, 3, 2)
+    );
+}
+
+#[test]
+fn trainer_v2_pet_environment_gives_the_topology() {
+    let env = env_of(&[
+        ("PET_MASTER_ADDR", "node-0"),
+        ("PET_MASTER_PORT", "29400"),
+        ("PET_NNODES", "2"),
+        ("PET_NODE_RANK", "1"),
+    ]);
+    let args = TrainArgs {
+        data_dir: Some("/d".into()),
+        ..no_sagemaker()
+    };
+    let config = resolve(&args, &env).unwrap();
+    assert_eq!(config.launcher, Launcher::TrainerV2);
+    let rv = &config.rendezvous;
+    assert_eq!(
+        (
+            rv.master_addr.as_str(),
+            rv.master_port,
+            rv.world_size,
+            rv.rank
+        ),
+        ("node-0", 29400, 2, 1)
+    );
+}
+
+#[test]
+fn partial_or_malformed_environment_names_the_variable() {
+    let args = TrainArgs {
+        data_dir: Some("/d".into()),
+        ..no_sagemaker()
+    };
+    let err = resolve(&args, &env_of(&[("MASTER_ADDR", "m"), ("WORLD_SIZE", "2")]))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("MASTER_PORT, RANK missing"), "{err}");
+    let env = env_of(&[
+        ("MASTER_ADDR", "m"),
+        ("MASTER_PORT", "x"),
+        ("WORLD_SIZE", "2"),
+        ("RANK", "0"),
+    ]);
+    assert!(resolve(&args, &env)
+        .unwrap_err()
+        .to_string()
+        .contains("MASTER_PORT=\"x\""));
+    let env = env_of(&[
+        ("MASTER_ADDR", "m"),
+        ("MASTER_PORT", "1"),
+        ("WORLD_SIZE", "2"),
+        ("RANK", "2"),
+    ]);
+    assert!(resolve(&args, &env)
+        .unwrap_err()
+        .to_string()
+        .contains("rank 2 is outside 0..2"));
+}
+
+#[test]
+fn hp_flag_must_be_key_equals_value() {
+    let args = TrainArgs {
+        data_dir: Some("/d".into()),
+        hyperparameters: vec!["epochs".into()],
+        ..no_sagemaker()
+    };
+    let err = resolve(&args, &env_of(&[])).unwrap_err().to_string();
+    assert!(err.contains("key=value"), "{err}");
+}

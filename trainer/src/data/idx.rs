@@ -1,0 +1,248 @@
+//! The IDX format of MNIST and Fashion-MNIST (yann.lecun.com/exdb/mnist, "FILE FORMATS"):
+//! a big-endian magic number `0x0000_08NN` (`08` = unsigned byte, `NN` = number of
+//! dimensions), one big-endian `u32` per dimension, then the data.
+
+use std::path::{Path, PathBuf};
+
+use super::{read_maybe_gz, DataError, Split};
+
+/// Magic number of an IDX file of `u8` images with 3 dimensions (count, rows, columns).
+pub const IDX_IMAGES_MAGIC: u32 = 0x0000_0803;
+/// Magic number of an IDX file of `u8` labels with 1 dimension (count).
+pub const IDX_LABELS_MAGIC: u32 = 0x0000_0801;
+
+/// Loads `<prefix>-images-idx3-ubyte[.gz]` and `<prefix>-labels-idx1-ubyte[.gz]` from `dir`
+/// (`prefix` is `train` or `t10k`). `found` lists the directory's file names, for the error
+/// when one is missing.
+///
+/// # Errors
+/// [`DataError::MissingFile`], [`DataError::BadMagic`], [`DataError::WrongSize`] (truncated),
+/// [`DataError::CountMismatch`] or [`DataError::BadLabel`], each naming the file.
+pub fn load_idx_pair(dir: &Path, prefix: &str, found: &[String]) -> Result<Split, DataError> {
+    let images_path = find(dir, &format!("{prefix}-images-idx3-ubyte"), found)?;
+    let labels_path = find(dir, &format!("{prefix}-labels-idx1-ubyte"), found)?;
+    let (dims, images) = read_idx(&images_path, IDX_IMAGES_MAGIC, "u8 images, 3 dimensions")?;
+    let (_, labels) = read_idx(&labels_path, IDX_LABELS_MAGIC, "u8 labels, 1 dimension")?;
+    if dims[1] != 28 || dims[2] != 28 {
+        return Err(DataError::WrongShape {
+            path: images_path,
+            dataset: "MNIST/Fashion-MNIST",
+            expected: [1, 28, 28],
+            found: [1, dims[1], dims[2]],
+        });
+    }
+    if dims[0] != labels.len() {
+        return Err(DataError::CountMismatch {
+            images: images_path,
+            labels: labels_path,
+            n_images: dims[0],
+            n_labels: labels.len(),
+        });
+    }
+    if let Some((index, &label)) = labels.iter().enumerate().find(|(_, &l)| l >= 10) {
+        return Err(DataError::BadLabel {
+            path: labels_path,
+            index,
+            label,
+            classes: 10,
+        });
+    }
+    Ok(Split {
+        images,
+        labels,
+        shape: [1, 28, 28],
+    })
+}
+
+/// The path of `stem` or `stem.gz` in `dir`.
+fn find(dir: &Path, stem: &str, found: &[String]) -> Result<PathBuf, DataError> {
+    [stem.to_string(), format!("{stem}.gz")]
+        .into_iter()
+        .map(|name| dir.join(name))
+        .find(|path| path.is_file())
+        .ok_or_else(|| DataError::MissingFile {
+            path: dir.join(format!("{stem}[.gz]")),
+            dataset: "IDX (MNIST/Fashion-MNIST)",
+            found: found.join(", "),
+        })
+}
+
+/// Reads an IDX file, checking the magic number and that the data is exactly as long as the
+/// dimensions say. Returns the dimensions and the data bytes.
+fn read_idx(
+    path: &Path,
+    magic: u32,
+    what: &'static str,
+) -> Result<(Vec<usize>, Vec<u8>), DataError> {
+    let bytes = read_maybe_gz(path)?;
+    let be_u32 = |at: usize| {
+        bytes
+            .get(at..at + 4)
+            .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+    };
+    let truncated = |expected: String| DataError::WrongSize {
+        path: path.to_path_buf(),
+        expected,
+        found: bytes.len() as u64,
+    };
+    let found = be_u32(0).ok_or_else(|| truncated("at least a 4-byte IDX header".into()))?;
+    if found != magic {
+        return Err(DataError::BadMagic {
+            path: path.to_path_buf(),
+            expected: magic,
+            found,
+            what,
+        });
+    }
+    let rank = (magic & 0xff) as usize;
+    let header = 4 + 4 * rank;
+    let dims = (0..rank)
+        .map(|d| be_u32(4 + 4 * d).map(|v| v as usize))
+        .collect::<Option<Vec<_>>>()
+        .ok_or_else(|| truncated(format!("at least a {header}-byte IDX header")))?;
+    let expected = header + dims.iter().product::<usize>();
+    if bytes.len() != expected {
+        return Err(truncated(format!(
+            "{expected} ({header}-byte header + {} data bytes for dimensions {dims:?}; \
+             truncated or corrupt file?)",
+            expected - header
+        )));
+    }
+    Ok((dims, bytes[header..].to_vec()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::data::{load_dir, DatasetKind};
+
+    fn idx(magic: u32, dims: &[u32], data: &[u8]) -> Vec<u8> {
+        let mut out = magic.to_be_bytes().to_vec();
+        for d in dims {
+            out.extend(d.to_be_bytes());
+        }
+        out.extend(data);
+        out
+    }
+
+    fn gz(bytes: &[u8]) -> Vec<u8> {
+        use std::io::Write;
+        let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        enc.write_all(bytes).unwrap();
+        enc.finish().unwrap()
+    }
+
+    /// Writes a tiny 3-train/2-test IDX dataset; `gzip` picks the compressed names.
+    fn write_dataset(dir: &Path, gzip: bool) {
+        for (prefix, n) in [("train", 3u32), ("t10k", 2u32)] {
+            let pixels: Vec<u8> = (0..n * 784).map(|i| (i % 251) as u8).collect();
+            let labels: Vec<u8> = (0..n as u8).collect();
+            let files = [
+                (
+                    format!("{prefix}-images-idx3-ubyte"),
+                    idx(IDX_IMAGES_MAGIC, &[n, 28, 28], &pixels),
+                ),
+                (
+                    format!("{prefix}-labels-idx1-ubyte"),
+                    idx(IDX_LABELS_MAGIC, &[n], &labels),
+                ),
+            ];
+            for (name, bytes) in files {
+                if gzip {
+                    std::fs::write(dir.join(format!("{name}.gz")), gz(&bytes)).unwrap();
+                } else {
+                    std::fs::write(dir.join(name), bytes).unwrap();
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn reads_plain_and_gzip_idx() {
+        for gzip in [false, true] {
+            let dir = tempfile::tempdir().unwrap();
+            write_dataset(dir.path(), gzip);
+            let ds = load_dir(dir.path(), Some(DatasetKind::FashionMnist)).unwrap();
+            assert_eq!(ds.kind, DatasetKind::FashionMnist);
+            assert_eq!(ds.train.len(), 3);
+            assert_eq!(ds.test.len(), 2);
+            assert_eq!(ds.train.labels, vec![0, 1, 2]);
+            assert_eq!(ds.train.image(1)[0], (784 % 251) as u8);
+        }
+    }
+
+    #[test]
+    fn without_hint_a_fashion_directory_is_fashion_mnist_else_mnist() {
+        let root = tempfile::tempdir().unwrap();
+        let fashion = root.path().join("Fashion-MNIST");
+        let plain = root.path().join("digits");
+        for dir in [&fashion, &plain] {
+            std::fs::create_dir(dir).unwrap();
+            write_dataset(dir, false);
+        }
+        assert_eq!(
+            load_dir(&fashion, None).unwrap().kind,
+            DatasetKind::FashionMnist
+        );
+        assert_eq!(load_dir(&plain, None).unwrap().kind, DatasetKind::Mnist);
+    }
+
+    #[test]
+    fn truncated_file_names_file_and_expected_size() {
+        let dir = tempfile::tempdir().unwrap();
+        write_dataset(dir.path(), false);
+        let path = dir.path().join("train-images-idx3-ubyte");
+        let bytes = std::fs::read(&path).unwrap();
+        std::fs::write(&path, &bytes[..bytes.len() - 10]).unwrap();
+        let err = load_dir(dir.path(), None).unwrap_err().to_string();
+        assert!(err.contains("train-images-idx3-ubyte"), "{err}");
+        assert!(err.contains("expected 2368"), "{err}");
+    }
+
+    #[test]
+    fn wrong_magic_names_file_and_expected_magic() {
+        let dir = tempfile::tempdir().unwrap();
+        write_dataset(dir.path(), false);
+        let path = dir.path().join("t10k-labels-idx1-ubyte");
+        std::fs::write(&path, idx(IDX_IMAGES_MAGIC, &[2], &[0, 1])).unwrap();
+        let err = load_dir(dir.path(), None).unwrap_err().to_string();
+        assert!(err.contains("t10k-labels-idx1-ubyte"), "{err}");
+        assert!(err.contains("expected 0x00000801"), "{err}");
+    }
+
+    #[test]
+    fn misnamed_file_is_reported_as_missing_with_what_was_found() {
+        let dir = tempfile::tempdir().unwrap();
+        write_dataset(dir.path(), false);
+        let from = dir.path().join("t10k-images-idx3-ubyte");
+        std::fs::rename(&from, dir.path().join("t10k-images.idx3-ubyte")).unwrap();
+        let err = load_dir(dir.path(), None).unwrap_err().to_string();
+        assert!(
+            err.contains("t10k-images-idx3-ubyte[.gz] is missing"),
+            "{err}"
+        );
+        assert!(err.contains("t10k-images.idx3-ubyte"), "{err}");
+    }
+
+    #[test]
+    fn label_count_mismatch_and_bad_label_are_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        write_dataset(dir.path(), false);
+        let path = dir.path().join("train-labels-idx1-ubyte");
+        std::fs::write(&path, idx(IDX_LABELS_MAGIC, &[2], &[0, 1])).unwrap();
+        let err = load_dir(dir.path(), None).unwrap_err().to_string();
+        assert!(err.contains("holds 3 images but"), "{err}");
+        std::fs::write(&path, idx(IDX_LABELS_MAGIC, &[3], &[0, 12, 1])).unwrap();
+        let err = load_dir(dir.path(), None).unwrap_err().to_string();
+        assert!(err.contains("label 12 of example 1"), "{err}");
+    }
+
+    #[test]
+    fn empty_directory_lists_what_it_expects() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("notes.txt"), "x").unwrap();
+        let err = load_dir(dir.path(), None).unwrap_err().to_string();
+        assert!(err.contains("no dataset found"), "{err}");
+        assert!(err.contains("notes.txt"), "{err}");
+    }
+}

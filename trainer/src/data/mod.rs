@@ -1,0 +1,307 @@
+//! Image classification datasets: detection from a data directory, the on-disk readers,
+//! per-dataset normalisation, training-only augmentation, and the distributed sampler.
+//!
+//! Images are held as `u8` pixels in channel-major (`C×H×W`) order, exactly as the CIFAR-10
+//! binary and IDX files store them, and converted to normalised `f32` only per batch.
+
+mod augment;
+mod batch;
+mod cifar;
+mod idx;
+mod sampler;
+
+use std::path::{Path, PathBuf};
+
+pub use augment::augment_cifar;
+pub use batch::{make_batch, Batch};
+pub use cifar::{load_cifar10, CIFAR10_RECORD_BYTES};
+pub use idx::{load_idx_pair, IDX_IMAGES_MAGIC, IDX_LABELS_MAGIC};
+pub use sampler::DistributedSampler;
+
+/// Why a dataset could not be read. Every variant names the file involved.
+#[derive(Debug, thiserror::Error)]
+pub enum DataError {
+    /// The directory holds neither a CIFAR-10 binary nor an IDX dataset.
+    #[error(
+        "no dataset found in {dir}: expected CIFAR-10 binary files (data_batch_1.bin … \
+         data_batch_5.bin, test_batch.bin) or IDX files (train-images-idx3-ubyte, \
+         train-labels-idx1-ubyte, t10k-images-idx3-ubyte, t10k-labels-idx1-ubyte, each \
+         optionally .gz); found: [{found}]"
+    )]
+    NotFound { dir: PathBuf, found: String },
+    /// Part of a dataset is there but one expected file is missing (often misnamed).
+    #[error(
+        "{path} is missing: the {dataset} dataset in this directory needs it (found: [{found}])"
+    )]
+    MissingFile {
+        path: PathBuf,
+        dataset: &'static str,
+        found: String,
+    },
+    /// Reading a file failed.
+    #[error("cannot read {path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// An IDX file starts with the wrong magic number.
+    #[error("{path}: wrong magic number 0x{found:08x}, expected 0x{expected:08x} ({what})")]
+    BadMagic {
+        path: PathBuf,
+        expected: u32,
+        found: u32,
+        what: &'static str,
+    },
+    /// A file is shorter (or longer) than its header or record size says.
+    #[error("{path}: {found} bytes, expected {expected}")]
+    WrongSize {
+        path: PathBuf,
+        expected: String,
+        found: u64,
+    },
+    /// Image and label files disagree on the number of examples.
+    #[error("{images} holds {n_images} images but {labels} holds {n_labels} labels")]
+    CountMismatch {
+        images: PathBuf,
+        labels: PathBuf,
+        n_images: usize,
+        n_labels: usize,
+    },
+    /// A label outside `0..10`.
+    #[error("{path}: label {label} of example {index} is outside 0..{classes}")]
+    BadLabel {
+        path: PathBuf,
+        index: usize,
+        label: u8,
+        classes: usize,
+    },
+    /// Images of a size the dataset kind does not have.
+    #[error("{path}: images are {found:?} (C×H×W), {dataset} images are {expected:?}")]
+    WrongShape {
+        path: PathBuf,
+        dataset: &'static str,
+        expected: [usize; 3],
+        found: [usize; 3],
+    },
+}
+
+/// The datasets the trainer knows; each fixes the input shape, class names and normalisation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DatasetKind {
+    /// MNIST handwritten digits, 1×28×28.
+    Mnist,
+    /// Zalando's Fashion-MNIST, 1×28×28, same IDX files as MNIST.
+    FashionMnist,
+    /// CIFAR-10, 3×32×32.
+    Cifar10,
+}
+
+impl DatasetKind {
+    /// Parses the names used by the `dataset` hyperparameter: `mnist`, `fashion-mnist`, `cifar10`.
+    pub fn parse(name: &str) -> Option<Self> {
+        match name.to_ascii_lowercase().replace('_', "-").as_str() {
+            "mnist" => Some(Self::Mnist),
+            "fashion-mnist" | "fashionmnist" => Some(Self::FashionMnist),
+            "cifar10" | "cifar-10" => Some(Self::Cifar10),
+            _ => None,
+        }
+    }
+
+    /// The canonical name, as written in `model.json`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Mnist => "mnist",
+            Self::FashionMnist => "fashion-mnist",
+            Self::Cifar10 => "cifar10",
+        }
+    }
+
+    /// Input shape `[channels, height, width]`.
+    pub fn shape(self) -> [usize; 3] {
+        match self {
+            Self::Mnist | Self::FashionMnist => [1, 28, 28],
+            Self::Cifar10 => [3, 32, 32],
+        }
+    }
+
+    /// Class names in label order, from each dataset's documentation.
+    pub fn classes(self) -> [&'static str; 10] {
+        match self {
+            Self::Mnist => ["0", "1", "2", "3", "4", "5", "6", "7", "8", "9"],
+            // github.com/zalandoresearch/fashion-mnist#labels
+            Self::FashionMnist => [
+                "T-shirt/top",
+                "Trouser",
+                "Pullover",
+                "Dress",
+                "Coat",
+                "Sandal",
+                "Shirt",
+                "Sneaker",
+                "Bag",
+                "Ankle boot",
+            ],
+            // www.cs.toronto.edu/~kriz/cifar.html, batches.meta.txt
+            Self::Cifar10 => [
+                "airplane",
+                "automobile",
+                "bird",
+                "cat",
+                "deer",
+                "dog",
+                "frog",
+                "horse",
+                "ship",
+                "truck",
+            ],
+        }
+    }
+
+    /// Per-channel mean and standard deviation of the training set's pixels scaled to `[0, 1]`.
+    ///
+    /// MNIST: 0.1307/0.3081 (torchvision examples/mnist); Fashion-MNIST: 0.2860/0.3530
+    /// (computed over its 60,000 training images); CIFAR-10: the per-channel figures of the
+    /// training set used by the common PyTorch CIFAR recipes.
+    pub fn normalisation(self) -> (Vec<f32>, Vec<f32>) {
+        match self {
+            Self::Mnist => (vec![0.1307], vec![0.3081]),
+            Self::FashionMnist => (vec![0.2860], vec![0.3530]),
+            Self::Cifar10 => (vec![0.4914, 0.4822, 0.4465], vec![0.2470, 0.2435, 0.2616]),
+        }
+    }
+
+    /// Whether the reference trains this dataset with augmentation (random crop, flip).
+    pub fn augments(self) -> bool {
+        self == Self::Cifar10
+    }
+}
+
+/// One split: `labels.len()` images of `shape`, pixels concatenated channel-major.
+#[derive(Debug, Clone)]
+pub struct Split {
+    /// `len × C × H × W` pixels.
+    pub images: Vec<u8>,
+    /// One label in `0..10` per image.
+    pub labels: Vec<u8>,
+    /// `[C, H, W]`.
+    pub shape: [usize; 3],
+}
+
+impl Split {
+    /// Number of examples.
+    pub fn len(&self) -> usize {
+        self.labels.len()
+    }
+
+    /// Whether the split holds no example.
+    pub fn is_empty(&self) -> bool {
+        self.labels.is_empty()
+    }
+
+    /// Pixels of example `i`, `C×H×W` bytes.
+    pub fn image(&self, i: usize) -> &[u8] {
+        let size = self.shape.iter().product::<usize>();
+        &self.images[i * size..(i + 1) * size]
+    }
+
+    /// Keeps only the first `n` examples (for short runs and tests).
+    pub fn truncate(&mut self, n: usize) {
+        let size = self.shape.iter().product::<usize>();
+        self.labels.truncate(n);
+        self.images.truncate(n * size);
+    }
+}
+
+/// A dataset with its training and test splits.
+#[derive(Debug, Clone)]
+pub struct Dataset {
+    /// Which dataset this is.
+    pub kind: DatasetKind,
+    /// Training split.
+    pub train: Split,
+    /// Test split, never augmented.
+    pub test: Split,
+}
+
+/// Loads the dataset found in `dir`.
+///
+/// CIFAR-10 binary files are looked for in `dir` and `dir/cifar-10-batches-bin` (the layout of
+/// the official archive); IDX files in `dir`. IDX files do not say whether they hold MNIST or
+/// Fashion-MNIST, so `hint` (the `dataset` hyperparameter) decides, else a directory path
+/// containing "fashion", else MNIST.
+///
+/// # Errors
+/// [`DataError`] naming the file that is missing, truncated or has the wrong magic number.
+pub fn load_dir(dir: &Path, hint: Option<DatasetKind>) -> Result<Dataset, DataError> {
+    let found = list_dir(dir)?;
+    for cifar_dir in [dir.to_path_buf(), dir.join("cifar-10-batches-bin")] {
+        if cifar_dir.join("data_batch_1.bin").exists() || cifar_dir.join("test_batch.bin").exists()
+        {
+            return load_cifar10(&cifar_dir);
+        }
+    }
+    if found
+        .iter()
+        .any(|name| name.contains("idx1-ubyte") || name.contains("idx3-ubyte"))
+    {
+        let kind = match hint {
+            Some(kind @ (DatasetKind::Mnist | DatasetKind::FashionMnist)) => kind,
+            _ if dir
+                .to_string_lossy()
+                .to_ascii_lowercase()
+                .contains("fashion") =>
+            {
+                DatasetKind::FashionMnist
+            }
+            _ => DatasetKind::Mnist,
+        };
+        let train = load_idx_pair(dir, "train", &found)?;
+        let test = load_idx_pair(dir, "t10k", &found)?;
+        return Ok(Dataset { kind, train, test });
+    }
+    Err(DataError::NotFound {
+        dir: dir.to_path_buf(),
+        found: found.join(", "),
+    })
+}
+
+/// Sorted file names in `dir`.
+fn list_dir(dir: &Path) -> Result<Vec<String>, DataError> {
+    let io = |source| DataError::Io {
+        path: dir.to_path_buf(),
+        source,
+    };
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(io)? {
+        names.push(
+            entry
+                .map_err(io)?
+                .file_name()
+                .to_string_lossy()
+                .into_owned(),
+        );
+    }
+    names.sort();
+    Ok(names)
+}
+
+/// Reads a whole file, decompressing gzip (by its magic bytes, not its name).
+fn read_maybe_gz(path: &Path) -> Result<Vec<u8>, DataError> {
+    use std::io::Read;
+    let io = |source| DataError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let raw = std::fs::read(path).map_err(io)?;
+    if raw.starts_with(&[0x1f, 0x8b]) {
+        let mut out = Vec::new();
+        flate2::read::GzDecoder::new(&raw[..])
+            .read_to_end(&mut out)
+            .map_err(io)?;
+        Ok(out)
+    } else {
+        Ok(raw)
+    }
+}

@@ -1,0 +1,273 @@
+//! The all-reduce on 1–4 in-process ranks over loopback TCP, and its failure modes.
+
+use super::*;
+use std::thread;
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn rendezvous(port: u16, rank: usize, world_size: usize) -> Rendezvous {
+    Rendezvous {
+        master_addr: "127.0.0.1".into(),
+        master_port: port,
+        bind_addr: "127.0.0.1".into(),
+        rank,
+        world_size,
+        connect_timeout: Duration::from_secs(10),
+        collective_timeout: Duration::from_millis(500),
+    }
+}
+
+fn agreement(param_count: u64) -> Agreement {
+    Agreement {
+        param_count,
+        config_hash: [7; 32],
+    }
+}
+
+/// Runs `body` on `world_size` ranks, each in its own thread, and returns their results by rank.
+fn run_ranks<T: Send + 'static>(
+    world_size: usize,
+    setup: impl Fn(usize) -> (Rendezvous, Agreement),
+    body: impl Fn(usize, Result<Communicator, CommError>) -> T + Send + Sync + Copy + 'static,
+) -> Vec<T> {
+    let handles: Vec<_> = (0..world_size)
+        .map(|rank| {
+            let (rv, ag) = setup(rank);
+            thread::spawn(move || body(rank, Communicator::connect(&rv, &ag)))
+        })
+        .collect();
+    handles.into_iter().map(|h| h.join().unwrap()).collect()
+}
+
+#[test]
+fn all_reduce_sums_and_averages_identically_on_1_to_4_ranks() {
+    for world in 1..=4 {
+        let port = free_port();
+        let results = run_ranks(
+            world,
+            |r| (rendezvous(port, r, world), agreement(5)),
+            move |rank, comm| {
+                let mut comm = comm.unwrap();
+                let mut sum: Vec<f32> = (0..5).map(|i| (rank * 10 + i) as f32 + 0.1).collect();
+                comm.all_reduce_sum(&mut sum).unwrap();
+                let mut mean = vec![rank as f32; 5];
+                comm.all_reduce_mean(&mut mean).unwrap();
+                (sum, mean)
+            },
+        );
+        let expected_sum: Vec<f32> = (0..5)
+            .map(|i| (0..world).fold(0f32, |acc, r| acc + ((r * 10 + i) as f32 + 0.1)))
+            .collect();
+        let expected_mean = (0..world).sum::<usize>() as f32 / world as f32;
+        for (rank, (sum, mean)) in results.iter().enumerate() {
+            assert_eq!(sum, &expected_sum, "world {world} rank {rank}");
+            assert!(
+                mean.iter().all(|m| (m - expected_mean).abs() < 1e-6),
+                "world {world} rank {rank}"
+            );
+        }
+        // Bit-identical on every rank, whatever the network did.
+        assert!(results.iter().all(|r| r.0 == results[0].0));
+    }
+}
+
+#[test]
+fn broadcast_copies_rank_zero_values() {
+    let port = free_port();
+    let results = run_ranks(
+        3,
+        |r| (rendezvous(port, r, 3), agreement(3)),
+        |rank, comm| {
+            let mut values = vec![rank as f32; 3];
+            comm.unwrap().broadcast(&mut values).unwrap();
+            values
+        },
+    );
+    assert!(results.iter().all(|v| v == &vec![0.0; 3]));
+}
+
+#[test]
+fn worker_started_before_rank_zero_connects_after_retries() {
+    let port = free_port();
+    let worker = thread::spawn(move || {
+        let mut comm = Communicator::connect(&rendezvous(port, 1, 2), &agreement(1)).unwrap();
+        let mut v = [2.0];
+        comm.all_reduce_sum(&mut v).unwrap();
+        v[0]
+    });
+    thread::sleep(Duration::from_millis(600));
+    let mut root = Communicator::connect(&rendezvous(port, 0, 2), &agreement(1)).unwrap();
+    let mut v = [1.0];
+    root.all_reduce_sum(&mut v).unwrap();
+    assert_eq!((v[0], worker.join().unwrap()), (3.0, 3.0));
+}
+
+#[test]
+fn handshake_mismatches_fail_both_sides_with_the_reason() {
+    type Setup = Box<dyn Fn(usize) -> (Rendezvous, Agreement)>;
+    let cases: [(&str, Setup); 3] = [
+        (
+            "model parameters",
+            Box::new(|r| (rendezvous(0, r, 2), agreement(10 + r as u64))),
+        ),
+        (
+            "training configuration differs",
+            Box::new(|r| {
+                (
+                    rendezvous(0, r, 2),
+                    Agreement {
+                        param_count: 1,
+                        config_hash: [r as u8; 32],
+                    },
+                )
+            }),
+        ),
+        (
+            "world size",
+            Box::new(|r| (rendezvous(0, r, 2 + r), agreement(1))),
+        ),
+    ];
+    for (needle, setup) in cases {
+        let port = free_port();
+        let results = run_ranks(
+            2,
+            |r| {
+                let (mut rv, ag) = setup(r);
+                rv.master_port = port;
+                (rv, ag)
+            },
+            |_, comm| comm.map(|_| ()).unwrap_err(),
+        );
+        for (rank, err) in results.iter().enumerate() {
+            assert!(matches!(err, CommError::Mismatch(_)), "rank {rank}: {err}");
+            assert!(err.to_string().contains(needle), "rank {rank}: {err}");
+            assert!(!err.is_transient());
+        }
+    }
+}
+
+#[test]
+fn dead_peer_fails_every_rank_naming_it() {
+    let port = free_port();
+    let results = run_ranks(
+        3,
+        |r| (rendezvous(port, r, 3), agreement(2)),
+        |rank, comm| {
+            let mut comm = comm.unwrap();
+            let mut v = [1.0, 2.0];
+            comm.all_reduce_sum(&mut v).unwrap();
+            if rank == 2 {
+                drop(comm); // the process "dies": its socket closes
+                return None;
+            }
+            Some(comm.all_reduce_sum(&mut v).unwrap_err())
+        },
+    );
+    let root = results[0].as_ref().unwrap();
+    assert!(matches!(root, CommError::PeerClosed { rank: 2 }), "{root}");
+    let worker = results[1].as_ref().unwrap();
+    assert!(matches!(worker, CommError::Aborted(_)), "{worker}");
+    assert!(
+        worker.to_string().contains("rank 2 closed its connection"),
+        "{worker}"
+    );
+    assert!(worker.is_transient());
+}
+
+#[test]
+fn hung_peer_fails_within_the_timeout_naming_it() {
+    let port = free_port();
+    let results = run_ranks(
+        3,
+        |r| (rendezvous(port, r, 3), agreement(1)),
+        |rank, comm| {
+            let mut comm = comm.unwrap();
+            let started = Instant::now();
+            if rank == 1 {
+                thread::sleep(Duration::from_secs(3)); // hung: never joins the collective
+                return None;
+            }
+            let err = comm.all_reduce_sum(&mut [1.0]).unwrap_err();
+            Some((err, started.elapsed()))
+        },
+    );
+    let (root, root_took) = results[0].as_ref().unwrap();
+    assert!(
+        matches!(root, CommError::PeerTimeout { rank: 1, .. }),
+        "{root}"
+    );
+    assert!(
+        *root_took < Duration::from_millis(1500),
+        "rank 0 took {root_took:?}"
+    );
+    let (worker, worker_took) = results[2].as_ref().unwrap();
+    assert!(
+        worker.to_string().contains("rank 1 did not respond"),
+        "{worker}"
+    );
+    assert!(
+        *worker_took < Duration::from_millis(1500),
+        "rank 2 took {worker_took:?}"
+    );
+}
+
+#[test]
+fn missing_rank_times_out_the_rendezvous_naming_it() {
+    let port = free_port();
+    let mut rv = rendezvous(port, 0, 3);
+    rv.connect_timeout = Duration::from_millis(800);
+    let worker = thread::spawn(move || {
+        Communicator::connect(&rendezvous(port, 1, 3), &agreement(1)).map(|_| ())
+    });
+    let err = Communicator::connect(&rv, &agreement(1)).unwrap_err();
+    assert!(
+        matches!(&err, CommError::RendezvousTimeout { missing, .. } if missing == &vec![2]),
+        "{err}"
+    );
+    assert!(worker.join().unwrap().is_err());
+}
+
+#[test]
+fn connecting_to_nobody_times_out_naming_the_address() {
+    let mut rv = rendezvous(free_port(), 1, 2);
+    rv.connect_timeout = Duration::from_millis(400);
+    let err = Communicator::connect(&rv, &agreement(1))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("rank 1 could not connect to rank 0 at 127.0.0.1:"),
+        "{err}"
+    );
+}
+
+#[test]
+fn stray_connection_is_ignored_and_the_rendezvous_completes() {
+    let port = free_port();
+    let root = thread::spawn(move || {
+        let mut comm = Communicator::connect(&rendezvous(port, 0, 2), &agreement(1)).unwrap();
+        let mut v = [1.0];
+        comm.all_reduce_sum(&mut v).unwrap();
+        v[0]
+    });
+    // A health check or port scan: connects, says something that is not a handshake, leaves.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut stray = loop {
+        match TcpStream::connect(("127.0.0.1", port)) {
+            Ok(s) => break s,
+            Err(_) if Instant::now() < deadline => thread::sleep(Duration::from_millis(20)),
+            Err(e) => panic!("{e}"),
+        }
+    };
+    std::io::Write::write_all(&mut stray, b"GET / HTTP/1.0\r\n\r\n").unwrap();
+    drop(stray);
+    let mut worker = Communicator::connect(&rendezvous(port, 1, 2), &agreement(1)).unwrap();
+    let mut v = [2.0];
+    worker.all_reduce_sum(&mut v).unwrap();
+    assert_eq!((root.join().unwrap(), v[0]), (3.0, 3.0));
+}

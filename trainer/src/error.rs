@@ -1,0 +1,76 @@
+//! The trainer's failures and the exit code each maps to.
+//!
+//! Kubeflow's PyTorchJob `restartPolicy: ExitCode` treats exit codes 1–127 as permanent and
+//! 128–255 as retryable (training-operator docs, "Restart policy"); SageMaker reports any
+//! non-zero exit as a failed job with the text of `/opt/ml/output/failure`.
+
+use crate::checkpoint::CheckpointError;
+use crate::contract::ConfigError;
+use crate::data::DataError;
+use crate::dist::CommError;
+
+/// Exit code of a configuration error: retrying cannot help.
+pub const EXIT_CONFIG: i32 = 1;
+/// Exit code of a transient failure (a peer died or hung, I/O failed): retrying may help.
+pub const EXIT_TRANSIENT: i32 = 130;
+/// Exit code after SIGTERM (128 + 15), once the checkpoint is written: retryable.
+pub const EXIT_TERMINATED: i32 = 143;
+
+/// Why training stopped early.
+#[derive(Debug, thiserror::Error)]
+pub enum TrainError {
+    /// Bad flags, hyperparameters or contract files.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The dataset is missing or malformed.
+    #[error(transparent)]
+    Data(#[from] DataError),
+    /// A collective failed.
+    #[error(transparent)]
+    Comm(#[from] CommError),
+    /// Checkpoint I/O.
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
+    /// Writing the model failed.
+    #[error("writing the model to {path}: {detail}")]
+    ModelOutput { path: String, detail: String },
+    /// SIGTERM arrived; the checkpoint of `epoch`/`step` was written by rank 0.
+    #[error(
+        "stopped by SIGTERM at epoch {epoch} step {step}; checkpoint written, the job can resume"
+    )]
+    Terminated { epoch: u64, step: u64 },
+}
+
+impl TrainError {
+    /// The process exit code for this failure.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            Self::Config(_) | Self::Data(_) => EXIT_CONFIG,
+            Self::Checkpoint(
+                CheckpointError::WrongModel { .. } | CheckpointError::Corrupt { .. },
+            ) => EXIT_CONFIG,
+            Self::Comm(e) if !e.is_transient() => EXIT_CONFIG,
+            Self::Comm(_) | Self::Checkpoint(_) | Self::ModelOutput { .. } => EXIT_TRANSIENT,
+            Self::Terminated { .. } => EXIT_TERMINATED,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn configuration_errors_exit_1_and_transient_ones_130_plus() {
+        let config = TrainError::from(ConfigError::Missing("x".into()));
+        assert_eq!(config.exit_code(), 1);
+        let mismatch = TrainError::from(CommError::Mismatch("hash".into()));
+        assert_eq!(mismatch.exit_code(), 1);
+        let dead = TrainError::from(CommError::PeerClosed { rank: 1 });
+        assert!(dead.exit_code() >= 130);
+        assert_eq!(
+            TrainError::Terminated { epoch: 1, step: 2 }.exit_code(),
+            143
+        );
+    }
+}

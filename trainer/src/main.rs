@@ -1,0 +1,147 @@
+//! `kfaws-trainer`: thin CLI over the library. `train` trains (see `--help`); exit codes are
+//! documented in [`kfaws_trainer::error`].
+
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use kfaws_trainer::contract::sagemaker::SageMakerLayout;
+use kfaws_trainer::contract::{self, TrainArgs};
+use kfaws_trainer::error::{TrainError, EXIT_TERMINATED};
+use kfaws_trainer::serve::{self, Classifier, ServeArgs};
+use kfaws_trainer::{prometheus, train};
+
+/// Data-parallel burn image classifier for PyTorchJob, SageMaker and local runs.
+#[derive(Debug, Parser)]
+#[command(version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Train (SageMaker invokes the container with `train`).
+    Train(TrainArgs),
+    /// Serve the trained model (SageMaker invokes the container with `serve`).
+    Serve(ServeArgs),
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .init();
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Train(args) => run_train(&args),
+        Command::Serve(args) => run_serve(&args),
+    }
+}
+
+fn sigterm_flag() -> Arc<AtomicBool> {
+    let stop = Arc::new(AtomicBool::new(false));
+    if let Err(e) = signal_hook::flag::register(signal_hook::consts::SIGTERM, Arc::clone(&stop)) {
+        tracing::warn!("cannot watch SIGTERM, stopping will not be graceful: {e}");
+    }
+    stop
+}
+
+/// After SIGTERM the training loop checkpoints and exits at its next step, within
+/// milliseconds. A rank blocked elsewhere (waiting for peers to connect or answer) would only
+/// notice at its timeout, past the orchestrator's SIGKILL: this watchdog exits with 143 once
+/// `grace` has passed since SIGTERM.
+fn stop_deadline(stop: Arc<AtomicBool>, grace: Duration) {
+    std::thread::spawn(move || {
+        while !stop.load(Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        std::thread::sleep(grace);
+        tracing::error!(
+            "SIGTERM: not stopped after {grace:?} (blocked waiting for peers); exiting"
+        );
+        std::process::exit(EXIT_TERMINATED);
+    });
+}
+
+fn run_serve(args: &ServeArgs) -> ExitCode {
+    let stop = sigterm_flag();
+    let served = Classifier::load(&args.model_dir)
+        .and_then(|classifier| serve::serve(&classifier, args, &stop));
+    match served {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e}");
+            ExitCode::from(kfaws_trainer::error::EXIT_CONFIG as u8)
+        }
+    }
+}
+
+fn run_train(args: &TrainArgs) -> ExitCode {
+    let stop = sigterm_flag();
+    stop_deadline(Arc::clone(&stop), Duration::from_secs(args.stop_grace_secs));
+    let config = match contract::resolve(args, &|name| std::env::var(name).ok()) {
+        Ok(config) => config,
+        Err(e) => {
+            // Under SageMaker the reason must reach FailureReason even when the configuration
+            // itself is what failed.
+            let layout = SageMakerLayout {
+                root: args.sagemaker_root.clone(),
+            };
+            let failure_file = layout.is_present().then(|| layout.failure_file());
+            return fail(&TrainError::from(e), failure_file.as_deref());
+        }
+    };
+    let rv = &config.rendezvous;
+    tracing::info!(
+        launcher = ?config.launcher, rank = rv.rank, world_size = rv.world_size,
+        master = %format!("{}:{}", rv.master_addr, rv.master_port),
+        data = %config.data_dir.display(), "starting"
+    );
+    let result = train::load_dataset(&config).and_then(|dataset| {
+        tracing::info!(
+            dataset = dataset.kind.name(),
+            train = dataset.train.len(),
+            test = dataset.test.len(),
+            "dataset loaded"
+        );
+        let is_rank0 = rv.rank == 0;
+        let latest = prometheus::Latest::default();
+        if let (Some(port), true) = (config.metrics_port, is_rank0) {
+            match prometheus::spawn(port, latest.clone()) {
+                Ok(addr) => tracing::info!(%addr, "Prometheus metrics on /metrics"),
+                Err(e) => tracing::warn!("no metrics endpoint: {e}"),
+            }
+        }
+        train::train(&config, &dataset, &stop, |metrics| {
+            if is_rank0 {
+                println!("{}", metrics.line());
+                *latest.lock().expect("metrics lock") = Some(*metrics);
+            }
+        })
+    });
+    match result {
+        Ok(_) => ExitCode::SUCCESS,
+        Err(e) => fail(&e, config.failure_file.as_deref()),
+    }
+}
+
+/// Logs the error, writes it where SageMaker reads the failure reason, and maps the exit code.
+fn fail(error: &TrainError, failure_file: Option<&std::path::Path>) -> ExitCode {
+    tracing::error!("{error}");
+    if let Some(path) = failure_file {
+        let written = path
+            .parent()
+            .map_or(Ok(()), std::fs::create_dir_all)
+            .and_then(|_| std::fs::write(path, error.to_string()));
+        if let Err(e) = written {
+            tracing::warn!(path = %path.display(), "cannot write the failure reason: {e}");
+        }
+    }
+    ExitCode::from(u8::try_from(error.exit_code()).unwrap_or(1))
+}

@@ -1,0 +1,115 @@
+//! The Prometheus endpoint of `--metrics-port`: `GET /metrics` returns the figures of the
+//! metrics line in the text exposition format (prometheus.io/docs/instrumenting/exposition_formats).
+
+use std::sync::{Arc, Mutex};
+
+use crate::metrics::EpochMetrics;
+
+/// The latest epoch's figures, shared between the training loop and the endpoint.
+pub type Latest = Arc<Mutex<Option<EpochMetrics>>>;
+
+/// Renders `metrics` (nothing before the first epoch ends) as Prometheus gauges.
+pub fn render(metrics: Option<&EpochMetrics>) -> String {
+    let Some(m) = metrics else {
+        return String::new();
+    };
+    let gauges = [
+        ("epoch", "Last completed epoch.", m.epoch as f64),
+        (
+            "train_loss",
+            "Mean training cross-entropy of the last epoch.",
+            m.train_loss,
+        ),
+        (
+            "train_accuracy",
+            "Training accuracy of the last epoch.",
+            m.train_acc,
+        ),
+        (
+            "test_loss",
+            "Mean test cross-entropy after the last epoch.",
+            m.test_loss,
+        ),
+        (
+            "test_accuracy",
+            "Test accuracy after the last epoch.",
+            m.test_acc,
+        ),
+        (
+            "images_per_second",
+            "Training images per second, all ranks, last epoch.",
+            m.images_per_sec,
+        ),
+    ];
+    gauges
+        .iter()
+        .map(|(name, help, value)| {
+            format!("# HELP kfaws_trainer_{name} {help}\n# TYPE kfaws_trainer_{name} gauge\nkfaws_trainer_{name} {value}\n")
+        })
+        .collect()
+}
+
+/// Serves `latest` on `0.0.0.0:port` from a background thread for the life of the process.
+///
+/// # Errors
+/// The bind error, as text.
+pub fn spawn(port: u16, latest: Latest) -> Result<std::net::SocketAddr, String> {
+    let server = tiny_http::Server::http(("0.0.0.0", port))
+        .map_err(|e| format!("metrics port {port}: {e}"))?;
+    let addr = server
+        .server_addr()
+        .to_ip()
+        .ok_or("metrics server has no IP address")?;
+    std::thread::spawn(move || {
+        for request in server.incoming_requests() {
+            let response = if request.url() == "/metrics" {
+                let body = render(latest.lock().expect("metrics lock").as_ref());
+                let header =
+                    tiny_http::Header::from_bytes("Content-Type", "text/plain; version=0.0.4")
+                        .expect("valid header");
+                tiny_http::Response::from_string(body).with_header(header)
+            } else {
+                tiny_http::Response::from_string("not found").with_status_code(404)
+            };
+            if let Err(e) = request.respond(response) {
+                tracing::debug!("metrics client went away: {e}");
+            }
+        }
+    });
+    Ok(addr)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+
+    #[test]
+    fn serves_the_latest_epoch_as_gauges() {
+        let latest: Latest = Arc::default();
+        let addr = spawn(0, Arc::clone(&latest)).unwrap();
+        let get = || {
+            let mut s = std::net::TcpStream::connect(("127.0.0.1", addr.port())).unwrap();
+            s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                .unwrap();
+            let mut out = String::new();
+            s.read_to_string(&mut out).unwrap();
+            out
+        };
+        assert!(!get().contains("kfaws_trainer_epoch"));
+        *latest.lock().unwrap() = Some(EpochMetrics {
+            epoch: 3,
+            test_acc: 0.875,
+            ..EpochMetrics::default()
+        });
+        let body = get();
+        assert!(body.starts_with("HTTP/1.1 200"), "{body}");
+        assert!(
+            body.contains(
+                "# TYPE kfaws_trainer_test_accuracy gauge\nkfaws_trainer_test_accuracy 0.875\n"
+            ),
+            "{body}"
+        );
+        assert!(body.contains("kfaws_trainer_epoch 3\n"), "{body}");
+    }
+}

@@ -1,0 +1,513 @@
+//! The data-parallel training loop: per step, forward and backward on this rank's batch,
+//! average the flat gradients across ranks, take an SGD step; per epoch, evaluate, report,
+//! checkpoint.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+use burn::nn::loss::{CrossEntropyLoss, CrossEntropyLossConfig};
+use burn::prelude::*;
+use burn::tensor::TensorData;
+use sha2::{Digest, Sha256};
+
+use crate::checkpoint::Checkpoint;
+use crate::contract::{ConfigError, RunConfig};
+use crate::data::{self, Dataset, DistributedSampler, Split};
+use crate::dist::{Agreement, Communicator};
+use crate::error::TrainError;
+use crate::metrics::{EpochMetrics, Tally};
+use crate::model::Net;
+use crate::optim::Sgd;
+use crate::params::{flatten_grads, flatten_params, load_flat_params};
+
+/// What a finished run produced.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    /// Metrics of every epoch run by this process.
+    pub epochs: Vec<EpochMetrics>,
+    /// Final flat parameters (identical on every rank).
+    pub params: Vec<f32>,
+}
+
+/// The compute device for the `backend` hyperparameter: `gloo` → burn's flex CPU backend,
+/// `nccl` → CUDA device 0 (only with the `cuda` feature).
+///
+/// # Errors
+/// [`ConfigError::Hyperparameter`] for `nccl` in a build without CUDA.
+pub fn device_for(backend: &str) -> Result<Device, ConfigError> {
+    match backend {
+        #[cfg(feature = "cuda")]
+        "nccl" => Ok(Device::cuda(0)),
+        "gloo" => Ok(Device::flex()),
+        other => Err(ConfigError::Hyperparameter {
+            key: "backend".into(),
+            value: other.into(),
+            origin: "the resolved configuration".into(),
+            rule: "gloo (this build has no CUDA support: build with --features cuda for nccl)"
+                .into(),
+        }),
+    }
+}
+
+/// Loads the dataset of `config`, trimmed to `max-train-samples`.
+///
+/// # Errors
+/// [`TrainError::Data`].
+pub fn load_dataset(config: &RunConfig) -> Result<Dataset, TrainError> {
+    let mut dataset = data::load_dir(&config.data_dir, config.hp.dataset)?;
+    if let Some(n) = config.hp.max_train_samples {
+        dataset.train.truncate(n);
+    }
+    Ok(dataset)
+}
+
+/// SHA-256 of everything the ranks must share: hyperparameters, dataset kind and sizes, world
+/// size.
+pub fn config_hash(config: &RunConfig, dataset: &Dataset) -> [u8; 32] {
+    let shared = serde_json::json!({
+        "hyperparameters": config.hp,
+        "dataset": dataset.kind,
+        "train_examples": dataset.train.len(),
+        "test_examples": dataset.test.len(),
+        "world_size": config.rendezvous.world_size,
+    });
+    let digest = Sha256::digest(shared.to_string().as_bytes());
+    let mut hash = [0u8; 32];
+    hash.copy_from_slice(&digest);
+    hash
+}
+
+/// Trains on `dataset` as rank `config.rendezvous.rank`, calling `on_epoch` with each epoch's
+/// metrics; rank 0 checkpoints every epoch into `config.checkpoint_dir` and resumes from the
+/// newest checkpoint there. `stop` (set by SIGTERM) is checked before every step.
+///
+/// # Errors
+/// [`TrainError`]: a peer failing, a checkpoint unusable, or [`TrainError::Terminated`].
+pub fn train(
+    config: &RunConfig,
+    dataset: &Dataset,
+    stop: &AtomicBool,
+    mut on_epoch: impl FnMut(&EpochMetrics),
+) -> Result<Outcome, TrainError> {
+    let hp = &config.hp;
+    let device = device_for(&hp.backend)?;
+    let train_device = device.clone().autodiff();
+    train_device.seed(hp.seed);
+    let model = Net::new(dataset.kind.shape(), &train_device);
+    let agreement = Agreement {
+        param_count: model.num_params() as u64,
+        config_hash: config_hash(config, dataset),
+    };
+    let mut comm = Communicator::connect(&config.rendezvous, &agreement)?;
+    let rank = comm.rank();
+    let world_size = comm.world_size();
+
+    let (start, params, sgd) = initial_state(&mut comm, &model, config)?;
+    let mut learner = Learner::new(model, params, sgd, &train_device);
+    let sampler = DistributedSampler::new(dataset.train.len(), world_size, rank, hp.seed);
+    let mut outcome = Outcome {
+        epochs: Vec::new(),
+        params: Vec::new(),
+    };
+
+    for epoch in start.epoch..=hp.epochs {
+        let indices = sampler.indices(epoch);
+        let batches: Vec<&[usize]> = indices.chunks(hp.batch_size).collect();
+        let first_step = if epoch == start.epoch {
+            start.step as usize
+        } else {
+            0
+        };
+        let augment = dataset.kind.augments().then_some((hp.seed, epoch));
+        let mut tally = Tally::default();
+        let started = Instant::now();
+        for (step, batch_indices) in batches.iter().enumerate().skip(first_step) {
+            if stop.load(Ordering::SeqCst) {
+                if rank == 0 {
+                    let checkpoint = learner.checkpoint(epoch, step as u64);
+                    let path = checkpoint.save(&config.checkpoint_dir)?;
+                    tracing::warn!(path = %path.display(), "SIGTERM: checkpoint written");
+                }
+                return Err(TrainError::Terminated {
+                    epoch,
+                    step: step as u64,
+                });
+            }
+            let batch = data::make_batch(&dataset.train, dataset.kind, batch_indices, augment);
+            let n = batch.labels.len();
+            let (loss, correct) = learner.step(batch, &mut comm)?;
+            tally.add(loss, correct, n);
+            if rank == 0 && hp.log_interval > 0 && (step as u64 + 1).is_multiple_of(hp.log_interval)
+            {
+                tracing::info!(
+                    epoch,
+                    step = step + 1,
+                    steps = batches.len(),
+                    loss,
+                    "training (rank 0's batch loss)"
+                );
+            }
+        }
+        let train_secs = started.elapsed().as_secs_f64();
+        let mut train_sums = tally.to_vec();
+        comm.all_reduce_sum(&mut train_sums)?;
+        let train = Tally::from_slice(&train_sums);
+        let mut test_sums = evaluate(
+            &learner.model,
+            &dataset.test,
+            dataset.kind,
+            rank,
+            world_size,
+            hp.test_batch_size,
+            &device,
+        )
+        .to_vec();
+        comm.all_reduce_sum(&mut test_sums)?;
+        let test = Tally::from_slice(&test_sums);
+        let ((train_loss, train_acc), (test_loss, test_acc)) = (train.means(), test.means());
+        let metrics = EpochMetrics {
+            epoch,
+            train_loss,
+            train_acc,
+            test_loss,
+            test_acc,
+            images_per_sec: train.count / train_secs.max(1e-9),
+        };
+        on_epoch(&metrics);
+        outcome.epochs.push(metrics);
+        if rank == 0 {
+            learner
+                .checkpoint(epoch + 1, 0)
+                .save(&config.checkpoint_dir)?;
+        }
+    }
+    if rank == 0 {
+        write_model(
+            &learner.model,
+            dataset,
+            outcome.epochs.last(),
+            &config.model_dir,
+        )?;
+    }
+    outcome.params = learner.params;
+    Ok(outcome)
+}
+
+/// The model, its flat parameters and the optimiser: one data-parallel step at a time.
+#[derive(Debug)]
+pub struct Learner {
+    /// The network, on an autodiff device, holding `params`.
+    pub model: Net,
+    /// Flat parameters, identical on every rank.
+    pub params: Vec<f32>,
+    /// The optimiser and its momentum.
+    pub sgd: Sgd,
+    loss_fn: CrossEntropyLoss,
+    device: Device,
+}
+
+impl Learner {
+    /// A learner for `model` (on the autodiff `device`) starting from `params`.
+    pub fn new(model: Net, params: Vec<f32>, sgd: Sgd, device: &Device) -> Self {
+        let model = load_flat_params(model, &params);
+        let loss_fn = CrossEntropyLossConfig::new().init(device);
+        Self {
+            model,
+            params,
+            sgd,
+            loss_fn,
+            device: device.clone(),
+        }
+    }
+
+    /// Forward and backward on this rank's `batch`, gradients averaged over `comm`, one SGD
+    /// step. Returns the batch's mean loss and how many it classified correctly (before the
+    /// step).
+    ///
+    /// # Errors
+    /// The all-reduce's failure, as [`TrainError::Comm`].
+    pub fn step(
+        &mut self,
+        batch: data::Batch,
+        comm: &mut Communicator,
+    ) -> Result<(f64, usize), TrainError> {
+        let n = batch.labels.len();
+        let images =
+            Tensor::<4>::from_data(TensorData::new(batch.images, batch.shape), &self.device);
+        let targets =
+            Tensor::<1, Int>::from_data(TensorData::new(batch.labels.clone(), [n]), &self.device);
+        let logits = self.model.forward(images);
+        let loss = self.loss_fn.forward(logits.clone(), targets);
+        let mut grads = flatten_grads(&self.model, &loss.backward());
+        comm.all_reduce_mean(&mut grads)?;
+        self.sgd.step(&mut self.params, &grads);
+        self.model = load_flat_params(self.model.clone(), &self.params);
+        let loss = f64::from(
+            loss.into_data()
+                .convert::<f32>()
+                .as_slice::<f32>()
+                .expect("f32")[0],
+        );
+        Ok((loss, count_correct(logits.detach(), &batch.labels)))
+    }
+
+    /// A checkpoint of the current state, positioned at `epoch`/`step`.
+    pub fn checkpoint(&self, epoch: u64, step: u64) -> Checkpoint {
+        Checkpoint {
+            epoch,
+            step,
+            params: self.params.clone(),
+            velocity: self.sgd.velocity.clone(),
+        }
+    }
+}
+
+/// Where training starts.
+struct Start {
+    epoch: u64,
+    step: u64,
+}
+
+/// Rank 0's starting point — its newest checkpoint, or the fresh model — broadcast to all
+/// ranks: `[epoch, step, has momentum]`, the parameters, then the momentum if any.
+fn initial_state(
+    comm: &mut Communicator,
+    model: &Net,
+    config: &RunConfig,
+) -> Result<(Start, Vec<f32>, Sgd), TrainError> {
+    let n = model.num_params();
+    let mut params = flatten_params(model);
+    let mut sgd = Sgd::new(config.hp.lr, config.hp.momentum);
+    let mut header = [1.0f32, 0.0, 0.0];
+    if comm.rank() == 0 {
+        if let Some((checkpoint, path)) = Checkpoint::load_newest(&config.checkpoint_dir, n)? {
+            tracing::info!(path = %path.display(), epoch = checkpoint.epoch, step = checkpoint.step, "resuming from checkpoint");
+            header = [
+                checkpoint.epoch as f32,
+                checkpoint.step as f32,
+                f32::from(u8::from(!checkpoint.velocity.is_empty())),
+            ];
+            params = checkpoint.params;
+            sgd.velocity = checkpoint.velocity;
+        }
+    }
+    comm.broadcast(&mut header)?;
+    comm.broadcast(&mut params)?;
+    if header[2] == 1.0 {
+        sgd.velocity.resize(n, 0.0);
+        comm.broadcast(&mut sgd.velocity)?;
+    }
+    Ok((
+        Start {
+            epoch: header[0] as u64,
+            step: header[1] as u64,
+        },
+        params,
+        sgd,
+    ))
+}
+
+/// Loss and accuracy sums over this rank's share of `split` (examples `rank`, `rank + world`, …:
+/// disjoint, no padding, so the all-reduced figures cover the test set exactly once).
+fn evaluate(
+    model: &Net,
+    split: &Split,
+    kind: data::DatasetKind,
+    rank: usize,
+    world: usize,
+    batch: usize,
+    device: &Device,
+) -> Tally {
+    let model = model.valid();
+    let loss_fn = CrossEntropyLossConfig::new().init(device);
+    let indices: Vec<usize> = (rank..split.len()).step_by(world).collect();
+    let mut tally = Tally::default();
+    for chunk in indices.chunks(batch) {
+        let b = data::make_batch(split, kind, chunk, None);
+        let n = b.labels.len();
+        let logits = model.forward(Tensor::<4>::from_data(
+            TensorData::new(b.images, b.shape),
+            device,
+        ));
+        let targets = Tensor::<1, Int>::from_data(TensorData::new(b.labels.clone(), [n]), device);
+        let loss = loss_fn
+            .forward(logits.clone(), targets)
+            .into_data()
+            .convert::<f32>();
+        tally.add(
+            f64::from(loss.as_slice::<f32>().expect("f32")[0]),
+            count_correct(logits, &b.labels),
+            n,
+        );
+    }
+    tally
+}
+
+/// Number of rows of `logits` `[n, classes]` whose largest entry is at the label.
+pub fn count_correct(logits: Tensor<2>, labels: &[i64]) -> usize {
+    let [_, classes] = logits.dims();
+    let data = logits.into_data().convert::<f32>();
+    let values = data.as_slice::<f32>().expect("f32");
+    values
+        .chunks_exact(classes)
+        .zip(labels)
+        .filter(|(row, &label)| argmax(row) == label as usize)
+        .count()
+}
+
+/// Index of the largest value (the first on ties).
+pub fn argmax(row: &[f32]) -> usize {
+    row.iter()
+        .enumerate()
+        .fold((0, f32::NEG_INFINITY), |best, (i, &v)| {
+            if v > best.1 {
+                (i, v)
+            } else {
+                best
+            }
+        })
+        .0
+}
+
+/// Writes `model.bpk` (burn record) and `model.json` into `dir`.
+///
+/// # Errors
+/// [`TrainError::ModelOutput`] naming the directory.
+pub fn write_model(
+    model: &Net,
+    dataset: &Dataset,
+    last: Option<&EpochMetrics>,
+    dir: &Path,
+) -> Result<(), TrainError> {
+    let fail = |detail: String| TrainError::ModelOutput {
+        path: dir.display().to_string(),
+        detail,
+    };
+    std::fs::create_dir_all(dir).map_err(|e| fail(e.to_string()))?;
+    model
+        .clone()
+        .valid()
+        .save_file(dir.join(crate::MODEL_FILE))
+        .map_err(|e| fail(e.to_string()))?;
+    let (mean, std) = dataset.kind.normalisation();
+    let info = crate::ModelInfo {
+        dataset: dataset.kind,
+        classes: dataset
+            .kind
+            .classes()
+            .iter()
+            .map(|c| c.to_string())
+            .collect(),
+        input_shape: dataset.kind.shape(),
+        mean,
+        std,
+        test_accuracy: last.map(|m| m.test_acc),
+        test_loss: last.map(|m| m.test_loss),
+        epochs: last.map(|m| m.epoch).unwrap_or(0),
+        parameters: model.num_params(),
+    };
+    let json = serde_json::to_string_pretty(&info).map_err(|e| fail(e.to_string()))?;
+    std::fs::write(dir.join(crate::MODEL_INFO_FILE), json).map_err(|e| fail(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::contract::{resolve, TrainArgs};
+
+    /// Synthetic CIFAR-10 binary batches whose label is readable from the image (class k is
+    /// a uniform image of brightness 20 + 22·k, which random crops and flips preserve), so a
+    /// few epochs must learn something.
+    fn write_synthetic_cifar(dir: &Path, per_file: usize) {
+        let names = [
+            "data_batch_1.bin",
+            "data_batch_2.bin",
+            "data_batch_3.bin",
+            "data_batch_4.bin",
+            "data_batch_5.bin",
+            "test_batch.bin",
+        ];
+        for (f, name) in names.iter().enumerate() {
+            let mut bytes = Vec::new();
+            for i in 0..per_file {
+                let label = (i + f) % 10;
+                bytes.push(label as u8);
+                bytes.extend(std::iter::repeat_n(20 + 22 * label as u8, 3072));
+            }
+            std::fs::write(dir.join(name), bytes).unwrap();
+        }
+    }
+
+    #[test]
+    fn trains_cifar10_shaped_data_end_to_end_in_process() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("cifar-10-batches-bin");
+        std::fs::create_dir(&data).unwrap();
+        write_synthetic_cifar(&data, 100);
+        let args = TrainArgs {
+            data_dir: Some(dir.path().to_path_buf()),
+            model_dir: Some(dir.path().join("model")),
+            sagemaker_root: dir.path().join("no-sagemaker"),
+            bind_addr: "127.0.0.1".into(),
+            connect_timeout_secs: 5,
+            collective_timeout_secs: 5,
+            hyperparameters: vec!["epochs=5".into(), "batch-size=20".into(), "lr=0.05".into()],
+            ..TrainArgs::default()
+        };
+        let config = resolve(&args, &|_| None).unwrap();
+        let dataset = load_dataset(&config).unwrap();
+        assert_eq!(dataset.kind, data::DatasetKind::Cifar10);
+        let mut lines = Vec::new();
+        let outcome = train(&config, &dataset, &AtomicBool::new(false), |m| {
+            lines.push(m.line())
+        })
+        .unwrap();
+        assert_eq!(lines.len(), 5, "{lines:?}");
+        assert_eq!(outcome.params.len(), 62_006);
+        let last = outcome.epochs.last().unwrap();
+        let first = outcome.epochs[0];
+        // Measured: 2.07 → 1.20 over 5 epochs: the brightness classes are being learnt.
+        assert!(
+            last.train_loss < 0.8 * first.train_loss,
+            "training loss falls: {lines:?}"
+        );
+        let info: crate::ModelInfo =
+            serde_json::from_slice(&std::fs::read(dir.path().join("model/model.json")).unwrap())
+                .unwrap();
+        assert_eq!(
+            (info.dataset, info.input_shape, info.parameters),
+            (data::DatasetKind::Cifar10, [3, 32, 32], 62_006)
+        );
+        assert_eq!(info.classes[0], "airplane");
+        // Checkpoint after each epoch, the newest pointing at epoch 6 step 0.
+        assert!(dir
+            .path()
+            .join("model/checkpoints/checkpoint-000006-00000000.bin")
+            .is_file());
+    }
+
+    #[test]
+    fn argmax_takes_the_first_maximum() {
+        assert_eq!(argmax(&[0.1, 0.9, 0.9, -1.0]), 1);
+        assert_eq!(argmax(&[-3.0]), 0);
+    }
+
+    #[test]
+    fn count_correct_compares_row_maxima_with_labels() {
+        let logits = Tensor::<2>::from_data(
+            TensorData::new(vec![1.0f32, 2.0, 5.0, 0.0, 0.0, 3.0], [3, 2]),
+            &Device::flex(),
+        );
+        assert_eq!(count_correct(logits, &[1, 0, 0]), 2);
+    }
+
+    #[test]
+    fn nccl_needs_the_cuda_feature() {
+        if cfg!(feature = "cuda") {
+            return;
+        }
+        let err = device_for("nccl").unwrap_err().to_string();
+        assert!(err.contains("--features cuda"), "{err}");
+    }
+}

@@ -1,0 +1,286 @@
+//! The runtime contracts end to end through the binary: SageMaker layout, failure reason,
+//! exit codes, checkpoint resume, SIGTERM.
+
+mod common;
+
+use std::path::Path;
+use std::time::Duration;
+
+use common::*;
+use kfaws_trainer::data::{load_dir, DatasetKind};
+
+/// A SageMaker root for one host whose `training` channel links to the real Fashion-MNIST.
+fn sagemaker_root(dir: &Path, hyperparameters: &str) -> std::path::PathBuf {
+    let root = dir.join("opt-ml");
+    let config = root.join("input/config");
+    let channel = root.join("input/data/training");
+    std::fs::create_dir_all(&config).unwrap();
+    std::fs::create_dir_all(&channel).unwrap();
+    for entry in std::fs::read_dir(fashion_mnist()).unwrap() {
+        let entry = entry.unwrap();
+        std::os::unix::fs::symlink(entry.path(), channel.join(entry.file_name())).unwrap();
+    }
+    std::fs::write(
+        config.join("resourceconfig.json"),
+        r#"{"current_host": "algo-1", "hosts": ["algo-1"]}"#,
+    )
+    .unwrap();
+    std::fs::write(config.join("hyperparameters.json"), hyperparameters).unwrap();
+    root
+}
+
+/// Train in a SageMaker layout, then `serve` the model it wrote and classify a real
+/// Fashion-MNIST test image sent as PNG.
+#[test]
+fn sagemaker_layout_trains_then_serves_a_real_test_image() {
+    let dir = tempfile::tempdir().unwrap();
+    // As the SageMaker Python SDK writes them: every value a JSON-encoded string.
+    let root = sagemaker_root(
+        dir.path(),
+        r#"{"backend": "\"gloo\"", "batch-size": "64", "epochs": "1", "lr": "0.02", "model-type": "\"custom\"",
+            "max-train-samples": "12800", "dataset": "\"fashion-mnist\"", "sagemaker_program": "\"train.py\""}"#,
+    );
+    let mut p = spawn_train(
+        dir.path(),
+        "sm",
+        &[],
+        &[("TRAINER_SAGEMAKER_ROOT", root.display().to_string())],
+    );
+    assert_eq!(p.wait(Duration::from_secs(600)), 0, "{}", p.stderr());
+    assert!(p.stderr().contains("SageMaker"), "{}", p.stderr());
+    let info: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(root.join("model/model.json")).unwrap()).unwrap();
+    assert_eq!(info["dataset"], "fashion-mnist");
+    assert_eq!(info["classes"][9], "Ankle boot");
+    assert!(info["test_accuracy"].as_f64().unwrap() > 0.6, "{info}");
+    assert!(root.join("model/model.bpk").is_file());
+    assert!(root
+        .join("checkpoints/checkpoint-000002-00000000.bin")
+        .is_file());
+    assert!(!root.join("output/failure").exists());
+
+    let port = free_port();
+    let mut server = spawn_serve(
+        dir.path(),
+        &root.join("model"),
+        port,
+        &["--max-body-bytes=100000"],
+    );
+    wait_for_ping(port, Duration::from_secs(60));
+    let test = load_dir(&fashion_mnist(), Some(DatasetKind::FashionMnist))
+        .unwrap()
+        .test;
+    let png = |i: usize, side: u32| {
+        let image = image::GrayImage::from_raw(28, 28, test.image(i).to_vec()).unwrap();
+        let image =
+            image::imageops::resize(&image, side, side, image::imageops::FilterType::Nearest);
+        let mut out = std::io::Cursor::new(Vec::new());
+        image.write_to(&mut out, image::ImageFormat::Png).unwrap();
+        out.into_inner()
+    };
+    let (status, body) = http(
+        port,
+        "POST",
+        "/invocations",
+        "application/x-image",
+        &png(0, 28),
+    )
+    .unwrap();
+    assert_eq!(status, 200, "{body}");
+    let answer: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(answer["index"], u64::from(test.labels[0]), "{answer}");
+    assert_eq!(
+        answer["label"],
+        DatasetKind::FashionMnist.classes()[usize::from(test.labels[0])]
+    );
+    assert_eq!(answer["score"][0].as_array().unwrap().len(), 10);
+    // Any size is resized to 28×28.
+    let (status, _) = http(port, "POST", "/invocations", "image/png", &png(0, 84)).unwrap();
+    assert_eq!(status, 200);
+    assert_eq!(
+        http(port, "POST", "/invocations", "text/csv", b"1,2")
+            .unwrap()
+            .0,
+        415
+    );
+    assert_eq!(
+        http(
+            port,
+            "POST",
+            "/invocations",
+            "application/x-image",
+            b"garbage"
+        )
+        .unwrap()
+        .0,
+        400
+    );
+    assert_eq!(
+        http(
+            port,
+            "POST",
+            "/invocations",
+            "application/x-image",
+            &vec![0u8; 200_000]
+        )
+        .unwrap()
+        .0,
+        413
+    );
+    assert!(std::process::Command::new("kill")
+        .args(["-TERM", &server.child.id().to_string()])
+        .status()
+        .unwrap()
+        .success());
+    assert_eq!(
+        server.wait(Duration::from_secs(10)),
+        0,
+        "graceful exit on SIGTERM\n{}",
+        server.stderr()
+    );
+}
+
+#[test]
+fn sagemaker_configuration_error_exits_1_and_writes_the_failure_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = sagemaker_root(dir.path(), r#"{"batch-size": "\"lots\""}"#);
+    let mut p = spawn_train(
+        dir.path(),
+        "sm",
+        &[],
+        &[("TRAINER_SAGEMAKER_ROOT", root.display().to_string())],
+    );
+    assert_eq!(p.wait(Duration::from_secs(60)), 1, "{}", p.stderr());
+    let reason = std::fs::read_to_string(root.join("output/failure")).unwrap();
+    assert!(
+        reason.contains("\"batch-size\"") && reason.contains("positive integer"),
+        "{reason}"
+    );
+}
+
+#[test]
+fn missing_dataset_exits_1_naming_the_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let empty = dir.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let mut p = spawn_train(
+        dir.path(),
+        "p",
+        &[format!("--data-dir={}", empty.display())],
+        &[],
+    );
+    assert_eq!(p.wait(Duration::from_secs(60)), 1);
+    assert!(
+        p.stderr().contains("no dataset found in") && p.stderr().contains("empty"),
+        "{}",
+        p.stderr()
+    );
+}
+
+/// SIGTERM mid-epoch writes a checkpoint at the current step and exits 143; the next run
+/// resumes from that step, then a later run with more epochs resumes at the epoch boundary.
+#[test]
+fn sigterm_checkpoints_and_the_next_run_resumes() {
+    let data = fashion_mnist();
+    let dir = tempfile::tempdir().unwrap();
+    let args = |epochs: u64| {
+        vec![
+            format!("--data-dir={}", data.display()),
+            format!("--model-dir={}", dir.path().join("model").display()),
+            format!("--checkpoint-dir={}", dir.path().join("ckpt").display()),
+            format!("--hp=epochs={epochs}"),
+            "--hp=max-train-samples=12800".into(),
+            "--hp=log-interval=10".into(),
+        ]
+    };
+    let mut first = spawn_train(dir.path(), "first", &args(1), &[]);
+    first.wait_for_log("step=30", Duration::from_secs(300));
+    assert!(std::process::Command::new("kill")
+        .args(["-TERM", &first.child.id().to_string()])
+        .status()
+        .unwrap()
+        .success());
+    assert_eq!(
+        first.wait(Duration::from_secs(30)),
+        143,
+        "{}",
+        first.stderr()
+    );
+    assert!(
+        first.stderr().contains("checkpoint written"),
+        "{}",
+        first.stderr()
+    );
+    let saved: Vec<String> = std::fs::read_dir(dir.path().join("ckpt"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        saved
+            .iter()
+            .any(|n| n.starts_with("checkpoint-000001-") && !n.ends_with("-00000000.bin")),
+        "{saved:?}"
+    );
+
+    let mut second = spawn_train(dir.path(), "second", &args(1), &[]);
+    assert_eq!(
+        second.wait(Duration::from_secs(300)),
+        0,
+        "{}",
+        second.stderr()
+    );
+    assert!(
+        second.stderr().contains("resuming from checkpoint"),
+        "{}",
+        second.stderr()
+    );
+    assert_eq!(second.test_accuracies().len(), 1);
+
+    let mut third = spawn_train(dir.path(), "third", &args(2), &[]);
+    assert_eq!(
+        third.wait(Duration::from_secs(300)),
+        0,
+        "{}",
+        third.stderr()
+    );
+    assert!(
+        third.stdout().starts_with("epoch=2 "),
+        "only epoch 2 runs:\n{}",
+        third.stdout()
+    );
+}
+
+/// A rank blocked in the rendezvous (its rank 0 never comes) still exits 143 shortly after
+/// SIGTERM, within the configured grace.
+#[test]
+fn sigterm_while_waiting_for_peers_exits_within_the_grace() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = [
+        format!("--data-dir={}", fashion_mnist().display()),
+        "--rank=1".to_string(),
+        "--world-size=2".to_string(),
+        "--master-addr=127.0.0.1".to_string(),
+        format!("--master-port={}", free_port()),
+        "--stop-grace-secs=1".to_string(),
+    ];
+    let mut p = spawn_train(dir.path(), "waiting", &args, &[]);
+    p.wait_for_log("dataset loaded", Duration::from_secs(60));
+    std::thread::sleep(Duration::from_millis(300));
+    let sent = std::time::Instant::now();
+    assert!(std::process::Command::new("kill")
+        .args(["-TERM", &p.child.id().to_string()])
+        .status()
+        .unwrap()
+        .success());
+    assert_eq!(p.wait(Duration::from_secs(20)), 143, "{}", p.stderr());
+    assert!(
+        sent.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        sent.elapsed()
+    );
+    assert!(
+        p.stderr().contains("blocked waiting for peers"),
+        "{}",
+        p.stderr()
+    );
+}

@@ -1,0 +1,215 @@
+//! Data-parallel training as separate processes on loopback, on real Fashion-MNIST.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use kfaws_trainer::checkpoint::Checkpoint;
+
+/// 2 ranks × batch 32 for 2 epochs with the default hyperparameters (lr 0.02, momentum 0.9),
+/// launched as Kubeflow Trainer v2 launches nodes: topology from `PET_*` only.
+#[test]
+fn two_ranks_reach_85_percent_on_fashion_mnist_in_two_epochs() {
+    let data = fashion_mnist();
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let mut ranks: Vec<Proc> = (0..2)
+        .map(|r| {
+            let args = [
+                format!("--data-dir={}", data.display()),
+                format!(
+                    "--model-dir={}",
+                    dir.path().join(format!("model-{r}")).display()
+                ),
+                format!(
+                    "--checkpoint-dir={}",
+                    dir.path().join(format!("ckpt-{r}")).display()
+                ),
+                "--bind-addr=127.0.0.1".to_string(),
+                "--hp=epochs=2".to_string(),
+            ];
+            let env = [
+                ("PET_MASTER_ADDR", "127.0.0.1".to_string()),
+                ("PET_MASTER_PORT", port.to_string()),
+                ("PET_NNODES", "2".to_string()),
+                ("PET_NODE_RANK", r.to_string()),
+            ];
+            spawn_train(dir.path(), &format!("rank{r}"), &args, &env)
+        })
+        .collect();
+    for (r, p) in ranks.iter_mut().enumerate() {
+        assert_eq!(
+            p.wait(Duration::from_secs(900)),
+            0,
+            "rank {r} failed:\n{}",
+            p.stderr()
+        );
+    }
+    assert!(
+        ranks[1].stderr().contains("launcher=TrainerV2"),
+        "{}",
+        ranks[1].stderr()
+    );
+    let accuracies = ranks[0].test_accuracies();
+    eprintln!("{}", ranks[0].stdout());
+    assert_eq!(
+        accuracies.len(),
+        2,
+        "two epoch lines:\n{}",
+        ranks[0].stdout()
+    );
+    assert!(
+        accuracies[1] >= 0.85,
+        "test accuracy after 2 epochs: {accuracies:?}"
+    );
+    assert!(ranks[1].stdout().is_empty(), "only rank 0 prints metrics");
+    let model = dir.path().join("model-0");
+    assert!(model.join("model.bpk").is_file() && model.join("model.json").is_file());
+    assert!(
+        !dir.path().join("model-1").exists(),
+        "only rank 0 writes the model"
+    );
+}
+
+/// Final parameters of a run, from the checkpoint rank 0 wrote after the last epoch.
+fn final_params(dir: &std::path::Path, param_count: usize) -> Vec<f32> {
+    Checkpoint::load_newest(&dir.join("ckpt-0"), param_count)
+        .unwrap()
+        .unwrap()
+        .0
+        .params
+}
+
+/// 1 rank with batch 64 and 2 ranks with batch 32 take the same steps: each step the two ranks
+/// together see the single rank's 64 examples, and the averaged gradient of two 32-example
+/// means is the 64-example mean. Only floating-point summation order differs: after 32 steps
+/// the parameters agree to within 1e-5 absolute (measured: 1e-7 at lr 0.05). Rounding
+/// differences are amplified by unstable early training, so the bound is for a short run:
+/// measured at lr 0.05 / momentum 0.9, 16 steps → 2e-8, 32 → 1e-7, 48 → 3e-2 (a ReLU or
+/// max-pool switch flips); at lr 0.01, 48 steps → 8e-7.
+#[test]
+fn one_rank_batch_64_equals_two_ranks_batch_32() {
+    let data = fashion_mnist();
+    let hp = [
+        "epochs=1",
+        "max-train-samples=2048",
+        "test-batch-size=2000",
+        "lr=0.05",
+    ];
+    let single = tempfile::tempdir().unwrap();
+    let mut hp64 = hp.to_vec();
+    hp64.push("batch-size=64");
+    let mut one = spawn_train(
+        single.path(),
+        "single",
+        &rank_args(single.path(), &data, 0, 1, free_port(), &hp64),
+        &[],
+    );
+    let pair = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let mut hp32 = hp.to_vec();
+    hp32.push("batch-size=32");
+    // The pair is launched as a Kubeflow PyTorchJob launches replicas: topology from
+    // MASTER_ADDR, MASTER_PORT, WORLD_SIZE and RANK, no topology flags.
+    let mut two: Vec<Proc> = (0..2)
+        .map(|r| {
+            let mut args = vec![
+                format!("--data-dir={}", data.display()),
+                format!(
+                    "--model-dir={}",
+                    pair.path().join(format!("model-{r}")).display()
+                ),
+                format!(
+                    "--checkpoint-dir={}",
+                    pair.path().join(format!("ckpt-{r}")).display()
+                ),
+                "--bind-addr=127.0.0.1".to_string(),
+            ];
+            args.extend(hp32.iter().map(|h| format!("--hp={h}")));
+            let env = [
+                ("MASTER_ADDR", "127.0.0.1".to_string()),
+                ("MASTER_PORT", port.to_string()),
+                ("WORLD_SIZE", "2".to_string()),
+                ("RANK", r.to_string()),
+            ];
+            spawn_train(pair.path(), &format!("rank{r}"), &args, &env)
+        })
+        .collect();
+    assert_eq!(one.wait(Duration::from_secs(600)), 0, "{}", one.stderr());
+    for p in two.iter_mut() {
+        assert_eq!(p.wait(Duration::from_secs(600)), 0, "{}", p.stderr());
+        assert!(p.stderr().contains("launcher=PyTorchJob"), "{}", p.stderr());
+    }
+    let a = final_params(single.path(), 44_426);
+    let b = final_params(pair.path(), 44_426);
+    let max_diff = a
+        .iter()
+        .zip(&b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0f32, f32::max);
+    eprintln!("max |Δparam| between 1×64 and 2×32: {max_diff:e}");
+    assert!(max_diff <= 1e-5, "max |Δparam| = {max_diff:e}");
+    // Both runs really trained (agreeing parameters are not untouched ones).
+    for accuracy in [one.test_accuracies(), two[0].test_accuracies()] {
+        // Chance is 0.1; 32 steps reach about 0.43.
+        assert!(
+            accuracy[0] > 0.3,
+            "test accuracy after 32 steps: {accuracy:?}"
+        );
+    }
+}
+
+/// Killing one rank fails the other within the collective timeout, naming the dead rank;
+/// stopping one (SIGSTOP: hung) does the same. Configured through `TRAINER_*` variables.
+#[test]
+fn dead_or_hung_rank_fails_the_other_within_the_timeout() {
+    let data = fashion_mnist();
+    for signal in ["KILL", "STOP"] {
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let env = |rank: usize| {
+            vec![
+                ("TRAINER_DATA_DIR", data.display().to_string()),
+                (
+                    "TRAINER_MODEL_DIR",
+                    dir.path().join(format!("m{rank}")).display().to_string(),
+                ),
+                ("TRAINER_RANK", rank.to_string()),
+                ("TRAINER_WORLD_SIZE", "2".to_string()),
+                ("TRAINER_MASTER_ADDR", "127.0.0.1".to_string()),
+                ("TRAINER_MASTER_PORT", port.to_string()),
+                ("TRAINER_BIND_ADDR", "127.0.0.1".to_string()),
+                ("TRAINER_COLLECTIVE_TIMEOUT", "3".to_string()),
+                (
+                    "TRAINER_HYPERPARAMETERS",
+                    "epochs=5,log-interval=20".to_string(),
+                ),
+            ]
+        };
+        let mut rank0 = spawn_train(dir.path(), "rank0", &[], &env(0));
+        let mut rank1 = spawn_train(dir.path(), "rank1", &[], &env(1));
+        rank0.wait_for_log("step=20", Duration::from_secs(300));
+        let pid = rank1.child.id().to_string();
+        assert!(std::process::Command::new("kill")
+            .args([format!("-{signal}"), pid])
+            .status()
+            .unwrap()
+            .success());
+        let killed_at = Instant::now();
+        let code = rank0.wait(Duration::from_secs(60));
+        let took = killed_at.elapsed();
+        let _ = rank1.child.kill();
+        let stderr = rank0.stderr();
+        assert_eq!(code, 130, "SIG{signal}: exit code\n{stderr}");
+        assert!(
+            stderr.contains("rank 1"),
+            "SIG{signal}: names rank 1\n{stderr}"
+        );
+        // Dead: noticed at once. Hung: after the 3 s timeout (plus the step in flight).
+        assert!(
+            took < Duration::from_secs(10),
+            "SIG{signal}: rank 0 took {took:?} to fail"
+        );
+    }
+}
