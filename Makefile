@@ -15,7 +15,8 @@ WITH_EMULATOR := tests/emulator/with_emulator.sh
 # python3-venv only where python3 cannot make virtualenvs by itself (Debian's
 # python3 without it; pyenv builds can).
 PY_VENV_PKG := $(shell python3 -c 'import venv, ensurepip' 2>/dev/null || echo python3-venv)
-DEBIAN_PACKAGES := ca-certificates curl jq unzip util-linux procps $(PY_VENV_PKG)
+# dataset-fashion-mnist: real Fashion-MNIST for the trainer's tests and the demo.
+DEBIAN_PACKAGES := ca-certificates curl jq unzip util-linux procps dataset-fashion-mnist $(PY_VENV_PKG)
 
 .PHONY: help deps build test fmt-check clippy test-rust test-emulator test-apiserver demo bench
 
@@ -25,8 +26,8 @@ help: ## list the targets
 deps: ## Debian packages the tests and the demo need (installs only what is missing)
 	tests/debian-packages.sh $(DEBIAN_PACKAGES)
 
-build: ## build the kfaws binary
-	$(CARGO) build --bin kfaws
+build: ## build the kfaws and kfaws-trainer binaries
+	$(CARGO) build --workspace --bins
 
 test: deps fmt-check clippy test-emulator test-apiserver test-rust ## formatting, clippy -D warnings and every test
 	@echo "make test: all checks passed"
@@ -46,8 +47,9 @@ test-apiserver: deps ## build kube-apiserver and etcd from the Go module proxy (
 test-rust: ## unit, engine and end-to-end tests (against the AWS emulator)
 	$(WITH_EMULATOR) $(CARGO) test --workspace
 
-demo: deps build ## the main job on the embedded default: plan, apply, outputs, drift check, destroy
+demo: deps build ## the main job on the embedded default: plan, apply, outputs, destroy, then data-parallel training
 	$(WITH_EMULATOR) tests/demo.sh
 
-bench: ## benchmarks: plan time on large graphs, apply wall time vs critical path
-	$(CARGO) bench --bench engine
+bench: ## benchmarks: engine (plan time, apply vs critical path) and trainer (vs PyTorch, DDP scaling, latency)
+	$(CARGO) bench -p kfaws --bench engine
+	trainer/bench/run.sh

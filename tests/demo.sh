@@ -3,7 +3,10 @@
 # tests/emulator/with_emulator.sh, which points AWS_ENDPOINT_URL at the local
 # AWS emulator with throwaway credentials, so nothing here can reach a real
 # AWS account. Grows with the project: today plan, apply, outputs, a
-# no-change plan, the graph and destroy of the vanilla profile's stacks.
+# no-change plan, the graph and destroy of the vanilla profile's stacks, then
+# the bundled trainer on real Fashion-MNIST with two data-parallel ranks under
+# the PyTorchJob environment contract (what `kfaws train --runtime local`
+# will launch).
 set -euo pipefail
 
 if [[ -z "${AWS_ENDPOINT_URL:-}" ]]; then
@@ -52,4 +55,19 @@ step kfaws plan --detailed-exitcode
 step kfaws graph
 step kfaws destroy --auto-approve
 step kfaws destroy --auto-approve
-printf '\nDemo complete: every resource kfaws created was destroyed.\n'
+
+data=/usr/share/datasets/fashion-mnist
+port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+printf '\n\033[1m$ # 2 ranks, PyTorchJob environment (MASTER_ADDR=127.0.0.1 MASTER_PORT=%s WORLD_SIZE=2 RANK=0|1)\033[0m\n' "$port"
+printf '\033[1m$ kfaws-trainer train --data-dir %s --model-dir model --hp epochs=1\033[0m\n' "$data"
+pids=()
+for rank in 0 1; do
+    MASTER_ADDR=127.0.0.1 MASTER_PORT="$port" WORLD_SIZE=2 RANK="$rank" \
+        kfaws-trainer train --bind-addr 127.0.0.1 --data-dir "$data" --model-dir model \
+        --checkpoint-dir "checkpoints-$rank" --hp epochs=1 --hp log-interval=300 \
+        > >(sed "s/^/[rank $rank] /") 2>&1 &
+    pids+=("$!")
+done
+for pid in "${pids[@]}"; do wait "$pid"; done
+step cat model/model.json
+printf '\nDemo complete: every resource kfaws created was destroyed; the trained model is above.\n'
