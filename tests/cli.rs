@@ -306,9 +306,10 @@ fn invalid_names_fail_before_any_api_call() {
 #[test]
 fn unknown_and_unavailable_profiles_are_refused() {
     let d = Deployment::new();
-    d.kfaws(&["plan", "--profile", "k8s"])
+    // Usage errors exit 1: 2 means "changes present" for --detailed-exitcode.
+    d.kfaws(&["plan", "--profile", "k8s", "--detailed-exitcode"])
         .assert()
-        .code(2)
+        .code(1)
         .stderr(predicate::str::contains("vanilla").and(predicate::str::contains("rds-s3")));
     d.kfaws(&["plan", "--profile", "rds-s3"])
         .assert()
@@ -341,4 +342,117 @@ async fn state_rm_forgets_without_deleting_and_apply_adopts_it_again() {
     d.stdout(&["apply", "--auto-approve", "--target", "stack.iam"]);
     d.stdout(&["destroy", "--auto-approve"]);
     assert!(d.live_stacks().await.is_empty());
+}
+
+#[tokio::test]
+async fn a_second_state_of_the_same_deployment_does_not_adopt_the_first_ones_stacks() {
+    let d = Deployment::new();
+    d.stdout(&["apply", "--auto-approve", "--target", "stack.iam"]);
+    // Another folder, same account, same deployment name: another state lineage.
+    let other = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        d.dir.path().join("kfaws.toml"),
+        other.path().join("kfaws.toml"),
+    )
+    .unwrap();
+    d.kfaws(&["apply", "--auto-approve", "--target", "stack.iam"])
+        .current_dir(other.path())
+        .assert()
+        .code(1)
+        .stdout(predicate::str::contains("belongs to another kfaws state"));
+    d.stdout(&["destroy", "--auto-approve"]);
+    assert!(d.live_stacks().await.is_empty());
+}
+
+#[tokio::test]
+async fn a_foreign_stack_that_took_our_stacks_name_is_never_adopted_nor_deleted() {
+    let d = Deployment::new();
+    d.stdout(&["apply", "--auto-approve", "--target", "stack.iam"]);
+    let cfn = d.cloudformation().await;
+    let name = format!("kfaws-{}-iam", d.name);
+    cfn.delete_stack().stack_name(&name).send().await.unwrap();
+    let template = format!(
+        "Resources:\n  Bucket:\n    Type: AWS::S3::Bucket\n    Properties:\n      BucketName: foreign-{}\n",
+        d.name
+    );
+    cfn.create_stack()
+        .stack_name(&name)
+        .template_body(template)
+        .send()
+        .await
+        .unwrap();
+    let plan = d.stdout(&["plan", "--target", "stack.iam"]);
+    assert!(plan.contains("drift: deleted outside kfaws"), "{plan}");
+    d.kfaws(&["apply", "--auto-approve", "--target", "stack.iam"])
+        .assert()
+        .code(1)
+        .stdout(predicate::str::contains("was not created by kfaws"));
+    d.kfaws(&["destroy", "--auto-approve"]).assert().success();
+    assert_eq!(
+        d.live_stacks().await,
+        [name],
+        "the foreign stack survives destroy"
+    );
+}
+
+#[test]
+fn a_saved_plan_is_refused_in_another_account() {
+    let d = Deployment::new();
+    d.kfaws(&["plan", "-out", "tf.plan"]).assert().success();
+    d.kfaws(&["apply", "tf.plan"])
+        .env("AWS_ACCESS_KEY_ID", "111111111112")
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("made in AWS account"));
+    assert!(!d.state_file().exists(), "a refused plan writes no state");
+    d.kfaws(&["apply", "tf.plan", "--region", "eu-west-1"])
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("differs from the saved plan"));
+}
+
+#[test]
+fn ctrl_c_while_planning_exits_130_and_leaves_no_lock() {
+    let d = Deployment::new();
+    let control = std::env::var("KFAWS_EMULATOR_CONTROL").expect("run under with_emulator.sh");
+    let rule = format!(
+        r#"{{"service":"sts","operation":"GetCallerIdentity","kind":"latency","latency_ms":4000,"count":1,"account_id":"{}"}}"#,
+        d.account
+    );
+    let added = std::process::Command::new("curl")
+        .args([
+            "-fsS",
+            "-XPOST",
+            &format!("{control}/faults"),
+            "-H",
+            "content-type: application/json",
+            "-d",
+            &rule,
+        ])
+        .output()
+        .unwrap();
+    assert!(added.status.success(), "{added:?}");
+    let child = std::process::Command::new(assert_cmd::cargo::cargo_bin("kfaws"))
+        .arg("plan")
+        .current_dir(d.dir.path())
+        .env("AWS_ACCESS_KEY_ID", &d.account)
+        .env("AWS_SECRET_ACCESS_KEY", "test")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let lock = d.dir.path().join(".kfaws").join(&d.name).join("state.lock");
+    assert!(lock.exists(), "plan holds the lock while it waits for STS");
+    std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(130),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!lock.exists(), "the lock is released");
 }

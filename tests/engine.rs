@@ -482,9 +482,9 @@ async fn a_saved_plan_is_refused_once_the_state_moved() {
     let loaded = kfaws::plan::file::load(&file).unwrap();
     assert_eq!(loaded, plan);
     let state = env.store.read(Clone::clone);
-    kfaws::plan::file::check(&loaded, &state, &handles).unwrap();
+    kfaws::plan::file::check(&loaded, "123456789012", &state, &handles).unwrap();
     assert!(env.run(&desired, false, 1).await.succeeded());
     let state = env.store.read(Clone::clone);
-    let err = kfaws::plan::file::check(&loaded, &state, &handles).unwrap_err();
+    let err = kfaws::plan::file::check(&loaded, "123456789012", &state, &handles).unwrap_err();
     assert!(err.to_string().contains("stale"), "{err}");
 }

@@ -28,7 +28,7 @@ pub async fn caller_identity(config: &SdkConfig) -> Result<CallerIdentity, Ident
         .get_caller_identity()
         .send()
         .await
-        .map_err(|e| IdentityError(aws_sdk_sts::error::DisplayErrorContext(&e).to_string()))?;
+        .map_err(|e| IdentityError(super::error_message(&e)))?;
     Ok(CallerIdentity {
         account: out.account().unwrap_or_default().to_string(),
         arn: out.arn().unwrap_or_default().to_string(),

@@ -18,6 +18,28 @@ use aws_config::{BehaviorVersion, Region, SdkConfig};
 /// backs off exponentially with jitter between them).
 pub const MAX_ATTEMPTS: u32 = 5;
 
+/// A one-line description of a failed AWS call: `Code: message (request id)`
+/// for errors the service returned, the SDK's own description (timeouts,
+/// connection and credential errors) otherwise, never the raw response dump.
+pub fn error_message<E>(e: &aws_sdk_sts::error::SdkError<E>) -> String
+where
+    E: aws_sdk_sts::error::ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+{
+    match e.as_service_error() {
+        Some(service) => {
+            let code = service.code().unwrap_or("UnknownError");
+            let message = service.message().unwrap_or("no message");
+            let request = e
+                .raw_response()
+                .and_then(|r| r.headers().get("x-amzn-requestid"))
+                .map(|id| format!(" (request id {id})"))
+                .unwrap_or_default();
+            format!("{code}: {message}{request}")
+        }
+        None => aws_sdk_sts::error::DisplayErrorContext(e).to_string(),
+    }
+}
+
 /// Loads the SDK configuration for `region`, optionally from a named profile.
 pub async fn sdk_config(region: &str, profile: Option<&str>) -> SdkConfig {
     let mut loader = aws_config::defaults(BehaviorVersion::latest())

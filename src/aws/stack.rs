@@ -31,6 +31,11 @@ use crate::state::ResourceState;
 /// The tag every kfaws stack carries, naming its deployment.
 pub const DEPLOYMENT_TAG: &str = "kfaws:deployment";
 
+/// The tag naming the lineage of the state that created the stack: two
+/// copies of a deployment's state (two folders, two machines) never adopt
+/// each other's stacks.
+pub const LINEAGE_TAG: &str = "kfaws:lineage";
+
 /// A parameter filled from a dependency's output at apply time.
 #[derive(Debug, Clone)]
 pub struct InputParameter {
@@ -50,6 +55,8 @@ pub struct StackResource {
     pub stack_name: String,
     /// The deployment, written as the [`DEPLOYMENT_TAG`].
     pub deployment: String,
+    /// The lineage of the state managing the stack, written as the [`LINEAGE_TAG`].
+    pub lineage: String,
     /// The template body (YAML).
     pub template: &'static str,
     /// Parameters known from the config.
@@ -62,11 +69,7 @@ pub struct StackResource {
     pub client: Client,
 }
 
-fn sdk_message<E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static>(
-    e: &aws_sdk_cloudformation::error::SdkError<E>,
-) -> String {
-    aws_sdk_cloudformation::error::DisplayErrorContext(e).to_string()
-}
+use super::error_message as sdk_message;
 
 fn is_missing<E: ProvideErrorMetadata>(e: &aws_sdk_cloudformation::error::SdkError<E>) -> bool {
     e.as_service_error()
@@ -79,14 +82,11 @@ impl StackResource {
         crate::state::spec_hash(&Value::String(self.template.to_string()))
     }
 
-    async fn describe(&self) -> Result<Option<Stack>, ResourceError> {
-        match self
-            .client
-            .describe_stacks()
-            .stack_name(&self.stack_name)
-            .send()
-            .await
-        {
+    /// The stack named `id` (a stack name or a stack ID/ARN), unless it is
+    /// gone. By ARN, a deleted stack is found in `DELETE_COMPLETE`, which
+    /// counts as gone; by name, only a live stack is found.
+    async fn describe(&self, id: &str) -> Result<Option<Stack>, ResourceError> {
+        match self.client.describe_stacks().stack_name(id).send().await {
             Ok(out) => Ok(out
                 .stacks()
                 .first()
@@ -94,8 +94,7 @@ impl StackResource {
                 .cloned()),
             Err(e) if is_missing(&e) => Ok(None),
             Err(e) => Err(ResourceError::msg(format!(
-                "DescribeStacks {}: {}",
-                self.stack_name,
+                "DescribeStacks {id}: {}",
                 sdk_message(&e)
             ))),
         }
@@ -164,6 +163,7 @@ impl StackResource {
                 .key(DEPLOYMENT_TAG)
                 .value(&self.deployment)
                 .build(),
+            Tag::builder().key(LINEAGE_TAG).value(&self.lineage).build(),
             Tag::builder()
                 .key("kfaws:address")
                 .value(self.address.as_str())
@@ -171,21 +171,62 @@ impl StackResource {
         ]
     }
 
-    fn owned(&self, stack: &Stack) -> bool {
+    fn tag<'a>(stack: &'a Stack, key: &str) -> Option<&'a str> {
         stack
             .tags()
             .iter()
-            .any(|t| t.key() == Some(DEPLOYMENT_TAG) && t.value() == Some(self.deployment.as_str()))
+            .find(|t| t.key() == Some(key))
+            .and_then(|t| t.value())
+    }
+
+    /// Whether the stack was made by this deployment's state: deployment
+    /// and lineage tags both match.
+    fn owned(&self, stack: &Stack) -> bool {
+        Self::tag(stack, DEPLOYMENT_TAG) == Some(self.deployment.as_str())
+            && Self::tag(stack, LINEAGE_TAG) == Some(self.lineage.as_str())
+    }
+
+    /// Why an existing stack of our name may not be adopted.
+    fn foreign(&self, stack: &Stack) -> ResourceError {
+        let why = match (
+            Self::tag(stack, DEPLOYMENT_TAG),
+            Self::tag(stack, LINEAGE_TAG),
+        ) {
+            (Some(d), Some(l)) if d == self.deployment => format!(
+                "it belongs to another kfaws state of deployment {d:?} (lineage {l}); another \
+                 copy of this deployment's state is in use elsewhere: use that state, or destroy \
+                 from it first"
+            ),
+            _ => "it was not created by kfaws for this deployment; delete or rename it".into(),
+        };
+        ResourceError::msg(format!("stack {} already exists: {why}", self.stack_name))
+    }
+
+    /// The identifier to reach a recorded stack by: its stack ID when
+    /// recorded (a later stack of the same name is another stack), else its
+    /// name, if the stack of that name is ours.
+    async fn recorded_stack(
+        &self,
+        recorded: Option<&ResourceState>,
+    ) -> Result<Option<Stack>, ResourceError> {
+        if let Some(id) = recorded.and_then(|r| r.physical_id.as_deref()) {
+            return self.describe(id).await;
+        }
+        Ok(self
+            .describe(&self.stack_name)
+            .await?
+            .filter(|s| self.owned(s)))
     }
 
     async fn wait_for(
         &self,
+        id: &str,
         done: &[StackStatus],
         gone_ok: bool,
     ) -> Result<Option<Stack>, ResourceError> {
         let schedule = Backoff::with_deadline(self.timeout());
         wait_until(schedule, || async {
-            let stack = match self.describe().await {
+            let stack = match self.describe(id).await {
                 Ok(s) => s,
                 Err(e) => return Poll::Failed(e.to_string()),
             };
@@ -268,8 +309,8 @@ impl Resource for StackResource {
         Duration::from_secs(40 * 60)
     }
 
-    async fn read(&self, _: Option<&ResourceState>) -> Result<Observed, ResourceError> {
-        let Some(stack) = self.describe().await? else {
+    async fn read(&self, recorded: Option<&ResourceState>) -> Result<Observed, ResourceError> {
+        let Some(stack) = self.recorded_stack(recorded).await? else {
             return Ok(Observed::Gone);
         };
         let live_params: BTreeMap<String, String> = stack
@@ -295,22 +336,22 @@ impl Resource for StackResource {
     }
 
     async fn create(&self, token: &str, inputs: &Inputs) -> Result<Applied, ResourceError> {
-        if let Some(existing) = self.describe().await? {
+        if let Some(existing) = self.describe(&self.stack_name).await? {
             if !self.owned(&existing) {
-                return Err(ResourceError::msg(format!(
-                    "stack {} already exists and was not created by kfaws for deployment {:?} \
-                     (no {DEPLOYMENT_TAG} tag); delete or rename it",
-                    self.stack_name, self.deployment
-                )));
+                return Err(self.foreign(&existing));
             }
+            let id = existing.stack_id().unwrap_or(&self.stack_name).to_string();
             match existing.stack_status() {
                 Some(StackStatus::RollbackComplete) => {
                     // Only deletion is possible from ROLLBACK_COMPLETE.
-                    self.delete_stack(&format!("{token}-rollback")).await?;
+                    self.delete_stack(&id, &format!("{token}-rollback")).await?;
                 }
                 _ => {
+                    // An earlier create of ours (interrupted before its
+                    // result was recorded): re-attach.
                     let stack = self
                         .wait_for(
+                            &id,
                             &[StackStatus::CreateComplete, StackStatus::UpdateComplete],
                             false,
                         )
@@ -332,27 +373,38 @@ impl Resource for StackResource {
             .set_tags(Some(self.tags()))
             .send()
             .await;
-        if let Err(e) = sent {
-            if e.code() != Some("AlreadyExistsException") {
+        let id = match sent {
+            Ok(out) => out.stack_id().unwrap_or(&self.stack_name).to_string(),
+            // The same token again: the stack of our first call.
+            Err(e) if e.code() == Some("AlreadyExistsException") => self.stack_name.clone(),
+            Err(e) => {
                 return Err(ResourceError::msg(format!(
                     "CreateStack {}: {}",
                     self.stack_name,
                     sdk_message(&e)
-                )));
+                )))
             }
-        }
+        };
         let stack = self
-            .wait_for(&[StackStatus::CreateComplete], false)
+            .wait_for(&id, &[StackStatus::CreateComplete], false)
             .await?
             .expect("not gone");
+        if !self.owned(&stack) {
+            return Err(self.foreign(&stack));
+        }
         Ok(Self::applied(&stack))
     }
 
-    async fn update(&self, _: &ResourceState, inputs: &Inputs) -> Result<Applied, ResourceError> {
+    async fn update(
+        &self,
+        recorded: &ResourceState,
+        inputs: &Inputs,
+    ) -> Result<Applied, ResourceError> {
+        let id = recorded.physical_id.as_deref().unwrap_or(&self.stack_name);
         let sent = self
             .client
             .update_stack()
-            .stack_name(&self.stack_name)
+            .stack_name(id)
             .template_body(self.template)
             .set_parameters(Some(self.all_parameters(inputs)?))
             .capabilities(Capability::CapabilityNamedIam)
@@ -374,6 +426,7 @@ impl Resource for StackResource {
         }
         let stack = self
             .wait_for(
+                id,
                 &[StackStatus::UpdateComplete, StackStatus::CreateComplete],
                 false,
             )
@@ -387,18 +440,24 @@ impl Resource for StackResource {
             || uuid::Uuid::new_v4().to_string(),
             |t| format!("{t}-delete"),
         );
-        self.delete_stack(&token).await
+        // Only the stack kfaws recorded, or, for a create never recorded as
+        // finished, the stack of that name if it carries our tags.
+        let Some(stack) = self.recorded_stack(Some(recorded)).await? else {
+            return Ok(());
+        };
+        let id = stack.stack_id().unwrap_or(&self.stack_name).to_string();
+        self.delete_stack(&id, &token).await
     }
 }
 
 impl StackResource {
-    async fn delete_stack(&self, token: &str) -> Result<(), ResourceError> {
-        if self.describe().await?.is_none() {
+    async fn delete_stack(&self, id: &str, token: &str) -> Result<(), ResourceError> {
+        if self.describe(id).await?.is_none() {
             return Ok(());
         }
         self.client
             .delete_stack()
-            .stack_name(&self.stack_name)
+            .stack_name(id)
             .client_request_token(token)
             .send()
             .await
@@ -409,6 +468,6 @@ impl StackResource {
                     sdk_message(&e)
                 ))
             })?;
-        self.wait_for(&[], true).await.map(|_| ())
+        self.wait_for(id, &[], true).await.map(|_| ())
     }
 }

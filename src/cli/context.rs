@@ -101,21 +101,24 @@ pub async fn check_identity(
 pub fn validate(g: &Global, profile: Option<ProfileName>) -> anyhow::Result<u8> {
     let loaded = load(g, profile)?;
     let c = &loaded.config;
-    println!(
+    outln!(
         "The configuration is valid: deployment {:?}, profile {}, region {}, Kubernetes {}.\n",
-        c.name, c.profile, c.region, c.kubernetes_version
-    );
+        c.name,
+        c.profile,
+        c.region,
+        c.kubernetes_version
+    )?;
     let mut table = Table::new();
     table.load_style(UTF8_BORDERS_ONLY);
     table.set_header(["Name", "Kind", "From"]);
     for n in c.derived_names() {
         table.add_row([n.value, n.rule.what.to_string(), n.field]);
     }
-    println!("{table}");
-    println!(
+    outln!("{table}")?;
+    outln!(
         "State: {}",
         state_path(&loaded.state_dir, &c.name).display()
-    );
+    )?;
     Ok(0)
 }
 

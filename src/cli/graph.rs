@@ -27,11 +27,13 @@ pub async fn graph(
     g: &Global,
     profile: Option<ProfileName>,
     with_plan: bool,
+    cancel: &tokio_util::sync::CancellationToken,
 ) -> anyhow::Result<u8> {
     let loaded = context::load(g, profile)?;
     let config = &loaded.config;
     let aws = context::aws(g, config).await;
-    let built = profiles::build(config, &aws)?;
+    let store = StateStore::open(&loaded.state_dir, &config.name)?;
+    let built = profiles::build(config, &aws, store.state().lineage)?;
     let dag = Dag::new(
         built
             .resources
@@ -40,9 +42,9 @@ pub async fn graph(
     )?;
     let mut actions = BTreeMap::new();
     if with_plan {
-        let store = StateStore::open(&loaded.state_dir, &config.name)?;
-        context::check_identity(&aws, config, store.state()).await?;
-        let (plan, _) = make_plan(PlanRequest {
+        super::interruptible(cancel, context::check_identity(&aws, config, store.state()))
+            .await??;
+        let planning = make_plan(PlanRequest {
             config,
             desired: &built.resources,
             provider: built.provider.as_ref(),
@@ -50,8 +52,8 @@ pub async fn graph(
             destroy: false,
             targets: &[],
             parallelism: 10,
-        })
-        .await?;
+        });
+        let (plan, _) = super::interruptible(cancel, planning).await??;
         actions = plan
             .changes
             .into_iter()
@@ -65,6 +67,6 @@ pub async fn graph(
         },
         None => NodeStyle::default(),
     });
-    println!("{dot}");
+    outln!("{dot}")?;
     Ok(0)
 }

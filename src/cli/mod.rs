@@ -2,6 +2,24 @@
 //! nothing and decides nothing of substance: it loads, calls the library and
 //! prints.
 
+/// `println!` that reports a closed stdout (`kfaws plan --json | head`) as
+/// an error instead of panicking.
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        writeln!(std::io::stdout().lock(), $($arg)*).map_err($crate::cli::Output::from)
+    }};
+}
+
+/// `print!` counterpart of `outln!`.
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let mut stdout = std::io::stdout().lock();
+        write!(stdout, $($arg)*).and_then(|()| stdout.flush()).map_err($crate::cli::Output::from)
+    }};
+}
+
 mod context;
 mod graph;
 mod run;
@@ -14,6 +32,8 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand};
 use kfaws::address::Address;
 use kfaws::config::ProfileName;
+use kfaws::engine::interrupt::{cancel_on_signals, EXIT_INTERRUPTED};
+use tokio_util::sync::CancellationToken;
 
 /// kfaws: Kubeflow on AWS, planned, applied and destroyed from one binary.
 ///
@@ -178,7 +198,15 @@ enum StateCommand {
 
 /// Parses `args` and runs the command; returns the process exit code.
 pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
-    let cli = Cli::parse_from(args);
+    // Usage errors exit 1, not clap's 2: `plan --detailed-exitcode` uses 2
+    // for "changes present", and a script must not mistake one for the other.
+    let cli = match Cli::try_parse_from(args) {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(if e.use_stderr() { 1 } else { 0 });
+        }
+    };
     init_logging(cli.global.verbose);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -186,10 +214,60 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
         .expect("the tokio runtime starts");
     match runtime.block_on(dispatch(cli)) {
         Ok(code) => ExitCode::from(code),
+        // The reader of our output went away (`| head`): stop quietly, as
+        // SIGPIPE's default action would, with the shell's 128 + 13.
+        Err(e)
+            if e.downcast_ref::<Output>()
+                .is_some_and(|o| o.0.kind() == std::io::ErrorKind::BrokenPipe) =>
+        {
+            ExitCode::from(141)
+        }
+        Err(e) if e.is::<Interrupted>() => {
+            eprintln!("Interrupted before any change was made; the state is unchanged.");
+            ExitCode::from(EXIT_INTERRUPTED as u8)
+        }
         Err(e) => {
-            eprintln!("Error: {e:#}");
+            eprintln!("Error: {}", render_error(&e));
             ExitCode::from(1)
         }
+    }
+}
+
+/// The error and its causes, leaving out a cause whose text the message
+/// before it already contains (thiserror messages often embed their source).
+fn render_error(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if !out.contains(&text) {
+            if !out.is_empty() {
+                out.push_str(": ");
+            }
+            out.push_str(&text);
+        }
+    }
+    out
+}
+
+/// Writing to stdout failed, usually because the reader went away.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot write to standard output: {0}")]
+pub struct Output(#[from] std::io::Error);
+
+/// The command was interrupted (Ctrl-C, SIGTERM, SIGHUP) before it changed anything.
+#[derive(Debug, thiserror::Error)]
+#[error("interrupted")]
+pub struct Interrupted;
+
+/// Runs `work` unless an interrupt comes first; dropping `work` is safe
+/// because it writes nothing (planning, reading, asking).
+pub async fn interruptible<T>(
+    cancel: &CancellationToken,
+    work: impl std::future::Future<Output = T>,
+) -> Result<T, Interrupted> {
+    tokio::select! {
+        out = work => Ok(out),
+        () = cancel.cancelled() => Err(Interrupted),
     }
 }
 
@@ -208,6 +286,9 @@ fn init_logging(verbose: u8) {
 }
 
 async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
+    // Before anything takes the state lock: no signal may leave it behind.
+    let cancel = cancel_on_signals();
+    let cancel = &cancel;
     let g = cli.global;
     match cli.command {
         Command::Validate { profile } => context::validate(&g, profile),
@@ -217,23 +298,43 @@ async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
             out,
             json,
             detailed_exitcode,
-        } => run::plan(&g, &plan, destroy, out.as_deref(), json, detailed_exitcode).await,
+        } => {
+            run::plan(
+                &g,
+                &plan,
+                destroy,
+                out.as_deref(),
+                json,
+                detailed_exitcode,
+                cancel,
+            )
+            .await
+        }
         Command::Apply {
             plan_file: Some(file),
             plan,
             ..
-        } => run::apply_saved(&g, &file, plan.parallelism).await,
+        } => {
+            if !plan.target.is_empty() || plan.profile.is_some() {
+                anyhow::bail!(
+                    "--target and --profile cannot change a saved plan; run `kfaws plan` again"
+                );
+            }
+            run::apply_saved(&g, &file, plan.parallelism, cancel).await
+        }
         Command::Apply {
             plan_file: None,
             plan,
             auto_approve,
-        } => run::apply(&g, &plan, false, auto_approve).await,
-        Command::Destroy { plan, auto_approve } => run::apply(&g, &plan, true, auto_approve).await,
+        } => run::apply(&g, &plan, false, auto_approve, cancel).await,
+        Command::Destroy { plan, auto_approve } => {
+            run::apply(&g, &plan, true, auto_approve, cancel).await
+        }
         Command::Output { output, json } => state::output(&g, output.as_deref(), json),
         Command::State(StateCommand::List) => state::list(&g),
         Command::State(StateCommand::Show { address }) => state::show(&g, &address),
         Command::State(StateCommand::Rm { address }) => state::rm(&g, &address),
         Command::State(StateCommand::Unlock { id }) => state::unlock(&g, &id),
-        Command::Graph { profile, plan } => graph::graph(&g, profile, plan).await,
+        Command::Graph { profile, plan } => graph::graph(&g, profile, plan, cancel).await,
     }
 }

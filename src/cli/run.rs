@@ -5,16 +5,17 @@ use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::Context as _;
-use kfaws::engine::interrupt::{cancel_on_signals, EXIT_INTERRUPTED};
+use kfaws::engine::interrupt::EXIT_INTERRUPTED;
 use kfaws::engine::progress::{report_table, Console};
 use kfaws::engine::{execute, ApplyReport, ExecOptions, Outcome, SharedStore};
 use kfaws::plan::{self, make_plan, render, Action, Plan, PlanRequest};
 use kfaws::profiles;
 use kfaws::state::lock::StateLock;
 use kfaws::state::store::StateStore;
+use tokio_util::sync::CancellationToken;
 
 use super::context::{self, Loaded};
-use super::{Global, PlanFlags};
+use super::{interruptible, Global, PlanFlags};
 
 fn warn_targets(flags: &PlanFlags) {
     if !flags.target.is_empty() {
@@ -41,16 +42,17 @@ async fn make(
     flags: &PlanFlags,
     destroy: bool,
     operation: &str,
+    cancel: &CancellationToken,
 ) -> anyhow::Result<Planned> {
     let loaded = context::load(g, flags.profile)?;
     let config = &loaded.config;
     let lock = StateLock::acquire(&loaded.state_dir, &config.name, operation)?;
     let store = StateStore::open(&loaded.state_dir, &config.name)?;
     let aws = context::aws(g, config).await;
-    let built = profiles::build(config, &aws)?;
-    let id = context::check_identity(&aws, config, store.state()).await?;
+    let built = profiles::build(config, &aws, store.state().lineage)?;
+    let id = interruptible(cancel, context::check_identity(&aws, config, store.state())).await??;
     warn_targets(flags);
-    let (plan, handles) = make_plan(PlanRequest {
+    let planning = make_plan(PlanRequest {
         config,
         desired: &built.resources,
         provider: built.provider.as_ref(),
@@ -58,8 +60,8 @@ async fn make(
         destroy,
         targets: &flags.target,
         parallelism: usize::from(flags.parallelism),
-    })
-    .await?;
+    });
+    let (plan, handles) = interruptible(cancel, planning).await??;
     Ok(Planned {
         loaded,
         _lock: lock,
@@ -78,21 +80,24 @@ pub async fn plan(
     out: Option<&Path>,
     json: bool,
     detailed_exitcode: bool,
+    cancel: &CancellationToken,
 ) -> anyhow::Result<u8> {
-    let p = make(g, flags, destroy, "plan").await?;
+    let p = make(g, flags, destroy, "plan", cancel).await?;
     if json {
-        println!("{}", serde_json::to_string_pretty(&render::json(&p.plan))?);
+        outln!("{}", serde_json::to_string_pretty(&render::json(&p.plan))?)?;
     } else {
-        print!("{}", render::human(&p.plan));
+        out!("{}", render::human(&p.plan))?;
     }
     if let Some(file) = out {
-        plan::file::save(&p.plan, file)?;
+        let mut saved = p.plan.clone();
+        saved.account_id = Some(p.account.clone());
+        plan::file::save(&saved, file)?;
         if !json {
-            println!(
+            outln!(
                 "\nSaved the plan to: {}\nTo perform exactly these actions, run: kfaws apply {}",
                 file.display(),
                 file.display()
-            );
+            )?;
         }
     }
     Ok(if detailed_exitcode && p.plan.has_changes() {
@@ -102,7 +107,7 @@ pub async fn plan(
     })
 }
 
-async fn confirm(destroy: bool) -> anyhow::Result<bool> {
+async fn confirm(destroy: bool, cancel: &CancellationToken) -> anyhow::Result<bool> {
     if !std::io::stdin().is_terminal() {
         anyhow::bail!(
             "refusing to {} without confirmation: stdin is not a terminal; pass --auto-approve",
@@ -114,14 +119,14 @@ async fn confirm(destroy: bool) -> anyhow::Result<bool> {
     } else {
         "Do you want to perform these actions?"
     };
-    println!("\n{question}\n  Only 'yes' will be accepted to approve.\n");
-    print!("  Enter a value: ");
+    outln!("\n{question}\n  Only 'yes' will be accepted to approve.\n")?;
+    out!("  Enter a value: ")?;
     std::io::Write::flush(&mut std::io::stdout())?;
-    let answer = tokio::task::spawn_blocking(|| {
+    let reading = tokio::task::spawn_blocking(|| {
         let mut line = String::new();
         std::io::stdin().read_line(&mut line).map(|_| line)
-    })
-    .await??;
+    });
+    let answer = interruptible(cancel, reading).await???;
     Ok(answer.trim() == "yes")
 }
 
@@ -131,44 +136,67 @@ pub async fn apply(
     flags: &PlanFlags,
     destroy: bool,
     auto_approve: bool,
+    cancel: &CancellationToken,
 ) -> anyhow::Result<u8> {
     let operation = if destroy { "destroy" } else { "apply" };
     if destroy {
         let (name, state_dir) = context::deployment(g)?;
         let store = StateStore::open(&state_dir, &name)?;
         if store.state().resources.is_empty() {
-            println!("No resources to destroy: deployment {name:?} has nothing in its state.");
+            outln!("No resources to destroy: deployment {name:?} has nothing in its state.")?;
             return Ok(0);
         }
     }
-    let p = make(g, flags, destroy, operation).await?;
-    print!("{}", render::human(&p.plan));
+    let p = make(g, flags, destroy, operation, cancel).await?;
+    out!("{}", render::human(&p.plan))?;
     if !p.plan.has_changes() {
         return Ok(0);
     }
-    if !auto_approve && !confirm(destroy).await? {
-        println!("\n{} cancelled.", if destroy { "Destroy" } else { "Apply" });
+    if !auto_approve && !confirm(destroy, cancel).await? {
+        outln!("\n{} cancelled.", if destroy { "Destroy" } else { "Apply" })?;
         return Ok(1);
     }
-    println!();
-    run(p, usize::from(flags.parallelism)).await
+    outln!()?;
+    run(p, usize::from(flags.parallelism), cancel).await
 }
 
 /// `kfaws apply FILE`.
-pub async fn apply_saved(g: &Global, file: &Path, parallelism: u16) -> anyhow::Result<u8> {
+pub async fn apply_saved(
+    g: &Global,
+    file: &Path,
+    parallelism: u16,
+    cancel: &CancellationToken,
+) -> anyhow::Result<u8> {
     let saved = plan::file::load(file)?;
     let config = saved.config.clone();
     config.validate()?;
+    // A saved plan is applied exactly: flags that would change it are refused.
+    for (flag, given, planned) in [
+        ("--name", g.name.as_deref(), config.name.as_str()),
+        ("--region", g.region.as_deref(), config.region.as_str()),
+    ] {
+        if given.is_some_and(|v| v != planned) {
+            anyhow::bail!(
+                "{flag} {} differs from the saved plan's {planned}; a saved plan is applied \
+                 exactly as made: run `kfaws plan` again instead",
+                given.unwrap_or_default()
+            );
+        }
+    }
     let state_dir = context::read_file(g)?.1;
     let lock = StateLock::acquire(&state_dir, &config.name, "apply")?;
     let store = StateStore::open(&state_dir, &config.name)?;
     let aws = context::aws(g, &config).await;
-    let built = profiles::build(&config, &aws)?;
-    let id = context::check_identity(&aws, &config, store.state()).await?;
+    let built = profiles::build(&config, &aws, store.state().lineage)?;
+    let id = interruptible(
+        cancel,
+        context::check_identity(&aws, &config, store.state()),
+    )
+    .await??;
     let handles = plan::handles(&built.resources, built.provider.as_ref(), store.state())?;
-    plan::file::check(&saved, store.state(), &handles)?;
+    plan::file::check(&saved, &id.account, store.state(), &handles)?;
     if !saved.has_changes() {
-        println!("The saved plan has no changes.");
+        outln!("The saved plan has no changes.")?;
         return Ok(0);
     }
     run(
@@ -181,11 +209,12 @@ pub async fn apply_saved(g: &Global, file: &Path, parallelism: u16) -> anyhow::R
             account: id.account,
         },
         usize::from(parallelism),
+        cancel,
     )
     .await
 }
 
-async fn run(p: Planned, parallelism: usize) -> anyhow::Result<u8> {
+async fn run(p: Planned, parallelism: usize, cancel: &CancellationToken) -> anyhow::Result<u8> {
     let Planned {
         loaded,
         _lock,
@@ -195,6 +224,8 @@ async fn run(p: Planned, parallelism: usize) -> anyhow::Result<u8> {
         account,
     } = p;
     let config = loaded.config;
+    // Everything that can refuse the plan runs before the first state write.
+    plan.execution_graph()?;
     store
         .write(|s| {
             s.account_id = Some(account);
@@ -203,21 +234,20 @@ async fn run(p: Planned, parallelism: usize) -> anyhow::Result<u8> {
         })
         .context("recording the deployment's account and region in the state")?;
     let state_path = store.path().to_path_buf();
-    let cancel = cancel_on_signals();
     let report = execute(
         &plan,
         &handles,
         SharedStore::new(store),
         &ExecOptions { parallelism },
         Arc::new(Console::new()),
-        cancel,
+        cancel.clone(),
     )
     .await?;
-    println!("\n{}", report_table(&report));
-    Ok(finish(&plan, &report, &state_path))
+    outln!("\n{}", report_table(&report))?;
+    finish(&plan, &report, &state_path)
 }
 
-fn finish(plan: &Plan, report: &ApplyReport, state_path: &Path) -> u8 {
+fn finish(plan: &Plan, report: &ApplyReport, state_path: &Path) -> anyhow::Result<u8> {
     let count = |actions: &[Action]| {
         report
             .results
@@ -230,22 +260,22 @@ fn finish(plan: &Plan, report: &ApplyReport, state_path: &Path) -> u8 {
     let destroyed = count(&[Action::Delete, Action::Replace]);
     let verb = if plan.destroy { "Destroy" } else { "Apply" };
     if report.succeeded() {
-        println!(
+        outln!(
             "{verb} complete! Resources: {added} added, {changed} changed, {destroyed} destroyed."
-        );
-        0
+        )?;
+        Ok(0)
     } else if report.interrupted {
-        println!(
+        outln!(
             "{verb} interrupted after {added} added, {changed} changed, {destroyed} destroyed. \
              The state ({}) records everything that may exist; run the command again to resume.",
             state_path.display()
-        );
-        EXIT_INTERRUPTED as u8
+        )?;
+        Ok(EXIT_INTERRUPTED as u8)
     } else {
-        println!(
+        outln!(
             "{verb} failed after {added} added, {changed} changed, {destroyed} destroyed. \
              Failed resources are tainted; fix the cause and run the command again to resume."
-        );
-        1
+        )?;
+        Ok(1)
     }
 }

@@ -20,7 +20,7 @@ pub fn list(g: &Global) -> anyhow::Result<u8> {
     let (store, _, name) = open(g)?;
     let state = store.state();
     if state.resources.is_empty() {
-        println!("Deployment {name:?} has no resources in its state.");
+        outln!("Deployment {name:?} has no resources in its state.")?;
         return Ok(0);
     }
     let mut table = Table::new();
@@ -34,14 +34,14 @@ pub fn list(g: &Global) -> anyhow::Result<u8> {
             r.physical_id.clone().unwrap_or_else(|| "-".into()),
         ]);
     }
-    println!("{table}");
-    println!(
+    outln!("{table}")?;
+    outln!(
         "serial {}, lineage {}, account {}, region {}",
         state.serial,
         state.lineage,
         state.account_id.as_deref().unwrap_or("-"),
         state.region.as_deref().unwrap_or("-")
-    );
+    )?;
     Ok(0)
 }
 
@@ -53,7 +53,7 @@ pub fn show(g: &Global, address: &Address) -> anyhow::Result<u8> {
         .resources
         .get(address)
         .with_context(|| format!("{address} is not in the state of deployment {name:?}"))?;
-    println!("{}", serde_json::to_string_pretty(r)?);
+    outln!("{}", serde_json::to_string_pretty(r)?)?;
     Ok(0)
 }
 
@@ -72,12 +72,12 @@ pub fn rm(g: &Global, address: &Address) -> anyhow::Result<u8> {
     store.write(move |s| {
         s.resources.remove(&a);
     })?;
-    println!(
+    outln!(
         "Removed {address} from the state. kfaws no longer manages it; it still exists{}.",
         r.physical_id
             .map(|id| format!(" ({id})"))
             .unwrap_or_default()
-    );
+    )?;
     Ok(0)
 }
 
@@ -85,14 +85,14 @@ pub fn rm(g: &Global, address: &Address) -> anyhow::Result<u8> {
 pub fn unlock(g: &Global, id: &str) -> anyhow::Result<u8> {
     let (name, state_dir) = context::deployment(g)?;
     let info = lock::force_unlock(&state_dir, &name, id)?;
-    println!(
+    outln!(
         "Removed the lock {} held by {} (pid {}) for `{}` since {}.",
         info.id,
         info.who,
         info.pid,
         info.operation,
         info.created.to_rfc3339()
-    );
+    )?;
     Ok(0)
 }
 
@@ -106,15 +106,15 @@ pub fn output(g: &Global, name: Option<&str>, json: bool) -> anyhow::Result<u8> 
                 format!("no output {n:?} in deployment {deployment:?}; `kfaws output` lists them")
             })?;
             match (json, v.as_str()) {
-                (false, Some(s)) => println!("{s}"),
-                _ => println!("{v}"),
+                (false, Some(s)) => outln!("{s}")?,
+                _ => outln!("{v}")?,
             }
         }
-        None if json => println!("{}", serde_json::to_string_pretty(&outputs)?),
-        None if outputs.is_empty() => println!("Deployment {deployment:?} has no outputs yet."),
+        None if json => outln!("{}", serde_json::to_string_pretty(&outputs)?)?,
+        None if outputs.is_empty() => outln!("Deployment {deployment:?} has no outputs yet.")?,
         None => {
             for (k, v) in outputs {
-                println!("{k} = {v}");
+                outln!("{k} = {v}")?;
             }
         }
     }

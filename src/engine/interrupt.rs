@@ -1,6 +1,7 @@
-//! Ctrl-C and SIGTERM: the first stops new work and lets in-flight calls
-//! finish and be recorded; the second exits at once with 130 (the state
-//! already records in-flight creates as `creating` with their tokens).
+//! Ctrl-C, SIGTERM and SIGHUP: the first stops new work and lets in-flight
+//! calls finish and be recorded (before any change starts, commands stop at
+//! once); the second exits at once with 130, releasing the state lock (the
+//! state already records in-flight creates as `creating` with their tokens).
 
 use tokio::signal::unix::{signal, SignalKind};
 use tokio_util::sync::CancellationToken;
@@ -8,8 +9,9 @@ use tokio_util::sync::CancellationToken;
 /// The exit status after an interrupt (128 + SIGINT, the shell convention).
 pub const EXIT_INTERRUPTED: i32 = 130;
 
-/// Returns a token cancelled by the first SIGINT or SIGTERM, and installs
-/// the second-signal exit. Must be called inside a tokio runtime.
+/// Returns a token cancelled by the first SIGINT, SIGTERM or SIGHUP, and
+/// installs the second-signal exit. Call it before taking the state lock, so
+/// no signal can leave the lock behind. Must be called inside a tokio runtime.
 ///
 /// # Panics
 /// If the signal handlers cannot be installed (no tokio signal driver).
@@ -17,11 +19,13 @@ pub fn cancel_on_signals() -> CancellationToken {
     let token = CancellationToken::new();
     let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler installs");
     let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler installs");
+    let mut hup = signal(SignalKind::hangup()).expect("SIGHUP handler installs");
     let t = token.clone();
     tokio::spawn(async move {
         tokio::select! {
             _ = int.recv() => {}
             _ = term.recv() => {}
+            _ = hup.recv() => {}
         }
         eprintln!(
             "\nInterrupt received: no new resources will start; waiting for in-flight calls to \
@@ -32,8 +36,10 @@ pub fn cancel_on_signals() -> CancellationToken {
         tokio::select! {
             _ = int.recv() => {}
             _ = term.recv() => {}
+            _ = hup.recv() => {}
         }
         eprintln!("Second interrupt: exiting now.");
+        crate::state::lock::release_held();
         std::process::exit(EXIT_INTERRUPTED);
     });
     token

@@ -83,7 +83,12 @@ impl Console {
             Some((multi, _)) => {
                 let _ = multi.println(text);
             }
-            None => println!("{} {text}", chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ")),
+            // A closed stdout must not stop an apply: progress is best effort.
+            None => {
+                use std::io::Write as _;
+                let now = chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ");
+                let _ = writeln!(std::io::stdout().lock(), "{now} {text}");
+            }
         }
     }
 }

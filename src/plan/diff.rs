@@ -32,6 +32,7 @@ pub fn diff_apply(
             )
         })
         .collect();
+    propagate_input_changes(desired, &mut changes);
     let wanted: BTreeSet<&Address> = desired.iter().map(|r| r.address()).collect();
     for (address, recorded) in &state.resources {
         if !wanted.contains(address) {
@@ -46,6 +47,43 @@ pub fn diff_apply(
     }
     changes.sort_by(|a, b| a.address.cmp(&b.address));
     changes
+}
+
+/// A resource consumes its dependencies' outputs; when a dependency is
+/// created, updated or replaced those outputs may change, so an otherwise
+/// up-to-date dependant is updated too, with its new inputs (an update that
+/// changes nothing is a no-op for the service: CloudFormation answers "No
+/// updates are to be performed"). Terraform shows the same as "known after
+/// apply". `changes` is in `desired` order; walked in dependency order here.
+fn propagate_input_changes(desired: &[Arc<dyn Resource>], changes: &mut [Change]) {
+    let Ok(dag) = crate::graph::Dag::new(
+        desired
+            .iter()
+            .map(|r| (r.address().clone(), r.dependencies())),
+    ) else {
+        return; // make_plan reports the graph error
+    };
+    let index: BTreeMap<Address, usize> = changes
+        .iter()
+        .enumerate()
+        .map(|(i, c)| (c.address.clone(), i))
+        .collect();
+    for address in dag.topological_order() {
+        let i = index[&address];
+        if changes[i].action != Action::NoOp {
+            continue;
+        }
+        let moving = dag.dependencies(&address).into_iter().find(|d| {
+            matches!(
+                changes[index[*d]].action,
+                Action::Create | Action::Update | Action::Replace
+            )
+        });
+        if let Some(d) = moving {
+            changes[i].action = Action::Update;
+            changes[i].reason = format!("dependency {d} changes; re-applied with its new outputs");
+        }
+    }
 }
 
 /// Changes for a destroy: a delete for every recorded resource, sorted by address.
@@ -468,6 +506,76 @@ mod tests {
         );
         assert_eq!(c.action, Action::Delete);
         assert!(c.drift && c.reason.contains("already gone"));
+    }
+
+    #[test]
+    fn dependants_of_a_changing_resource_are_updated_with_its_outputs() {
+        let net: Arc<dyn Resource> = fake(json!({"cidr": "10.1.0.0/16", "tags": {"a": "1"}}));
+        let storage: Arc<dyn Resource> = Arc::new(Dependant {
+            inner: Fake {
+                address: Address::new("stack.storage").unwrap(),
+                spec: SPEC(),
+                mode: Mode::Managed,
+            },
+        });
+        let far: Arc<dyn Resource> = Arc::new(Fake {
+            address: Address::new("far").unwrap(),
+            spec: SPEC(),
+            mode: Mode::Managed,
+        });
+        let mut state = State::new("ml");
+        let mut observed = BTreeMap::new();
+        for a in ["stack.network", "stack.storage", "far"] {
+            state
+                .resources
+                .insert(Address::new(a).unwrap(), recorded(Status::Created, SPEC()));
+            observed.insert(Address::new(a).unwrap(), present(SPEC()));
+        }
+        let changes = diff_apply(&[net, storage, far], &state, &observed);
+        let by: BTreeMap<&str, &Change> = changes.iter().map(|c| (c.address.as_str(), c)).collect();
+        assert_eq!(by["stack.network"].action, Action::Replace);
+        assert_eq!(by["stack.storage"].action, Action::Update);
+        assert_eq!(
+            by["stack.storage"].reason,
+            "dependency stack.network changes; re-applied with its new outputs"
+        );
+        assert_eq!(by["far"].action, Action::NoOp);
+    }
+
+    /// `Fake` depending on `stack.network`.
+    struct Dependant {
+        inner: Fake,
+    }
+
+    #[async_trait]
+    impl Resource for Dependant {
+        fn address(&self) -> &Address {
+            self.inner.address()
+        }
+        fn kind(&self) -> &'static str {
+            "fake"
+        }
+        fn dependencies(&self) -> Vec<Address> {
+            vec![addr()]
+        }
+        fn spec(&self) -> Value {
+            self.inner.spec()
+        }
+        fn estimate(&self) -> Duration {
+            Duration::from_secs(1)
+        }
+        async fn read(&self, _: Option<&ResourceState>) -> Result<Observed, ResourceError> {
+            unreachable!("diff is pure")
+        }
+        async fn create(&self, _: &str, _: &Inputs) -> Result<Applied, ResourceError> {
+            unreachable!("diff is pure")
+        }
+        async fn update(&self, _: &ResourceState, _: &Inputs) -> Result<Applied, ResourceError> {
+            unreachable!("diff is pure")
+        }
+        async fn delete(&self, _: &ResourceState) -> Result<(), ResourceError> {
+            unreachable!("diff is pure")
+        }
     }
 
     #[test]

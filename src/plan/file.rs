@@ -35,6 +35,17 @@ pub enum PlanFileError {
         /// Lineage now.
         current_lineage: uuid::Uuid,
     },
+    /// The plan names an address this deployment does not have.
+    #[error("the saved plan changes {0}, which is neither in the configuration nor in the state")]
+    UnknownAddress(Address),
+    /// The plan was made in another AWS account.
+    #[error("the saved plan was made in AWS account {planned}, the credentials are for account {current}")]
+    WrongAccount {
+        /// The account of the plan.
+        planned: String,
+        /// The caller's account.
+        current: String,
+    },
     /// The desired spec computed now differs from the one planned.
     #[error("the saved plan's spec for {0} differs from what this kfaws computes from the same config; run `kfaws plan` again")]
     SpecChanged(Address),
@@ -73,12 +84,26 @@ pub fn load(path: &Path) -> Result<Plan, PlanFileError> {
     Ok(plan)
 }
 
-/// Checks that `plan` still applies to `state` and to the specs `handles`
-/// compute now.
+/// Checks that `plan` was made in `account` and still applies to `state`
+/// and to the specs `handles` compute now.
 ///
 /// # Errors
-/// [`PlanFileError::Stale`] or [`PlanFileError::SpecChanged`].
-pub fn check(plan: &Plan, state: &State, handles: &Handles) -> Result<(), PlanFileError> {
+/// [`PlanFileError::WrongAccount`], [`PlanFileError::Stale`],
+/// [`PlanFileError::UnknownAddress`] or [`PlanFileError::SpecChanged`].
+pub fn check(
+    plan: &Plan,
+    account: &str,
+    state: &State,
+    handles: &Handles,
+) -> Result<(), PlanFileError> {
+    if let Some(planned) = &plan.account_id {
+        if planned != account {
+            return Err(PlanFileError::WrongAccount {
+                planned: planned.clone(),
+                current: account.to_string(),
+            });
+        }
+    }
     // Serial 0 is a state never written: its lineage is not fixed until the
     // first write, so only the serial can be compared.
     let never_written = plan.state_serial == 0 && state.serial == 0;
@@ -92,7 +117,10 @@ pub fn check(plan: &Plan, state: &State, handles: &Handles) -> Result<(), PlanFi
         });
     }
     for c in &plan.changes {
-        if let (Some(planned), Some(handle)) = (&c.spec_hash, handles.get(&c.address)) {
+        let handle = handles
+            .get(&c.address)
+            .ok_or_else(|| PlanFileError::UnknownAddress(c.address.clone()))?;
+        if let Some(planned) = &c.spec_hash {
             if *planned != spec_hash(&handle.spec()) {
                 return Err(PlanFileError::SpecChanged(c.address.clone()));
             }

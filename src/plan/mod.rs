@@ -141,6 +141,10 @@ pub struct Plan {
     pub state_lineage: Uuid,
     /// `--target` addresses, if any.
     pub targets: Vec<Address>,
+    /// The AWS account the plan was made in (set by the caller once the
+    /// identity is known); `apply FILE` refuses another account.
+    #[serde(default)]
+    pub account_id: Option<String>,
     /// One entry per address, sorted by address.
     pub changes: Vec<Change>,
 }
@@ -279,6 +283,7 @@ pub async fn make_plan(req: PlanRequest<'_>) -> Result<(Plan, Handles), PlanErro
         state_serial: req.state.serial,
         state_lineage: req.state.lineage,
         targets: req.targets.to_vec(),
+        account_id: None,
         changes,
     };
     Ok((plan, handles))

@@ -127,6 +127,7 @@ mod tests {
             state_serial: 3,
             state_lineage: uuid::Uuid::nil(),
             targets: vec![],
+            account_id: None,
             changes,
         }
     }

@@ -31,13 +31,14 @@ pub enum ProfileError {
     NotAvailable(ProfileName),
 }
 
-/// Builds the resources of the config's profile.
+/// Builds the resources of the config's profile for the state of lineage
+/// `lineage` (resources tag what they create with it).
 ///
 /// # Errors
 /// [`ProfileError::NotAvailable`] for profiles this build cannot deploy.
-pub fn build(config: &Config, aws: &SdkConfig) -> Result<Built, ProfileError> {
+pub fn build(config: &Config, aws: &SdkConfig, lineage: uuid::Uuid) -> Result<Built, ProfileError> {
     match config.profile {
-        ProfileName::Vanilla => Ok(vanilla::build(config, aws)),
+        ProfileName::Vanilla => Ok(vanilla::build(config, aws, lineage)),
         other => Err(ProfileError::NotAvailable(other)),
     }
 }
@@ -46,13 +47,14 @@ pub fn build(config: &Config, aws: &SdkConfig) -> Result<Built, ProfileError> {
 pub struct AwsProvider {
     config: Config,
     aws: SdkConfig,
+    lineage: uuid::Uuid,
 }
 
 impl Provider for AwsProvider {
     fn handle_for(&self, address: &Address, recorded: &ResourceState) -> Option<Arc<dyn Resource>> {
         match recorded.kind.as_str() {
             "aws_cloudformation_stack" => {
-                vanilla::stack_from_state(&self.config, &self.aws, address, recorded)
+                vanilla::stack_from_state(&self.config, &self.aws, self.lineage, address, recorded)
             }
             _ => None,
         }

@@ -40,7 +40,7 @@ pub fn subnet_cidrs(vpc_cidr: &str) -> [String; 4] {
     std::array::from_fn(|i| format!("{}/{}", Ipv4Addr::from(base + step * i as u32), prefix + 2))
 }
 
-fn stacks(config: &Config, aws: &SdkConfig) -> Vec<StackResource> {
+fn stacks(config: &Config, aws: &SdkConfig, lineage: uuid::Uuid) -> Vec<StackResource> {
     let client = aws_sdk_cloudformation::Client::new(aws);
     let [pub1, pub2, priv1, priv2] = subnet_cidrs(&config.options.vpc_cidr);
     let stack = |part: &str, template, estimate, parameters: BTreeMap<String, String>, inputs| {
@@ -48,6 +48,7 @@ fn stacks(config: &Config, aws: &SdkConfig) -> Vec<StackResource> {
             address: addr(&format!("stack.{part}")),
             stack_name: config.stack_name(part),
             deployment: config.name.clone(),
+            lineage: lineage.to_string(),
             template,
             parameters,
             inputs,
@@ -122,9 +123,9 @@ fn stacks(config: &Config, aws: &SdkConfig) -> Vec<StackResource> {
     ]
 }
 
-/// The vanilla profile's resources.
-pub fn build(config: &Config, aws: &SdkConfig) -> Built {
-    let resources = stacks(config, aws)
+/// The vanilla profile's resources, for the state of lineage `lineage`.
+pub fn build(config: &Config, aws: &SdkConfig, lineage: uuid::Uuid) -> Built {
+    let resources = stacks(config, aws, lineage)
         .into_iter()
         .map(|s| Arc::new(s) as Arc<dyn Resource>)
         .collect();
@@ -133,6 +134,7 @@ pub fn build(config: &Config, aws: &SdkConfig) -> Built {
         provider: Arc::new(AwsProvider {
             config: config.clone(),
             aws: aws.clone(),
+            lineage,
         }),
     }
 }
@@ -142,16 +144,18 @@ pub fn build(config: &Config, aws: &SdkConfig) -> Built {
 pub fn stack_from_state(
     config: &Config,
     aws: &SdkConfig,
+    lineage: uuid::Uuid,
     address: &Address,
     recorded: &ResourceState,
 ) -> Option<Arc<dyn Resource>> {
-    let mut stack = stacks(config, aws)
+    let mut stack = stacks(config, aws, lineage)
         .into_iter()
         .find(|s| &s.address == address)
         .unwrap_or_else(|| StackResource {
             address: address.clone(),
             stack_name: String::new(),
             deployment: config.name.clone(),
+            lineage: lineage.to_string(),
             template: "",
             parameters: BTreeMap::new(),
             inputs: vec![],
@@ -202,7 +206,7 @@ mod tests {
         let aws = SdkConfig::builder()
             .behavior_version(aws_config::BehaviorVersion::latest())
             .build();
-        let built = build(&config, &aws);
+        let built = build(&config, &aws, uuid::Uuid::nil());
         let deps: Vec<(String, Vec<String>)> = built
             .resources
             .iter()

@@ -11,6 +11,7 @@
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -48,7 +49,10 @@ pub enum LockError {
     )]
     Held(Box<LockInfo>),
     /// The lock file exists but cannot be read (being written, or damaged).
-    #[error("the state lock {path} exists but cannot be read ({message}); another command may be starting")]
+    #[error(
+        "the state lock {path} exists but cannot be read ({message}); if no kfaws command is \
+         running for this deployment, delete that file"
+    )]
     Unreadable {
         /// The lock file.
         path: PathBuf,
@@ -107,6 +111,21 @@ fn lock_path(state_dir: &Path, deployment: &str) -> PathBuf {
     deployment_dir(state_dir, deployment).join("state.lock")
 }
 
+/// Locks this process holds, so an immediate exit (a second Ctrl-C) can
+/// release them: `Drop` does not run on `process::exit`.
+static HELD: Mutex<Vec<(PathBuf, Uuid)>> = Mutex::new(Vec::new());
+
+/// Releases every lock this process holds. For the exit path of a second
+/// interrupt, where destructors do not run.
+pub fn release_held() {
+    let held = std::mem::take(&mut *HELD.lock().unwrap_or_else(|e| e.into_inner()));
+    for (path, id) in held {
+        if matches!(read(&path), Ok(Some(current)) if current.id == id) {
+            let _ = fs::remove_file(&path);
+        }
+    }
+}
+
 /// A held lock; released when dropped.
 #[derive(Debug)]
 pub struct StateLock {
@@ -159,7 +178,12 @@ impl StateLock {
                 source,
             })?;
         match fs::hard_link(tmp.path(), &path) {
-            Ok(()) => Ok(Self { path, info }),
+            Ok(()) => {
+                HELD.lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push((path.clone(), info.id));
+                Ok(Self { path, info })
+            }
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(match read(&path)? {
                 Some(held) => LockError::Held(Box::new(held)),
                 None => LockError::Unreadable {
@@ -179,6 +203,9 @@ impl StateLock {
 
 impl Drop for StateLock {
     fn drop(&mut self) {
+        HELD.lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|(_, id)| *id != self.info.id);
         // Only remove the file if it is still ours: `state unlock` may have
         // broken it and another command taken it since.
         if matches!(read(&self.path), Ok(Some(current)) if current.id == self.info.id) {
@@ -253,6 +280,15 @@ mod tests {
         );
         drop(held);
         StateLock::acquire(dir.path(), "ml", "destroy").unwrap();
+    }
+
+    #[test]
+    fn release_held_removes_this_process_locks_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let ours = StateLock::acquire(dir.path(), "held", "apply").unwrap();
+        release_held();
+        assert!(current(dir.path(), "held").unwrap().is_none());
+        std::mem::forget(ours);
     }
 
     #[test]
