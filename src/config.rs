@@ -69,9 +69,9 @@ pub enum SageMakerRolePolicy {
     Scoped,
 }
 
-/// One EKS managed node group.
+/// One EKS managed node group; a field left out takes its default.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub struct NodeGroup {
     /// EC2 instance type, e.g. `m5.xlarge`.
     pub instance_type: String,
@@ -184,6 +184,25 @@ pub struct Config {
 /// Amazon EKS User Guide, "Understand the Kubernetes version lifecycle on EKS").
 pub const DEFAULT_KUBERNETES_VERSION: &str = "1.33";
 
+/// Kubernetes minor versions EKS offers in standard or extended support
+/// when this kfaws was released (Amazon EKS User Guide, "Understand the
+/// Kubernetes version lifecycle on EKS").
+pub const SUPPORTED_MINORS: std::ops::RangeInclusive<u32> = 29..=36;
+
+/// Namespaces a user namespace may not be: Kubernetes' own and the
+/// Kubeflow components' (destroy deletes the user namespace).
+pub const RESERVED_NAMESPACES: &[&str] = &[
+    "default",
+    "kube-system",
+    "kube-public",
+    "kube-node-lease",
+    "kubeflow",
+    "istio-system",
+    "cert-manager",
+    "auth",
+    "knative-serving",
+];
+
 /// Why a config cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -273,10 +292,22 @@ impl ConfigFile {
     /// [`ConfigError::Parse`] with line and column for syntax errors,
     /// duplicate keys, unknown keys and wrong types.
     pub fn parse(path: &Path, text: &str) -> Result<Self, ConfigError> {
-        toml::from_str(text).map_err(|e| ConfigError::Parse {
+        let file: Self = toml::from_str(text).map_err(|e| ConfigError::Parse {
             path: path.to_path_buf(),
             message: e.to_string().trim_end().to_string(),
-        })
+        })?;
+        if file
+            .state_dir
+            .as_ref()
+            .is_some_and(|d| d.as_os_str().is_empty())
+        {
+            return Err(ConfigError::Invalid {
+                field: "state_dir".into(),
+                value: String::new(),
+                problem: "must name a directory (leave it out for .kfaws)".into(),
+            });
+        }
+        Ok(file)
     }
 
     /// Reads and parses a config file; a missing file at the default path is
@@ -486,12 +517,27 @@ impl Config {
             .strip_prefix("1.")
             .and_then(|m| m.parse::<u32>().ok())
             .filter(|_| !kv.ends_with('.'));
-        if minor.is_none() {
-            return Err(invalid(
-                "kubernetes_version",
-                kv,
-                "must be MAJOR.MINOR such as \"1.33\" (EKS CreateCluster, version)".into(),
-            ));
+        match minor {
+            None => {
+                return Err(invalid(
+                    "kubernetes_version",
+                    kv,
+                    "must be MAJOR.MINOR such as \"1.33\" (EKS CreateCluster, version)".into(),
+                ))
+            }
+            Some(m) if !SUPPORTED_MINORS.contains(&m) => {
+                return Err(invalid(
+                    "kubernetes_version",
+                    kv,
+                    format!(
+                        "EKS offers Kubernetes 1.{}..=1.{} (standard and extended support, \
+                         Amazon EKS User Guide, \"Kubernetes version lifecycle\")",
+                        SUPPORTED_MINORS.start(),
+                        SUPPORTED_MINORS.end()
+                    ),
+                ))
+            }
+            Some(_) => {}
         }
         check_cidr(&self.options.vpc_cidr)
             .map_err(|p| invalid("options.vpc_cidr", &self.options.vpc_cidr, p))?;
@@ -502,8 +548,26 @@ impl Config {
                 "at least one node group is required".into(),
             ));
         }
+        if RESERVED_NAMESPACES.contains(&self.options.user_namespace.as_str()) {
+            return Err(invalid(
+                "options.user_namespace",
+                &self.options.user_namespace,
+                "is a namespace of Kubernetes or of the Kubeflow components; choose a namespace of \
+                 its own (destroy deletes it)"
+                    .into(),
+            ));
+        }
         for (group, ng) in &self.node_groups {
             let field = |k: &str| format!("node_groups.{group}.{k}");
+            // The group name becomes an address segment (eks.nodegroup.<group>)
+            // and a Kubernetes label value.
+            if let Some(problem) = naming::DNS1123_LABEL.violation(group) {
+                return Err(invalid(
+                    &format!("node_groups.{group:?}"),
+                    group,
+                    format!("a node group name must be a DNS-1123 label ({problem})"),
+                ));
+            }
             if ng.max_size < 1 {
                 return Err(invalid(
                     &field("max_size"),
@@ -777,12 +841,52 @@ mod tests {
     }
 
     #[test]
-    fn node_group_names_are_checked() {
-        let errs = names_error(
-            "name = \"ml\"\nregion = \"us-east-1\"\n[node_groups.\"gpu.big\"]\ninstance_type = \"g5.xlarge\"\nmin_size = 0\ndesired_size = 0\nmax_size = 1",
+    fn unsupported_versions_reserved_namespaces_bad_group_names_and_empty_state_dir_are_refused() {
+        let cases = [
+            ("kubernetes_version = \"1.99\"", "kubernetes_version"),
+            ("kubernetes_version = \"1.20\"", "kubernetes_version"),
+            (
+                "[options]\nuser_namespace = \"kube-system\"",
+                "options.user_namespace",
+            ),
+            (
+                "[node_groups.GPU]\ninstance_type = \"g5.xlarge\"",
+                "node_groups.\"GPU\"",
+            ),
+            (
+                "[node_groups.\"\"]\ninstance_type = \"g5.xlarge\"",
+                "node_groups.\"\"",
+            ),
+            ("state_dir = \"\"", "state_dir"),
+        ];
+        for (toml, field) in cases {
+            match resolve(&format!("name = \"ml\"\nregion = \"us-east-1\"\n{toml}")) {
+                Err(ConfigError::Invalid { field: f, .. }) => assert_eq!(f, field, "{toml}"),
+                other => panic!("{toml}: expected Invalid {field}, got {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_partial_node_group_takes_the_defaults() {
+        let c = resolve("name = \"ml\"\nregion = \"us-east-1\"\n[node_groups.cpu]\nmax_size = 8")
+            .unwrap();
+        let ng = &c.node_groups["cpu"];
+        assert_eq!(
+            (ng.instance_type.as_str(), ng.min_size, ng.max_size),
+            ("m5.xlarge", 1, 8)
         );
-        assert_eq!(errs[0].field, "node_groups.gpu.big");
-        assert_eq!(errs[0].value, "ml-gpu.big");
+    }
+
+    #[test]
+    fn node_group_names_are_checked() {
+        let group = "g".repeat(61);
+        let errs = names_error(&format!(
+            "name = \"ml\"\nregion = \"us-east-1\"\n[node_groups.{group}]\ninstance_type = \"g5.xlarge\"\nmin_size = 0\ndesired_size = 0\nmax_size = 1"
+        ));
+        assert_eq!(errs[0].field, format!("node_groups.{group}"));
+        assert_eq!(errs[0].value, format!("ml-{group}"));
+        assert_eq!(errs[0].what, "EKS node group name");
     }
 
     #[test]

@@ -456,3 +456,55 @@ fn ctrl_c_while_planning_exits_130_and_leaves_no_lock() {
     );
     assert!(!lock.exists(), "the lock is released");
 }
+
+#[tokio::test]
+async fn a_template_edited_outside_kfaws_is_drift_and_apply_restores_it() {
+    let d = Deployment::new();
+    d.stdout(&["apply", "--auto-approve", "--target", "stack.iam"]);
+    let cfn = d.cloudformation().await;
+    let name = format!("kfaws-{}-iam", d.name);
+    let ours = cfn
+        .get_template()
+        .stack_name(&name)
+        .send()
+        .await
+        .unwrap()
+        .template_body()
+        .unwrap()
+        .to_string();
+    let edited = format!("{ours}\n  Extra:\n    Value: added by hand\n");
+    cfn.update_stack()
+        .stack_name(&name)
+        .template_body(edited)
+        .set_parameters(Some(
+            cfn.describe_stacks()
+                .stack_name(&name)
+                .send()
+                .await
+                .unwrap()
+                .stacks()[0]
+                .parameters()
+                .iter()
+                .map(|p| {
+                    aws_sdk_cloudformation::types::Parameter::builder()
+                        .parameter_key(p.parameter_key().unwrap())
+                        .use_previous_value(true)
+                        .build()
+                })
+                .collect(),
+        ))
+        .capabilities(aws_sdk_cloudformation::types::Capability::CapabilityNamedIam)
+        .send()
+        .await
+        .unwrap();
+    let plan = d.stdout(&["plan", "--target", "stack.iam"]);
+    assert!(
+        plan.contains("drift: changed outside kfaws: template_sha256"),
+        "{plan}"
+    );
+    d.stdout(&["apply", "--auto-approve", "--target", "stack.iam"]);
+    d.kfaws(&["plan", "--target", "stack.iam", "--detailed-exitcode"])
+        .assert()
+        .code(0);
+    d.stdout(&["destroy", "--auto-approve"]);
+}

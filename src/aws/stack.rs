@@ -327,6 +327,20 @@ impl Resource for StackResource {
         let mut spec = serde_json::Map::new();
         spec.insert("stack_name".into(), json!(stack.stack_name()));
         spec.insert("parameters".into(), json!(live_params));
+        // The template as CloudFormation runs it now: an edit made outside
+        // kfaws (UpdateStack with another template) is drift.
+        let id = stack.stack_id().unwrap_or(&self.stack_name);
+        let template = self
+            .client
+            .get_template()
+            .stack_name(id)
+            .send()
+            .await
+            .map_err(|e| ResourceError::msg(format!("GetTemplate {id}: {}", sdk_message(&e))))?;
+        if let Some(body) = template.template_body() {
+            let hash = crate::state::spec_hash(&Value::String(body.to_string()));
+            spec.insert("template_sha256".into(), json!(hash));
+        }
         let applied = Self::applied(&stack);
         Ok(Observed::Present {
             physical_id: Some(applied.physical_id),

@@ -51,7 +51,6 @@ async fn make(
     let aws = context::aws(g, config).await;
     let built = profiles::build(config, &aws, store.state().lineage)?;
     let id = interruptible(cancel, context::check_identity(&aws, config, store.state())).await??;
-    warn_targets(flags);
     let planning = make_plan(PlanRequest {
         config,
         desired: &built.resources,
@@ -62,6 +61,7 @@ async fn make(
         parallelism: usize::from(flags.parallelism),
     });
     let (plan, handles) = interruptible(cancel, planning).await??;
+    warn_targets(flags);
     Ok(Planned {
         loaded,
         _lock: lock,
@@ -272,9 +272,14 @@ fn finish(plan: &Plan, report: &ApplyReport, state_path: &Path) -> anyhow::Resul
         )?;
         Ok(EXIT_INTERRUPTED as u8)
     } else {
+        let what = if plan.destroy {
+            "Failed deletes stay recorded (status deleting)"
+        } else {
+            "Failed creates are tainted and will be replaced"
+        };
         outln!(
             "{verb} failed after {added} added, {changed} changed, {destroyed} destroyed. \
-             Failed resources are tainted; fix the cause and run the command again to resume."
+             {what}; fix the cause and run the command again to resume."
         )?;
         Ok(1)
     }
