@@ -508,3 +508,121 @@ async fn a_template_edited_outside_kfaws_is_drift_and_apply_restores_it() {
         .code(0);
     d.stdout(&["destroy", "--auto-approve"]);
 }
+
+fn control(path: &str, method: &str, body: &str) -> String {
+    let url = format!(
+        "{}/{path}",
+        std::env::var("KFAWS_EMULATOR_CONTROL").expect("run under with_emulator.sh")
+    );
+    let out = std::process::Command::new("curl")
+        .args([
+            "-fsS",
+            "-X",
+            method,
+            &url,
+            "-H",
+            "content-type: application/json",
+        ])
+        .args(if body.is_empty() {
+            vec![]
+        } else {
+            vec!["-d", body]
+        })
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{url}: {out:?}");
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// CreateStack calls that reached moto (not faulted) in this account.
+fn stacks_created(d: &Deployment) -> u64 {
+    let calls: serde_json::Value = serde_json::from_str(&control(
+        &format!("calls?account_id={}", d.account),
+        "GET",
+        "",
+    ))
+    .unwrap();
+    calls
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["operation"] == "CreateStack")
+        .map(|c| c["calls"].as_u64().unwrap() - c["faulted"].as_u64().unwrap())
+        .sum()
+}
+
+#[tokio::test]
+async fn apply_and_destroy_finish_with_20_percent_of_calls_throttled_or_failing() {
+    let d = Deployment::new();
+    for (service, kind) in [
+        ("cloudformation", "throttle"),
+        ("cloudformation", "server_error"),
+        ("sts", "throttle"),
+        ("sts", "server_error"),
+    ] {
+        control(
+            "faults",
+            "POST",
+            &format!(
+                r#"{{"service":"{service}","operation":"*","kind":"{kind}","probability":0.1,"count":null,"account_id":"{}"}}"#,
+                d.account
+            ),
+        );
+    }
+    d.stdout(&["apply", "--auto-approve"]);
+    d.kfaws(&["plan", "--detailed-exitcode"]).assert().code(0);
+    assert_eq!(stacks_created(&d), 3, "every stack created exactly once");
+    d.stdout(&["destroy", "--auto-approve"]);
+    assert!(d.live_stacks().await.is_empty());
+    let faults: serde_json::Value = serde_json::from_str(&control("faults", "GET", "")).unwrap();
+    let fired: u64 = faults
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["account_id"] == d.account.as_str())
+        .map(|r| r["fired"].as_u64().unwrap())
+        .sum();
+    assert!(fired > 0, "the faults were exercised");
+}
+
+#[tokio::test]
+async fn apply_killed_at_random_moments_then_rerun_creates_each_stack_once() {
+    let d = Deployment::new();
+    control(
+        &format!("lifecycle?account_id={}", d.account),
+        "PUT",
+        r#"{"scale": 1, "durations": {"cloudformation.stack.create": 1, "cloudformation.stack.delete": 1}}"#,
+    );
+    let seed = fastrand::u64(..);
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let lock = d.dir.path().join(".kfaws").join(&d.name).join("state.lock");
+    for trial in 0..10 {
+        let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("kfaws"))
+            .args(["apply", "--auto-approve"])
+            .current_dir(d.dir.path())
+            .env("AWS_ACCESS_KEY_ID", &d.account)
+            .env("AWS_SECRET_ACCESS_KEY", "test")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(rng.u64(0..2500)));
+        let _ = child.kill();
+        let status = child.wait().unwrap();
+        assert!(
+            status.code().is_none() || status.success(),
+            "trial {trial} (seed {seed}): {status:?}"
+        );
+        if let Ok(text) = std::fs::read_to_string(&lock) {
+            let info: serde_json::Value = serde_json::from_str(&text).unwrap();
+            d.kfaws(&["state", "unlock", info["id"].as_str().unwrap()])
+                .assert()
+                .success();
+        }
+    }
+    d.stdout(&["apply", "--auto-approve"]);
+    d.kfaws(&["plan", "--detailed-exitcode"]).assert().code(0);
+    assert_eq!(stacks_created(&d), 3, "seed {seed}: no stack created twice");
+    d.stdout(&["destroy", "--auto-approve"]);
+    assert!(d.live_stacks().await.is_empty());
+}

@@ -225,9 +225,18 @@ impl StackResource {
         gone_ok: bool,
     ) -> Result<Option<Stack>, ResourceError> {
         let schedule = Backoff::with_deadline(self.timeout());
+        // A poll that fails even after the SDK's retries (throttling, 5xx)
+        // is tolerated a few times in a row before the wait gives up.
+        let failures = std::sync::atomic::AtomicU32::new(0);
         wait_until(schedule, || async {
             let stack = match self.describe(id).await {
-                Ok(s) => s,
+                Ok(s) => {
+                    failures.store(0, std::sync::atomic::Ordering::Relaxed);
+                    s
+                }
+                Err(e) if failures.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < 3 => {
+                    return Poll::Pending(format!("DescribeStacks failing ({e})"));
+                }
                 Err(e) => return Poll::Failed(e.to_string()),
             };
             let Some(stack) = stack else {
