@@ -140,14 +140,22 @@ async fn plan_apply_noop_plan_outputs_and_destroy() {
     let vpc = d.stdout(&["output", "stack.network.VpcId"]);
     assert!(vpc.trim().starts_with("vpc-"), "{vpc}");
     let all: serde_json::Value = serde_json::from_str(&d.stdout(&["output", "--json"])).unwrap();
-    assert_eq!(
-        all["stack.storage.BucketName"],
-        format!("kfaws-{n}-us-east-1-artifacts")
-    );
-    assert!(all["stack.iam.SageMakerRoleArn"]
+    assert_eq!(all["bucket_name"], format!("kfaws-{n}-us-east-1-artifacts"));
+    assert!(all["sagemaker_role_arn"]
         .as_str()
         .unwrap()
         .ends_with(":role/sagemakerrole"));
+    assert_eq!(all["vpc_id"].as_str(), Some(vpc.trim()));
+    assert!(all["efs_file_system_id"]
+        .as_str()
+        .unwrap()
+        .starts_with("fs-"));
+    let listed = d.stdout(&["output"]);
+    assert!(listed.starts_with("vpc_id = \"vpc-"), "{listed}");
+    assert_eq!(
+        d.stdout(&["output", "bucket_name"]).trim(),
+        format!("kfaws-{n}-us-east-1-artifacts")
+    );
 
     let list = d.stdout(&["state", "list"]);
     assert!(

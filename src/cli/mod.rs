@@ -152,9 +152,10 @@ enum Command {
         #[arg(long)]
         auto_approve: bool,
     },
-    /// Print outputs recorded in the state (`<address>.<output>`).
+    /// Print the deployment's outputs (VPC, subnets, EFS, bucket, roles, ...).
     Output {
-        /// One output, e.g. stack.network.VpcId.
+        /// One output by name (e.g. vpc_id), or any resource output as <address>.<output>
+        /// (e.g. stack.network.VpcId).
         #[arg(id = "output", value_name = "NAME")]
         output: Option<String>,
         /// Print JSON.

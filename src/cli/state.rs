@@ -96,25 +96,41 @@ pub fn unlock(g: &Global, id: &str) -> anyhow::Result<u8> {
     Ok(0)
 }
 
-/// `kfaws output [NAME] [--json]`.
+/// `kfaws output [NAME] [--json]`: the profile's named outputs, or any
+/// resource output as `<address>.<output>`.
 pub fn output(g: &Global, name: Option<&str>, json: bool) -> anyhow::Result<u8> {
     let (store, _, deployment) = open(g)?;
-    let outputs = store.state().outputs();
+    let state = store.state();
+    let raw = state.outputs();
+    let profile = state.profile.unwrap_or(kfaws::config::ProfileName::Vanilla);
+    let named: std::collections::BTreeMap<&str, &serde_json::Value> =
+        kfaws::profiles::named_outputs(profile)
+            .iter()
+            .filter_map(|o| Some((o.name, raw.get(&format!("{}.{}", o.address, o.key))?)))
+            .collect();
     match name {
         Some(n) => {
-            let v = outputs.get(n).with_context(|| {
-                format!("no output {n:?} in deployment {deployment:?}; `kfaws output` lists them")
-            })?;
+            let v = named
+                .get(n)
+                .copied()
+                .or_else(|| raw.get(n))
+                .with_context(|| {
+                    format!(
+                        "no output {n:?} in deployment {deployment:?}; `kfaws output` lists them"
+                    )
+                })?;
             match (json, v.as_str()) {
                 (false, Some(s)) => outln!("{s}")?,
                 _ => outln!("{v}")?,
             }
         }
-        None if json => outln!("{}", serde_json::to_string_pretty(&outputs)?)?,
-        None if outputs.is_empty() => outln!("Deployment {deployment:?} has no outputs yet.")?,
+        None if json => outln!("{}", serde_json::to_string_pretty(&named)?)?,
+        None if named.is_empty() => outln!("Deployment {deployment:?} has no outputs yet.")?,
         None => {
-            for (k, v) in outputs {
-                outln!("{k} = {v}")?;
+            for o in kfaws::profiles::named_outputs(profile) {
+                if let Some(v) = named.get(o.name) {
+                    outln!("{} = {v}", o.name)?;
+                }
             }
         }
     }

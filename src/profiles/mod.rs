@@ -43,6 +43,26 @@ pub fn build(config: &Config, aws: &SdkConfig, lineage: uuid::Uuid) -> Result<Bu
     }
 }
 
+/// A named output: what `kfaws output NAME` prints, and which resource
+/// output it is (Terraform's `output` blocks).
+#[derive(Debug, Clone, Copy)]
+pub struct NamedOutput {
+    /// The name users ask for.
+    pub name: &'static str,
+    /// The resource that produces it.
+    pub address: &'static str,
+    /// The resource's output key.
+    pub key: &'static str,
+}
+
+/// The named outputs of a profile, in display order.
+pub fn named_outputs(profile: ProfileName) -> &'static [NamedOutput] {
+    match profile {
+        ProfileName::Vanilla => vanilla::OUTPUTS,
+        _ => &[],
+    }
+}
+
 /// Recreates handles for recorded AWS resources by kind.
 pub struct AwsProvider {
     config: Config,

@@ -23,6 +23,32 @@ const NETWORK: &str = include_str!("../../stacks/network.yaml");
 const IAM: &str = include_str!("../../stacks/iam.yaml");
 const STORAGE: &str = include_str!("../../stacks/storage.yaml");
 
+/// The deployment's outputs (`kfaws output`), from the stacks' outputs.
+pub const OUTPUTS: &[super::NamedOutput] = &[
+    out("vpc_id", "stack.network", "VpcId"),
+    out("private_subnet_ids", "stack.network", "PrivateSubnetIds"),
+    out("public_subnet_ids", "stack.network", "PublicSubnetIds"),
+    out(
+        "nfs_security_group_id",
+        "stack.network",
+        "NfsSecurityGroupId",
+    ),
+    out(
+        "s3_gateway_endpoint_id",
+        "stack.network",
+        "S3GatewayEndpointId",
+    ),
+    out("efs_file_system_id", "stack.storage", "FileSystemId"),
+    out("bucket_name", "stack.storage", "BucketName"),
+    out("sagemaker_role_arn", "stack.iam", "SageMakerRoleArn"),
+    out("cluster_role_arn", "stack.iam", "ClusterRoleArn"),
+    out("node_role_arn", "stack.iam", "NodeRoleArn"),
+];
+
+const fn out(name: &'static str, address: &'static str, key: &'static str) -> super::NamedOutput {
+    super::NamedOutput { name, address, key }
+}
+
 fn addr(s: &str) -> Address {
     Address::new(s).expect("profile addresses are valid")
 }
@@ -171,6 +197,25 @@ pub fn stack_from_state(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_named_output_is_declared_by_its_stack_template() {
+        for o in OUTPUTS {
+            let template = match o.address {
+                "stack.network" => NETWORK,
+                "stack.iam" => IAM,
+                "stack.storage" => STORAGE,
+                other => panic!("{other}"),
+            };
+            let outputs = &template[template.find("\nOutputs:").expect("has outputs")..];
+            assert!(
+                outputs.contains(&format!("\n  {}:", o.key)),
+                "{} not in {}",
+                o.key,
+                o.address
+            );
+        }
+    }
 
     #[test]
     fn subnets_are_four_equal_quarters_of_the_vpc() {
