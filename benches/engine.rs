@@ -88,6 +88,7 @@ async fn recorded(desired: &[Arc<dyn Resource>]) -> State {
                 spec,
                 outputs: applied.outputs,
                 dependencies: r.dependencies(),
+                inputs_hash: None,
                 updated_at: chrono::Utc::now(),
             },
         );

@@ -163,7 +163,7 @@ fn kill_9_at_20_random_moments_then_reapply_converges_with_each_resource_created
     println!("seed {seed}");
     let mut killed_mid_run = 0;
     for trial in 0..20 {
-        let child = spawn_child(dir.path(), 150);
+        let child = spawn_child(dir.path(), 300);
         std::thread::sleep(Duration::from_millis(rng.u64(0..400)));
         let mut child = child;
         let _ = child.kill(); // SIGKILL
@@ -211,7 +211,7 @@ fn two_concurrent_applies_one_wins_one_is_refused_and_the_state_is_intact() {
 #[test]
 fn ctrl_c_stops_new_work_records_in_flight_calls_and_exits_130() {
     let dir = tempfile::tempdir().unwrap();
-    let child = spawn_child(dir.path(), 150);
+    let child = spawn_child(dir.path(), 300);
     std::thread::sleep(Duration::from_millis(400));
     let status = Command::new("kill")
         .args(["-INT", &child.id().to_string()])

@@ -275,7 +275,7 @@ fn finish(plan: &Plan, report: &ApplyReport, state_path: &Path) -> anyhow::Resul
         let what = if plan.destroy {
             "Failed deletes stay recorded (status deleting)"
         } else {
-            "Failed creates are tainted and will be replaced"
+            "Failed creates are tainted and will be replaced, failed updates are planned again"
         };
         outln!(
             "{verb} failed after {added} added, {changed} changed, {destroyed} destroyed. \

@@ -25,7 +25,7 @@ use crate::address::Address;
 use crate::graph::GraphError;
 use crate::plan::{Action, Change, Handles, Plan};
 use crate::resource::{Inputs, Observed, Resource};
-use crate::state::{spec_hash, ResourceState, Status};
+use crate::state::{inputs_hash, spec_hash, ResourceState, Status};
 
 /// Executor settings.
 #[derive(Debug, Clone)]
@@ -240,6 +240,7 @@ fn entry(job: &Job, status: Status, token: Option<String>) -> ResourceState {
         spec,
         outputs: BTreeMap::new(),
         dependencies: job.handle.dependencies(),
+        inputs_hash: None,
         updated_at: Utc::now(),
     }
 }
@@ -266,14 +267,17 @@ async fn create(job: &Job, resume: Option<String>) -> Result<(), Failure> {
         job.handle.create(&token, &inputs),
     )
     .await;
+    let deps = job.handle.dependencies();
     match result {
         Ok(applied) => {
             job.store
                 .persist(move |s| {
+                    let inputs = inputs_hash(s, &deps);
                     if let Some(r) = s.resources.get_mut(&address) {
                         r.status = Status::Created;
                         r.physical_id = Some(applied.physical_id);
                         r.outputs = applied.outputs;
+                        r.inputs_hash = Some(inputs);
                         r.updated_at = Utc::now();
                     }
                 })
@@ -314,6 +318,7 @@ async fn update(job: &Job) -> Result<(), Failure> {
     next.outputs = applied.outputs;
     job.store
         .persist(move |s| {
+            next.inputs_hash = Some(inputs_hash(s, &next.dependencies));
             s.resources.insert(address, next);
         })
         .await?;

@@ -28,9 +28,9 @@ pub fn cancel_on_signals() -> CancellationToken {
             _ = hup.recv() => {}
         }
         eprintln!(
-            "\nInterrupt received: no new resources will start; waiting for in-flight calls to \
-             finish and be recorded. Interrupt again to exit at once (the state already records \
-             in-flight creates and deletes)."
+            "\nInterrupt received: stopping. Nothing new will start; calls in flight finish and \
+             are recorded. Interrupt again to exit at once (the state already records in-flight \
+             creates and deletes)."
         );
         t.cancel();
         tokio::select! {

@@ -10,7 +10,7 @@ use serde_json::Value;
 use super::{Action, Change, FieldChange};
 use crate::address::Address;
 use crate::resource::{Mode, Observed, Resource};
-use crate::state::{spec_hash, ResourceState, State, Status};
+use crate::state::{inputs_hash, spec_hash, ResourceState, State, Status};
 
 /// Changes for an apply: every desired resource, plus a delete for every
 /// recorded resource that left the config. Sorted by address.
@@ -27,6 +27,7 @@ pub fn diff_apply(
         .map(|r| {
             diff_one(
                 r.as_ref(),
+                state,
                 state.resources.get(r.address()),
                 observed.get(r.address()),
             )
@@ -128,6 +129,7 @@ fn delete_change(
 
 fn diff_one(
     r: &dyn Resource,
+    state: &State,
     recorded: Option<&ResourceState>,
     observed: Option<&Observed>,
 ) -> Change {
@@ -190,7 +192,19 @@ fn diff_one(
                     &format!("{} {why}, which forces replacement", f.field),
                 )
             } else if fields.is_empty() {
-                change(Action::NoOp, "up to date")
+                let inputs_now = inputs_hash(state, &r.dependencies());
+                if recorded
+                    .inputs_hash
+                    .as_ref()
+                    .is_some_and(|h| *h != inputs_now)
+                {
+                    change(
+                        Action::Update,
+                        "its dependencies' outputs changed since it was last applied",
+                    )
+                } else {
+                    change(Action::NoOp, "up to date")
+                }
             } else {
                 let names: Vec<&str> = fields.iter().map(|f| f.field.as_str()).collect();
                 let what = if drift {
@@ -311,6 +325,7 @@ mod tests {
             spec,
             outputs: Default::default(),
             dependencies: vec![],
+            inputs_hash: None,
             updated_at: chrono::Utc::now(),
         }
     }
@@ -576,6 +591,45 @@ mod tests {
         async fn delete(&self, _: &ResourceState) -> Result<(), ResourceError> {
             unreachable!("diff is pure")
         }
+    }
+
+    #[test]
+    fn a_resource_whose_dependencies_outputs_changed_since_it_was_applied_is_updated() {
+        let storage: Arc<dyn Resource> = Arc::new(Dependant {
+            inner: Fake {
+                address: Address::new("stack.storage").unwrap(),
+                spec: SPEC(),
+                mode: Mode::Managed,
+            },
+        });
+        let mut state = State::new("ml");
+        let mut net = recorded(Status::Created, SPEC());
+        net.outputs.insert("subnet".into(), json!("subnet-old"));
+        state.resources.insert(addr(), net);
+        let mut st = recorded(Status::Created, SPEC());
+        st.dependencies = vec![addr()];
+        st.inputs_hash = Some(inputs_hash(&state, &[addr()]));
+        state
+            .resources
+            .insert(Address::new("stack.storage").unwrap(), st);
+        let observed = BTreeMap::from([(Address::new("stack.storage").unwrap(), present(SPEC()))]);
+        let unchanged = diff_apply(std::slice::from_ref(&storage), &state, &observed);
+        assert_eq!(unchanged[1].action, Action::NoOp, "{unchanged:?}");
+        // The network was updated, the storage update failed: the record of
+        // the network has new outputs, the storage's inputs are the old ones.
+        state
+            .resources
+            .get_mut(&addr())
+            .unwrap()
+            .outputs
+            .insert("subnet".into(), json!("subnet-new"));
+        let changes = diff_apply(&[storage], &state, &observed);
+        let c = changes
+            .iter()
+            .find(|c| c.address.as_str() == "stack.storage")
+            .unwrap();
+        assert_eq!(c.action, Action::Update);
+        assert!(c.reason.contains("outputs changed"), "{}", c.reason);
     }
 
     #[test]

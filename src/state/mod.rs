@@ -80,6 +80,12 @@ pub struct ResourceState {
     /// needs them even after the resource left the config.
     #[serde(default)]
     pub dependencies: Vec<Address>,
+    /// [`inputs_hash`] of the dependencies' outputs the resource was last
+    /// created or updated with; when they differ from the outputs recorded
+    /// now (a dependency changed, or this resource's update failed), the
+    /// resource is updated again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inputs_hash: Option<String>,
     /// When this entry last changed.
     pub updated_at: DateTime<Utc>,
 }
@@ -138,6 +144,16 @@ impl State {
             })
             .collect()
     }
+}
+
+/// SHA-256 (hex) of the outputs of `dependencies` as recorded in `state`:
+/// what a resource consumes from the resources it depends on.
+pub fn inputs_hash(state: &State, dependencies: &[Address]) -> String {
+    let inputs: BTreeMap<&Address, Option<&BTreeMap<String, Value>>> = dependencies
+        .iter()
+        .map(|d| (d, state.resources.get(d).map(|r| &r.outputs)))
+        .collect();
+    spec_hash(&serde_json::to_value(inputs).expect("outputs serialize"))
 }
 
 /// The state belongs to another account or region than the caller's.
@@ -241,6 +257,7 @@ mod tests {
                 spec_hash: spec_hash(&json!({})),
                 outputs: BTreeMap::from([("vpc_id".to_string(), json!("vpc-1"))]),
                 dependencies: vec![],
+                inputs_hash: None,
                 updated_at: Utc::now(),
             },
         );

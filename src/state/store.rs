@@ -236,6 +236,7 @@ mod tests {
                         spec_hash: spec_hash(&json!({"cidr": "10.0.0.0/16"})),
                         outputs: Default::default(),
                         dependencies: vec![],
+                        inputs_hash: None,
                         updated_at: chrono::Utc::now(),
                     },
                 );
