@@ -264,6 +264,7 @@ mod tests {
         address: Address,
         spec: Value,
         mode: Mode,
+        deps: Vec<Address>,
     }
 
     #[async_trait]
@@ -275,7 +276,7 @@ mod tests {
             "fake"
         }
         fn dependencies(&self) -> Vec<Address> {
-            Vec::new()
+            self.deps.clone()
         }
         fn mode(&self) -> Mode {
             self.mode
@@ -312,6 +313,7 @@ mod tests {
             address: addr(),
             spec,
             mode: Mode::Managed,
+            deps: vec![],
         })
     }
 
@@ -526,17 +528,17 @@ mod tests {
     #[test]
     fn dependants_of_a_changing_resource_are_updated_with_its_outputs() {
         let net: Arc<dyn Resource> = fake(json!({"cidr": "10.1.0.0/16", "tags": {"a": "1"}}));
-        let storage: Arc<dyn Resource> = Arc::new(Dependant {
-            inner: Fake {
-                address: Address::new("stack.storage").unwrap(),
-                spec: SPEC(),
-                mode: Mode::Managed,
-            },
+        let storage: Arc<dyn Resource> = Arc::new(Fake {
+            address: Address::new("stack.storage").unwrap(),
+            spec: SPEC(),
+            mode: Mode::Managed,
+            deps: vec![addr()],
         });
         let far: Arc<dyn Resource> = Arc::new(Fake {
             address: Address::new("far").unwrap(),
             spec: SPEC(),
             mode: Mode::Managed,
+            deps: vec![],
         });
         let mut state = State::new("ml");
         let mut observed = BTreeMap::new();
@@ -557,50 +559,13 @@ mod tests {
         assert_eq!(by["far"].action, Action::NoOp);
     }
 
-    /// `Fake` depending on `stack.network`.
-    struct Dependant {
-        inner: Fake,
-    }
-
-    #[async_trait]
-    impl Resource for Dependant {
-        fn address(&self) -> &Address {
-            self.inner.address()
-        }
-        fn kind(&self) -> &'static str {
-            "fake"
-        }
-        fn dependencies(&self) -> Vec<Address> {
-            vec![addr()]
-        }
-        fn spec(&self) -> Value {
-            self.inner.spec()
-        }
-        fn estimate(&self) -> Duration {
-            Duration::from_secs(1)
-        }
-        async fn read(&self, _: Option<&ResourceState>) -> Result<Observed, ResourceError> {
-            unreachable!("diff is pure")
-        }
-        async fn create(&self, _: &str, _: &Inputs) -> Result<Applied, ResourceError> {
-            unreachable!("diff is pure")
-        }
-        async fn update(&self, _: &ResourceState, _: &Inputs) -> Result<Applied, ResourceError> {
-            unreachable!("diff is pure")
-        }
-        async fn delete(&self, _: &ResourceState) -> Result<(), ResourceError> {
-            unreachable!("diff is pure")
-        }
-    }
-
     #[test]
     fn a_resource_whose_dependencies_outputs_changed_since_it_was_applied_is_updated() {
-        let storage: Arc<dyn Resource> = Arc::new(Dependant {
-            inner: Fake {
-                address: Address::new("stack.storage").unwrap(),
-                spec: SPEC(),
-                mode: Mode::Managed,
-            },
+        let storage: Arc<dyn Resource> = Arc::new(Fake {
+            address: Address::new("stack.storage").unwrap(),
+            spec: SPEC(),
+            mode: Mode::Managed,
+            deps: vec![addr()],
         });
         let mut state = State::new("ml");
         let mut net = recorded(Status::Created, SPEC());
@@ -638,6 +603,7 @@ mod tests {
             address: addr(),
             spec: json!({}),
             mode: Mode::Data,
+            deps: vec![],
         });
         let changes = diff_apply(&[r], &State::new("ml"), &BTreeMap::new());
         assert_eq!(changes[0].action, Action::Read);
