@@ -634,3 +634,45 @@ async fn apply_killed_at_random_moments_then_rerun_creates_each_stack_once() {
     d.stdout(&["destroy", "--auto-approve"]);
     assert!(d.live_stacks().await.is_empty());
 }
+
+#[tokio::test]
+async fn a_stack_left_in_delete_failed_is_planned_for_replacement_and_destroy_cleans_up() {
+    let d = Deployment::new();
+    d.stdout(&["apply", "--auto-approve"]);
+    let cfn = d.cloudformation().await;
+    let network = format!("kfaws-{}-network", d.name);
+    // The storage stack's mount targets are still in the network's subnets,
+    // so deleting the network stack out of band fails (DependencyViolation).
+    cfn.delete_stack()
+        .stack_name(&network)
+        .send()
+        .await
+        .unwrap();
+    let mut status = String::new();
+    for _ in 0..50 {
+        let out = cfn
+            .describe_stacks()
+            .stack_name(&network)
+            .send()
+            .await
+            .unwrap();
+        status = out.stacks()[0].stack_status().unwrap().as_str().to_string();
+        if !status.ends_with("_IN_PROGRESS") {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(status, "DELETE_FAILED");
+    let plan = d.stdout(&["plan"]);
+    assert!(plan.contains("-/+ stack.network"), "{plan}");
+    assert!(
+        plan.contains("health changed outside kfaws, which forces replacement"),
+        "{plan}"
+    );
+    assert!(
+        plan.contains("~ health: \"DELETE_FAILED\" -> \"healthy\""),
+        "{plan}"
+    );
+    d.stdout(&["destroy", "--auto-approve"]);
+    assert!(d.live_stacks().await.is_empty());
+}

@@ -36,6 +36,26 @@ pub const DEPLOYMENT_TAG: &str = "kfaws:deployment";
 /// each other's stacks.
 pub const LINEAGE_TAG: &str = "kfaws:lineage";
 
+/// What [`health`] says of a stack that works.
+const HEALTHY: &str = "healthy";
+
+/// Whether a stack in `status` works: `healthy`, or the status itself for
+/// the states a stack is left in after a failure that only deleting it
+/// resolves (AWS CloudFormation User Guide, "Stack status codes":
+/// `ROLLBACK_COMPLETE` and `ROLLBACK_FAILED` after a failed create,
+/// `DELETE_FAILED`, `UPDATE_ROLLBACK_FAILED`). `UPDATE_ROLLBACK_COMPLETE`
+/// works: the previous template and parameters are back in place.
+pub fn health(status: &str) -> &str {
+    match status {
+        "ROLLBACK_COMPLETE"
+        | "ROLLBACK_FAILED"
+        | "DELETE_FAILED"
+        | "UPDATE_ROLLBACK_FAILED"
+        | "CREATE_FAILED" => status,
+        _ => HEALTHY,
+    }
+}
+
 /// A parameter filled from a dependency's output at apply time.
 #[derive(Debug, Clone)]
 pub struct InputParameter {
@@ -303,11 +323,14 @@ impl Resource for StackResource {
             "stack_name": self.stack_name,
             "template_sha256": self.template_hash(),
             "parameters": self.parameters,
+            "health": HEALTHY,
         })
     }
 
     fn replace_fields(&self) -> &[&str] {
-        &["stack_name"]
+        // A stack that failed and was left unusable can only be deleted and
+        // made again.
+        &["stack_name", "health"]
     }
 
     fn estimate(&self) -> Duration {
@@ -335,6 +358,12 @@ impl Resource for StackResource {
             .collect();
         let mut spec = serde_json::Map::new();
         spec.insert("stack_name".into(), json!(stack.stack_name()));
+        spec.insert(
+            "health".into(),
+            json!(health(
+                stack.stack_status().map_or("UNKNOWN", |s| s.as_str())
+            )),
+        );
         spec.insert("parameters".into(), json!(live_params));
         // The template as CloudFormation runs it now: an edit made outside
         // kfaws (UpdateStack with another template) is drift.
@@ -492,5 +521,31 @@ impl StackResource {
                 ))
             })?;
         self.wait_for(id, &[], true).await.map(|_| ())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::health;
+
+    #[test]
+    fn only_stacks_left_broken_by_a_failure_are_unhealthy() {
+        for ok in [
+            "CREATE_COMPLETE",
+            "UPDATE_COMPLETE",
+            "UPDATE_ROLLBACK_COMPLETE",
+            "CREATE_IN_PROGRESS",
+            "UPDATE_IN_PROGRESS",
+        ] {
+            assert_eq!(health(ok), "healthy", "{ok}");
+        }
+        for broken in [
+            "ROLLBACK_COMPLETE",
+            "ROLLBACK_FAILED",
+            "DELETE_FAILED",
+            "UPDATE_ROLLBACK_FAILED",
+        ] {
+            assert_eq!(health(broken), broken);
+        }
     }
 }
