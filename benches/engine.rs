@@ -16,42 +16,20 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{layered, TestProvider, TestResource, World};
-use kfaws::config::{Config, ConfigFile, Overrides};
+use common::{layered, TestResource, World};
 use kfaws::engine::progress::Silent;
-use kfaws::engine::{execute, ExecOptions, SharedStore};
+use kfaws::engine::SharedStore;
 use kfaws::graph::Dag;
-use kfaws::plan::{make_plan, PlanRequest};
 use kfaws::resource::{Inputs, Resource};
 use kfaws::state::store::StateStore;
 use kfaws::state::{spec_hash, ResourceState, State, Status};
 use tokio_util::sync::CancellationToken;
 
-fn config() -> Config {
-    ConfigFile::parse(
-        std::path::Path::new("k"),
-        "name = \"bench\"\nregion = \"us-east-1\"",
-    )
-    .unwrap()
-    .resolve(&Overrides::default(), None)
-    .unwrap()
-}
-
 async fn time_plan(world: &World, desired: &[Arc<dyn Resource>], state: &State) -> Duration {
     let mut best = Duration::MAX;
     for _ in 0..3 {
         let t0 = Instant::now();
-        let (plan, _) = make_plan(PlanRequest {
-            config: &config(),
-            desired,
-            provider: &TestProvider(world.clone()),
-            state,
-            destroy: false,
-            targets: &[],
-            parallelism: 10,
-        })
-        .await
-        .unwrap();
+        let (plan, _) = common::plan(world, desired, state, false, &[]).await;
         best = best.min(t0.elapsed());
         assert_eq!(plan.changes.len(), desired.len());
     }
@@ -139,30 +117,18 @@ const VANILLA: &[(&str, &[&str], u64)] = &[
 async fn apply_wall(desired: &[Arc<dyn Resource>], parallelism: usize) -> Duration {
     let dir = tempfile::tempdir().unwrap();
     let world = World::new(&dir.path().join("world"));
-    let store = StateStore::open(&dir.path().join("state"), "bench").unwrap();
-    let state = store.state().clone();
+    let store = SharedStore::new(StateStore::open(&dir.path().join("state"), "ml").unwrap());
     let t0 = Instant::now();
-    let (plan, handles) = make_plan(PlanRequest {
-        config: &config(),
+    let report = common::plan_and_apply(
+        &world,
         desired,
-        provider: &TestProvider(world),
-        state: &state,
-        destroy: false,
-        targets: &[],
-        parallelism: 10,
-    })
-    .await
-    .unwrap();
-    let report = execute(
-        &plan,
-        &handles,
-        SharedStore::new(store),
-        &ExecOptions { parallelism },
+        &store,
+        false,
+        parallelism,
         Arc::new(Silent),
         CancellationToken::new(),
     )
-    .await
-    .unwrap();
+    .await;
     assert!(report.succeeded());
     t0.elapsed()
 }

@@ -10,12 +10,10 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{layered, TestProvider, World};
-use kfaws::config::{ConfigFile, Overrides};
+use common::{layered, plan_and_apply, World};
 use kfaws::engine::interrupt::{cancel_on_signals, EXIT_INTERRUPTED};
 use kfaws::engine::progress::Console;
-use kfaws::engine::{execute, ExecOptions, SharedStore};
-use kfaws::plan::{make_plan, PlanRequest};
+use kfaws::engine::SharedStore;
 use kfaws::state::lock::{self, StateLock};
 use kfaws::state::store::StateStore;
 use kfaws::state::Status;
@@ -48,34 +46,18 @@ fn child_apply() {
                 return EXIT_LOCKED;
             }
         };
-        let store = StateStore::open(&state_dir, "ml").unwrap();
-        let state = store.state().clone();
+        let store = SharedStore::new(StateStore::open(&state_dir, "ml").unwrap());
         let desired = layered(&world, LAYERS, WIDTH, delay);
-        let config = ConfigFile::parse(Path::new("k"), "name = \"ml\"\nregion = \"us-east-1\"")
-            .unwrap()
-            .resolve(&Overrides::default(), None)
-            .unwrap();
-        let (plan, handles) = make_plan(PlanRequest {
-            config: &config,
-            desired: &desired,
-            provider: &TestProvider(world.clone()),
-            state: &state,
-            destroy: false,
-            targets: &[],
-            parallelism: 10,
-        })
-        .await
-        .unwrap();
-        let report = execute(
-            &plan,
-            &handles,
-            SharedStore::new(store),
-            &ExecOptions { parallelism: 4 },
+        let report = plan_and_apply(
+            &world,
+            &desired,
+            &store,
+            false,
+            4,
             Arc::new(Console::new()),
             cancel,
         )
-        .await
-        .unwrap();
+        .await;
         if report.interrupted {
             EXIT_INTERRUPTED
         } else if report.succeeded() {

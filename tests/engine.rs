@@ -7,12 +7,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{layered, Faults, TestProvider, TestResource, World};
+use common::{layered, Faults, TestResource, World};
 use kfaws::address::Address;
-use kfaws::config::{Config, ConfigFile, Overrides};
 use kfaws::engine::progress::Progress;
-use kfaws::engine::{execute, ApplyReport, ExecOptions, Outcome, SharedStore};
-use kfaws::plan::{make_plan, Action, Handles, Plan, PlanRequest};
+use kfaws::engine::{ApplyReport, Outcome, SharedStore};
+use kfaws::plan::{Action, Handles, Plan};
 use kfaws::resource::Resource;
 use kfaws::state::store::StateStore;
 use kfaws::state::Status;
@@ -20,16 +19,6 @@ use tokio_util::sync::CancellationToken;
 
 fn a(s: &str) -> Address {
     Address::new(s).unwrap()
-}
-
-fn config() -> Config {
-    ConfigFile::parse(
-        std::path::Path::new("k"),
-        "name = \"ml\"\nregion = \"us-east-1\"",
-    )
-    .unwrap()
-    .resolve(&Overrides::default(), None)
-    .unwrap()
 }
 
 struct Env {
@@ -57,18 +46,7 @@ impl Env {
         targets: &[Address],
     ) -> (Plan, Handles) {
         let state = self.store.read(Clone::clone);
-        let provider = TestProvider(self.world.clone());
-        make_plan(PlanRequest {
-            config: &config(),
-            desired,
-            provider: &provider,
-            state: &state,
-            destroy,
-            targets,
-            parallelism: 10,
-        })
-        .await
-        .unwrap()
+        common::plan(&self.world, desired, &state, destroy, targets).await
     }
 
     async fn run(
@@ -93,17 +71,16 @@ impl Env {
         parallelism: usize,
         progress: Arc<dyn Progress>,
     ) -> ApplyReport {
-        let (plan, handles) = self.plan(desired, destroy, &[]).await;
-        execute(
-            &plan,
-            &handles,
-            self.store.clone(),
-            &ExecOptions { parallelism },
+        common::plan_and_apply(
+            &self.world,
+            desired,
+            &self.store,
+            destroy,
+            parallelism,
             progress,
             CancellationToken::new(),
         )
         .await
-        .unwrap()
     }
 
     fn status(&self, address: &str) -> Option<Status> {

@@ -503,10 +503,8 @@ impl Resource for StackResource {
 }
 
 impl StackResource {
+    /// Deletes the stack `id` (callers have just described it) and waits until it is gone.
     async fn delete_stack(&self, id: &str, token: &str) -> Result<(), ResourceError> {
-        if self.describe(id).await?.is_none() {
-            return Ok(());
-        }
         self.client
             .delete_stack()
             .stack_name(id)

@@ -20,10 +20,15 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use kfaws::address::Address;
+use kfaws::config::{Config, ConfigFile, Overrides};
+use kfaws::engine::progress::Progress;
+use kfaws::engine::{execute, ApplyReport, ExecOptions, SharedStore};
+use kfaws::plan::{make_plan, Handles, Plan, PlanRequest};
 use kfaws::resource::{Applied, Inputs, Observed, Provider, Resource, ResourceError};
-use kfaws::state::ResourceState;
+use kfaws::state::{ResourceState, State};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
+use tokio_util::sync::CancellationToken;
 
 /// Fault injection, persisted in the world directory.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -298,4 +303,61 @@ pub fn layered(
         }
     }
     out
+}
+
+/// The config every engine test plans with.
+pub fn config() -> Config {
+    ConfigFile::parse(
+        Path::new("kfaws.toml"),
+        "name = \"ml\"\nregion = \"us-east-1\"",
+    )
+    .unwrap()
+    .resolve(&Overrides::default(), None)
+    .unwrap()
+}
+
+/// Plans `desired` against `state`, handles for recorded objects from the world.
+pub async fn plan(
+    world: &World,
+    desired: &[Arc<dyn Resource>],
+    state: &State,
+    destroy: bool,
+    targets: &[Address],
+) -> (Plan, Handles) {
+    make_plan(PlanRequest {
+        config: &config(),
+        desired,
+        provider: &TestProvider(world.clone()),
+        state,
+        destroy,
+        targets,
+        parallelism: 10,
+    })
+    .await
+    .unwrap()
+}
+
+/// Plans against the store's state and applies the plan, as `kfaws apply`
+/// (or `destroy`) does.
+pub async fn plan_and_apply(
+    world: &World,
+    desired: &[Arc<dyn Resource>],
+    store: &SharedStore,
+    destroy: bool,
+    parallelism: usize,
+    progress: Arc<dyn Progress>,
+    cancel: CancellationToken,
+) -> ApplyReport {
+    let state = store.read(Clone::clone);
+    let (plan, handles) = plan(world, desired, &state, destroy, &[]).await;
+    execute(
+        &plan,
+        &handles,
+        store.clone(),
+        &ExecOptions { parallelism },
+        progress,
+        cancel,
+    )
+    .await
+    .unwrap()
 }
