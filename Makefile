@@ -50,6 +50,7 @@ test-rust: ## unit, engine and end-to-end tests (against the AWS emulator)
 demo: deps build ## the main job on the embedded default: plan, apply, outputs, destroy, then data-parallel training
 	$(WITH_EMULATOR) tests/demo.sh
 
-bench: ## benchmarks: engine (plan time, apply vs critical path) and trainer (vs PyTorch, DDP scaling, latency)
+bench: build ## benchmarks: engine (plan time, apply vs critical path), vanilla apply/destroy under the emulator's latencies, trainer (vs PyTorch, DDP scaling, latency)
 	$(CARGO) bench -p kfaws --bench engine
+	KFAWS_BIN=$(CARGO_TARGET_DIR)/debug/kfaws $(WITH_EMULATOR) $(CARGO) bench -p kfaws --bench vanilla
 	trainer/bench/run.sh

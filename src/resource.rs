@@ -85,6 +85,23 @@ impl ResourceError {
     }
 }
 
+/// One change inside a resource that a plan can show before applying it,
+/// e.g. a resource of a CloudFormation change set
+/// ([ResourceChange](https://docs.aws.amazon.com/AWSCloudFormation/latest/APIReference/API_ResourceChange.html)).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Detail {
+    /// What happens to it, in the service's words (`Add`, `Modify`, `Remove`, ...).
+    pub action: String,
+    /// Its name inside the resource (a stack's logical resource id).
+    pub name: String,
+    /// Its type, e.g. `AWS::EC2::NatGateway`.
+    pub kind: String,
+    /// Whether the change replaces it: `True`, `False` or `Conditional`
+    /// where the service says; absent where it does not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replacement: Option<String>,
+}
+
 /// The outputs of a resource's dependencies, by address, as recorded when
 /// they finished.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -158,6 +175,22 @@ pub trait Resource: Send + Sync {
         recorded: &ResourceState,
         inputs: &Inputs,
     ) -> Result<Applied, ResourceError>;
+
+    /// What an update to the desired spec would change inside the resource,
+    /// as the service computes it, without changing anything (for `plan`).
+    /// `recorded` is the state entry, `inputs` the dependencies' recorded
+    /// outputs. The default shows nothing.
+    ///
+    /// # Errors
+    /// [`ResourceError`] when the service refuses the change (the update would fail).
+    async fn preview_update(
+        &self,
+        recorded: &ResourceState,
+        inputs: &Inputs,
+    ) -> Result<Vec<Detail>, ResourceError> {
+        let _ = (recorded, inputs);
+        Ok(Vec::new())
+    }
 
     /// Deletes the resource and waits until it is gone; gone already is success.
     async fn delete(&self, recorded: &ResourceState) -> Result<(), ResourceError>;

@@ -676,3 +676,131 @@ async fn a_stack_left_in_delete_failed_is_planned_for_replacement_and_destroy_cl
     d.stdout(&["destroy", "--auto-approve"]);
     assert!(d.live_stacks().await.is_empty());
 }
+
+#[tokio::test]
+async fn a_stack_update_is_planned_and_applied_through_a_change_set() {
+    let d = Deployment::new();
+    d.stdout(&["apply", "--auto-approve", "--target", "stack.iam"]);
+    let cfn = d.cloudformation().await;
+    let stack = format!("kfaws-{}-iam", d.name);
+    // Someone adds a resource to our stack by hand.
+    let ours = cfn
+        .get_template()
+        .stack_name(&stack)
+        .send()
+        .await
+        .unwrap()
+        .template_body()
+        .unwrap()
+        .to_string();
+    let edited = ours.replacen(
+        "\nResources:\n",
+        "\nResources:\n  HandMade:\n    Type: AWS::SNS::Topic\n",
+        1,
+    );
+    cfn.update_stack()
+        .stack_name(&stack)
+        .template_body(edited)
+        .set_parameters(Some(previous_parameters(&cfn, &stack).await))
+        .capabilities(aws_sdk_cloudformation::types::Capability::CapabilityNamedIam)
+        .send()
+        .await
+        .unwrap();
+    let plan = d.stdout(&["plan", "--target", "stack.iam"]);
+    assert!(
+        plan.contains("resource changes:\n        - HandMade (AWS::SNS::Topic)"),
+        "{plan}"
+    );
+    let change_sets =
+        |out: aws_sdk_cloudformation::operation::list_change_sets::ListChangeSetsOutput| {
+            out.summaries()
+                .iter()
+                .map(|s| s.change_set_name().unwrap_or_default().to_string())
+                .collect::<Vec<_>>()
+        };
+    let left = change_sets(
+        cfn.list_change_sets()
+            .stack_name(&stack)
+            .send()
+            .await
+            .unwrap(),
+    );
+    assert!(left.is_empty(), "plan left change sets behind: {left:?}");
+
+    d.stdout(&["apply", "--auto-approve", "--target", "stack.iam"]);
+    let executed = change_sets(
+        cfn.list_change_sets()
+            .stack_name(&stack)
+            .send()
+            .await
+            .unwrap(),
+    );
+    assert!(
+        executed.len() == 1 && executed[0].starts_with("kfaws-apply-"),
+        "{executed:?}"
+    );
+    let resources = cfn
+        .list_stack_resources()
+        .stack_name(&stack)
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        !resources
+            .stack_resource_summaries()
+            .iter()
+            .any(|r| r.logical_resource_id() == Some("HandMade")),
+        "{resources:?}"
+    );
+
+    // A parameter change goes through a change set too and reaches IAM:
+    // the scoped SageMaker role keeps no managed policies.
+    std::fs::write(
+        d.dir.path().join("kfaws.toml"),
+        format!(
+            "name = \"{}\"\nregion = \"us-east-1\"\n[options]\nsagemaker_role_policy = \"scoped\"\n",
+            d.name
+        ),
+    )
+    .unwrap();
+    d.stdout(&["apply", "--auto-approve", "--target", "stack.iam"]);
+    let config = aws_config::defaults(aws_config::BehaviorVersion::latest())
+        .region(aws_config::Region::new("us-east-1"))
+        .endpoint_url(endpoint())
+        .credentials_provider(Credentials::new(&d.account, "test", None, None, "test"))
+        .load()
+        .await;
+    let attached = aws_sdk_iam::Client::new(&config)
+        .list_attached_role_policies()
+        .role_name("sagemakerrole")
+        .send()
+        .await
+        .unwrap();
+    assert!(attached.attached_policies().is_empty(), "{attached:?}");
+    d.kfaws(&["plan", "--target", "stack.iam", "--detailed-exitcode"])
+        .assert()
+        .code(0);
+    d.stdout(&["destroy", "--auto-approve"]);
+}
+
+/// Every parameter of `stack` with `UsePreviousValue`.
+async fn previous_parameters(
+    cfn: &aws_sdk_cloudformation::Client,
+    stack: &str,
+) -> Vec<aws_sdk_cloudformation::types::Parameter> {
+    cfn.describe_stacks()
+        .stack_name(stack)
+        .send()
+        .await
+        .unwrap()
+        .stacks()[0]
+        .parameters()
+        .iter()
+        .map(|p| {
+            aws_sdk_cloudformation::types::Parameter::builder()
+                .parameter_key(p.parameter_key().unwrap())
+                .use_previous_value(true)
+                .build()
+        })
+        .collect()
+}

@@ -10,7 +10,10 @@
 //! - waits poll `DescribeStacks` until `CREATE_COMPLETE` / `UPDATE_COMPLETE`
 //!   / gone, and a failure reports the first failing resource and its
 //!   reason from `DescribeStackEvents`;
-//! - "No updates are to be performed" is success;
+//! - `plan` shows an update's resource changes from a change set it creates
+//!   and deletes again; `apply` updates through a change set it executes;
+//!   a change set without changes ("No updates are to be performed") is
+//!   success;
 //! - a stack left in `ROLLBACK_COMPLETE` can only be deleted, so create
 //!   deletes it first.
 
@@ -19,13 +22,15 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use aws_sdk_cloudformation::error::ProvideErrorMetadata;
-use aws_sdk_cloudformation::types::{Capability, OnFailure, Parameter, Stack, StackStatus, Tag};
+use aws_sdk_cloudformation::types::{
+    Capability, ChangeSetType, OnFailure, Parameter, Stack, StackStatus, Tag,
+};
 use aws_sdk_cloudformation::Client;
 use serde_json::{json, Value};
 
 use super::wait::{wait_until, Backoff, Poll};
 use crate::address::Address;
-use crate::resource::{Applied, Inputs, Observed, Outputs, Resource, ResourceError};
+use crate::resource::{Applied, Detail, Inputs, Observed, Outputs, Resource, ResourceError};
 use crate::state::ResourceState;
 
 /// The tag every kfaws stack carries, naming its deployment.
@@ -453,38 +458,58 @@ impl Resource for StackResource {
         inputs: &Inputs,
     ) -> Result<Applied, ResourceError> {
         let id = recorded.physical_id.as_deref().unwrap_or(&self.stack_name);
-        let sent = self
-            .client
-            .update_stack()
-            .stack_name(id)
-            .template_body(self.template)
-            .set_parameters(Some(self.all_parameters(inputs)?))
-            .capabilities(Capability::CapabilityNamedIam)
-            .client_request_token(uuid::Uuid::new_v4().to_string())
-            .set_tags(Some(self.tags()))
-            .send()
-            .await;
-        if let Err(e) = sent {
-            let no_op = e
-                .message()
-                .is_some_and(|m| m.contains("No updates are to be performed"));
-            if !no_op {
-                return Err(ResourceError::msg(format!(
-                    "UpdateStack {}: {}",
-                    self.stack_name,
-                    sdk_message(&e)
-                )));
-            }
+        let name = format!("kfaws-apply-{}", uuid::Uuid::new_v4().simple());
+        let set = self.change_set(&name, inputs, false).await?;
+        if let Some(set) = &set {
+            self.client
+                .execute_change_set()
+                .stack_name(&self.stack_name)
+                .change_set_name(&set.id)
+                .client_request_token(uuid::Uuid::new_v4().to_string())
+                .send()
+                .await
+                .map_err(|e| {
+                    ResourceError::msg(format!(
+                        "ExecuteChangeSet {name} of {}: {}",
+                        self.stack_name,
+                        sdk_message(&e)
+                    ))
+                })?;
         }
+        // Without changes ("didn't contain changes", CloudFormation's "No
+        // updates are to be performed") the stack is already as desired.
         let stack = self
             .wait_for(
                 id,
-                &[StackStatus::UpdateComplete, StackStatus::CreateComplete],
+                &[
+                    StackStatus::UpdateComplete,
+                    StackStatus::CreateComplete,
+                    StackStatus::UpdateRollbackComplete,
+                ],
                 false,
             )
             .await?
             .expect("not gone");
+        if set.is_some() && stack.stack_status() == Some(&StackStatus::UpdateRollbackComplete) {
+            let reason = self.first_failure().await;
+            return Err(ResourceError::msg(format!(
+                "stack {} is UPDATE_ROLLBACK_COMPLETE; first failure: {reason}",
+                self.stack_name
+            )));
+        }
         Ok(Self::applied(&stack))
+    }
+
+    async fn preview_update(
+        &self,
+        recorded: &ResourceState,
+        inputs: &Inputs,
+    ) -> Result<Vec<Detail>, ResourceError> {
+        let _ = recorded;
+        let name = format!("kfaws-plan-{}", uuid::Uuid::new_v4().simple());
+        // A plan leaves nothing behind: the change set goes whatever it said.
+        let set = self.change_set(&name, inputs, true).await?;
+        Ok(set.map(|s| s.changes).unwrap_or_default())
     }
 
     async fn delete(&self, recorded: &ResourceState) -> Result<(), ResourceError> {
@@ -502,7 +527,141 @@ impl Resource for StackResource {
     }
 }
 
+/// A computed change set: its id and its resource changes.
+struct ChangeSet {
+    id: String,
+    changes: Vec<Detail>,
+}
+
+/// Whether a failed change set failed only because nothing would change
+/// (AWS CloudFormation User Guide, "Update stacks using change sets": "The
+/// submitted information didn't contain changes").
+fn no_changes(reason: &str) -> bool {
+    reason.contains("didn't contain changes") || reason.contains("No updates are to be performed")
+}
+
 impl StackResource {
+    /// Creates the change set `name` that would update the stack to the
+    /// desired template, parameters and tags, and waits until CloudFormation
+    /// has computed it
+    /// ([CreateChangeSet](https://docs.aws.amazon.com/AWSCloudFormation/latest/APIReference/API_CreateChangeSet.html)).
+    /// `None` when it contains no changes.
+    ///
+    /// The stack is named by its name, not its recorded ID: an update is
+    /// planned only after the refresh found the recorded stack live by its
+    /// ID, and a name has one live stack at a time.
+    async fn change_set(
+        &self,
+        name: &str,
+        inputs: &Inputs,
+        delete_after: bool,
+    ) -> Result<Option<ChangeSet>, ResourceError> {
+        let created = self
+            .client
+            .create_change_set()
+            .stack_name(&self.stack_name)
+            .change_set_name(name)
+            .change_set_type(ChangeSetType::Update)
+            .template_body(self.template)
+            .set_parameters(Some(self.all_parameters(inputs)?))
+            .capabilities(Capability::CapabilityNamedIam)
+            .set_tags(Some(self.tags()))
+            .send()
+            .await;
+        let created = match created {
+            Ok(out) => out,
+            // Some endpoints refuse an unchanged change set at once instead
+            // of failing it: nothing was created.
+            Err(e) if e.message().is_some_and(no_changes) => return Ok(None),
+            Err(e) => {
+                return Err(ResourceError::msg(format!(
+                    "CreateChangeSet {name} of {}: {}",
+                    self.stack_name,
+                    sdk_message(&e)
+                )))
+            }
+        };
+        let set_id = created.id().unwrap_or(name).to_string();
+        let failures = std::sync::atomic::AtomicU32::new(0);
+        let described = wait_until(Backoff::with_deadline(Duration::from_secs(300)), || async {
+            match self.describe_change_set(&set_id).await {
+                Ok((status, reason, changes)) => {
+                    failures.store(0, std::sync::atomic::Ordering::Relaxed);
+                    match status.as_str() {
+                        "CREATE_COMPLETE" => Poll::Ready(Some(changes)),
+                        "FAILED" if no_changes(&reason) => Poll::Ready(None),
+                        "FAILED" => Poll::Failed(format!("change set {name} failed: {reason}")),
+                        other => Poll::Pending(other.to_string()),
+                    }
+                }
+                Err(e) if failures.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < 3 => {
+                    Poll::Pending(format!("DescribeChangeSet failing ({e})"))
+                }
+                Err(e) => Poll::Failed(e.to_string()),
+            }
+        })
+        .await
+        .map_err(|e| ResourceError::msg(format!("stack {}: {e}", self.stack_name)));
+        if delete_after {
+            let deleted = self
+                .client
+                .delete_change_set()
+                .stack_name(&self.stack_name)
+                .change_set_name(&set_id)
+                .send()
+                .await;
+            if let Err(e) = deleted {
+                tracing::warn!(stack = %self.stack_name, change_set = %name, error = %sdk_message(&e), "could not delete the change set");
+            }
+        }
+        Ok(described?.map(|changes| ChangeSet {
+            id: set_id,
+            changes,
+        }))
+    }
+
+    /// The status, status reason and resource changes of a change set (all
+    /// pages of them).
+    async fn describe_change_set(
+        &self,
+        set_id: &str,
+    ) -> Result<(String, String, Vec<Detail>), ResourceError> {
+        let mut details = Vec::new();
+        let mut next: Option<String> = None;
+        loop {
+            let out = self
+                .client
+                .describe_change_set()
+                .stack_name(&self.stack_name)
+                .change_set_name(set_id)
+                .set_next_token(next.take())
+                .send()
+                .await
+                .map_err(|e| {
+                    ResourceError::msg(format!("DescribeChangeSet {set_id}: {}", sdk_message(&e)))
+                })?;
+            details.extend(
+                out.changes()
+                    .iter()
+                    .filter_map(|c| c.resource_change())
+                    .map(|r| Detail {
+                        action: r.action().map_or("?", |a| a.as_str()).to_string(),
+                        name: r.logical_resource_id().unwrap_or("?").to_string(),
+                        kind: r.resource_type().unwrap_or("?").to_string(),
+                        replacement: r.replacement().map(|x| x.as_str().to_string()),
+                    }),
+            );
+            let status = out.status().map_or("UNKNOWN", |s| s.as_str()).to_string();
+            let reason = out.status_reason().unwrap_or_default().to_string();
+            match out.next_token() {
+                Some(t) if status == "CREATE_COMPLETE" && !t.is_empty() => {
+                    next = Some(t.to_string())
+                }
+                _ => return Ok((status, reason, details)),
+            }
+        }
+    }
+
     /// Deletes the stack `id` (callers have just described it) and waits until it is gone.
     async fn delete_stack(&self, id: &str, token: &str) -> Result<(), ResourceError> {
         self.client

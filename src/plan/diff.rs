@@ -124,6 +124,7 @@ fn delete_change(
         dependencies: recorded.dependencies.clone(),
         spec_hash: None,
         resume_token: None,
+        details: Vec::new(),
     }
 }
 
@@ -144,6 +145,7 @@ fn diff_one(
         dependencies: r.dependencies(),
         spec_hash: Some(spec_hash(&desired)),
         resume_token: None,
+        details: Vec::new(),
     };
     if r.mode() == Mode::Data {
         return change(Action::Read, "data source, read for its outputs");

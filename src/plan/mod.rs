@@ -8,6 +8,7 @@
 
 pub mod diff;
 pub mod file;
+pub mod preview;
 pub mod refresh;
 pub mod render;
 
@@ -113,6 +114,10 @@ pub struct Change {
     pub spec_hash: Option<String>,
     /// For a create resuming an interrupted one: the recorded token.
     pub resume_token: Option<String>,
+    /// For an update: what it changes inside the resource, as the service
+    /// computed it at plan time ([`Resource::preview_update`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub details: Vec<crate::resource::Detail>,
 }
 
 /// Counts for the summary line.
@@ -218,6 +223,9 @@ pub enum PlanError {
     /// Some resources could not be read.
     #[error(transparent)]
     Refresh(#[from] refresh::RefreshError),
+    /// The service refused a planned update.
+    #[error(transparent)]
+    Preview(#[from] preview::PreviewError),
     /// A recorded resource's kind is unknown to this build.
     #[error(
         "{address} has kind {kind:?}, which this kfaws cannot manage; it cannot be read or deleted"
@@ -276,6 +284,7 @@ pub async fn make_plan(req: PlanRequest<'_>) -> Result<(Plan, Handles), PlanErro
         };
         changes.retain(|c| keep.contains(&c.address));
     }
+    preview::preview(&mut changes, &handles, req.state, req.parallelism).await?;
     let plan = Plan {
         format_version: PLAN_FORMAT_VERSION,
         destroy: req.destroy,

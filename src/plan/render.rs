@@ -10,6 +10,7 @@ use std::fmt::Write;
 use serde_json::{json, Value};
 
 use super::{Action, Change, Plan};
+use crate::resource::Detail;
 
 fn headline(c: &Change) -> String {
     let what = match c.action {
@@ -22,6 +23,19 @@ fn headline(c: &Change) -> String {
         Action::NoOp => "is up to date",
     };
     format!("  # {} {what}", c.address)
+}
+
+/// The symbol of a resource change inside a resource, from CloudFormation's
+/// `ResourceChange.Action` (`Add`, `Modify`, `Remove`; a modification with
+/// `Replacement: True` replaces).
+fn detail_symbol(d: &Detail) -> &str {
+    match (d.action.as_str(), d.replacement.as_deref()) {
+        ("Add", _) => "+",
+        ("Modify", Some("True")) => "-/+",
+        ("Modify", _) => "~",
+        ("Remove", _) => "-",
+        (other, _) => other,
+    }
 }
 
 fn value(v: &Option<Value>) -> String {
@@ -72,6 +86,16 @@ pub fn human(plan: &Plan) -> String {
             }
             out.push('\n');
         }
+        if !c.details.is_empty() {
+            out.push_str("      resource changes:\n");
+        }
+        for d in &c.details {
+            let _ = write!(out, "      {:>3} {} ({})", detail_symbol(d), d.name, d.kind);
+            if let Some(r) = &d.replacement {
+                let _ = write!(out, "  # replacement: {r}");
+            }
+            out.push('\n');
+        }
     }
     let s = plan.summary();
     if plan.has_changes() {
@@ -109,6 +133,7 @@ mod tests {
             dependencies: vec![],
             spec_hash: None,
             resume_token: None,
+            details: vec![],
         }
     }
 
@@ -163,6 +188,30 @@ mod tests {
             "{text}"
         );
         assert!(!text.contains(" e "), "no-ops are not listed: {text}");
+    }
+
+    #[test]
+    fn resource_changes_are_listed_under_their_resource() {
+        let mut update = change("stack.network", Action::Update);
+        let detail = |action: &str, name: &str, replacement: Option<&str>| Detail {
+            action: action.into(),
+            name: name.into(),
+            kind: "AWS::EC2::Thing".into(),
+            replacement: replacement.map(Into::into),
+        };
+        update.details = vec![
+            detail("Add", "Added", None),
+            detail("Modify", "Changed", Some("False")),
+            detail("Modify", "Replaced", Some("True")),
+            detail("Remove", "Removed", None),
+        ];
+        let text = human(&plan(vec![update]));
+        let expected = "      resource changes:\n\
+            \x20       + Added (AWS::EC2::Thing)\n\
+            \x20       ~ Changed (AWS::EC2::Thing)  # replacement: False\n\
+            \x20     -/+ Replaced (AWS::EC2::Thing)  # replacement: True\n\
+            \x20       - Removed (AWS::EC2::Thing)\n";
+        assert!(text.contains(expected), "{text}");
     }
 
     #[test]

@@ -1,0 +1,95 @@
+//! Preview: ask each resource planned for an update what the update will
+//! change inside it (a CloudFormation change set's resource changes), at
+//! most `parallelism` at once. Nothing is changed.
+//!
+//! Dependencies' outputs are taken as recorded. Where a dependency changes
+//! in the same apply its new outputs are not known yet, so such an update is
+//! not previewed (a preview with the old outputs would show the wrong changes).
+
+use futures::stream::{self, StreamExt};
+
+use super::{Action, Change, Handles};
+use crate::address::Address;
+use crate::resource::Inputs;
+use crate::state::State;
+
+/// Updates the service refused, by address.
+#[derive(Debug, thiserror::Error)]
+#[error("the planned update was refused for {}", render(.failures))]
+pub struct PreviewError {
+    /// `(address, message)` for each refused update.
+    pub failures: Vec<(Address, String)>,
+}
+
+fn render(failures: &[(Address, String)]) -> String {
+    failures
+        .iter()
+        .map(|(a, m)| format!("{a}: {m}"))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// Fills [`Change::details`] of every update in `changes`.
+///
+/// # Errors
+/// [`PreviewError`] listing every preview that failed (all previews run).
+///
+/// # Panics
+/// If an updated address has no handle or no state entry; [`super::make_plan`]
+/// plans updates only for recorded resources it has handles for.
+pub async fn preview(
+    changes: &mut [Change],
+    handles: &Handles,
+    state: &State,
+    parallelism: usize,
+) -> Result<(), PreviewError> {
+    let changing: std::collections::BTreeSet<&Address> = changes
+        .iter()
+        .filter(|c| c.action.is_change())
+        .map(|c| &c.address)
+        .collect();
+    let previewed: Vec<usize> = changes
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| c.action == Action::Update)
+        .filter(|(_, c)| {
+            !handles[&c.address]
+                .dependencies()
+                .iter()
+                .any(|d| changing.contains(d))
+        })
+        .map(|(i, _)| i)
+        .collect();
+    let calls = previewed
+        .into_iter()
+        .map(|i| (i, &changes[i]))
+        .map(|(i, c)| {
+            let handle = &handles[&c.address];
+            let recorded = &state.resources[&c.address];
+            let inputs = Inputs(
+                handle
+                    .dependencies()
+                    .into_iter()
+                    .filter_map(|d| state.resources.get(&d).map(|r| (d, r.outputs.clone())))
+                    .collect(),
+            );
+            async move { (i, handle.preview_update(recorded, &inputs).await) }
+        });
+    let results: Vec<_> = stream::iter(calls)
+        .buffer_unordered(parallelism.max(1))
+        .collect()
+        .await;
+    let mut failures = Vec::new();
+    for (i, result) in results {
+        match result {
+            Ok(details) => changes[i].details = details,
+            Err(e) => failures.push((changes[i].address.clone(), e.to_string())),
+        }
+    }
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        failures.sort();
+        Err(PreviewError { failures })
+    }
+}
