@@ -106,20 +106,25 @@ async fn plan_apply_noop_plan_outputs_and_destroy() {
         .stdout
         .clone();
     let plan = String::from_utf8(plan).unwrap();
-    for a in ["stack.network", "stack.iam", "stack.storage"] {
-        assert!(
-            plan.contains(&format!("  + {a} (aws_cloudformation_stack)")),
-            "{plan}"
-        );
+    for (a, kind) in [
+        ("stack.network", "aws_cloudformation_stack"),
+        ("stack.iam", "aws_cloudformation_stack"),
+        ("stack.storage", "aws_cloudformation_stack"),
+        ("stack.irsa", "aws_cloudformation_stack"),
+        ("eks.cluster", "aws_eks_cluster"),
+        ("eks.nodegroup.cpu", "aws_eks_nodegroup"),
+        ("iam.oidc", "aws_iam_oidc_provider"),
+    ] {
+        assert!(plan.contains(&format!("  + {a} ({kind})")), "{plan}");
     }
     assert!(
-        plan.contains("Plan: 3 to add, 0 to change, 0 to destroy."),
+        plan.contains("Plan: 7 to add, 0 to change, 0 to destroy."),
         "{plan}"
     );
 
     let applied = d.stdout(&["apply", "--auto-approve"]);
     assert!(
-        applied.contains("Apply complete! Resources: 3 added, 0 changed, 0 destroyed."),
+        applied.contains("Apply complete! Resources: 7 added, 0 changed, 0 destroyed."),
         "{applied}"
     );
     let n = &d.name;
@@ -127,6 +132,7 @@ async fn plan_apply_noop_plan_outputs_and_destroy() {
         d.live_stacks().await,
         [
             format!("kfaws-{n}-iam"),
+            format!("kfaws-{n}-irsa"),
             format!("kfaws-{n}-network"),
             format!("kfaws-{n}-storage")
         ]
@@ -179,7 +185,7 @@ async fn plan_apply_noop_plan_outputs_and_destroy() {
 
     let destroyed = d.stdout(&["destroy", "--auto-approve"]);
     assert!(
-        destroyed.contains("Destroy complete! Resources: 0 added, 0 changed, 3 destroyed."),
+        destroyed.contains("Destroy complete! Resources: 0 added, 0 changed, 7 destroyed."),
         "{destroyed}"
     );
     assert!(d.live_stacks().await.is_empty());
@@ -194,8 +200,10 @@ async fn a_stack_deleted_out_of_band_is_drift_and_apply_repairs_it() {
     let d = Deployment::new();
     d.stdout(&["apply", "--auto-approve"]);
     let cfn = d.cloudformation().await;
+    // The storage stack: nothing depends on it (a new IAM stack would
+    // bring a new secrets key, which an EKS cluster cannot take).
     cfn.delete_stack()
-        .stack_name(format!("kfaws-{}-iam", d.name))
+        .stack_name(format!("kfaws-{}-storage", d.name))
         .send()
         .await
         .unwrap();
@@ -224,7 +232,7 @@ async fn a_saved_plan_applies_exactly_once_and_is_then_stale() {
     d.kfaws(&["apply", "tf.plan"])
         .assert()
         .success()
-        .stdout(predicate::str::contains("3 added"));
+        .stdout(predicate::str::contains("7 added"));
     d.kfaws(&["apply", "tf.plan"])
         .assert()
         .failure()
@@ -330,10 +338,19 @@ fn graph_prints_dot_with_every_resource() {
     let d = Deployment::new();
     let dot = d.stdout(&["graph"]);
     assert!(dot.starts_with("digraph {"), "{dot}");
-    for a in ["stack.network", "stack.iam", "stack.storage"] {
+    for a in [
+        "stack.network",
+        "stack.iam",
+        "stack.storage",
+        "stack.irsa",
+        "eks.cluster",
+        "eks.nodegroup.cpu",
+        "iam.oidc",
+    ] {
         assert!(dot.contains(a), "{dot}");
     }
-    assert_eq!(dot.matches("->").count(), 1, "{dot}");
+    // storage, irsa and iam.oidc one edge each, the cluster two, the node group three.
+    assert_eq!(dot.matches("->").count(), 8, "{dot}");
 }
 
 #[tokio::test]
@@ -579,7 +596,7 @@ async fn apply_and_destroy_finish_with_20_percent_of_calls_throttled_or_failing(
     }
     d.stdout(&["apply", "--auto-approve"]);
     d.kfaws(&["plan", "--detailed-exitcode"]).assert().code(0);
-    assert_eq!(stacks_created(&d), 3, "every stack created exactly once");
+    assert_eq!(stacks_created(&d), 4, "every stack created exactly once");
     d.stdout(&["destroy", "--auto-approve"]);
     assert!(d.live_stacks().await.is_empty());
     let faults: serde_json::Value = serde_json::from_str(&control("faults", "GET", "")).unwrap();
@@ -599,7 +616,7 @@ async fn apply_killed_at_random_moments_then_rerun_creates_each_stack_once() {
     control(
         &format!("lifecycle?account_id={}", d.account),
         "PUT",
-        r#"{"scale": 1, "durations": {"cloudformation.stack.create": 1, "cloudformation.stack.delete": 1}}"#,
+        r#"{"scale": 1, "durations": {"cloudformation.stack.create": 1, "cloudformation.stack.delete": 1, "eks.cluster.create": 1, "eks.cluster.delete": 1, "eks.nodegroup.create": 1, "eks.nodegroup.delete": 1}}"#,
     );
     let seed = fastrand::u64(..);
     let mut rng = fastrand::Rng::with_seed(seed);
@@ -630,7 +647,7 @@ async fn apply_killed_at_random_moments_then_rerun_creates_each_stack_once() {
     }
     d.stdout(&["apply", "--auto-approve"]);
     d.kfaws(&["plan", "--detailed-exitcode"]).assert().code(0);
-    assert_eq!(stacks_created(&d), 3, "seed {seed}: no stack created twice");
+    assert_eq!(stacks_created(&d), 4, "seed {seed}: no stack created twice");
     d.stdout(&["destroy", "--auto-approve"]);
     assert!(d.live_stacks().await.is_empty());
 }

@@ -3,7 +3,7 @@
 # tests/emulator/with_emulator.sh, which points AWS_ENDPOINT_URL at the local
 # AWS emulator with throwaway credentials, so nothing here can reach a real
 # AWS account. Grows with the project: today plan, apply, outputs, a
-# no-change plan, the graph and destroy of the vanilla profile's stacks, then
+# no-change plan, the graph and destroy of the vanilla profile's AWS half, then
 # the bundled trainer on real Fashion-MNIST with two data-parallel ranks under
 # the PyTorchJob environment contract (what `kfaws train --runtime local`
 # will launch).
@@ -34,11 +34,15 @@ max_size = 4
 sagemaker_role_policy = "scoped"
 TOML
 
-# Stacks take 3 s to create and delete instead of moto's instant answer
-# (real AWS: minutes), so the waits and the parallel walk are visible.
+# Stacks take 3 s to create and delete, the EKS cluster 6 s (3 s to
+# delete) and a node group 2 s, instead of moto's instant answer (real AWS:
+# minutes; about 1/100 of it here), so the waits and the parallel walk are
+# visible.
 curl -fsS -XPUT "$KFAWS_EMULATOR_CONTROL/lifecycle" -H 'content-type: application/json' \
     -d '{"scale": 1, "durations": {"cloudformation.stack.create": 3,
-         "cloudformation.stack.update": 3, "cloudformation.stack.delete": 3}}' >/dev/null
+         "cloudformation.stack.update": 3, "cloudformation.stack.delete": 3,
+         "eks.cluster.create": 6, "eks.cluster.delete": 3, "eks.cluster.update": 6,
+         "eks.nodegroup.create": 2, "eks.nodegroup.delete": 2}}' >/dev/null
 
 step() {
     printf '\n\033[1m$ %s\033[0m\n' "$*"

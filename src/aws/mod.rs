@@ -1,5 +1,6 @@
 //! AWS access: SDK configuration from the standard chain, and the resources
-//! that live in AWS.
+//! that live in AWS: CloudFormation stacks ([`stack`]), the EKS cluster and
+//! node groups ([`eks`]) and the cluster's IAM OIDC provider ([`oidc`]).
 //!
 //! Credentials come from the SDK's default chain (environment, `AWS_PROFILE`
 //! or `--aws-profile`, SSO, web identity, container and instance metadata);
@@ -7,7 +8,9 @@
 //! (how tests and `make demo` reach the local emulator). Retries use the SDK's
 //! standard retry mode with a bounded number of attempts.
 
+pub mod eks;
 pub mod identity;
+pub mod oidc;
 pub mod stack;
 pub mod wait;
 

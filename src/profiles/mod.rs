@@ -76,6 +76,9 @@ impl Provider for AwsProvider {
             "aws_cloudformation_stack" => {
                 vanilla::stack_from_state(&self.config, &self.aws, self.lineage, address, recorded)
             }
+            "aws_eks_cluster" | "aws_eks_nodegroup" | "aws_iam_oidc_provider" => {
+                vanilla::eks_from_state(&self.config, &self.aws, self.lineage, address, recorded)
+            }
             _ => None,
         }
     }

@@ -1,9 +1,16 @@
-//! The vanilla profile (DESIGN.md §3): network, IAM and storage stacks.
+//! The vanilla profile (DESIGN.md §3): the AWS half of Kubeflow on AWS.
 //!
-//! This build provisions the AWS foundation: `stack.network`, `stack.iam`
-//! and `stack.storage`. The EKS cluster and node group, the OIDC provider,
-//! the IRSA stack and the Kubernetes components join the graph as their
-//! resources are implemented.
+//! ```text
+//! stack.network, stack.iam
+//! eks.cluster          ← stack.network, stack.iam
+//! eks.nodegroup.<g>    ← eks.cluster (and the subnets and node role it runs with)
+//! iam.oidc             ← eks.cluster
+//! stack.irsa           ← iam.oidc
+//! stack.storage        ← stack.network
+//! ```
+//!
+//! The Kubernetes components join the graph as their resources are
+//! implemented.
 
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
@@ -14,14 +21,25 @@ use aws_config::SdkConfig;
 
 use super::{AwsProvider, Built};
 use crate::address::Address;
+use crate::aws::eks::cluster::ClusterResource;
+use crate::aws::eks::nodegroup::NodegroupResource;
+use crate::aws::oidc::OidcProviderResource;
 use crate::aws::stack::{InputParameter, StackResource};
-use crate::config::{Config, SageMakerRolePolicy};
+use crate::config::{Config, NodeGroup, SageMakerRolePolicy};
 use crate::resource::Resource;
 use crate::state::ResourceState;
 
 const NETWORK: &str = include_str!("../../stacks/network.yaml");
 const IAM: &str = include_str!("../../stacks/iam.yaml");
 const STORAGE: &str = include_str!("../../stacks/storage.yaml");
+const IRSA: &str = include_str!("../../stacks/irsa.yaml");
+
+/// The EKS cluster's address.
+pub const CLUSTER: &str = "eks.cluster";
+/// The IAM OIDC provider's address.
+pub const OIDC: &str = "iam.oidc";
+/// The prefix of the node groups' addresses, `eks.nodegroup.<group>`.
+pub const NODEGROUP_PREFIX: &str = "eks.nodegroup.";
 
 /// The deployment's outputs (`kfaws output`), from the stacks' outputs.
 pub const OUTPUTS: &[super::NamedOutput] = &[
@@ -43,6 +61,21 @@ pub const OUTPUTS: &[super::NamedOutput] = &[
     out("sagemaker_role_arn", "stack.iam", "SageMakerRoleArn"),
     out("cluster_role_arn", "stack.iam", "ClusterRoleArn"),
     out("node_role_arn", "stack.iam", "NodeRoleArn"),
+    out("cluster_name", CLUSTER, "name"),
+    out("cluster_endpoint", CLUSTER, "endpoint"),
+    out(
+        "cluster_certificate_authority",
+        CLUSTER,
+        "certificate_authority_data",
+    ),
+    out("oidc_issuer", CLUSTER, "oidc_issuer"),
+    out(
+        "cluster_security_group_id",
+        CLUSTER,
+        "cluster_security_group_id",
+    ),
+    out("efs_csi_role_arn", "stack.irsa", "EfsCsiControllerRoleArn"),
+    out("pipelines_role_arn", "stack.irsa", "PipelinesRoleArn"),
 ];
 
 const fn out(name: &'static str, address: &'static str, key: &'static str) -> super::NamedOutput {
@@ -92,6 +125,11 @@ fn stacks(config: &Config, aws: &SdkConfig, lineage: uuid::Uuid) -> Vec<StackRes
     let from_network = |parameter, output| InputParameter {
         parameter,
         from: network.clone(),
+        output,
+    };
+    let from_oidc = |parameter, output| InputParameter {
+        parameter,
+        from: addr(OIDC),
         output,
     };
     vec![
@@ -146,15 +184,88 @@ fn stacks(config: &Config, aws: &SdkConfig, lineage: uuid::Uuid) -> Vec<StackRes
                 from_network("NfsSecurityGroupId", "NfsSecurityGroupId"),
             ],
         ),
+        // IAM roles take seconds; the stack's own overhead dominates.
+        stack(
+            "irsa",
+            IRSA,
+            60,
+            params(&[
+                (
+                    "EfsCsiRoleName",
+                    config.role_name("irsa-efs-csi-controller"),
+                ),
+                ("PipelinesRoleName", config.role_name("irsa-pipelines")),
+                (
+                    "SageMakerRoleName",
+                    config.options.sagemaker_role_name.clone(),
+                ),
+                ("UserNamespace", config.options.user_namespace.clone()),
+            ]),
+            vec![
+                from_oidc("OidcProviderArn", "arn"),
+                from_oidc("OidcIssuerHostPath", "issuer_host_path"),
+            ],
+        ),
     ]
+}
+
+fn cluster(config: &Config, aws: &SdkConfig, lineage: uuid::Uuid) -> ClusterResource {
+    ClusterResource {
+        address: addr(CLUSTER),
+        name: config.name.clone(),
+        kubernetes_version: config.kubernetes_version.clone(),
+        role_name: config.role_name("eks-cluster"),
+        deployment: config.name.clone(),
+        lineage: lineage.to_string(),
+        network: addr("stack.network"),
+        iam: addr("stack.iam"),
+        client: aws_sdk_eks::Client::new(aws),
+    }
+}
+
+fn nodegroup(
+    config: &Config,
+    aws: &SdkConfig,
+    lineage: uuid::Uuid,
+    group: &str,
+    settings: &NodeGroup,
+) -> NodegroupResource {
+    NodegroupResource {
+        address: addr(&format!("{NODEGROUP_PREFIX}{group}")),
+        cluster_name: config.name.clone(),
+        nodegroup_name: config.nodegroup_name(group),
+        group: settings.clone(),
+        deployment: config.name.clone(),
+        lineage: lineage.to_string(),
+        cluster: addr(CLUSTER),
+        network: addr("stack.network"),
+        iam: addr("stack.iam"),
+        eks: aws_sdk_eks::Client::new(aws),
+        ec2: aws_sdk_ec2::Client::new(aws),
+    }
+}
+
+fn oidc(config: &Config, aws: &SdkConfig, lineage: uuid::Uuid) -> OidcProviderResource {
+    OidcProviderResource {
+        address: addr(OIDC),
+        cluster: addr(CLUSTER),
+        deployment: config.name.clone(),
+        lineage: lineage.to_string(),
+        client: aws_sdk_iam::Client::new(aws),
+    }
 }
 
 /// The vanilla profile's resources, for the state of lineage `lineage`.
 pub fn build(config: &Config, aws: &SdkConfig, lineage: uuid::Uuid) -> Built {
-    let resources = stacks(config, aws, lineage)
+    let mut resources: Vec<Arc<dyn Resource>> = stacks(config, aws, lineage)
         .into_iter()
         .map(|s| Arc::new(s) as Arc<dyn Resource>)
         .collect();
+    resources.push(Arc::new(cluster(config, aws, lineage)));
+    for (group, settings) in &config.node_groups {
+        resources.push(Arc::new(nodegroup(config, aws, lineage, group, settings)));
+    }
+    resources.push(Arc::new(oidc(config, aws, lineage)));
     Built {
         resources,
         provider: Arc::new(AwsProvider {
@@ -162,6 +273,45 @@ pub fn build(config: &Config, aws: &SdkConfig, lineage: uuid::Uuid) -> Built {
             aws: aws.clone(),
             lineage,
         }),
+    }
+}
+
+/// A handle for a recorded EKS cluster, node group or OIDC provider: the
+/// current definition, with the recorded names where they differ (a node
+/// group that left the config, or a config renamed since).
+pub fn eks_from_state(
+    config: &Config,
+    aws: &SdkConfig,
+    lineage: uuid::Uuid,
+    address: &Address,
+    recorded: &ResourceState,
+) -> Option<Arc<dyn Resource>> {
+    let recorded_str = |k: &str| recorded.spec.get(k).and_then(|v| v.as_str());
+    match recorded.kind.as_str() {
+        "aws_eks_cluster" => {
+            let mut c = cluster(config, aws, lineage);
+            c.address = address.clone();
+            if let Some(name) = recorded_str("name") {
+                c.name = name.to_string();
+            }
+            Some(Arc::new(c))
+        }
+        "aws_eks_nodegroup" => {
+            let group = address.as_str().strip_prefix(NODEGROUP_PREFIX)?;
+            let settings = config.node_groups.get(group).cloned().unwrap_or_default();
+            let mut n = nodegroup(config, aws, lineage, group, &settings);
+            n.address = address.clone();
+            if let Some(name) = recorded_str("nodegroup_name") {
+                n.nodegroup_name = name.to_string();
+            }
+            Some(Arc::new(n))
+        }
+        "aws_iam_oidc_provider" => {
+            let mut o = oidc(config, aws, lineage);
+            o.address = address.clone();
+            Some(Arc::new(o))
+        }
+        _ => None,
     }
 }
 
@@ -205,6 +355,8 @@ mod tests {
                 "stack.network" => NETWORK,
                 "stack.iam" => IAM,
                 "stack.storage" => STORAGE,
+                "stack.irsa" => IRSA,
+                CLUSTER => continue,
                 other => panic!("{other}"),
             };
             let outputs = &template[template.find("\nOutputs:").expect("has outputs")..];
@@ -239,19 +391,25 @@ mod tests {
         );
     }
 
-    #[tokio::test]
-    async fn graph_is_network_iam_then_storage_on_network() {
-        let config = crate::config::ConfigFile::parse(
+    fn config(extra: &str) -> Config {
+        crate::config::ConfigFile::parse(
             std::path::Path::new("k"),
-            "name = \"ml\"\nregion = \"us-east-1\"",
+            &format!("name = \"ml\"\nregion = \"us-east-1\"\n{extra}"),
         )
         .unwrap()
         .resolve(&Default::default(), None)
-        .unwrap();
-        let aws = SdkConfig::builder()
+        .unwrap()
+    }
+
+    fn aws() -> SdkConfig {
+        SdkConfig::builder()
             .behavior_version(aws_config::BehaviorVersion::latest())
-            .build();
-        let built = build(&config, &aws, uuid::Uuid::nil());
+            .build()
+    }
+
+    #[tokio::test]
+    async fn graph_follows_design_section_3() {
+        let built = build(&config(""), &aws(), uuid::Uuid::nil());
         let deps: Vec<(String, Vec<String>)> = built
             .resources
             .iter()
@@ -262,19 +420,73 @@ mod tests {
                 )
             })
             .collect();
+        let own = |a: &str, d: &[&str]| (a.to_string(), d.iter().map(|s| s.to_string()).collect());
         assert_eq!(
             deps,
             [
-                ("stack.network".to_string(), vec![]),
-                ("stack.iam".to_string(), vec![]),
-                (
-                    "stack.storage".to_string(),
-                    vec!["stack.network".to_string()]
+                own("stack.network", &[]),
+                own("stack.iam", &[]),
+                own("stack.storage", &["stack.network"]),
+                own("stack.irsa", &["iam.oidc"]),
+                own("eks.cluster", &["stack.iam", "stack.network"]),
+                own(
+                    "eks.nodegroup.cpu",
+                    &["eks.cluster", "stack.iam", "stack.network"]
                 ),
+                own("iam.oidc", &["eks.cluster"]),
             ]
         );
         let spec = built.resources[0].spec();
         assert_eq!(spec["stack_name"], "kfaws-ml-network");
         assert_eq!(spec["parameters"]["PrivateSubnet1Cidr"], "10.0.128.0/18");
+        let irsa = built.resources[3].spec();
+        assert_eq!(
+            irsa["parameters"]["EfsCsiRoleName"],
+            "kfaws-ml-us-east-1-irsa-efs-csi-controller"
+        );
+        let cluster = built.resources[4].spec();
+        assert_eq!(cluster["kubernetes_version"], "1.33");
+        assert_eq!(cluster["role_name"], "kfaws-ml-us-east-1-eks-cluster");
+        let group = built.resources[5].spec();
+        assert_eq!(group["nodegroup_name"], "ml-cpu");
+        assert_eq!(group["metadata_options"]["http_tokens"], "required");
+        assert_eq!(group["disk_size_gib"], 50);
+    }
+
+    #[tokio::test]
+    async fn every_node_group_is_a_node_and_a_removed_one_can_still_be_deleted() {
+        let groups = "[node_groups.cpu]\n[node_groups.gpu]\ninstance_type = \"g5.xlarge\"";
+        let built = build(&config(groups), &aws(), uuid::Uuid::nil());
+        let addresses: Vec<String> = built
+            .resources
+            .iter()
+            .map(|r| r.address().to_string())
+            .filter(|a| a.starts_with(NODEGROUP_PREFIX))
+            .collect();
+        assert_eq!(addresses, ["eks.nodegroup.cpu", "eks.nodegroup.gpu"]);
+        // The gpu group left the config; its state entry still names it.
+        let gpu = built
+            .resources
+            .iter()
+            .find(|r| r.address().as_str() == "eks.nodegroup.gpu")
+            .unwrap();
+        let recorded = ResourceState {
+            kind: gpu.kind().to_string(),
+            status: crate::state::Status::Created,
+            physical_id: None,
+            idempotency_token: None,
+            spec_hash: String::new(),
+            spec: gpu.spec(),
+            outputs: Default::default(),
+            dependencies: gpu.dependencies(),
+            inputs_hash: None,
+            updated_at: chrono::Utc::now(),
+        };
+        let provider = build(&config(""), &aws(), uuid::Uuid::nil()).provider;
+        let handle = provider
+            .handle_for(gpu.address(), &recorded)
+            .expect("node groups are known to the provider");
+        assert_eq!(handle.kind(), "aws_eks_nodegroup");
+        assert_eq!(handle.spec()["nodegroup_name"], "ml-gpu");
     }
 }

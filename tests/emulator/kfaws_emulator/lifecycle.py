@@ -28,6 +28,7 @@ from collections.abc import Callable
 DEFAULT_DURATIONS: dict[str, float] = {
     "eks.cluster.create": 600.0,
     "eks.cluster.delete": 300.0,
+    "eks.cluster.update": 600.0,
     "eks.nodegroup.create": 180.0,
     "eks.nodegroup.delete": 180.0,
     "efs.filesystem.create": 5.0,

@@ -26,6 +26,7 @@ MODULES = (
     "ec2_dependency_violation",
     "eks_idempotency",
     "eks_cluster_vpc_config",
+    "eks_updates",
     "efs_already_exists_id",
     "lifecycle_eks",
     "lifecycle_efs",

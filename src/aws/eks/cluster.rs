@@ -1,0 +1,668 @@
+//! The EKS cluster (`aws_eks_cluster`).
+//!
+//! Calls and states follow the Amazon EKS API Reference:
+//! - create passes the idempotency token as `clientRequestToken`: repeated
+//!   after an interrupted apply, CreateCluster returns the cluster of the
+//!   first call; a `ResourceInUseException` for a cluster of our name is
+//!   re-attached to only if it carries our deployment and lineage tags;
+//! - the cluster runs in the private subnets of `stack.network` with the
+//!   role `ClusterRoleArn` of `stack.iam`, with both the public and the
+//!   private API endpoint (nodes in private subnets reach the API server
+//!   through the private endpoint, users through the public one: EKS User
+//!   Guide, "Cluster API server endpoint"), and Kubernetes secrets
+//!   envelope-encrypted with the KMS key `SecretsKeyArn` of `stack.iam`
+//!   (EKS User Guide, "Encrypt Kubernetes secrets with KMS");
+//! - waits poll `DescribeCluster` until `ACTIVE` (create, update) or
+//!   `ResourceNotFoundException` (delete), and an update's own
+//!   `DescribeUpdate` until `Successful`;
+//! - the Kubernetes version is upgraded in place one minor version at a
+//!   time (`UpdateClusterVersion`; EKS cannot skip minor versions nor
+//!   downgrade: EKS User Guide, "Update existing cluster to new Kubernetes
+//!   version"); endpoint access changes in place (`UpdateClusterConfig`);
+//!   the name, the role and the secrets encryption only by replacement.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use aws_sdk_eks::types::{
+    Cluster, ClusterStatus, EncryptionConfig, Provider as KmsProvider, VpcConfigRequest,
+};
+use aws_sdk_eks::Client;
+use serde_json::{json, Value};
+
+use super::{code, foreign, is_not_found, owned, tags, wait_for_update, Tolerance};
+use crate::address::Address;
+use crate::aws::error_message;
+use crate::aws::wait::{wait_until, Backoff, Poll};
+use crate::resource::{Applied, Inputs, Observed, Outputs, Resource, ResourceError};
+use crate::state::ResourceState;
+
+/// The `stack.network` output with the private subnet ids, comma-separated.
+pub const SUBNETS_OUTPUT: &str = "PrivateSubnetIds";
+/// The `stack.iam` output with the cluster role's ARN.
+pub const ROLE_OUTPUT: &str = "ClusterRoleArn";
+/// The `stack.iam` output with the ARN of the KMS key for secrets.
+pub const KEY_OUTPUT: &str = "SecretsKeyArn";
+
+/// What [`health`] says of a cluster that works or is on its way there.
+const HEALTHY: &str = "healthy";
+
+/// Whether a cluster in `status` works: `healthy` while it is (or is on
+/// its way to being) usable, else the status itself: `FAILED` (only
+/// deletion helps) and `DELETING` (it is going away). EKS API Reference,
+/// `Cluster.status`.
+pub fn health(status: &str) -> &str {
+    match status {
+        "FAILED" | "DELETING" => status,
+        _ => HEALTHY,
+    }
+}
+
+/// The minor version of a `1.NN` Kubernetes version.
+fn minor(version: &str) -> Option<u32> {
+    version.strip_prefix("1.")?.parse().ok()
+}
+
+/// The versions an upgrade from `live` to `desired` passes through, one
+/// minor version at a time, ending with `desired`.
+///
+/// # Errors
+/// A message when `desired` is older than `live` (EKS cannot downgrade) or
+/// either is not `1.NN`.
+pub fn upgrade_path(live: &str, desired: &str) -> Result<Vec<String>, String> {
+    let (Some(from), Some(to)) = (minor(live), minor(desired)) else {
+        return Err(format!(
+            "cannot compare Kubernetes versions {live:?} and {desired:?}"
+        ));
+    };
+    if to < from {
+        return Err(format!(
+            "the cluster runs Kubernetes {live}; EKS cannot downgrade it to {desired} \
+             (set kubernetes_version = \"{live}\" or newer)"
+        ));
+    }
+    Ok((from + 1..=to).map(|m| format!("1.{m}")).collect())
+}
+
+/// Envelope encryption of Kubernetes secrets with the customer managed key
+/// `key_arn`. Since Kubernetes 1.28 EKS envelope-encrypts all API data by
+/// default with an AWS owned key, and `resources` no longer selects what
+/// is encrypted (EKS API Reference, `EncryptionConfig`); naming our own key
+/// keeps rotation, audit and revocation in the account. `resources` is
+/// still sent as `["secrets"]`, the only value the API has ever accepted,
+/// so the request is valid for every supported version.
+#[allow(deprecated)]
+fn secrets_encryption(key_arn: &str) -> EncryptionConfig {
+    EncryptionConfig::builder()
+        .resources("secrets")
+        .provider(KmsProvider::builder().key_arn(key_arn).build())
+        .build()
+}
+
+/// One EKS cluster.
+pub struct ClusterResource {
+    /// Graph address, `eks.cluster`.
+    pub address: Address,
+    /// The cluster name (the deployment name).
+    pub name: String,
+    /// Kubernetes version, `1.NN`.
+    pub kubernetes_version: String,
+    /// The cluster role's name; its ARN comes from `iam`'s outputs.
+    pub role_name: String,
+    /// The deployment, written as the deployment tag.
+    pub deployment: String,
+    /// The lineage of the state managing the cluster, written as the lineage tag.
+    pub lineage: String,
+    /// The network stack, for [`SUBNETS_OUTPUT`].
+    pub network: Address,
+    /// The IAM stack, for [`ROLE_OUTPUT`] and [`KEY_OUTPUT`].
+    pub iam: Address,
+    /// The client.
+    pub client: Client,
+}
+
+/// What the cluster is made from at apply time: dependencies' outputs.
+struct Wiring {
+    subnets: Vec<String>,
+    role_arn: String,
+    key_arn: String,
+}
+
+fn output_str(inputs: &Inputs, from: &Address, name: &str) -> Result<String, ResourceError> {
+    let v = inputs.get(from, name)?;
+    v.as_str()
+        .map(str::to_string)
+        .ok_or_else(|| ResourceError::msg(format!("output {name} of {from} is not a string: {v}")))
+}
+
+impl ClusterResource {
+    fn wiring(&self, inputs: &Inputs) -> Result<Wiring, ResourceError> {
+        let subnets = output_str(inputs, &self.network, SUBNETS_OUTPUT)?
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+            .collect();
+        Ok(Wiring {
+            subnets,
+            role_arn: output_str(inputs, &self.iam, ROLE_OUTPUT)?,
+            key_arn: output_str(inputs, &self.iam, KEY_OUTPUT)?,
+        })
+    }
+
+    /// The cluster, unless there is none of our name.
+    async fn describe(&self) -> Result<Option<Cluster>, ResourceError> {
+        match self.client.describe_cluster().name(&self.name).send().await {
+            Ok(out) => Ok(out.cluster().cloned()),
+            Err(e) if is_not_found(&e) => Ok(None),
+            Err(e) => Err(ResourceError::msg(format!(
+                "DescribeCluster {}: {}",
+                self.name,
+                error_message(&e)
+            ))),
+        }
+    }
+
+    /// The cluster of our name if this deployment's state made it.
+    async fn ours(&self) -> Result<Option<Cluster>, ResourceError> {
+        Ok(self
+            .describe()
+            .await?
+            .filter(|c| owned(c.tags(), &self.deployment, &self.lineage)))
+    }
+
+    fn schedule(&self) -> Backoff {
+        Backoff::with_deadline(self.timeout())
+    }
+
+    /// Waits until the cluster is `ACTIVE`.
+    async fn wait_active(&self) -> Result<Cluster, ResourceError> {
+        let tolerance = Tolerance::default();
+        wait_until(self.schedule(), || async {
+            let cluster = match self.describe().await {
+                Ok(c) => {
+                    tolerance.ok();
+                    c
+                }
+                Err(e) => return tolerance.failed(e.to_string()),
+            };
+            let Some(cluster) = cluster else {
+                return Poll::Failed(format!("cluster {} disappeared", self.name));
+            };
+            match cluster.status() {
+                Some(ClusterStatus::Active) => Poll::Ready(cluster),
+                Some(ClusterStatus::Failed) => {
+                    let issues: Vec<String> = cluster
+                        .health()
+                        .map(|h| {
+                            h.issues()
+                                .iter()
+                                .map(|i| {
+                                    format!(
+                                        "{}: {}",
+                                        i.code().map_or("?", |c| c.as_str()),
+                                        i.message().unwrap_or("no message")
+                                    )
+                                })
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                    Poll::Failed(format!(
+                        "cluster {} is FAILED: {}",
+                        self.name,
+                        if issues.is_empty() {
+                            "EKS reports no health issue".to_string()
+                        } else {
+                            issues.join("; ")
+                        }
+                    ))
+                }
+                Some(ClusterStatus::Deleting) => {
+                    Poll::Failed(format!("cluster {} is being deleted", self.name))
+                }
+                other => Poll::Pending(other.map_or("UNKNOWN", |s| s.as_str()).to_string()),
+            }
+        })
+        .await
+        .map_err(|e| ResourceError::msg(format!("cluster {}: {e}", self.name)))
+    }
+
+    /// Waits until DescribeCluster answers `ResourceNotFoundException`.
+    async fn wait_gone(&self) -> Result<(), ResourceError> {
+        let tolerance = Tolerance::default();
+        wait_until(self.schedule(), || async {
+            match self.describe().await {
+                Ok(None) => Poll::Ready(()),
+                Ok(Some(c)) => {
+                    tolerance.ok();
+                    match c.status() {
+                        Some(ClusterStatus::Failed) => Poll::Failed(format!(
+                            "cluster {} is FAILED while being deleted",
+                            self.name
+                        )),
+                        other => Poll::Pending(other.map_or("UNKNOWN", |s| s.as_str()).into()),
+                    }
+                }
+                Err(e) => tolerance.failed(e.to_string()),
+            }
+        })
+        .await
+        .map_err(|e| ResourceError::msg(format!("cluster {}: {e}", self.name)))
+    }
+
+    /// The spec fields DescribeCluster reports, keyed like [`Resource::spec`].
+    fn live_spec(cluster: &Cluster) -> serde_json::Map<String, Value> {
+        let vpc = cluster.resources_vpc_config();
+        let encrypted = cluster
+            .encryption_config()
+            .iter()
+            .any(|e| e.provider().and_then(|p| p.key_arn()).is_some());
+        let mut spec = serde_json::Map::new();
+        spec.insert("name".into(), json!(cluster.name()));
+        spec.insert("kubernetes_version".into(), json!(cluster.version()));
+        if let Some(role) = cluster.role_arn() {
+            // arn:aws:iam::123456789012:role[/path]/NAME
+            spec.insert(
+                "role_name".into(),
+                json!(role.rsplit('/').next().unwrap_or(role)),
+            );
+        }
+        if let Some(vpc) = vpc {
+            spec.insert(
+                "endpoint_public_access".into(),
+                json!(vpc.endpoint_public_access()),
+            );
+            spec.insert(
+                "endpoint_private_access".into(),
+                json!(vpc.endpoint_private_access()),
+            );
+        }
+        spec.insert(
+            "secrets_encryption".into(),
+            json!(if encrypted { "kms" } else { "none" }),
+        );
+        spec.insert(
+            "health".into(),
+            json!(health(cluster.status().map_or("UNKNOWN", |s| s.as_str()))),
+        );
+        spec
+    }
+
+    /// The outputs: identifiers and public endpoints, what `kfaws
+    /// kubeconfig` and the dependants need.
+    fn outputs(cluster: &Cluster) -> Outputs {
+        let vpc = cluster.resources_vpc_config();
+        [
+            ("name", cluster.name()),
+            ("arn", cluster.arn()),
+            ("endpoint", cluster.endpoint()),
+            (
+                "certificate_authority_data",
+                cluster.certificate_authority().and_then(|c| c.data()),
+            ),
+            (
+                "oidc_issuer",
+                cluster
+                    .identity()
+                    .and_then(|i| i.oidc())
+                    .and_then(|o| o.issuer()),
+            ),
+            (
+                "cluster_security_group_id",
+                vpc.and_then(|v| v.cluster_security_group_id()),
+            ),
+            ("vpc_id", vpc.and_then(|v| v.vpc_id())),
+        ]
+        .into_iter()
+        .filter_map(|(k, v)| Some((k.to_string(), json!(v?))))
+        .collect()
+    }
+
+    fn applied(cluster: &Cluster) -> Applied {
+        Applied {
+            physical_id: cluster.arn().unwrap_or_default().to_string(),
+            outputs: Self::outputs(cluster),
+        }
+    }
+
+    /// Refuses an update that would need a new cluster: EKS keeps a
+    /// cluster's subnets' VPC, role and secrets key for its lifetime.
+    fn check_immutable(&self, live: &Cluster, want: &Wiring) -> Result<(), ResourceError> {
+        let mut changed = Vec::new();
+        let live_subnets: BTreeSet<&str> = live
+            .resources_vpc_config()
+            .map(|v| v.subnet_ids().iter().map(String::as_str).collect())
+            .unwrap_or_default();
+        let want_subnets: BTreeSet<&str> = want.subnets.iter().map(String::as_str).collect();
+        if live_subnets != want_subnets {
+            changed.push(format!(
+                "subnets {live_subnets:?} -> {want_subnets:?} (from {})",
+                self.network
+            ));
+        }
+        if live.role_arn() != Some(want.role_arn.as_str()) {
+            changed.push(format!(
+                "role {} -> {} (from {})",
+                live.role_arn().unwrap_or("none"),
+                want.role_arn,
+                self.iam
+            ));
+        }
+        let live_key = live
+            .encryption_config()
+            .iter()
+            .find_map(|e| e.provider().and_then(|p| p.key_arn()));
+        if live_key != Some(want.key_arn.as_str()) {
+            changed.push(format!(
+                "secrets key {} -> {} (from {})",
+                live_key.unwrap_or("none"),
+                want.key_arn,
+                self.iam
+            ));
+        }
+        if changed.is_empty() {
+            return Ok(());
+        }
+        Err(ResourceError::msg(format!(
+            "cluster {} cannot take its dependencies' new outputs in place: {}; EKS keeps these \
+             for a cluster's lifetime. Destroy the cluster (kfaws destroy --target {}) and apply \
+             again to create it anew",
+            self.name,
+            changed.join(", "),
+            self.address
+        )))
+    }
+}
+
+#[async_trait]
+impl Resource for ClusterResource {
+    fn address(&self) -> &Address {
+        &self.address
+    }
+
+    fn kind(&self) -> &'static str {
+        "aws_eks_cluster"
+    }
+
+    fn dependencies(&self) -> Vec<Address> {
+        let mut deps = vec![self.network.clone(), self.iam.clone()];
+        deps.sort();
+        deps
+    }
+
+    fn spec(&self) -> Value {
+        json!({
+            "name": self.name,
+            "kubernetes_version": self.kubernetes_version,
+            "role_name": self.role_name,
+            "endpoint_public_access": true,
+            "endpoint_private_access": true,
+            "secrets_encryption": "kms",
+            "health": HEALTHY,
+        })
+    }
+
+    fn replace_fields(&self) -> &[&str] {
+        &["name", "role_name", "secrets_encryption", "health"]
+    }
+
+    /// EKS User Guide, "Create an Amazon EKS cluster": about 10 minutes.
+    fn estimate(&self) -> Duration {
+        Duration::from_secs(10 * 60)
+    }
+
+    /// Creation, an upgrade and deletion each take 10 to 20 minutes.
+    fn timeout(&self) -> Duration {
+        Duration::from_secs(40 * 60)
+    }
+
+    async fn read(&self, _recorded: Option<&ResourceState>) -> Result<Observed, ResourceError> {
+        let Some(cluster) = self.ours().await? else {
+            return Ok(Observed::Gone);
+        };
+        let applied = Self::applied(&cluster);
+        Ok(Observed::Present {
+            physical_id: Some(applied.physical_id),
+            spec: Self::live_spec(&cluster),
+            outputs: applied.outputs,
+        })
+    }
+
+    async fn create(&self, token: &str, inputs: &Inputs) -> Result<Applied, ResourceError> {
+        let wiring = self.wiring(inputs)?;
+        let sent = self
+            .client
+            .create_cluster()
+            .name(&self.name)
+            .version(&self.kubernetes_version)
+            .role_arn(&wiring.role_arn)
+            .resources_vpc_config(
+                VpcConfigRequest::builder()
+                    .set_subnet_ids(Some(wiring.subnets.clone()))
+                    .endpoint_public_access(true)
+                    .endpoint_private_access(true)
+                    .build(),
+            )
+            .encryption_config(secrets_encryption(&wiring.key_arn))
+            .client_request_token(token)
+            .set_tags(Some(tags(&self.deployment, &self.lineage, &self.address)))
+            .send()
+            .await;
+        if let Err(e) = sent {
+            if code(&e) != Some("ResourceInUseException") {
+                return Err(ResourceError::msg(format!(
+                    "CreateCluster {}: {}",
+                    self.name,
+                    error_message(&e)
+                )));
+            }
+            // A cluster of our name exists and the token is not the one
+            // that made it: ours from an earlier, unrecorded create
+            // (re-attach), or someone else's (refuse).
+            let existing = self.describe().await?;
+            let tags = existing.as_ref().and_then(Cluster::tags);
+            if !owned(tags, &self.deployment, &self.lineage) {
+                return Err(foreign(
+                    &format!("EKS cluster {}", self.name),
+                    tags,
+                    &self.deployment,
+                ));
+            }
+        }
+        let cluster = self.wait_active().await?;
+        Ok(Self::applied(&cluster))
+    }
+
+    async fn update(
+        &self,
+        _recorded: &ResourceState,
+        inputs: &Inputs,
+    ) -> Result<Applied, ResourceError> {
+        let wiring = self.wiring(inputs)?;
+        let Some(mut live) = self.ours().await? else {
+            return Err(ResourceError::msg(format!(
+                "cluster {} is gone; plan again to create it",
+                self.name
+            )));
+        };
+        self.check_immutable(&live, &wiring)?;
+        // EKS runs one update at a time: each waits for the last.
+        live = self.wait_active().await?;
+        let path = upgrade_path(live.version().unwrap_or_default(), &self.kubernetes_version)
+            .map_err(|m| ResourceError::msg(format!("cluster {}: {m}", self.name)))?;
+        for version in path {
+            tracing::info!(cluster = %self.name, %version, "upgrading the Kubernetes version");
+            let out = self
+                .client
+                .update_cluster_version()
+                .name(&self.name)
+                .version(&version)
+                .client_request_token(uuid::Uuid::new_v4().to_string())
+                .send()
+                .await
+                .map_err(|e| {
+                    ResourceError::msg(format!(
+                        "UpdateClusterVersion {} to {version}: {}",
+                        self.name,
+                        error_message(&e)
+                    ))
+                })?;
+            let update = out.update().ok_or_else(|| {
+                ResourceError::msg(format!("UpdateClusterVersion {}: no update", self.name))
+            })?;
+            wait_for_update(&self.client, &self.name, None, update, self.timeout()).await?;
+            live = self.wait_active().await?;
+        }
+        let vpc = live.resources_vpc_config();
+        let access = (
+            vpc.is_some_and(|v| v.endpoint_public_access()),
+            vpc.is_some_and(|v| v.endpoint_private_access()),
+        );
+        if access != (true, true) {
+            let out = self
+                .client
+                .update_cluster_config()
+                .name(&self.name)
+                .resources_vpc_config(
+                    VpcConfigRequest::builder()
+                        .endpoint_public_access(true)
+                        .endpoint_private_access(true)
+                        .build(),
+                )
+                .client_request_token(uuid::Uuid::new_v4().to_string())
+                .send()
+                .await
+                .map_err(|e| {
+                    ResourceError::msg(format!(
+                        "UpdateClusterConfig {}: {}",
+                        self.name,
+                        error_message(&e)
+                    ))
+                })?;
+            let update = out.update().ok_or_else(|| {
+                ResourceError::msg(format!("UpdateClusterConfig {}: no update", self.name))
+            })?;
+            wait_for_update(&self.client, &self.name, None, update, self.timeout()).await?;
+            live = self.wait_active().await?;
+        }
+        Ok(Self::applied(&live))
+    }
+
+    async fn delete(&self, _recorded: &ResourceState) -> Result<(), ResourceError> {
+        // Only a cluster this deployment's state made: a foreign cluster
+        // that took our name after ours was deleted is left alone.
+        let Some(cluster) = self.ours().await? else {
+            return Ok(());
+        };
+        if cluster.status() != Some(&ClusterStatus::Deleting) {
+            match self.client.delete_cluster().name(&self.name).send().await {
+                Ok(_) => {}
+                Err(e) if is_not_found(&e) => return Ok(()),
+                Err(e) if code(&e) == Some("ResourceInUseException") => {
+                    let groups = self
+                        .client
+                        .list_nodegroups()
+                        .cluster_name(&self.name)
+                        .send()
+                        .await
+                        .map(|o| o.nodegroups().join(", "))
+                        .unwrap_or_default();
+                    return Err(ResourceError::msg(format!(
+                        "DeleteCluster {}: {}; node groups still attached: [{groups}] (kfaws \
+                         deletes its own node groups first; delete others with `aws eks \
+                         delete-nodegroup`)",
+                        self.name,
+                        error_message(&e)
+                    )));
+                }
+                Err(e) => {
+                    return Err(ResourceError::msg(format!(
+                        "DeleteCluster {}: {}",
+                        self.name,
+                        error_message(&e)
+                    )))
+                }
+            }
+        }
+        self.wait_gone().await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn upgrades_step_one_minor_version_at_a_time_and_never_down() {
+        assert_eq!(upgrade_path("1.31", "1.33").unwrap(), ["1.32", "1.33"]);
+        assert!(upgrade_path("1.33", "1.33").unwrap().is_empty());
+        let e = upgrade_path("1.33", "1.31").unwrap_err();
+        assert!(e.contains("cannot downgrade"), "{e}");
+        assert!(upgrade_path("2.0", "1.31").is_err());
+    }
+
+    #[test]
+    fn only_failed_and_deleting_clusters_are_unhealthy() {
+        for ok in ["ACTIVE", "CREATING", "UPDATING", "PENDING"] {
+            assert_eq!(health(ok), "healthy", "{ok}");
+        }
+        for bad in ["FAILED", "DELETING"] {
+            assert_eq!(health(bad), bad);
+        }
+    }
+
+    #[test]
+    fn live_spec_and_outputs_come_from_describe_cluster() {
+        use aws_sdk_eks::types::{Certificate, Identity, Oidc, VpcConfigResponse};
+        let cluster = Cluster::builder()
+            .name("ml")
+            .arn("arn:aws:eks:us-east-1:123456789012:cluster/ml")
+            .version("1.33")
+            .role_arn("arn:aws:iam::123456789012:role/kfaws-ml-us-east-1-eks-cluster")
+            .status(ClusterStatus::Active)
+            .endpoint("https://ABC.gr7.us-east-1.eks.amazonaws.com")
+            .certificate_authority(Certificate::builder().data("LS0tLS1CRUdJTg==").build())
+            .identity(
+                Identity::builder()
+                    .oidc(
+                        Oidc::builder()
+                            .issuer("https://oidc.eks.us-east-1.amazonaws.com/id/ABC")
+                            .build(),
+                    )
+                    .build(),
+            )
+            .resources_vpc_config(
+                VpcConfigResponse::builder()
+                    .vpc_id("vpc-1")
+                    .cluster_security_group_id("sg-1")
+                    .endpoint_public_access(true)
+                    .endpoint_private_access(false)
+                    .build(),
+            )
+            .encryption_config(secrets_encryption(
+                "arn:aws:kms:us-east-1:123456789012:key/k",
+            ))
+            .build();
+        let spec = ClusterResource::live_spec(&cluster);
+        assert_eq!(spec["role_name"], "kfaws-ml-us-east-1-eks-cluster");
+        assert_eq!(spec["endpoint_private_access"], false);
+        assert_eq!(spec["secrets_encryption"], "kms");
+        assert_eq!(spec["health"], "healthy");
+        let out = ClusterResource::outputs(&cluster);
+        let keys: Vec<&str> = out.keys().map(String::as_str).collect();
+        assert_eq!(
+            keys,
+            [
+                "arn",
+                "certificate_authority_data",
+                "cluster_security_group_id",
+                "endpoint",
+                "name",
+                "oidc_issuer",
+                "vpc_id"
+            ]
+        );
+        assert_eq!(out["certificate_authority_data"], "LS0tLS1CRUdJTg==");
+    }
+}

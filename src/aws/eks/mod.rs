@@ -1,0 +1,230 @@
+//! Amazon EKS resources: the cluster (`aws_eks_cluster`) and its managed
+//! node groups (`aws_eks_nodegroup`), and what they share: ownership tags,
+//! error codes, and waits on EKS update objects.
+//!
+//! Ownership follows the CloudFormation stacks ([`crate::aws::stack`]):
+//! everything kfaws creates carries the [`DEPLOYMENT_TAG`] and
+//! [`LINEAGE_TAG`]; an existing cluster or node group of our name is
+//! re-attached to only when both match, so kfaws never adopts (or deletes)
+//! what another tool or another copy of the state made.
+
+pub mod cluster;
+pub mod nodegroup;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use aws_sdk_eks::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_eks::types::{Update, UpdateStatus};
+
+use super::stack::{DEPLOYMENT_TAG, LINEAGE_TAG};
+use super::wait::{wait_until, Backoff, Poll};
+use crate::address::Address;
+use crate::resource::ResourceError;
+
+/// The tag naming the graph address that made a resource.
+pub const ADDRESS_TAG: &str = "kfaws:address";
+
+/// The tags every EKS resource kfaws creates carries.
+pub fn tags(deployment: &str, lineage: &str, address: &Address) -> HashMap<String, String> {
+    HashMap::from([
+        (DEPLOYMENT_TAG.to_string(), deployment.to_string()),
+        (LINEAGE_TAG.to_string(), lineage.to_string()),
+        (ADDRESS_TAG.to_string(), address.to_string()),
+    ])
+}
+
+/// Whether `tags` say the resource was made by this deployment's state:
+/// deployment and lineage tags both match.
+pub fn owned(tags: Option<&HashMap<String, String>>, deployment: &str, lineage: &str) -> bool {
+    tags.is_some_and(|t| {
+        t.get(DEPLOYMENT_TAG).map(String::as_str) == Some(deployment)
+            && t.get(LINEAGE_TAG).map(String::as_str) == Some(lineage)
+    })
+}
+
+/// Why an existing resource of our name may not be adopted, in the words
+/// [`crate::aws::stack`] uses for stacks.
+pub fn foreign(
+    what: &str,
+    tags: Option<&HashMap<String, String>>,
+    deployment: &str,
+) -> ResourceError {
+    let why = match tags.and_then(|t| Some((t.get(DEPLOYMENT_TAG)?, t.get(LINEAGE_TAG)?))) {
+        Some((d, l)) if d == deployment => format!(
+            "it belongs to another kfaws state of deployment {d:?} (lineage {l}); another copy \
+             of this deployment's state is in use elsewhere: use that state, or destroy from it \
+             first"
+        ),
+        _ => "it was not created by kfaws for this deployment; delete or rename it".into(),
+    };
+    ResourceError::msg(format!("{what} already exists: {why}"))
+}
+
+/// The service's error code of a failed call, if the service answered.
+pub fn code<E: ProvideErrorMetadata, R>(e: &SdkError<E, R>) -> Option<&str> {
+    e.as_service_error().and_then(ProvideErrorMetadata::code)
+}
+
+/// EKS `ResourceNotFoundException`: the cluster or node group does not exist.
+pub fn is_not_found<E: ProvideErrorMetadata, R>(e: &SdkError<E, R>) -> bool {
+    code(e) == Some("ResourceNotFoundException")
+}
+
+/// A wait that tolerates a few failed polls in a row (after the SDK's own
+/// retries): a throttled or failing `Describe*` is no reason to give up on
+/// a cluster that takes ten minutes.
+#[derive(Debug, Default)]
+pub struct Tolerance(std::sync::atomic::AtomicU32);
+
+impl Tolerance {
+    /// Failed polls in a row tolerated before the wait fails.
+    pub const LIMIT: u32 = 3;
+
+    /// `Pending` for the first [`Self::LIMIT`] failures in a row, then `Failed`.
+    pub fn failed<T>(&self, message: String) -> Poll<T> {
+        if self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < Self::LIMIT {
+            Poll::Pending(format!("polling failing ({message})"))
+        } else {
+            Poll::Failed(message)
+        }
+    }
+
+    /// A poll that succeeded resets the count.
+    pub fn ok(&self) {
+        self.0.store(0, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// What an EKS update's status means for a wait (EKS API Reference,
+/// `Update.status`: `InProgress`, `Failed`, `Cancelled`, `Successful`).
+pub fn update_poll(update: &Update) -> Poll<()> {
+    match update.status() {
+        Some(UpdateStatus::Successful) => Poll::Ready(()),
+        Some(UpdateStatus::Failed | UpdateStatus::Cancelled) => {
+            let errors: Vec<String> = update
+                .errors()
+                .iter()
+                .map(|e| {
+                    format!(
+                        "{}: {}",
+                        e.error_code().map_or("?", |c| c.as_str()),
+                        e.error_message().unwrap_or("no message")
+                    )
+                })
+                .collect();
+            Poll::Failed(format!(
+                "update {} is {}: {}",
+                update.id().unwrap_or("?"),
+                update.status().map_or("?", UpdateStatus::as_str),
+                if errors.is_empty() {
+                    "no error details".to_string()
+                } else {
+                    errors.join("; ")
+                }
+            ))
+        }
+        other => Poll::Pending(format!(
+            "update {}",
+            other.map_or("InProgress", UpdateStatus::as_str)
+        )),
+    }
+}
+
+/// Waits until the EKS update `update` (as returned by `Update*`) succeeds,
+/// polling `DescribeUpdate` of the cluster (and node group, if any).
+///
+/// # Errors
+/// [`ResourceError`] with the update's errors when it fails or is
+/// cancelled, or the status history when `deadline` passes.
+pub async fn wait_for_update(
+    client: &aws_sdk_eks::Client,
+    cluster: &str,
+    nodegroup: Option<&str>,
+    update: &Update,
+    deadline: Duration,
+) -> Result<(), ResourceError> {
+    if let Poll::Ready(()) = update_poll(update) {
+        return Ok(());
+    }
+    let Some(id) = update.id() else {
+        return Err(ResourceError::msg(format!(
+            "EKS returned an update without an id for cluster {cluster}"
+        )));
+    };
+    let tolerance = Tolerance::default();
+    wait_until(Backoff::with_deadline(deadline), || async {
+        let sent = client
+            .describe_update()
+            .name(cluster)
+            .set_nodegroup_name(nodegroup.map(str::to_string))
+            .update_id(id)
+            .send()
+            .await;
+        match sent {
+            Ok(out) => {
+                tolerance.ok();
+                match out.update() {
+                    Some(u) => update_poll(u),
+                    None => Poll::Failed(format!("DescribeUpdate {id}: no update in the answer")),
+                }
+            }
+            Err(e) => {
+                tolerance.failed(format!("DescribeUpdate {id}: {}", super::error_message(&e)))
+            }
+        }
+    })
+    .await
+    .map_err(|e| ResourceError::msg(format!("cluster {cluster}: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use aws_sdk_eks::types::{ErrorCode, ErrorDetail};
+
+    #[test]
+    fn ownership_needs_both_deployment_and_lineage() {
+        let a = Address::new("eks.cluster").unwrap();
+        let ours = tags("ml", "l1", &a);
+        assert!(owned(Some(&ours), "ml", "l1"));
+        assert!(!owned(Some(&ours), "ml", "l2"));
+        assert!(!owned(Some(&ours), "other", "l1"));
+        assert!(!owned(None, "ml", "l1"));
+        let e = foreign("cluster ml", Some(&ours), "ml").to_string();
+        assert!(e.contains("another kfaws state"), "{e}");
+        let e = foreign("cluster ml", None, "ml").to_string();
+        assert!(e.contains("not created by kfaws"), "{e}");
+    }
+
+    #[test]
+    fn an_update_is_done_when_successful_and_fails_with_its_errors() {
+        let ok = Update::builder()
+            .id("u1")
+            .status(UpdateStatus::Successful)
+            .build();
+        assert!(matches!(update_poll(&ok), Poll::Ready(())));
+        let running = Update::builder()
+            .id("u1")
+            .status(UpdateStatus::InProgress)
+            .build();
+        assert!(matches!(update_poll(&running), Poll::Pending(s) if s == "update InProgress"));
+        let failed = Update::builder()
+            .id("u1")
+            .status(UpdateStatus::Failed)
+            .errors(
+                ErrorDetail::builder()
+                    .error_code(ErrorCode::InsufficientFreeAddresses)
+                    .error_message("subnet full")
+                    .build(),
+            )
+            .build();
+        let Poll::Failed(m) = update_poll(&failed) else {
+            panic!("a failed update fails the wait")
+        };
+        assert_eq!(
+            m,
+            "update u1 is Failed: InsufficientFreeAddresses: subnet full"
+        );
+    }
+}

@@ -1,0 +1,718 @@
+//! An EKS managed node group (`aws_eks_nodegroup`) and its launch template.
+//!
+//! Calls and states follow the Amazon EKS API Reference (CreateNodegroup,
+//! DescribeNodegroup, UpdateNodegroupConfig, DeleteNodegroup) and the
+//! Amazon EC2 API Reference (CreateLaunchTemplate):
+//! - nodes run in the private subnets of `stack.network` with the node role
+//!   `NodeRoleArn` of `stack.iam`;
+//! - every node boots from a launch template that requires IMDSv2
+//!   (`HttpTokens=required`) with a hop limit of 2, and gives it an
+//!   encrypted gp3 root volume of `disk_size_gib`. IMDSv2 defeats the SSRF
+//!   class of credential theft; the hop limit of 2 keeps the metadata
+//!   service reachable from pods that do not use the host network (the
+//!   container adds a hop), which the AWS SDKs in those pods need for the
+//!   node's region and, without IRSA, credentials (EKS User Guide,
+//!   "Customize managed nodes with launch templates"; EC2 User Guide, "Use
+//!   IMDSv2": "in a container environment, we recommend setting the hop
+//!   limit to 2"). The root device of the EKS-optimized Amazon Linux AMIs
+//!   is `/dev/xvda`;
+//! - the launch template is created by this resource with EC2
+//!   CreateLaunchTemplate rather than in a CloudFormation stack: it belongs
+//!   to exactly one node group, is made just before it and deleted just
+//!   after it, and a template cannot loop over the config's node groups, so
+//!   a stack would add a graph node (and a stack's latency) per group for
+//!   one object;
+//! - create passes the idempotency token as `clientRequestToken` (and as
+//!   the launch template's `ClientToken`); waits poll until `ACTIVE` or
+//!   gone; scaling changes in place (UpdateNodegroupConfig), the instance
+//!   type, the disk and the metadata options by replacement.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use aws_sdk_ec2::types::{
+    LaunchTemplateBlockDeviceMappingRequest, LaunchTemplateEbsBlockDeviceRequest,
+    LaunchTemplateHttpTokensState, LaunchTemplateInstanceMetadataEndpointState,
+    LaunchTemplateInstanceMetadataOptionsRequest, RequestLaunchTemplateData, ResourceType,
+    Tag as Ec2Tag, TagSpecification, VolumeType,
+};
+use aws_sdk_eks::types::{
+    LaunchTemplateSpecification, Nodegroup, NodegroupScalingConfig, NodegroupStatus,
+};
+use serde_json::{json, Value};
+
+use super::{code, foreign, is_not_found, owned, tags, wait_for_update, Tolerance};
+use crate::address::Address;
+use crate::aws::error_message;
+use crate::aws::stack::{DEPLOYMENT_TAG, LINEAGE_TAG};
+use crate::aws::wait::{wait_until, Backoff, Poll};
+use crate::config::NodeGroup;
+use crate::resource::{Applied, Inputs, Observed, Outputs, Resource, ResourceError};
+use crate::state::ResourceState;
+
+/// The `stack.iam` output with the node role's ARN.
+pub const ROLE_OUTPUT: &str = "NodeRoleArn";
+/// The root device of the EKS-optimized Amazon Linux AMIs.
+pub const ROOT_DEVICE: &str = "/dev/xvda";
+/// IMDS `HttpPutResponseHopLimit`: 2, so pods reach the metadata service.
+pub const HOP_LIMIT: i32 = 2;
+/// The tag carrying the idempotency token of the create that made a
+/// launch template: a template left by an earlier create of another
+/// token is stale and made anew.
+pub const TOKEN_TAG: &str = "kfaws:token";
+
+const HEALTHY: &str = "healthy";
+
+/// Whether a node group in `status` works: `healthy`, or the status for
+/// the states only deletion resolves or that mean it is going away
+/// (`CREATE_FAILED`, `DELETE_FAILED`, `DELETING`; EKS API Reference,
+/// `Nodegroup.status`). `DEGRADED` nodes still run and are reported by
+/// EKS's own health issues, not replaced by kfaws.
+pub fn health(status: &str) -> &str {
+    match status {
+        "CREATE_FAILED" | "DELETE_FAILED" | "DELETING" => status,
+        _ => HEALTHY,
+    }
+}
+
+/// The launch template name of node group `nodegroup_name`.
+pub fn launch_template_name(nodegroup_name: &str) -> String {
+    format!("kfaws-{nodegroup_name}")
+}
+
+/// One managed node group.
+pub struct NodegroupResource {
+    /// Graph address, `eks.nodegroup.<group>`.
+    pub address: Address,
+    /// The cluster's name.
+    pub cluster_name: String,
+    /// The node group's name ([`crate::config::Config::nodegroup_name`]).
+    pub nodegroup_name: String,
+    /// Instance type, sizes and disk from the config.
+    pub group: NodeGroup,
+    /// The deployment, written as the deployment tag.
+    pub deployment: String,
+    /// The lineage of the state, written as the lineage tag.
+    pub lineage: String,
+    /// The cluster (its ACTIVE state is this resource's precondition).
+    pub cluster: Address,
+    /// The network stack, for the private subnets.
+    pub network: Address,
+    /// The IAM stack, for [`ROLE_OUTPUT`].
+    pub iam: Address,
+    /// EKS client.
+    pub eks: aws_sdk_eks::Client,
+    /// EC2 client, for the launch template.
+    pub ec2: aws_sdk_ec2::Client,
+}
+
+fn output_str(inputs: &Inputs, from: &Address, name: &str) -> Result<String, ResourceError> {
+    let v = inputs.get(from, name)?;
+    v.as_str()
+        .map(str::to_string)
+        .ok_or_else(|| ResourceError::msg(format!("output {name} of {from} is not a string: {v}")))
+}
+
+fn scaling_json(min: i64, desired: i64, max: i64) -> Value {
+    json!({"min_size": min, "desired_size": desired, "max_size": max})
+}
+
+impl NodegroupResource {
+    fn subnets(&self, inputs: &Inputs) -> Result<Vec<String>, ResourceError> {
+        Ok(
+            output_str(inputs, &self.network, super::cluster::SUBNETS_OUTPUT)?
+                .split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(str::to_string)
+                .collect(),
+        )
+    }
+
+    fn metadata_spec() -> Value {
+        json!({"http_tokens": "required", "http_put_response_hop_limit": HOP_LIMIT})
+    }
+
+    fn scaling(&self) -> NodegroupScalingConfig {
+        let n = |v: u32| i32::try_from(v).unwrap_or(i32::MAX);
+        NodegroupScalingConfig::builder()
+            .min_size(n(self.group.min_size))
+            .desired_size(n(self.group.desired_size))
+            .max_size(n(self.group.max_size))
+            .build()
+    }
+
+    async fn describe(&self) -> Result<Option<Nodegroup>, ResourceError> {
+        match self
+            .eks
+            .describe_nodegroup()
+            .cluster_name(&self.cluster_name)
+            .nodegroup_name(&self.nodegroup_name)
+            .send()
+            .await
+        {
+            Ok(out) => Ok(out.nodegroup().cloned()),
+            // The cluster itself may be gone too.
+            Err(e) if is_not_found(&e) => Ok(None),
+            Err(e) => Err(ResourceError::msg(format!(
+                "DescribeNodegroup {}/{}: {}",
+                self.cluster_name,
+                self.nodegroup_name,
+                error_message(&e)
+            ))),
+        }
+    }
+
+    async fn ours(&self) -> Result<Option<Nodegroup>, ResourceError> {
+        Ok(self
+            .describe()
+            .await?
+            .filter(|n| owned(n.tags(), &self.deployment, &self.lineage)))
+    }
+
+    fn what(&self) -> String {
+        format!("node group {}/{}", self.cluster_name, self.nodegroup_name)
+    }
+
+    async fn wait_active(&self) -> Result<Nodegroup, ResourceError> {
+        let tolerance = Tolerance::default();
+        wait_until(Backoff::with_deadline(self.timeout()), || async {
+            let group = match self.describe().await {
+                Ok(g) => {
+                    tolerance.ok();
+                    g
+                }
+                Err(e) => return tolerance.failed(e.to_string()),
+            };
+            let Some(group) = group else {
+                return Poll::Failed(format!("{} disappeared", self.what()));
+            };
+            match group.status() {
+                Some(NodegroupStatus::Active) => Poll::Ready(group),
+                Some(
+                    s @ (NodegroupStatus::CreateFailed
+                    | NodegroupStatus::DeleteFailed
+                    | NodegroupStatus::Deleting),
+                ) => {
+                    let issues: Vec<String> = group
+                        .health()
+                        .map(|h| {
+                            h.issues()
+                                .iter()
+                                .map(|i| {
+                                    format!(
+                                        "{}: {}",
+                                        i.code().map_or("?", |c| c.as_str()),
+                                        i.message().unwrap_or("no message")
+                                    )
+                                })
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                    Poll::Failed(format!(
+                        "{} is {}: {}",
+                        self.what(),
+                        s.as_str(),
+                        if issues.is_empty() {
+                            "EKS reports no health issue".to_string()
+                        } else {
+                            issues.join("; ")
+                        }
+                    ))
+                }
+                other => Poll::Pending(other.map_or("UNKNOWN", |s| s.as_str()).to_string()),
+            }
+        })
+        .await
+        .map_err(|e| ResourceError::msg(format!("{}: {e}", self.what())))
+    }
+
+    async fn wait_gone(&self) -> Result<(), ResourceError> {
+        let tolerance = Tolerance::default();
+        wait_until(Backoff::with_deadline(self.timeout()), || async {
+            match self.describe().await {
+                Ok(None) => Poll::Ready(()),
+                Ok(Some(g)) => {
+                    tolerance.ok();
+                    match g.status() {
+                        Some(NodegroupStatus::DeleteFailed) => {
+                            Poll::Failed(format!("{} is DELETE_FAILED", self.what()))
+                        }
+                        other => Poll::Pending(other.map_or("UNKNOWN", |s| s.as_str()).into()),
+                    }
+                }
+                Err(e) => tolerance.failed(e.to_string()),
+            }
+        })
+        .await
+        .map_err(|e| ResourceError::msg(format!("{}: {e}", self.what())))
+    }
+
+    fn launch_template_data(&self) -> RequestLaunchTemplateData {
+        RequestLaunchTemplateData::builder()
+            .block_device_mappings(
+                LaunchTemplateBlockDeviceMappingRequest::builder()
+                    .device_name(ROOT_DEVICE)
+                    .ebs(
+                        LaunchTemplateEbsBlockDeviceRequest::builder()
+                            .volume_size(
+                                i32::try_from(self.group.disk_size_gib).unwrap_or(i32::MAX),
+                            )
+                            .volume_type(VolumeType::Gp3)
+                            .encrypted(true)
+                            .delete_on_termination(true)
+                            .build(),
+                    )
+                    .build(),
+            )
+            .metadata_options(
+                LaunchTemplateInstanceMetadataOptionsRequest::builder()
+                    .http_endpoint(LaunchTemplateInstanceMetadataEndpointState::Enabled)
+                    .http_tokens(LaunchTemplateHttpTokensState::Required)
+                    .http_put_response_hop_limit(HOP_LIMIT)
+                    .build(),
+            )
+            .build()
+    }
+
+    fn ec2_tags(&self, token: &str) -> Vec<Ec2Tag> {
+        let mut t: Vec<Ec2Tag> = tags(&self.deployment, &self.lineage, &self.address)
+            .into_iter()
+            .map(|(k, v)| Ec2Tag::builder().key(k).value(v).build())
+            .collect();
+        t.push(Ec2Tag::builder().key(TOKEN_TAG).value(token).build());
+        t.sort_by(|a, b| a.key().cmp(&b.key()));
+        t
+    }
+
+    /// The launch template of this node group, if there is one:
+    /// (id, its tags).
+    async fn find_launch_template(&self) -> Result<Option<(String, Vec<Ec2Tag>)>, ResourceError> {
+        let name = launch_template_name(&self.nodegroup_name);
+        match self
+            .ec2
+            .describe_launch_templates()
+            .launch_template_names(&name)
+            .send()
+            .await
+        {
+            Ok(out) => Ok(out.launch_templates().first().map(|t| {
+                (
+                    t.launch_template_id().unwrap_or_default().to_string(),
+                    t.tags().to_vec(),
+                )
+            })),
+            Err(e) if code(&e).is_some_and(|c| c.starts_with("InvalidLaunchTemplateName.")) => {
+                Ok(None)
+            }
+            Err(e) => Err(ResourceError::msg(format!(
+                "DescribeLaunchTemplates {name}: {}",
+                error_message(&e)
+            ))),
+        }
+    }
+
+    /// Makes the launch template for the create of `token` and returns its
+    /// id: one made by an earlier attempt of the same create is reused,
+    /// one left by an earlier create of this deployment (another token) is
+    /// replaced, anyone else's is refused.
+    async fn ensure_launch_template(&self, token: &str) -> Result<String, ResourceError> {
+        let name = launch_template_name(&self.nodegroup_name);
+        if let Some((id, found)) = self.find_launch_template().await? {
+            let tag = |k: &str| {
+                found
+                    .iter()
+                    .find(|t| t.key() == Some(k))
+                    .and_then(|t| t.value())
+            };
+            if tag(DEPLOYMENT_TAG) != Some(self.deployment.as_str())
+                || tag(LINEAGE_TAG) != Some(self.lineage.as_str())
+            {
+                return Err(ResourceError::msg(format!(
+                    "launch template {name} ({id}) already exists and was not created by kfaws \
+                     for this deployment's state; delete or rename it"
+                )));
+            }
+            if tag(TOKEN_TAG) == Some(token) {
+                return Ok(id);
+            }
+            self.delete_launch_template(&id).await?;
+        }
+        let out = self
+            .ec2
+            .create_launch_template()
+            .launch_template_name(&name)
+            .version_description(format!("kfaws {}", self.address))
+            .launch_template_data(self.launch_template_data())
+            .client_token(token)
+            .tag_specifications(
+                TagSpecification::builder()
+                    .resource_type(ResourceType::LaunchTemplate)
+                    .set_tags(Some(self.ec2_tags(token)))
+                    .build(),
+            )
+            .send()
+            .await
+            .map_err(|e| {
+                ResourceError::msg(format!(
+                    "CreateLaunchTemplate {name}: {}",
+                    error_message(&e)
+                ))
+            })?;
+        out.launch_template()
+            .and_then(|t| t.launch_template_id())
+            .map(str::to_string)
+            .ok_or_else(|| ResourceError::msg(format!("CreateLaunchTemplate {name}: no id")))
+    }
+
+    async fn delete_launch_template(&self, id: &str) -> Result<(), ResourceError> {
+        match self
+            .ec2
+            .delete_launch_template()
+            .launch_template_id(id)
+            .send()
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if code(&e).is_some_and(|c| c.starts_with("InvalidLaunchTemplate")) => Ok(()),
+            Err(e) => Err(ResourceError::msg(format!(
+                "DeleteLaunchTemplate {id}: {}",
+                error_message(&e)
+            ))),
+        }
+    }
+
+    /// The launch template settings the nodes boot with, keyed like the spec.
+    async fn launch_template_spec(
+        &self,
+        group: &Nodegroup,
+    ) -> Result<serde_json::Map<String, Value>, ResourceError> {
+        let mut spec = serde_json::Map::new();
+        let Some(lt) = group.launch_template() else {
+            return Ok(spec);
+        };
+        let mut call = self.ec2.describe_launch_template_versions();
+        call = match (lt.id(), lt.name()) {
+            (Some(id), _) => call.launch_template_id(id),
+            (None, Some(name)) => call.launch_template_name(name),
+            (None, None) => return Ok(spec),
+        };
+        let out = match call
+            .versions(lt.version().unwrap_or("$Default"))
+            .send()
+            .await
+        {
+            Ok(out) => out,
+            // Deleted behind the node group's back: nothing to compare.
+            Err(e) if code(&e).is_some_and(|c| c.starts_with("InvalidLaunchTemplate")) => {
+                return Ok(spec)
+            }
+            Err(e) => {
+                return Err(ResourceError::msg(format!(
+                    "DescribeLaunchTemplateVersions {}: {}",
+                    lt.id().or(lt.name()).unwrap_or("?"),
+                    error_message(&e)
+                )))
+            }
+        };
+        let Some(data) = out
+            .launch_template_versions()
+            .first()
+            .and_then(|v| v.launch_template_data())
+        else {
+            return Ok(spec);
+        };
+        let root = data
+            .block_device_mappings()
+            .iter()
+            .find(|m| m.device_name() == Some(ROOT_DEVICE))
+            .and_then(|m| m.ebs());
+        spec.insert(
+            "disk_size_gib".into(),
+            json!(root.and_then(|e| e.volume_size())),
+        );
+        spec.insert(
+            "root_volume_encrypted".into(),
+            json!(root.and_then(|e| e.encrypted()).unwrap_or(false)),
+        );
+        let md = data.metadata_options();
+        spec.insert(
+            "metadata_options".into(),
+            json!({
+                "http_tokens": md.and_then(|m| m.http_tokens()).map_or("optional", |t| t.as_str()),
+                "http_put_response_hop_limit": md.and_then(|m| m.http_put_response_hop_limit()),
+            }),
+        );
+        Ok(spec)
+    }
+
+    fn outputs(group: &Nodegroup) -> Outputs {
+        [
+            ("nodegroup_name", group.nodegroup_name()),
+            ("arn", group.nodegroup_arn()),
+            (
+                "launch_template_id",
+                group.launch_template().and_then(|l| l.id()),
+            ),
+        ]
+        .into_iter()
+        .filter_map(|(k, v)| Some((k.to_string(), json!(v?))))
+        .collect()
+    }
+
+    fn applied(group: &Nodegroup) -> Applied {
+        Applied {
+            physical_id: group.nodegroup_arn().unwrap_or_default().to_string(),
+            outputs: Self::outputs(group),
+        }
+    }
+}
+
+#[async_trait]
+impl Resource for NodegroupResource {
+    fn address(&self) -> &Address {
+        &self.address
+    }
+
+    fn kind(&self) -> &'static str {
+        "aws_eks_nodegroup"
+    }
+
+    fn dependencies(&self) -> Vec<Address> {
+        let mut deps = vec![self.cluster.clone(), self.network.clone(), self.iam.clone()];
+        deps.sort();
+        deps
+    }
+
+    fn spec(&self) -> Value {
+        json!({
+            "nodegroup_name": self.nodegroup_name,
+            "instance_type": self.group.instance_type,
+            "scaling": scaling_json(
+                self.group.min_size.into(),
+                self.group.desired_size.into(),
+                self.group.max_size.into(),
+            ),
+            "disk_size_gib": self.group.disk_size_gib,
+            "root_volume_encrypted": true,
+            "metadata_options": Self::metadata_spec(),
+            "health": HEALTHY,
+        })
+    }
+
+    fn replace_fields(&self) -> &[&str] {
+        &[
+            "nodegroup_name",
+            "instance_type",
+            "disk_size_gib",
+            "root_volume_encrypted",
+            "metadata_options",
+            "health",
+        ]
+    }
+
+    /// EKS User Guide, "Create a managed node group": a few minutes.
+    fn estimate(&self) -> Duration {
+        Duration::from_secs(3 * 60)
+    }
+
+    /// Creating, resizing or deleting a node group takes minutes; draining
+    /// pods on delete can take longer.
+    fn timeout(&self) -> Duration {
+        Duration::from_secs(30 * 60)
+    }
+
+    async fn read(&self, _recorded: Option<&ResourceState>) -> Result<Observed, ResourceError> {
+        let Some(group) = self.ours().await? else {
+            return Ok(Observed::Gone);
+        };
+        let mut spec = self.launch_template_spec(&group).await?;
+        spec.insert("nodegroup_name".into(), json!(group.nodegroup_name()));
+        if let Some(it) = group.instance_types().first() {
+            spec.insert("instance_type".into(), json!(it));
+        }
+        if let Some(s) = group.scaling_config() {
+            spec.insert(
+                "scaling".into(),
+                scaling_json(
+                    s.min_size().unwrap_or_default().into(),
+                    s.desired_size().unwrap_or_default().into(),
+                    s.max_size().unwrap_or_default().into(),
+                ),
+            );
+        }
+        spec.insert(
+            "health".into(),
+            json!(health(group.status().map_or("UNKNOWN", |s| s.as_str()))),
+        );
+        let applied = Self::applied(&group);
+        Ok(Observed::Present {
+            physical_id: Some(applied.physical_id),
+            spec,
+            outputs: applied.outputs,
+        })
+    }
+
+    async fn create(&self, token: &str, inputs: &Inputs) -> Result<Applied, ResourceError> {
+        let subnets = self.subnets(inputs)?;
+        let role = output_str(inputs, &self.iam, ROLE_OUTPUT)?;
+        // A node group of ours that exists already (an earlier attempt of
+        // this create got that far) keeps the template it was made with.
+        if self.ours().await?.is_none() {
+            let template = self.ensure_launch_template(token).await?;
+            let sent = self
+                .eks
+                .create_nodegroup()
+                .cluster_name(&self.cluster_name)
+                .nodegroup_name(&self.nodegroup_name)
+                .set_subnets(Some(subnets))
+                .node_role(&role)
+                .scaling_config(self.scaling())
+                .instance_types(&self.group.instance_type)
+                .launch_template(
+                    LaunchTemplateSpecification::builder()
+                        .id(&template)
+                        .version("1")
+                        .build(),
+                )
+                .client_request_token(token)
+                .set_tags(Some(tags(&self.deployment, &self.lineage, &self.address)))
+                .send()
+                .await;
+            if let Err(e) = sent {
+                if code(&e) != Some("ResourceInUseException") {
+                    return Err(ResourceError::msg(format!(
+                        "CreateNodegroup {}/{}: {}",
+                        self.cluster_name,
+                        self.nodegroup_name,
+                        error_message(&e)
+                    )));
+                }
+                let existing = self.describe().await?;
+                let t = existing.as_ref().and_then(Nodegroup::tags);
+                if !owned(t, &self.deployment, &self.lineage) {
+                    return Err(foreign(&self.what(), t, &self.deployment));
+                }
+            }
+        }
+        let group = self.wait_active().await?;
+        Ok(Self::applied(&group))
+    }
+
+    async fn update(
+        &self,
+        _recorded: &ResourceState,
+        inputs: &Inputs,
+    ) -> Result<Applied, ResourceError> {
+        let Some(live) = self.ours().await? else {
+            return Err(ResourceError::msg(format!(
+                "{} is gone; plan again to create it",
+                self.what()
+            )));
+        };
+        let want: BTreeSet<String> = self.subnets(inputs)?.into_iter().collect();
+        let have: BTreeSet<String> = live.subnets().iter().cloned().collect();
+        let role = output_str(inputs, &self.iam, ROLE_OUTPUT)?;
+        if want != have || live.node_role() != Some(role.as_str()) {
+            return Err(ResourceError::msg(format!(
+                "{} cannot move to other subnets ({have:?} -> {want:?}) or change its node role \
+                 ({} -> {role}) in place; destroy it (kfaws destroy --target {}) and apply again",
+                self.what(),
+                live.node_role().unwrap_or("none"),
+                self.address
+            )));
+        }
+        let live = self.wait_active().await?;
+        let s = live.scaling_config();
+        let now = s.map(|s| (s.min_size(), s.desired_size(), s.max_size()));
+        let wanted = self.scaling();
+        if now != Some((wanted.min_size(), wanted.desired_size(), wanted.max_size())) {
+            let out = self
+                .eks
+                .update_nodegroup_config()
+                .cluster_name(&self.cluster_name)
+                .nodegroup_name(&self.nodegroup_name)
+                .scaling_config(wanted)
+                .client_request_token(uuid::Uuid::new_v4().to_string())
+                .send()
+                .await
+                .map_err(|e| {
+                    ResourceError::msg(format!(
+                        "UpdateNodegroupConfig {}: {}",
+                        self.what(),
+                        error_message(&e)
+                    ))
+                })?;
+            let update = out.update().ok_or_else(|| {
+                ResourceError::msg(format!("UpdateNodegroupConfig {}: no update", self.what()))
+            })?;
+            wait_for_update(
+                &self.eks,
+                &self.cluster_name,
+                Some(&self.nodegroup_name),
+                update,
+                self.timeout(),
+            )
+            .await?;
+        }
+        let group = self.wait_active().await?;
+        Ok(Self::applied(&group))
+    }
+
+    async fn delete(&self, _recorded: &ResourceState) -> Result<(), ResourceError> {
+        if let Some(group) = self.ours().await? {
+            if group.status() != Some(&NodegroupStatus::Deleting) {
+                match self
+                    .eks
+                    .delete_nodegroup()
+                    .cluster_name(&self.cluster_name)
+                    .nodegroup_name(&self.nodegroup_name)
+                    .send()
+                    .await
+                {
+                    Ok(_) => {}
+                    Err(e) if is_not_found(&e) => {}
+                    Err(e) => {
+                        return Err(ResourceError::msg(format!(
+                            "DeleteNodegroup {}: {}",
+                            self.what(),
+                            error_message(&e)
+                        )))
+                    }
+                }
+            }
+            self.wait_gone().await?;
+        }
+        // The template goes after the nodes that boot from it; only ours.
+        if let Some((id, found)) = self.find_launch_template().await? {
+            let tag = |k: &str| {
+                found
+                    .iter()
+                    .find(|t| t.key() == Some(k))
+                    .and_then(|t| t.value())
+            };
+            if tag(DEPLOYMENT_TAG) == Some(self.deployment.as_str())
+                && tag(LINEAGE_TAG) == Some(self.lineage.as_str())
+            {
+                self.delete_launch_template(&id).await?;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failed_and_deleting_node_groups_are_unhealthy_degraded_ones_are_not() {
+        for ok in ["ACTIVE", "CREATING", "UPDATING", "DEGRADED"] {
+            assert_eq!(health(ok), "healthy", "{ok}");
+        }
+        for bad in ["CREATE_FAILED", "DELETE_FAILED", "DELETING"] {
+            assert_eq!(health(bad), bad);
+        }
+    }
+}

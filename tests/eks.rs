@@ -1,0 +1,530 @@
+//! The EKS half of the vanilla profile end to end against the local AWS
+//! emulator: the cluster, its node groups, the IAM OIDC provider and the
+//! IRSA roles — created, checked field by field through the AWS APIs,
+//! repaired after drift, updated in place, re-attached after a killed
+//! apply (case C2), and destroyed without leftovers. Run under
+//! `tests/emulator/with_emulator.sh`; each test works in an account of
+//! its own, with lifecycle latencies scaled down so that waits and
+//! ordering are exercised in a few seconds.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::aws::Deployment;
+use predicates::prelude::*;
+use serde_json::Value;
+
+/// Latencies: a cluster takes 3 s to create and 1.5 s to delete, a node
+/// group 0.9 s each way, stacks 0.15 s (0.005 × the real durations).
+const FAST: &str = r#"{"scale": 0.005}"#;
+
+/// The private subnets kfaws' network stack made.
+fn private_subnets(d: &Deployment) -> Vec<String> {
+    let mut v: Vec<String> = d
+        .stdout(&["output", "stack.network.PrivateSubnetIds"])
+        .trim()
+        .split(',')
+        .map(str::to_string)
+        .collect();
+    v.sort();
+    v
+}
+
+/// IAM returns policy documents URL-encoded (IAM API Reference, `Role`).
+fn url_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' if i + 2 < bytes.len() => {
+                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap();
+                out.push(u8::from_str_radix(hex, 16).unwrap());
+                i += 3;
+            }
+            b'+' => {
+                out.push(b' ');
+                i += 1;
+            }
+            b => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).unwrap()
+}
+
+/// The trust policy of role `name`, read back through IAM GetRole.
+async fn trust_policy(iam: &aws_sdk_iam::Client, name: &str) -> Value {
+    let role = iam.get_role().role_name(name).send().await.unwrap();
+    let doc = role.role().unwrap().assume_role_policy_document().unwrap();
+    let text = if doc.trim_start().starts_with('{') {
+        doc.to_string()
+    } else {
+        url_decode(doc)
+    };
+    serde_json::from_str(&text).unwrap()
+}
+
+async fn role_exists(iam: &aws_sdk_iam::Client, name: &str) -> bool {
+    match iam.get_role().role_name(name).send().await {
+        Ok(_) => true,
+        Err(e)
+            if e.as_service_error()
+                .is_some_and(|s| s.is_no_such_entity_exception()) =>
+        {
+            false
+        }
+        Err(e) => panic!("GetRole {name}: {e:?}"),
+    }
+}
+
+async fn launch_templates(ec2: &aws_sdk_ec2::Client, d: &Deployment) -> Vec<String> {
+    let out = ec2.describe_launch_templates().send().await.unwrap();
+    out.launch_templates()
+        .iter()
+        .filter_map(|t| t.launch_template_name())
+        .filter(|n| n.contains(&d.name))
+        .map(str::to_string)
+        .collect()
+}
+
+#[tokio::test]
+async fn apply_makes_an_active_cluster_node_group_oidc_provider_and_irsa_roles_and_destroy_removes_them(
+) {
+    let d = Deployment::new("");
+    d.lifecycle(FAST);
+    let plan = d.stdout(&["plan"]);
+    for line in [
+        "+ eks.cluster (aws_eks_cluster)",
+        "+ eks.nodegroup.cpu (aws_eks_nodegroup)",
+        "+ iam.oidc (aws_iam_oidc_provider)",
+        "+ stack.irsa (aws_cloudformation_stack)",
+    ] {
+        assert!(plan.contains(line), "{line} missing from:\n{plan}");
+    }
+    assert!(
+        plan.contains("Plan: 7 to add, 0 to change, 0 to destroy."),
+        "{plan}"
+    );
+    let applied = d.stdout(&["apply", "--auto-approve"]);
+    assert!(applied.contains("Resources: 7 added"), "{applied}");
+
+    let sdk = d.sdk().await;
+    let (eks, iam, ec2) = (
+        aws_sdk_eks::Client::new(&sdk),
+        aws_sdk_iam::Client::new(&sdk),
+        aws_sdk_ec2::Client::new(&sdk),
+    );
+    let n = d.name.as_str();
+
+    // The cluster: ACTIVE, version, private subnets, both endpoints, our key, our tags.
+    let cluster = eks.describe_cluster().name(n).send().await.unwrap();
+    let cluster = cluster.cluster().unwrap();
+    assert_eq!(cluster.status().unwrap().as_str(), "ACTIVE");
+    assert_eq!(cluster.version(), Some("1.33"));
+    let vpc = cluster.resources_vpc_config().unwrap();
+    let mut subnets = vpc.subnet_ids().to_vec();
+    subnets.sort();
+    assert_eq!(subnets, private_subnets(&d));
+    assert!(vpc.endpoint_public_access() && vpc.endpoint_private_access());
+    let key = d.stdout(&["output", "stack.iam.SecretsKeyArn"]);
+    assert_eq!(
+        cluster.encryption_config()[0].provider().unwrap().key_arn(),
+        Some(key.trim())
+    );
+    assert!(cluster
+        .role_arn()
+        .unwrap()
+        .ends_with(&format!("role/kfaws-{n}-us-east-1-eks-cluster")));
+    assert_eq!(cluster.tags().unwrap()["kfaws:deployment"], n);
+
+    // The node group: ACTIVE, sized from the config, booting from a
+    // launch template that requires IMDSv2 and encrypts the root volume.
+    let group = eks
+        .describe_nodegroup()
+        .cluster_name(n)
+        .nodegroup_name(format!("{n}-cpu"))
+        .send()
+        .await
+        .unwrap();
+    let group = group.nodegroup().unwrap();
+    assert_eq!(group.status().unwrap().as_str(), "ACTIVE");
+    assert_eq!(group.instance_types(), ["m5.xlarge"]);
+    let s = group.scaling_config().unwrap();
+    assert_eq!(
+        (s.min_size(), s.desired_size(), s.max_size()),
+        (Some(1), Some(2), Some(4))
+    );
+    let mut group_subnets = group.subnets().to_vec();
+    group_subnets.sort();
+    assert_eq!(group_subnets, private_subnets(&d));
+    let lt = group.launch_template().unwrap();
+    let versions = ec2
+        .describe_launch_template_versions()
+        .launch_template_id(lt.id().unwrap())
+        .versions(lt.version().unwrap())
+        .send()
+        .await
+        .unwrap();
+    let data = versions.launch_template_versions()[0]
+        .launch_template_data()
+        .unwrap();
+    let md = data.metadata_options().unwrap();
+    assert_eq!(md.http_tokens().unwrap().as_str(), "required");
+    assert_eq!(md.http_put_response_hop_limit(), Some(2));
+    let root = &data.block_device_mappings()[0];
+    assert_eq!(root.device_name(), Some("/dev/xvda"));
+    let ebs = root.ebs().unwrap();
+    assert_eq!((ebs.encrypted(), ebs.volume_size()), (Some(true), Some(50)));
+
+    // The OIDC provider of the cluster's issuer, for sts.amazonaws.com.
+    let issuer = cluster
+        .identity()
+        .unwrap()
+        .oidc()
+        .unwrap()
+        .issuer()
+        .unwrap();
+    let host_path = issuer.strip_prefix("https://").unwrap();
+    let providers = iam.list_open_id_connect_providers().send().await.unwrap();
+    let arns: Vec<&str> = providers
+        .open_id_connect_provider_list()
+        .iter()
+        .filter_map(|p| p.arn())
+        .collect();
+    assert_eq!(arns.len(), 1, "{arns:?}");
+    assert!(arns[0].ends_with(&format!(":oidc-provider/{host_path}")));
+    let provider = iam
+        .get_open_id_connect_provider()
+        .open_id_connect_provider_arn(arns[0])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(provider.client_id_list(), ["sts.amazonaws.com"]);
+    assert!(provider
+        .tags()
+        .iter()
+        .any(|t| t.key() == "kfaws:deployment" && t.value() == n));
+
+    // The IRSA roles trust exactly one service account each, for STS.
+    for (purpose, subject) in [
+        (
+            "irsa-efs-csi-controller",
+            "system:serviceaccount:kube-system:efs-csi-controller-sa",
+        ),
+        (
+            "irsa-pipelines",
+            "system:serviceaccount:kubeflow-user-example-com:default-editor",
+        ),
+    ] {
+        let policy = trust_policy(&iam, &format!("kfaws-{n}-us-east-1-{purpose}")).await;
+        let statements = policy["Statement"].as_array().unwrap();
+        assert_eq!(statements.len(), 1, "{policy}");
+        let st = &statements[0];
+        assert_eq!(st["Effect"], "Allow");
+        assert_eq!(st["Action"], "sts:AssumeRoleWithWebIdentity");
+        assert_eq!(st["Principal"]["Federated"], arns[0]);
+        assert_eq!(
+            st["Condition"],
+            serde_json::json!({"StringEquals": {
+                format!("{host_path}:sub"): subject,
+                format!("{host_path}:aud"): "sts.amazonaws.com",
+            }}),
+            "{purpose}"
+        );
+    }
+
+    // The named outputs another engineer's kubeconfig reads.
+    let all: Value = serde_json::from_str(&d.stdout(&["output", "--json"])).unwrap();
+    assert_eq!(all["cluster_name"], n);
+    assert_eq!(all["cluster_endpoint"], cluster.endpoint().unwrap());
+    assert_eq!(
+        all["cluster_certificate_authority"],
+        cluster.certificate_authority().unwrap().data().unwrap()
+    );
+    assert_eq!(all["oidc_issuer"], issuer);
+    assert_eq!(
+        all["cluster_security_group_id"],
+        vpc.cluster_security_group_id().unwrap()
+    );
+    assert!(all["efs_csi_role_arn"]
+        .as_str()
+        .unwrap()
+        .ends_with("-irsa-efs-csi-controller"));
+    assert!(all["pipelines_role_arn"]
+        .as_str()
+        .unwrap()
+        .ends_with("-irsa-pipelines"));
+
+    d.kfaws(&["plan", "--detailed-exitcode"])
+        .assert()
+        .code(0)
+        .stdout(predicate::str::contains("No changes."));
+
+    // Destroy: the emulator refuses DeleteCluster while a node group
+    // exists, so success proves the order.
+    let destroyed = d.stdout(&["destroy", "--auto-approve"]);
+    assert!(destroyed.contains("7 destroyed"), "{destroyed}");
+    assert!(eks
+        .list_clusters()
+        .send()
+        .await
+        .unwrap()
+        .clusters()
+        .is_empty());
+    assert!(iam
+        .list_open_id_connect_providers()
+        .send()
+        .await
+        .unwrap()
+        .open_id_connect_provider_list()
+        .is_empty());
+    for purpose in ["irsa-efs-csi-controller", "irsa-pipelines"] {
+        assert!(!role_exists(&iam, &format!("kfaws-{n}-us-east-1-{purpose}")).await);
+    }
+    assert!(launch_templates(&ec2, &d).await.is_empty());
+    assert_eq!(d.calls("DeleteCluster"), 1, "deleted once, never refused");
+}
+
+#[tokio::test]
+async fn node_group_drift_is_repaired_scaling_changes_in_place_and_a_removed_group_is_deleted() {
+    let groups = "[node_groups.cpu]\nmin_size = 1\ndesired_size = 1\nmax_size = 2\n\
+                  [node_groups.gpu]\ninstance_type = \"g5.xlarge\"\nmin_size = 0\ndesired_size = 0\nmax_size = 1";
+    let d = Deployment::new(groups);
+    d.stdout(&["apply", "--auto-approve"]);
+    let sdk = d.sdk().await;
+    let (eks, ec2) = (
+        aws_sdk_eks::Client::new(&sdk),
+        aws_sdk_ec2::Client::new(&sdk),
+    );
+    let n = d.name.as_str();
+    let cpu = format!("{n}-cpu");
+
+    eks.delete_nodegroup()
+        .cluster_name(n)
+        .nodegroup_name(&cpu)
+        .send()
+        .await
+        .unwrap();
+    let plan = d.stdout(&["plan"]);
+    assert!(
+        plan.contains("+ eks.nodegroup.cpu") && plan.contains("drift: deleted outside kfaws"),
+        "{plan}"
+    );
+    assert!(
+        plan.contains("Plan: 1 to add, 0 to change, 0 to destroy."),
+        "{plan}"
+    );
+    d.stdout(&["apply", "--auto-approve"]);
+    let arn_before = eks
+        .describe_nodegroup()
+        .cluster_name(n)
+        .nodegroup_name(&cpu)
+        .send()
+        .await
+        .unwrap()
+        .nodegroup()
+        .unwrap()
+        .nodegroup_arn()
+        .unwrap()
+        .to_string();
+    d.kfaws(&["plan", "--detailed-exitcode"]).assert().code(0);
+
+    // Scale cpu up, drop gpu.
+    d.write_config("[node_groups.cpu]\nmin_size = 1\ndesired_size = 2\nmax_size = 3");
+    let plan = d.stdout(&["plan"]);
+    assert!(plan.contains("~ eks.nodegroup.cpu"), "{plan}");
+    assert!(plan.contains("- eks.nodegroup.gpu"), "{plan}");
+    assert!(
+        plan.contains("Plan: 0 to add, 1 to change, 1 to destroy."),
+        "{plan}"
+    );
+    d.stdout(&["apply", "--auto-approve"]);
+    let group = eks
+        .describe_nodegroup()
+        .cluster_name(n)
+        .nodegroup_name(&cpu)
+        .send()
+        .await
+        .unwrap();
+    let group = group.nodegroup().unwrap();
+    assert_eq!(
+        group.nodegroup_arn(),
+        Some(arn_before.as_str()),
+        "updated in place, not replaced"
+    );
+    let s = group.scaling_config().unwrap();
+    assert_eq!(
+        (s.min_size(), s.desired_size(), s.max_size()),
+        (Some(1), Some(2), Some(3))
+    );
+    let groups = eks.list_nodegroups().cluster_name(n).send().await.unwrap();
+    assert_eq!(groups.nodegroups(), std::slice::from_ref(&cpu));
+    assert_eq!(launch_templates(&ec2, &d).await, [format!("kfaws-{cpu}")]);
+    d.kfaws(&["plan", "--detailed-exitcode"]).assert().code(0);
+
+    d.stdout(&["destroy", "--auto-approve"]);
+    assert!(eks
+        .list_clusters()
+        .send()
+        .await
+        .unwrap()
+        .clusters()
+        .is_empty());
+    assert!(launch_templates(&ec2, &d).await.is_empty());
+}
+
+/// Case C2: `apply` killed after the network stack exists but before the
+/// cluster is ACTIVE; the re-run re-attaches to the cluster with the token
+/// recorded before the first CreateCluster, and nothing is created twice.
+#[tokio::test]
+async fn apply_killed_while_the_cluster_is_creating_reattaches_with_its_token() {
+    let d = Deployment::new("");
+    // A 6 s cluster; stacks 0.3 s.
+    d.lifecycle(r#"{"scale": 0.01}"#);
+    let sdk = d.sdk().await;
+    let eks = aws_sdk_eks::Client::new(&sdk);
+    let mut child = d.spawn(&["apply", "--auto-approve"]);
+    let started = Instant::now();
+    let created_at = loop {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the cluster never reached CREATING"
+        );
+        if let Ok(out) = eks.describe_cluster().name(&d.name).send().await {
+            let c = out.cluster().unwrap();
+            assert_eq!(c.status().unwrap().as_str(), "CREATING");
+            break *c.created_at().unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    child.kill().unwrap();
+    child.wait().unwrap();
+
+    let state: Value =
+        serde_json::from_str(&std::fs::read_to_string(d.state_file()).unwrap()).unwrap();
+    let entry = &state["resources"]["eks.cluster"];
+    assert_eq!(entry["status"], "creating", "{entry}");
+    let token = entry["idempotency_token"].as_str().unwrap().to_string();
+    let lock = d.dir.path().join(".kfaws").join(&d.name).join("state.lock");
+    if let Ok(text) = std::fs::read_to_string(&lock) {
+        let info: Value = serde_json::from_str(&text).unwrap();
+        d.kfaws(&["state", "unlock", info["id"].as_str().unwrap()])
+            .assert()
+            .success();
+    }
+
+    let plan = d.stdout(&["plan"]);
+    assert!(
+        plan.contains("re-attaching with its idempotency token"),
+        "{plan}"
+    );
+    d.stdout(&["apply", "--auto-approve"]);
+    let out = eks.describe_cluster().name(&d.name).send().await.unwrap();
+    let cluster = out.cluster().unwrap();
+    assert_eq!(cluster.status().unwrap().as_str(), "ACTIVE");
+    assert_eq!(cluster.created_at(), Some(&created_at), "the same cluster");
+    assert_eq!(cluster.client_request_token(), Some(token.as_str()));
+    assert_eq!(d.calls("CreateCluster"), 2, "one create, one re-attach");
+    assert_eq!(
+        d.calls("DeleteCluster"),
+        0,
+        "nothing deleted and made again"
+    );
+    assert_eq!(
+        eks.list_clusters().send().await.unwrap().clusters(),
+        std::slice::from_ref(&d.name)
+    );
+    d.kfaws(&["plan", "--detailed-exitcode"]).assert().code(0);
+    d.lifecycle(r#"{"scale": 0}"#);
+    d.stdout(&["destroy", "--auto-approve"]);
+}
+
+#[tokio::test]
+async fn an_oidc_provider_for_the_issuer_made_by_someone_else_is_refused_and_survives_destroy() {
+    let d = Deployment::new("");
+    d.stdout(&["apply", "--auto-approve", "--target", "eks.cluster"]);
+    let issuer = d.stdout(&["output", "eks.cluster.oidc_issuer"]);
+    let iam = aws_sdk_iam::Client::new(&d.sdk().await);
+    let foreign = iam
+        .create_open_id_connect_provider()
+        .url(issuer.trim())
+        .client_id_list("sts.amazonaws.com")
+        .send()
+        .await
+        .unwrap();
+    let foreign = foreign.open_id_connect_provider_arn().unwrap().to_string();
+    d.kfaws(&["apply", "--auto-approve", "--target", "iam.oidc"])
+        .assert()
+        .code(1)
+        .stdout(
+            predicate::str::contains("already exists")
+                .and(predicate::str::contains("not created by kfaws")),
+        );
+    d.stdout(&["destroy", "--auto-approve"]);
+    let left = iam.list_open_id_connect_providers().send().await.unwrap();
+    let left: Vec<&str> = left
+        .open_id_connect_provider_list()
+        .iter()
+        .filter_map(|p| p.arn())
+        .collect();
+    assert_eq!(
+        left,
+        [foreign.as_str()],
+        "the foreign provider is untouched"
+    );
+}
+
+#[tokio::test]
+async fn a_version_upgrade_and_endpoint_access_drift_are_updated_in_place() {
+    let d = Deployment::new("kubernetes_version = \"1.32\"");
+    d.stdout(&["apply", "--auto-approve"]);
+    let eks = aws_sdk_eks::Client::new(&d.sdk().await);
+    let arn = |c: &aws_sdk_eks::types::Cluster| c.arn().unwrap().to_string();
+    let before = eks.describe_cluster().name(&d.name).send().await.unwrap();
+    let before = before.cluster().unwrap();
+    assert_eq!(before.version(), Some("1.32"));
+
+    // Someone turns the private endpoint off: drift, repaired in place.
+    let update = eks
+        .update_cluster_config()
+        .name(&d.name)
+        .resources_vpc_config(
+            aws_sdk_eks::types::VpcConfigRequest::builder()
+                .endpoint_private_access(false)
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert!(update.update().is_some());
+    // The version upgrade joins the same update of the cluster.
+    d.write_config("kubernetes_version = \"1.33\"");
+    let plan = d.stdout(&["plan"]);
+    assert!(plan.contains("~ eks.cluster"), "{plan}");
+    assert!(plan.contains("kubernetes_version"), "{plan}");
+    assert!(plan.contains("endpoint_private_access"), "{plan}");
+    d.stdout(&["apply", "--auto-approve"]);
+    let after = eks.describe_cluster().name(&d.name).send().await.unwrap();
+    let after = after.cluster().unwrap();
+    assert_eq!(after.version(), Some("1.33"));
+    assert!(after
+        .resources_vpc_config()
+        .unwrap()
+        .endpoint_private_access());
+    assert_eq!(arn(after), arn(before));
+    assert_eq!(after.created_at(), before.created_at(), "not replaced");
+    assert_eq!(d.calls("UpdateClusterVersion"), 1);
+    d.kfaws(&["plan", "--detailed-exitcode"]).assert().code(0);
+
+    // EKS cannot downgrade: apply refuses, naming the versions.
+    d.write_config("kubernetes_version = \"1.32\"");
+    d.kfaws(&["apply", "--auto-approve"])
+        .assert()
+        .code(1)
+        .stdout(predicate::str::contains("cannot downgrade"));
+    d.stdout(&["destroy", "--auto-approve"]);
+}
