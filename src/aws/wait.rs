@@ -3,9 +3,12 @@
 //! statuses seen so a timeout or failure can say where it got stuck.
 //!
 //! The readiness decision is the caller's ([`Poll`]); this module only
-//! schedules polls. Backoff starts at [`Backoff::initial`] and doubles to
-//! [`Backoff::max`] -- the schedule the AWS SDK waiters use, without their
-//! per-service hard-coded limits.
+//! schedules polls. The delay between polls is a fixed share
+//! ([`OVERSHOOT`]) of the time waited so far, between [`Backoff::initial`]
+//! and [`Backoff::max`]: a wait then ends at most 5 % (or `max`) after the
+//! resource became ready, whether it takes two seconds or twenty minutes,
+//! and a long wait polls no more often than every `max` (AWS SDK waiters
+//! poll EKS and CloudFormation every 15–30 s).
 
 use std::fmt;
 use std::future::Future;
@@ -22,6 +25,10 @@ pub enum Poll<T> {
     Failed(String),
 }
 
+/// The delay before the next poll as a share of the time waited so far:
+/// at most this fraction is added to any wait shorter than `max / OVERSHOOT`.
+pub const OVERSHOOT: f64 = 0.05;
+
 /// The polling schedule.
 #[derive(Debug, Clone, Copy)]
 pub struct Backoff {
@@ -34,7 +41,15 @@ pub struct Backoff {
 }
 
 impl Backoff {
-    /// 100 ms doubling to 10 s, for `deadline`.
+    /// The delay before the next poll after `elapsed` of waiting:
+    /// `elapsed × OVERSHOOT`, clamped to `[initial, max]`.
+    pub fn delay(&self, elapsed: Duration) -> Duration {
+        elapsed
+            .mul_f64(OVERSHOOT)
+            .clamp(self.initial, self.max.max(self.initial))
+    }
+
+    /// 100 ms growing to 10 s, for `deadline`.
     pub fn with_deadline(deadline: Duration) -> Self {
         Self {
             initial: Duration::from_millis(100),
@@ -91,7 +106,6 @@ where
 {
     let start = Instant::now();
     let mut history = History::default();
-    let mut delay = schedule.initial;
     loop {
         match poll().await {
             Poll::Ready(v) => return Ok(v),
@@ -109,8 +123,7 @@ where
                 history,
             });
         }
-        tokio::time::sleep(delay.min(left)).await;
-        delay = (delay * 2).min(schedule.max);
+        tokio::time::sleep(schedule.delay(start.elapsed()).min(left)).await;
     }
 }
 
@@ -167,6 +180,18 @@ mod tests {
                 .contains("CREATE_IN_PROGRESS at 0s → ROLLBACK_IN_PROGRESS"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn polls_add_at_most_five_percent_or_the_maximum_delay() {
+        let b = Backoff::with_deadline(Duration::from_secs(3600));
+        assert_eq!(b.delay(Duration::ZERO), Duration::from_millis(100));
+        assert_eq!(b.delay(Duration::from_secs(1)), Duration::from_millis(100));
+        assert_eq!(
+            b.delay(Duration::from_secs(30)),
+            Duration::from_millis(1500)
+        );
+        assert_eq!(b.delay(Duration::from_secs(600)), Duration::from_secs(10));
     }
 
     #[tokio::test]
