@@ -25,11 +25,13 @@ MODULES = (
     "ec2_dependency_violation",
     "eks_idempotency",
     "eks_cluster_vpc_config",
+    "eks_cluster_endpoint",
     "efs_already_exists_id",
     "lifecycle_eks",
     "lifecycle_efs",
     "lifecycle_nat",
     "lifecycle_stacks",
+    "sts_presigned_signature",
 )
 
 _applied = False
