@@ -90,7 +90,8 @@ func (a *eksAuthenticator) validate(token string) (*presigned, error) {
 	}
 	u, err := url.Parse(string(raw))
 	if err != nil {
-		return nil, fmt.Errorf("token does not hold a URL: %w", err)
+		// Not %w: url's error quotes the whole URL, signature included.
+		return nil, errors.New("token does not hold a valid URL")
 	}
 	if u.Scheme != a.sts.Scheme || !strings.EqualFold(u.Host, a.sts.Host) {
 		return nil, fmt.Errorf("token URL %s://%s is not the STS endpoint %s://%s", u.Scheme, u.Host, a.sts.Scheme, a.sts.Host)
@@ -339,6 +340,7 @@ clusters:
     certificate-authority: %s
 users:
 - name: kube-apiserver
+  user: {}
 contexts:
 - name: webhook
   context:

@@ -66,6 +66,7 @@ func TestValidateRefusesWhatTheAuthenticatorRefuses(t *testing.T) {
 		{"prefix", "k8s-aws-v2." + strings.TrimPrefix(tokenFor(ok, nil), tokenPrefix), "does not start with"},
 		{"base64", tokenPrefix + "***", "base64url"},
 		{"padding", tokenFor(ok, nil) + "=", "base64url"},
+		{"not a URL", tokenPrefix + base64.RawURLEncoding.EncodeToString([]byte("http://127.0.0.1:4566/?X-Amz-Signature=abc\f")), "not hold a valid URL"},
 		{"other host", tokenFor("http://sts.amazonaws.com", nil), "is not the STS endpoint"},
 		{"other scheme", tokenFor("https://127.0.0.1:4566", nil), "is not the STS endpoint"},
 		{"too long", tokenPrefix + strings.Repeat("A", maxTokenBytes), "more than"},
@@ -204,5 +205,10 @@ func TestAMalformedTokenIsRefusedWithoutCallingSTS(t *testing.T) {
 	}
 	if strings.Contains(out.Status.Error, "k8s-aws-v1.!!") {
 		t.Fatalf("the error repeats the token: %s", out.Status.Error)
+	}
+	secret := "X-Amz-Signature=0123456789abcdef"
+	out = review(t, testAuthenticator(srv.URL), tokenPrefix+base64.RawURLEncoding.EncodeToString([]byte(srv.URL+"/?"+secret+"\f")))
+	if out.Status.Authenticated || strings.Contains(out.Status.Error, secret) {
+		t.Fatalf("the error repeats the signature: %s", out.Status.Error)
 	}
 }
