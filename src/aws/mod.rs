@@ -9,6 +9,7 @@
 
 pub mod identity;
 pub mod stack;
+pub mod token;
 pub mod wait;
 
 use aws_config::retry::RetryConfig;
