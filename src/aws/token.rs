@@ -320,7 +320,7 @@ mod tests {
             q["X-Amz-Credential"],
             "AKIDEXAMPLE/20260921/eu-west-1/sts/aws4_request"
         );
-        assert_eq!(q["X-Amz-Date"], "20260921T142000Z");
+        assert_eq!(q["X-Amz-Date"], "20260921T141320Z");
         assert_eq!(q["X-Amz-Expires"], "60");
         assert_eq!(q["X-Amz-SignedHeaders"], "host;x-k8s-aws-id");
         assert_eq!(q["X-Amz-Signature"].len(), 64);
