@@ -277,7 +277,7 @@ async fn get_token_authenticates_the_cluster_creator_and_refuses_tampered_expire
     );
     assert!(log.contains("SignatureDoesNotMatch"), "{log}");
     assert!(log.contains("expired"), "{log}");
-    assert!(log.contains("not mapped"), "{log}");
+    assert!(log.contains("knows no creator"), "{log}");
 }
 
 #[tokio::test]
