@@ -44,8 +44,9 @@ test-emulator: ## the AWS emulator's own tests (each patch against real-AWS beha
 test-apiserver: deps ## build kube-apiserver and etcd from the Go module proxy (cached) and smoke-test the harness
 	tests/apiserver/smoke.sh
 
-test-rust: ## unit, engine and end-to-end tests (against the AWS emulator)
-	$(WITH_EMULATOR) $(CARGO) test --workspace
+test-rust: deps ## unit, engine and end-to-end tests (against the AWS emulator and the API server harness)
+	bin="$$(tests/apiserver/build.sh | tail -n1)"; \
+	KFAWS_TESTENV_BIN="$$bin" $(WITH_EMULATOR) $(CARGO) test --workspace
 
 demo: deps build ## the main job on the embedded default: plan, apply, outputs, destroy, then data-parallel training
 	$(WITH_EMULATOR) tests/demo.sh

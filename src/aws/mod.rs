@@ -12,6 +12,7 @@ pub mod eks;
 pub mod identity;
 pub mod oidc;
 pub mod stack;
+pub mod token;
 pub mod wait;
 
 use aws_config::retry::RetryConfig;

@@ -21,6 +21,7 @@ macro_rules! out {
 }
 
 mod context;
+mod eks;
 mod graph;
 mod run;
 mod state;
@@ -165,6 +166,23 @@ enum Command {
     /// Inspect and repair the state.
     #[command(subcommand)]
     State(StateCommand),
+    /// Write the deployment's EKS cluster into a kubeconfig, authenticating with `kfaws eks get-token`.
+    ///
+    /// Adds or replaces a cluster and a user named by the cluster ARN and a
+    /// context (the ARN, or --alias), and makes the context current, as
+    /// `aws eks update-kubeconfig` does; other entries are kept. The file is
+    /// written atomically with mode 0600. Needs no AWS CLI.
+    Kubeconfig {
+        /// The kubeconfig to write [default: the first path in KUBECONFIG, else ~/.kube/config].
+        #[arg(long, value_name = "PATH")]
+        kubeconfig: Option<PathBuf>,
+        /// Name of the context [default: the cluster ARN].
+        #[arg(long, value_name = "NAME")]
+        alias: Option<String>,
+    },
+    /// Amazon EKS helpers.
+    #[command(subcommand)]
+    Eks(EksCommand),
     /// Print the resource graph in Graphviz DOT.
     Graph {
         /// Deployment profile.
@@ -173,6 +191,23 @@ enum Command {
         /// Colour nodes by planned action (refreshes like `plan`).
         #[arg(long)]
         plan: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum EksCommand {
+    /// Print an EKS authentication token as a Kubernetes ExecCredential (JSON).
+    ///
+    /// The token is a presigned STS GetCallerIdentity request with the
+    /// cluster name signed in (x-k8s-aws-id), as `aws eks get-token` makes it;
+    /// kubectl runs this as the exec credential plugin `kfaws kubeconfig`
+    /// writes. Credentials come from the standard chain (AWS_PROFILE or
+    /// --aws-profile, ...); the region from --region, else AWS_REGION or the
+    /// profile; AWS_ENDPOINT_URL_STS / AWS_ENDPOINT_URL redirect the request.
+    GetToken {
+        /// The EKS cluster the token is for.
+        #[arg(long, value_name = "NAME")]
+        cluster_name: String,
     },
 }
 
@@ -336,6 +371,12 @@ async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::State(StateCommand::Show { address }) => state::show(&g, &address),
         Command::State(StateCommand::Rm { address }) => state::rm(&g, &address),
         Command::State(StateCommand::Unlock { id }) => state::unlock(&g, &id),
+        Command::Kubeconfig { kubeconfig, alias } => {
+            eks::kubeconfig(&g, kubeconfig.as_deref(), alias.as_deref())
+        }
+        Command::Eks(EksCommand::GetToken { cluster_name }) => {
+            eks::get_token(&g, &cluster_name).await
+        }
         Command::Graph { profile, plan } => graph::graph(&g, profile, plan, cancel).await,
     }
 }

@@ -11,7 +11,10 @@
 | PUT | /_kfaws/lifecycle | ``{"scale": s, "durations": {key: seconds}}``, ``?account_id=`` optional | merges the settings, globally or for one account |
 | GET | /_kfaws/calls | ``?account_id=`` optional | calls per account, service, operation |
 | DELETE | /_kfaws/calls | | forgets the call counts |
-| POST | /_kfaws/reset | | forgets all resources, rules, counts and lifecycle settings |
+| POST | /_kfaws/reset | | forgets all resources, rules, counts, lifecycle settings and registered cluster endpoints |
+| PUT | /_kfaws/eks/cluster-endpoint | ``{"endpoint", "certificate_authority_data", "account_id"?}`` | EKS clusters of that account (or all) answer this API server |
+| GET | /_kfaws/eks/cluster-endpoint | | the registrations |
+| GET | /_kfaws/eks/cluster-creator | ``?account_id=&region=&name=`` | ``{"arn": ...}``: who created the cluster |
 
 Errors are 400 ``{"error": message}`` naming the field and the rule, or 404.
 """
@@ -27,6 +30,8 @@ from werkzeug.wrappers import Request, Response
 from .faults import RuleError
 from .lifecycle import LifecycleError
 from .operations import ACCOUNT_ID
+from .patches import eks_cluster_endpoint
+from .patches.eks_cluster_endpoint import EndpointError
 
 
 def _json(data, status: int = 200) -> Response:
@@ -77,6 +82,18 @@ def _route(app, request: Request) -> Response:
         if method == "DELETE":
             app.calls.clear()
             return _json({})
+    if path == "/_kfaws/eks/cluster-endpoint":
+        if method == "PUT":
+            with app.moto_lock:
+                return _json(eks_cluster_endpoint.register(_body(request)))
+        if method == "GET":
+            return _json(eks_cluster_endpoint.registrations())
+    if path == "/_kfaws/eks/cluster-creator" and method == "GET":
+        with app.moto_lock:
+            try:
+                return _json(eks_cluster_endpoint.creator(account, request.args.get("region"), request.args.get("name")))
+            except LookupError as err:
+                return _json({"error": str(err)}, status=404)
     if path == "/_kfaws/reset" and method == "POST":
         app.reset()
         return _json({})
@@ -87,6 +104,6 @@ def handle(app, environ, start_response):
     request = Request(environ)
     try:
         response = _route(app, request)
-    except (RuleError, LifecycleError) as err:
+    except (RuleError, LifecycleError, EndpointError) as err:
         response = _json({"error": str(err)}, status=400)
     return response(environ, start_response)

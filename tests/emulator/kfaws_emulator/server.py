@@ -32,6 +32,8 @@ from . import control
 from .faults import FaultRules
 from .lifecycle import LIFECYCLE
 from .operations import ACCOUNT_ID, identify
+from .patches import eks_cluster_endpoint
+from .patches._common import thread_state
 
 CONTROL_PREFIX = "/_kfaws/"
 
@@ -119,6 +121,9 @@ class EmulatorApp:
             return [payload]
 
         with self.moto_lock:
+            # Patches that need the caller (eks_cluster_endpoint records a
+            # cluster's creator) read it here; moto's methods do not get it.
+            thread_state().access_key = op.access_key
             self.lifecycle.advance()
             # Drain moto's response inside the lock: Flask bodies can be lazy.
             return list(self.moto(environ, start_response))
@@ -132,6 +137,7 @@ class EmulatorApp:
             self.faults.clear()
             self.calls.clear()
             self.lifecycle.reset()
+            eks_cluster_endpoint.reset()
 
 
 def _reason(status: int) -> str:

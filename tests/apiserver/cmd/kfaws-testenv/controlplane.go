@@ -33,6 +33,8 @@ type readyInfo struct {
 	KubernetesVersion    string            `json:"kubernetes_version"`
 	Pids                 map[string]int    `json:"pids"`
 	Logs                 map[string]string `json:"logs"`
+	TokenWebhook         string            `json:"token_webhook,omitempty"`
+	EKSClusterName       string            `json:"eks_cluster_name,omitempty"`
 }
 
 const (
@@ -254,7 +256,12 @@ func (cp *controlPlane) writeReady(o *startOptions, p *pki) (string, error) {
 			"etcd":           cp.etcd.cmd.Process.Pid,
 			"kube_apiserver": cp.apiserver.cmd.Process.Pid,
 		},
-		Logs: map[string]string{"etcd": cp.etcd.log, "kube_apiserver": cp.apiserver.log},
+		Logs:           map[string]string{"etcd": cp.etcd.log, "kube_apiserver": cp.apiserver.log},
+		TokenWebhook:   o.tokenWebhookURL,
+		EKSClusterName: o.eksClusterName,
+	}
+	if o.tokenWebhookURL != "" {
+		info.Logs["token_webhook"] = filepath.Join(o.dir, "logs", "token-webhook.log")
 	}
 	env := fmt.Sprintf("KFAWS_TESTENV_ENDPOINT=%s\nKFAWS_TESTENV_CA_FILE=%s\nKFAWS_TESTENV_CLIENT_CERT_FILE=%s\nKFAWS_TESTENV_CLIENT_KEY_FILE=%s\nKFAWS_TESTENV_PID=%d\nKUBECONFIG=%s\n",
 		shellQuote(info.Endpoint), shellQuote(info.CAFile), shellQuote(info.ClientCertFile),

@@ -19,14 +19,15 @@ import (
 // pki holds the paths of every key and certificate the test control plane uses.
 // One throwaway CA signs all of them; keys are ECDSA P-256 and never leave dir.
 type pki struct {
-	dir                    string
-	caCert, caKey          string
-	serverCert, serverKey  string // kube-apiserver serving certificate
-	etcdCert, etcdKey      string // etcd serving and peer certificate
-	etcdClientCert         string // kube-apiserver's client certificate for etcd
-	etcdClientKey          string
-	adminCert, adminKey    string // CN=kfaws-admin, O=system:masters
-	saSigningKey, saPubKey string // service-account token signing pair
+	dir                     string
+	caCert, caKey           string
+	serverCert, serverKey   string // kube-apiserver serving certificate
+	etcdCert, etcdKey       string // etcd serving and peer certificate
+	etcdClientCert          string // kube-apiserver's client certificate for etcd
+	etcdClientKey           string
+	adminCert, adminKey     string // CN=kfaws-admin, O=system:masters
+	webhookCert, webhookKey string // the token webhook's serving certificate (127.0.0.1)
+	saSigningKey, saPubKey  string // service-account token signing pair
 }
 
 // certValidity bounds every certificate; a test environment lives for minutes,
@@ -57,6 +58,8 @@ func newPKI(dir string) (*pki, error) {
 		etcdClientKey:  filepath.Join(dir, "apiserver-etcd-client.key"),
 		adminCert:      filepath.Join(dir, "admin.crt"),
 		adminKey:       filepath.Join(dir, "admin.key"),
+		webhookCert:    filepath.Join(dir, "token-webhook.crt"),
+		webhookKey:     filepath.Join(dir, "token-webhook.key"),
 		saSigningKey:   filepath.Join(dir, "sa.key"),
 		saPubKey:       filepath.Join(dir, "sa.pub"),
 	}
@@ -113,6 +116,13 @@ func newPKI(dir string) (*pki, error) {
 		{p.adminCert, p.adminKey, x509.Certificate{
 			Subject:     pkix.Name{CommonName: "kfaws-admin", Organization: []string{"system:masters"}},
 			ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+		}},
+		// The EKS token webhook kube-apiserver calls (webhook.go).
+		{p.webhookCert, p.webhookKey, x509.Certificate{
+			Subject:     pkix.Name{CommonName: "kfaws-testenv-token-webhook"},
+			DNSNames:    []string{"localhost"},
+			IPAddresses: loopback,
+			ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 		}},
 	}
 	for _, l := range leaves {

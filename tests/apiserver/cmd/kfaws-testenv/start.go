@@ -5,9 +5,11 @@ import (
 	"flag"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"time"
@@ -19,6 +21,9 @@ const serviceClusterIPRange = "10.0.0.0/24"
 
 var serviceClusterIP = net.IPv4(10, 0, 0, 1)
 
+// eksClusterName is EKS CreateCluster's rule for cluster names.
+var eksClusterName = regexp.MustCompile(`^[0-9A-Za-z][A-Za-z0-9_-]{0,99}$`)
+
 type startOptions struct {
 	dir                  string
 	binDir               string
@@ -27,6 +32,10 @@ type startOptions struct {
 	stopTimeout          time.Duration
 	serviceAccountIssuer string
 	tokenWebhookConfig   string
+	awsSTSEndpoint       string // serve the EKS token webhook against this STS
+	eksClusterName       string
+	awsEmulatorControl   string
+	tokenWebhookURL      string // set once the webhook listens
 	exitWithParent       bool
 	parent               int // process id of whoever started the harness
 	apiserverArgs        multiFlag
@@ -56,6 +65,9 @@ func runStart(args []string) int {
 	fs.DurationVar(&o.stopTimeout, "stop-timeout", 15*time.Second, "how long each server gets to exit after SIGTERM before SIGKILL")
 	fs.StringVar(&o.serviceAccountIssuer, "service-account-issuer", "https://kubernetes.default.svc.cluster.local", "issuer (iss) of service-account tokens, as kube-apiserver's flag of that name")
 	fs.StringVar(&o.tokenWebhookConfig, "authentication-token-webhook-config-file", "", "kubeconfig-format file of a TokenReview webhook (authentication.k8s.io/v1) that kube-apiserver consults for bearer tokens")
+	fs.StringVar(&o.awsSTSEndpoint, "aws-sts-endpoint", "", "serve an EKS token webhook (TokenReview, authentication.k8s.io/v1) that checks k8s-aws-v1. tokens as aws-iam-authenticator does against this STS endpoint (the AWS emulator's URL) and pass it to kube-apiserver; needs --eks-cluster-name")
+	fs.StringVar(&o.eksClusterName, "eks-cluster-name", "", "the EKS cluster name tokens must be signed for (their x-k8s-aws-id header)")
+	fs.StringVar(&o.awsEmulatorControl, "aws-emulator-control", "", "the AWS emulator's control API, where the webhook looks up who created the cluster (default: --aws-sts-endpoint + /_kfaws)")
 	fs.BoolVar(&o.exitWithParent, "exit-with-parent", true, "stop when the process that started the harness exits")
 	fs.Var(&o.apiserverArgs, "apiserver-arg", "extra kube-apiserver flag such as --v=4 (repeatable; appended after the harness's own flags, so a single-value flag given here wins, while a list flag such as --disable-admission-plugins adds to the harness's value)")
 	fs.Var(&o.etcdArgs, "etcd-arg", "extra etcd flag (repeatable)")
@@ -83,6 +95,16 @@ func runStart(args []string) int {
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "kfaws-testenv start: generating certificates: %v\n", err)
 		return 1
+	}
+
+	if o.awsSTSEndpoint != "" {
+		wh, err := startTokenWebhook(&o, p)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "kfaws-testenv start: token webhook: %v\n", err)
+			return 1
+		}
+		defer wh.close()
+		o.tokenWebhookURL = wh.url
 	}
 
 	var cp *controlPlane
@@ -167,6 +189,23 @@ func (o *startOptions) complete() error {
 		if _, err := os.Stat(o.tokenWebhookConfig); err != nil {
 			return fmt.Errorf("--authentication-token-webhook-config-file: %w", err)
 		}
+	}
+	if o.awsSTSEndpoint != "" {
+		if o.tokenWebhookConfig != "" {
+			return errors.New("--aws-sts-endpoint serves its own token webhook; do not also pass --authentication-token-webhook-config-file")
+		}
+		u, err := url.Parse(o.awsSTSEndpoint)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("--aws-sts-endpoint %q must be an http(s) URL such as the AWS emulator's http://127.0.0.1:PORT", o.awsSTSEndpoint)
+		}
+		if !eksClusterName.MatchString(o.eksClusterName) {
+			return fmt.Errorf("--eks-cluster-name %q must be an EKS cluster name (1 to 100 letters, digits, - and _, starting with a letter or digit); it is required with --aws-sts-endpoint", o.eksClusterName)
+		}
+		if o.awsEmulatorControl == "" {
+			o.awsEmulatorControl = strings.TrimRight(o.awsSTSEndpoint, "/") + "/_kfaws"
+		}
+	} else if o.eksClusterName != "" || o.awsEmulatorControl != "" {
+		return errors.New("--eks-cluster-name and --aws-emulator-control only apply with --aws-sts-endpoint")
 	}
 	if o.readyTimeout <= 0 || o.stopTimeout <= 0 {
 		return errors.New("--ready-timeout and --stop-timeout must be positive durations")

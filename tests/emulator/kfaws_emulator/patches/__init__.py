@@ -27,11 +27,13 @@ MODULES = (
     "eks_idempotency",
     "eks_cluster_vpc_config",
     "eks_updates",
+    "eks_cluster_endpoint",
     "efs_already_exists_id",
     "lifecycle_eks",
     "lifecycle_efs",
     "lifecycle_nat",
     "lifecycle_stacks",
+    "sts_presigned_signature",
 )
 
 _applied = False

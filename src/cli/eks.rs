@@ -1,0 +1,73 @@
+//! `kfaws eks get-token` and `kfaws kubeconfig`.
+
+use anyhow::Context as _;
+use aws_config::{BehaviorVersion, Region};
+use kfaws::aws::token;
+use kfaws::k8s::exec_credential::{requested_api_version, ExecCredential};
+use kfaws::k8s::kubeconfig::{self, ClusterAccess, ExecAuth};
+use kfaws::state::store::StateStore;
+
+use super::{context, Global};
+
+/// `kfaws eks get-token --cluster-name NAME`: prints an `ExecCredential`
+/// with the EKS token. Reads no kfaws.toml and no state: kubectl runs it
+/// from any directory.
+pub async fn get_token(g: &Global, cluster: &str) -> anyhow::Result<u8> {
+    token::check_cluster_name(cluster)?;
+    let mut loader = aws_config::defaults(BehaviorVersion::latest());
+    if let Some(region) = &g.region {
+        loader = loader.region(Region::new(region.clone()));
+    }
+    if let Some(profile) = &g.aws_profile {
+        loader = loader.profile_name(profile);
+    }
+    let sdk = loader.load().await;
+    let t = token::get_token(&sdk, cluster).await?;
+    tracing::debug!(cluster, expiration = %t.expiration, "made an EKS token");
+    let info = std::env::var("KUBERNETES_EXEC_INFO").ok();
+    let credential = ExecCredential::new(
+        requested_api_version(info.as_deref()),
+        t.token,
+        t.expiration,
+    );
+    outln!("{}", serde_json::to_string(&credential)?)?;
+    Ok(0)
+}
+
+/// `kfaws kubeconfig`: writes the deployment's cluster, a user that runs
+/// `kfaws eks get-token` and a context into the kubeconfig.
+pub fn kubeconfig(
+    g: &Global,
+    path: Option<&std::path::Path>,
+    alias: Option<&str>,
+) -> anyhow::Result<u8> {
+    let (name, state_dir) = context::deployment(g)?;
+    let store = StateStore::open(&state_dir, &name)?;
+    let state = store.state();
+    let cluster = kfaws::address::Address::new("eks.cluster").expect("a valid address");
+    let recorded = state.resources.get(&cluster).with_context(|| {
+        format!("deployment {name:?} has no eks.cluster in its state: run `kfaws apply` first")
+    })?;
+    let access = ClusterAccess::from_outputs(&recorded.outputs, state.region.as_deref())?;
+    let exec = ExecAuth {
+        command: std::env::current_exe().context("cannot locate the kfaws executable")?,
+        aws_profile: g
+            .aws_profile
+            .clone()
+            .or_else(|| std::env::var("AWS_PROFILE").ok().filter(|p| !p.is_empty())),
+    };
+    let path = match path {
+        Some(p) => p.to_path_buf(),
+        None => kubeconfig::default_path()?,
+    };
+    let mut config = kubeconfig::read(&path)?;
+    let context = kubeconfig::merge(&mut config, &access, &exec, alias);
+    kubeconfig::write(&path, &config)?;
+    outln!(
+        "Updated context {context} in {} (current context; cluster {}, token by `{} eks get-token`).",
+        path.display(),
+        access.arn,
+        exec.command.display()
+    )?;
+    Ok(0)
+}
