@@ -4,8 +4,10 @@
 //! resource live (in parallel), diffs desired vs recorded vs live
 //! ([`diff`]), applies `--target`, and returns a [`Plan`]; [`render`] turns
 //! it into Terraform-style text or JSON; [`file`] saves it so that `kfaws
-//! apply FILE` applies exactly it.
+//! apply FILE` applies exactly it. Before a plan is returned, every change
+//! passes its resource's plan-time [`check`].
 
+pub mod check;
 pub mod diff;
 pub mod file;
 pub mod refresh;
@@ -21,7 +23,7 @@ use uuid::Uuid;
 use crate::address::Address;
 use crate::config::Config;
 use crate::graph::{Closure, Dag, GraphError};
-use crate::resource::{Provider, Resource};
+use crate::resource::{DeleteOptions, Provider, Resource};
 use crate::state::State;
 
 /// What will happen to one address.
@@ -145,6 +147,10 @@ pub struct Plan {
     /// identity is known); `apply FILE` refuses another account.
     #[serde(default)]
     pub account_id: Option<String>,
+    /// The destroy's choices (`--force-destroy-buckets`), checked at plan
+    /// time and acted on before each delete.
+    #[serde(default)]
+    pub delete_options: DeleteOptions,
     /// One entry per address, sorted by address.
     pub changes: Vec<Change>,
 }
@@ -218,6 +224,9 @@ pub enum PlanError {
     /// Some resources could not be read.
     #[error(transparent)]
     Refresh(#[from] refresh::RefreshError),
+    /// Plan-time checks found changes that could not finish.
+    #[error(transparent)]
+    Check(#[from] check::CheckError),
     /// A recorded resource's kind is unknown to this build.
     #[error(
         "{address} has kind {kind:?}, which this kfaws cannot manage; it cannot be read or deleted"
@@ -246,6 +255,8 @@ pub struct PlanRequest<'a> {
     pub targets: &'a [Address],
     /// At most this many reads at once.
     pub parallelism: usize,
+    /// The destroy's choices.
+    pub delete_options: DeleteOptions,
 }
 
 /// Handles for every address a plan touches.
@@ -276,6 +287,14 @@ pub async fn make_plan(req: PlanRequest<'_>) -> Result<(Plan, Handles), PlanErro
         };
         changes.retain(|c| keep.contains(&c.address));
     }
+    check::check(
+        &changes,
+        &handles,
+        req.state,
+        &req.delete_options,
+        req.parallelism,
+    )
+    .await?;
     let plan = Plan {
         format_version: PLAN_FORMAT_VERSION,
         destroy: req.destroy,
@@ -284,6 +303,7 @@ pub async fn make_plan(req: PlanRequest<'_>) -> Result<(Plan, Handles), PlanErro
         state_lineage: req.state.lineage,
         targets: req.targets.to_vec(),
         account_id: None,
+        delete_options: req.delete_options,
         changes,
     };
     Ok((plan, handles))

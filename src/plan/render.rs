@@ -128,6 +128,7 @@ mod tests {
             state_lineage: uuid::Uuid::nil(),
             targets: vec![],
             account_id: None,
+            delete_options: Default::default(),
             changes,
         }
     }

@@ -12,6 +12,8 @@
 
 #![allow(dead_code)] // each test binary uses part of this module
 
+pub mod aws;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -332,6 +334,7 @@ pub async fn plan(
         destroy,
         targets,
         parallelism: 10,
+        delete_options: Default::default(),
     })
     .await
     .unwrap()
