@@ -11,9 +11,9 @@
 //!    change of the offerings, or a zone that starts offering the type,
 //!    must never move the subnets: that would replace them and everything
 //!    in them);
-//! 3. otherwise: EC2 `DescribeAvailabilityZones` (state `available`,
-//!    opt-in status `opt-in-not-required`, i.e. no Local or Wavelength
-//!    zones) intersected with `DescribeInstanceTypeOfferings` (location
+//! 3. otherwise: EC2 `DescribeAvailabilityZones` (state `available`, zone
+//!    type `availability-zone`, i.e. no Local or Wavelength Zones, which
+//!    need an opt-in) intersected with `DescribeInstanceTypeOfferings` (location
 //!    type `availability-zone`, filtered to the configured instance types),
 //!    sorted by name, the first two.
 //!
@@ -240,8 +240,14 @@ pub async fn offerings(
     let available = zones
         .availability_zones()
         .iter()
+        // Availability Zones proper: Local and Wavelength Zones have
+        // another zone type and an opt-in status (AvailabilityZone,
+        // ZoneType and OptInStatus: "For Availability Zones, this parameter
+        // always has the value of opt-in-not-required").
         .filter(|z| {
-            z.opt_in_status().map(|s| s.as_str()) == Some("opt-in-not-required")
+            z.zone_type().is_none_or(|t| t == "availability-zone")
+                && z.opt_in_status()
+                    .is_none_or(|s| s.as_str() == "opt-in-not-required")
                 && z.state().map(|s| s.as_str()) == Some("available")
         })
         .filter_map(|z| z.zone_name().map(str::to_string))
