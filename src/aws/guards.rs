@@ -45,8 +45,12 @@ pub struct Owner {
 impl Owner {
     fn owns<'a>(&self, tags: impl IntoIterator<Item = (&'a str, &'a str)>) -> bool {
         let tags: BTreeMap<&str, &str> = tags.into_iter().collect();
+        // The templates tag the deployment; the lineage tag is there where
+        // CloudFormation propagates the stack's tags, and must match then.
         tags.get(DEPLOYMENT_TAG) == Some(&self.deployment.as_str())
-            && tags.get(LINEAGE_TAG) == Some(&self.lineage.as_str())
+            && tags
+                .get(LINEAGE_TAG)
+                .is_none_or(|l| *l == self.lineage.as_str())
     }
 
     fn describe_tags<'a>(&self, tags: impl IntoIterator<Item = (&'a str, &'a str)>) -> String {
@@ -302,7 +306,10 @@ impl VpcGuard {
 #[async_trait]
 impl Guard for VpcGuard {
     async fn check(&self, check: &Check<'_>) -> Result<(), ResourceError> {
-        if !deletes(check.action) {
+        // A destroy is checked before anything is deleted. A replacement
+        // deletes its dependants (the storage stack with its mount targets)
+        // first, so what they hold is only known at `before_delete`.
+        if check.action != Action::Delete {
             return Ok(());
         }
         let Some(vpc_id) = Self::vpc_id(check.recorded) else {

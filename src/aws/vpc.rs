@@ -212,6 +212,14 @@ pub fn classify(survey: &Survey, ours: &BTreeSet<String>, cluster: &str) -> Find
             continue;
         }
         let of_cluster = tagged(&eni.tags) || eni.groups.iter().any(|g| cluster_groups.contains(g));
+        // Every group of the interface is already gone: a service keeps it
+        // for a resource whose stack lost its group in a failed delete (an
+        // EFS mount target of the storage stack); it goes with that resource.
+        let orphaned = !eni.groups.is_empty()
+            && eni
+                .groups
+                .iter()
+                .all(|g| !survey.groups.iter().any(|live| &live.id == g));
         let item = Item {
             kind: "network interface",
             id: eni.id.clone(),
@@ -220,6 +228,7 @@ pub fn classify(survey: &Survey, ours: &BTreeSet<String>, cluster: &str) -> Find
         match (of_cluster, eni.status.as_str()) {
             (true, "available") => f.remove_enis.push(eni.id.clone()),
             (true, _) => f.waiting.push(item),
+            (false, _) if orphaned => f.waiting.push(item),
             (false, _) => f.blockers.push(item),
         }
     }

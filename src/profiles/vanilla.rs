@@ -206,10 +206,9 @@ fn stacks(config: &Config, aws: &SdkConfig, lineage: uuid::Uuid) -> Vec<StackRes
             .map(|(k, v)| (k.to_string(), v.clone()))
             .collect::<BTreeMap<_, _>>()
     };
-    let owner = [
-        ("Deployment", config.name.clone()),
-        ("Lineage", lineage.to_string()),
-    ];
+    // Not the lineage: a saved plan of a deployment whose state is not
+    // written yet is applied under another (fresh) lineage.
+    let owner = [("Deployment", config.name.clone())];
     let network = addr("stack.network");
     let from_network = |parameter, output| InputParameter {
         parameter,
