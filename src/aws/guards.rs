@@ -17,8 +17,10 @@
 //!   VPC ([`super::vpc`]).
 //!
 //! "Ours" is decided by the tags every kfaws stack writes
-//! ([`super::stack::DEPLOYMENT_TAG`], [`super::stack::LINEAGE_TAG`]), which
-//! the templates also put on the roles and the bucket.
+//! ([`super::stack::DEPLOYMENT_TAG`], [`super::stack::LINEAGE_TAG`]): the
+//! templates put the deployment tag on the roles and the bucket, and the
+//! lineage tag, where CloudFormation propagates the stack's tags, must
+//! match too.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
