@@ -116,6 +116,11 @@ pub struct Options {
     pub artifact_bucket: Option<String>,
     /// The Kubeflow profile namespace users work in.
     pub user_namespace: String,
+    /// The two Availability Zones of the network (e.g. `["us-east-1a",
+    /// "us-east-1b"]`). Unset: the zones recorded for the deployment, else
+    /// the first two, by name, that offer every node group's instance type
+    /// ([`crate::aws::zones`]), filled in before planning.
+    pub availability_zones: Option<Vec<String>>,
 }
 
 impl Default for Options {
@@ -126,6 +131,7 @@ impl Default for Options {
             sagemaker_role_policy: SageMakerRolePolicy::Full,
             artifact_bucket: None,
             user_namespace: "kubeflow-user-example-com".into(),
+            availability_zones: None,
         }
     }
 }
@@ -541,6 +547,10 @@ impl Config {
         }
         check_cidr(&self.options.vpc_cidr)
             .map_err(|p| invalid("options.vpc_cidr", &self.options.vpc_cidr, p))?;
+        if let Some(zones) = &self.options.availability_zones {
+            check_zones(zones, &self.region)
+                .map_err(|p| invalid("options.availability_zones", &zones.join(", "), p))?;
+        }
         if self.node_groups.is_empty() {
             return Err(invalid(
                 "node_groups",
@@ -617,6 +627,31 @@ impl Config {
             Err(ConfigError::Names(errors))
         }
     }
+}
+
+/// Two distinct Availability Zone names of `region` (`us-east-1a`: the
+/// region, then a lowercase letter; EC2 User Guide, "Availability Zones").
+fn check_zones(zones: &[String], region: &str) -> Result<(), String> {
+    if zones.len() != crate::aws::zones::ZONE_COUNT {
+        return Err(format!(
+            "must list exactly {} Availability Zones (the network has a public and a private \
+             subnet in each), e.g. [\"{region}a\", \"{region}b\"]",
+            crate::aws::zones::ZONE_COUNT
+        ));
+    }
+    if zones[0] == zones[1] {
+        return Err("the two Availability Zones must differ".into());
+    }
+    for z in zones {
+        let suffix = z.strip_prefix(region).unwrap_or_default();
+        if suffix.len() != 1 || !suffix.chars().all(|c| c.is_ascii_lowercase()) {
+            return Err(format!(
+                "{z:?} is not an Availability Zone of {region}: expected {region} followed by \
+                 one letter, e.g. \"{region}a\""
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// A VPC IPv4 CIDR: dotted quad, prefix /16 to /24, no host bits. AWS allows
@@ -863,6 +898,33 @@ mod tests {
             match resolve(&format!("name = \"ml\"\nregion = \"us-east-1\"\n{toml}")) {
                 Err(ConfigError::Invalid { field: f, .. }) => assert_eq!(f, field, "{toml}"),
                 other => panic!("{toml}: expected Invalid {field}, got {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn availability_zones_are_two_distinct_zones_of_the_region() {
+        let zones = |list: &str| {
+            resolve(&format!(
+                "name = \"ml\"\nregion = \"us-east-1\"\n[options]\navailability_zones = {list}"
+            ))
+        };
+        let c = zones("[\"us-east-1c\", \"us-east-1a\"]").unwrap();
+        assert_eq!(
+            c.options.availability_zones.unwrap(),
+            ["us-east-1c", "us-east-1a"]
+        );
+        for bad in [
+            "[\"us-east-1a\"]",
+            "[\"us-east-1a\", \"us-east-1a\"]",
+            "[\"us-east-1a\", \"eu-west-1b\"]",
+            "[\"us-east-1a\", \"us-east-1-bos-1a\"]",
+        ] {
+            match zones(bad) {
+                Err(ConfigError::Invalid { field, .. }) => {
+                    assert_eq!(field, "options.availability_zones", "{bad}")
+                }
+                other => panic!("{bad}: {other:?}"),
             }
         }
     }

@@ -14,6 +14,8 @@
 //! - `delete` of something already gone succeeds.
 //! - Outputs hold identifiers and public endpoints only, never secrets: they
 //!   are written to the state file and printed by `kfaws output`.
+//! - [`Resource::check`] makes read-only calls only: it runs while planning,
+//!   before anything is written or created.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -23,6 +25,7 @@ use async_trait::async_trait;
 use serde_json::Value;
 
 use crate::address::Address;
+use crate::plan::Action;
 use crate::state::ResourceState;
 
 /// Output values by name.
@@ -123,6 +126,27 @@ impl Inputs {
     }
 }
 
+/// Choices of a destroy (or of the delete half of a replacement) that
+/// resources act on; recorded in the plan so `kfaws apply PLAN_FILE` acts the same.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct DeleteOptions {
+    /// Delete every object version and delete marker of a bucket before the
+    /// bucket (`--force-destroy-buckets`, Terraform's `force_destroy`);
+    /// otherwise a bucket that holds any stops the plan.
+    pub force_destroy_buckets: bool,
+}
+
+/// What a plan-time [`Resource::check`] is asked about.
+#[derive(Debug, Clone, Copy)]
+pub struct Check<'a> {
+    /// The planned action: create, update, replace or delete.
+    pub action: Action,
+    /// The state entry, if the resource is recorded.
+    pub recorded: Option<&'a ResourceState>,
+    /// The destroy's choices.
+    pub options: &'a DeleteOptions,
+}
+
 /// A node of the graph: its identity, its desired spec and the calls that
 /// reconcile the real world with it.
 #[async_trait]
@@ -194,6 +218,63 @@ pub trait Resource: Send + Sync {
 
     /// Deletes the resource and waits until it is gone; gone already is success.
     async fn delete(&self, recorded: &ResourceState) -> Result<(), ResourceError>;
+
+    /// Plan-time check of what the planned action would run into (a name
+    /// someone else holds, a bucket that is not empty, something in the
+    /// way of a delete), so that a plan that cannot finish fails before
+    /// its first change instead of half way. Read-only calls only. Called
+    /// by [`crate::plan::make_plan`] for every change that is not a no-op
+    /// or a read.
+    ///
+    /// # Errors
+    /// [`ResourceError`] saying what is in the way, naming the config field
+    /// or flag that resolves it; the plan fails.
+    async fn check(&self, _check: &Check<'_>) -> Result<(), ResourceError> {
+        Ok(())
+    }
+
+    /// Work that must precede the delete (of a destroy or a replacement):
+    /// removing what other actors left that would make it fail. Called by
+    /// the executor once the resource is recorded as `deleting`, right
+    /// before [`Resource::delete`], so after every dependant is gone; a
+    /// resumed run calls it again, so it must be idempotent.
+    ///
+    /// # Errors
+    /// [`ResourceError`]; the delete is not attempted.
+    async fn before_delete(
+        &self,
+        _recorded: &ResourceState,
+        _options: &DeleteOptions,
+    ) -> Result<(), ResourceError> {
+        Ok(())
+    }
+}
+
+/// The [`Resource::check`] and [`Resource::before_delete`] of a resource
+/// kind that serves several purposes (a CloudFormation stack holds a
+/// network, roles or a bucket): the profile attaches the guards its
+/// content needs.
+#[async_trait]
+pub trait Guard: Send + Sync {
+    /// As [`Resource::check`].
+    ///
+    /// # Errors
+    /// As [`Resource::check`].
+    async fn check(&self, _check: &Check<'_>) -> Result<(), ResourceError> {
+        Ok(())
+    }
+
+    /// As [`Resource::before_delete`].
+    ///
+    /// # Errors
+    /// As [`Resource::before_delete`].
+    async fn before_delete(
+        &self,
+        _recorded: &ResourceState,
+        _options: &DeleteOptions,
+    ) -> Result<(), ResourceError> {
+        Ok(())
+    }
 }
 
 /// Recreates a handle for a resource known only from state (it left the

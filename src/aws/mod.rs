@@ -8,12 +8,16 @@
 //! (how tests and `make demo` reach the local emulator). Retries use the SDK's
 //! standard retry mode with a bounded number of attempts.
 
+pub mod bucket;
 pub mod eks;
+pub mod guards;
 pub mod identity;
 pub mod oidc;
 pub mod stack;
 pub mod token;
+pub mod vpc;
 pub mod wait;
+pub mod zones;
 
 use aws_config::retry::RetryConfig;
 use aws_config::{BehaviorVersion, Region, SdkConfig};

@@ -30,7 +30,10 @@ use serde_json::{json, Value};
 
 use super::wait::{wait_until, Backoff, Poll};
 use crate::address::Address;
-use crate::resource::{Applied, Detail, Inputs, Observed, Outputs, Resource, ResourceError};
+use crate::resource::{
+    Applied, Check, DeleteOptions, Detail, Guard, Inputs, Observed, Outputs, Resource,
+    ResourceError,
+};
 use crate::state::ResourceState;
 
 /// The tag every kfaws stack carries, naming its deployment.
@@ -92,6 +95,10 @@ pub struct StackResource {
     pub estimate: Duration,
     /// The client.
     pub client: Client,
+    /// Checks and preparations for what the stack holds (roles, a bucket,
+    /// a VPC), run in order by [`Resource::check`] and
+    /// [`Resource::before_delete`].
+    pub guards: Vec<std::sync::Arc<dyn Guard>>,
 }
 
 use super::error_message as sdk_message;
@@ -524,6 +531,24 @@ impl Resource for StackResource {
         };
         let id = stack.stack_id().unwrap_or(&self.stack_name).to_string();
         self.delete_stack(&id, &token).await
+    }
+
+    async fn check(&self, check: &Check<'_>) -> Result<(), ResourceError> {
+        for guard in &self.guards {
+            guard.check(check).await?;
+        }
+        Ok(())
+    }
+
+    async fn before_delete(
+        &self,
+        recorded: &ResourceState,
+        options: &DeleteOptions,
+    ) -> Result<(), ResourceError> {
+        for guard in &self.guards {
+            guard.before_delete(recorded, options).await?;
+        }
+        Ok(())
     }
 }
 

@@ -30,9 +30,19 @@ pub async fn graph(
     cancel: &tokio_util::sync::CancellationToken,
 ) -> anyhow::Result<u8> {
     let loaded = context::load(g, profile)?;
-    let config = &loaded.config;
-    let aws = context::aws(g, config).await;
+    let mut config = loaded.config.clone();
+    let aws = context::aws(g, &config).await;
     let store = StateStore::open(&loaded.state_dir, &config.name)?;
+    if with_plan {
+        super::interruptible(
+            cancel,
+            context::check_identity(&aws, &config, store.state()),
+        )
+        .await??;
+        let preparing = profiles::prepare(&config, &aws, store.state(), false);
+        config = super::interruptible(cancel, preparing).await??;
+    }
+    let config = &config;
     let built = profiles::build(config, &aws, store.state().lineage)?;
     let dag = Dag::new(
         built
@@ -42,8 +52,6 @@ pub async fn graph(
     )?;
     let mut actions = BTreeMap::new();
     if with_plan {
-        super::interruptible(cancel, context::check_identity(&aws, config, store.state()))
-            .await??;
         let planning = make_plan(PlanRequest {
             config,
             desired: &built.resources,
@@ -52,6 +60,7 @@ pub async fn graph(
             destroy: false,
             targets: &[],
             parallelism: 10,
+            delete_options: Default::default(),
         });
         let (plan, _) = super::interruptible(cancel, planning).await??;
         actions = plan

@@ -34,6 +34,7 @@ use clap::{Args, Parser, Subcommand};
 use kfaws::address::Address;
 use kfaws::config::ProfileName;
 use kfaws::engine::interrupt::{cancel_on_signals, EXIT_INTERRUPTED};
+use kfaws::resource::DeleteOptions;
 use tokio_util::sync::CancellationToken;
 
 /// kfaws: Kubeflow on AWS, planned, applied and destroyed from one binary.
@@ -118,6 +119,9 @@ enum Command {
         /// Plan a destroy instead.
         #[arg(long)]
         destroy: bool,
+        /// With --destroy: delete every object version of the artifact bucket first (see destroy).
+        #[arg(long, requires = "destroy")]
+        force_destroy_buckets: bool,
         /// Save the plan to FILE for `kfaws apply FILE` (also `-out FILE`).
         #[arg(long, value_name = "FILE")]
         out: Option<PathBuf>,
@@ -146,9 +150,21 @@ enum Command {
         auto_approve: bool,
     },
     /// Delete every resource of the deployment, dependants first.
+    ///
+    /// Before anything is deleted, the plan checks what would stop the
+    /// destroy half way: an artifact bucket that holds objects (any object
+    /// version or delete marker), and resources in the VPC that kfaws did
+    /// not create and may not remove (reported by id). Network interfaces
+    /// and load balancer security groups that Kubernetes left for the
+    /// cluster are removed before the network.
     Destroy {
         #[command(flatten)]
         plan: PlanFlags,
+        /// Delete every object version and delete marker of the artifact bucket before
+        /// deleting it (they cannot be recovered); without it a non-empty bucket stops
+        /// the destroy before anything is deleted.
+        #[arg(long)]
+        force_destroy_buckets: bool,
         /// Do not ask for confirmation.
         #[arg(long)]
         auto_approve: bool,
@@ -331,6 +347,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::Plan {
             plan,
             destroy,
+            force_destroy_buckets,
             out,
             json,
             detailed_exitcode,
@@ -338,7 +355,12 @@ async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
             run::plan(
                 &g,
                 &plan,
-                destroy,
+                run::Goal {
+                    destroy,
+                    delete_options: DeleteOptions {
+                        force_destroy_buckets,
+                    },
+                },
                 out.as_deref(),
                 json,
                 detailed_exitcode,
@@ -362,9 +384,25 @@ async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
             plan_file: None,
             plan,
             auto_approve,
-        } => run::apply(&g, &plan, false, auto_approve, cancel).await,
-        Command::Destroy { plan, auto_approve } => {
-            run::apply(&g, &plan, true, auto_approve, cancel).await
+        } => {
+            let goal = run::Goal {
+                destroy: false,
+                delete_options: DeleteOptions::default(),
+            };
+            run::apply(&g, &plan, goal, auto_approve, cancel).await
+        }
+        Command::Destroy {
+            plan,
+            auto_approve,
+            force_destroy_buckets,
+        } => {
+            let goal = run::Goal {
+                destroy: true,
+                delete_options: DeleteOptions {
+                    force_destroy_buckets,
+                },
+            };
+            run::apply(&g, &plan, goal, auto_approve, cancel).await
         }
         Command::Output { output, json } => state::output(&g, output.as_deref(), json),
         Command::State(StateCommand::List) => state::list(&g),

@@ -10,6 +10,7 @@ use kfaws::engine::progress::{report_table, Console};
 use kfaws::engine::{execute, ApplyReport, ExecOptions, Outcome, SharedStore};
 use kfaws::plan::{self, make_plan, render, Action, Plan, PlanRequest};
 use kfaws::profiles;
+use kfaws::resource::DeleteOptions;
 use kfaws::state::lock::StateLock;
 use kfaws::state::store::StateStore;
 use tokio_util::sync::CancellationToken;
@@ -37,28 +38,44 @@ struct Planned {
     account: String,
 }
 
+/// What a plan is made for: apply, or destroy with its choices.
+#[derive(Debug, Clone, Copy)]
+pub struct Goal {
+    /// Plan a destroy.
+    pub destroy: bool,
+    /// The destroy's choices.
+    pub delete_options: DeleteOptions,
+}
+
 async fn make(
     g: &Global,
     flags: &PlanFlags,
-    destroy: bool,
+    goal: Goal,
     operation: &str,
     cancel: &CancellationToken,
 ) -> anyhow::Result<Planned> {
-    let loaded = context::load(g, flags.profile)?;
+    let mut loaded = context::load(g, flags.profile)?;
+    let lock = StateLock::acquire(&loaded.state_dir, &loaded.config.name, operation)?;
+    let store = StateStore::open(&loaded.state_dir, &loaded.config.name)?;
+    let aws = context::aws(g, &loaded.config).await;
+    let id = interruptible(
+        cancel,
+        context::check_identity(&aws, &loaded.config, store.state()),
+    )
+    .await??;
+    let preparing = profiles::prepare(&loaded.config, &aws, store.state(), goal.destroy);
+    loaded.config = interruptible(cancel, preparing).await??;
     let config = &loaded.config;
-    let lock = StateLock::acquire(&loaded.state_dir, &config.name, operation)?;
-    let store = StateStore::open(&loaded.state_dir, &config.name)?;
-    let aws = context::aws(g, config).await;
     let built = profiles::build(config, &aws, store.state().lineage)?;
-    let id = interruptible(cancel, context::check_identity(&aws, config, store.state())).await??;
     let planning = make_plan(PlanRequest {
         config,
         desired: &built.resources,
         provider: built.provider.as_ref(),
         state: store.state(),
-        destroy,
+        destroy: goal.destroy,
         targets: &flags.target,
         parallelism: usize::from(flags.parallelism),
+        delete_options: goal.delete_options,
     });
     let (plan, handles) = interruptible(cancel, planning).await??;
     warn_targets(flags);
@@ -76,13 +93,13 @@ async fn make(
 pub async fn plan(
     g: &Global,
     flags: &PlanFlags,
-    destroy: bool,
+    goal: Goal,
     out: Option<&Path>,
     json: bool,
     detailed_exitcode: bool,
     cancel: &CancellationToken,
 ) -> anyhow::Result<u8> {
-    let p = make(g, flags, destroy, "plan", cancel).await?;
+    let p = make(g, flags, goal, "plan", cancel).await?;
     if json {
         outln!("{}", serde_json::to_string_pretty(&render::json(&p.plan))?)?;
     } else {
@@ -134,10 +151,11 @@ async fn confirm(destroy: bool, cancel: &CancellationToken) -> anyhow::Result<bo
 pub async fn apply(
     g: &Global,
     flags: &PlanFlags,
-    destroy: bool,
+    goal: Goal,
     auto_approve: bool,
     cancel: &CancellationToken,
 ) -> anyhow::Result<u8> {
+    let destroy = goal.destroy;
     let operation = if destroy { "destroy" } else { "apply" };
     if destroy {
         let (name, state_dir) = context::deployment(g)?;
@@ -147,7 +165,7 @@ pub async fn apply(
             return Ok(0);
         }
     }
-    let p = make(g, flags, destroy, operation, cancel).await?;
+    let p = make(g, flags, goal, operation, cancel).await?;
     out!("{}", render::human(&p.plan))?;
     if !p.plan.has_changes() {
         return Ok(0);

@@ -5,7 +5,8 @@
 //! The order of writes is what makes `kill -9` safe at any moment:
 //! 1. `creating` + idempotency token is written **before** `create` is
 //!    called, so a re-run re-attaches with the same token;
-//! 2. `deleting` is written before `delete`, so a re-run finishes it;
+//! 2. `deleting` is written before `before_delete` and `delete`, so a
+//!    re-run finishes both;
 //! 3. `created` + outputs, or removal, is written after the call returns;
 //! 4. a failed or timed-out create leaves the resource `tainted`, replaced
 //!    on the next apply. There is no rollback.
@@ -24,7 +25,7 @@ use super::walk::{walk, Outcome};
 use crate::address::Address;
 use crate::graph::GraphError;
 use crate::plan::{Action, Change, Handles, Plan};
-use crate::resource::{Inputs, Observed, Resource};
+use crate::resource::{DeleteOptions, Inputs, Observed, Resource};
 use crate::state::{inputs_hash, spec_hash, ResourceState, Status};
 
 /// Executor settings.
@@ -87,6 +88,7 @@ struct Job {
     handle: Arc<dyn Resource>,
     change: Change,
     progress: Arc<dyn Progress>,
+    delete_options: DeleteOptions,
 }
 
 /// Applies `plan`: every change whose action is not a no-op, in dependency
@@ -132,6 +134,7 @@ pub async fn execute(
                 handle: Arc::clone(&handles[&address]),
                 change: changes[&address].clone(),
                 progress: Arc::clone(&progress),
+                delete_options: plan.delete_options,
             };
             let elapsed = Arc::clone(&elapsed);
             let abort = abort.clone();
@@ -338,7 +341,14 @@ async fn delete(job: &Job) -> Result<(), Failure> {
             s.resources.insert(a, marked);
         })
         .await?;
-    tracing::debug!(%address, "recorded as deleting; calling delete");
+    tracing::debug!(%address, "recorded as deleting; preparing the delete");
+    timed(
+        job.handle.as_ref(),
+        "preparing the delete",
+        job.handle.before_delete(&current, &job.delete_options),
+    )
+    .await
+    .map_err(Failure::Resource)?;
     timed(job.handle.as_ref(), "delete", job.handle.delete(&current))
         .await
         .map_err(Failure::Resource)

@@ -4,8 +4,10 @@
 //! resource live (in parallel), diffs desired vs recorded vs live
 //! ([`diff`]), applies `--target`, and returns a [`Plan`]; [`render`] turns
 //! it into Terraform-style text or JSON; [`file`] saves it so that `kfaws
-//! apply FILE` applies exactly it.
+//! apply FILE` applies exactly it. Before a plan is returned, every change
+//! passes its resource's plan-time [`check`].
 
+pub mod check;
 pub mod diff;
 pub mod file;
 pub mod preview;
@@ -22,7 +24,7 @@ use uuid::Uuid;
 use crate::address::Address;
 use crate::config::Config;
 use crate::graph::{Closure, Dag, GraphError};
-use crate::resource::{Provider, Resource};
+use crate::resource::{DeleteOptions, Provider, Resource};
 use crate::state::State;
 
 /// What will happen to one address.
@@ -150,6 +152,10 @@ pub struct Plan {
     /// identity is known); `apply FILE` refuses another account.
     #[serde(default)]
     pub account_id: Option<String>,
+    /// The destroy's choices (`--force-destroy-buckets`), checked at plan
+    /// time and acted on before each delete.
+    #[serde(default)]
+    pub delete_options: DeleteOptions,
     /// One entry per address, sorted by address.
     pub changes: Vec<Change>,
 }
@@ -223,6 +229,9 @@ pub enum PlanError {
     /// Some resources could not be read.
     #[error(transparent)]
     Refresh(#[from] refresh::RefreshError),
+    /// Plan-time checks found changes that could not finish.
+    #[error(transparent)]
+    Check(#[from] check::CheckError),
     /// The service refused a planned update.
     #[error(transparent)]
     Preview(#[from] preview::PreviewError),
@@ -254,6 +263,8 @@ pub struct PlanRequest<'a> {
     pub targets: &'a [Address],
     /// At most this many reads at once.
     pub parallelism: usize,
+    /// The destroy's choices.
+    pub delete_options: DeleteOptions,
 }
 
 /// Handles for every address a plan touches.
@@ -284,6 +295,14 @@ pub async fn make_plan(req: PlanRequest<'_>) -> Result<(Plan, Handles), PlanErro
         };
         changes.retain(|c| keep.contains(&c.address));
     }
+    check::check(
+        &changes,
+        &handles,
+        req.state,
+        &req.delete_options,
+        req.parallelism,
+    )
+    .await?;
     preview::preview(&mut changes, &handles, req.state, req.parallelism).await?;
     let plan = Plan {
         format_version: PLAN_FORMAT_VERSION,
@@ -293,6 +312,7 @@ pub async fn make_plan(req: PlanRequest<'_>) -> Result<(Plan, Handles), PlanErro
         state_lineage: req.state.lineage,
         targets: req.targets.to_vec(),
         account_id: None,
+        delete_options: req.delete_options,
         changes,
     };
     Ok((plan, handles))

@@ -153,6 +153,7 @@ mod tests {
             state_lineage: uuid::Uuid::nil(),
             targets: vec![],
             account_id: None,
+            delete_options: Default::default(),
             changes,
         }
     }

@@ -10,7 +10,7 @@ use aws_config::SdkConfig;
 use crate::address::Address;
 use crate::config::{Config, ProfileName};
 use crate::resource::{Provider, Resource};
-use crate::state::ResourceState;
+use crate::state::{ResourceState, State};
 
 /// A profile's resources and the provider for recorded ones.
 pub struct Built {
@@ -40,6 +40,24 @@ pub fn build(config: &Config, aws: &SdkConfig, lineage: uuid::Uuid) -> Result<Bu
     match config.profile {
         ProfileName::Vanilla => Ok(vanilla::build(config, aws, lineage)),
         other => Err(ProfileError::NotAvailable(other)),
+    }
+}
+
+/// The config with what the profile leaves to AWS filled in, before any
+/// plan (the vanilla network's Availability Zones, [`vanilla::prepare`]).
+/// Read-only calls; a destroy makes none.
+///
+/// # Errors
+/// [`crate::aws::zones::ZoneError`] when no fitting zones exist.
+pub async fn prepare(
+    config: &Config,
+    aws: &SdkConfig,
+    state: &State,
+    destroy: bool,
+) -> Result<Config, crate::aws::zones::ZoneError> {
+    match config.profile {
+        ProfileName::Vanilla => vanilla::prepare(config, aws, state, destroy).await,
+        _ => Ok(config.clone()),
     }
 }
 

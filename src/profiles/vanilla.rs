@@ -23,11 +23,13 @@ use super::{AwsProvider, Built};
 use crate::address::Address;
 use crate::aws::eks::cluster::ClusterResource;
 use crate::aws::eks::nodegroup::NodegroupResource;
+use crate::aws::guards::{BucketGuard, FixedRole, Owner, RolesGuard, VpcGuard};
 use crate::aws::oidc::OidcProviderResource;
 use crate::aws::stack::{InputParameter, StackResource};
+use crate::aws::zones::{self, Source, Wanted, ZoneError};
 use crate::config::{Config, NodeGroup, SageMakerRolePolicy};
-use crate::resource::Resource;
-use crate::state::ResourceState;
+use crate::resource::{Guard, Resource};
+use crate::state::{ResourceState, State};
 
 const NETWORK: &str = include_str!("../../stacks/network.yaml");
 const IAM: &str = include_str!("../../stacks/iam.yaml");
@@ -99,6 +101,121 @@ pub fn subnet_cidrs(vpc_cidr: &str) -> [String; 4] {
     std::array::from_fn(|i| format!("{}/{}", Ipv4Addr::from(base + step * i as u32), prefix + 2))
 }
 
+/// The network stack's parameters that hold its Availability Zones.
+const ZONE_PARAMETERS: [&str; zones::ZONE_COUNT] = ["AvailabilityZone1", "AvailabilityZone2"];
+
+/// The stacks of the deployment, by part (their names in every stack's
+/// [`VpcGuard`]: what any of them made in the VPC is theirs to delete).
+const PARTS: [&str; 4] = ["network", "iam", "irsa", "storage"];
+
+/// How long the network stack's delete waits for the cluster's network
+/// interfaces (nodes, control plane, mount targets) to be released: EKS
+/// releases them asynchronously after the cluster is deleted.
+const RELEASE_WAIT: Duration = Duration::from_secs(15 * 60);
+
+/// The zones recorded for the network in `state`, if it was created.
+fn recorded_zones(state: &State) -> Option<Vec<String>> {
+    let network = state.resources.get(&addr("stack.network"))?;
+    let parameters = network.spec.get("parameters")?;
+    ZONE_PARAMETERS
+        .iter()
+        .map(|p| parameters.get(*p)?.as_str().map(str::to_string))
+        .collect()
+}
+
+/// Fills in what the config leaves to AWS, before planning: the network's
+/// Availability Zones ([`zones`]: the configured ones, else the recorded
+/// ones, else the first two that offer every node group's instance type),
+/// checked against the instance type offerings. A destroy needs no choice
+/// and makes no call.
+///
+/// # Errors
+/// [`ZoneError`] naming the field, instance type, region and zones.
+pub async fn prepare(
+    config: &Config,
+    aws: &SdkConfig,
+    state: &State,
+    destroy: bool,
+) -> Result<Config, ZoneError> {
+    let mut config = config.clone();
+    let recorded = recorded_zones(state);
+    if destroy {
+        if config.options.availability_zones.is_none() {
+            config.options.availability_zones = recorded;
+        }
+        return Ok(config);
+    }
+    let wanted: Vec<Wanted> = config
+        .node_groups
+        .iter()
+        .map(|(group, ng)| Wanted {
+            field: format!("node_groups.{group}.instance_type"),
+            instance_type: ng.instance_type.clone(),
+        })
+        .collect();
+    let types = wanted.iter().map(|w| w.instance_type.clone()).collect();
+    let offerings = zones::offerings(aws, &config.region, &types).await?;
+    let fixed = match (&config.options.availability_zones, &recorded) {
+        (Some(z), _) => Some((z.as_slice(), Source::Config)),
+        (None, Some(r)) => Some((r.as_slice(), Source::State)),
+        (None, None) => None,
+    };
+    config.options.availability_zones = Some(zones::choose(&wanted, &offerings, fixed)?);
+    Ok(config)
+}
+
+fn guards(
+    config: &Config,
+    aws: &SdkConfig,
+    lineage: uuid::Uuid,
+    part: &str,
+) -> Vec<Arc<dyn Guard>> {
+    let owner = Owner {
+        deployment: config.name.clone(),
+        lineage: lineage.to_string(),
+    };
+    let derived = |name: String| FixedRole {
+        name,
+        field: "name".into(),
+        remedy: "Its name is derived from the deployment name and region: choose another \
+                 name, or delete the role if it is left over from an earlier deployment."
+            .into(),
+    };
+    match part {
+        "network" => vec![Arc::new(VpcGuard {
+            ec2: aws_sdk_ec2::Client::new(aws),
+            cloudformation: aws_sdk_cloudformation::Client::new(aws),
+            stacks: PARTS.iter().map(|p| config.stack_name(p)).collect(),
+            cluster: config.name.clone(),
+            deadline: RELEASE_WAIT,
+        })],
+        "iam" => vec![Arc::new(RolesGuard {
+            iam: aws_sdk_iam::Client::new(aws),
+            roles: vec![
+                derived(config.role_name("eks-cluster")),
+                derived(config.role_name("eks-node")),
+                FixedRole {
+                    name: config.options.sagemaker_role_name.clone(),
+                    field: "options.sagemaker_role_name".into(),
+                    remedy: format!(
+                        "Set options.sagemaker_role_name = \"{}-sagemaker\" (or any unused \
+                         name) in kfaws.toml, or delete the role if it is left over from an \
+                         earlier run.",
+                        config.name
+                    ),
+                },
+            ],
+            owner,
+        })],
+        "storage" => vec![Arc::new(BucketGuard {
+            s3: crate::aws::bucket::client(aws),
+            bucket: config.bucket_name(),
+            owner,
+        })],
+        _ => vec![],
+    }
+}
+
 fn stacks(config: &Config, aws: &SdkConfig, lineage: uuid::Uuid) -> Vec<StackResource> {
     let client = aws_sdk_cloudformation::Client::new(aws);
     let [pub1, pub2, priv1, priv2] = subnet_cidrs(&config.options.vpc_cidr);
@@ -113,6 +230,7 @@ fn stacks(config: &Config, aws: &SdkConfig, lineage: uuid::Uuid) -> Vec<StackRes
             inputs,
             estimate: Duration::from_secs(estimate),
             client: client.clone(),
+            guards: guards(config, aws, lineage, part),
         }
     };
     let params = |pairs: &[(&str, String)]| {
@@ -121,6 +239,9 @@ fn stacks(config: &Config, aws: &SdkConfig, lineage: uuid::Uuid) -> Vec<StackRes
             .map(|(k, v)| (k.to_string(), v.clone()))
             .collect::<BTreeMap<_, _>>()
     };
+    // Not the lineage: a saved plan of a deployment whose state is not
+    // written yet is applied under another (fresh) lineage.
+    let owner = [("Deployment", config.name.clone())];
     let network = addr("stack.network");
     let from_network = |parameter, output| InputParameter {
         parameter,
@@ -132,52 +253,52 @@ fn stacks(config: &Config, aws: &SdkConfig, lineage: uuid::Uuid) -> Vec<StackRes
         from: addr(OIDC),
         output,
     };
+    let mut network_parameters = params(&[
+        ("ClusterName", config.name.clone()),
+        ("VpcCidr", config.options.vpc_cidr.clone()),
+        ("PublicSubnet1Cidr", pub1),
+        ("PublicSubnet2Cidr", pub2),
+        ("PrivateSubnet1Cidr", priv1),
+        ("PrivateSubnet2Cidr", priv2),
+    ]);
+    // Filled in by `prepare` before any plan; absent only where no plan is
+    // made (`kfaws graph`).
+    if let Some(zones) = &config.options.availability_zones {
+        for (parameter, zone) in ZONE_PARAMETERS.iter().zip(zones) {
+            network_parameters.insert(parameter.to_string(), zone.clone());
+        }
+    }
+    let mut iam_parameters = params(&[
+        ("ClusterRoleName", config.role_name("eks-cluster")),
+        ("NodeRoleName", config.role_name("eks-node")),
+        (
+            "SageMakerRoleName",
+            config.options.sagemaker_role_name.clone(),
+        ),
+        (
+            "SageMakerRolePolicy",
+            match config.options.sagemaker_role_policy {
+                SageMakerRolePolicy::Full => "full".into(),
+                SageMakerRolePolicy::Scoped => "scoped".into(),
+            },
+        ),
+        ("ArtifactBucket", config.bucket_name()),
+    ]);
+    iam_parameters.extend(params(&owner));
+    let mut storage_parameters = params(&[
+        ("ClusterName", config.name.clone()),
+        ("BucketName", config.bucket_name()),
+    ]);
+    storage_parameters.extend(params(&owner));
     vec![
         // NAT gateways take minutes to become available.
-        stack(
-            "network",
-            NETWORK,
-            240,
-            params(&[
-                ("ClusterName", config.name.clone()),
-                ("VpcCidr", config.options.vpc_cidr.clone()),
-                ("PublicSubnet1Cidr", pub1),
-                ("PublicSubnet2Cidr", pub2),
-                ("PrivateSubnet1Cidr", priv1),
-                ("PrivateSubnet2Cidr", priv2),
-            ]),
-            vec![],
-        ),
-        stack(
-            "iam",
-            IAM,
-            60,
-            params(&[
-                ("ClusterRoleName", config.role_name("eks-cluster")),
-                ("NodeRoleName", config.role_name("eks-node")),
-                (
-                    "SageMakerRoleName",
-                    config.options.sagemaker_role_name.clone(),
-                ),
-                (
-                    "SageMakerRolePolicy",
-                    match config.options.sagemaker_role_policy {
-                        SageMakerRolePolicy::Full => "full".into(),
-                        SageMakerRolePolicy::Scoped => "scoped".into(),
-                    },
-                ),
-                ("ArtifactBucket", config.bucket_name()),
-            ]),
-            vec![],
-        ),
+        stack("network", NETWORK, 240, network_parameters, vec![]),
+        stack("iam", IAM, 60, iam_parameters, vec![]),
         stack(
             "storage",
             STORAGE,
             120,
-            params(&[
-                ("ClusterName", config.name.clone()),
-                ("BucketName", config.bucket_name()),
-            ]),
+            storage_parameters,
             vec![
                 from_network("PrivateSubnet1", "PrivateSubnet1"),
                 from_network("PrivateSubnet2", "PrivateSubnet2"),
@@ -337,6 +458,7 @@ pub fn stack_from_state(
             inputs: vec![],
             estimate: Duration::from_secs(60),
             client: aws_sdk_cloudformation::Client::new(aws),
+            guards: vec![],
         });
     if let Some(name) = recorded.spec.get("stack_name").and_then(|v| v.as_str()) {
         stack.stack_name = name.to_string();

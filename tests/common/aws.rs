@@ -1,14 +1,20 @@
-//! A deployment in a folder of its own and an AWS account of its own on the
-//! local AWS emulator, driven through the `kfaws` binary, with SDK clients
-//! for checking what it made and the emulator's control API for latencies
-//! and call counts. Tests using it run under `tests/emulator/with_emulator.sh`.
+//! Tests against the local AWS emulator: a deployment in an account of its
+//! own, SDK clients for that account, the emulator's call log, and an
+//! inventory of everything a deployment could leave behind in any service
+//! ([`Account::leftovers`]).
+//!
+//! Run under `tests/emulator/with_emulator.sh` (`make test` does).
 
 use std::path::PathBuf;
 
 use assert_cmd::Command;
-use aws_credential_types::Credentials;
+use aws_config::SdkConfig;
+use aws_sdk_cloudformation::config::Credentials;
 
-/// The emulator's endpoint; panics with how to get one.
+/// The emulator's endpoint.
+///
+/// # Panics
+/// Outside `with_emulator.sh`.
 pub fn endpoint() -> String {
     std::env::var("AWS_ENDPOINT_URL").expect(
         "these tests need the local AWS emulator: run them under \
@@ -16,21 +22,339 @@ pub fn endpoint() -> String {
     )
 }
 
-/// One deployment: a folder with `kfaws.toml`, a fresh 12-digit account.
+/// A fresh 12-digit account id: the emulator serves each access key id of
+/// 12 digits as its own account.
+pub fn fresh_account() -> String {
+    format!("{:012}", fastrand::u64(100_000_000_000..999_999_999_999))
+}
+
+/// Calls the emulator's control API (`/_kfaws/...`); returns the body.
+///
+/// # Panics
+/// When the call fails.
+pub fn control(path: &str, method: &str, body: &str) -> String {
+    let url = format!(
+        "{}/{path}",
+        std::env::var("KFAWS_EMULATOR_CONTROL").expect("run under with_emulator.sh")
+    );
+    let mut cmd = std::process::Command::new("curl");
+    cmd.args([
+        "-fsS",
+        "-X",
+        method,
+        &url,
+        "-H",
+        "content-type: application/json",
+    ]);
+    if !body.is_empty() {
+        cmd.args(["-d", body]);
+    }
+    let out = cmd.output().unwrap();
+    assert!(out.status.success(), "{url}: {out:?}");
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// An AWS account of the emulator, with clients for it in us-east-1.
+pub struct Account {
+    /// The account id (also the access key id).
+    pub id: String,
+    /// The SDK configuration for it.
+    pub sdk: SdkConfig,
+}
+
+impl Account {
+    /// Clients for account `id`.
+    pub async fn new(id: &str) -> Self {
+        let sdk = aws_config::defaults(aws_config::BehaviorVersion::latest())
+            .region(aws_config::Region::new("us-east-1"))
+            .endpoint_url(endpoint())
+            .credentials_provider(Credentials::new(id, "test", None, None, "test"))
+            .load()
+            .await;
+        Self {
+            id: id.to_string(),
+            sdk,
+        }
+    }
+
+    /// EC2.
+    pub fn ec2(&self) -> aws_sdk_ec2::Client {
+        aws_sdk_ec2::Client::new(&self.sdk)
+    }
+
+    /// IAM.
+    pub fn iam(&self) -> aws_sdk_iam::Client {
+        aws_sdk_iam::Client::new(&self.sdk)
+    }
+
+    /// S3, path-style as the emulator needs.
+    pub fn s3(&self) -> aws_sdk_s3::Client {
+        kfaws::aws::bucket::client(&self.sdk)
+    }
+
+    /// CloudFormation.
+    pub fn cloudformation(&self) -> aws_sdk_cloudformation::Client {
+        aws_sdk_cloudformation::Client::new(&self.sdk)
+    }
+
+    /// EKS.
+    pub fn eks(&self) -> aws_sdk_eks::Client {
+        aws_sdk_eks::Client::new(&self.sdk)
+    }
+
+    /// Operations that reached the emulator in this account, with how
+    /// many times each was called (faulted calls included).
+    pub fn calls(&self) -> Vec<(String, String, u64)> {
+        let body = control(&format!("calls?account_id={}", self.id), "GET", "");
+        let calls: serde_json::Value = serde_json::from_str(&body).unwrap();
+        calls
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| {
+                (
+                    c["service"].as_str().unwrap_or_default().to_string(),
+                    c["operation"].as_str().unwrap_or_default().to_string(),
+                    c["calls"].as_u64().unwrap_or_default(),
+                )
+            })
+            .collect()
+    }
+
+    /// The mutating operations (Create*, Put*, Delete*, Update*, ...) that
+    /// reached the emulator in this account.
+    pub fn mutating_calls(&self) -> Vec<String> {
+        const READ: [&str; 4] = ["Describe", "Get", "List", "Head"];
+        self.calls()
+            .into_iter()
+            .filter(|(_, op, _)| !READ.iter().any(|r| op.starts_with(r)))
+            .map(|(service, op, n)| format!("{service}:{op} x{n}"))
+            .collect()
+    }
+
+    /// EFS file systems (`fs-...`), through curl's SigV4 signing: the
+    /// workspace does not compile the EFS SDK for one listing.
+    pub fn efs_file_systems(&self) -> Vec<String> {
+        let out = std::process::Command::new("curl")
+            .args([
+                "-fsS",
+                "--aws-sigv4",
+                "aws:amz:us-east-1:elasticfilesystem",
+                "-u",
+                &format!("{}:test", self.id),
+                &format!("{}/2015-02-01/file-systems", endpoint()),
+            ])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "DescribeFileSystems: {out:?}");
+        let body: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        body["FileSystems"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|f| f["FileSystemId"].as_str().map(str::to_string))
+            .collect()
+    }
+
+    /// Everything in the account that a deployment creates or causes,
+    /// as `kind id`: VPCs, subnets, internet and NAT gateways, VPC
+    /// endpoints, network interfaces, security groups, route tables, Elastic
+    /// IPs, IAM roles and OIDC providers, EKS clusters and node groups, EFS
+    /// file systems, buckets and stacks not `DELETE_COMPLETE`. The region's
+    /// default VPC (with its subnets, default security group and main route
+    /// table) and AWS service roles are left out: the account comes with them.
+    pub async fn leftovers(&self) -> Vec<String> {
+        let mut found = Vec::new();
+        let ec2 = self.ec2();
+        let default_vpcs: Vec<String> = ec2
+            .describe_vpcs()
+            .send()
+            .await
+            .unwrap()
+            .vpcs()
+            .iter()
+            .filter(|v| v.is_default() == Some(true))
+            .filter_map(|v| v.vpc_id().map(str::to_string))
+            .collect();
+        let ours = |vpc: Option<&str>| vpc.is_some_and(|v| !default_vpcs.iter().any(|d| d == v));
+        let mut add = |kind: &str, ids: Vec<String>| {
+            found.extend(ids.into_iter().map(|id| format!("{kind} {id}")));
+        };
+        let vpcs = ec2.describe_vpcs().send().await.unwrap();
+        add(
+            "vpc",
+            vpcs.vpcs()
+                .iter()
+                .filter(|v| ours(v.vpc_id()))
+                .filter_map(|v| v.vpc_id().map(str::to_string))
+                .collect(),
+        );
+        let subnets = ec2.describe_subnets().send().await.unwrap();
+        add(
+            "subnet",
+            subnets
+                .subnets()
+                .iter()
+                .filter(|s| ours(s.vpc_id()))
+                .filter_map(|s| s.subnet_id().map(str::to_string))
+                .collect(),
+        );
+        let igws = ec2.describe_internet_gateways().send().await.unwrap();
+        add(
+            "internet gateway",
+            igws.internet_gateways()
+                .iter()
+                .filter(|g| !g.attachments().iter().any(|a| !ours(a.vpc_id())))
+                .filter_map(|g| g.internet_gateway_id().map(str::to_string))
+                .collect(),
+        );
+        let nats = ec2.describe_nat_gateways().send().await.unwrap();
+        add(
+            "NAT gateway",
+            nats.nat_gateways()
+                .iter()
+                .filter(|n| n.state().map(|s| s.as_str()) != Some("deleted"))
+                .filter_map(|n| n.nat_gateway_id().map(str::to_string))
+                .collect(),
+        );
+        let endpoints = ec2.describe_vpc_endpoints().send().await.unwrap();
+        add(
+            "VPC endpoint",
+            endpoints
+                .vpc_endpoints()
+                .iter()
+                .filter(|e| {
+                    !matches!(
+                        e.state()
+                            .map(|s| s.as_str().to_ascii_lowercase())
+                            .as_deref(),
+                        Some("deleted")
+                    )
+                })
+                .filter_map(|e| e.vpc_endpoint_id().map(str::to_string))
+                .collect(),
+        );
+        let enis = ec2.describe_network_interfaces().send().await.unwrap();
+        add(
+            "network interface",
+            enis.network_interfaces()
+                .iter()
+                .filter_map(|n| n.network_interface_id().map(str::to_string))
+                .collect(),
+        );
+        let groups = ec2.describe_security_groups().send().await.unwrap();
+        add(
+            "security group",
+            groups
+                .security_groups()
+                .iter()
+                .filter(|g| g.group_name() != Some("default"))
+                .filter_map(|g| g.group_id().map(str::to_string))
+                .collect(),
+        );
+        let tables = ec2.describe_route_tables().send().await.unwrap();
+        add(
+            "route table",
+            tables
+                .route_tables()
+                .iter()
+                .filter(|t| !t.associations().iter().any(|a| a.main() == Some(true)))
+                .filter_map(|t| t.route_table_id().map(str::to_string))
+                .collect(),
+        );
+        let eips = ec2.describe_addresses().send().await.unwrap();
+        add(
+            "Elastic IP",
+            eips.addresses()
+                .iter()
+                .filter_map(|a| a.allocation_id().or(a.public_ip()).map(str::to_string))
+                .collect(),
+        );
+        let iam = self.iam();
+        let roles = iam.list_roles().send().await.unwrap();
+        add(
+            "IAM role",
+            roles
+                .roles()
+                .iter()
+                .filter(|r| !r.path().starts_with("/aws-service-role/"))
+                .map(|r| r.role_name().to_string())
+                .collect(),
+        );
+        let oidc = iam.list_open_id_connect_providers().send().await.unwrap();
+        add(
+            "OIDC provider",
+            oidc.open_id_connect_provider_list()
+                .iter()
+                .filter_map(|p| p.arn().map(str::to_string))
+                .collect(),
+        );
+        let eks = self.eks();
+        let clusters = eks.list_clusters().send().await.unwrap();
+        for cluster in clusters.clusters() {
+            add("EKS cluster", vec![cluster.clone()]);
+            let groups = eks
+                .list_nodegroups()
+                .cluster_name(cluster)
+                .send()
+                .await
+                .unwrap();
+            add(
+                "EKS node group",
+                groups
+                    .nodegroups()
+                    .iter()
+                    .map(|g| format!("{cluster}/{g}"))
+                    .collect(),
+            );
+        }
+        found.extend(
+            self.efs_file_systems()
+                .into_iter()
+                .map(|f| format!("EFS file system {f}")),
+        );
+        let buckets = self.s3().list_buckets().send().await.unwrap();
+        found.extend(
+            buckets
+                .buckets()
+                .iter()
+                .filter_map(|b| b.name())
+                .map(|b| format!("bucket {b}")),
+        );
+        let stacks = self
+            .cloudformation()
+            .describe_stacks()
+            .send()
+            .await
+            .unwrap();
+        found.extend(
+            stacks
+                .stacks()
+                .iter()
+                .filter(|s| s.stack_status().map(|s| s.as_str()) != Some("DELETE_COMPLETE"))
+                .filter_map(|s| s.stack_name())
+                .map(|s| format!("stack {s}")),
+        );
+        found
+    }
+}
+
+/// A deployment in a temporary directory, in an account of its own.
 pub struct Deployment {
-    /// The folder (state under `.kfaws/`).
+    /// Holds kfaws.toml and the state.
     pub dir: tempfile::TempDir,
-    /// The account id, also the access key id.
+    /// The account.
     pub account: String,
-    /// The deployment (and cluster) name.
+    /// The deployment name.
     pub name: String,
 }
 
 impl Deployment {
-    /// A deployment whose `kfaws.toml` holds name, region and `extra`.
+    /// A deployment named `e2eNNNNN` in us-east-1 with `extra` appended to
+    /// its kfaws.toml.
     pub fn new(extra: &str) -> Self {
         let _ = endpoint();
-        let account = format!("{:012}", fastrand::u64(100_000_000_000..999_999_999_999));
+        let account = fresh_account();
         let name = format!("e2e{}", fastrand::u32(10_000..99_999));
         let dir = tempfile::tempdir().unwrap();
         let d = Self { dir, account, name };
@@ -38,19 +362,16 @@ impl Deployment {
         d
     }
 
-    /// Rewrites `kfaws.toml` with name, region and `extra`.
+    /// Rewrites kfaws.toml with `extra` after the name and region.
     pub fn write_config(&self, extra: &str) {
         std::fs::write(
             self.dir.path().join("kfaws.toml"),
-            format!(
-                "name = \"{}\"\nregion = \"us-east-1\"\n{extra}\n",
-                self.name
-            ),
+            format!("name = \"{}\"\nregion = \"us-east-1\"\n{extra}", self.name),
         )
         .unwrap();
     }
 
-    /// `kfaws ARGS` in the folder, as this account.
+    /// `kfaws ARGS` in the deployment's directory and account.
     pub fn kfaws(&self, args: &[&str]) -> Command {
         let mut cmd = Command::cargo_bin("kfaws").unwrap();
         cmd.current_dir(self.dir.path())
@@ -64,7 +385,36 @@ impl Deployment {
         cmd
     }
 
-    /// The same as a child process not waited for (to kill it).
+    /// Standard output of a successful `kfaws ARGS`.
+    pub fn stdout(&self, args: &[&str]) -> String {
+        let out = self
+            .kfaws(args)
+            .assert()
+            .success()
+            .get_output()
+            .stdout
+            .clone();
+        String::from_utf8(out).unwrap()
+    }
+
+    /// Standard error of `kfaws ARGS`, which must exit 1.
+    pub fn fails(&self, args: &[&str]) -> String {
+        let out = self
+            .kfaws(args)
+            .assert()
+            .code(1)
+            .get_output()
+            .stderr
+            .clone();
+        String::from_utf8(out).unwrap()
+    }
+
+    /// Clients for the deployment's account.
+    pub async fn aws(&self) -> Account {
+        Account::new(&self.account).await
+    }
+
+    /// `kfaws ARGS` as a child process not waited for (to kill it).
     pub fn spawn(&self, args: &[&str]) -> std::process::Child {
         std::process::Command::new(assert_cmd::cargo::cargo_bin("kfaws"))
             .args(args)
@@ -81,29 +431,9 @@ impl Deployment {
             .unwrap()
     }
 
-    /// Stdout of a `kfaws ARGS` that must succeed.
-    pub fn stdout(&self, args: &[&str]) -> String {
-        let out = self.kfaws(args).assert().success().get_output().clone();
-        String::from_utf8(out.stdout).unwrap()
-    }
-
     /// SDK configuration for this account on the emulator.
-    pub async fn sdk(&self) -> aws_config::SdkConfig {
-        aws_config::defaults(aws_config::BehaviorVersion::latest())
-            .region(aws_config::Region::new("us-east-1"))
-            .endpoint_url(endpoint())
-            .credentials_provider(Credentials::new(&self.account, "test", None, None, "test"))
-            .load()
-            .await
-    }
-
-    /// The state file.
-    pub fn state_file(&self) -> PathBuf {
-        self.dir
-            .path()
-            .join(".kfaws")
-            .join(&self.name)
-            .join("state.json")
+    pub async fn sdk(&self) -> SdkConfig {
+        self.aws().await.sdk
     }
 
     /// Sets this account's lifecycle latencies (`{"scale": ..., "durations": {...}}`).
@@ -131,30 +461,53 @@ impl Deployment {
             .map(|c| c["calls"].as_u64().unwrap() - c["faulted"].as_u64().unwrap())
             .sum()
     }
-}
 
-/// A call to the emulator's control API; returns the body.
-pub fn control(path: &str, method: &str, body: &str) -> String {
-    let url = format!(
-        "{}/{path}",
-        std::env::var("KFAWS_EMULATOR_CONTROL").expect("run under with_emulator.sh")
-    );
-    let out = std::process::Command::new("curl")
-        .args([
-            "-fsS",
-            "-X",
-            method,
-            &url,
-            "-H",
-            "content-type: application/json",
-        ])
-        .args(if body.is_empty() {
-            vec![]
-        } else {
-            vec!["-d", body]
-        })
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{url}: {out:?}");
-    String::from_utf8(out.stdout).unwrap()
+    /// The state file.
+    pub fn state_file(&self) -> PathBuf {
+        self.dir
+            .path()
+            .join(".kfaws")
+            .join(&self.name)
+            .join("state.json")
+    }
+
+    /// The state as JSON.
+    pub fn state(&self) -> serde_json::Value {
+        serde_json::from_slice(&std::fs::read(self.state_file()).unwrap()).unwrap()
+    }
+
+    /// A stack output recorded in the state (`kfaws output`).
+    pub fn output(&self, address: &str, key: &str) -> String {
+        self.stdout(&["output", &format!("{address}.{key}")])
+            .trim()
+            .trim_matches('"')
+            .to_string()
+    }
+
+    /// Name and status of every stack not `DELETE_COMPLETE`, sorted.
+    pub async fn live_stacks(&self) -> Vec<(String, String)> {
+        let out = self
+            .aws()
+            .await
+            .cloudformation()
+            .describe_stacks()
+            .send()
+            .await
+            .unwrap();
+        let mut stacks: Vec<(String, String)> = out
+            .stacks()
+            .iter()
+            .filter(|s| s.stack_status().map(|s| s.as_str()) != Some("DELETE_COMPLETE"))
+            .map(|s| {
+                (
+                    s.stack_name().unwrap_or_default().to_string(),
+                    s.stack_status()
+                        .map(|s| s.as_str().to_string())
+                        .unwrap_or_default(),
+                )
+            })
+            .collect();
+        stacks.sort();
+        stacks
+    }
 }

@@ -334,6 +334,7 @@ pub async fn plan(
         destroy,
         targets,
         parallelism: 10,
+        delete_options: Default::default(),
     })
     .await
     .unwrap()

@@ -1,0 +1,352 @@
+//! Guards of the vanilla profile's stacks ([`Guard`]): plan-time checks of
+//! what a stack's create or delete would run into, and the work that must
+//! precede a stack's delete.
+//!
+//! - [`RolesGuard`] (`stack.iam`, case C21): IAM role names are global to
+//!   the account, and the SageMaker execution role's default name
+//!   `sagemakerrole` is what every guide uses; a role of that name that
+//!   this deployment did not make would fail CreateStack half way with
+//!   `EntityAlreadyExists`. Checked with GetRole before the plan is
+//!   accepted.
+//! - [`BucketGuard`] (`stack.storage`): the bucket name is global across
+//!   accounts (HeadBucket: 403 is another account's); a bucket that holds
+//!   object versions stops a destroy before anything is deleted, unless
+//!   `--force-destroy-buckets`, and then is emptied right before the stack
+//!   delete.
+//! - [`VpcGuard`] (`stack.network`, case C4): what other actors left in the
+//!   VPC ([`super::vpc`]).
+//!
+//! "Ours" is decided by the tags every kfaws stack writes
+//! ([`super::stack::DEPLOYMENT_TAG`], [`super::stack::LINEAGE_TAG`]): the
+//! templates put the deployment tag on the roles and the bucket, and the
+//! lineage tag, where CloudFormation propagates the stack's tags, must
+//! match too.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use aws_sdk_cloudformation::error::ProvideErrorMetadata as _;
+
+use super::bucket::{self, Holder};
+use super::stack::{DEPLOYMENT_TAG, LINEAGE_TAG};
+use super::{error_message, vpc};
+use crate::plan::Action;
+use crate::resource::{Check, DeleteOptions, Guard, ResourceError};
+use crate::state::ResourceState;
+
+/// The deployment and lineage whose tags mark what kfaws made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Owner {
+    /// The deployment name.
+    pub deployment: String,
+    /// The state lineage.
+    pub lineage: String,
+}
+
+impl Owner {
+    fn owns<'a>(&self, tags: impl IntoIterator<Item = (&'a str, &'a str)>) -> bool {
+        let tags: BTreeMap<&str, &str> = tags.into_iter().collect();
+        // The templates tag the deployment; the lineage tag is there where
+        // CloudFormation propagates the stack's tags, and must match then.
+        tags.get(DEPLOYMENT_TAG) == Some(&self.deployment.as_str())
+            && tags
+                .get(LINEAGE_TAG)
+                .is_none_or(|l| *l == self.lineage.as_str())
+    }
+
+    fn describe_tags<'a>(&self, tags: impl IntoIterator<Item = (&'a str, &'a str)>) -> String {
+        let tags: BTreeMap<&str, &str> = tags.into_iter().collect();
+        match (tags.get(DEPLOYMENT_TAG), tags.get(LINEAGE_TAG)) {
+            (Some(d), Some(l)) if *d == self.deployment => format!(
+                "it belongs to another kfaws state of deployment {d:?} (lineage {l}), not this one \
+                 (lineage {})",
+                self.lineage
+            ),
+            (Some(d), _) => format!("it belongs to kfaws deployment {d:?}"),
+            _ => "it was not created by kfaws".into(),
+        }
+    }
+}
+
+fn creates(action: Action) -> bool {
+    matches!(action, Action::Create | Action::Replace)
+}
+
+fn deletes(action: Action) -> bool {
+    matches!(action, Action::Delete | Action::Replace)
+}
+
+/// An IAM role of a fixed name that a stack creates.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FixedRole {
+    /// The role name.
+    pub name: String,
+    /// The config field it comes from.
+    pub field: String,
+    /// What to do when it is taken.
+    pub remedy: String,
+}
+
+/// Refuses a plan that would create roles whose names are taken (C21).
+pub struct RolesGuard {
+    /// The IAM client.
+    pub iam: aws_sdk_iam::Client,
+    /// The roles the stack creates.
+    pub roles: Vec<FixedRole>,
+    /// Whose tags mark a role as ours.
+    pub owner: Owner,
+}
+
+impl RolesGuard {
+    async fn taken(&self, role: &FixedRole) -> Result<Option<String>, String> {
+        let found = match self.iam.get_role().role_name(&role.name).send().await {
+            Ok(out) => out.role,
+            Err(e) if e.code() == Some("NoSuchEntity") => return Ok(None),
+            Err(e) => return Err(format!("GetRole {}: {}", role.name, error_message(&e))),
+        };
+        let Some(found) = found else { return Ok(None) };
+        let mut tags: Vec<(String, String)> = found
+            .tags()
+            .iter()
+            .map(|t| (t.key().to_string(), t.value().to_string()))
+            .collect();
+        if tags.is_empty() {
+            let listed = self
+                .iam
+                .list_role_tags()
+                .role_name(&role.name)
+                .send()
+                .await
+                .map_err(|e| format!("ListRoleTags {}: {}", role.name, error_message(&e)))?;
+            tags = listed
+                .tags()
+                .iter()
+                .map(|t| (t.key().to_string(), t.value().to_string()))
+                .collect();
+        }
+        let pairs = || tags.iter().map(|(k, v)| (k.as_str(), v.as_str()));
+        if self.owner.owns(pairs()) {
+            return Ok(None);
+        }
+        Ok(Some(format!(
+            "IAM role {:?} ({}) already exists in this account and {}; creating the stack would \
+             fail with EntityAlreadyExists. {}",
+            role.name,
+            role.field,
+            self.owner.describe_tags(pairs()),
+            role.remedy
+        )))
+    }
+}
+
+#[async_trait]
+impl Guard for RolesGuard {
+    async fn check(&self, check: &Check<'_>) -> Result<(), ResourceError> {
+        if !creates(check.action) {
+            return Ok(());
+        }
+        let mut problems = Vec::new();
+        for role in &self.roles {
+            match self.taken(role).await {
+                Ok(None) => {}
+                Ok(Some(problem)) | Err(problem) => problems.push(problem),
+            }
+        }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(ResourceError::msg(problems.join("\n")))
+        }
+    }
+}
+
+/// Guards the artifact bucket: its name before a create, its contents
+/// before a delete.
+pub struct BucketGuard {
+    /// The S3 client ([`bucket::client`]).
+    pub s3: aws_sdk_s3::Client,
+    /// The bucket name the stack creates.
+    pub bucket: String,
+    /// Whose tags mark the bucket as ours.
+    pub owner: Owner,
+}
+
+impl BucketGuard {
+    /// The recorded stack's bucket: its output, else the desired name.
+    fn recorded_bucket(&self, recorded: Option<&ResourceState>) -> String {
+        recorded
+            .and_then(|r| {
+                r.outputs
+                    .get("BucketName")
+                    .or_else(|| r.spec.get("parameters").and_then(|p| p.get("BucketName")))
+            })
+            .and_then(|v| v.as_str())
+            .unwrap_or(&self.bucket)
+            .to_string()
+    }
+
+    fn not_empty(name: &str, contents: bucket::Contents) -> ResourceError {
+        ResourceError::msg(format!(
+            "bucket {name} is not empty: it holds {contents}. Amazon S3 deletes only empty \
+             buckets, so the destroy would stop half way; nothing was deleted. Run `kfaws \
+             destroy --force-destroy-buckets` to delete every object version and delete marker \
+             first (they cannot be recovered), or empty the bucket yourself"
+        ))
+    }
+}
+
+#[async_trait]
+impl Guard for BucketGuard {
+    async fn check(&self, check: &Check<'_>) -> Result<(), ResourceError> {
+        if deletes(check.action) && !check.options.force_destroy_buckets {
+            let name = self.recorded_bucket(check.recorded);
+            match bucket::contents(&self.s3, &name).await {
+                Ok(Some(c)) if c.count > 0 => return Err(Self::not_empty(&name, c)),
+                Ok(_) => {}
+                Err(e) => return Err(ResourceError::msg(e)),
+            }
+        }
+        if check.action == Action::Create {
+            let problem = match bucket::holder(&self.s3, &self.bucket).await {
+                Ok(Holder::Nobody) => None,
+                Ok(Holder::Visible(tags)) => {
+                    let pairs = || tags.iter().map(|(k, v)| (k.as_str(), v.as_str()));
+                    (!self.owner.owns(pairs())).then(|| {
+                        format!("already exists and {}", self.owner.describe_tags(pairs()))
+                    })
+                }
+                Ok(Holder::OtherAccount) => Some(
+                    "already exists in another AWS account (HeadBucket: 403 Forbidden); bucket \
+                     names are global"
+                        .to_string(),
+                ),
+                Err(e) => return Err(ResourceError::msg(e)),
+            };
+            if let Some(problem) = problem {
+                return Err(ResourceError::msg(format!(
+                    "S3 bucket {:?} (options.artifact_bucket) {problem}; creating the stack would \
+                     fail. Set options.artifact_bucket = \"<another name>\" in kfaws.toml",
+                    self.bucket
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    async fn before_delete(
+        &self,
+        recorded: &ResourceState,
+        options: &DeleteOptions,
+    ) -> Result<(), ResourceError> {
+        let name = self.recorded_bucket(Some(recorded));
+        if options.force_destroy_buckets {
+            let n = bucket::empty(&self.s3, &name)
+                .await
+                .map_err(ResourceError::msg)?;
+            tracing::info!(bucket = %name, deleted = n, "emptied the bucket (--force-destroy-buckets)");
+            return Ok(());
+        }
+        // A saved plan may be applied after objects were written.
+        match bucket::contents(&self.s3, &name).await {
+            Ok(Some(c)) if c.count > 0 => Err(Self::not_empty(&name, c)),
+            Ok(_) => Ok(()),
+            Err(e) => Err(ResourceError::msg(e)),
+        }
+    }
+}
+
+/// Removes what other actors left in the network stack's VPC before its
+/// delete, and refuses a plan when something there may not be removed (C4).
+pub struct VpcGuard {
+    /// The EC2 client.
+    pub ec2: aws_sdk_ec2::Client,
+    /// The CloudFormation client, to list what the stacks made.
+    pub cloudformation: aws_sdk_cloudformation::Client,
+    /// Every stack name of the deployment (what they made is theirs to delete).
+    pub stacks: Vec<String>,
+    /// The EKS cluster name (the `kubernetes.io/cluster/<name>` tag).
+    pub cluster: String,
+    /// How long to wait for the cluster's network interfaces to go.
+    pub deadline: Duration,
+}
+
+impl VpcGuard {
+    fn vpc_id(recorded: Option<&ResourceState>) -> Option<String> {
+        recorded?.outputs.get("VpcId")?.as_str().map(str::to_string)
+    }
+
+    /// Physical ids of every resource of the deployment's live stacks.
+    async fn ours(&self) -> Result<BTreeSet<String>, ResourceError> {
+        let mut ours = BTreeSet::new();
+        for name in &self.stacks {
+            match self
+                .cloudformation
+                .describe_stack_resources()
+                .stack_name(name)
+                .send()
+                .await
+            {
+                Ok(out) => ours.extend(
+                    out.stack_resources()
+                        .iter()
+                        .filter_map(|r| r.physical_resource_id().map(str::to_string)),
+                ),
+                Err(e) if e.message().is_some_and(|m| m.contains("does not exist")) => {}
+                Err(e) => {
+                    return Err(ResourceError::msg(format!(
+                        "DescribeStackResources {name}: {}",
+                        error_message(&e)
+                    )))
+                }
+            }
+        }
+        Ok(ours)
+    }
+}
+
+#[async_trait]
+impl Guard for VpcGuard {
+    async fn check(&self, check: &Check<'_>) -> Result<(), ResourceError> {
+        // A destroy is checked before anything is deleted. A replacement
+        // deletes its dependants (the storage stack with its mount targets)
+        // first, so what they hold is only known at `before_delete`.
+        if check.action != Action::Delete {
+            return Ok(());
+        }
+        let Some(vpc_id) = Self::vpc_id(check.recorded) else {
+            return Ok(());
+        };
+        let ours = self.ours().await?;
+        let survey = vpc::survey(&self.ec2, &vpc_id)
+            .await
+            .map_err(ResourceError::msg)?;
+        let findings = vpc::classify(&survey, &ours, &self.cluster);
+        if findings.blockers.is_empty() {
+            Ok(())
+        } else {
+            Err(ResourceError::msg(format!(
+                "{}; nothing was deleted",
+                vpc::blocked(&vpc_id, &findings.blockers)
+            )))
+        }
+    }
+
+    async fn before_delete(
+        &self,
+        recorded: &ResourceState,
+        _: &DeleteOptions,
+    ) -> Result<(), ResourceError> {
+        let Some(vpc_id) = Self::vpc_id(Some(recorded)) else {
+            return Ok(());
+        };
+        let ours = self.ours().await?;
+        let removed = vpc::clean(&self.ec2, &vpc_id, &ours, &self.cluster, self.deadline)
+            .await
+            .map_err(ResourceError::msg)?;
+        if !removed.is_empty() {
+            tracing::info!(vpc = %vpc_id, removed = ?removed, "removed what other actors left in the VPC");
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,447 @@
+//! Plan-time checks and destroy guards against the local AWS emulator:
+//! Availability Zones from the instance type offerings (chosen once, then
+//! kept), names held by others (C21), a bucket that is not empty, what
+//! other actors leave in the VPC (C4), mount targets before the file system
+//! and subnets (C5), and a destroy that leaves nothing. Run under
+//! `tests/emulator/with_emulator.sh` (`make test` does); each test works in
+//! an account of its own.
+
+mod common;
+
+use aws_sdk_ec2::types::{IpPermission, ResourceType, Tag, TagSpecification, UserIdGroupPair};
+use common::aws::{control, fresh_account, Account, Deployment};
+use predicates::prelude::*;
+
+const SAGEMAKER_TRUST: &str = r#"{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Principal":{"Service":"sagemaker.amazonaws.com"},"Action":"sts:AssumeRole"}]}"#;
+
+fn no_stack_calls(aws: &Account) -> bool {
+    !aws.mutating_calls()
+        .iter()
+        .any(|c| c.starts_with("cloudformation:"))
+}
+
+#[tokio::test]
+async fn an_instance_type_offered_in_one_zone_fails_the_plan_before_any_mutating_call() {
+    // hpc7g.4xlarge is offered only in us-east-1c (the emulator serves
+    // EC2's published offerings).
+    let d = Deployment::new("[node_groups.cpu]\ninstance_type = \"hpc7g.4xlarge\"\n");
+    let expected = "node_groups.cpu.instance_type = \"hpc7g.4xlarge\": the instance type is \
+                    offered in 1 Availability Zone of region us-east-1 (us-east-1c); the network \
+                    needs 2 Availability Zones that offer it";
+    for args in [&["plan"][..], &["apply", "--auto-approve"]] {
+        let err = d.fails(args);
+        assert!(err.contains(expected), "{args:?}: {err}");
+    }
+    let aws = d.aws().await;
+    assert_eq!(aws.mutating_calls(), Vec::<String>::new());
+    let reads: Vec<String> = aws.calls().into_iter().map(|(_, op, _)| op).collect();
+    assert!(
+        reads.contains(&"DescribeInstanceTypeOfferings".to_string()),
+        "{reads:?}"
+    );
+    assert!(!d.state_file().exists(), "a refused plan writes no state");
+}
+
+#[tokio::test]
+async fn zones_are_the_first_two_offering_the_type_and_stay_once_recorded() {
+    let fresh = Deployment::new("");
+    let plan: serde_json::Value = serde_json::from_str(&fresh.stdout(&["plan", "--json"])).unwrap();
+    assert_eq!(
+        plan["config"]["options"]["availability_zones"],
+        serde_json::json!(["us-east-1a", "us-east-1b"]),
+        "m5.xlarge is offered in us-east-1a, b, c, d and f"
+    );
+
+    let d = Deployment::new("[options]\navailability_zones = [\"us-east-1d\", \"us-east-1c\"]\n");
+    d.stdout(&["apply", "--auto-approve"]);
+    let aws = d.aws().await;
+    let subnets = d.output("stack.network", "PrivateSubnetIds");
+    let described = aws
+        .ec2()
+        .describe_subnets()
+        .set_subnet_ids(Some(subnets.split(',').map(str::to_string).collect()))
+        .send()
+        .await
+        .unwrap();
+    let mut zones: Vec<&str> = described
+        .subnets()
+        .iter()
+        .filter_map(|s| s.availability_zone())
+        .collect();
+    zones.sort_unstable();
+    assert_eq!(zones, ["us-east-1c", "us-east-1d"]);
+
+    // Without the option a fresh choice would be us-east-1a and b; the
+    // recorded zones stay, so nothing changes.
+    d.write_config("");
+    d.kfaws(&["plan", "--detailed-exitcode"])
+        .assert()
+        .code(0)
+        .stdout(predicate::str::contains("No changes."));
+    let parameters = &d.state()["resources"]["stack.network"]["spec"]["parameters"];
+    assert_eq!(parameters["AvailabilityZone1"], "us-east-1d");
+    assert_eq!(parameters["AvailabilityZone2"], "us-east-1c");
+
+    // A node group whose type the recorded zones lack is refused.
+    d.write_config("[node_groups.hpc]\ninstance_type = \"hpc7g.4xlarge\"\nmin_size = 0\ndesired_size = 0\nmax_size = 1\n");
+    let err = d.fails(&["plan"]);
+    assert!(err.contains("hpc7g.4xlarge"), "{err}");
+    d.write_config("");
+    d.stdout(&["destroy", "--auto-approve"]);
+}
+
+#[tokio::test]
+async fn a_foreign_sagemakerrole_fails_the_plan_and_nothing_is_created() {
+    let d = Deployment::new("");
+    let aws = d.aws().await;
+    aws.iam()
+        .create_role()
+        .role_name("sagemakerrole")
+        .assume_role_policy_document(SAGEMAKER_TRUST)
+        .send()
+        .await
+        .unwrap();
+    let err = d.fails(&["apply", "--auto-approve"]);
+    assert!(
+        err.contains(
+            "stack.iam: IAM role \"sagemakerrole\" (options.sagemaker_role_name) already exists \
+             in this account and it was not created by kfaws; creating the stack would fail with \
+             EntityAlreadyExists."
+        ),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!(
+            "Set options.sagemaker_role_name = \"{}-sagemaker\"",
+            d.name
+        )),
+        "{err}"
+    );
+    assert!(no_stack_calls(&aws), "{:?}", aws.mutating_calls());
+    assert!(d.live_stacks().await.is_empty());
+    assert!(!d.state_file().exists());
+
+    // The remedy the error names works.
+    d.write_config(&format!(
+        "[options]\nsagemaker_role_name = \"{}-sagemaker\"\n",
+        d.name
+    ));
+    d.kfaws(&["plan", "--detailed-exitcode"]).assert().code(2);
+}
+
+#[tokio::test]
+async fn a_bucket_name_held_elsewhere_fails_the_plan() {
+    let d = Deployment::new("");
+    let other = Account::new(&fresh_account()).await;
+    let bucket = format!("kfaws-{}-us-east-1-artifacts", d.name);
+    other
+        .s3()
+        .create_bucket()
+        .bucket(&bucket)
+        .send()
+        .await
+        .unwrap();
+    let err = d.fails(&["plan"]);
+    assert!(
+        err.contains(&format!(
+            "stack.storage: S3 bucket {bucket:?} (options.artifact_bucket)"
+        )),
+        "{err}"
+    );
+    assert!(err.contains("Set options.artifact_bucket"), "{err}");
+    assert!(no_stack_calls(&d.aws().await));
+}
+
+#[tokio::test]
+async fn a_bucket_with_objects_stops_destroy_before_anything_is_deleted() {
+    let d = Deployment::new("");
+    d.stdout(&["apply", "--auto-approve"]);
+    let aws = d.aws().await;
+    let s3 = aws.s3();
+    let bucket = d.output("stack.storage", "BucketName");
+    for body in ["v1", "v2"] {
+        s3.put_object()
+            .bucket(&bucket)
+            .key("models/lenet.mpk")
+            .body(body.as_bytes().to_vec().into())
+            .send()
+            .await
+            .unwrap();
+    }
+    s3.delete_object()
+        .bucket(&bucket)
+        .key("models/lenet.mpk")
+        .send()
+        .await
+        .unwrap();
+    let before = d.live_stacks().await;
+
+    let err = d.fails(&["destroy", "--auto-approve"]);
+    assert!(
+        err.contains(&format!(
+            "stack.storage: bucket {bucket} is not empty: it holds 3 object versions and delete \
+             markers."
+        )),
+        "{err}"
+    );
+    assert!(
+        err.contains("kfaws destroy --force-destroy-buckets"),
+        "{err}"
+    );
+    assert_eq!(d.live_stacks().await, before);
+    assert!(
+        before.iter().all(|(_, s)| s == "CREATE_COMPLETE"),
+        "{before:?}"
+    );
+    assert_eq!(before.len(), 3);
+    assert!(
+        !aws.mutating_calls()
+            .iter()
+            .any(|c| c.contains("Delete") && !c.starts_with("s3:DeleteObject ")),
+        "{:?}",
+        aws.mutating_calls()
+    );
+
+    let out = d.stdout(&["destroy", "--auto-approve", "--force-destroy-buckets"]);
+    assert!(out.contains("Destroy complete!"), "{out}");
+    assert_eq!(aws.leftovers().await, Vec::<String>::new());
+}
+
+async fn cluster_tagged_group(aws: &Account, vpc: &str, name: &str, cluster: &str) -> String {
+    let spec = TagSpecification::builder()
+        .resource_type(ResourceType::SecurityGroup)
+        .tags(
+            Tag::builder()
+                .key(format!("kubernetes.io/cluster/{cluster}"))
+                .value("owned")
+                .build(),
+        )
+        .build();
+    aws.ec2()
+        .create_security_group()
+        .group_name(name)
+        .description("load balancer")
+        .vpc_id(vpc)
+        .tag_specifications(spec)
+        .send()
+        .await
+        .unwrap()
+        .group_id()
+        .unwrap()
+        .to_string()
+}
+
+async fn eni(aws: &Account, subnet: &str, group: &str) -> String {
+    aws.ec2()
+        .create_network_interface()
+        .subnet_id(subnet)
+        .groups(group)
+        .send()
+        .await
+        .unwrap()
+        .network_interface()
+        .and_then(|n| n.network_interface_id())
+        .unwrap()
+        .to_string()
+}
+
+#[tokio::test]
+async fn leftover_enis_and_load_balancer_groups_of_the_cluster_are_removed_before_the_vpc() {
+    let d = Deployment::new("");
+    d.stdout(&["apply", "--auto-approve"]);
+    let aws = d.aws().await;
+    let vpc = d.output("stack.network", "VpcId");
+    let subnet = d.output("stack.network", "PrivateSubnet1");
+    let nfs = d.output("stack.network", "NfsSecurityGroupId");
+    // What the AWS Load Balancer Controller and the VPC CNI leave behind:
+    // a load balancer group tagged for the cluster, referenced by a rule of
+    // the NFS group, and detached interfaces carrying either group.
+    let lb = cluster_tagged_group(&aws, &vpc, "k8s-elb-a1b2c3", &d.name).await;
+    aws.ec2()
+        .authorize_security_group_ingress()
+        .group_id(&nfs)
+        .ip_permissions(
+            IpPermission::builder()
+                .ip_protocol("tcp")
+                .from_port(2049)
+                .to_port(2049)
+                .user_id_group_pairs(UserIdGroupPair::builder().group_id(&lb).build())
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let cni = eni(&aws, &subnet, &nfs).await;
+    let lb_eni = eni(&aws, &subnet, &lb).await;
+
+    d.kfaws(&["plan", "--destroy"]).assert().success();
+    let out = d.stdout(&["destroy", "--auto-approve"]);
+    assert!(out.contains("Destroy complete!"), "{out}");
+    let left = aws.leftovers().await;
+    assert_eq!(left, Vec::<String>::new(), "{cni} {lb_eni} {lb}");
+}
+
+#[tokio::test]
+async fn something_foreign_in_the_vpc_is_reported_by_id_before_anything_is_deleted() {
+    let d = Deployment::new("");
+    d.stdout(&["apply", "--auto-approve"]);
+    let aws = d.aws().await;
+    let vpc = d.output("stack.network", "VpcId");
+    let subnet = d.output("stack.network", "PrivateSubnet1");
+    let bastion = aws
+        .ec2()
+        .create_security_group()
+        .group_name("bastion")
+        .description("someone else's")
+        .vpc_id(&vpc)
+        .send()
+        .await
+        .unwrap()
+        .group_id()
+        .unwrap()
+        .to_string();
+    let foreign = eni(&aws, &subnet, &bastion).await;
+    let before = d.live_stacks().await;
+
+    let err = d.fails(&["destroy", "--auto-approve"]);
+    assert!(
+        err.contains(&format!("stack.network: VPC {vpc} holds 2 resources")),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!(
+            "network interface {foreign} (available, security groups {bastion})"
+        )),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!("security group {bastion} (\"bastion\")")),
+        "{err}"
+    );
+    assert!(err.contains("nothing was deleted"), "{err}");
+    assert_eq!(d.live_stacks().await, before);
+    assert_eq!(before.len(), 3);
+    assert!(
+        !aws.mutating_calls()
+            .iter()
+            .any(|c| c.starts_with("cloudformation:DeleteStack")),
+        "{:?}",
+        aws.mutating_calls()
+    );
+
+    // Once its owner removes it, destroy finishes.
+    let ec2 = aws.ec2();
+    ec2.delete_network_interface()
+        .network_interface_id(&foreign)
+        .send()
+        .await
+        .unwrap();
+    ec2.delete_security_group()
+        .group_id(&bastion)
+        .send()
+        .await
+        .unwrap();
+    d.stdout(&["destroy", "--auto-approve"]);
+    assert_eq!(aws.leftovers().await, Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn mount_targets_are_gone_before_the_file_system_and_before_the_subnets() {
+    let d = Deployment::new("");
+    // Stack transitions take real time, so event times order the stacks.
+    control(
+        &format!("lifecycle?account_id={}", d.account),
+        "PUT",
+        r#"{"scale": 0.02}"#,
+    );
+    d.stdout(&["apply", "--auto-approve"]);
+    let state = d.state();
+    let id = |a: &str| {
+        state["resources"][a]["physical_id"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let (storage, network) = (id("stack.storage"), id("stack.network"));
+    d.stdout(&["destroy", "--auto-approve"]);
+
+    let cfn = d.aws().await.cloudformation();
+    // Oldest first: (logical id, status, time).
+    let events = |stack: String| {
+        let cfn = cfn.clone();
+        async move {
+            let out = cfn
+                .describe_stack_events()
+                .stack_name(stack)
+                .send()
+                .await
+                .unwrap();
+            let mut e: Vec<(String, String, aws_sdk_cloudformation::primitives::DateTime)> = out
+                .stack_events()
+                .iter()
+                .map(|e| {
+                    (
+                        e.logical_resource_id().unwrap_or_default().to_string(),
+                        e.resource_status()
+                            .map(|s| s.as_str().to_string())
+                            .unwrap_or_default(),
+                        *e.timestamp().unwrap(),
+                    )
+                })
+                .collect();
+            e.reverse();
+            e
+        }
+    };
+    let storage_events = events(storage).await;
+    let at = |events: &[(String, String, aws_sdk_cloudformation::primitives::DateTime)],
+              id: &str,
+              status: &str| {
+        events
+            .iter()
+            .position(|(l, s, _)| l == id && s == status)
+            .unwrap_or_else(|| panic!("no {status} event for {id}: {events:?}"))
+    };
+    let fs_delete = at(&storage_events, "FileSystem", "DELETE_IN_PROGRESS");
+    for mt in ["MountTarget1", "MountTarget2"] {
+        assert!(
+            at(&storage_events, mt, "DELETE_COMPLETE") < fs_delete,
+            "{mt} gone before the file system: {storage_events:?}"
+        );
+    }
+    let storage_done = storage_events.last().unwrap().2;
+    let network_events = events(network).await;
+    for subnet in ["PrivateSubnet1", "PrivateSubnet2"] {
+        let i = at(&network_events, subnet, "DELETE_IN_PROGRESS");
+        assert!(
+            network_events[i].2.as_nanos() >= storage_done.as_nanos(),
+            "{subnet} deleted after the storage stack: {storage_events:?} {network_events:?}"
+        );
+    }
+    assert_eq!(d.aws().await.efs_file_systems(), Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn destroy_leaves_nothing_and_twice_is_a_no_op() {
+    let d = Deployment::new("");
+    d.stdout(&["apply", "--auto-approve"]);
+    let aws = d.aws().await;
+    assert!(
+        !aws.leftovers().await.is_empty(),
+        "the inventory sees the deployment"
+    );
+    let out = d.stdout(&["destroy", "--auto-approve"]);
+    assert!(out.contains("Destroy complete!"), "{out}");
+    assert_eq!(aws.leftovers().await, Vec::<String>::new());
+
+    let calls = aws.mutating_calls();
+    d.kfaws(&["destroy", "--auto-approve"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("No resources to destroy"));
+    assert_eq!(
+        aws.mutating_calls(),
+        calls,
+        "a second destroy changes nothing"
+    );
+}
