@@ -44,12 +44,13 @@ test-emulator: ## the AWS emulator's own tests (each patch against real-AWS beha
 test-apiserver: deps ## build kube-apiserver and etcd from the Go module proxy (cached) and smoke-test the harness
 	tests/apiserver/smoke.sh
 
-test-rust: ## unit, engine and end-to-end tests (against the AWS emulator)
-	$(WITH_EMULATOR) $(CARGO) test --workspace
+test-rust: deps ## unit, engine and end-to-end tests (against the AWS emulator and the real API server)
+	KFAWS_TESTENV_BIN=$$(tests/apiserver/build.sh | tail -n1) $(WITH_EMULATOR) $(CARGO) test --workspace
 
 demo: deps build ## the main job on the embedded default: plan, apply, outputs, destroy, then data-parallel training
 	$(WITH_EMULATOR) tests/demo.sh
 
-bench: ## benchmarks: engine (plan time, apply vs critical path) and trainer (vs PyTorch, DDP scaling, latency)
+bench: deps ## benchmarks: engine (plan time, apply vs critical path), manifest apply vs kubectl, trainer (vs PyTorch, DDP scaling, latency)
 	$(CARGO) bench -p kfaws --bench engine
+	KFAWS_TESTENV_BIN=$$(tests/apiserver/build.sh | tail -n1) $(CARGO) bench -p kfaws --bench k8s_apply
 	trainer/bench/run.sh
