@@ -26,7 +26,9 @@ const ROUNDS: usize = 3;
 fn generate(prefix: &str) -> String {
     let mut docs = Vec::with_capacity(OBJECTS);
     for n in 0..NAMESPACES {
-        docs.push(format!("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {prefix}-{n}\n"));
+        docs.push(format!(
+            "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {prefix}-{n}\n"
+        ));
     }
     let mut i = 0;
     while docs.len() < OBJECTS {
@@ -66,16 +68,26 @@ fn kubectl_apply(env: &apiserver::TestEnv, home: &Path, file: &Path) -> Duration
         .output()
         .expect("run kubectl");
     let took = t0.elapsed();
-    assert!(out.status.success(), "kubectl failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "kubectl failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     took
 }
 
 async fn kfaws_apply(applier: &Applier, bundle: &Bundle, want: Outcome) -> Duration {
     let t0 = Instant::now();
-    let report = applier.apply(bundle).await.unwrap_or_else(|e| panic!("{e}"));
+    let report = applier
+        .apply(bundle)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     let took = t0.elapsed();
     assert_eq!(report.objects.len(), OBJECTS);
-    assert!(report.objects.iter().all(|(_, o)| *o == want), "expected every object {want:?}");
+    assert!(
+        report.objects.iter().all(|(_, o)| *o == want),
+        "expected every object {want:?}"
+    );
     took
 }
 
@@ -114,7 +126,10 @@ fn main() {
         std::fs::write(&kfile, generate(&format!("bench-kubectl-{round}"))).expect("write bundle");
         let bundle = Bundle::from_sources(
             &format!("bench-{round}"),
-            [(format!("kfaws-{round}.yaml").into(), generate(&format!("bench-kfaws-{round}")))],
+            [(
+                format!("kfaws-{round}.yaml").into(),
+                generate(&format!("bench-kfaws-{round}")),
+            )],
         )
         .expect("generated bundle parses");
 
@@ -124,10 +139,18 @@ fn main() {
         f_resend.push(rt.block_on(kfaws_apply(&resend, &bundle, Outcome::Unchanged)));
         f_skip.push(rt.block_on(kfaws_apply(&applier, &bundle, Outcome::Skipped)));
     }
-    let (k_fresh, f_fresh, k_again, f_resend, f_skip) =
-        (median(k_fresh), median(f_fresh), median(k_again), median(f_resend), median(f_skip));
+    let (k_fresh, f_fresh, k_again, f_resend, f_skip) = (
+        median(k_fresh),
+        median(f_fresh),
+        median(k_again),
+        median(f_resend),
+        median(f_skip),
+    );
     let ratio = |k: Duration, f: Duration| k.as_secs_f64() / f.as_secs_f64();
-    println!("manifest apply, {OBJECTS} objects, median of {ROUNDS} rounds, same kube-apiserver ({}):", env.ready.kubernetes_version);
+    println!(
+        "manifest apply, {OBJECTS} objects, median of {ROUNDS} rounds, same kube-apiserver ({}):",
+        env.ready.kubernetes_version
+    );
     println!(
         "  first apply:   kubectl apply --server-side {:>7.3}s   kfaws {:>7.3}s   kfaws is {:.1}x faster",
         k_fresh.as_secs_f64(),
@@ -146,6 +169,9 @@ fn main() {
         f_skip.as_secs_f64(),
         ratio(k_again, f_skip)
     );
-    println!("  (target: >= 5x; kfaws uses {} concurrent requests)", ApplyOptions::default().concurrency);
+    println!(
+        "  (target: >= 5x; kfaws uses {} concurrent requests)",
+        ApplyOptions::default().concurrency
+    );
     env.stop();
 }

@@ -225,7 +225,9 @@ impl Applier {
     /// [`ApplyError::Unserved`] naming each object and the served versions of
     /// its kind (case C10); [`ApplyError::Discovery`].
     pub async fn check(&self, bundle: &Bundle) -> Result<Vec<Target>, ApplyError> {
-        let served = Served::fetch(&self.client).await.map_err(ApplyError::Discovery)?;
+        let served = Served::fetch(&self.client)
+            .await
+            .map_err(ApplyError::Discovery)?;
         Ok(resolve(bundle, &served)?)
     }
 
@@ -238,7 +240,9 @@ impl Applier {
     /// pruning fails; [`ApplyError::Inventory`] for the ApplySet parent.
     pub async fn apply(&self, bundle: &Bundle) -> Result<ApplyReport, ApplyError> {
         let deadline = Instant::now() + self.options.timeout;
-        let served = Served::fetch(&self.client).await.map_err(ApplyError::Discovery)?;
+        let served = Served::fetch(&self.client)
+            .await
+            .map_err(ApplyError::Discovery)?;
         let targets = resolve(bundle, &served)?;
         let set = self.applyset(&bundle.name);
         let resolved = self.desired(bundle, targets, &set);
@@ -247,7 +251,10 @@ impl Applier {
 
         self.ensure_inventory_namespace(deadline).await?;
         let recorded = set.read(&self.client).await?;
-        let union = recorded.as_ref().map(|r| r.union(&desired_inv)).unwrap_or_else(|| desired_inv.clone());
+        let union = recorded
+            .as_ref()
+            .map(|r| r.union(&desired_inv))
+            .unwrap_or_else(|| desired_inv.clone());
         let live: Vec<Member> = match &recorded {
             Some(_) => {
                 set.members(&self.client, &served, &union, self.options.concurrency)
@@ -258,7 +265,8 @@ impl Applier {
         // Record the union before touching members, so that an interrupted
         // apply leaves every member findable for the next prune or destroy.
         if recorded.as_ref() != Some(&union) {
-            set.write(&self.client, &union, &self.options.field_manager).await?;
+            set.write(&self.client, &union, &self.options.field_manager)
+                .await?;
         }
         let live_by_ref: HashMap<&ObjectRef, &ObjectMeta> =
             live.iter().map(|m| (&m.object, &m.meta)).collect();
@@ -270,39 +278,56 @@ impl Applier {
             live: &live_by_ref,
             deadline,
         };
-        let outcomes = run.phases(&phases).await.map_err(|(failures, applied, stopped)| {
-            ApplyError::Objects {
+        let outcomes = run
+            .phases(&phases)
+            .await
+            .map_err(|(failures, applied, stopped)| ApplyError::Objects {
                 bundle: bundle.name.clone(),
                 failures,
                 applied,
                 stopped,
-            }
-        })?;
+            })?;
 
         let keep: HashSet<&ObjectRef> = resolved.targets.iter().map(|t| &t.object).collect();
-        let stale: Vec<Member> = live.iter().filter(|m| !keep.contains(&m.object)).cloned().collect();
+        let stale: Vec<Member> = live
+            .iter()
+            .filter(|m| !keep.contains(&m.object))
+            .cloned()
+            .collect();
         let pruned = if stale.is_empty() {
             DeleteReport::default()
         } else {
-            let custom = delete::custom_kinds(&self.client).await.map_err(|source| ApplyError::Delete {
+            let custom =
+                delete::custom_kinds(&self.client)
+                    .await
+                    .map_err(|source| ApplyError::Delete {
+                        bundle: bundle.name.clone(),
+                        source,
+                    })?;
+            delete::delete_in_order(
+                &self.client,
+                stale,
+                &custom,
+                deadline,
+                self.options.concurrency,
+            )
+            .await
+            .map_err(|source| ApplyError::Delete {
                 bundle: bundle.name.clone(),
                 source,
-            })?;
-            delete::delete_in_order(&self.client, stale, &custom, deadline, self.options.concurrency)
-                .await
-                .map_err(|source| ApplyError::Delete {
-                    bundle: bundle.name.clone(),
-                    source,
-                })?
+            })?
         };
         // Pruned namespaces left terminating still carry the label: keep
         // recording their kind so a later destroy finds them.
         let mut exact = desired_inv.clone();
         if !pruned.terminating.is_empty() {
-            exact.group_kinds.insert(super::object::GroupKind::new("", "Namespace"));
+            exact
+                .group_kinds
+                .insert(super::object::GroupKind::new("", "Namespace"));
         }
         if union != exact {
-            set.write(&self.client, &exact, &self.options.field_manager).await?;
+            set.write(&self.client, &exact, &self.options.field_manager)
+                .await?;
         }
         Ok(ApplyReport {
             applyset_id: set.id,
@@ -324,10 +349,13 @@ impl Applier {
     /// [`ApplyError::Delete`] naming what is left and its finalizers when a
     /// step runs out of time (case C6); [`ApplyError::Inventory`].
     pub async fn destroy(&self, bundle: &Bundle) -> Result<DeleteReport, ApplyError> {
-        let served = Served::fetch(&self.client).await.map_err(ApplyError::Discovery)?;
+        let served = Served::fetch(&self.client)
+            .await
+            .map_err(ApplyError::Discovery)?;
         let mut hint = Inventory::default();
         for m in &bundle.objects {
-            hint.group_kinds.insert(super::object::GroupKind::new(m.group(), &m.kind));
+            hint.group_kinds
+                .insert(super::object::GroupKind::new(m.group(), &m.kind));
         }
         self.destroy_with(&bundle.name, &served, hint).await
     }
@@ -338,8 +366,11 @@ impl Applier {
     /// # Errors
     /// As [`Applier::destroy`].
     pub async fn destroy_named(&self, bundle: &str) -> Result<DeleteReport, ApplyError> {
-        let served = Served::fetch(&self.client).await.map_err(ApplyError::Discovery)?;
-        self.destroy_with(bundle, &served, Inventory::default()).await
+        let served = Served::fetch(&self.client)
+            .await
+            .map_err(ApplyError::Discovery)?;
+        self.destroy_with(bundle, &served, Inventory::default())
+            .await
     }
 
     async fn destroy_with(
@@ -360,9 +391,15 @@ impl Applier {
             source,
         };
         let custom = delete::custom_kinds(&self.client).await.map_err(to_error)?;
-        let report = delete::delete_in_order(&self.client, members, &custom, deadline, self.options.concurrency)
-            .await
-            .map_err(to_error)?;
+        let report = delete::delete_in_order(
+            &self.client,
+            members,
+            &custom,
+            deadline,
+            self.options.concurrency,
+        )
+        .await
+        .map_err(to_error)?;
         if report.terminating.is_empty() {
             set.delete(&self.client).await?;
         }
@@ -417,19 +454,21 @@ impl Applier {
             },
         });
         let pp = PatchParams::apply(&self.options.field_manager).force();
-        retry::retry(deadline, || async { api.patch(ns, &pp, &Patch::Apply(&body)).await })
-            .await
-            .map_err(|e| {
-                ApplyError::Inventory(InventoryError::Api {
-                    what: format!("applying the ApplySet inventory namespace {ns}"),
-                    source: match e {
-                        RetryError::Failed(k) => k,
-                        RetryError::DeadlineExceeded { last } => {
-                            kube::Error::Api(Box::new(kube::core::Status::failure(&last, "Timeout").with_code(504)))
-                        }
-                    },
-                })
-            })?;
+        retry::retry(deadline, || async {
+            api.patch(ns, &pp, &Patch::Apply(&body)).await
+        })
+        .await
+        .map_err(|e| {
+            ApplyError::Inventory(InventoryError::Api {
+                what: format!("applying the ApplySet inventory namespace {ns}"),
+                source: match e {
+                    RetryError::Failed(k) => k,
+                    RetryError::DeadlineExceeded { last } => kube::Error::Api(Box::new(
+                        kube::core::Status::failure(&last, "Timeout").with_code(504),
+                    )),
+                },
+            })
+        })?;
         Ok(())
     }
 }
@@ -586,7 +625,9 @@ impl Run<'_> {
         let before = self.live.get(&t.object);
         if let Some(meta) = before {
             let options = &self.applier.options;
-            if options.skip_unchanged && unchanged(meta, &self.resolved.hashes[pos], &options.field_manager) {
+            if options.skip_unchanged
+                && unchanged(meta, &self.resolved.hashes[pos], &options.field_manager)
+            {
                 return Ok(Outcome::Skipped);
             }
         }
@@ -598,12 +639,16 @@ impl Run<'_> {
             .force()
             .validation_strict();
         let body = &self.resolved.objects[pos];
-        let after = retry::retry(self.deadline, || async { api.patch(&t.object.name, &pp, &Patch::Apply(body)).await })
-            .await
-            .map_err(|e| e.to_string())?;
+        let after = retry::retry(self.deadline, || async {
+            api.patch(&t.object.name, &pp, &Patch::Apply(body)).await
+        })
+        .await
+        .map_err(|e| e.to_string())?;
         Ok(match before {
             None => Outcome::Created,
-            Some(meta) if meta.resource_version == after.metadata.resource_version => Outcome::Unchanged,
+            Some(meta) if meta.resource_version == after.metadata.resource_version => {
+                Outcome::Unchanged
+            }
             Some(_) => Outcome::Updated,
         })
     }
@@ -666,19 +711,20 @@ impl Run<'_> {
     async fn wait_gate(&self, gate: &Gate) -> Result<(), String> {
         let client = &self.applier.client;
         wait::until(self.deadline, || async {
+            let mut missing = Vec::new();
             for d in &gate.deployments {
                 let ns = d.namespace.as_deref().unwrap_or("default");
                 let api: Api<Deployment> = Api::namespaced(client.clone(), ns);
                 match api.get_opt(&d.name).await {
                     Ok(Some(dep)) if wait::deployment_available(&dep) => {}
-                    Ok(Some(dep)) if dep.status.is_none() => {
-                        return Ok(Err(format!(
-                            "{d} has no status yet (no controller has seen it: is kube-controller-manager running?)"
-                        )))
+                    Ok(Some(dep)) if dep.status.as_ref().is_none_or(|s| s.observed_generation.is_none()) => {
+                        missing.push(format!(
+                            "{d} is not Available (no controller has reported on it: is kube-controller-manager running?)"
+                        ))
                     }
-                    Ok(Some(_)) => return Ok(Err(format!("{d} is not Available"))),
-                    Ok(None) => return Ok(Err(format!("{d} does not exist"))),
-                    Err(e) => return Ok(Err(format!("reading {d}: {}", retry::message(&e)))),
+                    Ok(Some(_)) => missing.push(format!("{d} is not Available")),
+                    Ok(None) => missing.push(format!("{d} does not exist")),
+                    Err(e) => missing.push(format!("reading {d}: {}", retry::message(&e))),
                 }
             }
             for s in &gate.services {
@@ -687,18 +733,22 @@ impl Run<'_> {
                 let lp = ListParams::default().labels(&format!("kubernetes.io/service-name={}", s.name));
                 match api.list(&lp).await {
                     Ok(list) if wait::has_ready_endpoint(&list.items) => {}
-                    Ok(_) => return Ok(Err(format!("{s} has no ready endpoint (EndpointSlices)"))),
-                    Err(e) => return Ok(Err(format!("listing the EndpointSlices of {s}: {}", retry::message(&e)))),
+                    Ok(_) => missing.push(format!("{s} has no ready endpoint (EndpointSlices)")),
+                    Err(e) => missing.push(format!("listing the EndpointSlices of {s}: {}", retry::message(&e))),
                 }
             }
-            Ok(Ok(()))
+            Ok(if missing.is_empty() { Ok(()) } else { Err(missing.join("; ")) })
         })
         .await
     }
 }
 
 fn quoted(names: &[String]) -> String {
-    names.iter().map(|n| format!("{n:?}")).collect::<Vec<_>>().join(", ")
+    names
+        .iter()
+        .map(|n| format!("{n:?}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 #[cfg(test)]
@@ -710,7 +760,9 @@ mod tests {
         ManagedFieldsEntry {
             manager: Some(manager.into()),
             operation: Some(op.into()),
-            time: Some(Time(k8s_openapi::jiff::Timestamp::from_second(secs).unwrap())),
+            time: Some(Time(
+                k8s_openapi::jiff::Timestamp::from_second(secs).unwrap(),
+            )),
             subresource: sub.map(str::to_string),
             ..Default::default()
         }
@@ -728,22 +780,59 @@ mod tests {
     fn unchanged_needs_the_same_hash_our_apply_and_no_later_writer() {
         let ours = entry("kfaws", "Apply", 100, None);
         assert!(unchanged(&meta("h", vec![ours.clone()]), "h", "kfaws"));
-        assert!(!unchanged(&meta("h", vec![ours.clone()]), "other", "kfaws"), "manifest changed");
-        assert!(!unchanged(&meta("h", vec![]), "h", "kfaws"), "no apply by kfaws");
         assert!(
-            !unchanged(&meta("h", vec![ours.clone(), entry("kubectl-edit", "Update", 150, None)]), "h", "kfaws"),
+            !unchanged(&meta("h", vec![ours.clone()]), "other", "kfaws"),
+            "manifest changed"
+        );
+        assert!(
+            !unchanged(&meta("h", vec![]), "h", "kfaws"),
+            "no apply by kfaws"
+        );
+        assert!(
+            !unchanged(
+                &meta(
+                    "h",
+                    vec![ours.clone(), entry("kubectl-edit", "Update", 150, None)]
+                ),
+                "h",
+                "kfaws"
+            ),
             "edited after our apply"
         );
         assert!(
-            !unchanged(&meta("h", vec![ours.clone(), entry("kubectl-edit", "Update", 100, None)]), "h", "kfaws"),
+            !unchanged(
+                &meta(
+                    "h",
+                    vec![ours.clone(), entry("kubectl-edit", "Update", 100, None)]
+                ),
+                "h",
+                "kfaws"
+            ),
             "edited in the same second: cannot tell, apply"
         );
         assert!(
-            unchanged(&meta("h", vec![entry("creator", "Update", 50, None), ours.clone()]), "h", "kfaws"),
+            unchanged(
+                &meta(
+                    "h",
+                    vec![entry("creator", "Update", 50, None), ours.clone()]
+                ),
+                "h",
+                "kfaws"
+            ),
             "written before our apply"
         );
         assert!(
-            unchanged(&meta("h", vec![ours.clone(), entry("controller", "Update", 200, Some("status"))]), "h", "kfaws"),
+            unchanged(
+                &meta(
+                    "h",
+                    vec![
+                        ours.clone(),
+                        entry("controller", "Update", 200, Some("status"))
+                    ]
+                ),
+                "h",
+                "kfaws"
+            ),
             "status writes are not drift of what we apply"
         );
         let mut deleting = meta("h", vec![ours]);

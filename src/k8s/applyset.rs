@@ -82,7 +82,11 @@ impl Inventory {
     /// Both inventories together.
     pub fn union(&self, other: &Self) -> Self {
         Self {
-            group_kinds: self.group_kinds.union(&other.group_kinds).cloned().collect(),
+            group_kinds: self
+                .group_kinds
+                .union(&other.group_kinds)
+                .cloned()
+                .collect(),
             namespaces: self.namespaces.union(&other.namespaces).cloned().collect(),
         }
     }
@@ -90,8 +94,10 @@ impl Inventory {
 
 /// The parent of a bundle's ApplySet is not one kfaws may use.
 #[derive(Debug, thiserror::Error)]
-#[error("ConfigMap {namespace}/{name} is not the ApplySet parent kfaws expects: {problem}; \
-         remove it or choose another bundle name")]
+#[error(
+    "ConfigMap {namespace}/{name} is not the ApplySet parent kfaws expects: {problem}; \
+         remove it or choose another bundle name"
+)]
 pub struct ForeignParent {
     /// The parent's namespace.
     pub namespace: String,
@@ -146,7 +152,12 @@ impl ApplySet {
 
     /// The parent object recording `inventory`, as applied.
     pub fn parent(&self, inventory: &Inventory) -> Value {
-        let gks: Vec<String> = inventory.group_kinds.iter().map(ToString::to_string).collect();
+        let mut gks: Vec<String> = inventory
+            .group_kinds
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        gks.sort();
         let namespaces: Vec<&str> = inventory
             .namespaces
             .iter()
@@ -176,10 +187,16 @@ impl ApplySet {
     /// another ApplySet id or tooling; [`InventoryError::Api`] on API errors.
     pub async fn read(&self, client: &Client) -> Result<Option<Inventory>, InventoryError> {
         let api: Api<ConfigMap> = Api::namespaced(client.clone(), &self.namespace);
-        let Some(cm) = api.get_opt(&self.name).await.map_err(|source| InventoryError::Api {
-            what: format!("reading ApplySet parent ConfigMap {}/{}", self.namespace, self.name),
-            source,
-        })?
+        let Some(cm) = api
+            .get_opt(&self.name)
+            .await
+            .map_err(|source| InventoryError::Api {
+                what: format!(
+                    "reading ApplySet parent ConfigMap {}/{}",
+                    self.namespace, self.name
+                ),
+                source,
+            })?
         else {
             return Ok(None);
         };
@@ -194,7 +211,9 @@ impl ApplySet {
         };
         let id = meta.labels.as_ref().and_then(|l| l.get(ID));
         if id != Some(&self.id) {
-            return Err(foreign(format!("its label {ID} is {id:?}, expected {:?}", self.id)).into());
+            return Err(
+                foreign(format!("its label {ID} is {id:?}, expected {:?}", self.id)).into(),
+            );
         }
         let annotations = meta.annotations.clone().unwrap_or_default();
         let tool = annotations.get(TOOLING).map(String::as_str).unwrap_or("");
@@ -204,7 +223,13 @@ impl ApplySet {
         let split = |key: &str| -> Vec<String> {
             annotations
                 .get(key)
-                .map(|v| v.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_string).collect())
+                .map(|v| {
+                    v.split(',')
+                        .map(str::trim)
+                        .filter(|s| !s.is_empty())
+                        .map(str::to_string)
+                        .collect()
+                })
                 .unwrap_or_default()
         };
         let mut namespaces: BTreeSet<String> = split(ADDITIONAL_NAMESPACES).into_iter().collect();
@@ -236,7 +261,10 @@ impl ApplySet {
         )
         .await
         .map_err(|source| InventoryError::Api {
-            what: format!("writing ApplySet parent ConfigMap {}/{}", self.namespace, self.name),
+            what: format!(
+                "writing ApplySet parent ConfigMap {}/{}",
+                self.namespace, self.name
+            ),
             source,
         })?;
         Ok(())
@@ -252,7 +280,10 @@ impl ApplySet {
             Ok(_) => Ok(()),
             Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
             Err(source) => Err(InventoryError::Api {
-                what: format!("deleting ApplySet parent ConfigMap {}/{}", self.namespace, self.name),
+                what: format!(
+                    "deleting ApplySet parent ConfigMap {}/{}",
+                    self.namespace, self.name
+                ),
                 source,
             }),
         }
@@ -293,7 +324,11 @@ impl ApplySet {
                         .map(|o| Member {
                             object: ObjectRef {
                                 gk: gk.clone(),
-                                namespace: if namespaced { o.metadata.namespace.clone() } else { None },
+                                namespace: if namespaced {
+                                    o.metadata.namespace.clone()
+                                } else {
+                                    None
+                                },
                                 name: o.metadata.name.clone().unwrap_or_default(),
                             },
                             resource: ar.clone(),
@@ -345,7 +380,10 @@ mod tests {
         // sha256("kubeflow.kfaws-system.ConfigMap.") in unpadded base64url, computed independently:
         // printf 'kubeflow.kfaws-system.ConfigMap.' | openssl dgst -sha256 -binary | basenc --base64url | tr -d =
         let id = applyset_id("kubeflow", "kfaws-system", "ConfigMap", "");
-        assert_eq!(id, "applyset-Tmw1L7O6t5iq-McYCg_-QkRRfXA01mnbJy9FDwIYvr4-v1");
+        assert_eq!(
+            id,
+            "applyset-Tmw1L7O6t5iq-McYCg_-QkRRfXA01mnbJy9FDwIYvr4-v1"
+        );
         assert_eq!(ApplySet::new("kubeflow", "kfaws-system").id, id);
         assert_ne!(applyset_id("kubeflow", "other", "ConfigMap", ""), id);
     }
@@ -354,14 +392,33 @@ mod tests {
     fn parent_records_group_kinds_and_other_namespaces_sorted() {
         let set = ApplySet::new("b", "kfaws-system");
         let objects = [
-            ObjectRef { gk: GroupKind::new("apps", "Deployment"), namespace: Some("zeta".into()), name: "d".into() },
-            ObjectRef { gk: GroupKind::new("", "Namespace"), namespace: None, name: "zeta".into() },
-            ObjectRef { gk: GroupKind::new("", "ConfigMap"), namespace: Some("alpha".into()), name: "c".into() },
-            ObjectRef { gk: GroupKind::new("", "ConfigMap"), namespace: Some("kfaws-system".into()), name: "c".into() },
+            ObjectRef {
+                gk: GroupKind::new("apps", "Deployment"),
+                namespace: Some("zeta".into()),
+                name: "d".into(),
+            },
+            ObjectRef {
+                gk: GroupKind::new("", "Namespace"),
+                namespace: None,
+                name: "zeta".into(),
+            },
+            ObjectRef {
+                gk: GroupKind::new("", "ConfigMap"),
+                namespace: Some("alpha".into()),
+                name: "c".into(),
+            },
+            ObjectRef {
+                gk: GroupKind::new("", "ConfigMap"),
+                namespace: Some("kfaws-system".into()),
+                name: "c".into(),
+            },
         ];
         let parent = set.parent(&Inventory::of(&objects));
         let a = &parent["metadata"]["annotations"];
-        assert_eq!(a[CONTAINS_GROUP_KINDS], "ConfigMap,Deployment.apps,Namespace");
+        assert_eq!(
+            a[CONTAINS_GROUP_KINDS],
+            "ConfigMap,Deployment.apps,Namespace"
+        );
         assert_eq!(a[ADDITIONAL_NAMESPACES], "alpha,zeta");
         assert_eq!(a[TOOLING], tooling());
         assert_eq!(parent["metadata"]["labels"][ID], set.id.as_str());
@@ -371,13 +428,22 @@ mod tests {
     fn inventory_reads_back_what_the_parent_records() {
         let set = ApplySet::new("b", "kfaws-system");
         let inv = Inventory {
-            group_kinds: [GroupKind::new("apps", "Deployment"), GroupKind::new("", "Namespace")].into(),
+            group_kinds: [
+                GroupKind::new("apps", "Deployment"),
+                GroupKind::new("", "Namespace"),
+            ]
+            .into(),
             namespaces: ["kfaws-system".to_string(), "x".to_string()].into(),
         };
-        let meta: ObjectMeta = serde_json::from_value(set.parent(&inv)["metadata"].clone()).unwrap();
+        let meta: ObjectMeta =
+            serde_json::from_value(set.parent(&inv)["metadata"].clone()).unwrap();
         assert_eq!(set.inventory_of(&meta).unwrap(), inv);
         let other = ApplySet::new("other", "kfaws-system");
-        assert!(other.inventory_of(&meta).unwrap_err().to_string().contains("expected"));
+        assert!(other
+            .inventory_of(&meta)
+            .unwrap_err()
+            .to_string()
+            .contains("expected"));
     }
 
     #[test]

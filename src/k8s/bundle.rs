@@ -12,10 +12,10 @@
 //! The YAML crate is `serde-saphyr`: it is actively maintained (`serde_yaml`
 //! is deprecated and unmaintained since 2024), pure Rust, refuses duplicate
 //! keys by default (`DuplicateKeyPolicy::Error`) reporting the key's line and
-//! column, implements YAML 1.2 (so `on`/`yes` stay strings, as Kubernetes
-//! reads them), caps alias expansion against "billion laughs" documents, and
+//! column, caps alias expansion against "billion laughs" documents, and
 //! is already in the dependency tree as kube-client's YAML parser, so it
-//! costs no extra compile.
+//! costs no extra compile. Like kubectl's YAML 1.1 reader, it reads unquoted
+//! `yes`/`no`/`on`/`off`/`y`/`n` as booleans: quote such strings.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -108,7 +108,7 @@ pub struct Bundle {
 #[derive(Debug, thiserror::Error)]
 pub enum BundleError {
     /// The bundle name is not a valid Kubernetes object name.
-    #[error("bundle name {name:?} is invalid: it names the ApplySet parent object, a {} ({}); {problem}", DNS1123_SUBDOMAIN.text, DNS1123_SUBDOMAIN.source)]
+    #[error("bundle name {name:?} is invalid: it names the ApplySet parent object, a {}: {} ({}); {problem}", DNS1123_SUBDOMAIN.what, DNS1123_SUBDOMAIN.text, DNS1123_SUBDOMAIN.source)]
     InvalidName {
         /// The name.
         name: String,
@@ -203,10 +203,7 @@ impl Bundle {
                     source,
                 })?;
                 let p = entry.path();
-                let yaml = matches!(
-                    p.extension().and_then(|e| e.to_str()),
-                    Some("yaml" | "yml")
-                );
+                let yaml = matches!(p.extension().and_then(|e| e.to_str()), Some("yaml" | "yml"));
                 if yaml && p.is_file() {
                     files.push(p);
                 }
@@ -289,7 +286,11 @@ fn parse_stream(file: &Path, text: &str) -> Result<Vec<Manifest>, BundleError> {
 
 fn yaml_error(file: &Path, e: &serde_saphyr::Error) -> BundleError {
     let position = e.location().map(|l| (l.line(), l.column()));
-    if let serde_saphyr::Error::DuplicateMappingKey { key, location } = e {
+    let mut inner = e;
+    while let serde_saphyr::Error::WithSnippet { error, .. } = inner {
+        inner = error;
+    }
+    if let serde_saphyr::Error::DuplicateMappingKey { key, location } = inner {
         return BundleError::DuplicateKey {
             file: file.to_path_buf(),
             key: key
@@ -316,13 +317,19 @@ fn manifest(origin: Origin, object: Value) -> Result<Manifest, BundleError> {
         problem,
     };
     let Value::Object(map) = &object else {
-        return Err(bad(format!("the document is a {}, not a mapping", type_name(&object))));
+        return Err(bad(format!(
+            "the document is a {}, not a mapping",
+            type_name(&object)
+        )));
     };
     let string_field = |key: &str| -> Result<String, BundleError> {
         match map.get(key) {
             Some(Value::String(s)) if !s.is_empty() => Ok(s.clone()),
             Some(Value::String(_)) | None => Err(bad(format!("{key} is missing"))),
-            Some(v) => Err(bad(format!("{key} must be a string, not a {}", type_name(v)))),
+            Some(v) => Err(bad(format!(
+                "{key} must be a string, not a {}",
+                type_name(v)
+            ))),
         }
     };
     let api_version = string_field("apiVersion")?;
@@ -334,7 +341,12 @@ fn manifest(origin: Origin, object: Value) -> Result<Manifest, BundleError> {
     }
     let metadata = match map.get("metadata") {
         Some(Value::Object(m)) => m,
-        Some(v) => return Err(bad(format!("metadata must be a mapping, not a {}", type_name(v)))),
+        Some(v) => {
+            return Err(bad(format!(
+                "metadata must be a mapping, not a {}",
+                type_name(v)
+            )))
+        }
         None => return Err(bad("metadata is missing".into())),
     };
     let name = match metadata.get("name") {
@@ -347,7 +359,12 @@ fn manifest(origin: Origin, object: Value) -> Result<Manifest, BundleError> {
             ))
         }
         Some(Value::String(_)) | None => return Err(bad("metadata.name is missing".into())),
-        Some(v) => return Err(bad(format!("metadata.name must be a string, not a {}", type_name(v)))),
+        Some(v) => {
+            return Err(bad(format!(
+                "metadata.name must be a string, not a {}",
+                type_name(v)
+            )))
+        }
     };
     let namespace = match metadata.get("namespace") {
         Some(Value::String(s)) if !s.is_empty() => Some(s.clone()),
@@ -438,15 +455,28 @@ mod tests {
     #[test]
     fn missing_fields_name_the_document() {
         for (text, want) in [
-            ("kind: ConfigMap\nmetadata:\n  name: a\n", "apiVersion is missing"),
+            (
+                "kind: ConfigMap\nmetadata:\n  name: a\n",
+                "apiVersion is missing",
+            ),
             ("apiVersion: v1\nmetadata:\n  name: a\n", "kind is missing"),
             ("apiVersion: v1\nkind: ConfigMap\n", "metadata is missing"),
-            ("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  labels: {}\n", "metadata.name is missing"),
-            ("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  generateName: x-\n", "generateName"),
-            ("apiVersion: 1\nkind: ConfigMap\nmetadata:\n  name: a\n", "apiVersion must be a string"),
+            (
+                "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  labels: {}\n",
+                "metadata.name is missing",
+            ),
+            (
+                "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  generateName: x-\n",
+                "generateName",
+            ),
+            (
+                "apiVersion: 1\nkind: ConfigMap\nmetadata:\n  name: a\n",
+                "apiVersion must be a string",
+            ),
             ("- a\n- b\n", "not a mapping"),
         ] {
-            let text = format!("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: ok\n---\n{text}");
+            let text =
+                format!("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: ok\n---\n{text}");
             let err = parse(&text).unwrap_err();
             let msg = err.to_string();
             assert!(msg.contains("t.yaml document 2 (line 6)"), "{msg}");
@@ -456,18 +486,27 @@ mod tests {
 
     #[test]
     fn the_same_object_twice_is_an_error_naming_both_places() {
-        let doc = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n  namespace: n\n";
+        let doc = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n  namespace: ns\n";
         let err = parse(&format!("{doc}---\n{doc}")).unwrap_err();
         let msg = err.to_string();
-        assert!(msg.contains("ConfigMap n/a appears twice"), "{msg}");
-        assert!(msg.contains("document 1") && msg.contains("document 2"), "{msg}");
+        assert!(msg.contains("ConfigMap ns/a appears twice"), "{msg}");
+        assert!(
+            msg.contains("document 1") && msg.contains("document 2"),
+            "{msg}"
+        );
     }
 
     #[test]
     fn yaml_syntax_errors_carry_a_position() {
         let err = parse("apiVersion: v1\nkind: [unclosed\n").unwrap_err();
         assert!(
-            matches!(err, BundleError::Syntax { position: Some(_), .. }),
+            matches!(
+                err,
+                BundleError::Syntax {
+                    position: Some(_),
+                    ..
+                }
+            ),
             "{err:?}"
         );
     }
@@ -479,10 +518,12 @@ mod tests {
     }
 
     #[test]
-    fn yaml_1_2_keeps_on_and_yes_as_strings() {
-        let b = parse("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\ndata:\n  x: on\n  y: yes\n")
-            .unwrap();
-        assert_eq!(b.objects[0].object["data"]["x"], "on");
-        assert_eq!(b.objects[0].object["data"]["y"], "yes");
+    fn unquoted_on_and_yes_are_booleans_as_kubectl_reads_them() {
+        let b = parse(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\ndata:\n  x: on\n  y: yes\n",
+        )
+        .unwrap();
+        assert_eq!(b.objects[0].object["data"]["x"], true);
+        assert_eq!(b.objects[0].object["data"]["y"], true);
     }
 }

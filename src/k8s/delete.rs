@@ -48,7 +48,12 @@ impl fmt::Display for Remaining {
         if self.finalizers.is_empty() {
             write!(f, "{} (no finalizers)", self.object)
         } else {
-            write!(f, "{} (finalizers: {})", self.object, self.finalizers.join(", "))
+            write!(
+                f,
+                "{} (finalizers: {})",
+                self.object,
+                self.finalizers.join(", ")
+            )
         }
     }
 }
@@ -107,7 +112,10 @@ const STEPS: [&str; 5] = [
 fn step_of(gk: &GroupKind, custom: &BTreeSet<GroupKind>) -> usize {
     match (gk.group.as_str(), gk.kind.as_str()) {
         _ if custom.contains(gk) => 0,
-        ("admissionregistration.k8s.io", "ValidatingWebhookConfiguration" | "MutatingWebhookConfiguration") => 1,
+        (
+            "admissionregistration.k8s.io",
+            "ValidatingWebhookConfiguration" | "MutatingWebhookConfiguration",
+        ) => 1,
         ("apiextensions.k8s.io", "CustomResourceDefinition") => 3,
         ("", "Namespace") => 4,
         _ => 2,
@@ -130,10 +138,13 @@ pub fn steps(members: Vec<Member>, custom: &BTreeSet<GroupKind>) -> [Vec<Member>
 /// [`DeleteError::Api`] when CRDs cannot be listed.
 pub async fn custom_kinds(client: &Client) -> Result<BTreeSet<GroupKind>, DeleteError> {
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let list = api.list(&Default::default()).await.map_err(|e| DeleteError::Api {
-        what: "listing CustomResourceDefinitions".into(),
-        message: retry::message(&e),
-    })?;
+    let list = api
+        .list(&Default::default())
+        .await
+        .map_err(|e| DeleteError::Api {
+            what: "listing CustomResourceDefinitions".into(),
+            message: retry::message(&e),
+        })?;
     Ok(list
         .items
         .iter()
@@ -208,7 +219,11 @@ pub async fn delete_in_order(
             let still = present(client, &batch, concurrency).await;
             let n = still.len();
             *left.lock().unwrap_or_else(|p| p.into_inner()) = still;
-            Ok(if n == 0 { Ok(()) } else { Err(format!("{n} left")) })
+            Ok(if n == 0 {
+                Ok(())
+            } else {
+                Err(format!("{n} left"))
+            })
         })
         .await;
         if gone.is_err() {
@@ -275,9 +290,17 @@ mod tests {
         let custom: BTreeSet<GroupKind> = [GroupKind::new("x.test", "Widget")].into();
         let members = vec![
             member("", "Namespace", "ns"),
-            member("apiextensions.k8s.io", "CustomResourceDefinition", "widgets.x.test"),
+            member(
+                "apiextensions.k8s.io",
+                "CustomResourceDefinition",
+                "widgets.x.test",
+            ),
             member("apps", "Deployment", "controller"),
-            member("admissionregistration.k8s.io", "ValidatingWebhookConfiguration", "guard"),
+            member(
+                "admissionregistration.k8s.io",
+                "ValidatingWebhookConfiguration",
+                "guard",
+            ),
             member("x.test", "Widget", "w"),
         ];
         let names: Vec<Vec<String>> = steps(members, &custom)
@@ -286,7 +309,13 @@ mod tests {
             .collect();
         assert_eq!(
             names,
-            [vec!["w"], vec!["guard"], vec!["controller"], vec!["widgets.x.test"], vec!["ns"]]
+            [
+                vec!["w"],
+                vec!["guard"],
+                vec!["controller"],
+                vec!["widgets.x.test"],
+                vec!["ns"]
+            ]
         );
     }
 

@@ -324,12 +324,33 @@ mod tests {
 
     fn served() -> Served {
         let mut s = Served::default();
-        s.insert(ar("autoscaling", "v2", "HorizontalPodAutoscaler", "horizontalpodautoscalers"), true);
-        s.insert(ar("autoscaling", "v1", "HorizontalPodAutoscaler", "horizontalpodautoscalers"), true);
+        s.insert(
+            ar(
+                "autoscaling",
+                "v2",
+                "HorizontalPodAutoscaler",
+                "horizontalpodautoscalers",
+            ),
+            true,
+        );
+        s.insert(
+            ar(
+                "autoscaling",
+                "v1",
+                "HorizontalPodAutoscaler",
+                "horizontalpodautoscalers",
+            ),
+            true,
+        );
         s.insert(ar("", "v1", "ConfigMap", "configmaps"), true);
         s.insert(ar("", "v1", "Namespace", "namespaces"), false);
         s.insert(
-            ar("apiextensions.k8s.io", "v1", "CustomResourceDefinition", "customresourcedefinitions"),
+            ar(
+                "apiextensions.k8s.io",
+                "v1",
+                "CustomResourceDefinition",
+                "customresourcedefinitions",
+            ),
             false,
         );
         s
@@ -346,7 +367,10 @@ mod tests {
         );
         let err = resolve(&b, &served()).unwrap_err();
         assert_eq!(err.objects.len(), 1);
-        assert_eq!(err.objects[0].served_as, ["autoscaling/v2", "autoscaling/v1"]);
+        assert_eq!(
+            err.objects[0].served_as,
+            ["autoscaling/v2", "autoscaling/v1"]
+        );
         let msg = err.to_string();
         assert!(msg.contains("HorizontalPodAutoscaler shop/web"), "{msg}");
         assert!(msg.contains("change apiVersion to autoscaling/v2"), "{msg}");
@@ -355,10 +379,16 @@ mod tests {
 
     #[test]
     fn unknown_kind_says_to_install_its_crd() {
-        let b = bundle("apiVersion: kubeflow.org/v1\nkind: PyTorchJob\nmetadata:\n  name: j\n  namespace: n\n");
+        let b = bundle("apiVersion: kubeflow.org/v1\nkind: PyTorchJob\nmetadata:\n  name: j\n  namespace: ns\n");
         let msg = resolve(&b, &served()).unwrap_err().to_string();
-        assert!(msg.contains("the kind kubeflow.org/v1 PyTorchJob is not served"), "{msg}");
-        assert!(msg.contains("install the component that provides PyTorchJob"), "{msg}");
+        assert!(
+            msg.contains("the kind kubeflow.org/v1 PyTorchJob is not served"),
+            "{msg}"
+        );
+        assert!(
+            msg.contains("install the component that provides PyTorchJob"),
+            "{msg}"
+        );
     }
 
     #[test]
@@ -386,7 +416,8 @@ mod tests {
 
     #[test]
     fn cluster_scoped_objects_lose_a_written_namespace() {
-        let b = bundle("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: a\n  namespace: ignored\n");
+        let b =
+            bundle("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: a\n  namespace: ignored\n");
         let t = resolve(&b, &served()).unwrap();
         assert_eq!(t[0].object.namespace, None);
     }

@@ -62,7 +62,8 @@ pub struct Phases {
 
 fn is_webhook_configuration(gk: &GroupKind) -> bool {
     gk.group == "admissionregistration.k8s.io"
-        && (gk.kind == "ValidatingWebhookConfiguration" || gk.kind == "MutatingWebhookConfiguration")
+        && (gk.kind == "ValidatingWebhookConfiguration"
+            || gk.kind == "MutatingWebhookConfiguration")
 }
 
 /// One webhook's matching criteria.
@@ -84,8 +85,10 @@ fn selector(v: &Value) -> Option<Selector> {
 }
 
 fn contains(list: &Value, want: &str) -> bool {
-    list.as_array()
-        .is_some_and(|l| l.iter().any(|x| x.as_str() == Some("*") || x.as_str() == Some(want)))
+    list.as_array().is_some_and(|l| {
+        l.iter()
+            .any(|x| x.as_str() == Some("*") || x.as_str() == Some(want))
+    })
 }
 
 impl Matcher {
@@ -117,7 +120,9 @@ impl Matcher {
                 _ => true,
             };
             let resources = rule["resources"].as_array().is_some_and(|l| {
-                l.iter().filter_map(Value::as_str).any(|x| x == "*" || x == "*/*" || x == r.plural)
+                l.iter()
+                    .filter_map(Value::as_str)
+                    .any(|x| x == "*" || x == "*/*" || x == r.plural)
             });
             op && scope
                 && resources
@@ -169,8 +174,11 @@ fn string_map(v: &Value) -> BTreeMap<String, String> {
 /// `objects[i]` is the JSON object of `targets[i]`, labels included.
 pub fn plan(bundle: &Bundle, targets: &[Target], objects: &[Value]) -> Phases {
     let mut phases = Phases::default();
-    let by_ref: BTreeMap<&ObjectRef, usize> =
-        targets.iter().enumerate().map(|(i, t)| (&t.object, i)).collect();
+    let by_ref: BTreeMap<&ObjectRef, usize> = targets
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (&t.object, i))
+        .collect();
     let ns_labels: BTreeMap<String, BTreeMap<String, String>> = targets
         .iter()
         .enumerate()
@@ -196,7 +204,10 @@ pub fn plan(bundle: &Bundle, targets: &[Target], objects: &[Value]) -> Phases {
             services: Vec::new(),
             deployments: Vec::new(),
         };
-        let webhooks = objects[pos]["webhooks"].as_array().cloned().unwrap_or_default();
+        let webhooks = objects[pos]["webhooks"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
         let mut gate_matchers = Vec::new();
         for wh in &webhooks {
             let svc = &wh["clientConfig"]["service"];
@@ -211,16 +222,20 @@ pub fn plan(bundle: &Bundle, targets: &[Target], objects: &[Value]) -> Phases {
             let Some(&svc_pos) = by_ref.get(&svc_ref) else {
                 continue;
             };
-            gate.webhooks.push(wh["name"].as_str().unwrap_or("").to_string());
+            gate.webhooks
+                .push(wh["name"].as_str().unwrap_or("").to_string());
             backends.insert(svc_pos);
             if !gate.services.contains(&svc_ref) {
                 gate.services.push(svc_ref);
             }
             let svc_selector = string_map(&objects[svc_pos]["spec"]["selector"]);
             for (dpos, d) in targets.iter().enumerate() {
-                let pod_labels = string_map(&objects[dpos]["spec"]["template"]["metadata"]["labels"]);
+                let pod_labels =
+                    string_map(&objects[dpos]["spec"]["template"]["metadata"]["labels"]);
                 let selects = !svc_selector.is_empty()
-                    && svc_selector.iter().all(|(k, v)| pod_labels.get(k) == Some(v));
+                    && svc_selector
+                        .iter()
+                        .all(|(k, v)| pod_labels.get(k) == Some(v));
                 if d.object.gk == GroupKind::new("apps", "Deployment")
                     && d.object.namespace.as_deref() == Some(ns)
                     && selects
@@ -292,14 +307,28 @@ mod tests {
             ("", "Secret", "secrets", true),
             ("", "Service", "services", true),
             ("apps", "Deployment", "deployments", true),
-            ("admissionregistration.k8s.io", "ValidatingWebhookConfiguration", "validatingwebhookconfigurations", false),
-            ("apiextensions.k8s.io", "CustomResourceDefinition", "customresourcedefinitions", false),
+            (
+                "admissionregistration.k8s.io",
+                "ValidatingWebhookConfiguration",
+                "validatingwebhookconfigurations",
+                false,
+            ),
+            (
+                "apiextensions.k8s.io",
+                "CustomResourceDefinition",
+                "customresourcedefinitions",
+                false,
+            ),
         ] {
             s.insert(
                 ApiResource {
                     group: g.into(),
                     version: "v1".into(),
-                    api_version: if g.is_empty() { "v1".into() } else { format!("{g}/v1") },
+                    api_version: if g.is_empty() {
+                        "v1".into()
+                    } else {
+                        format!("{g}/v1")
+                    },
                     kind: k.into(),
                     plural: p.into(),
                 },
@@ -366,7 +395,10 @@ metadata: {name: unknown-namespace, namespace: outside}
     fn phases_of(text: &str) -> (Vec<String>, Phases) {
         let b = Bundle::from_sources("t", [(PathBuf::from("t.yaml"), text.to_string())]).unwrap();
         let targets = resolve(&b, &served()).unwrap();
-        let objects: Vec<Value> = targets.iter().map(|t| b.objects[t.index].object.clone()).collect();
+        let objects: Vec<Value> = targets
+            .iter()
+            .map(|t| b.objects[t.index].object.clone())
+            .collect();
         let names = targets.iter().map(|t| t.object.to_string()).collect();
         (names, plan(&b, &targets, &objects))
     }
@@ -378,7 +410,10 @@ metadata: {name: unknown-namespace, namespace: outside}
     #[test]
     fn webhook_gates_only_what_it_intercepts_and_never_its_backend() {
         let (all, p) = phases_of(WEBHOOK);
-        assert_eq!(names(&all, p.namespaces.clone()), ["Namespace guarded", "Namespace free"]);
+        assert_eq!(
+            names(&all, p.namespaces.clone()),
+            ["Namespace guarded", "Namespace free"]
+        );
         assert_eq!(
             names(&all, p.main.clone()),
             [
@@ -390,12 +425,21 @@ metadata: {name: unknown-namespace, namespace: outside}
             ]
         );
         assert_eq!(p.gates.len(), 1);
-        assert_eq!(all[p.gates[0].configuration], "ValidatingWebhookConfiguration guard");
+        assert_eq!(
+            all[p.gates[0].configuration],
+            "ValidatingWebhookConfiguration guard"
+        );
         assert_eq!(p.gates[0].webhooks, ["guard.example.com"]);
-        assert_eq!(p.gates[0].deployments[0].to_string(), "Deployment guarded/guard");
+        assert_eq!(
+            p.gates[0].deployments[0].to_string(),
+            "Deployment guarded/guard"
+        );
         assert_eq!(
             names(&all, p.intercepted.iter().map(|(pos, _)| *pos)),
-            ["ConfigMap guarded/checked", "ConfigMap outside/unknown-namespace"],
+            [
+                "ConfigMap guarded/checked",
+                "ConfigMap outside/unknown-namespace"
+            ],
             "a namespace outside the bundle may match the selector: the safe side is to wait"
         );
     }
@@ -405,7 +449,7 @@ metadata: {name: unknown-namespace, namespace: outside}
         let text = "
 apiVersion: v1
 kind: ConfigMap
-metadata: {name: c, namespace: n}
+metadata: {name: c, namespace: ns}
 ---
 apiVersion: admissionregistration.k8s.io/v1
 kind: ValidatingWebhookConfiguration
@@ -422,14 +466,17 @@ spec: {group: x.test, scope: Namespaced, names: {kind: W, plural: ws}, versions:
 ---
 apiVersion: v1
 kind: Namespace
-metadata: {name: n}
+metadata: {name: ns}
 ";
         let (all, p) = phases_of(text);
-        assert_eq!(names(&all, p.crds.clone()), ["CustomResourceDefinition ws.x.test"]);
-        assert_eq!(names(&all, p.namespaces.clone()), ["Namespace n"]);
+        assert_eq!(
+            names(&all, p.crds.clone()),
+            ["CustomResourceDefinition ws.x.test"]
+        );
+        assert_eq!(names(&all, p.namespaces.clone()), ["Namespace ns"]);
         assert_eq!(
             names(&all, p.main.clone()),
-            ["ConfigMap n/c", "ValidatingWebhookConfiguration external"]
+            ["ConfigMap ns/c", "ValidatingWebhookConfiguration external"]
         );
         assert!(p.gates.is_empty() && p.intercepted.is_empty());
     }

@@ -6,11 +6,11 @@
 
 use std::future::Future;
 
-use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::runtime::wait::{conditions, Condition};
 use tokio::time::Instant;
 
@@ -34,7 +34,11 @@ pub fn deployment_available(d: &Deployment) -> bool {
         (None, Some(_)) => false,
     };
     current
-        && status.conditions.iter().flatten().any(|c| c.type_ == "Available" && c.status == "True")
+        && status
+            .conditions
+            .iter()
+            .flatten()
+            .any(|c| c.type_ == "Available" && c.status == "True")
 }
 
 /// Some endpoint of the slices is ready: `conditions.ready` true, or unset,
@@ -164,9 +168,9 @@ mod tests {
         assert!(!lease_held(&stale));
     }
 
-    #[tokio::test(start_paused = true)]
+    #[tokio::test]
     async fn until_gives_up_at_the_deadline_with_what_it_saw() {
-        let deadline = Instant::now() + std::time::Duration::from_secs(10);
+        let deadline = Instant::now() + std::time::Duration::from_secs(1);
         let mut n = 0;
         let r: Result<(), String> = until(deadline, || {
             n += 1;

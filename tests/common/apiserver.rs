@@ -55,7 +55,13 @@ pub fn bin_dir() -> PathBuf {
         .unwrap_or_else(|e| panic!("running {}: {e}", script.display()));
     assert!(out.status.success(), "{} failed", script.display());
     let stdout = String::from_utf8_lossy(&out.stdout);
-    PathBuf::from(stdout.lines().last().expect("build.sh prints the binary directory").trim())
+    PathBuf::from(
+        stdout
+            .lines()
+            .last()
+            .expect("build.sh prints the binary directory")
+            .trim(),
+    )
 }
 
 /// The harness of this test binary, started on first use.
@@ -68,7 +74,11 @@ fn start() -> TestEnv {
     let root = Path::new(env!("CARGO_TARGET_TMPDIR")).join("kfaws-apiserver");
     std::fs::create_dir_all(&root).expect("create the harness root");
     remove_stale(&root);
-    let dir = root.join(format!("{}-{}", std::process::id(), uuid::Uuid::new_v4().simple()));
+    let dir = root.join(format!(
+        "{}-{}",
+        std::process::id(),
+        uuid::Uuid::new_v4().simple()
+    ));
     let log = std::fs::File::create(format!("{}.log", dir.display())).expect("harness log file");
     let mut child = Command::new(bin_dir.join("kfaws-testenv"))
         .arg("start")
@@ -94,7 +104,10 @@ fn start() -> TestEnv {
             let log = std::fs::read_to_string(format!("{}.log", dir.display())).unwrap_or_default();
             panic!("kfaws-testenv exited with {status} before ready:\n{log}");
         }
-        assert!(started.elapsed() < Duration::from_secs(180), "kfaws-testenv not ready in 180 s");
+        assert!(
+            started.elapsed() < Duration::from_secs(180),
+            "kfaws-testenv not ready in 180 s"
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
 }
@@ -106,7 +119,10 @@ fn remove_stale(root: &Path) {
     };
     for e in entries.flatten() {
         let name = e.file_name().to_string_lossy().to_string();
-        let pid = name.split(['-', '.']).next().and_then(|p| p.parse::<u32>().ok());
+        let pid = name
+            .split(['-', '.'])
+            .next()
+            .and_then(|p| p.parse::<u32>().ok());
         if let Some(pid) = pid {
             if !Path::new(&format!("/proc/{pid}")).exists() {
                 let _ = std::fs::remove_dir_all(e.path());
@@ -120,7 +136,8 @@ impl TestEnv {
     /// A new client (each test has its own tokio runtime, and a client's
     /// connections belong to the runtime that made them).
     pub async fn client(&self) -> kube::Client {
-        let kubeconfig = kube::config::Kubeconfig::read_from(&self.ready.kubeconfig).expect("read kubeconfig");
+        let kubeconfig =
+            kube::config::Kubeconfig::read_from(&self.ready.kubeconfig).expect("read kubeconfig");
         let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
             .await
             .expect("kubeconfig to config");
