@@ -51,7 +51,8 @@ test-rust: deps ## unit, engine and end-to-end tests (against the AWS emulator a
 demo: deps build ## the main job on the embedded default: plan, apply, outputs, destroy, then data-parallel training
 	$(WITH_EMULATOR) tests/demo.sh
 
-bench: build ## benchmarks: engine (plan time, apply vs critical path), vanilla apply/destroy under the emulator's latencies, trainer (vs PyTorch, DDP scaling, latency)
+bench: deps build ## benchmarks: engine (plan time, apply vs critical path), vanilla apply/destroy under the emulator's latencies, manifest apply vs kubectl, trainer (vs PyTorch, DDP scaling, latency)
 	$(CARGO) bench -p kfaws --bench engine
 	KFAWS_BIN=$(CARGO_TARGET_DIR)/debug/kfaws $(WITH_EMULATOR) $(CARGO) bench -p kfaws --bench vanilla
+	KFAWS_TESTENV_BIN=$$(tests/apiserver/build.sh | tail -n1) $(CARGO) bench -p kfaws --bench k8s_apply
 	trainer/bench/run.sh

@@ -8,6 +8,9 @@
 //! fresh etcd + kube-apiserver in a temporary directory, stopped on drop;
 //! if the test process dies first, the harness notices and stops itself.
 //!
+//! Tests that need no harness of their own share one per test binary,
+//! [`env`], started on first use.
+//!
 //! Include it with `#[path = "common/apiserver.rs"] mod apiserver;`.
 
 #![allow(dead_code)] // each test binary uses part of this module
@@ -144,6 +147,47 @@ impl ApiServer {
             other => return format!("(no log {other})"),
         };
         std::fs::read_to_string(self.dir.path().join("env/logs").join(file)).unwrap_or_default()
+    }
+}
+
+/// The harness shared by the tests of this binary, started on first use. A
+/// static is never dropped: the harness stops itself when the test binary
+/// exits (it watches its parent process).
+pub fn env() -> &'static ApiServer {
+    static ENV: OnceLock<ApiServer> = OnceLock::new();
+    ENV.get_or_init(|| ApiServer::start(&Options::default()))
+}
+
+/// The shared harness's type, as the bench names it.
+pub type TestEnv = ApiServer;
+
+impl ApiServer {
+    /// A new admin client (each test has its own tokio runtime, and a
+    /// client's connections belong to the runtime that made them).
+    pub async fn client(&self) -> kube::Client {
+        let kubeconfig =
+            kube::config::Kubeconfig::read_from(&self.ready.kubeconfig).expect("read kubeconfig");
+        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+            .await
+            .expect("kubeconfig to config");
+        kube::Client::try_from(config).expect("client")
+    }
+
+    /// The built kubectl.
+    pub fn kubectl(&self) -> PathBuf {
+        bin_dir().join("kubectl")
+    }
+
+    /// Stops the harness and waits for it (for the shared one, which is
+    /// never dropped; benches call this).
+    pub fn stop(&self) {
+        let _ = Command::new(&self.bin)
+            .arg("stop")
+            .arg("--dir")
+            .arg(self.dir.path().join("env"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
     }
 }
 

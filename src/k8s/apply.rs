@@ -1,0 +1,842 @@
+//! Applying, pruning and destroying a bundle: the [`Applier`].
+//!
+//! Every object goes to the API server as a server-side apply
+//! (`PATCH application/apply-patch+yaml`, field manager `kfaws`, `force=true`
+//! because a bundle's objects are ours to own, `fieldValidation=Strict` so a
+//! misspelt field is an error rather than silently dropped); never a
+//! client-side apply. Phases: see [`super::phases`]. Objects within a phase
+//! are applied concurrently (at most [`ApplyOptions::concurrency`] at a
+//! time): that, and skipping unchanged objects, is what makes a bundle apply
+//! several times faster than `kubectl apply --server-side`, which sends one
+//! object after the other.
+//!
+//! Skipping unchanged objects (on by default, [`ApplyOptions::skip_unchanged`]):
+//! each object carries annotation [`MANIFEST_HASH`], the SHA-256 of the
+//! manifest kfaws applied. Before applying, kfaws lists the bundle's members
+//! (one metadata-only list per group-kind) and does not send an object whose
+//! recorded hash equals the new manifest's, whose `kfaws` apply entry in
+//! `metadata.managedFields` exists, and which no other field manager has
+//! written since (no other entry of the main resource with a time at or
+//! after kfaws's). Any edit by anyone else leaves such an entry, so drift is
+//! still re-applied; an unchanged, untouched object is what a server-side
+//! apply would leave as it is anyway.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fmt;
+use std::time::Duration;
+
+use futures::stream::{self, StreamExt};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
+use kube::core::GroupVersionKind;
+use kube::Client;
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+use tokio::time::Instant;
+
+use super::applyset::{self, ApplySet, Inventory, InventoryError, Member};
+use super::bundle::{Bundle, Origin};
+use super::delete::{self, DeleteError, DeleteReport};
+use super::discovery::{self, resolve, Served, Target, Unserved};
+use super::object::ObjectRef;
+use super::phases::{self, Gate, Phases};
+use super::retry::{self, RetryError};
+use super::wait;
+
+/// Annotation on every applied object: hex SHA-256 of the manifest applied
+/// (with the ApplySet label, without this annotation).
+pub const MANIFEST_HASH: &str = "kfaws/manifest-sha256";
+
+/// How to apply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApplyOptions {
+    /// Server-side apply field manager. Default `kfaws`.
+    pub field_manager: String,
+    /// Namespace of the ApplySet parents, created if missing and never
+    /// deleted (it may hold other bundles' parents). Default `kfaws-system`.
+    pub inventory_namespace: String,
+    /// Most API calls in flight at once. Default 16.
+    pub concurrency: usize,
+    /// Deadline for the whole apply (or destroy) of one bundle, retries and
+    /// waits included. Default 10 minutes.
+    pub timeout: Duration,
+    /// Skip objects proven unchanged (see the module docs). Default true.
+    pub skip_unchanged: bool,
+}
+
+impl Default for ApplyOptions {
+    fn default() -> Self {
+        Self {
+            field_manager: "kfaws".into(),
+            inventory_namespace: "kfaws-system".into(),
+            concurrency: 16,
+            timeout: Duration::from_secs(600),
+            skip_unchanged: true,
+        }
+    }
+}
+
+/// What happened to one object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// It was not a member of the set before (created, or adopted).
+    Created,
+    /// Applied, and the server changed it (new resourceVersion).
+    Updated,
+    /// Applied, and the server left it as it was.
+    Unchanged,
+    /// Not sent: proven unchanged (see the module docs).
+    Skipped,
+}
+
+/// The result of a successful apply.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ApplyReport {
+    /// The ApplySet id labelling every object.
+    pub applyset_id: String,
+    /// Every object of the bundle, in bundle order, with what happened to it.
+    pub objects: Vec<(ObjectRef, Outcome)>,
+    /// Members that left the bundle and were deleted.
+    pub pruned: DeleteReport,
+}
+
+impl ApplyReport {
+    /// The objects with a given outcome.
+    pub fn with(&self, outcome: Outcome) -> Vec<&ObjectRef> {
+        self.objects
+            .iter()
+            .filter(|(_, o)| *o == outcome)
+            .map(|(r, _)| r)
+            .collect()
+    }
+}
+
+/// One object that was not applied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectFailure {
+    /// The object.
+    pub object: ObjectRef,
+    /// Where it was written.
+    pub origin: Origin,
+    /// Why: the server's message, or what it waited for.
+    pub reason: String,
+}
+
+impl fmt::Display for ObjectFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({}): {}", self.object, self.origin, self.reason)
+    }
+}
+
+/// Why an apply or destroy failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ApplyError {
+    /// Objects use APIs the cluster does not serve (plan time, nothing applied).
+    #[error(transparent)]
+    Unserved(#[from] Unserved),
+    /// Discovery failed.
+    #[error("cannot discover the API server's resources: {}", retry::message(.0))]
+    Discovery(#[source] kube::Error),
+    /// The ApplySet parent could not be read or written.
+    #[error(transparent)]
+    Inventory(#[from] InventoryError),
+    /// Some objects were not applied; nothing was pruned.
+    #[error("bundle {bundle:?}: {} object(s) not applied ({applied} applied{}); nothing was pruned:\n  {}",
+        .failures.len(),
+        if *.stopped { ", later phases not started" } else { "" },
+        .failures.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n  "))]
+    Objects {
+        /// The bundle.
+        bundle: String,
+        /// What failed.
+        failures: Vec<ObjectFailure>,
+        /// How many objects were applied.
+        applied: usize,
+        /// Whether later phases were skipped.
+        stopped: bool,
+    },
+    /// Pruning or destroying failed.
+    #[error("bundle {bundle:?}: {source}")]
+    Delete {
+        /// The bundle.
+        bundle: String,
+        /// The failure.
+        #[source]
+        source: DeleteError,
+    },
+}
+
+/// Applies, prunes and destroys bundles through one client. This is the
+/// API a graph `Resource` uses: `check` at plan time, `apply` from
+/// `create`/`update`, `destroy` from `delete`:
+///
+/// ```no_run
+/// # async fn f(client: kube::Client) -> Result<(), Box<dyn std::error::Error>> {
+/// use kfaws::k8s::{Applier, Bundle};
+/// let bundle = Bundle::from_path("kubeflow", std::path::Path::new("kubeflow.yaml"))?;
+/// let applier = Applier::new(client);
+/// applier.check(&bundle).await?;              // plan time: every API served
+/// let report = applier.apply(&bundle).await?; // phased server-side apply + prune
+/// applier.destroy(&bundle).await?;            // exactly what carries the ApplySet label
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Applier {
+    client: Client,
+    options: ApplyOptions,
+}
+
+/// A bundle resolved against the cluster, ready to apply.
+struct Resolved {
+    targets: Vec<Target>,
+    objects: Vec<Value>,
+    hashes: Vec<String>,
+}
+
+impl Applier {
+    /// An applier with [`ApplyOptions::default`].
+    pub fn new(client: Client) -> Self {
+        Self::with_options(client, ApplyOptions::default())
+    }
+
+    /// An applier with the given options.
+    pub fn with_options(client: Client, options: ApplyOptions) -> Self {
+        Self { client, options }
+    }
+
+    /// The options in use.
+    pub fn options(&self) -> &ApplyOptions {
+        &self.options
+    }
+
+    /// The ApplySet of a bundle name.
+    pub fn applyset(&self, bundle: &str) -> ApplySet {
+        ApplySet::new(bundle, &self.options.inventory_namespace)
+    }
+
+    /// Plan-time check: discovery, then every object's API must be served or
+    /// defined by a CRD of the bundle. No write.
+    ///
+    /// # Errors
+    /// [`ApplyError::Unserved`] naming each object and the served versions of
+    /// its kind (case C10); [`ApplyError::Discovery`].
+    pub async fn check(&self, bundle: &Bundle) -> Result<Vec<Target>, ApplyError> {
+        let served = Served::fetch(&self.client)
+            .await
+            .map_err(ApplyError::Discovery)?;
+        Ok(resolve(bundle, &served)?)
+    }
+
+    /// Applies `bundle` in phases, then prunes the members that left it.
+    ///
+    /// # Errors
+    /// [`ApplyError::Unserved`] before anything is applied; [`ApplyError::Objects`]
+    /// listing every object not applied with the server's message or what it
+    /// waited for (nothing is pruned then); [`ApplyError::Delete`] when
+    /// pruning fails; [`ApplyError::Inventory`] for the ApplySet parent.
+    pub async fn apply(&self, bundle: &Bundle) -> Result<ApplyReport, ApplyError> {
+        let deadline = Instant::now() + self.options.timeout;
+        let served = Served::fetch(&self.client)
+            .await
+            .map_err(ApplyError::Discovery)?;
+        let targets = resolve(bundle, &served)?;
+        let set = self.applyset(&bundle.name);
+        let resolved = self.desired(bundle, targets, &set);
+        let phases = phases::plan(bundle, &resolved.targets, &resolved.objects);
+        let desired_inv = Inventory::of(resolved.targets.iter().map(|t| &t.object));
+
+        self.ensure_inventory_namespace(deadline).await?;
+        let recorded = set.read(&self.client).await?;
+        let union = recorded
+            .as_ref()
+            .map(|r| r.union(&desired_inv))
+            .unwrap_or_else(|| desired_inv.clone());
+        let live: Vec<Member> = match &recorded {
+            Some(_) => {
+                set.members(&self.client, &served, &union, self.options.concurrency)
+                    .await?
+            }
+            None => Vec::new(),
+        };
+        // Record the union before touching members, so that an interrupted
+        // apply leaves every member findable for the next prune or destroy.
+        if recorded.as_ref() != Some(&union) {
+            set.write(&self.client, &union, &self.options.field_manager)
+                .await?;
+        }
+        let live_by_ref: HashMap<&ObjectRef, &ObjectMeta> =
+            live.iter().map(|m| (&m.object, &m.meta)).collect();
+
+        let run = Run {
+            applier: self,
+            bundle,
+            resolved: &resolved,
+            live: &live_by_ref,
+            deadline,
+        };
+        let outcomes = run
+            .phases(&phases)
+            .await
+            .map_err(|(failures, applied, stopped)| ApplyError::Objects {
+                bundle: bundle.name.clone(),
+                failures,
+                applied,
+                stopped,
+            })?;
+
+        let keep: HashSet<&ObjectRef> = resolved.targets.iter().map(|t| &t.object).collect();
+        let stale: Vec<Member> = live
+            .iter()
+            .filter(|m| !keep.contains(&m.object))
+            .cloned()
+            .collect();
+        let pruned = if stale.is_empty() {
+            DeleteReport::default()
+        } else {
+            let custom =
+                delete::custom_kinds(&self.client)
+                    .await
+                    .map_err(|source| ApplyError::Delete {
+                        bundle: bundle.name.clone(),
+                        source,
+                    })?;
+            delete::delete_in_order(
+                &self.client,
+                stale,
+                &custom,
+                deadline,
+                self.options.concurrency,
+            )
+            .await
+            .map_err(|source| ApplyError::Delete {
+                bundle: bundle.name.clone(),
+                source,
+            })?
+        };
+        // Pruned namespaces left terminating still carry the label: keep
+        // recording their kind so a later destroy finds them.
+        let mut exact = desired_inv.clone();
+        if !pruned.terminating.is_empty() {
+            exact
+                .group_kinds
+                .insert(super::object::GroupKind::new("", "Namespace"));
+        }
+        if union != exact {
+            set.write(&self.client, &exact, &self.options.field_manager)
+                .await?;
+        }
+        Ok(ApplyReport {
+            applyset_id: set.id,
+            objects: resolved
+                .targets
+                .iter()
+                .zip(outcomes)
+                .map(|(t, o)| (t.object.clone(), o))
+                .collect(),
+            pruned,
+        })
+    }
+
+    /// Deletes every member of the bundle's ApplySet (found through the
+    /// group-kinds the parent records and the bundle's own), in dependency
+    /// order (see [`super::delete`]), then the parent.
+    ///
+    /// # Errors
+    /// [`ApplyError::Delete`] naming what is left and its finalizers when a
+    /// step runs out of time (case C6); [`ApplyError::Inventory`].
+    pub async fn destroy(&self, bundle: &Bundle) -> Result<DeleteReport, ApplyError> {
+        let served = Served::fetch(&self.client)
+            .await
+            .map_err(ApplyError::Discovery)?;
+        let mut hint = Inventory::default();
+        for m in &bundle.objects {
+            hint.group_kinds
+                .insert(super::object::GroupKind::new(m.group(), &m.kind));
+        }
+        self.destroy_with(&bundle.name, &served, hint).await
+    }
+
+    /// Like [`Applier::destroy`] for a bundle known only by name: deletes
+    /// the members of the group-kinds its ApplySet parent records.
+    ///
+    /// # Errors
+    /// As [`Applier::destroy`].
+    pub async fn destroy_named(&self, bundle: &str) -> Result<DeleteReport, ApplyError> {
+        let served = Served::fetch(&self.client)
+            .await
+            .map_err(ApplyError::Discovery)?;
+        self.destroy_with(bundle, &served, Inventory::default())
+            .await
+    }
+
+    async fn destroy_with(
+        &self,
+        bundle: &str,
+        served: &Served,
+        hint: Inventory,
+    ) -> Result<DeleteReport, ApplyError> {
+        let deadline = Instant::now() + self.options.timeout;
+        let set = self.applyset(bundle);
+        let recorded = set.read(&self.client).await?;
+        let inventory = recorded.map(|r| r.union(&hint)).unwrap_or(hint);
+        let members = set
+            .members(&self.client, served, &inventory, self.options.concurrency)
+            .await?;
+        let to_error = |source| ApplyError::Delete {
+            bundle: bundle.to_string(),
+            source,
+        };
+        let custom = delete::custom_kinds(&self.client).await.map_err(to_error)?;
+        let report = delete::delete_in_order(
+            &self.client,
+            members,
+            &custom,
+            deadline,
+            self.options.concurrency,
+        )
+        .await
+        .map_err(to_error)?;
+        if report.terminating.is_empty() {
+            set.delete(&self.client).await?;
+        }
+        Ok(report)
+    }
+
+    /// The objects as they will be applied: namespace resolved, ApplySet
+    /// label and manifest hash added.
+    fn desired(&self, bundle: &Bundle, targets: Vec<Target>, set: &ApplySet) -> Resolved {
+        let mut objects = Vec::with_capacity(targets.len());
+        let mut hashes = Vec::with_capacity(targets.len());
+        for t in &targets {
+            let mut o = bundle.objects[t.index].object.clone();
+            if let Some(meta) = o.get_mut("metadata").and_then(Value::as_object_mut) {
+                match &t.object.namespace {
+                    Some(ns) => {
+                        meta.insert("namespace".into(), json!(ns));
+                    }
+                    None => {
+                        meta.remove("namespace");
+                    }
+                }
+            }
+            applyset::label(&mut o, &set.id);
+            let hash = hex::encode(Sha256::digest(serde_json::to_vec(&o).unwrap_or_default()));
+            if let Some(meta) = o.get_mut("metadata").and_then(Value::as_object_mut) {
+                let annotations = meta.entry("annotations").or_insert_with(|| json!({}));
+                if !annotations.is_object() {
+                    *annotations = json!({});
+                }
+                annotations[MANIFEST_HASH] = json!(hash);
+            }
+            objects.push(o);
+            hashes.push(hash);
+        }
+        Resolved {
+            targets,
+            objects,
+            hashes,
+        }
+    }
+
+    async fn ensure_inventory_namespace(&self, deadline: Instant) -> Result<(), ApplyError> {
+        let ns = &self.options.inventory_namespace;
+        let api: Api<Namespace> = Api::all(self.client.clone());
+        let body = json!({
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {
+                "name": ns,
+                "labels": {"app.kubernetes.io/managed-by": "kfaws"},
+            },
+        });
+        let pp = PatchParams::apply(&self.options.field_manager).force();
+        retry::retry(deadline, || async {
+            api.patch(ns, &pp, &Patch::Apply(&body)).await
+        })
+        .await
+        .map_err(|e| {
+            ApplyError::Inventory(InventoryError::Api {
+                what: format!("applying the ApplySet inventory namespace {ns}"),
+                source: match e {
+                    RetryError::Failed(k) => k,
+                    RetryError::DeadlineExceeded { last } => kube::Error::Api(Box::new(
+                        kube::core::Status::failure(&last, "Timeout").with_code(504),
+                    )),
+                },
+            })
+        })?;
+        Ok(())
+    }
+}
+
+/// Whether a live object is proven unchanged (see the module docs).
+pub fn unchanged(live: &ObjectMeta, hash: &str, field_manager: &str) -> bool {
+    if live.deletion_timestamp.is_some() {
+        return false;
+    }
+    let recorded = live.annotations.as_ref().and_then(|a| a.get(MANIFEST_HASH));
+    if recorded.map(String::as_str) != Some(hash) {
+        return false;
+    }
+    let main: Vec<_> = live
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter(|e| e.subresource.as_deref().unwrap_or("").is_empty())
+        .collect();
+    let Some(ours) = main.iter().position(|e| {
+        e.manager.as_deref() == Some(field_manager) && e.operation.as_deref() == Some("Apply")
+    }) else {
+        return false;
+    };
+    let Some(since) = main[ours].time.as_ref() else {
+        return false;
+    };
+    // Times have one-second resolution: a write in the same second as ours
+    // may have come after it.
+    !main
+        .iter()
+        .enumerate()
+        .any(|(i, e)| i != ours && e.time.as_ref().is_none_or(|t| t.0 >= since.0))
+}
+
+/// One apply in progress.
+struct Run<'a> {
+    applier: &'a Applier,
+    bundle: &'a Bundle,
+    resolved: &'a Resolved,
+    live: &'a HashMap<&'a ObjectRef, &'a ObjectMeta>,
+    deadline: Instant,
+}
+
+type PhaseFailure = (Vec<ObjectFailure>, usize, bool);
+
+impl Run<'_> {
+    fn failure(&self, pos: usize, reason: String) -> ObjectFailure {
+        let t = &self.resolved.targets[pos];
+        ObjectFailure {
+            object: t.object.clone(),
+            origin: self.bundle.objects[t.index].origin.clone(),
+            reason,
+        }
+    }
+
+    async fn phases(&self, phases: &Phases) -> Result<Vec<Outcome>, PhaseFailure> {
+        let mut outcomes: BTreeMap<usize, Outcome> = BTreeMap::new();
+        let mut failures = Vec::new();
+        let stop = |failures: Vec<ObjectFailure>, outcomes: &BTreeMap<usize, Outcome>| {
+            Err((failures, outcomes.len(), true))
+        };
+
+        self.batch(&phases.crds, &mut outcomes, &mut failures).await;
+        if !failures.is_empty() {
+            return stop(failures, &outcomes);
+        }
+        self.wait_crds(&phases.crds, &mut failures).await;
+        if !failures.is_empty() {
+            return stop(failures, &outcomes);
+        }
+        for batch in [&phases.namespaces, &phases.main] {
+            self.batch(batch, &mut outcomes, &mut failures).await;
+            if !failures.is_empty() {
+                return stop(failures, &outcomes);
+            }
+        }
+
+        // Webhook backends, then their configurations, then what they intercept.
+        let ready: Vec<Result<(), String>> = stream::iter(&phases.gates)
+            .map(|g| self.wait_gate(g))
+            .buffered(self.applier.options.concurrency.max(1))
+            .collect()
+            .await;
+        let mut open = Vec::new();
+        for (gate, r) in phases.gates.iter().zip(&ready) {
+            match r {
+                Ok(()) => open.push(gate.configuration),
+                Err(why) => failures.push(self.failure(
+                    gate.configuration,
+                    format!(
+                        "not applied: the backend of its webhook(s) {} is not ready after {}s: {why}",
+                        quoted(&gate.webhooks),
+                        self.applier.options.timeout.as_secs()
+                    ),
+                )),
+            }
+        }
+        self.batch(&open, &mut outcomes, &mut failures).await;
+        let mut admitted = Vec::new();
+        for (pos, gates) in &phases.intercepted {
+            let blocked: Vec<String> = gates
+                .iter()
+                .filter_map(|&g| ready[g].as_ref().err().map(|why| (g, why)))
+                .map(|(g, why)| {
+                    let gate = &phases.gates[g];
+                    let config = &self.resolved.targets[gate.configuration].object;
+                    format!(
+                        "webhook {} ({config}) intercepts it and its backend is not ready after {}s: {why}",
+                        quoted(&gate.webhooks),
+                        self.applier.options.timeout.as_secs()
+                    )
+                })
+                .collect();
+            if blocked.is_empty() {
+                admitted.push(*pos);
+            } else {
+                failures.push(self.failure(*pos, format!("not applied: {}", blocked.join("; "))));
+            }
+        }
+        self.batch(&admitted, &mut outcomes, &mut failures).await;
+        if !failures.is_empty() {
+            let applied = outcomes.len();
+            return Err((failures, applied, false));
+        }
+        Ok(outcomes.into_values().collect())
+    }
+
+    /// Applies the objects at `positions` concurrently.
+    async fn batch(
+        &self,
+        positions: &[usize],
+        outcomes: &mut BTreeMap<usize, Outcome>,
+        failures: &mut Vec<ObjectFailure>,
+    ) {
+        let results: Vec<(usize, Result<Outcome, String>)> = stream::iter(positions)
+            .map(|&pos| async move { (pos, self.apply_one(pos).await) })
+            .buffer_unordered(self.applier.options.concurrency.max(1))
+            .collect()
+            .await;
+        for (pos, r) in results {
+            match r {
+                Ok(o) => {
+                    outcomes.insert(pos, o);
+                }
+                Err(reason) => failures.push(self.failure(pos, reason)),
+            }
+        }
+        failures.sort_by_key(|f| (f.origin.file.clone(), f.origin.document));
+    }
+
+    async fn apply_one(&self, pos: usize) -> Result<Outcome, String> {
+        let t = &self.resolved.targets[pos];
+        let before = self.live.get(&t.object);
+        if let Some(meta) = before {
+            let options = &self.applier.options;
+            if options.skip_unchanged
+                && unchanged(meta, &self.resolved.hashes[pos], &options.field_manager)
+            {
+                return Ok(Outcome::Skipped);
+            }
+        }
+        let api: Api<DynamicObject> = match &t.object.namespace {
+            Some(ns) => Api::namespaced_with(self.applier.client.clone(), ns, &t.resource),
+            None => Api::all_with(self.applier.client.clone(), &t.resource),
+        };
+        let pp = PatchParams::apply(&self.applier.options.field_manager)
+            .force()
+            .validation_strict();
+        let body = &self.resolved.objects[pos];
+        let after = retry::retry(self.deadline, || async {
+            api.patch(&t.object.name, &pp, &Patch::Apply(body)).await
+        })
+        .await
+        .map_err(|e| e.to_string())?;
+        Ok(match before {
+            None => Outcome::Created,
+            Some(meta) if meta.resource_version == after.metadata.resource_version => {
+                Outcome::Unchanged
+            }
+            Some(_) => Outcome::Updated,
+        })
+    }
+
+    /// Waits until each applied CRD is Established and each of its served
+    /// versions is served by discovery.
+    async fn wait_crds(&self, positions: &[usize], failures: &mut Vec<ObjectFailure>) {
+        let api: Api<CustomResourceDefinition> = Api::all(self.applier.client.clone());
+        let results: Vec<(usize, Result<(), String>)> = stream::iter(positions)
+            .map(|&pos| {
+                let api = api.clone();
+                async move {
+                    let name = &self.resolved.targets[pos].object.name;
+                    let established = wait::until(self.deadline, || async {
+                        match api.get(name).await {
+                            Ok(crd) if wait::crd_established(&crd) => Ok(Ok(())),
+                            Ok(_) => Ok(Err("not Established yet".to_string())),
+                            Err(e) if retry::is_transient(&e) => Ok(Err(retry::message(&e))),
+                            Err(e) => Err(retry::message(&e)),
+                        }
+                    })
+                    .await;
+                    if let Err(why) = established {
+                        return (pos, Err(format!("not Established after {}s: {why}", self.applier.options.timeout.as_secs())));
+                    }
+                    for (group, version, kind) in discovery::crd_kinds(&self.resolved.objects[pos]) {
+                        let gvk = GroupVersionKind::gvk(&group, &version, &kind);
+                        let served = wait::until(self.deadline, || async {
+                            match kube::discovery::pinned_kind(&self.applier.client, &gvk).await {
+                                Ok(_) => Ok(Ok(())),
+                                Err(e) => Ok(Err(e.to_string())),
+                            }
+                        })
+                        .await;
+                        if let Err(why) = served {
+                            return (
+                                pos,
+                                Err(format!(
+                                    "Established, but {group}/{version} {kind} is not served by discovery after {}s: {why}",
+                                    self.applier.options.timeout.as_secs()
+                                )),
+                            );
+                        }
+                    }
+                    (pos, Ok(()))
+                }
+            })
+            .buffer_unordered(self.applier.options.concurrency.max(1))
+            .collect()
+            .await;
+        for (pos, r) in results {
+            if let Err(reason) = r {
+                failures.push(self.failure(pos, reason));
+            }
+        }
+    }
+
+    /// Waits until a gate's Deployments are Available and its Services have
+    /// a ready endpoint.
+    async fn wait_gate(&self, gate: &Gate) -> Result<(), String> {
+        let client = &self.applier.client;
+        wait::until(self.deadline, || async {
+            let mut missing = Vec::new();
+            for d in &gate.deployments {
+                let ns = d.namespace.as_deref().unwrap_or("default");
+                let api: Api<Deployment> = Api::namespaced(client.clone(), ns);
+                match api.get_opt(&d.name).await {
+                    Ok(Some(dep)) if wait::deployment_available(&dep) => {}
+                    Ok(Some(dep)) if dep.status.as_ref().is_none_or(|s| s.observed_generation.is_none()) => {
+                        missing.push(format!(
+                            "{d} is not Available (no controller has reported on it: is kube-controller-manager running?)"
+                        ))
+                    }
+                    Ok(Some(_)) => missing.push(format!("{d} is not Available")),
+                    Ok(None) => missing.push(format!("{d} does not exist")),
+                    Err(e) => missing.push(format!("reading {d}: {}", retry::message(&e))),
+                }
+            }
+            for s in &gate.services {
+                let ns = s.namespace.as_deref().unwrap_or("default");
+                let api: Api<EndpointSlice> = Api::namespaced(client.clone(), ns);
+                let lp = ListParams::default().labels(&format!("kubernetes.io/service-name={}", s.name));
+                match api.list(&lp).await {
+                    Ok(list) if wait::has_ready_endpoint(&list.items) => {}
+                    Ok(_) => missing.push(format!("{s} has no ready endpoint (EndpointSlices)")),
+                    Err(e) => missing.push(format!("listing the EndpointSlices of {s}: {}", retry::message(&e))),
+                }
+            }
+            Ok(if missing.is_empty() { Ok(()) } else { Err(missing.join("; ")) })
+        })
+        .await
+    }
+}
+
+fn quoted(names: &[String]) -> String {
+    names
+        .iter()
+        .map(|n| format!("{n:?}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, Time};
+
+    fn entry(manager: &str, op: &str, secs: i64, sub: Option<&str>) -> ManagedFieldsEntry {
+        ManagedFieldsEntry {
+            manager: Some(manager.into()),
+            operation: Some(op.into()),
+            time: Some(Time(
+                k8s_openapi::jiff::Timestamp::from_second(secs).unwrap(),
+            )),
+            subresource: sub.map(str::to_string),
+            ..Default::default()
+        }
+    }
+
+    fn meta(hash: &str, entries: Vec<ManagedFieldsEntry>) -> ObjectMeta {
+        ObjectMeta {
+            annotations: Some([(MANIFEST_HASH.to_string(), hash.to_string())].into()),
+            managed_fields: Some(entries),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn unchanged_needs_the_same_hash_our_apply_and_no_later_writer() {
+        let ours = entry("kfaws", "Apply", 100, None);
+        assert!(unchanged(&meta("h", vec![ours.clone()]), "h", "kfaws"));
+        assert!(
+            !unchanged(&meta("h", vec![ours.clone()]), "other", "kfaws"),
+            "manifest changed"
+        );
+        assert!(
+            !unchanged(&meta("h", vec![]), "h", "kfaws"),
+            "no apply by kfaws"
+        );
+        assert!(
+            !unchanged(
+                &meta(
+                    "h",
+                    vec![ours.clone(), entry("kubectl-edit", "Update", 150, None)]
+                ),
+                "h",
+                "kfaws"
+            ),
+            "edited after our apply"
+        );
+        assert!(
+            !unchanged(
+                &meta(
+                    "h",
+                    vec![ours.clone(), entry("kubectl-edit", "Update", 100, None)]
+                ),
+                "h",
+                "kfaws"
+            ),
+            "edited in the same second: cannot tell, apply"
+        );
+        assert!(
+            unchanged(
+                &meta(
+                    "h",
+                    vec![entry("creator", "Update", 50, None), ours.clone()]
+                ),
+                "h",
+                "kfaws"
+            ),
+            "written before our apply"
+        );
+        assert!(
+            unchanged(
+                &meta(
+                    "h",
+                    vec![
+                        ours.clone(),
+                        entry("controller", "Update", 200, Some("status"))
+                    ]
+                ),
+                "h",
+                "kfaws"
+            ),
+            "status writes are not drift of what we apply"
+        );
+        let mut deleting = meta("h", vec![ours]);
+        deleting.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::now()));
+        assert!(!unchanged(&deleting, "h", "kfaws"));
+    }
+}

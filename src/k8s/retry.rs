@@ -1,0 +1,188 @@
+//! Which API errors are worth retrying, and the bounded retry itself.
+//!
+//! Transient (retried with exponential backoff and full jitter until the
+//! bundle's deadline): a kind that is not served yet right after its CRD was
+//! created (404 for the resource type itself), a webhook whose backend is
+//! still starting (the API server answers 500 `failed calling webhook`, with
+//! `connection refused`, `no endpoints available` or an `x509` error inside),
+//! 409 conflicts, 429 throttling (API Priority and Fairness), every 5xx,
+//! and connection errors and timeouts. Everything else (400 invalid, 403
+//! forbidden, 404 for a missing namespace, 422 rejected by validation or by a
+//! webhook that answered "denied") fails at once with the server's message:
+//! retrying would only delay the same answer.
+//!
+//! Backoff: 200 ms doubling to 5 s with jitter (`backon`'s exponential
+//! builder), the schedule client-go's retry helpers use at this scale.
+
+use std::future::Future;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use backon::{ExponentialBuilder, Retryable};
+use tokio::time::Instant;
+
+/// The backoff schedule of every retry and poll in this module tree:
+/// 200 ms doubling to 5 s, with jitter, no attempt limit (the deadline bounds it).
+pub fn schedule() -> ExponentialBuilder {
+    ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(200))
+        .with_max_delay(Duration::from_secs(5))
+        .with_factor(2.0)
+        .with_jitter()
+        .without_max_times()
+}
+
+/// Whether an API error is transient (see the module docs).
+pub fn is_transient(err: &kube::Error) -> bool {
+    match err {
+        kube::Error::Api(status) => {
+            let code = status.code;
+            let message = status.message.as_str();
+            match code {
+                409 | 429 => true,
+                500..=599 => true,
+                // The resource type is not (yet) served: the API server's
+                // generic 404 has no details naming an object.
+                404 => {
+                    status.details.as_ref().is_none_or(|d| d.name.is_empty())
+                        && message.contains("the server could not find the requested resource")
+                }
+                _ => is_webhook_starting(message),
+            }
+        }
+        kube::Error::HyperError(_) | kube::Error::Service(_) => true,
+        _ => false,
+    }
+}
+
+/// Whether a message says a webhook could not be called (as opposed to a
+/// webhook that answered and denied the request).
+pub fn is_webhook_starting(message: &str) -> bool {
+    message.contains("failed calling webhook")
+        || message.contains("connection refused")
+        || message.contains("no endpoints available")
+        || message.contains("x509:")
+}
+
+/// The server's message for an error, or the client's description.
+pub fn message(err: &kube::Error) -> String {
+    match err {
+        kube::Error::Api(status) if !status.message.is_empty() => {
+            format!("{} ({} {})", status.message, status.code, status.reason)
+        }
+        other => other.to_string(),
+    }
+}
+
+/// Why a retried call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RetryError {
+    /// A permanent error, or the last transient one when the deadline passed.
+    #[error("{}", message(.0))]
+    Failed(#[source] kube::Error),
+    /// The deadline passed; the last transient error seen.
+    #[error("still failing at the deadline; last error: {last}")]
+    DeadlineExceeded {
+        /// The last transient error's message, or that no attempt finished.
+        last: String,
+    },
+}
+
+/// Calls `op` until it succeeds, fails permanently, or `deadline` passes,
+/// sleeping [`schedule`] between transient failures.
+///
+/// # Errors
+/// [`RetryError::Failed`] with a permanent error at once;
+/// [`RetryError::DeadlineExceeded`] with the last transient error.
+pub async fn retry<T, F, Fut>(deadline: Instant, op: F) -> Result<T, RetryError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, kube::Error>>,
+{
+    let last = Mutex::new(None::<String>);
+    let attempt = op
+        .retry(schedule())
+        .sleep(tokio::time::sleep)
+        .when(is_transient)
+        .notify(|e, after| {
+            tracing::debug!("transient error, retrying in {after:?}: {}", message(e));
+            *last.lock().unwrap_or_else(|p| p.into_inner()) = Some(message(e));
+        });
+    match tokio::time::timeout_at(deadline, attempt).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(RetryError::Failed(e)),
+        Err(_) => Err(RetryError::DeadlineExceeded {
+            last: last
+                .into_inner()
+                .unwrap_or_else(|p| p.into_inner())
+                .unwrap_or_else(|| "no attempt finished before the deadline".into()),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::core::Status;
+
+    fn api(code: u16, reason: &str, message: &str) -> kube::Error {
+        kube::Error::Api(Box::new(Status::failure(message, reason).with_code(code)))
+    }
+
+    #[test]
+    fn classification_follows_the_module_rules() {
+        let transient = [
+            api(404, "NotFound", "the server could not find the requested resource"),
+            api(500, "InternalError", "Internal error occurred: failed calling webhook \"v.example.com\": failed to call webhook: Post \"https://guard.wh.svc:443/validate?timeout=10s\": dial tcp 10.0.0.7:443: connect: connection refused"),
+            api(409, "Conflict", "Operation cannot be fulfilled"),
+            api(429, "TooManyRequests", "too many requests"),
+            api(503, "ServiceUnavailable", "unavailable"),
+        ];
+        for e in &transient {
+            assert!(is_transient(e), "{e}");
+        }
+        let permanent = [
+            api(404, "NotFound", "namespaces \"missing\" not found"),
+            api(
+                422,
+                "Invalid",
+                "ConfigMap \"x\" is invalid: data: Invalid value",
+            ),
+            api(403, "Forbidden", "configmaps is forbidden"),
+            api(
+                400,
+                "BadRequest",
+                "admission webhook \"v.example.com\" denied the request: no",
+            ),
+        ];
+        for e in &permanent {
+            assert!(!is_transient(e), "{e}");
+        }
+    }
+
+    #[tokio::test]
+    async fn permanent_errors_fail_at_once_and_transient_ones_until_the_deadline() {
+        let calls = std::sync::atomic::AtomicUsize::new(0);
+        let deadline = Instant::now() + Duration::from_secs(2);
+        let err = retry(deadline, || async {
+            calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Err::<(), _>(api(422, "Invalid", "bad"))
+        })
+        .await
+        .unwrap_err();
+        assert!(matches!(err, RetryError::Failed(_)));
+        assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 1);
+
+        let err = retry(deadline, || async {
+            calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Err::<(), _>(api(503, "ServiceUnavailable", "try later"))
+        })
+        .await
+        .unwrap_err();
+        assert!(err.to_string().contains("try later"), "{err}");
+        assert!(Instant::now() >= deadline);
+        let n = calls.load(std::sync::atomic::Ordering::SeqCst);
+        // 200 ms doubling with jitter: a handful of attempts in 2 s, not a busy loop.
+        assert!(n > 2 && n < 20, "{n} attempts in 2 s of backoff");
+    }
+}

@@ -1,0 +1,470 @@
+//! Applying manifest bundles against a real kube-apiserver with etcd
+//! (tests/apiserver): phases, ApplySet prune and destroy, webhooks, removed
+//! APIs, strict YAML and finalizers (cases C6, C7, C8, C9, C10, C22).
+//!
+//! One API server serves every test of this binary; each test uses its own
+//! fixture under tests/fixtures/manifests/ with its own namespaces, CRD
+//! groups and bundle name.
+
+#[path = "common/apiserver.rs"]
+mod apiserver;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use kfaws::k8s::applyset::{self, ApplySet};
+use kfaws::k8s::bundle::BundleError;
+use kfaws::k8s::delete::DeleteError;
+use kfaws::k8s::discovery::Served;
+use kfaws::k8s::{Applier, ApplyError, ApplyOptions, Bundle, ObjectRef, Outcome};
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
+use kube::Client;
+use serde_json::json;
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/manifests")
+        .join(name)
+}
+
+fn bundle(name: &str, file: &str) -> Bundle {
+    Bundle::from_path(name, &fixture(file)).unwrap_or_else(|e| panic!("{e}"))
+}
+
+async fn client() -> Client {
+    apiserver::env().client().await
+}
+
+fn applier(client: &Client, timeout: Duration) -> Applier {
+    Applier::with_options(
+        client.clone(),
+        ApplyOptions {
+            timeout,
+            ..ApplyOptions::default()
+        },
+    )
+}
+
+/// The live object, read through its kind's preferred version.
+async fn live(client: &Client, served: &Served, o: &ObjectRef) -> Option<DynamicObject> {
+    let (ar, _) = served
+        .preferred(&o.gk)
+        .unwrap_or_else(|| panic!("{} is not served", o.gk));
+    let api: Api<DynamicObject> = match &o.namespace {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, ar),
+        None => Api::all_with(client.clone(), ar),
+    };
+    api.get_opt(&o.name).await.unwrap()
+}
+
+async fn resource_versions(client: &Client, objects: &[ObjectRef]) -> BTreeMap<ObjectRef, String> {
+    let served = Served::fetch(client).await.unwrap();
+    let mut out = BTreeMap::new();
+    for o in objects {
+        let obj = live(client, &served, o)
+            .await
+            .unwrap_or_else(|| panic!("{o} is missing"));
+        out.insert(o.clone(), obj.metadata.resource_version.unwrap());
+    }
+    out
+}
+
+/// Every object in the cluster carrying the ApplySet label `id`, of any
+/// kind, with its kind (list items carry none).
+async fn labelled(client: &Client, id: &str) -> Vec<(String, DynamicObject)> {
+    let served = Served::fetch(client).await.unwrap();
+    let lp = ListParams::default().labels(&format!("{}={id}", applyset::PART_OF));
+    let mut out = Vec::new();
+    for (ar, _) in served.listable() {
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), ar);
+        out.extend(
+            api.list(&lp)
+                .await
+                .unwrap()
+                .items
+                .into_iter()
+                .map(|o| (ar.kind.clone(), o)),
+        );
+    }
+    out
+}
+
+#[tokio::test]
+async fn c8_a_crd_and_its_instance_in_one_stream_apply_in_one_run() {
+    let client = client().await;
+    let b = bundle("c8", "c8-crd-and-instance.yaml");
+    assert_eq!(
+        b.objects[0].kind, "Gadget",
+        "the instance comes before its CRD in the stream"
+    );
+    let report = applier(&client, Duration::from_secs(120))
+        .apply(&b)
+        .await
+        .unwrap();
+    assert_eq!(report.objects.len(), 4);
+    assert!(
+        report.objects.iter().all(|(_, o)| *o == Outcome::Created),
+        "{report:?}"
+    );
+
+    let served = Served::fetch(&client).await.unwrap();
+    let gadget = report
+        .objects
+        .iter()
+        .find(|(o, _)| o.gk.kind == "Gadget")
+        .unwrap();
+    let obj = live(&client, &served, &gadget.0)
+        .await
+        .expect("the Gadget exists");
+    assert_eq!(obj.data["spec"]["size"], 3);
+    assert_eq!(
+        obj.metadata.labels.unwrap()[applyset::PART_OF],
+        report.applyset_id
+    );
+    let fm = obj.metadata.managed_fields.unwrap();
+    assert!(fm
+        .iter()
+        .any(|e| e.manager.as_deref() == Some("kfaws") && e.operation.as_deref() == Some("Apply")));
+}
+
+#[tokio::test]
+async fn reapplying_an_unchanged_bundle_changes_no_resource_version() {
+    let client = client().await;
+    let b = bundle("reapply", "reapply");
+    assert_eq!(
+        b.objects[0].kind, "Namespace",
+        "files are read in name order"
+    );
+    let first = applier(&client, Duration::from_secs(120))
+        .apply(&b)
+        .await
+        .unwrap();
+    let objects: Vec<ObjectRef> = first.objects.iter().map(|(o, _)| o.clone()).collect();
+    let before = resource_versions(&client, &objects).await;
+    let parent: Api<ConfigMap> = Api::namespaced(client.clone(), "kfaws-system");
+    let parent_rv = parent
+        .get("reapply")
+        .await
+        .unwrap()
+        .metadata
+        .resource_version;
+
+    // Every object sent again: the server itself finds nothing to change.
+    let resend = Applier::with_options(
+        client.clone(),
+        ApplyOptions {
+            skip_unchanged: false,
+            ..ApplyOptions::default()
+        },
+    );
+    let second = resend.apply(&b).await.unwrap();
+    assert!(
+        second.objects.iter().all(|(_, o)| *o == Outcome::Unchanged),
+        "{second:?}"
+    );
+    assert_eq!(resource_versions(&client, &objects).await, before);
+
+    // The default skips what it proves unchanged, with the same end state.
+    let third = applier(&client, Duration::from_secs(120))
+        .apply(&b)
+        .await
+        .unwrap();
+    assert!(
+        third.objects.iter().all(|(_, o)| *o == Outcome::Skipped),
+        "{third:?}"
+    );
+    assert_eq!(resource_versions(&client, &objects).await, before);
+    assert_eq!(
+        parent
+            .get("reapply")
+            .await
+            .unwrap()
+            .metadata
+            .resource_version,
+        parent_rv
+    );
+    assert!(second.pruned.deleted.is_empty() && third.pruned.deleted.is_empty());
+}
+
+#[tokio::test]
+async fn an_object_edited_by_someone_else_is_reapplied_not_skipped() {
+    let client = client().await;
+    let b = Bundle::from_sources(
+        "drift",
+        [(
+            PathBuf::from("drift.yaml"),
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: drift, namespace: default}\ndata: {mode: fast}\n"
+                .to_string(),
+        )],
+    )
+    .unwrap();
+    let a = applier(&client, Duration::from_secs(60));
+    a.apply(&b).await.unwrap();
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    api.patch(
+        "drift",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"data": {"mode": "slow"}})),
+    )
+    .await
+    .unwrap();
+    let report = a.apply(&b).await.unwrap();
+    assert_eq!(report.objects[0].1, Outcome::Updated);
+    assert_eq!(
+        api.get("drift").await.unwrap().data.unwrap()["mode"],
+        "fast"
+    );
+}
+
+#[tokio::test]
+async fn an_object_removed_from_the_bundle_is_pruned() {
+    let client = client().await;
+    let full = bundle("prune", "prune.yaml");
+    let a = applier(&client, Duration::from_secs(120));
+    a.apply(&full).await.unwrap();
+
+    // Drop one ConfigMap, and the only Secret (its kind leaves the bundle too).
+    let mut smaller = full.clone();
+    smaller
+        .objects
+        .retain(|m| m.name != "leaving" && m.kind != "Secret");
+    let report = a.apply(&smaller).await.unwrap();
+    let mut pruned: Vec<String> = report
+        .pruned
+        .deleted
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    pruned.sort();
+    assert_eq!(
+        pruned,
+        ["ConfigMap prune/leaving", "Secret prune/only-secret"]
+    );
+
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "prune");
+    assert!(cms.get_opt("leaving").await.unwrap().is_none());
+    assert!(cms.get_opt("staying").await.unwrap().is_some());
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(client.clone(), "prune");
+    assert!(secrets.get_opt("only-secret").await.unwrap().is_none());
+    let parent: Api<ConfigMap> = Api::namespaced(client.clone(), "kfaws-system");
+    let annotations = parent
+        .get("prune")
+        .await
+        .unwrap()
+        .metadata
+        .annotations
+        .unwrap();
+    assert_eq!(
+        annotations[applyset::CONTAINS_GROUP_KINDS],
+        "ConfigMap,Namespace"
+    );
+}
+
+#[tokio::test]
+async fn destroy_leaves_no_object_with_the_applyset_label() {
+    let client = client().await;
+    let b = bundle("destroy", "destroy.yaml");
+    let a = applier(&client, Duration::from_secs(120));
+    let applied = a.apply(&b).await.unwrap();
+    assert_eq!(
+        labelled(&client, &applied.applyset_id).await.len(),
+        b.objects.len()
+    );
+
+    let report = a.destroy(&b).await.unwrap();
+    assert_eq!(report.deleted.len(), b.objects.len() - 1, "{report:?}");
+    // The harness runs no namespace controller: the namespace is deleted
+    // (Terminating) and reported as not waited for.
+    assert_eq!(report.terminating, ["destroy"]);
+    let left = labelled(&client, &applied.applyset_id).await;
+    assert_eq!(left.len(), 1, "{left:?}");
+    assert_eq!(left[0].0, "Namespace");
+    assert!(
+        left[0].1.metadata.deletion_timestamp.is_some(),
+        "the namespace is terminating"
+    );
+    let ns: Api<Namespace> = Api::all(client.clone());
+    assert_eq!(
+        ns.get("destroy")
+            .await
+            .unwrap()
+            .status
+            .unwrap()
+            .phase
+            .as_deref(),
+        Some("Terminating")
+    );
+}
+
+#[tokio::test]
+async fn c7_a_webhook_without_endpoints_blocks_only_what_it_intercepts_and_is_named() {
+    let client = client().await;
+    let b = bundle("c7", "c7-webhook.yaml");
+    let timeout = Duration::from_secs(6);
+    let started = Instant::now();
+    let err = applier(&client, timeout).apply(&b).await.unwrap_err();
+    let waited = started.elapsed();
+    assert!(
+        waited >= timeout && waited < timeout * 5,
+        "bounded wait, took {waited:?}"
+    );
+    let ApplyError::Objects { failures, .. } = &err else {
+        panic!("expected object failures, got {err}");
+    };
+    let failed: Vec<String> = failures.iter().map(|f| f.object.to_string()).collect();
+    assert_eq!(
+        failed,
+        [
+            "ValidatingWebhookConfiguration c7-guard",
+            "ConfigMap c7-guarded/blocked"
+        ]
+    );
+    let blocked = &failures[1].reason;
+    assert!(
+        blocked.contains("webhook \"guard.c7.kfaws.test\" (ValidatingWebhookConfiguration c7-guard) intercepts it"),
+        "{blocked}"
+    );
+    assert!(blocked.contains("Service c7-guarded/guard"), "{blocked}");
+
+    let served = Served::fetch(&client).await.unwrap();
+    for applied in [
+        "ConfigMap c7-free/allowed",
+        "Secret c7-guarded/not-intercepted",
+        "Deployment c7-guarded/guard",
+        "Service c7-guarded/guard",
+    ] {
+        let (kind, rest) = applied.split_once(' ').unwrap();
+        let (ns, name) = rest.split_once('/').unwrap();
+        let group = if kind == "Deployment" { "apps" } else { "" };
+        let o = ObjectRef {
+            gk: kfaws::k8s::GroupKind::new(group, kind),
+            namespace: Some(ns.into()),
+            name: name.into(),
+        };
+        assert!(
+            live(&client, &served, &o).await.is_some(),
+            "{applied} was applied"
+        );
+    }
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "c7-guarded");
+    assert!(cms.get_opt("blocked").await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn c10_a_removed_api_version_fails_before_anything_is_applied() {
+    let client = client().await;
+    let b = bundle("c10", "c10-removed-api.yaml");
+    let a = applier(&client, Duration::from_secs(60));
+    let err = a.check(&b).await.unwrap_err();
+    assert!(matches!(err, ApplyError::Unserved(_)), "{err}");
+    let err = a.apply(&b).await.unwrap_err();
+    let msg = err.to_string();
+    assert!(msg.contains("HorizontalPodAutoscaler c10/web"), "{msg}");
+    assert!(msg.contains("c10-removed-api.yaml document 3"), "{msg}");
+    assert!(
+        msg.contains("autoscaling/v2beta2 HorizontalPodAutoscaler is not served"),
+        "{msg}"
+    );
+    assert!(msg.contains("change apiVersion to autoscaling/v2"), "{msg}");
+    let ns: Api<Namespace> = Api::all(client.clone());
+    assert!(
+        ns.get_opt("c10").await.unwrap().is_none(),
+        "nothing applied"
+    );
+    let parent: Api<ConfigMap> = Api::namespaced(client.clone(), "kfaws-system");
+    assert!(
+        parent.get_opt("c10").await.unwrap().is_none(),
+        "no inventory written"
+    );
+}
+
+#[tokio::test]
+async fn c9_a_kind_no_crd_defines_is_an_error_naming_it() {
+    let client = client().await;
+    let b = bundle("c9", "c9-unserved-kind.yaml");
+    let msg = applier(&client, Duration::from_secs(60))
+        .check(&b)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(msg.contains("PyTorchJob default/mnist"), "{msg}");
+    assert!(
+        msg.contains("the kind kubeflow.org/v1 PyTorchJob is not served"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn c22_a_duplicate_key_fails_with_its_line() {
+    let err = Bundle::from_path("c22", &fixture("c22-duplicate-key.yaml")).unwrap_err();
+    assert!(
+        matches!(err, BundleError::DuplicateKey { line: 8, .. }),
+        "{err:?}"
+    );
+    let msg = err.to_string();
+    assert!(msg.contains("c22-duplicate-key.yaml:8:"), "{msg}");
+    assert!(msg.contains("duplicate key \"apiVersion\""), "{msg}");
+}
+
+#[tokio::test]
+async fn c6_destroy_names_the_object_and_the_finalizer_holding_it() {
+    let client = client().await;
+    let b = bundle("c6", "c6-finalizer.yaml");
+    let a = applier(&client, Duration::from_secs(5));
+    applier(&client, Duration::from_secs(120))
+        .apply(&b)
+        .await
+        .unwrap();
+
+    let err = a.destroy(&b).await.unwrap_err();
+    let ApplyError::Delete {
+        source: DeleteError::StillPresent {
+            step, remaining, ..
+        },
+        ..
+    } = &err
+    else {
+        panic!("expected a deletion timeout, got {err}");
+    };
+    assert_eq!(*step, "custom resources");
+    assert_eq!(remaining.len(), 1);
+    assert_eq!(
+        remaining[0].to_string(),
+        "Sprocket c6/held (finalizers: c6.kfaws.test/cleanup)"
+    );
+    assert!(
+        err.to_string()
+            .contains("Sprocket c6/held (finalizers: c6.kfaws.test/cleanup)"),
+        "{err}"
+    );
+    // Custom resources go before their controllers: the controller is still there.
+    let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
+        Api::namespaced(client.clone(), "c6");
+    assert!(deployments
+        .get_opt("sprocket-controller")
+        .await
+        .unwrap()
+        .is_some());
+    // The ApplySet parent stays, so a later destroy finds the rest.
+    let set = ApplySet::new("c6", "kfaws-system");
+    assert!(set.read(&client).await.unwrap().is_some());
+
+    // With the finalizer removed (what its controller would do), destroy completes.
+    let served = Served::fetch(&client).await.unwrap();
+    let (ar, _) = served.get("c6.kfaws.test", "v1", "Sprocket").unwrap();
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), "c6", ar);
+    api.patch(
+        "held",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .unwrap();
+    let report = applier(&client, Duration::from_secs(60))
+        .destroy(&b)
+        .await
+        .unwrap();
+    assert_eq!(report.terminating, ["c6"]);
+}
