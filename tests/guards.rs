@@ -193,7 +193,11 @@ async fn a_bucket_with_objects_stops_destroy_before_anything_is_deleted() {
         before.iter().all(|(_, s)| s == "CREATE_COMPLETE"),
         "{before:?}"
     );
-    assert_eq!(before.len(), 3);
+    assert_eq!(
+        before.len(),
+        4,
+        "network, iam, storage and irsa stacks: {before:?}"
+    );
     assert!(
         !aws.mutating_calls()
             .iter()
@@ -320,7 +324,11 @@ async fn something_foreign_in_the_vpc_is_reported_by_id_before_anything_is_delet
     );
     assert!(err.contains("nothing was deleted"), "{err}");
     assert_eq!(d.live_stacks().await, before);
-    assert_eq!(before.len(), 3);
+    assert_eq!(
+        before.len(),
+        4,
+        "network, iam, storage and irsa stacks: {before:?}"
+    );
     assert!(
         !aws.mutating_calls()
             .iter()
