@@ -501,23 +501,7 @@ async fn a_template_edited_outside_kfaws_is_drift_and_apply_restores_it() {
     cfn.update_stack()
         .stack_name(&name)
         .template_body(edited)
-        .set_parameters(Some(
-            cfn.describe_stacks()
-                .stack_name(&name)
-                .send()
-                .await
-                .unwrap()
-                .stacks()[0]
-                .parameters()
-                .iter()
-                .map(|p| {
-                    aws_sdk_cloudformation::types::Parameter::builder()
-                        .parameter_key(p.parameter_key().unwrap())
-                        .use_previous_value(true)
-                        .build()
-                })
-                .collect(),
-        ))
+        .set_parameters(Some(previous_parameters(&cfn, &name).await))
         .capabilities(aws_sdk_cloudformation::types::Capability::CapabilityNamedIam)
         .send()
         .await

@@ -247,6 +247,16 @@ pub enum PlanError {
     },
 }
 
+/// `address: message` pairs on one line, for the errors of steps that run
+/// for every resource and report all failures together.
+fn render_failures(failures: &[(Address, String)]) -> String {
+    failures
+        .iter()
+        .map(|(a, m)| format!("{a}: {m}"))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
 /// Inputs of [`make_plan`].
 pub struct PlanRequest<'a> {
     /// The validated config.

@@ -15,18 +15,10 @@ use crate::state::State;
 
 /// Updates the service refused, by address.
 #[derive(Debug, thiserror::Error)]
-#[error("the planned update was refused for {}", render(.failures))]
+#[error("the planned update was refused for {}", super::render_failures(.failures))]
 pub struct PreviewError {
     /// `(address, message)` for each refused update.
     pub failures: Vec<(Address, String)>,
-}
-
-fn render(failures: &[(Address, String)]) -> String {
-    failures
-        .iter()
-        .map(|(a, m)| format!("{a}: {m}"))
-        .collect::<Vec<_>>()
-        .join("; ")
 }
 
 /// Fills [`Change::details`] of every update in `changes`.

@@ -11,18 +11,10 @@ use crate::state::State;
 
 /// Reads that failed, by address.
 #[derive(Debug, thiserror::Error)]
-#[error("refresh failed for {}", render(.failures))]
+#[error("refresh failed for {}", super::render_failures(.failures))]
 pub struct RefreshError {
     /// `(address, message)` for each failed read.
     pub failures: Vec<(Address, String)>,
-}
-
-fn render(failures: &[(Address, String)]) -> String {
-    failures
-        .iter()
-        .map(|(a, m)| format!("{a}: {m}"))
-        .collect::<Vec<_>>()
-        .join("; ")
 }
 
 /// Reads every resource in `state` through its handle in parallel.

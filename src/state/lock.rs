@@ -260,8 +260,19 @@ pub fn force_unlock(state_dir: &Path, deployment: &str, id: &str) -> Result<Lock
 mod tests {
     use super::*;
 
+    /// `release_held` releases every lock this process holds, including
+    /// those of tests running beside it: tests that take locks run one at a time.
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    fn serial() -> std::sync::MutexGuard<'static, ()> {
+        SERIAL
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     #[test]
     fn second_acquire_fails_naming_the_holder_and_release_frees_it() {
+        let _serial = serial();
         let dir = tempfile::tempdir().unwrap();
         let held = StateLock::acquire(dir.path(), "ml", "apply").unwrap();
         let err = StateLock::acquire(dir.path(), "ml", "destroy").unwrap_err();
@@ -284,6 +295,7 @@ mod tests {
 
     #[test]
     fn release_held_removes_this_process_locks_only() {
+        let _serial = serial();
         let dir = tempfile::tempdir().unwrap();
         let ours = StateLock::acquire(dir.path(), "held", "apply").unwrap();
         release_held();
@@ -293,6 +305,7 @@ mod tests {
 
     #[test]
     fn locks_are_per_deployment() {
+        let _serial = serial();
         let dir = tempfile::tempdir().unwrap();
         let _a = StateLock::acquire(dir.path(), "a", "apply").unwrap();
         let _b = StateLock::acquire(dir.path(), "b", "apply").unwrap();
@@ -300,6 +313,7 @@ mod tests {
 
     #[test]
     fn unlock_needs_the_matching_id_and_leaves_a_newer_lock_alone() {
+        let _serial = serial();
         let dir = tempfile::tempdir().unwrap();
         let stale = StateLock::acquire(dir.path(), "ml", "apply").unwrap();
         let id = stale.info().id.to_string();
@@ -326,6 +340,7 @@ mod tests {
 
     #[test]
     fn a_lock_left_by_a_dead_process_says_so() {
+        let _serial = serial();
         let dir = tempfile::tempdir().unwrap();
         let lock = StateLock::acquire(dir.path(), "ml", "apply").unwrap();
         let mut info = lock.info().clone();
