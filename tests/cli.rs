@@ -545,6 +545,11 @@ fn control(path: &str, method: &str, body: &str) -> String {
 
 /// CreateStack calls that reached moto (not faulted) in this account.
 fn stacks_created(d: &Deployment) -> u64 {
+    calls(d, "CreateStack")
+}
+
+/// Calls of `operation` in the deployment's account that reached moto (not faulted).
+fn calls(d: &Deployment, operation: &str) -> u64 {
     let calls: serde_json::Value = serde_json::from_str(&control(
         &format!("calls?account_id={}", d.account),
         "GET",
@@ -555,32 +560,36 @@ fn stacks_created(d: &Deployment) -> u64 {
         .as_array()
         .unwrap()
         .iter()
-        .filter(|c| c["operation"] == "CreateStack")
+        .filter(|c| c["operation"] == operation)
         .map(|c| c["calls"].as_u64().unwrap() - c["faulted"].as_u64().unwrap())
         .sum()
 }
 
 #[tokio::test]
-async fn apply_and_destroy_finish_with_20_percent_of_calls_throttled_or_failing() {
+async fn apply_and_destroy_finish_with_20_percent_of_calls_of_every_service_throttled_or_failing() {
     let d = Deployment::new();
-    for (service, kind) in [
-        ("cloudformation", "throttle"),
-        ("cloudformation", "server_error"),
-        ("sts", "throttle"),
-        ("sts", "server_error"),
-    ] {
-        control(
-            "faults",
-            "POST",
-            &format!(
-                r#"{{"service":"{service}","operation":"*","kind":"{kind}","probability":0.1,"count":null,"account_id":"{}"}}"#,
-                d.account
-            ),
-        );
+    for service in ["cloudformation", "sts", "eks", "iam", "ec2", "s3"] {
+        for kind in ["throttle", "server_error"] {
+            control(
+                "faults",
+                "POST",
+                &format!(
+                    r#"{{"service":"{service}","operation":"*","kind":"{kind}","probability":0.1,"count":null,"account_id":"{}"}}"#,
+                    d.account
+                ),
+            );
+        }
     }
     d.stdout(&["apply", "--auto-approve"]);
     d.kfaws(&["plan", "--detailed-exitcode"]).assert().code(0);
     assert_eq!(stacks_created(&d), 4, "every stack created exactly once");
+    for operation in [
+        "CreateCluster",
+        "CreateNodegroup",
+        "CreateOpenIDConnectProvider",
+    ] {
+        assert_eq!(calls(&d, operation), 1, "{operation} reached AWS once");
+    }
     d.stdout(&["destroy", "--auto-approve"]);
     assert!(d.live_stacks().await.is_empty());
     let faults: serde_json::Value = serde_json::from_str(&control("faults", "GET", "")).unwrap();
