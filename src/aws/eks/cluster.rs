@@ -31,7 +31,9 @@ use aws_sdk_eks::types::{
 use aws_sdk_eks::Client;
 use serde_json::{json, Value};
 
-use super::{code, foreign, is_not_found, owned, tags, wait_for_update, Tolerance};
+use super::{
+    code, describe_issues, foreign, is_not_found, owned, tags, wait_for_update, Tolerance,
+};
 use crate::address::Address;
 use crate::aws::error_message;
 use crate::aws::wait::{wait_until, Backoff, Poll};
@@ -192,32 +194,18 @@ impl ClusterResource {
             };
             match cluster.status() {
                 Some(ClusterStatus::Active) => Poll::Ready(cluster),
-                Some(ClusterStatus::Failed) => {
-                    let issues: Vec<String> = cluster
-                        .health()
-                        .map(|h| {
-                            h.issues()
-                                .iter()
-                                .map(|i| {
-                                    format!(
-                                        "{}: {}",
-                                        i.code().map_or("?", |c| c.as_str()),
-                                        i.message().unwrap_or("no message")
-                                    )
-                                })
-                                .collect()
-                        })
-                        .unwrap_or_default();
-                    Poll::Failed(format!(
-                        "cluster {} is FAILED: {}",
-                        self.name,
-                        if issues.is_empty() {
-                            "EKS reports no health issue".to_string()
-                        } else {
-                            issues.join("; ")
-                        }
-                    ))
-                }
+                Some(ClusterStatus::Failed) => Poll::Failed(format!(
+                    "cluster {} is FAILED: {}",
+                    self.name,
+                    describe_issues(
+                        cluster
+                            .health()
+                            .map(|h| h.issues())
+                            .unwrap_or_default()
+                            .iter()
+                            .map(|i| (i.code().map(|c| c.as_str()), i.message()))
+                    )
+                )),
                 Some(ClusterStatus::Deleting) => {
                     Poll::Failed(format!("cluster {} is being deleted", self.name))
                 }

@@ -71,6 +71,28 @@ pub fn is_not_found<E: ProvideErrorMetadata, R>(e: &SdkError<E, R>) -> bool {
     code(e) == Some("ResourceNotFoundException")
 }
 
+/// EKS health issues (`Cluster.health.issues`, `Nodegroup.health.issues`) as
+/// `CODE: message; ...`, or a sentence saying EKS reports none.
+pub fn describe_issues<'a>(
+    issues: impl IntoIterator<Item = (Option<&'a str>, Option<&'a str>)>,
+) -> String {
+    let issues: Vec<String> = issues
+        .into_iter()
+        .map(|(code, message)| {
+            format!(
+                "{}: {}",
+                code.unwrap_or("?"),
+                message.unwrap_or("no message")
+            )
+        })
+        .collect();
+    if issues.is_empty() {
+        "EKS reports no health issue".to_string()
+    } else {
+        issues.join("; ")
+    }
+}
+
 /// A wait that tolerates a few failed polls in a row (after the SDK's own
 /// retries): a throttled or failing `Describe*` is no reason to give up on
 /// a cluster that takes ten minutes.

@@ -42,7 +42,9 @@ use aws_sdk_eks::types::{
 };
 use serde_json::{json, Value};
 
-use super::{code, foreign, is_not_found, owned, tags, wait_for_update, Tolerance};
+use super::{
+    code, describe_issues, foreign, is_not_found, owned, tags, wait_for_update, Tolerance,
+};
 use crate::address::Address;
 use crate::aws::error_message;
 use crate::aws::stack::{DEPLOYMENT_TAG, LINEAGE_TAG};
@@ -194,33 +196,19 @@ impl NodegroupResource {
                     s @ (NodegroupStatus::CreateFailed
                     | NodegroupStatus::DeleteFailed
                     | NodegroupStatus::Deleting),
-                ) => {
-                    let issues: Vec<String> = group
-                        .health()
-                        .map(|h| {
-                            h.issues()
-                                .iter()
-                                .map(|i| {
-                                    format!(
-                                        "{}: {}",
-                                        i.code().map_or("?", |c| c.as_str()),
-                                        i.message().unwrap_or("no message")
-                                    )
-                                })
-                                .collect()
-                        })
-                        .unwrap_or_default();
-                    Poll::Failed(format!(
-                        "{} is {}: {}",
-                        self.what(),
-                        s.as_str(),
-                        if issues.is_empty() {
-                            "EKS reports no health issue".to_string()
-                        } else {
-                            issues.join("; ")
-                        }
-                    ))
-                }
+                ) => Poll::Failed(format!(
+                    "{} is {}: {}",
+                    self.what(),
+                    s.as_str(),
+                    describe_issues(
+                        group
+                            .health()
+                            .map(|h| h.issues())
+                            .unwrap_or_default()
+                            .iter()
+                            .map(|i| (i.code().map(|c| c.as_str()), i.message()))
+                    )
+                )),
                 other => Poll::Pending(other.map_or("UNKNOWN", |s| s.as_str()).to_string()),
             }
         })
