@@ -277,12 +277,20 @@ async fn leftover_enis_and_load_balancer_groups_of_the_cluster_are_removed_befor
         .unwrap();
     let cni = eni(&aws, &subnet, &nfs).await;
     let lb_eni = eni(&aws, &subnet, &lb).await;
+    // One with the cluster's own security group, which goes with the cluster
+    // before the network is destroyed (case C4).
+    let cluster_sg = d.output("eks.cluster", "cluster_security_group_id");
+    let cluster_eni = eni(&aws, &subnet, &cluster_sg).await;
 
     d.kfaws(&["plan", "--destroy"]).assert().success();
     let out = d.stdout(&["destroy", "--auto-approve"]);
     assert!(out.contains("Destroy complete!"), "{out}");
     let left = aws.leftovers().await;
-    assert_eq!(left, Vec::<String>::new(), "{cni} {lb_eni} {lb}");
+    assert_eq!(
+        left,
+        Vec::<String>::new(),
+        "{cni} {lb_eni} {cluster_eni} {lb}"
+    );
 }
 
 #[tokio::test]

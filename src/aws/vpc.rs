@@ -212,9 +212,12 @@ pub fn classify(survey: &Survey, ours: &BTreeSet<String>, cluster: &str) -> Find
             continue;
         }
         let of_cluster = tagged(&eni.tags) || eni.groups.iter().any(|g| cluster_groups.contains(g));
-        // Every group of the interface is already gone: a service keeps it
-        // for a resource whose stack lost its group in a failed delete (an
-        // EFS mount target of the storage stack); it goes with that resource.
+        // Every group of the interface is already gone. In use, a service
+        // keeps it for a resource whose stack lost its group in a failed
+        // delete (an EFS mount target of the storage stack): it goes with that
+        // resource. Detached (`available`), nothing owns it any more (e.g. one
+        // left with the cluster's security group, which went with the
+        // cluster): nothing would ever remove it, so it is removed.
         let orphaned = !eni.groups.is_empty()
             && eni
                 .groups
@@ -227,6 +230,7 @@ pub fn classify(survey: &Survey, ours: &BTreeSet<String>, cluster: &str) -> Find
         };
         match (of_cluster, eni.status.as_str()) {
             (true, "available") => f.remove_enis.push(eni.id.clone()),
+            (false, "available") if orphaned => f.remove_enis.push(eni.id.clone()),
             (true, _) => f.waiting.push(item),
             (false, _) if orphaned => f.waiting.push(item),
             (false, _) => f.blockers.push(item),
@@ -712,6 +716,24 @@ mod tests {
         });
         let f = classify(&s, &ours(), "ml");
         assert!(f.waiting.iter().any(|i| i.id == "i-node"));
+        assert!(f.blockers.is_empty());
+    }
+
+    #[test]
+    fn a_detached_interface_whose_groups_are_all_gone_is_removed_an_attached_one_waits() {
+        let mut s = survey();
+        // Its group (the cluster's) went with the cluster.
+        s.enis
+            .push(eni("eni-left", "available", &["sg-cluster-gone"], &[]));
+        s.enis
+            .push(eni("eni-mount", "in-use", &["sg-stack-gone"], &[]));
+        let f = classify(&s, &ours(), "ml");
+        assert!(
+            f.remove_enis.iter().any(|e| e == "eni-left"),
+            "{:?}",
+            f.remove_enis
+        );
+        assert!(f.waiting.iter().any(|i| i.id == "eni-mount"));
         assert!(f.blockers.is_empty());
     }
 }
