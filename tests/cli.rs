@@ -488,24 +488,10 @@ async fn a_template_edited_outside_kfaws_is_drift_and_apply_restores_it() {
     d.stdout(&["apply", "--auto-approve", "--target", "stack.iam"]);
     let cfn = d.cloudformation().await;
     let name = format!("kfaws-{}-iam", d.name);
-    let ours = cfn
-        .get_template()
-        .stack_name(&name)
-        .send()
-        .await
-        .unwrap()
-        .template_body()
-        .unwrap()
-        .to_string();
-    let edited = format!("{ours}\n  Extra:\n    Value: added by hand\n");
-    cfn.update_stack()
-        .stack_name(&name)
-        .template_body(edited)
-        .set_parameters(Some(previous_parameters(&cfn, &name).await))
-        .capabilities(aws_sdk_cloudformation::types::Capability::CapabilityNamedIam)
-        .send()
-        .await
-        .unwrap();
+    update_template_by_hand(&cfn, &name, |ours| {
+        format!("{ours}\n  Extra:\n    Value: added by hand\n")
+    })
+    .await;
     let plan = d.stdout(&["plan", "--target", "stack.iam"]);
     assert!(
         plan.contains("drift: changed outside kfaws: template_sha256"),
@@ -694,28 +680,14 @@ async fn a_stack_update_is_planned_and_applied_through_a_change_set() {
     let cfn = d.cloudformation().await;
     let stack = format!("kfaws-{}-iam", d.name);
     // Someone adds a resource to our stack by hand.
-    let ours = cfn
-        .get_template()
-        .stack_name(&stack)
-        .send()
-        .await
-        .unwrap()
-        .template_body()
-        .unwrap()
-        .to_string();
-    let edited = ours.replacen(
-        "\nResources:\n",
-        "\nResources:\n  HandMade:\n    Type: AWS::SNS::Topic\n",
-        1,
-    );
-    cfn.update_stack()
-        .stack_name(&stack)
-        .template_body(edited)
-        .set_parameters(Some(previous_parameters(&cfn, &stack).await))
-        .capabilities(aws_sdk_cloudformation::types::Capability::CapabilityNamedIam)
-        .send()
-        .await
-        .unwrap();
+    update_template_by_hand(&cfn, &stack, |ours| {
+        ours.replacen(
+            "\nResources:\n",
+            "\nResources:\n  HandMade:\n    Type: AWS::SNS::Topic\n",
+            1,
+        )
+    })
+    .await;
     let plan = d.stdout(&["plan", "--target", "stack.iam"]);
     assert!(
         plan.contains("resource changes:\n        - HandMade (AWS::SNS::Topic)"),
@@ -791,6 +763,32 @@ async fn a_stack_update_is_planned_and_applied_through_a_change_set() {
         .assert()
         .code(0);
     d.stdout(&["destroy", "--auto-approve"]);
+}
+
+/// Updates `stack` outside kfaws with its own template passed through
+/// `edit`, keeping every parameter.
+async fn update_template_by_hand(
+    cfn: &aws_sdk_cloudformation::Client,
+    stack: &str,
+    edit: impl FnOnce(&str) -> String,
+) {
+    let ours = cfn
+        .get_template()
+        .stack_name(stack)
+        .send()
+        .await
+        .unwrap()
+        .template_body()
+        .unwrap()
+        .to_string();
+    cfn.update_stack()
+        .stack_name(stack)
+        .template_body(edit(&ours))
+        .set_parameters(Some(previous_parameters(cfn, stack).await))
+        .capabilities(aws_sdk_cloudformation::types::Capability::CapabilityNamedIam)
+        .send()
+        .await
+        .unwrap();
 }
 
 /// Every parameter of `stack` with `UsePreviousValue`.
