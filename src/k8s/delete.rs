@@ -39,23 +39,61 @@ use super::wait;
 pub struct Remaining {
     /// The object.
     pub object: ObjectRef,
-    /// Its `metadata.finalizers`: what holds it.
+    /// Its `metadata.finalizers` (for a namespace also `spec.finalizers`):
+    /// what holds it.
     pub finalizers: Vec<String>,
+    /// For a namespace, what the namespace controller reports still holds
+    /// it: the messages of its `NamespaceContentRemaining` and
+    /// `NamespaceFinalizersRemaining` conditions (Kubernetes API reference,
+    /// NamespaceCondition), e.g. "Some content in the namespace has
+    /// finalizers remaining: x.test/cleanup in 1 resource instances".
+    pub conditions: Vec<String>,
 }
 
 impl fmt::Display for Remaining {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.finalizers.is_empty() {
-            write!(f, "{} (no finalizers)", self.object)
+            write!(f, "{} (no finalizers", self.object)?;
         } else {
             write!(
                 f,
-                "{} (finalizers: {})",
+                "{} (finalizers: {}",
                 self.object,
                 self.finalizers.join(", ")
-            )
+            )?;
         }
+        for c in &self.conditions {
+            write!(f, "; {c}")?;
+        }
+        f.write_str(")")
     }
+}
+
+/// What holds a namespace being deleted: its finalizers (metadata and
+/// spec) and the namespace controller's conditions naming what remains.
+async fn namespace_holders(client: &Client, name: &str) -> Option<(Vec<String>, Vec<String>)> {
+    use k8s_openapi::api::core::v1::Namespace;
+    let ns = Api::<Namespace>::all(client.clone())
+        .get_opt(name)
+        .await
+        .ok()??;
+    let mut finalizers = ns.metadata.finalizers.unwrap_or_default();
+    finalizers.extend(ns.spec.and_then(|s| s.finalizers).unwrap_or_default());
+    let conditions = ns
+        .status
+        .and_then(|s| s.conditions)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|c| {
+            c.status == "True"
+                && matches!(
+                    c.type_.as_str(),
+                    "NamespaceContentRemaining" | "NamespaceFinalizersRemaining"
+                )
+        })
+        .filter_map(|c| c.message)
+        .collect();
+    Some((finalizers, conditions))
 }
 
 /// Why deleting failed.
@@ -191,7 +229,8 @@ pub async fn delete_in_order(
         if batch.is_empty() {
             continue;
         }
-        let results: Vec<Result<(), DeleteError>> = stream::iter(&batch)
+        let deletes: Vec<_> = batch
+            .iter()
             .map(|m| async move {
                 let api = api_for(client, m);
                 let dp = DeleteParams::background();
@@ -204,6 +243,8 @@ pub async fn delete_in_order(
                     }),
                 }
             })
+            .collect();
+        let results: Vec<Result<(), DeleteError>> = stream::iter(deletes)
             .buffer_unordered(concurrency.max(1))
             .collect()
             .await;
@@ -241,21 +282,34 @@ pub async fn delete_in_order(
 /// The members still present (same uid), with their finalizers. An object
 /// that cannot be read counts as present.
 async fn present(client: &Client, batch: &[Member], concurrency: usize) -> Vec<Remaining> {
-    stream::iter(batch)
+    let reads: Vec<_> = batch
+        .iter()
         .map(|m| async move {
             match api_for(client, m).get_metadata_opt(&m.object.name).await {
                 Ok(None) => None,
                 Ok(Some(live)) if live.metadata.uid != m.meta.uid => None,
-                Ok(Some(live)) => Some(Remaining {
-                    object: m.object.clone(),
-                    finalizers: live.metadata.finalizers.unwrap_or_default(),
-                }),
+                Ok(Some(live)) => {
+                    let namespace = m.object.gk == GroupKind::new("", "Namespace");
+                    let (finalizers, conditions) = match namespace {
+                        true => namespace_holders(client, &m.object.name).await,
+                        false => None,
+                    }
+                    .unwrap_or_else(|| (live.metadata.finalizers.unwrap_or_default(), vec![]));
+                    Some(Remaining {
+                        object: m.object.clone(),
+                        finalizers,
+                        conditions,
+                    })
+                }
                 Err(_) => Some(Remaining {
                     object: m.object.clone(),
                     finalizers: m.meta.finalizers.clone().unwrap_or_default(),
+                    conditions: vec![],
                 }),
             }
         })
+        .collect();
+    stream::iter(reads)
         .buffer_unordered(concurrency.max(1))
         .filter_map(|r| async move { r })
         .collect()
@@ -328,7 +382,24 @@ mod tests {
                 name: "held".into(),
             },
             finalizers: vec!["x.test/cleanup".into()],
+            conditions: vec![],
         };
         assert_eq!(r.to_string(), "Widget c6/held (finalizers: x.test/cleanup)");
+        let ns = Remaining {
+            object: ObjectRef {
+                gk: GroupKind::new("", "Namespace"),
+                namespace: None,
+                name: "c6".into(),
+            },
+            finalizers: vec!["kubernetes".into()],
+            conditions: vec!["Some content in the namespace has finalizers remaining: \
+                              x.test/cleanup in 1 resource instances"
+                .into()],
+        };
+        assert_eq!(
+            ns.to_string(),
+            "Namespace c6 (finalizers: kubernetes; Some content in the namespace has finalizers \
+             remaining: x.test/cleanup in 1 resource instances)"
+        );
     }
 }

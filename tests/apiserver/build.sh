@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# Builds kube-apiserver, etcd, kubectl and the kfaws-testenv harness from this
-# Go module into a cache directory outside the clone, once per pinned
-# dependency set.
+# Builds kube-apiserver, kube-controller-manager, etcd, kubectl and the
+# kfaws-testenv harness from this Go module into a cache directory outside the
+# clone, once per pinned dependency set.
 #
-# Output: the last line on stdout is the directory holding the four binaries,
+# Output: the last line on stdout is the directory holding the five binaries,
 #   ${KFAWS_CACHE:-$HOME/.cache/kfaws}/bin/apiserver-<hash>/
-# where <hash> covers go.mod, go.sum, the server and kubectl main packages, the
-# Go version and the build flags below. When that directory is complete they
-# are not rebuilt (a warm run takes about a second). The harness is rebuilt on
-# every call because it is small and cached by Go itself.
+# where <hash> covers go.mod, go.sum, the server, controller-manager and kubectl
+# main packages, the Go version and the build flags below. When that directory
+# is complete they are not rebuilt (a warm run takes about a second). The
+# harness is rebuilt on every call because it is small and cached by Go itself.
 #
 # Environment: KFAWS_CACHE (cache root), GOPROXY as usual. The module and build
 # caches live under the cache root too (GOMODCACHE, GOCACHE), so a clean clone
@@ -76,7 +76,7 @@ done
 
 cd "$here"
 stamp=$( {
-  cat go.mod go.sum cmd/kube-apiserver/*.go cmd/etcd/*.go cmd/kubectl/*.go
+  cat go.mod go.sum cmd/kube-apiserver/*.go cmd/kube-controller-manager/*.go cmd/etcd/*.go cmd/kubectl/*.go
   go env GOVERSION GOOS GOARCH
   echo "$GOFLAGS $ldflags"
 } | sha256sum | cut -c1-16)
@@ -91,9 +91,10 @@ build() { # build <package> <binary name>
 
 mkdir -p "$out"
 if [[ ! -f $out/.complete ]]; then
-  echo "build.sh: building kube-apiserver $k8s_version, kubectl and etcd into $out (cold: about 15 minutes)" >&2
+  echo "build.sh: building kube-apiserver $k8s_version, kube-controller-manager, kubectl and etcd into $out (cold: about 15 minutes)" >&2
   build ./cmd/etcd etcd
   build ./cmd/kube-apiserver kube-apiserver
+  build ./cmd/kube-controller-manager kube-controller-manager
   build ./cmd/kubectl kubectl
   touch "$out/.complete"
 fi

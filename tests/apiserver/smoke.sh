@@ -5,6 +5,8 @@
 #   - an anonymous request for namespaces is refused (RBAC is on),
 #   - a Namespace can be created and a CRD becomes Established and serves a CR,
 #   - kubectl (built alongside) can server-side apply through DIR/kubeconfig,
+#   - kube-controller-manager holds its lease and a deleted Namespace, custom
+#     resource and ConfigMap inside, is actually removed (namespace controller),
 # then that it stops cleanly with no process left: on `kfaws-testenv stop`, when the
 # process that started it is killed, and when the harness itself is SIGKILLed.
 # Exit status 0 means every check passed; each failure names the check.
@@ -126,18 +128,45 @@ manager=$("$bin/kubectl" --kubeconfig "$KUBECONFIG" get configmap applied -n smo
 [[ $manager == smoke/Apply ]] || fail "configmap applied: managedFields manager/operation $manager, want smoke/Apply"
 ok "kubectl with the kubeconfig: server-side apply recorded by field manager smoke"
 
+# The harness only reports ready once kube-controller-manager leads.
+holder=$(curl_admin "$KFAWS_TESTENV_ENDPOINT/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/kube-controller-manager" |
+  jq -r '.spec.holderIdentity // ""')
+[[ -n $holder ]] || fail "lease kube-system/kube-controller-manager has no holder at ready time"
+ok "kube-controller-manager holds its lease ($holder)"
+
+# Deleting the namespace empties it (the custom resource and the ConfigMap)
+# and removes it: without a namespace controller it would stay Terminating.
+curl_admin -X DELETE "$KFAWS_TESTENV_ENDPOINT/api/v1/namespaces/smoke" >/dev/null
+gone=false
+for _ in $(seq 1 600); do
+  code=$(curl -sS -o /dev/null -w '%{http_code}' --cacert "$KFAWS_TESTENV_CA_FILE" \
+    --cert "$KFAWS_TESTENV_CLIENT_CERT_FILE" --key "$KFAWS_TESTENV_CLIENT_KEY_FILE" \
+    "$KFAWS_TESTENV_ENDPOINT/api/v1/namespaces/smoke")
+  if [[ $code == 404 ]]; then
+    gone=true
+    break
+  fi
+  sleep 0.1
+done
+$gone || fail "namespace smoke still present 60 s after its deletion: $(curl_admin "$KFAWS_TESTENV_ENDPOINT/api/v1/namespaces/smoke" | jq -c .status)"
+left=$(curl_admin "$KFAWS_TESTENV_ENDPOINT/apis/smoke.kfaws.dev/v1/widgets" | jq '.items | length')
+[[ $left == 0 ]] || fail "$left widgets left after namespace smoke was deleted"
+ok "namespace deleted with its contents (namespace controller runs)"
+
 etcd_pid=$(pid_of "$env1" etcd)
 api_pid=$(pid_of "$env1" kube_apiserver)
+kcm_pid=$(pid_of "$env1" kube_controller_manager)
+[[ $kcm_pid =~ ^[0-9]+$ ]] || fail "ready.json pids.kube_controller_manager is $kcm_pid, want a process id"
 "$bin/kfaws-testenv" stop --dir "$env1" || fail "kfaws-testenv stop --dir $env1 failed"
 rc=0
 wait "$harness" || rc=$?
 [[ $rc == 0 ]] || fail "harness exited $rc after stop: $(tail -n 20 "$env1.stderr")"
 [[ ! -e $env1/ready.json ]] || fail "ready.json still present after stop"
-for pid in "$etcd_pid" "$api_pid"; do
+for pid in "$etcd_pid" "$api_pid" "$kcm_pid"; do
   ! kill -0 "$pid" 2>/dev/null || fail "server pid $pid still running after the harness stopped"
 done
 no_process_left "$env1"
-ok "kfaws-testenv stop (SIGTERM): harness exited 0, etcd and kube-apiserver gone"
+ok "kfaws-testenv stop (SIGTERM): harness exited 0, etcd, kube-apiserver and kube-controller-manager gone"
 
 # --- 2. the process that started the harness dies -------------------------
 env2=$work/env2
@@ -147,7 +176,7 @@ wait_ready "$env2" "$parent"
 { kill -KILL "$parent" && wait "$parent"; } 2>/dev/null || true
 no_process_left "$env2"
 grep -q "parent process .* exited, stopping" "$env2.stderr" || fail "harness did not report its parent's exit: $(tail -n 5 "$env2.stderr")"
-ok "parent SIGKILLed: harness, etcd and kube-apiserver gone"
+ok "parent SIGKILLed: harness, etcd, kube-apiserver and kube-controller-manager gone"
 
 # --- 3. the harness itself is SIGKILLed -----------------------------------
 env3=$work/env3
@@ -156,6 +185,6 @@ harness=$!
 wait_ready "$env3" "$harness"
 { kill -KILL "$harness" && wait "$harness"; } 2>/dev/null || true
 no_process_left "$env3"
-ok "harness SIGKILLed: etcd and kube-apiserver gone (parent-death signal)"
+ok "harness SIGKILLed: etcd, kube-apiserver and kube-controller-manager gone (parent-death signal)"
 
 echo "smoke: PASS"

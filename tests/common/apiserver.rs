@@ -139,11 +139,13 @@ impl ApiServer {
         std::fs::read(&self.ready.ca_file).unwrap()
     }
 
-    /// A log of the harness (`kube_apiserver`, `etcd`, `token_webhook`), for assertion messages.
+    /// A log of the harness (`kube_apiserver`, `kube_controller_manager`,
+    /// `token_webhook`), for assertion messages.
     pub fn log(&self, name: &str) -> String {
         let file = match name {
             "kube_apiserver" => "kube-apiserver.log",
             "token_webhook" => "token-webhook.log",
+            "kube_controller_manager" => "kube-controller-manager.log",
             other => return format!("(no log {other})"),
         };
         std::fs::read_to_string(self.dir.path().join("env/logs").join(file)).unwrap_or_default()

@@ -13,13 +13,38 @@ import (
 	"time"
 )
 
-// controlPlane is a running etcd and kube-apiserver pair.
+// controlPlane is a running etcd, kube-apiserver and kube-controller-manager.
 type controlPlane struct {
-	etcd, apiserver *child
-	etcdEndpoint    string
-	endpoint        string // kube-apiserver, https://127.0.0.1:PORT
-	version         string // gitVersion from /version
+	etcd, apiserver   *child
+	controllerManager *child
+	etcdEndpoint      string
+	endpoint          string // kube-apiserver, https://127.0.0.1:PORT
+	version           string // gitVersion from /version
 }
+
+// controllers are the kube-controller-manager controllers the harness runs
+// (names as the pinned release's --controllers flag spells them, from
+// k8s.io/kubernetes/cmd/kube-controller-manager/names): the ones that finish
+// deletions on a real cluster without any node. The namespace controller
+// empties and removes a Namespace being deleted, the garbage collector
+// deletes dependents through ownerReferences (foreground and background
+// deletion), and the PVC and PV protection controllers remove the
+// kubernetes.io/pvc-protection and kubernetes.io/pv-protection finalizers that
+// the StorageObjectInUseProtection admission plugin adds, once no Pod uses the
+// claim and no claim is bound to the volume. Controllers that need nodes,
+// pods, a cloud or signing (and the service-account controller, see the
+// ServiceAccount admission flag below) are left out.
+var controllers = []string{
+	"namespace-controller",
+	"garbage-collector-controller",
+	"persistentvolumeclaim-protection-controller",
+	"persistentvolume-protection-controller",
+}
+
+// controllerManagerLease is the Lease the kube-controller-manager leader holds
+// (its --leader-elect-resource-namespace and --leader-elect-resource-name
+// defaults); kfaws reads it to tell whether a namespace controller runs.
+const controllerManagerLease = "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/kube-controller-manager"
 
 // readyInfo is the content of DIR/ready.json, written once /readyz answers.
 type readyInfo struct {
@@ -91,7 +116,7 @@ func startControlPlane(o *startOptions, p *pki, signals <-chan os.Signal) (*cont
 		cp.stop(o.stopTimeout)
 		return nil, err
 	}
-	if err := waitReady(cp.etcd, etcdClient, cp.etcdEndpoint+"/health", `"health":"true"`, deadline, signals, o.parentGone); err != nil {
+	if err := waitReady(cp.etcd, etcdClient, cp.etcdEndpoint+"/health", bodyContains(`"health":"true"`), deadline, signals, o.parentGone); err != nil {
 		cp.stop(o.stopTimeout)
 		return nil, err
 	}
@@ -120,9 +145,9 @@ func startControlPlane(o *startOptions, p *pki, signals <-chan os.Signal) (*cont
 		"--service-account-signing-key-file=" + p.saSigningKey,
 		// Privileged pods are part of what we apply (the EFS CSI node DaemonSet).
 		"--allow-privileged=true",
-		// No controller-manager runs, so no namespace gets its "default"
-		// ServiceAccount and this plugin would reject every Pod (envtest
-		// disables it for the same reason).
+		// The service-account controller does not run (see controllers), so
+		// no namespace gets its "default" ServiceAccount and this plugin would
+		// reject every Pod (envtest disables it for the same reason).
 		"--disable-admission-plugins=ServiceAccount",
 	}
 	if o.tokenWebhookConfig != "" {
@@ -140,7 +165,7 @@ func startControlPlane(o *startOptions, p *pki, signals <-chan os.Signal) (*cont
 		cp.stop(o.stopTimeout)
 		return nil, err
 	}
-	if err := waitReady(cp.apiserver, adminClient, cp.endpoint+"/readyz", "ok", deadline, signals, o.parentGone); err != nil {
+	if err := waitReady(cp.apiserver, adminClient, cp.endpoint+"/readyz", bodyContains("ok"), deadline, signals, o.parentGone); err != nil {
 		cp.stop(o.stopTimeout)
 		return nil, err
 	}
@@ -156,22 +181,91 @@ func startControlPlane(o *startOptions, p *pki, signals <-chan os.Signal) (*cont
 		return nil, fmt.Errorf("reading %s/version: %w", cp.endpoint, err)
 	}
 	cp.version = version.GitVersion
+
+	kcmKubeconfig := filepath.Join(o.dir, "kube-controller-manager.kubeconfig")
+	if err := os.WriteFile(kcmKubeconfig, []byte(renderKubeconfig(cp.endpoint, p.caCert, "system:kube-controller-manager", p.kcmCert, p.kcmKey)), 0o600); err != nil {
+		cp.stop(o.stopTimeout)
+		return nil, err
+	}
+	kcmArgs := []string{
+		"--kubeconfig=" + kcmKubeconfig,
+		"--controllers=" + strings.Join(controllers, ","),
+		// As on a real cluster: the leader holds kube-system/kube-controller-manager.
+		// Longer than the defaults (15s, 10s) so that a loaded test machine
+		// answering slowly does not cost the lease, which ends the process.
+		"--leader-elect=true",
+		"--leader-elect-lease-duration=60s",
+		"--leader-elect-renew-deadline=40s",
+		"--leader-elect-retry-period=2s",
+		// No health or metrics endpoint: readiness is the lease, and no port
+		// can be lost to a race.
+		"--secure-port=0",
+		// Each controller acts as its own service account in kube-system, bound
+		// by the RBAC bootstrap policy to its system:controller:* role, as
+		// kubeadm and EKS run it; the system:kube-controller-manager role alone
+		// may not delete a namespace's contents.
+		"--use-service-account-credentials=true",
+		"--service-account-private-key-file=" + p.saSigningKey,
+		"--root-ca-file=" + p.caCert,
+		// A namespace deletion lists and deletes every namespaced resource
+		// type; the default 20 requests per second make that take seconds.
+		"--kube-api-qps=200",
+		"--kube-api-burst=400",
+	}
+	cp.controllerManager, err = startChild("kube-controller-manager", o.kcmBin, filepath.Join(logDir, "kube-controller-manager.log"), append(kcmArgs, o.controllerManagerArgs...))
+	if err != nil {
+		cp.stop(o.stopTimeout)
+		return nil, err
+	}
+	if err := waitReady(cp.controllerManager, adminClient, cp.endpoint+controllerManagerLease, leaseHeld, deadline, signals, o.parentGone); err != nil {
+		cp.stop(o.stopTimeout)
+		return nil, err
+	}
 	return cp, nil
 }
 
-// waitReady polls url until its body contains want, the child exits, a
+// bodyContains is a readiness check: the answer contains want.
+func bodyContains(want string) func([]byte) error {
+	return func(body []byte) error {
+		if strings.Contains(string(body), want) {
+			return nil
+		}
+		return fmt.Errorf("answered %q", strings.TrimSpace(string(body)))
+	}
+}
+
+// leaseHeld is a readiness check on a coordination.k8s.io/v1 Lease: it has a
+// holder whose last renewal is within the lease's duration.
+func leaseHeld(body []byte) error {
+	var lease struct {
+		Spec struct {
+			HolderIdentity       string    `json:"holderIdentity"`
+			LeaseDurationSeconds int       `json:"leaseDurationSeconds"`
+			RenewTime            time.Time `json:"renewTime"`
+		} `json:"spec"`
+	}
+	if err := json.Unmarshal(body, &lease); err != nil {
+		return fmt.Errorf("not a Lease: %w", err)
+	}
+	s := lease.Spec
+	if s.HolderIdentity == "" || time.Since(s.RenewTime) > time.Duration(s.LeaseDurationSeconds)*time.Second {
+		return fmt.Errorf("lease not held (holder %q, renewed %v, duration %ds)", s.HolderIdentity, s.RenewTime, s.LeaseDurationSeconds)
+	}
+	return nil
+}
+
+// waitReady polls url until ready accepts its body, the child exits, a
 // signal arrives, the parent is gone or the deadline passes.
-func waitReady(c *child, client *http.Client, url, want string, deadline time.Time, signals <-chan os.Signal, parentGone func() bool) error {
+func waitReady(c *child, client *http.Client, url string, ready func([]byte) error, deadline time.Time, signals <-chan os.Signal, parentGone func() bool) error {
 	tick := time.NewTicker(200 * time.Millisecond)
 	defer tick.Stop()
 	var last error
 	for {
 		body, err := get(client, url)
-		if err == nil && strings.Contains(string(body), want) {
-			return nil
-		}
 		if err == nil {
-			err = fmt.Errorf("answered %q", strings.TrimSpace(string(body)))
+			if err = ready(body); err == nil {
+				return nil
+			}
 		}
 		last = err
 		select {
@@ -235,11 +329,12 @@ func get(client *http.Client, url string) ([]byte, error) {
 }
 
 // writeReady writes the kubeconfig, DIR/ready.env and, last and atomically,
-// DIR/ready.json, whose appearance tells callers the API server is ready. It
+// DIR/ready.json, whose appearance tells callers the API server is ready and
+// the controller manager holds its lease. It
 // returns ready.json's content as one line.
 func (cp *controlPlane) writeReady(o *startOptions, p *pki) (string, error) {
 	kubeconfig := filepath.Join(o.dir, "kubeconfig")
-	if err := os.WriteFile(kubeconfig, []byte(renderKubeconfig(cp.endpoint, p)), 0o600); err != nil {
+	if err := os.WriteFile(kubeconfig, []byte(renderKubeconfig(cp.endpoint, p.caCert, "kfaws-admin", p.adminCert, p.adminKey)), 0o600); err != nil {
 		return "", err
 	}
 	info := readyInfo{
@@ -252,11 +347,16 @@ func (cp *controlPlane) writeReady(o *startOptions, p *pki) (string, error) {
 		ServiceAccountIssuer: o.serviceAccountIssuer,
 		KubernetesVersion:    cp.version,
 		Pids: map[string]int{
-			"testenv":        os.Getpid(),
-			"etcd":           cp.etcd.cmd.Process.Pid,
-			"kube_apiserver": cp.apiserver.cmd.Process.Pid,
+			"testenv":                 os.Getpid(),
+			"etcd":                    cp.etcd.cmd.Process.Pid,
+			"kube_apiserver":          cp.apiserver.cmd.Process.Pid,
+			"kube_controller_manager": cp.controllerManager.cmd.Process.Pid,
 		},
-		Logs:           map[string]string{"etcd": cp.etcd.log, "kube_apiserver": cp.apiserver.log},
+		Logs: map[string]string{
+			"etcd":                    cp.etcd.log,
+			"kube_apiserver":          cp.apiserver.log,
+			"kube_controller_manager": cp.controllerManager.log,
+		},
 		TokenWebhook:   o.tokenWebhookURL,
 		EKSClusterName: o.eksClusterName,
 	}
@@ -303,6 +403,9 @@ func (cp *controlPlane) wait(signals <-chan os.Signal, o *startOptions) int {
 		case <-cp.apiserver.exited:
 			fmt.Fprintf(os.Stderr, "kfaws-testenv: kube-apiserver exited unexpectedly (%v); see %s\n", cp.apiserver.err, cp.apiserver.log)
 			return 1
+		case <-cp.controllerManager.exited:
+			fmt.Fprintf(os.Stderr, "kfaws-testenv: kube-controller-manager exited unexpectedly (%v); see %s\n", cp.controllerManager.err, cp.controllerManager.log)
+			return 1
 		case <-tick.C:
 			if o.parentGone() {
 				fmt.Fprintf(os.Stderr, "kfaws-testenv: parent process %d exited, stopping\n", o.parent)
@@ -312,8 +415,12 @@ func (cp *controlPlane) wait(signals <-chan os.Signal, o *startOptions) int {
 	}
 }
 
-// stop takes the API server down before its storage.
+// stop takes the controller manager down before the API server, and the API
+// server before its storage.
 func (cp *controlPlane) stop(grace time.Duration) {
+	if cp.controllerManager != nil {
+		cp.controllerManager.stop(grace)
+	}
 	if cp.apiserver != nil {
 		cp.apiserver.stop(grace)
 	}
@@ -322,7 +429,8 @@ func (cp *controlPlane) stop(grace time.Duration) {
 	}
 }
 
-func renderKubeconfig(endpoint string, p *pki) string {
+// renderKubeconfig writes a kubeconfig for one client-certificate user.
+func renderKubeconfig(endpoint, caCert, user, cert, key string) string {
 	q := func(s string) string { b, _ := json.Marshal(s); return string(b) } // JSON strings are YAML scalars
 	return fmt.Sprintf(`apiVersion: v1
 kind: Config
@@ -332,7 +440,7 @@ clusters:
     server: %s
     certificate-authority: %s
 users:
-- name: kfaws-admin
+- name: %s
   user:
     client-certificate: %s
     client-key: %s
@@ -340,9 +448,9 @@ contexts:
 - name: kfaws-testenv
   context:
     cluster: kfaws-testenv
-    user: kfaws-admin
+    user: %s
 current-context: kfaws-testenv
-`, q(endpoint), q(p.caCert), q(p.adminCert), q(p.adminKey))
+`, q(endpoint), q(caCert), q(user), q(cert), q(key), q(user))
 }
 
 func shellQuote(s string) string {

@@ -1,5 +1,6 @@
-// Command kfaws-testenv runs a throwaway Kubernetes control plane (etcd and
-// kube-apiserver) on loopback for kfaws's tests and demo, the way
+// Command kfaws-testenv runs a throwaway Kubernetes control plane (etcd,
+// kube-apiserver, and kube-controller-manager with the controllers that
+// finish deletions) on loopback for kfaws's tests and demo, the way
 // controller-runtime's envtest does: a generated CA, TLS everywhere, an admin
 // client certificate in system:masters, RBAC authorization.
 //
@@ -24,7 +25,7 @@ func init() {
 }
 
 const usage = `usage:
-  kfaws-testenv start --dir DIR [flags]   start etcd and kube-apiserver, write DIR/ready.json, run until SIGTERM/SIGINT
+  kfaws-testenv start --dir DIR [flags]   start etcd, kube-apiserver and kube-controller-manager, write DIR/ready.json, run until SIGTERM/SIGINT
   kfaws-testenv stop --dir DIR            stop the harness started with the same DIR and wait until it has exited
 Run "kfaws-testenv start -h" for the flags.
 `

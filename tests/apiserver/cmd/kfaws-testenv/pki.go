@@ -26,6 +26,7 @@ type pki struct {
 	etcdClientCert          string // kube-apiserver's client certificate for etcd
 	etcdClientKey           string
 	adminCert, adminKey     string // CN=kfaws-admin, O=system:masters
+	kcmCert, kcmKey         string // CN=system:kube-controller-manager
 	webhookCert, webhookKey string // the token webhook's serving certificate (127.0.0.1)
 	saSigningKey, saPubKey  string // service-account token signing pair
 }
@@ -58,6 +59,8 @@ func newPKI(dir string) (*pki, error) {
 		etcdClientKey:  filepath.Join(dir, "apiserver-etcd-client.key"),
 		adminCert:      filepath.Join(dir, "admin.crt"),
 		adminKey:       filepath.Join(dir, "admin.key"),
+		kcmCert:        filepath.Join(dir, "kube-controller-manager.crt"),
+		kcmKey:         filepath.Join(dir, "kube-controller-manager.key"),
 		webhookCert:    filepath.Join(dir, "token-webhook.crt"),
 		webhookKey:     filepath.Join(dir, "token-webhook.key"),
 		saSigningKey:   filepath.Join(dir, "sa.key"),
@@ -115,6 +118,14 @@ func newPKI(dir string) (*pki, error) {
 		// system:masters is bound to cluster-admin by the RBAC bootstrap policy.
 		{p.adminCert, p.adminKey, x509.Certificate{
 			Subject:     pkix.Name{CommonName: "kfaws-admin", Organization: []string{"system:masters"}},
+			ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+		}},
+		// The user the RBAC bootstrap policy binds to the
+		// system:kube-controller-manager ClusterRole (leader election,
+		// informers, and creating the per-controller service accounts whose
+		// tokens the controllers then use).
+		{p.kcmCert, p.kcmKey, x509.Certificate{
+			Subject:     pkix.Name{CommonName: "system:kube-controller-manager"},
 			ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
 		}},
 		// The EKS token webhook kube-apiserver calls (webhook.go).

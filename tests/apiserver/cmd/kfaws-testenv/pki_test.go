@@ -46,6 +46,7 @@ func TestPKIChainsNamesAndUsages(t *testing.T) {
 		{p.etcdCert, p.etcdKey, "", x509.ExtKeyUsageClientAuth},
 		{p.etcdClientCert, p.etcdClientKey, "", x509.ExtKeyUsageClientAuth},
 		{p.adminCert, p.adminKey, "", x509.ExtKeyUsageClientAuth},
+		{p.kcmCert, p.kcmKey, "", x509.ExtKeyUsageClientAuth},
 	}
 	for _, c := range cases {
 		cert := loadCert(t, c.cert)
@@ -67,7 +68,13 @@ func TestPKIChainsNamesAndUsages(t *testing.T) {
 		t.Error("admin certificate verifies for server auth")
 	}
 
-	for _, key := range []string{p.caKey, p.serverKey, p.etcdKey, p.etcdClientKey, p.adminKey, p.saSigningKey} {
+	// RBAC's bootstrap policy grants the controller manager's role to this user
+	// name; any other name would leave it without rights.
+	if kcm := loadCert(t, p.kcmCert); kcm.Subject.CommonName != "system:kube-controller-manager" || len(kcm.Subject.Organization) != 0 {
+		t.Errorf("controller-manager certificate subject %v, want CN=system:kube-controller-manager and no group", kcm.Subject)
+	}
+
+	for _, key := range []string{p.caKey, p.serverKey, p.etcdKey, p.etcdClientKey, p.adminKey, p.kcmKey, p.saSigningKey} {
 		st, err := os.Stat(key)
 		if err != nil {
 			t.Fatal(err)

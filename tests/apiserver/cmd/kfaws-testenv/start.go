@@ -25,21 +25,23 @@ var serviceClusterIP = net.IPv4(10, 0, 0, 1)
 var eksClusterName = regexp.MustCompile(`^[0-9A-Za-z][A-Za-z0-9_-]{0,99}$`)
 
 type startOptions struct {
-	dir                  string
-	binDir               string
-	etcdBin, apiBin      string
-	readyTimeout         time.Duration
-	stopTimeout          time.Duration
-	serviceAccountIssuer string
-	tokenWebhookConfig   string
-	awsSTSEndpoint       string // serve the EKS token webhook against this STS
-	eksClusterName       string
-	awsEmulatorControl   string
-	tokenWebhookURL      string // set once the webhook listens
-	exitWithParent       bool
-	parent               int // process id of whoever started the harness
-	apiserverArgs        multiFlag
-	etcdArgs             multiFlag
+	dir                   string
+	binDir                string
+	etcdBin, apiBin       string
+	kcmBin                string
+	readyTimeout          time.Duration
+	stopTimeout           time.Duration
+	serviceAccountIssuer  string
+	tokenWebhookConfig    string
+	awsSTSEndpoint        string // serve the EKS token webhook against this STS
+	eksClusterName        string
+	awsEmulatorControl    string
+	tokenWebhookURL       string // set once the webhook listens
+	exitWithParent        bool
+	parent                int // process id of whoever started the harness
+	apiserverArgs         multiFlag
+	controllerManagerArgs multiFlag
+	etcdArgs              multiFlag
 }
 
 // multiFlag collects a repeatable string flag.
@@ -58,10 +60,11 @@ func runStart(args []string) int {
 	var o startOptions
 	fs := flag.NewFlagSet("start", flag.ContinueOnError)
 	fs.StringVar(&o.dir, "dir", "", "directory for certificates, kubeconfig, etcd data, logs and ready.json (required; created, must be empty)")
-	fs.StringVar(&o.binDir, "bin-dir", "", "directory holding etcd and kube-apiserver (default: the directory of this executable, where build.sh puts all three)")
+	fs.StringVar(&o.binDir, "bin-dir", "", "directory holding etcd, kube-apiserver and kube-controller-manager (default: the directory of this executable, where build.sh puts them)")
 	fs.StringVar(&o.etcdBin, "etcd", "", "path of the etcd binary (default: BIN-DIR/etcd)")
 	fs.StringVar(&o.apiBin, "kube-apiserver", "", "path of the kube-apiserver binary (default: BIN-DIR/kube-apiserver)")
-	fs.DurationVar(&o.readyTimeout, "ready-timeout", 3*time.Minute, "how long to wait for etcd /health and kube-apiserver /readyz")
+	fs.StringVar(&o.kcmBin, "kube-controller-manager", "", "path of the kube-controller-manager binary (default: BIN-DIR/kube-controller-manager)")
+	fs.DurationVar(&o.readyTimeout, "ready-timeout", 3*time.Minute, "how long to wait for etcd /health, kube-apiserver /readyz and the kube-controller-manager lease")
 	fs.DurationVar(&o.stopTimeout, "stop-timeout", 15*time.Second, "how long each server gets to exit after SIGTERM before SIGKILL")
 	fs.StringVar(&o.serviceAccountIssuer, "service-account-issuer", "https://kubernetes.default.svc.cluster.local", "issuer (iss) of service-account tokens, as kube-apiserver's flag of that name")
 	fs.StringVar(&o.tokenWebhookConfig, "authentication-token-webhook-config-file", "", "kubeconfig-format file of a TokenReview webhook (authentication.k8s.io/v1) that kube-apiserver consults for bearer tokens")
@@ -70,6 +73,7 @@ func runStart(args []string) int {
 	fs.StringVar(&o.awsEmulatorControl, "aws-emulator-control", "", "the AWS emulator's control API, where the webhook looks up who created the cluster (default: --aws-sts-endpoint + /_kfaws)")
 	fs.BoolVar(&o.exitWithParent, "exit-with-parent", true, "stop when the process that started the harness exits")
 	fs.Var(&o.apiserverArgs, "apiserver-arg", "extra kube-apiserver flag such as --v=4 (repeatable; appended after the harness's own flags, so a single-value flag given here wins, while a list flag such as --disable-admission-plugins adds to the harness's value)")
+	fs.Var(&o.controllerManagerArgs, "controller-manager-arg", "extra kube-controller-manager flag such as --v=4 (repeatable; appended after the harness's own flags, so a flag given here wins)")
 	fs.Var(&o.etcdArgs, "etcd-arg", "extra etcd flag (repeatable)")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -177,7 +181,10 @@ func (o *startOptions) complete() error {
 	if o.apiBin == "" {
 		o.apiBin = filepath.Join(o.binDir, "kube-apiserver")
 	}
-	for flagName, path := range map[string]string{"--etcd": o.etcdBin, "--kube-apiserver": o.apiBin} {
+	if o.kcmBin == "" {
+		o.kcmBin = filepath.Join(o.binDir, "kube-controller-manager")
+	}
+	for flagName, path := range map[string]string{"--etcd": o.etcdBin, "--kube-apiserver": o.apiBin, "--kube-controller-manager": o.kcmBin} {
 		if st, err := os.Stat(path); err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
 			return fmt.Errorf("%s %s: not an executable file (build it with tests/apiserver/build.sh)", flagName, path)
 		}

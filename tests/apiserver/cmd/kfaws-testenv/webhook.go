@@ -150,8 +150,34 @@ type callerIdentity struct {
 	UserID  string `xml:"GetCallerIdentityResult>UserId" json:"UserId"`
 }
 
-// callSTS performs the presigned request with our cluster name in x-k8s-aws-id.
+// stsAttempts bounds callSTS' retries of throttled and failed calls.
+const stsAttempts = 5
+
+// errRetryable marks an STS answer worth retrying: a transport error, HTTP
+// 429 or 5xx, or a Throttling error (the AWS SDKs' standard retry mode
+// retries these; https://docs.aws.amazon.com/sdkref/latest/guide/feature-retry-behavior.html).
+type errRetryable struct{ error }
+
+// callSTS performs the presigned request with our cluster name in
+// x-k8s-aws-id, retrying throttled and failed calls with backoff (100 ms,
+// doubling) up to stsAttempts times, as aws-iam-authenticator's AWS client does.
 func (a *eksAuthenticator) callSTS(p *presigned) (*callerIdentity, error) {
+	var err error
+	for attempt := 0; attempt < stsAttempts; attempt++ {
+		if attempt > 0 {
+			time.Sleep(time.Duration(100<<(attempt-1)) * time.Millisecond)
+		}
+		var id *callerIdentity
+		id, err = a.callSTSOnce(p)
+		var retry errRetryable
+		if err == nil || !errors.As(err, &retry) {
+			return id, err
+		}
+	}
+	return nil, err
+}
+
+func (a *eksAuthenticator) callSTSOnce(p *presigned) (*callerIdentity, error) {
 	req, err := http.NewRequest(http.MethodGet, p.url.String(), nil)
 	if err != nil {
 		return nil, err
@@ -160,12 +186,16 @@ func (a *eksAuthenticator) callSTS(p *presigned) (*callerIdentity, error) {
 	req.Header.Set("Accept", "application/json")
 	resp, err := a.client.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("calling STS: %w", err)
+		return nil, errRetryable{fmt.Errorf("calling STS: %w", err)}
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if err != nil {
 		return nil, fmt.Errorf("reading STS' answer: %w", err)
+	}
+	if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500 ||
+		strings.Contains(string(body), "Throttling") {
+		return nil, errRetryable{fmt.Errorf("STS failed: HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(body)))}
 	}
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("STS refused the token's request: HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(body)))
