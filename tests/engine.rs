@@ -3,6 +3,7 @@
 
 mod common;
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -162,6 +163,80 @@ async fn dependants_receive_their_dependencies_outputs() {
     let obj: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&env.world.live(&a("cluster"))[0]).unwrap()).unwrap();
     assert_eq!(obj["inputs"]["net"], serde_json::json!(net_id));
+}
+
+#[derive(Default)]
+struct Finished(Mutex<Vec<(String, Action)>>);
+
+impl Progress for Finished {
+    fn started(&self, _: &Address, _: Action) {}
+    fn finished(&self, address: &Address, action: Action, _: &Result<(), String>, _: Duration) {
+        self.0.lock().unwrap().push((address.to_string(), action));
+    }
+}
+
+#[tokio::test]
+async fn a_dependant_is_re_applied_only_when_its_dependencies_outputs_change() {
+    let env = Env::new();
+    let net = |label: &str, size: u64| {
+        let mut r = TestResource::new(&env.world, "net", &[], Duration::ZERO);
+        r.spec = serde_json::json!({"size": size, "label": label});
+        Arc::new(r) as Arc<dyn Resource>
+    };
+    let cluster: Arc<dyn Resource> = Arc::new(TestResource::new(
+        &env.world,
+        "cluster",
+        &["net"],
+        Duration::ZERO,
+    ));
+    assert!(env
+        .run(&[net("a", 1), cluster.clone()], false, 2)
+        .await
+        .succeeded());
+
+    // An in-place update of net keeps its outputs: the cluster's update is
+    // planned as conditional and skipped.
+    let desired = [net("b", 1), cluster.clone()];
+    let (plan, _) = env.plan(&desired, false, &[]).await;
+    let c = plan
+        .changes
+        .iter()
+        .find(|c| c.address == a("cluster"))
+        .unwrap();
+    assert_eq!((c.action, c.conditional), (Action::Update, true));
+    assert_eq!((plan.summary().change, plan.summary().conditional), (1, 1));
+    let seen = Arc::new(Finished::default());
+    let report = env.run_with(&desired, false, 2, seen.clone()).await;
+    assert!(report.succeeded(), "{report:?}");
+    let by: BTreeMap<String, Action> = report
+        .results
+        .iter()
+        .map(|r| (r.address.to_string(), r.action))
+        .collect();
+    assert_eq!(by["net"], Action::Update);
+    assert_eq!(
+        by["cluster"],
+        Action::NoOp,
+        "skipped: net's outputs are unchanged"
+    );
+    assert!(seen
+        .0
+        .lock()
+        .unwrap()
+        .contains(&("cluster".into(), Action::NoOp)));
+
+    // Replacing net gives it a new id: the cluster is re-applied with it.
+    let desired = [net("b", 2), cluster.clone()];
+    let report = env.run(&desired, false, 2).await;
+    let by: BTreeMap<String, Action> = report
+        .results
+        .iter()
+        .map(|r| (r.address.to_string(), r.action))
+        .collect();
+    assert_eq!(by["net"], Action::Replace);
+    assert_eq!(by["cluster"], Action::Update);
+    let (plan, _) = env.plan(&desired, false, &[]).await;
+    assert!(!plan.has_changes(), "{:?}", actions(&plan));
 }
 
 #[tokio::test]

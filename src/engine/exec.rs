@@ -46,7 +46,8 @@ impl Default for ExecOptions {
 pub struct ResourceResult {
     /// The address.
     pub address: Address,
-    /// The planned action.
+    /// The action taken: the planned one, or [`Action::NoOp`] for a
+    /// conditional update whose dependencies' outputs did not change.
     pub action: Action,
     /// How it ended.
     pub outcome: Outcome,
@@ -121,6 +122,7 @@ pub async fn execute(
     let estimate = |a: &Address| handles[a].estimate();
     let priority = dag.bottom_levels(estimate);
     let elapsed: Arc<Mutex<BTreeMap<Address, Duration>>> = Arc::default();
+    let skipped: Arc<Mutex<std::collections::BTreeSet<Address>>> = Arc::default();
     let started = Instant::now();
     let abort = cancel.child_token();
     let result = walk(
@@ -137,16 +139,27 @@ pub async fn execute(
                 delete_options: plan.delete_options,
             };
             let elapsed = Arc::clone(&elapsed);
+            let skipped = Arc::clone(&skipped);
             let abort = abort.clone();
             async move {
                 let t0 = Instant::now();
                 job.progress.started(&job.change.address, job.change.action);
                 let result = run(&job).await;
+                let performed = match &result {
+                    Ok(action) => *action,
+                    Err(_) => job.change.action,
+                };
+                if performed != job.change.action {
+                    skipped
+                        .lock()
+                        .expect("not poisoned")
+                        .insert(address.clone());
+                }
                 let took = t0.elapsed();
                 elapsed.lock().expect("not poisoned").insert(address, took);
                 let message = result.as_ref().map(|_| ()).map_err(|e| e.to_string());
                 job.progress
-                    .finished(&job.change.address, job.change.action, &message, took);
+                    .finished(&job.change.address, performed, &message, took);
                 if let Err(Failure::State(_)) = &result {
                     abort.cancel();
                 }
@@ -156,11 +169,16 @@ pub async fn execute(
     )
     .await;
     let elapsed = elapsed.lock().expect("not poisoned").clone();
+    let skipped = skipped.lock().expect("not poisoned").clone();
     let results = changes
         .values()
         .map(|c| ResourceResult {
             address: c.address.clone(),
-            action: c.action,
+            action: if skipped.contains(&c.address) {
+                Action::NoOp
+            } else {
+                c.action
+            },
             outcome: result.outcomes[&c.address].clone(),
             elapsed: elapsed.get(&c.address).copied(),
         })
@@ -209,15 +227,18 @@ async fn timed<T>(
     }
 }
 
-async fn run(job: &Job) -> Result<(), Failure> {
+/// Runs the job's change; returns the action taken (a conditional update
+/// may be skipped, [`Action::NoOp`]).
+async fn run(job: &Job) -> Result<Action, Failure> {
     let address = job.change.address.clone();
-    match job.change.action {
-        Action::Create => create(job, job.change.resume_token.clone()).await,
+    let action = job.change.action;
+    match action {
+        Action::Create => create(job, job.change.resume_token.clone()).await?,
         Action::Replace => {
             delete(job).await?;
-            create(job, None).await
+            create(job, None).await?
         }
-        Action::Update => update(job).await,
+        Action::Update => return update(job).await,
         Action::Delete => {
             delete(job).await?;
             job.store
@@ -225,11 +246,11 @@ async fn run(job: &Job) -> Result<(), Failure> {
                     s.resources.remove(&address);
                 })
                 .await?;
-            Ok(())
         }
-        Action::Read => read(job).await,
-        Action::NoOp => Ok(()),
+        Action::Read => read(job).await?,
+        Action::NoOp => {}
     }
+    Ok(action)
 }
 
 fn entry(job: &Job, status: Status, token: Option<String>) -> ResourceState {
@@ -301,13 +322,21 @@ async fn create(job: &Job, resume: Option<String>) -> Result<(), Failure> {
     }
 }
 
-async fn update(job: &Job) -> Result<(), Failure> {
+async fn update(job: &Job) -> Result<Action, Failure> {
     let address = job.change.address.clone();
     let Some(current) = recorded(&job.store, &address) else {
         return Err(Failure::Resource(format!(
             "{address} is not in state; cannot update it"
         )));
     };
+    if job.change.conditional {
+        let deps = job.handle.dependencies();
+        let now = job.store.read(|s| inputs_hash(s, &deps));
+        if current.inputs_hash.as_deref() == Some(now.as_str()) {
+            tracing::debug!(%address, "dependencies' outputs unchanged; not re-applied");
+            return Ok(Action::NoOp);
+        }
+    }
     let inputs = inputs(&job.store, job.handle.as_ref());
     let applied = timed(
         job.handle.as_ref(),
@@ -325,7 +354,7 @@ async fn update(job: &Job) -> Result<(), Failure> {
             s.resources.insert(address, next);
         })
         .await?;
-    Ok(())
+    Ok(Action::Update)
 }
 
 async fn delete(job: &Job) -> Result<(), Failure> {

@@ -82,7 +82,10 @@ fn propagate_input_changes(desired: &[Arc<dyn Resource>], changes: &mut [Change]
         });
         if let Some(d) = moving {
             changes[i].action = Action::Update;
-            changes[i].reason = format!("dependency {d} changes; re-applied with its new outputs");
+            changes[i].conditional = true;
+            changes[i].reason = format!(
+                "dependency {d} changes; re-applied if its outputs change (known after apply)"
+            );
         }
     }
 }
@@ -125,6 +128,7 @@ fn delete_change(
         spec_hash: None,
         resume_token: None,
         details: Vec::new(),
+        conditional: false,
     }
 }
 
@@ -146,6 +150,7 @@ fn diff_one(
         spec_hash: Some(spec_hash(&desired)),
         resume_token: None,
         details: Vec::new(),
+        conditional: false,
     };
     if r.mode() == Mode::Data {
         return change(Action::Read, "data source, read for its outputs");
@@ -556,8 +561,10 @@ mod tests {
         assert_eq!(by["stack.storage"].action, Action::Update);
         assert_eq!(
             by["stack.storage"].reason,
-            "dependency stack.network changes; re-applied with its new outputs"
+            "dependency stack.network changes; re-applied if its outputs change (known after apply)"
         );
+        assert!(by["stack.storage"].conditional);
+        assert!(!by["stack.network"].conditional);
         assert_eq!(by["far"].action, Action::NoOp);
     }
 

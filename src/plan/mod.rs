@@ -120,6 +120,12 @@ pub struct Change {
     /// computed it at plan time ([`Resource::preview_update`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub details: Vec<crate::resource::Detail>,
+    /// An update planned only because a dependency changes: at apply time
+    /// it runs only if the dependencies' outputs differ from those the
+    /// resource was last applied with (Terraform's "known after apply");
+    /// otherwise it is skipped.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub conditional: bool,
 }
 
 /// Counts for the summary line.
@@ -131,6 +137,10 @@ pub struct Summary {
     pub change: usize,
     /// Deletes plus replacements.
     pub destroy: usize,
+    /// Updates that run only if a dependency's outputs change
+    /// ([`Change::conditional`]), not counted in `change`.
+    #[serde(default)]
+    pub conditional: usize,
 }
 
 /// A complete plan.
@@ -170,6 +180,7 @@ impl Plan {
         for c in &self.changes {
             match c.action {
                 Action::Create => s.add += 1,
+                Action::Update if c.conditional => s.conditional += 1,
                 Action::Update => s.change += 1,
                 Action::Replace => {
                     s.add += 1;

@@ -99,11 +99,25 @@ pub fn human(plan: &Plan) -> String {
     }
     let s = plan.summary();
     if plan.has_changes() {
-        let _ = writeln!(
+        let _ = write!(
             out,
-            "\nPlan: {} to add, {} to change, {} to destroy.",
+            "\nPlan: {} to add, {} to change, {} to destroy",
             s.add, s.change, s.destroy
         );
+        if s.conditional > 0 {
+            let _ = write!(
+                out,
+                "; {} more to re-apply if a dependency's outputs change",
+                s.conditional
+            );
+        }
+        out.push_str(".\n");
+        if plan.delete_options.force_destroy_buckets && s.destroy > 0 {
+            out.push_str(
+                "\n--force-destroy-buckets: every S3 bucket this plan deletes is emptied first; its \
+                 object versions and delete markers are deleted and cannot be recovered.\n",
+            );
+        }
     }
     out
 }
@@ -134,6 +148,7 @@ mod tests {
             spec_hash: None,
             resume_token: None,
             details: vec![],
+            conditional: false,
         }
     }
 
@@ -156,6 +171,18 @@ mod tests {
             delete_options: Default::default(),
             changes,
         }
+    }
+
+    #[test]
+    fn a_destroy_that_empties_buckets_says_so() {
+        let mut p = plan(vec![change("s", Action::Delete)]);
+        assert!(!human(&p).contains("--force-destroy-buckets"));
+        p.delete_options.force_destroy_buckets = true;
+        assert!(human(&p).contains("--force-destroy-buckets: every S3 bucket this plan deletes"));
+        let nothing = plan(vec![change("s", Action::NoOp)]);
+        let mut nothing_forced = nothing.clone();
+        nothing_forced.delete_options.force_destroy_buckets = true;
+        assert_eq!(human(&nothing_forced), human(&nothing));
     }
 
     #[test]
