@@ -18,7 +18,7 @@ PY_VENV_PKG := $(shell python3 -c 'import venv, ensurepip' 2>/dev/null || echo p
 # dataset-fashion-mnist: real Fashion-MNIST for the trainer's tests and the demo.
 DEBIAN_PACKAGES := ca-certificates curl jq unzip util-linux procps dataset-fashion-mnist $(PY_VENV_PKG)
 
-.PHONY: help deps build test fmt-check clippy test-rust test-emulator test-apiserver demo bench
+.PHONY: help deps build test fmt-check clippy test-rust test-emulator test-apiserver demo sandbox bench
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -51,8 +51,11 @@ test-rust: deps ## unit, engine and end-to-end tests (against the AWS emulator a
 demo: deps build ## the main job on the embedded default: plan, apply, outputs, destroy, then data-parallel training
 	$(WITH_EMULATOR) tests/demo.sh
 
+sandbox: deps build ## an interactive shell with the AWS emulator and a local EKS cluster, to drive kfaws by hand
+	$(WITH_EMULATOR) tests/sandbox.sh
+
 bench: deps build ## benchmarks: engine (plan time, apply vs critical path), vanilla apply/destroy under the emulator's latencies, manifest apply vs kubectl, trainer (vs PyTorch, DDP scaling, latency)
 	$(CARGO) bench -p kfaws --bench engine
-	KFAWS_BIN=$(CARGO_TARGET_DIR)/debug/kfaws $(WITH_EMULATOR) $(CARGO) bench -p kfaws --bench vanilla
+	KFAWS_BIN=$(CARGO_TARGET_DIR)/debug/kfaws KFAWS_TESTENV_BIN=$$(tests/apiserver/build.sh | tail -n1) $(WITH_EMULATOR) $(CARGO) bench -p kfaws --bench vanilla
 	KFAWS_TESTENV_BIN=$$(tests/apiserver/build.sh | tail -n1) $(CARGO) bench -p kfaws --bench k8s_apply
 	trainer/bench/run.sh

@@ -10,15 +10,24 @@
 //!   in the same run (isolates the walk's own scheduling from polling);
 //! - wall time at the default parallelism ÷ wall time at `--parallelism 1`.
 //!
-//! Run under `tests/emulator/with_emulator.sh` (the Makefile does). The
-//! kfaws binary must be built (`cargo build --bins`); `KFAWS_BIN` overrides
-//! its path.
+//! The `k8s.*` bundles are applied to a real kube-apiserver
+//! (`tests/apiserver`, one per deployment, registered as the account's EKS
+//! cluster endpoint); they have no emulated latency, so in the "configured"
+//! critical path they count with the time kfaws measured for them.
+//!
+//! Run under `tests/emulator/with_emulator.sh` (the Makefile does) with
+//! `KFAWS_TESTENV_BIN`. The kfaws binary must be built (`cargo build
+//! --bins`); `KFAWS_BIN` overrides its path.
+
+#[path = "../tests/common/apiserver.rs"]
+mod apiserver;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use base64::Engine as _;
 use kfaws::address::Address;
 use kfaws::graph::Dag;
 
@@ -54,13 +63,20 @@ fn control(method: &str, path: &str, body: &str) -> String {
 }
 
 /// The emulator's effective transition time for the resource at `address`
-/// in `account` (the lifecycle table of tests/emulator/README.md).
-fn configured(effective: &serde_json::Value, address: &Address, destroy: bool) -> Duration {
+/// in `account` (the lifecycle table of tests/emulator/README.md); for the
+/// Kubernetes bundles, which the emulator does not delay, what kfaws measured.
+fn configured(
+    effective: &serde_json::Value,
+    measured: &BTreeMap<Address, Duration>,
+    address: &Address,
+    destroy: bool,
+) -> Duration {
     let phase = if destroy { "delete" } else { "create" };
     let key = match address.as_str() {
         a if a.starts_with("stack.") => format!("cloudformation.stack.{phase}"),
         "eks.cluster" => format!("eks.cluster.{phase}"),
         a if a.starts_with("eks.nodegroup.") => format!("eks.nodegroup.{phase}"),
+        a if a.starts_with("k8s.") => return measured.get(address).copied().unwrap_or_default(),
         _ => return Duration::ZERO,
     };
     Duration::from_secs_f64(effective[&key].as_f64().unwrap_or(0.0))
@@ -152,6 +168,17 @@ fn deploy(parallelism: &str) -> Figures {
     let effective = &effective["effective_seconds"];
     let dir = tempfile::tempdir().expect("tempdir");
     let name = format!("bench{}", &account[8..]);
+    let endpoint = std::env::var("AWS_ENDPOINT_URL").expect("run under with_emulator.sh");
+    let cluster = apiserver::ApiServer::start(&apiserver::Options {
+        eks: Some((endpoint, name.clone())),
+    });
+    let registration = serde_json::json!({
+        "endpoint": cluster.ready.endpoint,
+        "certificate_authority_data":
+            base64::engine::general_purpose::STANDARD.encode(cluster.ca_pem()),
+        "account_id": account,
+    });
+    control("PUT", "/eks/cluster-endpoint", &registration.to_string());
     std::fs::write(
         dir.path().join("kfaws.toml"),
         format!("name = \"{name}\"\nregion = \"us-east-1\"\n"),
@@ -166,7 +193,7 @@ fn deploy(parallelism: &str) -> Figures {
     let dag = graph(&dir.path().join(".kfaws").join(&name).join("state.json"));
     let cp = |measured: &BTreeMap<Address, Duration>, destroy: bool| {
         (
-            dag.critical_path(|a| configured(effective, a, destroy))
+            dag.critical_path(|a| configured(effective, measured, a, destroy))
                 .total,
             dag.critical_path(|a| measured.get(a).copied().unwrap_or_default())
                 .total,

@@ -136,6 +136,36 @@ impl Default for Options {
     }
 }
 
+/// The Kubeflow manifests (`[kubeflow]`): a pinned Kubeflow release the user
+/// builds (`kustomize build` of kubeflow/manifests) — kfaws ships no copy.
+/// Relative paths are relative to the config file. Each one left out is not
+/// installed.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Kubeflow {
+    /// The Kubeflow platform: a YAML file (one multi-document stream) or a
+    /// directory of `*.yaml`/`*.yml` files, applied as `k8s.kubeflow`.
+    pub manifests: Option<PathBuf>,
+    /// The training operator's CRDs and controller from the same release
+    /// (`apps/training-operator`), applied as `k8s.training-operator`, after
+    /// which `kubeflow.org/v1` `PyTorchJob` must be served.
+    pub training_operator: Option<PathBuf>,
+}
+
+impl Kubeflow {
+    /// Makes relative paths relative to `base` (the config file's directory).
+    fn rebase(&mut self, base: &Path) {
+        for p in [&mut self.manifests, &mut self.training_operator]
+            .into_iter()
+            .flatten()
+        {
+            if p.is_relative() {
+                *p = base.join(&*p);
+            }
+        }
+    }
+}
+
 /// `kfaws.toml` as written; every key optional.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -155,6 +185,9 @@ pub struct ConfigFile {
     /// Options.
     #[serde(default)]
     pub options: Options,
+    /// The Kubeflow manifests.
+    #[serde(default)]
+    pub kubeflow: Kubeflow,
 }
 
 /// Values given on the command line; they win over the file.
@@ -183,6 +216,9 @@ pub struct Config {
     pub node_groups: BTreeMap<String, NodeGroup>,
     /// Options.
     pub options: Options,
+    /// The Kubeflow manifests.
+    #[serde(default)]
+    pub kubeflow: Kubeflow,
 }
 
 /// The Kubernetes version used when the config names none: the newest
@@ -298,10 +334,11 @@ impl ConfigFile {
     /// [`ConfigError::Parse`] with line and column for syntax errors,
     /// duplicate keys, unknown keys and wrong types.
     pub fn parse(path: &Path, text: &str) -> Result<Self, ConfigError> {
-        let file: Self = toml::from_str(text).map_err(|e| ConfigError::Parse {
+        let mut file: Self = toml::from_str(text).map_err(|e| ConfigError::Parse {
             path: path.to_path_buf(),
             message: e.to_string().trim_end().to_string(),
         })?;
+        file.kubeflow.rebase(path.parent().unwrap_or(Path::new("")));
         if file
             .state_dir
             .as_ref()
@@ -386,6 +423,7 @@ impl ConfigFile {
                 .node_groups
                 .unwrap_or_else(|| BTreeMap::from([("cpu".to_string(), NodeGroup::default())])),
             options: self.options,
+            kubeflow: self.kubeflow,
         };
         config.validate()?;
         Ok(config)
@@ -573,9 +611,11 @@ impl Config {
             // and a Kubernetes label value.
             if let Some(problem) = naming::DNS1123_LABEL.violation(group) {
                 return Err(invalid(
-                    &format!("node_groups.{group:?}"),
+                    "node_groups",
                     group,
-                    format!("a node group name must be a DNS-1123 label ({problem})"),
+                    format!(
+                        "the name of table [node_groups.{group}] must be a DNS-1123 label ({problem})"
+                    ),
                 ));
             }
             if ng.max_size < 1 {
@@ -618,6 +658,26 @@ impl Config {
                     "must be 20..=16384 GiB (EKS CreateNodegroup diskSize; gp3 volume limit)"
                         .into(),
                 ));
+            }
+        }
+        for (field, path) in [
+            ("kubeflow.manifests", &self.kubeflow.manifests),
+            (
+                "kubeflow.training_operator",
+                &self.kubeflow.training_operator,
+            ),
+        ] {
+            if let Some(path) = path {
+                if !path.exists() {
+                    return Err(invalid(
+                        field,
+                        &path.display().to_string(),
+                        "no such file or directory: name a `kustomize build` output or a \
+                         directory of YAML files of your pinned Kubeflow release (relative \
+                         paths are relative to the config file)"
+                            .into(),
+                    ));
+                }
             }
         }
         let errors = naming::check_all(&self.derived_names());
@@ -886,11 +946,11 @@ mod tests {
             ),
             (
                 "[node_groups.GPU]\ninstance_type = \"g5.xlarge\"",
-                "node_groups.\"GPU\"",
+                "node_groups",
             ),
             (
                 "[node_groups.\"\"]\ninstance_type = \"g5.xlarge\"",
-                "node_groups.\"\"",
+                "node_groups",
             ),
             ("state_dir = \"\"", "state_dir"),
         ];

@@ -3,101 +3,16 @@
 //! destroy. Run under `tests/emulator/with_emulator.sh` (`make test` does);
 //! each test works in an account of its own.
 
-use assert_cmd::Command;
 use aws_sdk_cloudformation::config::Credentials;
 use predicates::prelude::*;
 
-struct Deployment {
-    dir: tempfile::TempDir,
-    account: String,
-    name: String,
-}
+mod common;
 
-fn endpoint() -> String {
-    std::env::var("AWS_ENDPOINT_URL").expect(
-        "these tests need the local AWS emulator: run them under \
-         tests/emulator/with_emulator.sh (make test does)",
-    )
-}
-
-impl Deployment {
-    fn new() -> Self {
-        let _ = endpoint();
-        let account = format!("{:012}", fastrand::u64(100_000_000_000..999_999_999_999));
-        let name = format!("e2e{}", fastrand::u32(10_000..99_999));
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(
-            dir.path().join("kfaws.toml"),
-            format!("name = \"{name}\"\nregion = \"us-east-1\"\n"),
-        )
-        .unwrap();
-        Self { dir, account, name }
-    }
-
-    fn kfaws(&self, args: &[&str]) -> Command {
-        let mut cmd = Command::cargo_bin("kfaws").unwrap();
-        cmd.current_dir(self.dir.path())
-            .env("AWS_ACCESS_KEY_ID", &self.account)
-            .env("AWS_SECRET_ACCESS_KEY", "test")
-            .env_remove("AWS_PROFILE")
-            .env_remove("AWS_SESSION_TOKEN")
-            .env_remove("KFAWS_NAME")
-            .env_remove("KFAWS_CONFIG")
-            .args(args);
-        cmd
-    }
-
-    fn stdout(&self, args: &[&str]) -> String {
-        let out = self
-            .kfaws(args)
-            .assert()
-            .success()
-            .get_output()
-            .stdout
-            .clone();
-        String::from_utf8(out).unwrap()
-    }
-
-    async fn cloudformation(&self) -> aws_sdk_cloudformation::Client {
-        let config = aws_config::defaults(aws_config::BehaviorVersion::latest())
-            .region(aws_config::Region::new("us-east-1"))
-            .endpoint_url(endpoint())
-            .credentials_provider(Credentials::new(&self.account, "test", None, None, "test"))
-            .load()
-            .await;
-        aws_sdk_cloudformation::Client::new(&config)
-    }
-
-    async fn live_stacks(&self) -> Vec<String> {
-        let out = self
-            .cloudformation()
-            .await
-            .describe_stacks()
-            .send()
-            .await
-            .unwrap();
-        let mut names: Vec<String> = out
-            .stacks()
-            .iter()
-            .filter(|s| s.stack_status().map(|s| s.as_str()) != Some("DELETE_COMPLETE"))
-            .filter_map(|s| s.stack_name().map(str::to_string))
-            .collect();
-        names.sort();
-        names
-    }
-
-    fn state_file(&self) -> std::path::PathBuf {
-        self.dir
-            .path()
-            .join(".kfaws")
-            .join(&self.name)
-            .join("state.json")
-    }
-}
+use common::aws::{endpoint, Deployment};
 
 #[tokio::test]
 async fn plan_apply_noop_plan_outputs_and_destroy() {
-    let d = Deployment::new();
+    let d = Deployment::new("");
     let plan = d
         .kfaws(&["plan", "--detailed-exitcode"])
         .assert()
@@ -114,22 +29,25 @@ async fn plan_apply_noop_plan_outputs_and_destroy() {
         ("eks.cluster", "aws_eks_cluster"),
         ("eks.nodegroup.cpu", "aws_eks_nodegroup"),
         ("iam.oidc", "aws_iam_oidc_provider"),
+        ("k8s.efs-csi", "kubernetes_manifests"),
+        ("k8s.efs-storage", "kubernetes_manifests"),
+        ("k8s.user-namespace", "kubernetes_manifests"),
     ] {
         assert!(plan.contains(&format!("  + {a} ({kind})")), "{plan}");
     }
     assert!(
-        plan.contains("Plan: 7 to add, 0 to change, 0 to destroy."),
+        plan.contains("Plan: 10 to add, 0 to change, 0 to destroy."),
         "{plan}"
     );
 
     let applied = d.stdout(&["apply", "--auto-approve"]);
     assert!(
-        applied.contains("Apply complete! Resources: 7 added, 0 changed, 0 destroyed."),
+        applied.contains("Apply complete! Resources: 10 added, 0 changed, 0 destroyed."),
         "{applied}"
     );
     let n = &d.name;
     assert_eq!(
-        d.live_stacks().await,
+        d.live_stack_names().await,
         [
             format!("kfaws-{n}-iam"),
             format!("kfaws-{n}-irsa"),
@@ -185,10 +103,10 @@ async fn plan_apply_noop_plan_outputs_and_destroy() {
 
     let destroyed = d.stdout(&["destroy", "--auto-approve"]);
     assert!(
-        destroyed.contains("Destroy complete! Resources: 0 added, 0 changed, 7 destroyed."),
+        destroyed.contains("Destroy complete! Resources: 0 added, 0 changed, 10 destroyed."),
         "{destroyed}"
     );
-    assert!(d.live_stacks().await.is_empty());
+    assert!(d.live_stack_names().await.is_empty());
     d.kfaws(&["destroy", "--auto-approve"])
         .assert()
         .success()
@@ -197,9 +115,9 @@ async fn plan_apply_noop_plan_outputs_and_destroy() {
 
 #[tokio::test]
 async fn a_stack_deleted_out_of_band_is_drift_and_apply_repairs_it() {
-    let d = Deployment::new();
+    let d = Deployment::new("");
     d.stdout(&["apply", "--auto-approve"]);
-    let cfn = d.cloudformation().await;
+    let cfn = d.aws().await.cloudformation();
     // The storage stack: nothing depends on it (a new IAM stack would
     // bring a new secrets key, which an EKS cluster cannot take).
     cfn.delete_stack()
@@ -212,19 +130,52 @@ async fn a_stack_deleted_out_of_band_is_drift_and_apply_repairs_it() {
         plan.contains("reason: drift: deleted outside kfaws"),
         "{plan}"
     );
+    // The storage bundle names the file system: it is re-applied only if
+    // the new stack's outputs differ (they will: a new file system).
     assert!(
-        plan.contains("Plan: 1 to add, 0 to change, 0 to destroy."),
+        plan.contains(
+            "Plan: 1 to add, 0 to change, 0 to destroy; 2 more to re-apply if a dependency's \
+             outputs change."
+        ),
         "{plan}"
     );
-    d.stdout(&["apply", "--auto-approve"]);
+    let applied = d.stdout(&["apply", "--auto-approve"]);
+    assert!(
+        applied.contains("Apply complete! Resources: 1 added, 2 changed, 0 destroyed."),
+        "{applied}"
+    );
+    // The new file system is in the StorageClass and the PersistentVolume,
+    // whose fields for it are immutable: both were replaced, and the claim
+    // bound to the old volume was deleted and created again.
+    let fs = d.output("stack.storage", "FileSystemId");
+    let client = d.cluster().client().await;
+    let pv = kube::Api::<k8s_openapi::api::core::v1::PersistentVolume>::all(client.clone())
+        .get("efs-pv")
+        .await
+        .unwrap();
+    assert_eq!(pv.spec.unwrap().csi.unwrap().volume_handle, fs);
+    let sc = kube::Api::<k8s_openapi::api::storage::v1::StorageClass>::all(client.clone())
+        .get("efs-sc")
+        .await
+        .unwrap();
+    assert_eq!(sc.parameters.unwrap()["fileSystemId"], fs);
+    let claim = kube::Api::<k8s_openapi::api::core::v1::PersistentVolumeClaim>::namespaced(
+        client,
+        "kubeflow-user-example-com",
+    )
+    .get("efs-claim")
+    .await
+    .unwrap();
+    assert!(claim.metadata.deletion_timestamp.is_none());
+    assert_eq!(claim.spec.unwrap().volume_name.as_deref(), Some("efs-pv"));
     d.kfaws(&["plan", "--detailed-exitcode"]).assert().code(0);
     d.stdout(&["destroy", "--auto-approve"]);
-    assert!(d.live_stacks().await.is_empty());
+    assert!(d.live_stack_names().await.is_empty());
 }
 
 #[tokio::test]
 async fn a_saved_plan_applies_exactly_once_and_is_then_stale() {
-    let d = Deployment::new();
+    let d = Deployment::new("");
     d.kfaws(&["plan", "-out", "tf.plan"])
         .assert()
         .success()
@@ -232,18 +183,18 @@ async fn a_saved_plan_applies_exactly_once_and_is_then_stale() {
     d.kfaws(&["apply", "tf.plan"])
         .assert()
         .success()
-        .stdout(predicate::str::contains("7 added"));
+        .stdout(predicate::str::contains("10 added"));
     d.kfaws(&["apply", "tf.plan"])
         .assert()
         .failure()
         .stderr(predicate::str::contains("the saved plan is stale"));
     d.stdout(&["destroy", "--auto-approve"]);
-    assert!(d.live_stacks().await.is_empty());
+    assert!(d.live_stack_names().await.is_empty());
 }
 
 #[tokio::test]
 async fn the_wrong_region_or_account_is_refused_before_planning() {
-    let d = Deployment::new();
+    let d = Deployment::new("");
     d.stdout(&["apply", "--auto-approve"]);
     d.kfaws(&["plan", "--region", "eu-west-1"])
         .assert()
@@ -257,12 +208,12 @@ async fn the_wrong_region_or_account_is_refused_before_planning() {
         .failure()
         .stderr(predicate::str::contains(format!("account {}", d.account)));
     d.stdout(&["destroy", "--auto-approve"]);
-    assert!(d.live_stacks().await.is_empty());
+    assert!(d.live_stack_names().await.is_empty());
 }
 
 #[test]
 fn apply_without_a_terminal_needs_auto_approve() {
-    let d = Deployment::new();
+    let d = Deployment::new("");
     d.kfaws(&["apply"])
         .write_stdin("yes\n")
         .assert()
@@ -278,7 +229,7 @@ fn apply_without_a_terminal_needs_auto_approve() {
 
 #[test]
 fn a_held_lock_refuses_apply_and_unlock_breaks_it() {
-    let d = Deployment::new();
+    let d = Deployment::new("");
     let state_dir = d.dir.path().join(".kfaws");
     let held = kfaws::state::lock::StateLock::acquire(&state_dir, &d.name, "apply").unwrap();
     let id = held.info().id.to_string();
@@ -303,7 +254,7 @@ fn invalid_names_fail_before_any_api_call() {
         ("tf-vanilla-uwiqgwfqu3", "ap-southeast-1", "may be at most"),
         ("MLTeam", "us-east-1", "S3 bucket name"),
     ] {
-        let d = Deployment::new();
+        let d = Deployment::new("");
         d.kfaws(&["plan", "--name", name, "--region", region])
             .env("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
             .assert()
@@ -311,7 +262,7 @@ fn invalid_names_fail_before_any_api_call() {
             .stderr(predicate::str::contains(rule))
             .stderr(predicate::str::contains("connect").not());
     }
-    let d = Deployment::new();
+    let d = Deployment::new("");
     d.kfaws(&["plan", "--region", "us-east1"])
         .env("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
         .assert()
@@ -321,7 +272,7 @@ fn invalid_names_fail_before_any_api_call() {
 
 #[test]
 fn unknown_and_unavailable_profiles_are_refused() {
-    let d = Deployment::new();
+    let d = Deployment::new("");
     // Usage errors exit 1: 2 means "changes present" for --detailed-exitcode.
     d.kfaws(&["plan", "--profile", "k8s", "--detailed-exitcode"])
         .assert()
@@ -335,7 +286,7 @@ fn unknown_and_unavailable_profiles_are_refused() {
 
 #[test]
 fn graph_prints_dot_with_every_resource() {
-    let d = Deployment::new();
+    let d = Deployment::new("");
     let dot = d.stdout(&["graph"]);
     assert!(dot.starts_with("digraph {"), "{dot}");
     for a in [
@@ -346,16 +297,20 @@ fn graph_prints_dot_with_every_resource() {
         "eks.cluster",
         "eks.nodegroup.cpu",
         "iam.oidc",
+        "k8s.efs-csi",
+        "k8s.efs-storage",
+        "k8s.user-namespace",
     ] {
         assert!(dot.contains(a), "{dot}");
     }
-    // storage, irsa and iam.oidc one edge each, the cluster two, the node group three.
-    assert_eq!(dot.matches("->").count(), 8, "{dot}");
+    // storage, irsa and iam.oidc one edge each, the cluster two, the node
+    // group three; efs-csi three, efs-storage and the user namespace two each.
+    assert_eq!(dot.matches("->").count(), 15, "{dot}");
 }
 
 #[tokio::test]
 async fn state_rm_forgets_without_deleting_and_apply_adopts_it_again() {
-    let d = Deployment::new();
+    let d = Deployment::new("");
     d.stdout(&["apply", "--auto-approve", "--target", "stack.iam"]);
     d.kfaws(&["state", "rm", "stack.iam"])
         .assert()
@@ -366,12 +321,12 @@ async fn state_rm_forgets_without_deleting_and_apply_adopts_it_again() {
     // tag) instead of failing with AlreadyExists.
     d.stdout(&["apply", "--auto-approve", "--target", "stack.iam"]);
     d.stdout(&["destroy", "--auto-approve"]);
-    assert!(d.live_stacks().await.is_empty());
+    assert!(d.live_stack_names().await.is_empty());
 }
 
 #[tokio::test]
 async fn a_second_state_of_the_same_deployment_does_not_adopt_the_first_ones_stacks() {
-    let d = Deployment::new();
+    let d = Deployment::new("");
     d.stdout(&["apply", "--auto-approve", "--target", "stack.iam"]);
     // Another folder, same account, same deployment name: another state lineage.
     let other = tempfile::tempdir().unwrap();
@@ -386,14 +341,14 @@ async fn a_second_state_of_the_same_deployment_does_not_adopt_the_first_ones_sta
         .code(1)
         .stdout(predicate::str::contains("belongs to another kfaws state"));
     d.stdout(&["destroy", "--auto-approve"]);
-    assert!(d.live_stacks().await.is_empty());
+    assert!(d.live_stack_names().await.is_empty());
 }
 
 #[tokio::test]
 async fn a_foreign_stack_that_took_our_stacks_name_is_never_adopted_nor_deleted() {
-    let d = Deployment::new();
+    let d = Deployment::new("");
     d.stdout(&["apply", "--auto-approve", "--target", "stack.iam"]);
-    let cfn = d.cloudformation().await;
+    let cfn = d.aws().await.cloudformation();
     let name = format!("kfaws-{}-iam", d.name);
     cfn.delete_stack().stack_name(&name).send().await.unwrap();
     let template = format!(
@@ -414,7 +369,7 @@ async fn a_foreign_stack_that_took_our_stacks_name_is_never_adopted_nor_deleted(
         .stdout(predicate::str::contains("was not created by kfaws"));
     d.kfaws(&["destroy", "--auto-approve"]).assert().success();
     assert_eq!(
-        d.live_stacks().await,
+        d.live_stack_names().await,
         [name],
         "the foreign stack survives destroy"
     );
@@ -422,7 +377,7 @@ async fn a_foreign_stack_that_took_our_stacks_name_is_never_adopted_nor_deleted(
 
 #[test]
 fn a_saved_plan_is_refused_in_another_account() {
-    let d = Deployment::new();
+    let d = Deployment::new("");
     d.kfaws(&["plan", "-out", "tf.plan"]).assert().success();
     d.kfaws(&["apply", "tf.plan"])
         .env("AWS_ACCESS_KEY_ID", "111111111112")
@@ -438,7 +393,7 @@ fn a_saved_plan_is_refused_in_another_account() {
 
 #[test]
 fn ctrl_c_while_planning_exits_130_and_leaves_no_lock() {
-    let d = Deployment::new();
+    let d = Deployment::new("");
     let control = std::env::var("KFAWS_EMULATOR_CONTROL").expect("run under with_emulator.sh");
     let rule = format!(
         r#"{{"service":"sts","operation":"GetCallerIdentity","kind":"latency","latency_ms":4000,"count":1,"account_id":"{}"}}"#,
@@ -484,9 +439,9 @@ fn ctrl_c_while_planning_exits_130_and_leaves_no_lock() {
 
 #[tokio::test]
 async fn a_template_edited_outside_kfaws_is_drift_and_apply_restores_it() {
-    let d = Deployment::new();
+    let d = Deployment::new("");
     d.stdout(&["apply", "--auto-approve", "--target", "stack.iam"]);
-    let cfn = d.cloudformation().await;
+    let cfn = d.aws().await.cloudformation();
     let name = format!("kfaws-{}-iam", d.name);
     update_template_by_hand(&cfn, &name, |ours| {
         format!("{ours}\n  Extra:\n    Value: added by hand\n")
@@ -553,7 +508,7 @@ fn calls(d: &Deployment, operation: &str) -> u64 {
 
 #[tokio::test]
 async fn apply_and_destroy_finish_with_20_percent_of_calls_of_every_service_throttled_or_failing() {
-    let d = Deployment::new();
+    let d = Deployment::new("");
     for service in ["cloudformation", "sts", "eks", "iam", "ec2", "s3"] {
         for kind in ["throttle", "server_error"] {
             control(
@@ -577,7 +532,7 @@ async fn apply_and_destroy_finish_with_20_percent_of_calls_of_every_service_thro
         assert_eq!(calls(&d, operation), 1, "{operation} reached AWS once");
     }
     d.stdout(&["destroy", "--auto-approve"]);
-    assert!(d.live_stacks().await.is_empty());
+    assert!(d.live_stack_names().await.is_empty());
     let faults: serde_json::Value = serde_json::from_str(&control("faults", "GET", "")).unwrap();
     let fired: u64 = faults
         .as_array()
@@ -591,7 +546,7 @@ async fn apply_and_destroy_finish_with_20_percent_of_calls_of_every_service_thro
 
 #[tokio::test]
 async fn apply_killed_at_random_moments_then_rerun_creates_each_stack_once() {
-    let d = Deployment::new();
+    let d = Deployment::new("");
     control(
         &format!("lifecycle?account_id={}", d.account),
         "PUT",
@@ -601,15 +556,7 @@ async fn apply_killed_at_random_moments_then_rerun_creates_each_stack_once() {
     let mut rng = fastrand::Rng::with_seed(seed);
     let lock = d.dir.path().join(".kfaws").join(&d.name).join("state.lock");
     for trial in 0..10 {
-        let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("kfaws"))
-            .args(["apply", "--auto-approve"])
-            .current_dir(d.dir.path())
-            .env("AWS_ACCESS_KEY_ID", &d.account)
-            .env("AWS_SECRET_ACCESS_KEY", "test")
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
+        let mut child = d.spawn(&["apply", "--auto-approve"]);
         std::thread::sleep(std::time::Duration::from_millis(rng.u64(0..2500)));
         let _ = child.kill();
         let status = child.wait().unwrap();
@@ -628,14 +575,14 @@ async fn apply_killed_at_random_moments_then_rerun_creates_each_stack_once() {
     d.kfaws(&["plan", "--detailed-exitcode"]).assert().code(0);
     assert_eq!(stacks_created(&d), 4, "seed {seed}: no stack created twice");
     d.stdout(&["destroy", "--auto-approve"]);
-    assert!(d.live_stacks().await.is_empty());
+    assert!(d.live_stack_names().await.is_empty());
 }
 
 #[tokio::test]
 async fn a_stack_left_in_delete_failed_is_planned_for_replacement_and_destroy_cleans_up() {
-    let d = Deployment::new();
+    let d = Deployment::new("");
     d.stdout(&["apply", "--auto-approve"]);
-    let cfn = d.cloudformation().await;
+    let cfn = d.aws().await.cloudformation();
     let network = format!("kfaws-{}-network", d.name);
     // The storage stack's mount targets are still in the network's subnets,
     // so deleting the network stack out of band fails (DependencyViolation).
@@ -670,14 +617,14 @@ async fn a_stack_left_in_delete_failed_is_planned_for_replacement_and_destroy_cl
         "{plan}"
     );
     d.stdout(&["destroy", "--auto-approve"]);
-    assert!(d.live_stacks().await.is_empty());
+    assert!(d.live_stack_names().await.is_empty());
 }
 
 #[tokio::test]
 async fn a_stack_update_is_planned_and_applied_through_a_change_set() {
-    let d = Deployment::new();
+    let d = Deployment::new("");
     d.stdout(&["apply", "--auto-approve", "--target", "stack.iam"]);
-    let cfn = d.cloudformation().await;
+    let cfn = d.aws().await.cloudformation();
     let stack = format!("kfaws-{}-iam", d.name);
     // Someone adds a resource to our stack by hand.
     update_template_by_hand(&cfn, &stack, |ours| {

@@ -3,7 +3,9 @@
 # tests/emulator/with_emulator.sh, which points AWS_ENDPOINT_URL at the local
 # AWS emulator with throwaway credentials, so nothing here can reach a real
 # AWS account. Grows with the project: today plan, apply, outputs, a
-# no-change plan, the graph and destroy of the vanilla profile's AWS half, then
+# no-change plan, the graph and destroy of the vanilla profile (AWS half and
+# its Kubernetes objects, on a real kube-apiserver standing in for the EKS
+# cluster: tests/apiserver), then
 # the bundled trainer on real Fashion-MNIST with two data-parallel ranks under
 # the PyTorchJob environment contract (what `kfaws train --runtime local`
 # will launch).
@@ -15,9 +17,21 @@ if [[ -z "${AWS_ENDPOINT_URL:-}" ]]; then
 fi
 bin_dir="${CARGO_TARGET_DIR:-$(pwd)/target}/debug"
 export PATH="$bin_dir:$PATH"
+fixtures="$(pwd)/tests/fixtures/kubeflow"
+# shellcheck source=tests/local_cluster.sh
+source tests/local_cluster.sh
 work="$(mktemp -d "${TMPDIR:-/tmp}/kfaws-demo.XXXXXX")"
-trap 'rm -rf "$work"' EXIT
+cleanup() {
+    stop_local_cluster
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+# The EKS cluster "demo" is a real kube-apiserver (tests/local_cluster.sh);
+# the emulator answers its endpoint and CA for every cluster of the account.
+start_local_cluster "$work/cluster" demo
 cd "$work"
+kubectl="$local_cluster_bin/kubectl"
 
 cat > kfaws.toml <<'TOML'
 name = "demo"
@@ -32,7 +46,14 @@ max_size = 4
 
 [options]
 sagemaker_role_policy = "scoped"
+
+# A small stand-in for a Kubeflow release (kfaws ships no copy of upstream
+# manifests): namespaces, a CRD with its custom resource in one stream, RBAC.
+[kubeflow]
+manifests = "FIXTURES/platform.yaml"
+training_operator = "FIXTURES/training-operator.yaml"
 TOML
+sed -i "s|FIXTURES|$fixtures|" kfaws.toml
 
 # Stacks take 3 s to create and delete, the EKS cluster 6 s (3 s to
 # delete) and a node group 2 s, instead of moto's instant answer (real AWS:
@@ -57,7 +78,12 @@ step kfaws output
 step kfaws state list
 step kfaws plan --detailed-exitcode
 step kfaws graph
+step kfaws kubeconfig --kubeconfig "$work/kubeconfig"
+step "$kubectl" --kubeconfig "$work/kubeconfig" get storageclass,persistentvolume,csidriver
+step "$kubectl" --kubeconfig "$work/kubeconfig" get serviceaccount,persistentvolumeclaim,rolebinding -n kubeflow-user-example-com
+step "$kubectl" --kubeconfig "$work/kubeconfig" get crd pytorchjobs.kubeflow.org
 step kfaws destroy --auto-approve
+step "$kubectl" --kubeconfig "$work/kubeconfig" get storageclass,persistentvolume,csidriver,crd -l applyset.kubernetes.io/part-of
 step kfaws destroy --auto-approve
 
 data=/usr/share/datasets/fashion-mnist

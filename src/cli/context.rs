@@ -126,3 +126,17 @@ pub fn validate(g: &Global, profile: Option<ProfileName>) -> anyhow::Result<u8> 
 pub fn state_path(state_dir: &Path, name: &str) -> PathBuf {
     kfaws::state::store::deployment_dir(state_dir, name).join("state.json")
 }
+
+/// The exec credential plugin kubeconfigs and the Kubernetes resources use:
+/// this binary's `eks get-token`, with the AWS profile chosen by
+/// `--aws-profile` or `AWS_PROFILE`.
+pub fn exec_auth(g: &Global) -> anyhow::Result<kfaws::k8s::kubeconfig::ExecAuth> {
+    use anyhow::Context as _;
+    Ok(kfaws::k8s::kubeconfig::ExecAuth {
+        command: std::env::current_exe().context("cannot locate the kfaws executable")?,
+        aws_profile: g
+            .aws_profile
+            .clone()
+            .or_else(|| std::env::var("AWS_PROFILE").ok().filter(|p| !p.is_empty())),
+    })
+}

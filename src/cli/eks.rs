@@ -4,7 +4,7 @@ use anyhow::Context as _;
 use aws_config::{BehaviorVersion, Region};
 use kfaws::aws::token;
 use kfaws::k8s::exec_credential::{requested_api_version, ExecCredential};
-use kfaws::k8s::kubeconfig::{self, ClusterAccess, ExecAuth};
+use kfaws::k8s::kubeconfig::{self, ClusterAccess};
 use kfaws::state::store::StateStore;
 
 use super::{context, Global};
@@ -49,13 +49,7 @@ pub fn kubeconfig(
         format!("deployment {name:?} has no eks.cluster in its state: run `kfaws apply` first")
     })?;
     let access = ClusterAccess::from_outputs(&recorded.outputs, state.region.as_deref())?;
-    let exec = ExecAuth {
-        command: std::env::current_exe().context("cannot locate the kfaws executable")?,
-        aws_profile: g
-            .aws_profile
-            .clone()
-            .or_else(|| std::env::var("AWS_PROFILE").ok().filter(|p| !p.is_empty())),
-    };
+    let exec = context::exec_auth(g)?;
     let path = match path {
         Some(p) => p.to_path_buf(),
         None => kubeconfig::default_path()?,

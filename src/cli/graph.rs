@@ -43,7 +43,7 @@ pub async fn graph(
         config = super::interruptible(cancel, preparing).await??;
     }
     let config = &config;
-    let built = profiles::build(config, &aws, store.state().lineage)?;
+    let built = profiles::build(config, &aws, store.state().lineage, &context::exec_auth(g)?)?;
     let dag = Dag::new(
         built
             .resources

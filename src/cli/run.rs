@@ -66,7 +66,7 @@ async fn make(
     let preparing = profiles::prepare(&loaded.config, &aws, store.state(), goal.destroy);
     loaded.config = interruptible(cancel, preparing).await??;
     let config = &loaded.config;
-    let built = profiles::build(config, &aws, store.state().lineage)?;
+    let built = profiles::build(config, &aws, store.state().lineage, &context::exec_auth(g)?)?;
     let planning = make_plan(PlanRequest {
         config,
         desired: &built.resources,
@@ -205,7 +205,12 @@ pub async fn apply_saved(
     let lock = StateLock::acquire(&state_dir, &config.name, "apply")?;
     let store = StateStore::open(&state_dir, &config.name)?;
     let aws = context::aws(g, &config).await;
-    let built = profiles::build(&config, &aws, store.state().lineage)?;
+    let built = profiles::build(
+        &config,
+        &aws,
+        store.state().lineage,
+        &context::exec_auth(g)?,
+    )?;
     let id = interruptible(
         cancel,
         context::check_identity(&aws, &config, store.state()),

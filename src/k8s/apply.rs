@@ -31,7 +31,7 @@ use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use kube::core::GroupVersionKind;
 use kube::Client;
 use serde_json::{json, Value};
@@ -46,6 +46,14 @@ use super::object::ObjectRef;
 use super::phases::{self, Gate, Phases};
 use super::retry::{self, RetryError};
 use super::wait;
+
+/// Whether the API server refused a change because it touches an
+/// immutable field (422 Invalid, "field is immutable" or "... is immutable
+/// after creation", e.g. a StorageClass's `parameters` or a
+/// PersistentVolume's source).
+fn is_immutable(status: &kube::core::Status) -> bool {
+    status.code == 422 && status.message.contains("immutable")
+}
 
 /// Annotation on every applied object: hex SHA-256 of the manifest applied
 /// (with the ApplySet label, without this annotation).
@@ -91,6 +99,9 @@ pub enum Outcome {
     Unchanged,
     /// Not sent: proven unchanged (see the module docs).
     Skipped,
+    /// Deleted and created again: the change touches a field the API server
+    /// does not let change (`kubectl apply --force` does the same).
+    Replaced,
 }
 
 /// The result of a successful apply.
@@ -548,8 +559,10 @@ impl Run<'_> {
         }
 
         // Webhook backends, then their configurations, then what they intercept.
-        let ready: Vec<Result<(), String>> = stream::iter(&phases.gates)
-            .map(|g| self.wait_gate(g))
+        // Futures collected before streaming (rust-lang/rust#102211, see
+        // `ApplySet::members`).
+        let gates: Vec<_> = phases.gates.iter().map(|g| self.wait_gate(g)).collect();
+        let ready: Vec<Result<(), String>> = stream::iter(gates)
             .buffered(self.applier.options.concurrency.max(1))
             .collect()
             .await;
@@ -604,8 +617,11 @@ impl Run<'_> {
         outcomes: &mut BTreeMap<usize, Outcome>,
         failures: &mut Vec<ObjectFailure>,
     ) {
-        let results: Vec<(usize, Result<Outcome, String>)> = stream::iter(positions)
+        let applies: Vec<_> = positions
+            .iter()
             .map(|&pos| async move { (pos, self.apply_one(pos).await) })
+            .collect();
+        let results: Vec<(usize, Result<Outcome, String>)> = stream::iter(applies)
             .buffer_unordered(self.applier.options.concurrency.max(1))
             .collect()
             .await;
@@ -639,11 +655,25 @@ impl Run<'_> {
             .force()
             .validation_strict();
         let body = &self.resolved.objects[pos];
-        let after = retry::retry(self.deadline, || async {
-            api.patch(&t.object.name, &pp, &Patch::Apply(body)).await
-        })
-        .await
-        .map_err(|e| e.to_string())?;
+        let apply = || {
+            retry::retry(self.deadline, || async {
+                api.patch(&t.object.name, &pp, &Patch::Apply(body)).await
+            })
+        };
+        let after = match apply().await {
+            Ok(after) => after,
+            Err(RetryError::Failed(kube::Error::Api(status)))
+                if before.is_some() && is_immutable(&status) =>
+            {
+                let message = status.message.clone();
+                self.delete_for_replacement(&api, pos)
+                    .await
+                    .map_err(|e| format!("{message}; replacing it: {e}"))?;
+                apply().await.map_err(|e| e.to_string())?;
+                return Ok(Outcome::Replaced);
+            }
+            Err(e) => return Err(e.to_string()),
+        };
         Ok(match before {
             None => Outcome::Created,
             Some(meta) if meta.resource_version == after.metadata.resource_version => {
@@ -653,11 +683,68 @@ impl Run<'_> {
         })
     }
 
+    /// Deletes the live object at `pos` so that it can be created again
+    /// with a changed immutable field, and waits (until the deadline) until
+    /// it is gone. A PersistentVolume first loses the claim bound to it
+    /// (`spec.claimRef`): a bound volume is held by the
+    /// `kubernetes.io/pv-protection` finalizer until its claim is gone, and
+    /// a claim cannot move to another volume (`spec.volumeName` is
+    /// immutable); the claim's own bundle creates it again.
+    async fn delete_for_replacement(
+        &self,
+        api: &Api<DynamicObject>,
+        pos: usize,
+    ) -> Result<(), String> {
+        let t = &self.resolved.targets[pos];
+        let name = &t.object.name;
+        let live = api.get_opt(name).await.map_err(|e| retry::message(&e))?;
+        let Some(live) = live else {
+            return Ok(());
+        };
+        if t.object.gk == super::object::GroupKind::new("", "PersistentVolume") {
+            let claim = live.data.pointer("/spec/claimRef").cloned();
+            let ns = claim.as_ref().and_then(|c| c.get("namespace")?.as_str());
+            let claim_name = claim.as_ref().and_then(|c| c.get("name")?.as_str());
+            if let (Some(ns), Some(claim_name)) = (ns, claim_name) {
+                let claims: Api<k8s_openapi::api::core::v1::PersistentVolumeClaim> =
+                    Api::namespaced(self.applier.client.clone(), ns);
+                tracing::warn!(
+                    volume = %name, claim = %format!("{ns}/{claim_name}"),
+                    "replacing a bound PersistentVolume: deleting its claim first"
+                );
+                match claims.delete(claim_name, &DeleteParams::background()).await {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(s)) if s.code == 404 => {}
+                    Err(e) => return Err(retry::message(&e)),
+                }
+            }
+        }
+        let uid = live.metadata.uid.clone();
+        match api.delete(name, &DeleteParams::background()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
+            Err(e) => return Err(retry::message(&e)),
+        }
+        wait::until(self.deadline, || async {
+            match api.get_opt(name).await {
+                Ok(Some(o)) if o.metadata.uid == uid => Ok(Err(format!(
+                    "still present (finalizers: {})",
+                    o.metadata.finalizers.unwrap_or_default().join(", ")
+                ))),
+                Ok(_) => Ok(Ok(())),
+                Err(e) if retry::is_transient(&e) => Ok(Err(retry::message(&e))),
+                Err(e) => Err(retry::message(&e)),
+            }
+        })
+        .await
+    }
+
     /// Waits until each applied CRD is Established and each of its served
     /// versions is served by discovery.
     async fn wait_crds(&self, positions: &[usize], failures: &mut Vec<ObjectFailure>) {
         let api: Api<CustomResourceDefinition> = Api::all(self.applier.client.clone());
-        let results: Vec<(usize, Result<(), String>)> = stream::iter(positions)
+        let waits: Vec<_> = positions
+            .iter()
             .map(|&pos| {
                 let api = api.clone();
                 async move {
@@ -696,6 +783,8 @@ impl Run<'_> {
                     (pos, Ok(()))
                 }
             })
+            .collect();
+        let results: Vec<(usize, Result<(), String>)> = stream::iter(waits)
             .buffer_unordered(self.applier.options.concurrency.max(1))
             .collect()
             .await;

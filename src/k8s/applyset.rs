@@ -338,6 +338,10 @@ impl ApplySet {
                 )
             })
         });
+        // Collected first: a stream over the closure itself would make the
+        // future's `Send` unprovable inside `#[async_trait]` methods
+        // (rust-lang/rust#102211).
+        let lists: Vec<_> = lists.collect();
         let nested: Vec<Vec<Member>> = stream::iter(lists)
             .buffer_unordered(concurrency.max(1))
             .try_collect()

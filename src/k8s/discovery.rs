@@ -145,15 +145,44 @@ impl fmt::Display for UnservedObject {
                 self.origin,
                 self.served_as.join(", ")
             ),
-            None => write!(
-                f,
-                "{o} ({}): the kind {av} {k} is not served by this cluster and no \
-                 CustomResourceDefinition in this bundle defines it -- install the component that \
-                 provides {k} (its CRD) first",
-                self.origin
-            ),
+            None => {
+                let group = av.split_once('/').map(|(g, _)| g).unwrap_or("");
+                let component = match provider(group, k) {
+                    Some(c) => c.to_string(),
+                    None => format!("the component that provides {k} (its CRD)"),
+                };
+                write!(
+                    f,
+                    "{o} ({}): the kind {av} {k} is not served by this cluster and no \
+                     CustomResourceDefinition in this bundle defines it -- install {component} first",
+                    self.origin
+                )
+            }
         }
     }
+}
+
+/// The component that serves a well-known custom kind of the Kubeflow
+/// ecosystem, as users know it (case C9), with how kfaws installs it.
+pub fn provider(group: &str, kind: &str) -> Option<&'static str> {
+    Some(match (group, kind) {
+        (
+            "kubeflow.org",
+            "PyTorchJob" | "TFJob" | "MPIJob" | "XGBoostJob" | "PaddleJob" | "JAXJob",
+        ) => {
+            "the Kubeflow training operator (kfaws: set kubeflow.training_operator in kfaws.toml; \
+             it is applied as k8s.training-operator)"
+        }
+        ("trainer.kubeflow.org", _) => "the Kubeflow Trainer (v2) from your Kubeflow release",
+        ("kubeflow.org", "Notebook") => "the Kubeflow notebook controller (kubeflow.manifests)",
+        ("kubeflow.org", "Profile") => "the Kubeflow profile controller (kubeflow.manifests)",
+        ("kubeflow.org", "Experiment" | "Suggestion" | "Trial") => {
+            "Katib from your Kubeflow release (kubeflow.manifests)"
+        }
+        ("serving.kserve.io", _) => "KServe from your Kubeflow release (kubeflow.manifests)",
+        ("argoproj.io", _) => "Argo Workflows, part of Kubeflow Pipelines (kubeflow.manifests)",
+        _ => return None,
+    })
 }
 
 /// Objects whose API the cluster does not serve; nothing was applied.
@@ -386,7 +415,15 @@ mod tests {
             "{msg}"
         );
         assert!(
-            msg.contains("install the component that provides PyTorchJob"),
+            msg.contains(
+                "install the Kubeflow training operator (kfaws: set kubeflow.training_operator"
+            ),
+            "{msg}"
+        );
+        let b = bundle("apiVersion: example.com/v1\nkind: Widget\nmetadata:\n  name: w\n");
+        let msg = resolve(&b, &served()).unwrap_err().to_string();
+        assert!(
+            msg.contains("install the component that provides Widget (its CRD) first"),
             "{msg}"
         );
     }

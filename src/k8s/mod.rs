@@ -15,6 +15,8 @@
 //! | [`wait`] | readiness predicates and the bounded poll |
 //! | [`retry`] | transient vs permanent API errors, backoff until a deadline |
 //! | [`object`] | version-independent object keys |
+//! | [`efs`] | the EFS CSI driver's rules for StorageClasses and PersistentVolumes (C15, C16) |
+//! | [`resource`] | a bundle as a graph resource (`k8s.*` of the vanilla profile), reaching the cluster through EKS |
 //! | [`kubeconfig`] | write or merge the deployment's cluster, user and context |
 //! | [`exec_credential`] | the client-go exec credential plugin's `ExecCredential` |
 //!
@@ -26,23 +28,29 @@
 //!
 //! Limits, by design or of the test harness:
 //! - Readiness of webhook backends needs controllers: a Deployment becomes
-//!   `Available` and a Service gets EndpointSlices only when
-//!   kube-controller-manager runs. The test API server has none, so there a
-//!   webhook backend is never ready and the objects it intercepts fail after
-//!   the deadline, naming the webhook (what case C7 asks).
+//!   `Available` and a Service gets EndpointSlices only when its
+//!   controllers and a node run them. The test API server runs only the
+//!   namespace, garbage-collector and PVC/PV-protection controllers of
+//!   kube-controller-manager and has no nodes, so there a webhook backend
+//!   is never ready and the objects it intercepts fail after the deadline,
+//!   naming the webhook (what case C7 asks).
 //! - Namespace deletion is finished by the namespace controller; without one
 //!   (detected by its leader lease) deleted namespaces are reported as left
-//!   terminating rather than waited for.
+//!   terminating rather than waited for. A namespace still held at the
+//!   deadline is reported with its finalizers and the controller's
+//!   conditions naming what remains in it.
 
 pub mod apply;
 pub mod applyset;
 pub mod bundle;
 pub mod delete;
 pub mod discovery;
+pub mod efs;
 pub mod exec_credential;
 pub mod kubeconfig;
 pub mod object;
 pub mod phases;
+pub mod resource;
 pub mod retry;
 pub mod wait;
 

@@ -9,6 +9,7 @@ use aws_config::SdkConfig;
 
 use crate::address::Address;
 use crate::config::{Config, ProfileName};
+use crate::k8s::kubeconfig::ExecAuth;
 use crate::resource::{Provider, Resource};
 use crate::state::{ResourceState, State};
 
@@ -29,16 +30,28 @@ pub enum ProfileError {
          (rds-s3, cognito and cognito-rds-s3 are planned)"
     )]
     NotAvailable(ProfileName),
+    /// Manifests named in config cannot be used.
+    #[error(transparent)]
+    Manifests(#[from] crate::k8s::resource::SourceError),
 }
 
 /// Builds the resources of the config's profile for the state of lineage
-/// `lineage` (resources tag what they create with it).
+/// `lineage` (resources tag what they create with it); Kubernetes
+/// resources authenticate to the cluster with `exec` (this binary's `eks
+/// get-token`).
 ///
 /// # Errors
-/// [`ProfileError::NotAvailable`] for profiles this build cannot deploy.
-pub fn build(config: &Config, aws: &SdkConfig, lineage: uuid::Uuid) -> Result<Built, ProfileError> {
+/// [`ProfileError::NotAvailable`] for profiles this build cannot deploy;
+/// [`ProfileError::Manifests`] for manifests named in config that cannot be
+/// read or used.
+pub fn build(
+    config: &Config,
+    aws: &SdkConfig,
+    lineage: uuid::Uuid,
+    exec: &ExecAuth,
+) -> Result<Built, ProfileError> {
     match config.profile {
-        ProfileName::Vanilla => Ok(vanilla::build(config, aws, lineage)),
+        ProfileName::Vanilla => Ok(vanilla::build(config, aws, lineage, exec)?),
         other => Err(ProfileError::NotAvailable(other)),
     }
 }
@@ -86,6 +99,7 @@ pub struct AwsProvider {
     config: Config,
     aws: SdkConfig,
     lineage: uuid::Uuid,
+    exec: ExecAuth,
 }
 
 impl Provider for AwsProvider {
@@ -96,6 +110,9 @@ impl Provider for AwsProvider {
             }
             "aws_eks_cluster" | "aws_eks_nodegroup" | "aws_iam_oidc_provider" => {
                 vanilla::eks_from_state(&self.config, &self.aws, self.lineage, address, recorded)
+            }
+            crate::k8s::resource::KIND => {
+                vanilla::bundle_from_state(&self.config, &self.aws, &self.exec, address, recorded)
             }
             _ => None,
         }

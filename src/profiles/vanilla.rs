@@ -7,10 +7,17 @@
 //! iam.oidc             ← eks.cluster
 //! stack.irsa           ← iam.oidc
 //! stack.storage        ← stack.network
+//! k8s.efs-csi          ← eks.nodegroup.*, stack.irsa      (manifests/efs-csi.yaml)
+//! k8s.efs-storage      ← k8s.efs-csi, stack.storage       (manifests/efs-storage.yaml)
+//! k8s.kubeflow         ← eks.nodegroup.*                  (config kubeflow.manifests)
+//! k8s.training-operator ← k8s.kubeflow                    (config kubeflow.training_operator)
+//! k8s.user-namespace   ← k8s.kubeflow, k8s.efs-storage, stack.irsa (manifests/user-namespace.yaml)
 //! ```
 //!
-//! The Kubernetes components join the graph as their resources are
-//! implemented.
+//! `k8s.kubeflow` and `k8s.training-operator` are in the graph when their
+//! config field names manifests; every `k8s.*` node also follows
+//! `eks.cluster`, whose API server it is applied to
+//! ([`crate::k8s::resource`]).
 
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
@@ -28,6 +35,11 @@ use crate::aws::oidc::OidcProviderResource;
 use crate::aws::stack::{InputParameter, StackResource};
 use crate::aws::zones::{self, Source, Wanted, ZoneError};
 use crate::config::{Config, NodeGroup, SageMakerRolePolicy};
+use crate::k8s::kubeconfig::ExecAuth;
+use crate::k8s::resource::{
+    ClusterConnector, InputValue, ManifestsResource, ServedKind, Source as ManifestSource,
+    SourceError,
+};
 use crate::resource::{Guard, Resource};
 use crate::state::{ResourceState, State};
 
@@ -35,6 +47,20 @@ const NETWORK: &str = include_str!("../../stacks/network.yaml");
 const IAM: &str = include_str!("../../stacks/iam.yaml");
 const STORAGE: &str = include_str!("../../stacks/storage.yaml");
 const IRSA: &str = include_str!("../../stacks/irsa.yaml");
+const EFS_CSI: &str = include_str!("../../manifests/efs-csi.yaml");
+const EFS_STORAGE: &str = include_str!("../../manifests/efs-storage.yaml");
+const USER_NAMESPACE: &str = include_str!("../../manifests/user-namespace.yaml");
+
+/// The Kubernetes bundles' addresses.
+pub const EFS_CSI_ADDRESS: &str = "k8s.efs-csi";
+/// StorageClass `efs-sc` and PersistentVolume `efs-pv`.
+pub const EFS_STORAGE_ADDRESS: &str = "k8s.efs-storage";
+/// The Kubeflow manifests of config `kubeflow.manifests`.
+pub const KUBEFLOW_ADDRESS: &str = "k8s.kubeflow";
+/// The training operator of config `kubeflow.training_operator`.
+pub const TRAINING_OPERATOR_ADDRESS: &str = "k8s.training-operator";
+/// The user namespace, its pipelines access and EFS claim.
+pub const USER_NAMESPACE_ADDRESS: &str = "k8s.user-namespace";
 
 /// The EKS cluster's address.
 pub const CLUSTER: &str = "eks.cluster";
@@ -127,7 +153,8 @@ fn recorded_zones(state: &State) -> Option<Vec<String>> {
 /// Availability Zones ([`zones`]: the configured ones, else the recorded
 /// ones, else the first two that offer every node group's instance type),
 /// checked against the instance type offerings. A destroy needs no choice
-/// and makes no call.
+/// and makes no call, and reads no `kubeflow.*` manifests (their bundles
+/// are deleted by ApplySet, as bundles that left the config).
 ///
 /// # Errors
 /// [`ZoneError`] naming the field, instance type, region and zones.
@@ -140,6 +167,9 @@ pub async fn prepare(
     let mut config = config.clone();
     let recorded = recorded_zones(state);
     if destroy {
+        // What was applied is found through the ApplySet parents: a destroy
+        // reads no manifests, so one whose files are gone still runs.
+        config.kubeflow = Default::default();
         if config.options.availability_zones.is_none() {
             config.options.availability_zones = recorded;
         }
@@ -376,8 +406,163 @@ fn oidc(config: &Config, aws: &SdkConfig, lineage: uuid::Uuid) -> OidcProviderRe
     }
 }
 
-/// The vanilla profile's resources, for the state of lineage `lineage`.
-pub fn build(config: &Config, aws: &SdkConfig, lineage: uuid::Uuid) -> Built {
+fn connector(config: &Config, aws: &SdkConfig, exec: &ExecAuth) -> ClusterConnector {
+    ClusterConnector {
+        cluster_name: config.name.clone(),
+        region: config.region.clone(),
+        eks: aws_sdk_eks::Client::new(aws),
+        exec: exec.clone(),
+    }
+}
+
+/// The Kubernetes bundles (see the module docs).
+///
+/// # Errors
+/// [`SourceError`] when manifests named in config cannot be read or break
+/// a rule of the EFS CSI driver.
+fn bundles(
+    config: &Config,
+    aws: &SdkConfig,
+    exec: &ExecAuth,
+) -> Result<Vec<ManifestsResource>, SourceError> {
+    let connector = connector(config, aws, exec);
+    let nodes: Vec<Address> = std::iter::once(addr(CLUSTER))
+        .chain(
+            config
+                .node_groups
+                .keys()
+                .map(|g| addr(&format!("{NODEGROUP_PREFIX}{g}"))),
+        )
+        .collect();
+    let bundle = |address: &str,
+                  source: ManifestSource,
+                  values: &[(&str, String)],
+                  inputs: Vec<InputValue>,
+                  after: Vec<Address>,
+                  estimate: u64,
+                  timeout: u64| ManifestsResource {
+        address: addr(address),
+        bundle: format!(
+            "{}-{}",
+            config.applyset_name(),
+            address.trim_start_matches("k8s.")
+        ),
+        source,
+        values: values
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.clone()))
+            .collect(),
+        inputs,
+        after,
+        serves: vec![],
+        connector: connector.clone(),
+        estimate: Duration::from_secs(estimate),
+        timeout: Duration::from_secs(timeout),
+    };
+    let input = |placeholder, from: &str, output| InputValue {
+        placeholder,
+        from: addr(from),
+        output,
+    };
+    let template = |file, text| ManifestSource::Template { file, text };
+    let mut out = vec![
+        bundle(
+            EFS_CSI_ADDRESS,
+            template("manifests/efs-csi.yaml", EFS_CSI),
+            &[],
+            vec![input(
+                "efs_csi_role_arn",
+                "stack.irsa",
+                "EfsCsiControllerRoleArn",
+            )],
+            nodes.clone(),
+            20,
+            300,
+        ),
+        bundle(
+            EFS_STORAGE_ADDRESS,
+            template("manifests/efs-storage.yaml", EFS_STORAGE),
+            &[],
+            vec![input("efs_file_system_id", "stack.storage", "FileSystemId")],
+            vec![addr(EFS_CSI_ADDRESS)],
+            5,
+            300,
+        ),
+    ];
+    let mut user_after = vec![addr(EFS_STORAGE_ADDRESS)];
+    if let Some(path) = &config.kubeflow.manifests {
+        let name = format!("{}-kubeflow", config.applyset_name());
+        let source = ManifestSource::load("kubeflow.manifests", &name, path.clone())?;
+        out.push(bundle(
+            KUBEFLOW_ADDRESS,
+            source,
+            &[],
+            vec![],
+            nodes.clone(),
+            120,
+            900,
+        ));
+        user_after.push(addr(KUBEFLOW_ADDRESS));
+    }
+    if let Some(path) = &config.kubeflow.training_operator {
+        let name = format!("{}-training-operator", config.applyset_name());
+        let source = ManifestSource::load("kubeflow.training_operator", &name, path.clone())?;
+        let mut after = nodes.clone();
+        if config.kubeflow.manifests.is_some() {
+            after.push(addr(KUBEFLOW_ADDRESS));
+        }
+        let mut operator = bundle(
+            TRAINING_OPERATOR_ADDRESS,
+            source,
+            &[],
+            vec![],
+            after,
+            30,
+            600,
+        );
+        operator.serves = vec![ServedKind {
+            api_version: "kubeflow.org/v1",
+            kind: "PyTorchJob",
+        }];
+        out.push(operator);
+    }
+    let editor = if config.kubeflow.manifests.is_some() {
+        // The ClusterRole Kubeflow's profile controller binds default-editor to.
+        "kubeflow-edit"
+    } else {
+        "edit"
+    };
+    out.push(bundle(
+        USER_NAMESPACE_ADDRESS,
+        template("manifests/user-namespace.yaml", USER_NAMESPACE),
+        &[
+            ("user_namespace", config.options.user_namespace.clone()),
+            ("editor_cluster_role", editor.to_string()),
+        ],
+        vec![input(
+            "pipelines_role_arn",
+            "stack.irsa",
+            "PipelinesRoleArn",
+        )],
+        user_after,
+        5,
+        300,
+    ));
+    Ok(out)
+}
+
+/// The vanilla profile's resources, for the state of lineage `lineage`;
+/// the Kubernetes bundles authenticate with `exec`.
+///
+/// # Errors
+/// [`SourceError`] when manifests named in config (`kubeflow.*`) cannot be
+/// read or parsed, or break a rule of the EFS CSI driver.
+pub fn build(
+    config: &Config,
+    aws: &SdkConfig,
+    lineage: uuid::Uuid,
+    exec: &ExecAuth,
+) -> Result<Built, SourceError> {
     let mut resources: Vec<Arc<dyn Resource>> = stacks(config, aws, lineage)
         .into_iter()
         .map(|s| Arc::new(s) as Arc<dyn Resource>)
@@ -387,14 +572,45 @@ pub fn build(config: &Config, aws: &SdkConfig, lineage: uuid::Uuid) -> Built {
         resources.push(Arc::new(nodegroup(config, aws, lineage, group, settings)));
     }
     resources.push(Arc::new(oidc(config, aws, lineage)));
-    Built {
+    for b in bundles(config, aws, exec)? {
+        resources.push(Arc::new(b));
+    }
+    Ok(Built {
         resources,
         provider: Arc::new(AwsProvider {
             config: config.clone(),
             aws: aws.clone(),
             lineage,
+            exec: exec.clone(),
         }),
-    }
+    })
+}
+
+/// A handle for a recorded Kubernetes bundle that left the config (its
+/// config field was removed): enough to delete its ApplySet.
+pub fn bundle_from_state(
+    config: &Config,
+    aws: &SdkConfig,
+    exec: &ExecAuth,
+    address: &Address,
+    recorded: &ResourceState,
+) -> Option<Arc<dyn Resource>> {
+    let bundle = recorded.spec.get("bundle")?.as_str()?.to_string();
+    Some(Arc::new(ManifestsResource {
+        address: address.clone(),
+        bundle,
+        source: ManifestSource::Template {
+            file: "(recorded)",
+            text: "",
+        },
+        values: BTreeMap::new(),
+        inputs: vec![],
+        after: recorded.dependencies.clone(),
+        serves: vec![],
+        connector: connector(config, aws, exec),
+        estimate: Duration::from_secs(5),
+        timeout: Duration::from_secs(600),
+    }))
 }
 
 /// A handle for a recorded EKS cluster, node group or OIDC provider: the
@@ -523,6 +739,13 @@ mod tests {
         .unwrap()
     }
 
+    fn exec() -> ExecAuth {
+        ExecAuth {
+            command: "/usr/bin/kfaws".into(),
+            aws_profile: None,
+        }
+    }
+
     fn aws() -> SdkConfig {
         SdkConfig::builder()
             .behavior_version(aws_config::BehaviorVersion::latest())
@@ -531,7 +754,7 @@ mod tests {
 
     #[tokio::test]
     async fn graph_follows_design_section_3() {
-        let built = build(&config(""), &aws(), uuid::Uuid::nil());
+        let built = build(&config(""), &aws(), uuid::Uuid::nil(), &exec()).unwrap();
         let deps: Vec<(String, Vec<String>)> = built
             .resources
             .iter()
@@ -556,6 +779,12 @@ mod tests {
                     &["eks.cluster", "stack.iam", "stack.network"]
                 ),
                 own("iam.oidc", &["eks.cluster"]),
+                own(
+                    "k8s.efs-csi",
+                    &["eks.cluster", "eks.nodegroup.cpu", "stack.irsa"]
+                ),
+                own("k8s.efs-storage", &["k8s.efs-csi", "stack.storage"]),
+                own("k8s.user-namespace", &["k8s.efs-storage", "stack.irsa"]),
             ]
         );
         let spec = built.resources[0].spec();
@@ -573,12 +802,115 @@ mod tests {
         assert_eq!(group["nodegroup_name"], "ml-cpu");
         assert_eq!(group["metadata_options"]["http_tokens"], "required");
         assert_eq!(group["disk_size_gib"], 50);
+        let storage = built.resources[8].spec();
+        assert_eq!(storage["bundle"], "kfaws-ml-efs-storage");
+        assert_eq!(
+            storage["objects"],
+            serde_json::json!([
+                "PersistentVolume efs-pv",
+                "StorageClass.storage.k8s.io efs-sc"
+            ])
+        );
+    }
+
+    #[test]
+    fn the_embedded_manifests_render_and_keep_the_efs_driver_rules() {
+        use crate::k8s::resource::render;
+        let values = BTreeMap::from([
+            (
+                "efs_csi_role_arn".to_string(),
+                "arn:aws:iam::123456789012:role/r".to_string(),
+            ),
+            (
+                "efs_file_system_id".to_string(),
+                "fs-0123456789abcdef0".to_string(),
+            ),
+            (
+                "pipelines_role_arn".to_string(),
+                "arn:aws:iam::123456789012:role/p".to_string(),
+            ),
+            ("user_namespace".to_string(), "team-a".to_string()),
+            ("editor_cluster_role".to_string(), "edit".to_string()),
+        ]);
+        for (file, text) in [
+            ("efs-csi.yaml", EFS_CSI),
+            ("efs-storage.yaml", EFS_STORAGE),
+            ("user-namespace.yaml", USER_NAMESPACE),
+        ] {
+            let rendered = render(text, &values).unwrap();
+            let bundle = crate::k8s::Bundle::from_sources("t", [(file.into(), rendered)])
+                .unwrap_or_else(|e| panic!("{file}: {e}"));
+            assert!(crate::k8s::efs::check_bundle(&bundle).is_empty(), "{file}");
+        }
+        let sa = render(EFS_CSI, &values).unwrap();
+        assert!(sa.contains("eks.amazonaws.com/role-arn: \"arn:aws:iam::123456789012:role/r\""));
+    }
+
+    #[tokio::test]
+    async fn kubeflow_manifests_join_the_graph_when_configured_and_are_checked_when_built() {
+        let dir = tempfile::tempdir().unwrap();
+        let kf = dir.path().join("kubeflow.yaml");
+        std::fs::write(
+            &kf,
+            "apiVersion: v1\nkind: Namespace\nmetadata: {name: kubeflow}\n",
+        )
+        .unwrap();
+        let op = dir.path().join("operator");
+        std::fs::create_dir(&op).unwrap();
+        std::fs::write(
+            op.join("a.yaml"),
+            "apiVersion: v1\nkind: Namespace\nmetadata: {name: training}\n",
+        )
+        .unwrap();
+        let extra = format!(
+            "[kubeflow]\nmanifests = {:?}\ntraining_operator = {:?}\n",
+            kf.display().to_string(),
+            op.display().to_string()
+        );
+        let built = build(&config(&extra), &aws(), uuid::Uuid::nil(), &exec()).unwrap();
+        let deps = |a: &str| {
+            built
+                .resources
+                .iter()
+                .find(|r| r.address().as_str() == a)
+                .unwrap_or_else(|| panic!("{a} in the graph"))
+                .dependencies()
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(deps("k8s.kubeflow"), ["eks.cluster", "eks.nodegroup.cpu"]);
+        assert_eq!(
+            deps("k8s.training-operator"),
+            ["eks.cluster", "eks.nodegroup.cpu", "k8s.kubeflow"]
+        );
+        assert_eq!(
+            deps("k8s.user-namespace"),
+            ["k8s.efs-storage", "k8s.kubeflow", "stack.irsa"]
+        );
+        // C15 in the user's manifests fails the build, naming the field.
+        std::fs::write(
+            &kf,
+            "apiVersion: storage.k8s.io/v1\nkind: StorageClass\nmetadata: {name: efs-sc}\n\
+             provisioner: efs.csi.aws.com\nparameters: {provisioningMode: efs-ap, \
+             fileSystemId: fs-0123456789abcdef0}\n",
+        )
+        .unwrap();
+        let err = build(&config(&extra), &aws(), uuid::Uuid::nil(), &exec())
+            .err()
+            .expect("C15 is an error")
+            .to_string();
+        assert!(
+            err.starts_with("kubeflow.manifests: StorageClass efs-sc"),
+            "{err}"
+        );
+        assert!(err.contains("directoryPerms"), "{err}");
     }
 
     #[tokio::test]
     async fn every_node_group_is_a_node_and_a_removed_one_can_still_be_deleted() {
         let groups = "[node_groups.cpu]\n[node_groups.gpu]\ninstance_type = \"g5.xlarge\"";
-        let built = build(&config(groups), &aws(), uuid::Uuid::nil());
+        let built = build(&config(groups), &aws(), uuid::Uuid::nil(), &exec()).unwrap();
         let addresses: Vec<String> = built
             .resources
             .iter()
@@ -604,7 +936,9 @@ mod tests {
             inputs_hash: None,
             updated_at: chrono::Utc::now(),
         };
-        let provider = build(&config(""), &aws(), uuid::Uuid::nil()).provider;
+        let provider = build(&config(""), &aws(), uuid::Uuid::nil(), &exec())
+            .unwrap()
+            .provider;
         let handle = provider
             .handle_for(gpu.address(), &recorded)
             .expect("node groups are known to the provider");

@@ -6,6 +6,11 @@
 //! Run under `tests/emulator/with_emulator.sh` (`make test` does).
 
 use std::path::PathBuf;
+use std::sync::OnceLock;
+
+use base64::Engine as _;
+
+use super::apiserver::{ApiServer, Options};
 
 use assert_cmd::Command;
 use aws_config::SdkConfig;
@@ -347,6 +352,8 @@ pub struct Deployment {
     pub account: String,
     /// The deployment name.
     pub name: String,
+    /// The API server of its EKS cluster, started by the first `apply`.
+    cluster: OnceLock<ApiServer>,
 }
 
 impl Deployment {
@@ -357,7 +364,12 @@ impl Deployment {
         let account = fresh_account();
         let name = format!("e2e{}", fastrand::u32(10_000..99_999));
         let dir = tempfile::tempdir().unwrap();
-        let d = Self { dir, account, name };
+        let d = Self {
+            dir,
+            account,
+            name,
+            cluster: OnceLock::new(),
+        };
         d.write_config(extra);
         d
     }
@@ -371,8 +383,35 @@ impl Deployment {
         .unwrap();
     }
 
-    /// `kfaws ARGS` in the deployment's directory and account.
+    /// The API server the deployment's EKS cluster answers (a
+    /// `kfaws-testenv` whose token webhook accepts tokens for this cluster
+    /// name, checked against the emulator's STS), registered with the
+    /// emulator for every cluster of the account; started on first use.
+    /// Each deployment has its own: the profile's cluster-scoped objects
+    /// (StorageClass `efs-sc`, PersistentVolume `efs-pv`, ...) have fixed
+    /// names.
+    pub fn cluster(&self) -> &ApiServer {
+        self.cluster.get_or_init(|| {
+            let server = ApiServer::start(&Options {
+                eks: Some((endpoint(), self.name.clone())),
+            });
+            let ca = base64::engine::general_purpose::STANDARD.encode(server.ca_pem());
+            let body = serde_json::json!({
+                "endpoint": server.ready.endpoint,
+                "certificate_authority_data": ca,
+                "account_id": self.account,
+            });
+            control("eks/cluster-endpoint", "PUT", &body.to_string());
+            server
+        })
+    }
+
+    /// `kfaws ARGS` in the deployment's directory and account. An `apply`
+    /// first starts the cluster's API server ([`Deployment::cluster`]).
     pub fn kfaws(&self, args: &[&str]) -> Command {
+        if args.first() == Some(&"apply") {
+            self.cluster();
+        }
         let mut cmd = Command::cargo_bin("kfaws").unwrap();
         cmd.current_dir(self.dir.path())
             .env("AWS_ACCESS_KEY_ID", &self.account)
@@ -416,6 +455,9 @@ impl Deployment {
 
     /// `kfaws ARGS` as a child process not waited for (to kill it).
     pub fn spawn(&self, args: &[&str]) -> std::process::Child {
+        if args.first() == Some(&"apply") {
+            self.cluster();
+        }
         std::process::Command::new(assert_cmd::cargo::cargo_bin("kfaws"))
             .args(args)
             .current_dir(self.dir.path())
@@ -509,5 +551,14 @@ impl Deployment {
             .collect();
         stacks.sort();
         stacks
+    }
+
+    /// Names of the stacks not `DELETE_COMPLETE`, sorted.
+    pub async fn live_stack_names(&self) -> Vec<String> {
+        self.live_stacks()
+            .await
+            .into_iter()
+            .map(|(n, _)| n)
+            .collect()
     }
 }

@@ -12,6 +12,7 @@
 
 #![allow(dead_code)] // each test binary uses part of this module
 
+pub mod apiserver;
 pub mod aws;
 
 use std::collections::{BTreeMap, BTreeSet};

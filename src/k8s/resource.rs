@@ -1,0 +1,636 @@
+//! A bundle of Kubernetes objects as a node of the graph: the vanilla
+//! profile's `k8s.*` resources (DESIGN.md §3).
+//!
+//! - `create` and `update` both run [`Applier::apply`]: phased server-side
+//!   apply of the whole bundle, prune of what left it. Idempotent, so a
+//!   create re-run after `kill -9` simply applies again.
+//! - `read` lists the bundle's ApplySet members: no parent means the bundle
+//!   is gone; an object of the bundle missing from the cluster (deleted out
+//!   of band) is drift, repaired by the next apply. Edits of objects that
+//!   are still present are not reported (controllers write to the objects
+//!   they run, which would be perpetual drift); the next apply re-applies
+//!   them anyway, as any object another field manager wrote since is sent
+//!   again (see [`super::apply`]).
+//! - `delete` runs [`Applier::destroy_named`]: exactly the members of the
+//!   ApplySet, in dependency order, then the parent.
+//! - `check` (plan time), when the cluster exists: every object's API is
+//!   served or defined by a CRD of the bundle (case C10), and the EFS CSI
+//!   driver's rules hold (cases C15, C16).
+//!
+//! The cluster is found by name through EKS `DescribeCluster` on every
+//! call, and reached like any EKS cluster: its endpoint and CA, and a token
+//! from this binary's `eks get-token` run as a client-go exec credential
+//! plugin (the kubeconfig `kfaws kubeconfig` writes). A cluster that does not
+//! exist holds no objects: `read` reports them gone and `delete` succeeds.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use aws_sdk_eks::types::ClusterStatus;
+use futures::future::BoxFuture;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::Client;
+use regex_lite::Regex;
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+
+use super::apply::{Applier, ApplyOptions};
+use super::bundle::Bundle;
+use super::discovery::Served;
+use super::efs;
+use super::kubeconfig::{self, ClusterAccess, ExecAuth};
+use super::object::GroupKind;
+use crate::address::Address;
+use crate::aws::eks::is_not_found;
+use crate::aws::error_message;
+use crate::resource::{Applied, Check, Inputs, Observed, Resource, ResourceError};
+use crate::state::ResourceState;
+
+/// The kind recorded in state.
+pub const KIND: &str = "kubernetes_manifests";
+
+/// The value a placeholder filled from a dependency's output has while the
+/// output is not known (plan time): objects' names never depend on one.
+const UNKNOWN: &str = "known-after-apply";
+
+static PLACEHOLDER: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"\$\{([a-z_]+)\}").expect("a valid pattern"));
+
+/// How graph resources reach the deployment's EKS cluster.
+#[derive(Debug, Clone)]
+pub struct ClusterConnector {
+    /// The EKS cluster name.
+    pub cluster_name: String,
+    /// Its region (signs the tokens).
+    pub region: String,
+    /// EKS client for `DescribeCluster`.
+    pub eks: aws_sdk_eks::Client,
+    /// The credential plugin: this binary's `eks get-token`.
+    pub exec: ExecAuth,
+}
+
+impl ClusterConnector {
+    /// A client for the cluster, or `None` when the cluster does not exist
+    /// (or is being deleted).
+    ///
+    /// # Errors
+    /// [`ResourceError`] when `DescribeCluster` fails or answers a cluster
+    /// without endpoint or CA (still creating).
+    pub async fn connect(&self) -> Result<Option<Client>, ResourceError> {
+        let out = match self
+            .eks
+            .describe_cluster()
+            .name(&self.cluster_name)
+            .send()
+            .await
+        {
+            Ok(out) => out,
+            Err(e) if is_not_found(&e) => return Ok(None),
+            Err(e) => {
+                return Err(ResourceError::msg(format!(
+                    "DescribeCluster {}: {}",
+                    self.cluster_name,
+                    error_message(&e)
+                )))
+            }
+        };
+        let Some(cluster) = out.cluster() else {
+            return Ok(None);
+        };
+        if cluster.status() == Some(&ClusterStatus::Deleting) {
+            return Ok(None);
+        }
+        let missing = |what: &str| {
+            ResourceError::msg(format!(
+                "EKS cluster {} has no {what} yet (status {:?})",
+                self.cluster_name,
+                cluster
+                    .status()
+                    .map(ClusterStatus::as_str)
+                    .unwrap_or("unknown")
+            ))
+        };
+        let access = ClusterAccess {
+            name: self.cluster_name.clone(),
+            arn: cluster.arn().ok_or_else(|| missing("ARN"))?.to_string(),
+            endpoint: cluster
+                .endpoint()
+                .ok_or_else(|| missing("endpoint"))?
+                .to_string(),
+            certificate_authority_data: cluster
+                .certificate_authority()
+                .and_then(|c| c.data())
+                .ok_or_else(|| missing("certificate authority"))?
+                .to_string(),
+            region: self.region.clone(),
+        };
+        let mut config = Kubeconfig::default();
+        kubeconfig::merge(&mut config, &access, &self.exec, None);
+        let config = kube::Config::from_custom_kubeconfig(config, &KubeConfigOptions::default())
+            .await
+            .map_err(|e| {
+                ResourceError::msg(format!(
+                    "cannot configure a client for EKS cluster {} at {}: {e}",
+                    self.cluster_name, access.endpoint
+                ))
+            })?;
+        Client::try_from(config).map(Some).map_err(|e| {
+            ResourceError::msg(format!(
+                "cannot make a client for EKS cluster {} at {}: {e}",
+                self.cluster_name, access.endpoint
+            ))
+        })
+    }
+}
+
+/// Where a bundle's objects come from.
+#[derive(Debug, Clone)]
+pub enum Source {
+    /// YAML embedded in this binary (`manifests/`), with `${name}`
+    /// placeholders filled from [`ManifestsResource::values`] and
+    /// [`ManifestsResource::inputs`].
+    Template {
+        /// The file it was embedded from, e.g. `manifests/efs-csi.yaml`.
+        file: &'static str,
+        /// Its text.
+        text: &'static str,
+    },
+    /// Manifests named in config (a `kustomize build` output or a directory
+    /// of YAML), read and checked when the graph is built, applied as written.
+    Loaded {
+        /// The config field that names them, e.g. `kubeflow.manifests`.
+        field: String,
+        /// The file or directory.
+        path: PathBuf,
+        /// The parsed objects.
+        bundle: Bundle,
+        /// Hex SHA-256 over the objects (canonical JSON, in order).
+        sha256: String,
+    },
+}
+
+/// A placeholder filled from a dependency's output at apply time.
+#[derive(Debug, Clone)]
+pub struct InputValue {
+    /// The placeholder's name, `efs_file_system_id` for `${efs_file_system_id}`.
+    pub placeholder: &'static str,
+    /// The dependency.
+    pub from: Address,
+    /// Its output.
+    pub output: &'static str,
+}
+
+/// A kind the cluster must serve once the bundle is applied, e.g.
+/// `kubeflow.org/v1 PyTorchJob` after the training operator.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServedKind {
+    /// `group/version`.
+    pub api_version: &'static str,
+    /// The kind.
+    pub kind: &'static str,
+}
+
+/// One bundle of Kubernetes objects in the graph (see the module docs).
+#[derive(Debug, Clone)]
+pub struct ManifestsResource {
+    /// Its address, e.g. `k8s.efs-csi`.
+    pub address: Address,
+    /// The bundle name: the name of its ApplySet parent (a DNS-1123 subdomain).
+    pub bundle: String,
+    /// The objects.
+    pub source: Source,
+    /// Placeholder values from config.
+    pub values: BTreeMap<String, String>,
+    /// Placeholder values from dependencies' outputs.
+    pub inputs: Vec<InputValue>,
+    /// Dependencies besides those of `inputs` (the node groups the objects
+    /// run on, the bundles whose kinds they use).
+    pub after: Vec<Address>,
+    /// Kinds that must be served after the apply.
+    pub serves: Vec<ServedKind>,
+    /// How the cluster is reached.
+    pub connector: ClusterConnector,
+    /// Expected apply time.
+    pub estimate: Duration,
+    /// Deadline of one apply or destroy, retries and waits included.
+    pub timeout: Duration,
+}
+
+/// Why a bundle's source cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    /// The manifests cannot be read or parsed.
+    #[error("{field}: {source}")]
+    Bundle {
+        /// The config field.
+        field: String,
+        /// The parse error (file, line).
+        #[source]
+        source: Box<super::BundleError>,
+    },
+    /// An object breaks a rule of the EFS CSI driver.
+    #[error("{field}: {}", .errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+    Efs {
+        /// The config field.
+        field: String,
+        /// Every broken rule.
+        errors: Vec<efs::EfsError>,
+    },
+}
+
+impl Source {
+    /// Reads manifests named by config `field`, checking the EFS CSI
+    /// driver's rules (cases C15, C16) before any call.
+    ///
+    /// # Errors
+    /// [`SourceError`] naming the field, file and line.
+    pub fn load(field: &str, bundle: &str, path: PathBuf) -> Result<Self, SourceError> {
+        let parsed = Bundle::from_path(bundle, &path).map_err(|source| SourceError::Bundle {
+            field: field.into(),
+            source: Box::new(source),
+        })?;
+        let errors = efs::check_bundle(&parsed);
+        if !errors.is_empty() {
+            return Err(SourceError::Efs {
+                field: field.into(),
+                errors,
+            });
+        }
+        Ok(Self::Loaded {
+            field: field.into(),
+            path,
+            sha256: content_hash(&parsed),
+            bundle: parsed,
+        })
+    }
+}
+
+/// Replaces every `${name}` of `text` by `values[name]`.
+///
+/// # Errors
+/// The first placeholder without a value.
+pub fn render(text: &str, values: &BTreeMap<String, String>) -> Result<String, String> {
+    let mut missing = None;
+    let out = PLACEHOLDER.replace_all(text, |c: &regex_lite::Captures<'_>| {
+        match values.get(&c[1]) {
+            Some(v) => v.clone(),
+            None => {
+                missing.get_or_insert_with(|| c[1].to_string());
+                String::new()
+            }
+        }
+    });
+    match missing {
+        Some(name) => Err(format!("no value for placeholder ${{{name}}}")),
+        None => Ok(out.into_owned()),
+    }
+}
+
+/// Hex SHA-256 over the objects of `bundle` (canonical JSON, in order).
+fn content_hash(bundle: &Bundle) -> String {
+    let mut hash = Sha256::new();
+    for m in &bundle.objects {
+        hash.update(m.object.to_string().as_bytes());
+        hash.update(b"\n");
+    }
+    hex::encode(hash.finalize())
+}
+
+fn sha256_hex(text: &str) -> String {
+    hex::encode(Sha256::digest(text.as_bytes()))
+}
+
+impl ManifestsResource {
+    fn label(&self) -> String {
+        match &self.source {
+            Source::Template { file, .. } => (*file).to_string(),
+            Source::Loaded { path, .. } => path.display().to_string(),
+        }
+    }
+
+    /// The bundle with `inputs` filled in; `None` inputs: plan time, every
+    /// input placeholder is [`UNKNOWN`].
+    fn bundle(&self, inputs: Option<&Inputs>) -> Result<Bundle, ResourceError> {
+        let (file, text) = match &self.source {
+            Source::Loaded { bundle, .. } => return Ok(bundle.clone()),
+            Source::Template { file, text } => (file, text),
+        };
+        let mut values = self.values.clone();
+        for input in &self.inputs {
+            let value = match inputs {
+                None => UNKNOWN.to_string(),
+                Some(i) => match i.get(&input.from, input.output)? {
+                    Value::String(s) => s.clone(),
+                    other => other.to_string(),
+                },
+            };
+            values.insert(input.placeholder.to_string(), value);
+        }
+        let rendered = render(text, &values)
+            .map_err(|e| ResourceError::msg(format!("{} ({file}): {e}", self.address)))?;
+        let bundle = Bundle::from_sources(&self.bundle, [(PathBuf::from(*file), rendered)])
+            .map_err(|e| ResourceError::msg(format!("{}: {e}", self.address)))?;
+        if inputs.is_some() {
+            let errors = efs::check_bundle(&bundle);
+            if !errors.is_empty() {
+                let text: Vec<String> = errors.iter().map(ToString::to_string).collect();
+                return Err(ResourceError::msg(format!(
+                    "{}: {}",
+                    self.address,
+                    text.join("; ")
+                )));
+            }
+        }
+        Ok(bundle)
+    }
+
+    /// `Kind namespace/name` of every object, sorted: the spec's `objects`.
+    fn objects(&self) -> Vec<String> {
+        let bundle = match self.bundle(None) {
+            Ok(b) => b,
+            // An embedded template that does not parse is a bug caught by
+            // the unit tests; show it in the plan rather than panic.
+            Err(e) => return vec![format!("(invalid: {e})")],
+        };
+        let mut objects: Vec<String> = bundle
+            .objects
+            .iter()
+            .map(|m| {
+                key(
+                    &GroupKind::new(m.group(), &m.kind),
+                    m.namespace.as_deref(),
+                    &m.name,
+                )
+            })
+            .collect();
+        objects.sort();
+        objects
+    }
+
+    fn applier(&self, client: Client) -> Applier {
+        Applier::with_options(
+            client,
+            ApplyOptions {
+                timeout: self.timeout,
+                ..ApplyOptions::default()
+            },
+        )
+    }
+
+    async fn client(&self) -> Result<Client, ResourceError> {
+        self.connector.connect().await?.ok_or_else(|| {
+            ResourceError::msg(format!(
+                "EKS cluster {} does not exist: {} cannot be applied",
+                self.connector.cluster_name, self.address
+            ))
+        })
+    }
+
+    async fn apply(&self, inputs: &Inputs) -> Result<Applied, ResourceError> {
+        let bundle = self.bundle(Some(inputs))?;
+        let client = self.client().await?;
+        let applier = self.applier(client.clone());
+        let report = boxed_apply(&applier, &bundle)
+            .await
+            .map_err(|e| ResourceError::msg(format!("{}: {e}", self.address)))?;
+        for wanted in &self.serves {
+            self.wait_served(&client, wanted).await?;
+        }
+        tracing::info!(
+            address = %self.address,
+            objects = report.objects.len(),
+            pruned = report.pruned.deleted.len(),
+            "bundle applied"
+        );
+        Ok(Applied {
+            physical_id: report.applyset_id.clone(),
+            outputs: BTreeMap::from([
+                ("applyset_id".to_string(), json!(report.applyset_id)),
+                ("bundle".to_string(), json!(self.bundle)),
+                ("objects".to_string(), json!(report.objects.len())),
+                // Changes whenever what was applied changes, so that
+                // dependants (a claim on a replaced volume) are re-applied.
+                ("manifest_sha256".to_string(), json!(content_hash(&bundle))),
+            ]),
+        })
+    }
+
+    /// Polls discovery until `wanted` is served (a CRD's kind is served a
+    /// moment after it is Established), within 60 s.
+    async fn wait_served(&self, client: &Client, wanted: &ServedKind) -> Result<(), ResourceError> {
+        let (group, version) = wanted
+            .api_version
+            .split_once('/')
+            .unwrap_or(("", wanted.api_version));
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let served = Served::fetch(client)
+                .await
+                .map_err(|e| ResourceError::msg(format!("{}: API discovery: {e}", self.address)))?;
+            if served.get(group, version, wanted.kind).is_some() {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(ResourceError::msg(format!(
+                    "{}: applied, but the cluster does not serve {} {} (served versions of the \
+                     kind: {:?}); the bundle from {} must define it",
+                    self.address,
+                    wanted.api_version,
+                    wanted.kind,
+                    served.versions_of(&GroupKind::new(group, wanted.kind)),
+                    self.label()
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+}
+
+// The applier's futures are `Send`, but inside `#[async_trait]` methods
+// rustc cannot prove it for their higher-ranked closures
+// (rust-lang/rust#102211); boxing them in plain functions, where the types
+// are concrete, settles it.
+fn boxed_apply<'a>(
+    applier: &'a Applier,
+    bundle: &'a Bundle,
+) -> BoxFuture<'a, Result<super::ApplyReport, super::ApplyError>> {
+    Box::pin(applier.apply(bundle))
+}
+
+fn boxed_destroy<'a>(
+    applier: &'a Applier,
+    bundle: &'a str,
+) -> BoxFuture<'a, Result<super::delete::DeleteReport, super::ApplyError>> {
+    Box::pin(applier.destroy_named(bundle))
+}
+
+fn boxed_check<'a>(
+    applier: &'a Applier,
+    bundle: &'a Bundle,
+) -> BoxFuture<'a, Result<Vec<super::discovery::Target>, super::ApplyError>> {
+    Box::pin(applier.check(bundle))
+}
+
+fn boxed_members<'a>(
+    set: &'a super::applyset::ApplySet,
+    client: &'a Client,
+    served: &'a Served,
+    inventory: &'a super::applyset::Inventory,
+    concurrency: usize,
+) -> BoxFuture<'a, Result<Vec<super::applyset::Member>, super::applyset::InventoryError>> {
+    Box::pin(set.members(client, served, inventory, concurrency))
+}
+
+fn key(gk: &GroupKind, namespace: Option<&str>, name: &str) -> String {
+    match namespace {
+        Some(ns) => format!("{gk} {ns}/{name}"),
+        None => format!("{gk} {name}"),
+    }
+}
+
+#[async_trait]
+impl Resource for ManifestsResource {
+    fn address(&self) -> &Address {
+        &self.address
+    }
+
+    fn kind(&self) -> &'static str {
+        KIND
+    }
+
+    fn dependencies(&self) -> Vec<Address> {
+        let mut deps: BTreeSet<Address> = self.after.iter().cloned().collect();
+        deps.extend(self.inputs.iter().map(|i| i.from.clone()));
+        deps.into_iter().collect()
+    }
+
+    fn spec(&self) -> Value {
+        let sha256 = match &self.source {
+            Source::Template { text, .. } => sha256_hex(text),
+            Source::Loaded { sha256, .. } => sha256.clone(),
+        };
+        json!({
+            "bundle": self.bundle,
+            "source": self.label(),
+            "sha256": sha256,
+            "values": self.values,
+            "objects": self.objects(),
+        })
+    }
+
+    fn estimate(&self) -> Duration {
+        self.estimate
+    }
+
+    fn timeout(&self) -> Duration {
+        // The applier's own deadline, plus connecting and discovery.
+        self.timeout + Duration::from_secs(120)
+    }
+
+    async fn read(&self, recorded: Option<&ResourceState>) -> Result<Observed, ResourceError> {
+        let Some(client) = self.connector.connect().await? else {
+            return Ok(Observed::Gone);
+        };
+        let applier = self.applier(client.clone());
+        let set = applier.applyset(&self.bundle);
+        let err = |e: &dyn std::fmt::Display| ResourceError::msg(format!("{}: {e}", self.address));
+        let Some(inventory) = set.read(&client).await.map_err(|e| err(&e))? else {
+            return Ok(Observed::Gone);
+        };
+        let served = Served::fetch(&client).await.map_err(|e| err(&e))?;
+        let members = boxed_members(
+            &set,
+            &client,
+            &served,
+            &inventory,
+            applier.options().concurrency,
+        )
+        .await
+        .map_err(|e| err(&e))?;
+        let live: BTreeSet<String> = members
+            .iter()
+            .map(|m| key(&m.object.gk, m.object.namespace.as_deref(), &m.object.name))
+            .collect();
+        // The desired objects that are live, in the spec's order: a missing
+        // one is drift. Members outside the bundle are pruned by the next
+        // apply and not shown.
+        let desired = self.objects();
+        let present: Vec<&String> = desired.iter().filter(|o| live.contains(*o)).collect();
+        let mut spec = self
+            .spec()
+            .as_object()
+            .cloned()
+            .expect("the spec is an object");
+        spec.insert("objects".into(), json!(present));
+        let outputs = recorded.map(|r| r.outputs.clone()).unwrap_or_default();
+        Ok(Observed::Present {
+            physical_id: Some(set.id.clone()),
+            spec,
+            outputs,
+        })
+    }
+
+    async fn create(&self, _token: &str, inputs: &Inputs) -> Result<Applied, ResourceError> {
+        self.apply(inputs).await
+    }
+
+    async fn update(
+        &self,
+        _recorded: &ResourceState,
+        inputs: &Inputs,
+    ) -> Result<Applied, ResourceError> {
+        self.apply(inputs).await
+    }
+
+    async fn delete(&self, recorded: &ResourceState) -> Result<(), ResourceError> {
+        let Some(client) = self.connector.connect().await? else {
+            return Ok(());
+        };
+        let bundle = recorded
+            .spec
+            .get("bundle")
+            .and_then(Value::as_str)
+            .unwrap_or(&self.bundle);
+        boxed_destroy(&self.applier(client), bundle)
+            .await
+            .map(|_| ())
+            .map_err(|e| ResourceError::msg(format!("{}: {e}", self.address)))
+    }
+
+    async fn check(&self, check: &Check<'_>) -> Result<(), ResourceError> {
+        use crate::plan::Action;
+        if matches!(check.action, Action::Delete) {
+            return Ok(());
+        }
+        // Before the cluster exists there is nothing to check against.
+        let Some(client) = self.connector.connect().await? else {
+            return Ok(());
+        };
+        let bundle = self.bundle(None)?;
+        boxed_check(&self.applier(client), &bundle)
+            .await
+            .map(|_| ())
+            .map_err(|e| ResourceError::msg(format!("{}: {e}", self.address)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn placeholders_are_filled_and_a_missing_value_is_an_error() {
+        let values = BTreeMap::from([("a".to_string(), "x".to_string())]);
+        assert_eq!(render("v: ${a}-${a}", &values).unwrap(), "v: x-x");
+        assert_eq!(
+            render("v: ${a} ${b_c}", &values).unwrap_err(),
+            "no value for placeholder ${b_c}"
+        );
+        // Only lowercase names are placeholders: shell and kustomize
+        // variables in other text are left alone.
+        assert_eq!(render("$(X) ${HOME}", &values).unwrap(), "$(X) ${HOME}");
+    }
+}
