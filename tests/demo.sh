@@ -83,7 +83,11 @@ step "$kubectl" --kubeconfig "$work/kubeconfig" get storageclass,persistentvolum
 step "$kubectl" --kubeconfig "$work/kubeconfig" get serviceaccount,persistentvolumeclaim,rolebinding -n kubeflow-user-example-com
 step "$kubectl" --kubeconfig "$work/kubeconfig" get crd pytorchjobs.kubeflow.org
 step kfaws destroy --auto-approve
-step "$kubectl" --kubeconfig "$work/kubeconfig" get storageclass,persistentvolume,csidriver,crd -l applyset.kubernetes.io/part-of
+# The EKS cluster is deleted, so its tokens no longer authenticate; the API
+# server that stood in for it is still up: look inside with its admin
+# credentials for anything kfaws applied (every object carried an ApplySet label).
+printf '\n\033[1m$ # what is left in the API server of the deleted cluster\033[0m\n'
+step "$kubectl" --kubeconfig "$work/cluster/kubeconfig" get storageclass,persistentvolume,csidriver,crd,namespace -l applyset.kubernetes.io/part-of
 step kfaws destroy --auto-approve
 
 data=/usr/share/datasets/fashion-mnist
