@@ -55,7 +55,7 @@ sandbox: deps build ## an interactive shell with the AWS emulator and a local EK
 	$(WITH_EMULATOR) tests/sandbox.sh
 
 bench: deps build ## benchmarks: engine (plan time, apply vs critical path), vanilla apply/destroy under the emulator's latencies, manifest apply vs kubectl, trainer (vs PyTorch, DDP scaling, latency)
-	$(CARGO) bench -p kfaws --bench engine
-	KFAWS_BIN=$(CARGO_TARGET_DIR)/debug/kfaws KFAWS_TESTENV_BIN=$$(tests/apiserver/build.sh | tail -n1) $(WITH_EMULATOR) $(CARGO) bench -p kfaws --bench vanilla
-	KFAWS_TESTENV_BIN=$$(tests/apiserver/build.sh | tail -n1) $(CARGO) bench -p kfaws --bench k8s_apply
+	$(CARGO) bench --workspace --bench engine
+	KFAWS_BIN=$(CARGO_TARGET_DIR)/debug/kfaws KFAWS_TESTENV_BIN=$$(tests/apiserver/build.sh | tail -n1) $(WITH_EMULATOR) $(CARGO) bench --workspace --bench vanilla
+	KFAWS_TESTENV_BIN=$$(tests/apiserver/build.sh | tail -n1) $(CARGO) bench --workspace --bench k8s_apply
 	trainer/bench/run.sh

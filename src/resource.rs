@@ -103,6 +103,10 @@ pub struct Detail {
     /// where the service says; absent where it does not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replacement: Option<String>,
+    /// The template condition the change depends on, for a create's
+    /// resources declared with `Condition`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub condition: Option<String>,
 }
 
 /// The outputs of a resource's dependencies, by address, as recorded when
@@ -214,6 +218,13 @@ pub trait Resource: Send + Sync {
     ) -> Result<Vec<Detail>, ResourceError> {
         let _ = (recorded, inputs);
         Ok(Vec::new())
+    }
+
+    /// What a create would make inside the resource, from the desired spec
+    /// alone (for `plan`; no call), e.g. every resource of a stack's
+    /// template. The default shows nothing.
+    fn preview_create(&self) -> Vec<Detail> {
+        Vec::new()
     }
 
     /// Deletes the resource and waits until it is gone; gone already is success.

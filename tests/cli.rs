@@ -39,6 +39,12 @@ async fn plan_apply_noop_plan_outputs_and_destroy() {
         plan.contains("Plan: 10 to add, 0 to change, 0 to destroy."),
         "{plan}"
     );
+    // A stack's create lists what its template adds.
+    assert!(
+        plan.contains("      resource changes:\n")
+            && plan.contains("\n        + Vpc (AWS::EC2::VPC)\n"),
+        "{plan}"
+    );
 
     let applied = d.stdout(&["apply", "--auto-approve"]);
     assert!(

@@ -507,6 +507,10 @@ impl Resource for StackResource {
         Ok(Self::applied(&stack))
     }
 
+    fn preview_create(&self) -> Vec<Detail> {
+        template_resources(self.template)
+    }
+
     async fn preview_update(
         &self,
         recorded: &ResourceState,
@@ -674,6 +678,7 @@ impl StackResource {
                         name: r.logical_resource_id().unwrap_or("?").to_string(),
                         kind: r.resource_type().unwrap_or("?").to_string(),
                         replacement: r.replacement().map(|x| x.as_str().to_string()),
+                        condition: None,
                     }),
             );
             let status = out.status().map_or("UNKNOWN", |s| s.as_str()).to_string();
@@ -706,9 +711,41 @@ impl StackResource {
     }
 }
 
+/// The resources a template declares, as a create adds them: logical id and
+/// type, sorted by logical id; a resource with a `Condition` is added only if
+/// the condition holds ([`Detail::condition`]). Template anatomy: AWS
+/// CloudFormation User Guide, "Resources" and "Conditions" sections.
+pub fn template_resources(template: &str) -> Vec<Detail> {
+    // Short-form intrinsic functions (`!Ref`, `!Sub`, ...) are YAML tags;
+    // the resource names, types and conditions read here are plain scalars.
+    let Ok(doc) = serde_saphyr::from_str::<serde_json::Value>(template) else {
+        return Vec::new();
+    };
+    let Some(resources) = doc.get("Resources").and_then(|r| r.as_object()) else {
+        return Vec::new();
+    };
+    resources
+        .iter()
+        .map(|(name, r)| Detail {
+            action: "Add".into(),
+            condition: r
+                .get("Condition")
+                .and_then(|c| c.as_str())
+                .map(str::to_string),
+            name: name.clone(),
+            kind: r
+                .get("Type")
+                .and_then(|t| t.as_str())
+                .unwrap_or("unknown")
+                .to_string(),
+            replacement: None,
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
-    use super::health;
+    use super::{health, template_resources};
 
     #[test]
     fn only_stacks_left_broken_by_a_failure_are_unhealthy() {
@@ -729,5 +766,34 @@ mod tests {
         ] {
             assert_eq!(health(broken), broken);
         }
+    }
+
+    #[test]
+    fn a_create_lists_every_resource_of_the_template() {
+        for (file, template) in [
+            ("network", include_str!("../../stacks/network.yaml")),
+            ("iam", include_str!("../../stacks/iam.yaml")),
+            ("storage", include_str!("../../stacks/storage.yaml")),
+            ("irsa", include_str!("../../stacks/irsa.yaml")),
+        ] {
+            let details = template_resources(template);
+            assert!(!details.is_empty(), "{file}");
+            for d in &details {
+                assert_eq!(d.action, "Add");
+                assert!(d.kind.starts_with("AWS::"), "{file}: {d:?}");
+                assert!(
+                    template.contains(&format!("\n  {}:\n", d.name)),
+                    "{file}: {d:?}"
+                );
+            }
+            // Every `Type: AWS::...` line of the template is one resource.
+            assert_eq!(
+                details.len(),
+                template.matches("\n    Type: AWS::").count(),
+                "{file}"
+            );
+        }
+        let network = template_resources(include_str!("../../stacks/network.yaml"));
+        assert!(network.iter().any(|d| d.kind == "AWS::EC2::VPCEndpoint"));
     }
 }

@@ -21,7 +21,8 @@ pub struct PreviewError {
     pub failures: Vec<(Address, String)>,
 }
 
-/// Fills [`Change::details`] of every update in `changes`.
+/// Fills [`Change::details`] of every update in `changes`, and of every
+/// create and replacement from [`crate::resource::Resource::preview_create`].
 ///
 /// # Errors
 /// [`PreviewError`] listing every preview that failed (all previews run).
@@ -35,6 +36,13 @@ pub async fn preview(
     state: &State,
     parallelism: usize,
 ) -> Result<(), PreviewError> {
+    for c in changes.iter_mut() {
+        if matches!(c.action, Action::Create | Action::Replace) {
+            if let Some(handle) = handles.get(&c.address) {
+                c.details = handle.preview_create();
+            }
+        }
+    }
     let changing: std::collections::BTreeSet<&Address> = changes
         .iter()
         .filter(|c| c.action.is_change())

@@ -94,6 +94,9 @@ pub fn human(plan: &Plan) -> String {
             if let Some(r) = &d.replacement {
                 let _ = write!(out, "  # replacement: {r}");
             }
+            if let Some(c) = &d.condition {
+                let _ = write!(out, "  # if condition {c} holds");
+            }
             out.push('\n');
         }
     }
@@ -226,6 +229,7 @@ mod tests {
             name: name.into(),
             kind: "AWS::EC2::Thing".into(),
             replacement: replacement.map(Into::into),
+            condition: None,
         };
         update.details = vec![
             detail("Add", "Added", None),
