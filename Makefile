@@ -15,8 +15,9 @@ WITH_EMULATOR := tests/emulator/with_emulator.sh
 # python3-venv only where python3 cannot make virtualenvs by itself (Debian's
 # python3 without it; pyenv builds can).
 PY_VENV_PKG := $(shell python3 -c 'import venv, ensurepip' 2>/dev/null || echo python3-venv)
-# dataset-fashion-mnist: real Fashion-MNIST for the trainer's tests and the demo.
-DEBIAN_PACKAGES := ca-certificates curl jq unzip util-linux procps dataset-fashion-mnist $(PY_VENV_PKG)
+# dataset-fashion-mnist: real Fashion-MNIST for the trainer's tests and the demo;
+# skopeo: reads the images `kfaws image build` writes (tests/image.rs).
+DEBIAN_PACKAGES := ca-certificates curl jq unzip util-linux procps skopeo dataset-fashion-mnist $(PY_VENV_PKG)
 
 .PHONY: help deps build test fmt-check clippy test-rust test-emulator test-apiserver demo sandbox bench
 

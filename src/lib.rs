@@ -8,6 +8,7 @@ pub mod aws;
 pub mod config;
 pub mod engine;
 pub mod graph;
+pub mod image;
 pub mod k8s;
 pub mod naming;
 pub mod plan;

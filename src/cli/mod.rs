@@ -23,6 +23,7 @@ macro_rules! out {
 mod context;
 mod eks;
 mod graph;
+mod image;
 mod run;
 mod state;
 
@@ -199,6 +200,9 @@ enum Command {
     /// Amazon EKS helpers.
     #[command(subcommand)]
     Eks(EksCommand),
+    /// The trainer's container image.
+    #[command(subcommand)]
+    Image(ImageCommand),
     /// Print the resource graph in Graphviz DOT.
     Graph {
         /// Deployment profile.
@@ -224,6 +228,26 @@ enum EksCommand {
         /// The EKS cluster the token is for.
         #[arg(long, value_name = "NAME")]
         cluster_name: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum ImageCommand {
+    /// Build the trainer image without Docker: one reproducible layer with
+    /// the trainer binary and exactly the shared libraries it loads, Docker
+    /// v2 schema 2 media types (what SageMaker accepts), written as an OCI
+    /// layout directory (DIR/oci) and a `docker load` tarball (DIR/image.tar).
+    /// The same binary always gives the same digest.
+    Build {
+        /// The kfaws-trainer binary [default: kfaws-trainer beside this kfaws].
+        #[arg(long, value_name = "PATH")]
+        trainer: Option<PathBuf>,
+        /// Where to write the image.
+        #[arg(long, value_name = "DIR", default_value = "kfaws-trainer-image")]
+        output: PathBuf,
+        /// Name and tag of the image [default: kfaws-trainer:<this version>].
+        #[arg(long, value_name = "NAME:TAG")]
+        tag: Option<String>,
     },
 }
 
@@ -415,6 +439,11 @@ async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::Eks(EksCommand::GetToken { cluster_name }) => {
             eks::get_token(&g, &cluster_name).await
         }
+        Command::Image(ImageCommand::Build {
+            trainer,
+            output,
+            tag,
+        }) => image::build(trainer.as_deref(), &output, tag.as_deref()),
         Command::Graph { profile, plan } => graph::graph(&g, profile, plan, cancel).await,
     }
 }

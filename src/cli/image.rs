@@ -1,0 +1,65 @@
+//! `kfaws image build`.
+
+use std::path::Path;
+
+use anyhow::Context as _;
+use kfaws::image::{layout, Image};
+
+/// The tag when none is given: the trainer's name and this kfaws version.
+fn default_tag() -> String {
+    format!("kfaws-trainer:{}", env!("CARGO_PKG_VERSION"))
+}
+
+/// Checks `name:tag` against the Docker reference grammar's tag rule
+/// (`[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}`) and a lowercase repository name
+/// (distribution/reference, `reference.go`).
+fn check_tag(tag: &str) -> anyhow::Result<()> {
+    let (name, t) = tag.rsplit_once(':').with_context(|| {
+        format!("--tag {tag:?} is invalid: write NAME:TAG, e.g. kfaws-trainer:1")
+    })?;
+    let name_ok = !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "._-/".contains(c));
+    let tag_ok = (1..=128).contains(&t.len())
+        && !t.starts_with(['.', '-'])
+        && t.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c));
+    anyhow::ensure!(
+        name_ok && tag_ok,
+        "--tag {tag:?} is invalid: the name is lowercase letters, digits and ._-/, the tag at most \
+         128 of letters, digits and _.- not starting with . or - (Docker reference grammar)"
+    );
+    Ok(())
+}
+
+/// `kfaws image build`: builds, writes both forms, prints the digest.
+pub fn build(trainer: Option<&Path>, output: &Path, tag: Option<&str>) -> anyhow::Result<u8> {
+    let tag = tag.map_or_else(default_tag, str::to_string);
+    check_tag(&tag)?;
+    let trainer = match trainer {
+        Some(p) => p.to_path_buf(),
+        None => std::env::current_exe()
+            .context("cannot locate this kfaws executable")?
+            .with_file_name("kfaws-trainer"),
+    };
+    anyhow::ensure!(
+        trainer.is_file(),
+        "no trainer binary at {}: build it (`cargo build --workspace --bins`) or pass --trainer PATH",
+        trainer.display()
+    );
+    let image = Image::build(&trainer, Path::new("/"))?;
+    let oci = output.join("oci");
+    let archive = output.join("image.tar");
+    layout::write_oci_layout(&oci, &image, tag.rsplit_once(':').map_or("", |(_, t)| t))?;
+    layout::write_docker_archive(&archive, &image, &tag)?;
+    outln!(
+        "Built {tag} {}\n  layer {} bytes gzip ({})\n  OCI layout  {}\n  docker load {}",
+        image.manifest_digest(),
+        image.layer.len(),
+        image.diff_id,
+        oci.display(),
+        archive.display()
+    )?;
+    Ok(0)
+}

@@ -1,0 +1,122 @@
+//! Writing a built image: an OCI image layout directory (OCI Image Layout
+//! Specification v1.0: `oci-layout`, `index.json`, `blobs/sha256/<hex>`)
+//! and a `docker load` tarball holding the same layout plus Docker's
+//! `manifest.json` (the format `docker save` writes since Docker 25).
+//! Both are reproducible: the tarball's entries are sorted, owned by root
+//! and dated at the epoch.
+
+use std::path::Path;
+
+use serde_json::json;
+
+use super::manifest::MANIFEST_MEDIA_TYPE;
+use super::{digest, io_error, Image, ImageError};
+
+/// `index.json` annotation naming the image's tag (OCI Image Spec,
+/// "Pre-Defined Annotation Keys").
+pub const REF_NAME: &str = "org.opencontainers.image.ref.name";
+
+fn blob_path(d: &str) -> String {
+    format!("blobs/sha256/{}", d.trim_start_matches("sha256:"))
+}
+
+/// The files of the OCI layout of `image` tagged `tag`, as (path, bytes),
+/// sorted by path.
+fn layout_files(image: &Image, tag: &str) -> Vec<(String, Vec<u8>)> {
+    let index = json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.index.v1+json",
+        "manifests": [{
+            "mediaType": MANIFEST_MEDIA_TYPE,
+            "digest": image.manifest_digest(),
+            "size": image.manifest.len(),
+            "annotations": {REF_NAME: tag},
+        }],
+    });
+    let mut files = vec![
+        (
+            "oci-layout".to_string(),
+            br#"{"imageLayoutVersion":"1.0.0"}"#.to_vec(),
+        ),
+        (
+            "index.json".to_string(),
+            serde_json::to_vec(&index).expect("JSON values serialize"),
+        ),
+    ];
+    for blob in [&image.layer, &image.config, &image.manifest] {
+        files.push((blob_path(&digest(blob)), blob.clone()));
+    }
+    files.sort();
+    files
+}
+
+/// Writes the OCI image layout of `image` into `dir` (created if missing;
+/// files of an earlier build are replaced, other blobs are left).
+///
+/// # Errors
+/// [`ImageError::Io`].
+pub fn write_oci_layout(dir: &Path, image: &Image, tag: &str) -> Result<(), ImageError> {
+    for (path, bytes) in layout_files(image, tag) {
+        let target = dir.join(&path);
+        if let Some(parent) = target.parent() {
+            std::fs::create_dir_all(parent).map_err(io_error(parent))?;
+        }
+        std::fs::write(&target, bytes).map_err(io_error(&target))?;
+    }
+    Ok(())
+}
+
+/// Writes a `docker load` tarball of `image` named `repo_tag`
+/// (`name:tag`) to `path`.
+///
+/// # Errors
+/// [`ImageError::Io`].
+pub fn write_docker_archive(path: &Path, image: &Image, repo_tag: &str) -> Result<(), ImageError> {
+    let tag = repo_tag.rsplit_once(':').map_or(repo_tag, |(_, t)| t);
+    let mut files = layout_files(image, tag);
+    let manifest = json!([{
+        "Config": blob_path(&digest(&image.config)),
+        "RepoTags": [repo_tag],
+        "Layers": [blob_path(&digest(&image.layer))],
+    }]);
+    files.push((
+        "manifest.json".into(),
+        serde_json::to_vec(&manifest).expect("JSON values serialize"),
+    ));
+    files.sort();
+    let mut tar = tar::Builder::new(Vec::new());
+    tar.mode(tar::HeaderMode::Deterministic);
+    let mut dirs = std::collections::BTreeSet::new();
+    for (p, _) in &files {
+        let mut parent = Path::new(p).parent();
+        while let Some(d) = parent.filter(|d| !d.as_os_str().is_empty()) {
+            dirs.insert(format!("{}/", d.display()));
+            parent = d.parent();
+        }
+    }
+    let header = |size: u64, mode: u32, kind: tar::EntryType| {
+        let mut h = tar::Header::new_ustar();
+        h.set_entry_type(kind);
+        h.set_size(size);
+        h.set_mode(mode);
+        h.set_uid(0);
+        h.set_gid(0);
+        h.set_mtime(super::layer::MTIME);
+        h
+    };
+    for d in &dirs {
+        let mut h = header(0, 0o755, tar::EntryType::Directory);
+        tar.append_data(&mut h, d, std::io::empty())
+            .map_err(io_error(path))?;
+    }
+    for (p, bytes) in &files {
+        let mut h = header(bytes.len() as u64, 0o644, tar::EntryType::Regular);
+        tar.append_data(&mut h, p, bytes.as_slice())
+            .map_err(io_error(path))?;
+    }
+    let bytes = tar.into_inner().map_err(io_error(path))?;
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent).map_err(io_error(parent))?;
+    }
+    std::fs::write(path, bytes).map_err(io_error(path))
+}

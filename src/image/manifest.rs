@@ -1,0 +1,68 @@
+//! The image config and the manifest, in the Docker image manifest v2,
+//! schema 2 format (Docker Registry HTTP API v2 docs, "Image Manifest
+//! Version 2, Schema 2"; the config follows the Docker image specification
+//! v1.2, which the OCI image config matches field for field).
+//!
+//! Both are serialized compactly with sorted keys, and carry no build time
+//! (`created` is the epoch), so they are reproducible.
+
+use serde_json::json;
+
+use super::{digest, BINARY_PATH};
+
+/// The manifest's media type.
+pub const MANIFEST_MEDIA_TYPE: &str = "application/vnd.docker.distribution.manifest.v2+json";
+/// The config's media type.
+pub const CONFIG_MEDIA_TYPE: &str = "application/vnd.docker.container.image.v1+json";
+/// The layer's media type (gzip-compressed tar).
+pub const LAYER_MEDIA_TYPE: &str = "application/vnd.docker.image.rootfs.diff.tar.gzip";
+
+/// `created` of the config and its history: the epoch, for reproducibility.
+const CREATED: &str = "1970-01-01T00:00:00Z";
+
+/// The image config for a single layer whose uncompressed digest is
+/// `diff_id`. Entrypoint `/usr/local/bin/kfaws-trainer`: SageMaker runs a
+/// training image as `docker run IMAGE train` and an inference image as
+/// `docker run IMAGE serve` (SageMaker Developer Guide, "How Amazon
+/// SageMaker runs your training image" / "... inference code"), which
+/// become `kfaws-trainer train` and `kfaws-trainer serve`; the PyTorchJob
+/// gives the same arguments. Port 8080 is the inference contract's.
+pub fn config(diff_id: &str) -> Vec<u8> {
+    let config = json!({
+        "architecture": "amd64",
+        "os": "linux",
+        "created": CREATED,
+        "config": {
+            "Entrypoint": [format!("/{BINARY_PATH}")],
+            "Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],
+            "WorkingDir": "/",
+            "ExposedPorts": {"8080/tcp": {}},
+            "Labels": {
+                "org.opencontainers.image.title": "kfaws-trainer",
+                "org.opencontainers.image.version": env!("CARGO_PKG_VERSION"),
+            },
+        },
+        "history": [{"created": CREATED, "created_by": "kfaws image build"}],
+        "rootfs": {"type": "layers", "diff_ids": [diff_id]},
+    });
+    serde_json::to_vec(&config).expect("JSON values serialize")
+}
+
+/// The schema-2 manifest of `config` and the gzip `layer`.
+pub fn manifest(config: &[u8], layer: &[u8]) -> Vec<u8> {
+    let manifest = json!({
+        "schemaVersion": 2,
+        "mediaType": MANIFEST_MEDIA_TYPE,
+        "config": {
+            "mediaType": CONFIG_MEDIA_TYPE,
+            "size": config.len(),
+            "digest": digest(config),
+        },
+        "layers": [{
+            "mediaType": LAYER_MEDIA_TYPE,
+            "size": layer.len(),
+            "digest": digest(layer),
+        }],
+    });
+    serde_json::to_vec(&manifest).expect("JSON values serialize")
+}
