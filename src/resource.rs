@@ -107,6 +107,10 @@ pub struct Detail {
     /// resources declared with `Condition`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub condition: Option<String>,
+    /// What else the change does that a reader must not miss, e.g. that
+    /// removing a namespace deletes everything in it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 /// The outputs of a resource's dependencies, by address, as recorded when
@@ -224,6 +228,13 @@ pub trait Resource: Send + Sync {
     /// alone (for `plan`; no call), e.g. every resource of a stack's
     /// template. The default shows nothing.
     fn preview_create(&self) -> Vec<Detail> {
+        Vec::new()
+    }
+
+    /// What a delete would remove inside the resource, from its state entry
+    /// alone (for `plan`; no call). The default shows nothing.
+    fn preview_delete(&self, recorded: &ResourceState) -> Vec<Detail> {
+        let _ = recorded;
         Vec::new()
     }
 

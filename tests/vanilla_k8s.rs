@@ -252,6 +252,13 @@ async fn a_bundle_that_left_the_config_is_deleted_by_its_applyset() {
     ));
     let planned = d.stdout(&["plan"]);
     assert!(planned.contains("- k8s.training-operator"), "{planned}");
+    assert!(
+        planned.contains(
+            "- pytorchjobs.kubeflow.org (CustomResourceDefinition.apiextensions.k8s.io)  # deletes \
+             every custom resource of its kinds in the cluster, whoever created it"
+        ),
+        "the plan says what goes with the CRD:\n{planned}"
+    );
     d.stdout(&["apply", "--auto-approve"]);
     assert!(
         Api::<CustomResourceDefinition>::all(client.clone())
@@ -265,7 +272,70 @@ async fn a_bundle_that_left_the_config_is_deleted_by_its_applyset() {
         .get("profiles.kubeflow.org")
         .await
         .expect("the platform stays");
+
+    // A namespace that exists already, with someone's data in it, is not
+    // taken over: the plan fails naming it, and nothing is changed.
+    let ns = Api::<Namespace>::all(client.clone());
+    ns.create(
+        &Default::default(),
+        &serde_json::from_value(serde_json::json!({"metadata": {"name": "monitoring"}})).unwrap(),
+    )
+    .await
+    .unwrap();
+    let extra = d.dir.path().join("extra.yaml");
+    let platform = std::fs::read_to_string(fixtures.join("platform.yaml")).unwrap();
+    std::fs::write(
+        &extra,
+        format!(
+            "{platform}---\napiVersion: v1\nkind: Namespace\nmetadata: {{name: monitoring}}\n---\n\
+             apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: extra, namespace: kubeflow}}\n"
+        ),
+    )
+    .unwrap();
+    d.write_config("[kubeflow]\nmanifests = \"extra.yaml\"\n");
+    let err = d.fails(&["plan"]);
+    assert!(
+        err.contains("already exist and were not applied by this bundle")
+            && err.contains("Namespace monitoring (no ApplySet)"),
+        "{err}"
+    );
+    // Without it, the extra ConfigMap is applied; going back to the
+    // platform file plans its removal, and apply prunes it.
+    std::fs::write(
+        &extra,
+        format!(
+            "{platform}---\napiVersion: v1\nkind: ConfigMap\nmetadata: {{name: extra, namespace: kubeflow}}\n"
+        ),
+    )
+    .unwrap();
+    d.stdout(&["apply", "--auto-approve"]);
+    d.write_config(&format!(
+        "[kubeflow]\nmanifests = {:?}\n",
+        fixtures.join("platform.yaml").display().to_string()
+    ));
+    let back = d
+        .kfaws(&["plan", "--detailed-exitcode"])
+        .assert()
+        .code(2)
+        .get_output()
+        .stdout
+        .clone();
+    let back = String::from_utf8(back).unwrap();
+    assert!(back.contains("- kubeflow/extra (ConfigMap)"), "{back}");
+    d.stdout(&["apply", "--auto-approve"]);
+    assert!(
+        Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), "kubeflow")
+            .get_opt("extra")
+            .await
+            .unwrap()
+            .is_none(),
+        "pruned"
+    );
     d.stdout(&["destroy", "--auto-approve"]);
+    assert!(
+        ns.get_opt("monitoring").await.unwrap().is_some(),
+        "the namespace kfaws did not create survives destroy"
+    );
 }
 
 #[tokio::test]

@@ -679,6 +679,7 @@ impl StackResource {
                         kind: r.resource_type().unwrap_or("?").to_string(),
                         replacement: r.replacement().map(|x| x.as_str().to_string()),
                         condition: None,
+                        note: None,
                     }),
             );
             let status = out.status().map_or("UNKNOWN", |s| s.as_str()).to_string();
@@ -739,6 +740,7 @@ pub fn template_resources(template: &str) -> Vec<Detail> {
                 .unwrap_or("unknown")
                 .to_string(),
             replacement: None,
+            note: None,
         })
         .collect()
 }

@@ -170,6 +170,21 @@ pub enum ApplyError {
         /// Whether later phases were skipped.
         stopped: bool,
     },
+    /// Objects of the bundle already exist and belong to no ApplySet or to
+    /// another one: applying would take them over, and destroying the
+    /// bundle would delete them (and, for a namespace, all it holds).
+    #[error("bundle {bundle:?}: {} object(s) already exist and were not applied by this bundle; kfaws would take them over and delete them with it (a namespace with everything in it). Remove them from the manifests, or delete them from the cluster first if they are yours to replace:\n  {}",
+        .objects.len(),
+        .objects.iter().map(|(o, owner)| match owner {
+            Some(id) => format!("{o} (ApplySet {id})"),
+            None => format!("{o} (no ApplySet)"),
+        }).collect::<Vec<_>>().join("\n  "))]
+    Foreign {
+        /// The bundle.
+        bundle: String,
+        /// Each such object with the ApplySet it belongs to, if any.
+        objects: Vec<(ObjectRef, Option<String>)>,
+    },
     /// Pruning or destroying failed.
     #[error("bundle {bundle:?}: {source}")]
     Delete {
@@ -240,6 +255,81 @@ impl Applier {
             .await
             .map_err(ApplyError::Discovery)?;
         Ok(resolve(bundle, &served)?)
+    }
+
+    /// The objects of `bundle` that exist in the cluster without this
+    /// bundle's ApplySet label, with the ApplySet they carry, if any. Kinds
+    /// a CRD of the bundle defines and the cluster does not serve yet have
+    /// no objects to find. Read-only.
+    ///
+    /// # Errors
+    /// [`ApplyError::Unserved`], [`ApplyError::Discovery`]; a read that
+    /// fails is reported as [`ApplyError::Objects`].
+    pub async fn foreign(
+        &self,
+        bundle: &Bundle,
+    ) -> Result<Vec<(ObjectRef, Option<String>)>, ApplyError> {
+        let served = Served::fetch(&self.client)
+            .await
+            .map_err(ApplyError::Discovery)?;
+        let targets = resolve(bundle, &served)?;
+        let set = self.applyset(&bundle.name);
+        let ours = set.id.as_str();
+        let reads: Vec<_> = targets
+            .iter()
+            .filter(|t| !t.from_bundle_crd)
+            .map(|t| {
+                let api: Api<DynamicObject> = match &t.object.namespace {
+                    Some(ns) => Api::namespaced_with(self.client.clone(), ns, &t.resource),
+                    None => Api::all_with(self.client.clone(), &t.resource),
+                };
+                async move {
+                    let origin = bundle.objects[t.index].origin.clone();
+                    let live = api
+                        .get_metadata_opt(&t.object.name)
+                        .await
+                        .map_err(|e| (t.object.clone(), origin, retry::message(&e)))?;
+                    let owner = live.and_then(|o| {
+                        let id = o
+                            .metadata
+                            .labels
+                            .and_then(|l| l.get(applyset::PART_OF).cloned());
+                        match id {
+                            Some(id) if id == ours => None,
+                            other => Some((t.object.clone(), other)),
+                        }
+                    });
+                    Ok::<_, (ObjectRef, Origin, String)>(owner)
+                }
+            })
+            .collect();
+        let results: Vec<_> = stream::iter(reads)
+            .buffer_unordered(self.options.concurrency.max(1))
+            .collect()
+            .await;
+        let mut foreign = Vec::new();
+        let mut failures = Vec::new();
+        for r in results {
+            match r {
+                Ok(Some(f)) => foreign.push(f),
+                Ok(None) => {}
+                Err((object, origin, reason)) => failures.push(ObjectFailure {
+                    object,
+                    origin,
+                    reason,
+                }),
+            }
+        }
+        if !failures.is_empty() {
+            return Err(ApplyError::Objects {
+                bundle: bundle.name.clone(),
+                failures,
+                applied: 0,
+                stopped: true,
+            });
+        }
+        foreign.sort();
+        Ok(foreign)
     }
 
     /// Applies `bundle` in phases, then prunes the members that left it.

@@ -269,8 +269,19 @@ impl Bundle {
 
 /// Parses one YAML stream into manifests.
 fn parse_stream(file: &Path, text: &str) -> Result<Vec<Manifest>, BundleError> {
-    let docs: Vec<Spanned<Value>> =
-        serde_saphyr::from_str_multiple(text).map_err(|e| yaml_error(file, &e))?;
+    // The parser's default budget (1,024 documents, 250,000 nodes) guards
+    // untrusted input; a Kubeflow release's `kustomize build` output is
+    // larger (thousands of documents, CRDs with large schemas) and is the
+    // user's own file, so allow what such a release needs, still bounded.
+    let options = serde_saphyr::options! {
+        budget: serde_saphyr::budget! {
+            max_documents: 100_000,
+            max_nodes: 50_000_000,
+            max_events: 200_000_000,
+        },
+    };
+    let docs: Vec<Spanned<Value>> = serde_saphyr::from_str_multiple_with_options(text, options)
+        .map_err(|e| yaml_error(file, &e))?;
     docs.into_iter()
         .enumerate()
         .map(|(i, doc)| {
@@ -403,6 +414,16 @@ mod tests {
 
     fn parse(text: &str) -> Result<Bundle, BundleError> {
         Bundle::from_sources("test", [(PathBuf::from("t.yaml"), text.to_string())])
+    }
+
+    #[test]
+    fn a_release_sized_bundle_of_thousands_of_documents_parses() {
+        let doc = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: cm-N, namespace: ns}\ndata: {k: v}\n";
+        let text: Vec<String> = (0..3000)
+            .map(|i| doc.replace("cm-N", &format!("cm-{i}")))
+            .collect();
+        let b = parse(&text.join("---\n")).unwrap();
+        assert_eq!(b.objects.len(), 3000);
     }
 
     #[test]

@@ -46,7 +46,7 @@ use super::object::GroupKind;
 use crate::address::Address;
 use crate::aws::eks::is_not_found;
 use crate::aws::error_message;
-use crate::resource::{Applied, Check, Inputs, Observed, Resource, ResourceError};
+use crate::resource::{Applied, Check, Detail, Inputs, Observed, Resource, ResourceError};
 use crate::state::ResourceState;
 
 /// The kind recorded in state.
@@ -231,6 +231,24 @@ pub enum SourceError {
         #[source]
         source: Box<super::BundleError>,
     },
+    /// The manifests hold a namespace the API server never deletes.
+    #[error("{field}: {} cannot be part of a bundle: the API server refuses to delete it, so the bundle could never be destroyed (Kubernetes docs, \"Namespaces\"); remove the Namespace object from the manifests (objects in it may stay)", .objects.join(", "))]
+    Undeletable {
+        /// The config field.
+        field: String,
+        /// Each such namespace and where it is written.
+        objects: Vec<String>,
+    },
+    /// Two bundles hold the same object.
+    #[error("{object} is in both {first} and {second}: each object may belong to one bundle; remove it from one of them")]
+    Overlap {
+        /// `Kind.group namespace/name`.
+        object: String,
+        /// The first bundle's source.
+        first: String,
+        /// The second bundle's source.
+        second: String,
+    },
     /// An object breaks a rule of the EFS CSI driver.
     #[error("{field}: {}", .errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
     Efs {
@@ -257,6 +275,13 @@ impl Source {
             return Err(SourceError::Efs {
                 field: field.into(),
                 errors,
+            });
+        }
+        let undeletable = undeletable(&parsed);
+        if !undeletable.is_empty() {
+            return Err(SourceError::Undeletable {
+                field: field.into(),
+                objects: undeletable,
             });
         }
         Ok(Self::Loaded {
@@ -304,7 +329,8 @@ fn sha256_hex(text: &str) -> String {
 }
 
 impl ManifestsResource {
-    fn label(&self) -> String {
+    /// Where the objects come from: the embedded file or the configured path.
+    pub fn source_label(&self) -> String {
         match &self.source {
             Source::Template { file, .. } => (*file).to_string(),
             Source::Loaded { path, .. } => path.display().to_string(),
@@ -347,8 +373,9 @@ impl ManifestsResource {
         Ok(bundle)
     }
 
-    /// `Kind namespace/name` of every object, sorted: the spec's `objects`.
-    fn objects(&self) -> Vec<String> {
+    /// `Kind.group namespace/name` of every object, sorted: the spec's
+    /// `objects` (names never depend on dependencies' outputs).
+    pub fn objects(&self) -> Vec<String> {
         let bundle = match self.bundle(None) {
             Ok(b) => b,
             // An embedded template that does not parse is a bug caught by
@@ -393,6 +420,7 @@ impl ManifestsResource {
         let bundle = self.bundle(Some(inputs))?;
         let client = self.client().await?;
         let applier = self.applier(client.clone());
+        self.refuse_foreign(&applier, &bundle).await?;
         let report = boxed_apply(&applier, &bundle)
             .await
             .map_err(|e| ResourceError::msg(format!("{}: {e}", self.address)))?;
@@ -418,6 +446,29 @@ impl ManifestsResource {
         })
     }
 
+    /// Fails when objects of `bundle` exist outside its ApplySet (see
+    /// [`super::ApplyError::Foreign`]).
+    async fn refuse_foreign(
+        &self,
+        applier: &Applier,
+        bundle: &Bundle,
+    ) -> Result<(), ResourceError> {
+        let foreign = boxed_foreign(applier, bundle)
+            .await
+            .map_err(|e| ResourceError::msg(format!("{}: {e}", self.address)))?;
+        if foreign.is_empty() {
+            return Ok(());
+        }
+        Err(ResourceError::msg(format!(
+            "{}: {}",
+            self.address,
+            super::ApplyError::Foreign {
+                bundle: bundle.name.clone(),
+                objects: foreign,
+            }
+        )))
+    }
+
     /// Polls discovery until `wanted` is served (a CRD's kind is served a
     /// moment after it is Established), within 60 s.
     async fn wait_served(&self, client: &Client, wanted: &ServedKind) -> Result<(), ResourceError> {
@@ -441,7 +492,7 @@ impl ManifestsResource {
                     wanted.api_version,
                     wanted.kind,
                     served.versions_of(&GroupKind::new(group, wanted.kind)),
-                    self.label()
+                    self.source_label()
                 )));
             }
             tokio::time::sleep(Duration::from_millis(500)).await;
@@ -458,6 +509,16 @@ fn boxed_apply<'a>(
     bundle: &'a Bundle,
 ) -> BoxFuture<'a, Result<super::ApplyReport, super::ApplyError>> {
     Box::pin(applier.apply(bundle))
+}
+
+/// Objects of a bundle found outside its ApplySet, with the set they carry.
+type Foreign = Vec<(super::ObjectRef, Option<String>)>;
+
+fn boxed_foreign<'a>(
+    applier: &'a Applier,
+    bundle: &'a Bundle,
+) -> BoxFuture<'a, Result<Foreign, super::ApplyError>> {
+    Box::pin(applier.foreign(bundle))
 }
 
 fn boxed_destroy<'a>(
@@ -482,6 +543,63 @@ fn boxed_members<'a>(
     concurrency: usize,
 ) -> BoxFuture<'a, Result<Vec<super::applyset::Member>, super::applyset::InventoryError>> {
     Box::pin(set.members(client, served, inventory, concurrency))
+}
+
+/// The objects recorded in a state entry's spec.
+fn recorded_objects(recorded: &ResourceState) -> Vec<String> {
+    recorded
+        .spec
+        .get("objects")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A plan line for an object key `Kind.group namespace/name`; removing a
+/// namespace or a CRD says what goes with it (Kubernetes docs, "Namespaces":
+/// deleting a namespace deletes everything in it; "Custom Resources":
+/// deleting a CRD deletes its custom resources).
+fn object_detail(action: &str, key: &str) -> Detail {
+    let (kind, name) = key.split_once(' ').unwrap_or((key, ""));
+    let note = match (action, kind) {
+        ("Remove", "Namespace") => {
+            Some("deletes everything in the namespace, whoever created it".to_string())
+        }
+        ("Remove", "CustomResourceDefinition.apiextensions.k8s.io") => Some(
+            "deletes every custom resource of its kinds in the cluster, whoever created it"
+                .to_string(),
+        ),
+        _ => None,
+    };
+    Detail {
+        action: action.into(),
+        name: name.into(),
+        kind: kind.into(),
+        replacement: None,
+        condition: None,
+        note,
+    }
+}
+
+/// Namespaces the API server does not let anyone delete (Kubernetes docs,
+/// "Namespaces": `default`, `kube-node-lease`, `kube-public`,
+/// `kube-system`): a bundle holding one could never be destroyed.
+pub const UNDELETABLE_NAMESPACES: &[&str] =
+    &["default", "kube-node-lease", "kube-public", "kube-system"];
+
+/// The objects of `bundle` that are undeletable namespaces, described.
+pub fn undeletable(bundle: &Bundle) -> Vec<String> {
+    bundle
+        .objects
+        .iter()
+        .filter(|m| m.group().is_empty() && m.kind == "Namespace")
+        .filter(|m| UNDELETABLE_NAMESPACES.contains(&m.name.as_str()))
+        .map(|m| format!("{} ({})", m.describe(), m.origin))
+        .collect()
 }
 
 fn key(gk: &GroupKind, namespace: Option<&str>, name: &str) -> String {
@@ -514,7 +632,7 @@ impl Resource for ManifestsResource {
         };
         json!({
             "bundle": self.bundle,
-            "source": self.label(),
+            "source": self.source_label(),
             "sha256": sha256,
             "values": self.values,
             "objects": self.objects(),
@@ -550,21 +668,15 @@ impl Resource for ManifestsResource {
         )
         .await
         .map_err(|e| err(&e))?;
+        // Only what the cluster shows: every live member of the set. An
+        // object of the bundle that is missing (deleted out of band) or a
+        // member that left the bundle makes it differ from the spec.
         let live: BTreeSet<String> = members
             .iter()
             .map(|m| key(&m.object.gk, m.object.namespace.as_deref(), &m.object.name))
             .collect();
-        // The desired objects that are live, in the spec's order: a missing
-        // one is drift. Members outside the bundle are pruned by the next
-        // apply and not shown.
-        let desired = self.objects();
-        let present: Vec<&String> = desired.iter().filter(|o| live.contains(*o)).collect();
-        let mut spec = self
-            .spec()
-            .as_object()
-            .cloned()
-            .expect("the spec is an object");
-        spec.insert("objects".into(), json!(present));
+        let mut spec = serde_json::Map::new();
+        spec.insert("objects".into(), json!(live));
         let outputs = recorded.map(|r| r.outputs.clone()).unwrap_or_default();
         Ok(Observed::Present {
             physical_id: Some(set.id.clone()),
@@ -610,10 +722,37 @@ impl Resource for ManifestsResource {
             return Ok(());
         };
         let bundle = self.bundle(None)?;
-        boxed_check(&self.applier(client), &bundle)
+        let applier = self.applier(client);
+        boxed_check(&applier, &bundle)
             .await
-            .map(|_| ())
-            .map_err(|e| ResourceError::msg(format!("{}: {e}", self.address)))
+            .map_err(|e| ResourceError::msg(format!("{}: {e}", self.address)))?;
+        self.refuse_foreign(&applier, &bundle).await
+    }
+
+    async fn preview_update(
+        &self,
+        recorded: &ResourceState,
+        _inputs: &Inputs,
+    ) -> Result<Vec<Detail>, ResourceError> {
+        let before: BTreeSet<String> = recorded_objects(recorded).into_iter().collect();
+        let after: BTreeSet<String> = self.objects().into_iter().collect();
+        let mut details: Vec<Detail> = after
+            .difference(&before)
+            .map(|k| object_detail("Add", k))
+            .collect();
+        details.extend(
+            before
+                .difference(&after)
+                .map(|k| object_detail("Remove", k)),
+        );
+        Ok(details)
+    }
+
+    fn preview_delete(&self, recorded: &ResourceState) -> Vec<Detail> {
+        recorded_objects(recorded)
+            .iter()
+            .map(|k| object_detail("Remove", k))
+            .collect()
     }
 }
 

@@ -21,8 +21,9 @@ pub struct PreviewError {
     pub failures: Vec<(Address, String)>,
 }
 
-/// Fills [`Change::details`] of every update in `changes`, and of every
-/// create and replacement from [`crate::resource::Resource::preview_create`].
+/// Fills [`Change::details`] of every update in `changes`, of every create
+/// and replacement from [`crate::resource::Resource::preview_create`], and
+/// of every delete from [`crate::resource::Resource::preview_delete`].
 ///
 /// # Errors
 /// [`PreviewError`] listing every preview that failed (all previews run).
@@ -37,10 +38,17 @@ pub async fn preview(
     parallelism: usize,
 ) -> Result<(), PreviewError> {
     for c in changes.iter_mut() {
-        if matches!(c.action, Action::Create | Action::Replace) {
-            if let Some(handle) = handles.get(&c.address) {
-                c.details = handle.preview_create();
+        let Some(handle) = handles.get(&c.address) else {
+            continue;
+        };
+        match c.action {
+            Action::Create | Action::Replace => c.details = handle.preview_create(),
+            Action::Delete => {
+                if let Some(recorded) = state.resources.get(&c.address) {
+                    c.details = handle.preview_delete(recorded);
+                }
             }
+            _ => {}
         }
     }
     let changing: std::collections::BTreeSet<&Address> = changes

@@ -97,6 +97,9 @@ pub fn human(plan: &Plan) -> String {
             if let Some(c) = &d.condition {
                 let _ = write!(out, "  # if condition {c} holds");
             }
+            if let Some(n) = &d.note {
+                let _ = write!(out, "  # {n}");
+            }
             out.push('\n');
         }
     }
@@ -230,6 +233,7 @@ mod tests {
             kind: "AWS::EC2::Thing".into(),
             replacement: replacement.map(Into::into),
             condition: None,
+            note: None,
         };
         update.details = vec![
             detail("Add", "Added", None),

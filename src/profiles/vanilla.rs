@@ -548,6 +548,21 @@ fn bundles(
         5,
         300,
     ));
+    // One owner per object: two bundles applying the same object would
+    // overwrite each other, and destroying either would delete it.
+    let mut seen: BTreeMap<String, String> = BTreeMap::new();
+    for b in &out {
+        let source = b.source_label();
+        for object in b.objects() {
+            if let Some(first) = seen.insert(object.clone(), source.clone()) {
+                return Err(SourceError::Overlap {
+                    object,
+                    first,
+                    second: source,
+                });
+            }
+        }
+    }
     Ok(out)
 }
 
@@ -905,6 +920,41 @@ mod tests {
             "{err}"
         );
         assert!(err.contains("directoryPerms"), "{err}");
+
+        // A namespace the API server never deletes.
+        std::fs::write(
+            &kf,
+            "apiVersion: v1\nkind: Namespace\nmetadata: {name: default}\n",
+        )
+        .unwrap();
+        let err = build(&config(&extra), &aws(), uuid::Uuid::nil(), &exec())
+            .err()
+            .expect("an undeletable namespace is an error")
+            .to_string();
+        assert!(
+            err.starts_with("kubeflow.manifests: Namespace default (")
+                && err.contains("could never be destroyed"),
+            "{err}"
+        );
+
+        // An object of kfaws's own bundles (StorageClass efs-sc) in the user's.
+        std::fs::write(
+            &kf,
+            "apiVersion: storage.k8s.io/v1\nkind: StorageClass\nmetadata: {name: efs-sc}\n\
+             provisioner: efs.csi.aws.com\nparameters: {provisioningMode: efs-ap, \
+             fileSystemId: fs-0123456789abcdef0, directoryPerms: \"700\"}\n",
+        )
+        .unwrap();
+        let err = build(&config(&extra), &aws(), uuid::Uuid::nil(), &exec())
+            .err()
+            .expect("an object in two bundles is an error")
+            .to_string();
+        assert!(
+            err.starts_with(
+                "StorageClass.storage.k8s.io efs-sc is in both manifests/efs-storage.yaml and"
+            ),
+            "{err}"
+        );
     }
 
     #[tokio::test]
