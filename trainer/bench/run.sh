@@ -3,7 +3,8 @@
 #   1. training throughput of kfaws-trainer vs PyTorch (same model, batch, threads, data);
 #   2. 2-rank data-parallel scaling efficiency on this machine;
 #   3. time to 0.89 test accuracy on Fashion-MNIST with 2 ranks (BENCH_MAX_EPOCHS, default 15);
-#   4. inference latency p50/p99 of one image, and the all-reduce latency behind the topology.
+#   4. inference latency p50/p99 of one image, and the all-reduce latency (p50/p99, star vs
+#      ring, 2-4 ranks, model size to 100x) behind the choice of algorithm.
 # Installs Fashion-MNIST and a CPU PyTorch if missing. PyPI's Linux torch wheel pulls the CUDA
 # libraries (gigabytes), so the reference is Debian's CPU-only python3-torch (1.13) on the
 # system Python. Run from anywhere: bash trainer/bench/run.sh
@@ -26,13 +27,14 @@ trap 'rm -rf "$WORK"' EXIT
 ips() { sed -n 's/.*images_per_sec=\([0-9.]*\).*/\1/p' <<<"$1" | head -1; }
 best_ours=0 best_theirs=0
 for _ in 1 2 3; do
-    ours=$(RAYON_NUM_THREADS=$THREADS "$BIN/kfaws-trainer-bench" --batch-size "$BATCH")
+    ours=$(RAYON_NUM_THREADS=$THREADS "$BIN/kfaws-trainer-bench" --batch-size "$BATCH" --no-all-reduce)
     echo "$ours"
     theirs=$("$PYTHON" trainer/bench/pytorch_reference.py --batch-size "$BATCH" --threads "$THREADS")
     echo "$theirs"
     best_ours=$(python3 -c "print(max($best_ours, $(ips "$ours")))")
     best_theirs=$(python3 -c "print(max($best_theirs, $(ips "$theirs")))")
 done
+"$BIN/kfaws-trainer-bench" --all-reduce-only
 echo "bench=throughput_ratio kfaws_over_pytorch=$(python3 -c "print(round($best_ours/$best_theirs, 3))") best_kfaws=$best_ours best_pytorch=$best_theirs"
 
 PIDS=()
@@ -48,13 +50,16 @@ start_ranks() { # name world_size epochs extra-hp...; the ranks' pids go to PIDS
         PIDS+=($!)
     done
 }
-# Same global batch (64): 1 rank x 64 against 2 ranks x 32, one epoch each.
+# Same global batch (64): 1 rank x 64 against 2 ranks x 32 with each all-reduce, one epoch each.
 start_ranks one 1 1 --hp batch-size=64
 wait "${PIDS[@]}"
-start_ranks two 2 1 --hp batch-size=32
-wait "${PIDS[@]}"
-one=$(ips "$(cat "$WORK/one.0.out")"); two=$(ips "$(cat "$WORK/two.0.out")")
-echo "bench=ddp_scaling one_rank_images_per_sec=$one two_ranks_images_per_sec=$two efficiency=$(python3 -c "print(round($two/(2*$one), 3))")"
+one=$(ips "$(cat "$WORK/one.0.out")")
+for algorithm in star ring; do
+    start_ranks "two-$algorithm" 2 1 --all-reduce "$algorithm" --hp batch-size=32
+    wait "${PIDS[@]}"
+    two=$(ips "$(cat "$WORK/two-$algorithm.0.out")")
+    echo "bench=ddp_scaling all_reduce=$algorithm one_rank_images_per_sec=$one two_ranks_images_per_sec=$two efficiency=$(python3 -c "print(round($two/(2*$one), 3))")"
+done
 
 start=$(date +%s.%N)
 start_ranks acc 2 "${BENCH_MAX_EPOCHS:-15}" --hp batch-size=32

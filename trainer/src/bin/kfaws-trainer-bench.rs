@@ -1,7 +1,8 @@
 //! `kfaws-trainer-bench`: the trainer's figures for `make bench`, one `bench=…` line each:
 //! training throughput of one process (the same `Learner::step` as `train`, all-reduce of a
-//! world of one) and in-process inference latency of one PNG image (decode, resize, forward).
-//! Threads follow `RAYON_NUM_THREADS` (default: all cores). `trainer/bench/run.sh` puts these
+//! world of one), in-process inference latency of one PNG image (decode, resize, forward), and
+//! the latency of one all-reduce, star against ring, among 2–4 ranks (threads of this process
+//! on loopback) for the model's sizes and 10× and 100× the CIFAR-10 model. Threads follow `RAYON_NUM_THREADS` (default: all cores). `trainer/bench/run.sh` puts these
 //! side by side with PyTorch and multi-rank runs.
 
 use std::path::PathBuf;
@@ -10,7 +11,7 @@ use std::time::{Duration, Instant};
 use burn::tensor::Device;
 use clap::Parser;
 use kfaws_trainer::data::{self, DatasetKind};
-use kfaws_trainer::dist::{Agreement, Communicator, Rendezvous};
+use kfaws_trainer::dist::{Agreement, AllReduce, Communicator, Rendezvous};
 use kfaws_trainer::model::Net;
 use kfaws_trainer::optim::Sgd;
 use kfaws_trainer::params::flatten_params;
@@ -35,10 +36,50 @@ struct Args {
     /// Timed inference requests.
     #[arg(long, default_value_t = 200)]
     requests: usize,
+    /// Timed all-reduces per configuration at the model's size (fewer for the larger vectors).
+    #[arg(long, default_value_t = 200)]
+    rounds: usize,
+    /// Only the all-reduce figures (no dataset needed).
+    #[arg(long, conflicts_with = "no_all_reduce")]
+    all_reduce_only: bool,
+    /// No all-reduce figures.
+    #[arg(long)]
+    no_all_reduce: bool,
 }
+
+/// Parameters of the reference network for Fashion-MNIST (1×28×28) and CIFAR-10 (3×32×32).
+const MODEL_SIZES: [usize; 2] = [44_426, 62_006];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = Args::parse();
+    if !args.all_reduce_only {
+        train_and_serve(&args)?;
+    }
+    if args.no_all_reduce {
+        return Ok(());
+    }
+    let sizes = MODEL_SIZES
+        .into_iter()
+        .chain([10, 100].map(|x| x * MODEL_SIZES[1]));
+    for floats in sizes {
+        // The same volume of data per configuration, at least 20 rounds.
+        let rounds = (args.rounds * MODEL_SIZES[1] / floats).max(20);
+        for world in [2, 3, 4] {
+            for algorithm in [AllReduce::Star, AllReduce::Ring] {
+                let (p50, p99) = all_reduce_ms(world, floats, rounds, algorithm)?;
+                println!(
+                    "bench=all_reduce algorithm={} world_size={world} floats={floats} \
+                     rounds={rounds} p50_ms={p50:.3} p99_ms={p99:.3}",
+                    algorithm.name()
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Training throughput and inference latency.
+fn train_and_serve(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     let dataset = data::load_dir(&args.data_dir, Some(DatasetKind::FashionMnist))?;
     let device = Device::flex().autodiff();
     device.seed(1);
@@ -95,24 +136,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         pct(0.99)
     );
     std::fs::remove_dir_all(&dir)?;
-
-    for world in [2, 4] {
-        let p50 = all_reduce_p50_ms(world, flatten_params(&learner.model).len(), args.requests)?;
-        println!(
-            "bench=all_reduce world_size={world} floats={} p50_ms={p50:.3}",
-            learner.params.len()
-        );
-    }
     Ok(())
 }
 
-/// Median time of an all-reduce of `floats` values among `world` in-process ranks on loopback,
-/// as seen by rank 0: the figure behind the star-topology choice in `dist`.
-fn all_reduce_p50_ms(
+/// Median and 99th percentile (ms) of an all-reduce of `floats` values among `world`
+/// in-process ranks on loopback, as seen by rank 0, after 5 untimed rounds: the figures
+/// behind the choice of algorithm in `dist`.
+fn all_reduce_ms(
     world: usize,
     floats: usize,
     rounds: usize,
-) -> Result<f64, Box<dyn std::error::Error>> {
+    algorithm: AllReduce,
+) -> Result<(f64, f64), Box<dyn std::error::Error>> {
     let port = std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port();
@@ -130,19 +165,21 @@ fn all_reduce_p50_ms(
                 world_size: world,
                 connect_timeout: Duration::from_secs(30),
                 collective_timeout: Duration::from_secs(30),
+                all_reduce: algorithm,
             };
             let agreement = agreement.clone();
             std::thread::spawn(move || -> Result<Vec<f64>, String> {
                 let mut comm = Communicator::connect(&rv, &agreement).map_err(|e| e.to_string())?;
                 let mut values = vec![rank as f32; floats];
-                (0..rounds)
+                let mut times = (0..5 + rounds)
                     .map(|_| {
                         let t = Instant::now();
                         comm.all_reduce_mean(&mut values)
                             .map_err(|e| e.to_string())?;
                         Ok(t.elapsed().as_secs_f64() * 1e3)
                     })
-                    .collect()
+                    .collect::<Result<Vec<f64>, String>>()?;
+                Ok(times.split_off(5))
             })
         })
         .collect();
@@ -154,7 +191,8 @@ fn all_reduce_p50_ms(
         }
     }
     times.sort_by(f64::total_cmp);
-    Ok(times[times.len() / 2])
+    let pct = |p: f64| times[((times.len() - 1) as f64 * p).round() as usize];
+    Ok((pct(0.50), pct(0.99)))
 }
 
 /// A private scratch directory for the model the latency benchmark serves.

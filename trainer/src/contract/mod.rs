@@ -17,7 +17,7 @@ use std::time::Duration;
 pub use hyperparameters::Hyperparameters;
 use sagemaker::SageMakerLayout;
 
-use crate::dist::Rendezvous;
+use crate::dist::{AllReduce, Rendezvous};
 
 /// A configuration that cannot work; never retryable (exit code 1).
 #[derive(Debug, thiserror::Error)]
@@ -87,6 +87,10 @@ pub struct TrainArgs {
     /// Seconds any collective waits for a peer before failing the job.
     #[arg(long, env = "TRAINER_COLLECTIVE_TIMEOUT", default_value_t = 120)]
     pub collective_timeout_secs: u64,
+    /// All-reduce algorithm for the gradients (every rank must use the same; the handshake
+    /// checks): `star` (reduce to rank 0, broadcast) or `ring` (reduce-scatter, all-gather).
+    #[arg(long, env = "TRAINER_ALL_REDUCE", value_enum, default_value_t)]
+    pub all_reduce: AllReduce,
     /// Seconds after SIGTERM before a rank still blocked waiting for peers exits with 143
     /// (SageMaker's StopTrainingJob sends SIGKILL 120 s after SIGTERM).
     #[arg(long, env = "TRAINER_STOP_GRACE", default_value_t = 30)]
@@ -222,6 +226,7 @@ pub fn resolve(
         world_size,
         connect_timeout: Duration::from_secs(args.connect_timeout_secs),
         collective_timeout: Duration::from_secs(args.collective_timeout_secs.max(1)),
+        all_reduce: args.all_reduce,
     };
 
     let data_dir = match (&args.data_dir, on_sagemaker) {

@@ -1,39 +1,108 @@
 //! Our collective communication for data-parallel training over TCP, since burn has no
 //! multi-process collectives for its CPU backend.
 //!
-//! Topology: a star around rank 0 (a tree of depth 1). Rank 0 listens on
-//! `MASTER_ADDR:MASTER_PORT`; every other rank connects to it. An all-reduce is a reduce to
-//! rank 0 — which adds the ranks' vectors in rank order 0, 1, …, N−1 — then a broadcast of
-//! the sum, so every rank ends with bit-identical values whatever the arrival order.
+//! Two all-reduce algorithms, chosen by [`Rendezvous::all_reduce`] (`--all-reduce`,
+//! `TRAINER_ALL_REDUCE`; the handshake refuses ranks that disagree). Both start from the same
+//! rendezvous: rank 0 listens on `MASTER_ADDR:MASTER_PORT` and every other rank connects to it.
 //!
-//! Why a star and not a ring: the model has 62,006 parameters (248 KB of `f32`; 44,426 for
-//! Fashion-MNIST). Measured with `kfaws-trainer-bench` on loopback, one all-reduce of 44,426
-//! floats takes 0.68 ms (p50) among 2 ranks and 1.8 ms among 4 — against ~14 ms of compute per
-//! batch-64 step — so the collective is bounded by per-message latency, not bandwidth. A ring
-//! needs 2·(N−1) sequential message hops per all-reduce, the star 2 (rank 0 doing N−1 sends and
-//! receives), and the star gives the fixed summation order above for free. A ring only wins
-//! once `N × model size` saturates rank 0's link, far beyond this model. (No ring was built to
-//! measure against: this argument, and the star's figures, are the measurement.)
+//! - [`AllReduce::Star`] (the default): a reduce to rank 0 — which adds the ranks' vectors in
+//!   rank order 0, 1, …, N−1 — then a broadcast of the sum: 2 message hops, rank 0 moving
+//!   2·(N−1) whole vectors.
+//! - [`AllReduce::Ring`]: reduce-scatter then all-gather over N chunks (`ring` module):
+//!   2·(N−1) hops, each rank moving 2·(N−1)/N of a vector; chunk `c` is summed from rank `c`
+//!   round the ring, `((x_c + x_{c+1}) + …) + x_{c−1}`.
+//!
+//! Either way each sum is computed by one rank and copied bit for bit, so every rank ends with
+//! identical values whatever the arrival order. Broadcasts always use the star.
+//!
+//! Why the star by default: measured with `kfaws-trainer-bench --all-reduce-only` (ranks as
+//! threads of one process on loopback, release build, the 2-core development machine shared
+//! with other builds, load average ≈ 4), p50 (p99) in ms of one all-reduce as seen by rank 0;
+//! p50 as the range over two runs, p99 from the first:
+//!
+//! | floats | ranks | star | ring |
+//! |---|---|---|---|
+//! | 44,426 (Fashion-MNIST model) | 2 | 0.078 (0.13) | 0.33–0.39 (4.5) |
+//! | | 3 | 0.17–0.20 (0.29) | 1.8–3.4 (4.6) |
+//! | | 4 | 0.25–0.31 (0.62) | 1.1–1.2 (5.3) |
+//! | 62,006 (CIFAR-10 model) | 2 | 0.13–0.16 (0.34) | 0.44–3.6 (4.4) |
+//! | | 3 | 0.20–0.25 (0.54) | 3.1–3.2 (4.9) |
+//! | | 4 | 0.40 (2.5) | 0.94–2.1 (5.5) |
+//! | 620,060 (10×) | 2 | 3.7–5.1 (8.1) | 2.9–3.3 (5.7) |
+//! | | 3 | 8.2–8.9 (13) | 4.4–5.4 (9.0) |
+//! | | 4 | 9.0–13 (17) | 5.3–6.7 (13) |
+//! | 6,200,600 (100×) | 2 | 72–74 (103) | 57–61 (99) |
+//! | | 3 | 223–224 (254) | 103–120 (149) |
+//! | | 4 | 314–353 (364) | 135–156 (160) |
+//!
+//! End to end, 2 processes × batch 32 training one epoch of Fashion-MNIST (release, one run
+//! each): 8,672 images/s with the star, 7,329 with the ring (same losses and accuracy to the digit: with 2
+//! ranks both orders are one commutative addition). At this model's size the collective is
+//! bound by per-message latency, not bandwidth: the ring's 2·(N−1) dependent hops, each a
+//! hand-off between its sending thread and its receiving one, cost more than the star's 2 —
+//! 2 to 20 times the star's median here, and 4–5 ms at p99 (the look of a thread waiting out
+//! a scheduler time slice for a busy core; not checked on an idle machine). The ring wins from
+//! 10× the model's size on, where the star's rank 0, moving N − 1 vectors each way, becomes
+//! the bottleneck (2.3× at 100× and 4 ranks): choose it for models of millions of parameters.
 //!
 //! Failure: every socket read and write has a deadline. A peer whose connection closes or who
 //! does not answer within the collective timeout fails the call with an error naming its rank;
-//! rank 0 then tells the remaining ranks why (an `Abort` frame) before closing, so every
-//! process exits promptly with the same diagnosis. Workers wait twice the timeout for rank 0,
-//! so rank 0's verdict — which names the actual culprit — arrives before their own deadline.
+//! the rank that found it then tells the others why (an `Abort` frame naming itself and the
+//! reason) before closing, so every process exits promptly with the same diagnosis. Star:
+//! rank 0 finds it and tells every worker; workers wait twice the timeout for rank 0, so its
+//! verdict — which names the actual culprit — arrives before their own deadline. Ring: the
+//! failed rank's successor finds it (see the `ring` module for why it is first) and the
+//! `Abort` is relayed round the ring.
 
+mod handshake;
+mod link;
+mod ring;
 mod wire;
 
 use std::io;
-use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
-use std::time::{Duration, Instant};
+use std::net::TcpStream;
+use std::time::Duration;
 
-use wire::{decode_floats, read_frame, write_floats, write_frame, Tag};
+use handshake::{accept_peers, join};
+use wire::{abort_payload, decode_floats, parse_abort, read_frame, write_floats, write_frame, Tag};
 
-/// Version of the wire protocol; bumped on any incompatible change.
-pub const PROTOCOL_VERSION: u32 = 1;
-const MAGIC: &[u8; 8] = b"KFAWS-AR";
-/// How long rank 0 waits for a new connection's handshake.
-const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+/// Version of the wire protocol; bumped on any incompatible change (2: the all-reduce topology
+/// and ring port in the handshake, the aborting rank in `Abort`).
+pub const PROTOCOL_VERSION: u32 = 2;
+
+/// How an all-reduce moves the data (module doc: what each costs, as measured).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum AllReduce {
+    /// Reduce to rank 0 in rank order, then broadcast: 2 message hops, rank 0 moves N − 1
+    /// vectors each way.
+    #[default]
+    Star,
+    /// Reduce-scatter then all-gather around the ring: 2·(N − 1) hops of 1/N of the vector.
+    Ring,
+}
+
+impl AllReduce {
+    fn code(self) -> u8 {
+        match self {
+            Self::Star => 0,
+            Self::Ring => 1,
+        }
+    }
+
+    /// The name `--all-reduce` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Star => "star",
+            Self::Ring => "ring",
+        }
+    }
+
+    fn from_code(code: u8) -> Option<Self> {
+        [Self::Star, Self::Ring]
+            .into_iter()
+            .find(|t| t.code() == code)
+    }
+}
 
 /// Where and how the ranks meet.
 #[derive(Debug, Clone)]
@@ -52,6 +121,8 @@ pub struct Rendezvous {
     pub connect_timeout: Duration,
     /// How long any one collective waits for a peer before failing the job.
     pub collective_timeout: Duration,
+    /// The all-reduce algorithm; every rank must use the same (checked by the handshake).
+    pub all_reduce: AllReduce,
 }
 
 /// What all ranks must agree on before training together.
@@ -106,15 +177,21 @@ pub enum CommError {
     /// A peer sent something this protocol does not allow.
     #[error("rank {rank} broke the protocol: {detail}")]
     Protocol { rank: usize, detail: String },
-    /// Rank 0 aborted the job because another rank failed.
-    #[error("rank 0 aborted the job: {0}")]
-    Aborted(String),
+    /// Another rank found a failure and aborted the job (rank 0 in the star; in the ring,
+    /// the rank that found it, relayed by the others).
+    #[error("rank {rank} aborted the job: {reason}")]
+    Aborted { rank: usize, reason: String },
 }
 
 impl CommError {
     /// Whether retrying the job may succeed (everything but a configuration mismatch).
     pub fn is_transient(&self) -> bool {
         !matches!(self, Self::Mismatch(_) | Self::Bind { .. })
+    }
+
+    fn aborted(payload: &[u8]) -> Self {
+        let (rank, reason) = parse_abort(payload);
+        Self::Aborted { rank, reason }
     }
 
     fn from_io(rank: usize, timeout: Duration, source: io::Error) -> Self {
@@ -143,7 +220,10 @@ pub struct Communicator {
     rank: usize,
     world_size: usize,
     timeout: Duration,
+    /// The star's links: the rendezvous, broadcasts, and star all-reduces.
     role: Role,
+    /// Present when the all-reduce is [`AllReduce::Ring`] and there are at least 2 ranks.
+    ring: Option<ring::Ring>,
 }
 
 impl std::fmt::Debug for Communicator {
@@ -160,22 +240,27 @@ impl Communicator {
             world_size: 1,
             timeout: Duration::MAX,
             role: Role::Single,
+            ring: None,
         }
     }
 
     /// Joins the group: rank 0 listens and admits `world_size − 1` peers after checking their
     /// handshake; other ranks connect with exponential backoff (100 ms doubling to 5 s) until
     /// `connect_timeout`, re-resolving the host name each attempt since pod and SageMaker host
-    /// names may appear in DNS after the process starts.
+    /// names may appear in DNS after the process starts. For the ring, ranks 2..N listen on an
+    /// ephemeral port of the address they reached rank 0 from, announced in their handshake;
+    /// rank 0's welcome tells ranks 1..N−1 their successor's address (as rank 0 saw it) and
+    /// they connect to it; the links 0→1 and N−1→0 are the star's.
     ///
     /// # Errors
-    /// [`CommError::Mismatch`] when protocol version, world size, parameter count or
-    /// configuration hash differ (reported on both sides); timeouts naming the missing ranks.
+    /// [`CommError::Mismatch`] when protocol version, world size, parameter count,
+    /// configuration hash or all-reduce algorithm differ (reported on both sides); timeouts
+    /// naming the missing ranks.
     pub fn connect(rv: &Rendezvous, agreement: &Agreement) -> Result<Self, CommError> {
         if rv.world_size == 1 {
             return Ok(Self::single());
         }
-        let role = if rv.rank == 0 {
+        let (role, ring) = if rv.rank == 0 {
             accept_peers(rv, agreement)?
         } else {
             join(rv, agreement)?
@@ -185,6 +270,7 @@ impl Communicator {
             world_size: rv.world_size,
             timeout: rv.collective_timeout,
             role,
+            ring,
         })
     }
 
@@ -216,13 +302,31 @@ impl Communicator {
         }
     }
 
-    /// Replaces `values` on every rank with the element-wise sum over ranks, added in rank
-    /// order so all ranks get identical bits.
+    /// The all-reduce algorithm in use.
+    pub fn algorithm(&self) -> AllReduce {
+        if self.ring.is_some() {
+            AllReduce::Ring
+        } else {
+            AllReduce::Star
+        }
+    }
+
+    /// Replaces `values` on every rank with the element-wise sum over ranks, identical bits on
+    /// all ranks. Star: added in rank order 0, 1, …, N−1. Ring: chunk `c` of N is added in
+    /// ring order from rank `c` (the `ring` module's doc).
     ///
     /// # Errors
-    /// A [`CommError`] naming the failed rank; rank 0 first tells the others why.
+    /// A [`CommError`] naming the failed rank (ring: the predecessor or successor that failed);
+    /// the rank that finds the failure first tells the others why.
     pub fn all_reduce_sum(&mut self, values: &mut [f32]) -> Result<(), CommError> {
         let timeout = self.timeout;
+        if let Some(ring) = &mut self.ring {
+            let result = ring.all_reduce_sum(values);
+            if result.is_err() {
+                ring.close();
+            }
+            return result;
+        }
         match &mut self.role {
             Role::Single => Ok(()),
             Role::Root(peers) => {
@@ -278,8 +382,9 @@ fn reduce_at_root(
 
 /// Best effort: the job is failing anyway, a peer that cannot hear it will see the close.
 fn abort_peers(peers: &mut [TcpStream], reason: &str) {
+    let payload = abort_payload(0, reason);
     for peer in peers.iter_mut() {
-        let _ = write_frame(peer, Tag::Abort, reason.as_bytes());
+        let _ = write_frame(peer, Tag::Abort, &payload);
         let _ = peer.shutdown(std::net::Shutdown::Both);
     }
 }
@@ -293,251 +398,10 @@ fn receive_floats(
     match tag {
         Tag::Floats => decode_floats(&payload, values)
             .map_err(|detail| CommError::Protocol { rank: 0, detail }),
-        Tag::Abort => Err(CommError::Aborted(
-            String::from_utf8_lossy(&payload).into_owned(),
-        )),
+        Tag::Abort => Err(CommError::aborted(&payload)),
         other => Err(CommError::Protocol {
             rank: 0,
             detail: format!("expected floats, got {other:?}"),
-        }),
-    }
-}
-
-/// The handshake a worker sends: magic, protocol version, rank, world size, parameter count,
-/// configuration hash.
-fn hello(rank: usize, world_size: usize, agreement: &Agreement) -> Vec<u8> {
-    let mut out = MAGIC.to_vec();
-    out.extend(PROTOCOL_VERSION.to_le_bytes());
-    out.extend((rank as u32).to_le_bytes());
-    out.extend((world_size as u32).to_le_bytes());
-    out.extend(agreement.param_count.to_le_bytes());
-    out.extend(agreement.config_hash);
-    out
-}
-
-/// Checks a worker's handshake against ours; returns its rank or why it is refused.
-fn check_hello(payload: &[u8], world_size: usize, agreement: &Agreement) -> Result<usize, String> {
-    if payload.len() != 8 + 4 + 4 + 4 + 8 + 32 || &payload[..8] != MAGIC {
-        return Err("the peer is not a kfaws-trainer of this protocol".into());
-    }
-    let u32_at = |at: usize| u32::from_le_bytes(payload[at..at + 4].try_into().expect("4 bytes"));
-    let version = u32_at(8);
-    let rank = u32_at(12) as usize;
-    let peer_world = u32_at(16) as usize;
-    let params = u64::from_le_bytes(payload[20..28].try_into().expect("8 bytes"));
-    let hash: [u8; 32] = payload[28..60].try_into().expect("32 bytes");
-    if version != PROTOCOL_VERSION {
-        return Err(format!(
-            "rank {rank} speaks protocol version {version}, rank 0 speaks {PROTOCOL_VERSION}"
-        ));
-    }
-    if peer_world != world_size {
-        return Err(format!(
-            "rank {rank} has world size {peer_world}, rank 0 has {world_size}"
-        ));
-    }
-    if rank == 0 || rank >= world_size {
-        return Err(format!("rank {rank} is outside 1..{world_size}"));
-    }
-    if params != agreement.param_count {
-        return Err(format!(
-            "rank {rank} has {params} model parameters, rank 0 has {} (different dataset or model?)",
-            agreement.param_count
-        ));
-    }
-    if hash != agreement.config_hash {
-        return Err(format!(
-            "rank {rank}'s training configuration differs from rank 0's (hyperparameters, dataset \
-             or seed; configuration hash {} vs {})",
-            hex8(&hash),
-            hex8(&agreement.config_hash)
-        ));
-    }
-    Ok(rank)
-}
-
-fn hex8(hash: &[u8; 32]) -> String {
-    hash[..4].iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn accept_peers(rv: &Rendezvous, agreement: &Agreement) -> Result<Role, CommError> {
-    let addr = format!("{}:{}", rv.bind_addr, rv.master_port);
-    let listener = TcpListener::bind(&addr).map_err(|source| CommError::Bind {
-        addr: addr.clone(),
-        source,
-    })?;
-    listener
-        .set_nonblocking(true)
-        .map_err(|source| CommError::Bind {
-            addr: addr.clone(),
-            source,
-        })?;
-    let deadline = Instant::now() + rv.connect_timeout;
-    let mut peers: Vec<Option<TcpStream>> = (1..rv.world_size).map(|_| None).collect();
-    while peers.iter().any(Option::is_none) {
-        let (stream, from) = match listener.accept() {
-            Ok(conn) => conn,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                if Instant::now() >= deadline {
-                    let missing = (1..rv.world_size)
-                        .filter(|r| peers[r - 1].is_none())
-                        .collect();
-                    return Err(CommError::RendezvousTimeout {
-                        timeout: rv.connect_timeout,
-                        missing,
-                    });
-                }
-                std::thread::sleep(Duration::from_millis(20));
-                continue;
-            }
-            Err(source) => return Err(CommError::Bind { addr, source }),
-        };
-        match admit(stream, rv, agreement, &peers) {
-            Ok((rank, stream)) => {
-                tracing::info!(rank, "peer joined");
-                peers[rank - 1] = Some(stream);
-            }
-            Err(Admission::Refused(reason)) => {
-                let mut admitted: Vec<TcpStream> = peers.into_iter().flatten().collect();
-                abort_peers(&mut admitted, &reason);
-                return Err(CommError::Mismatch(reason));
-            }
-            // A stray connection (port scan, health check) that never says hello is dropped.
-            Err(Admission::Ignored(why)) => tracing::warn!(%from, "ignored a connection: {why}"),
-        }
-    }
-    // Welcome only once everyone is in, so a worker's next wait (the initial broadcast) is
-    // bounded by the collective timeout rather than by how late the last rank joins.
-    let mut peers: Vec<TcpStream> = peers
-        .into_iter()
-        .map(|p| p.expect("all admitted"))
-        .collect();
-    for (i, peer) in peers.iter_mut().enumerate() {
-        write_frame(peer, Tag::Welcome, &[])
-            .map_err(|e| CommError::from_io(i + 1, rv.collective_timeout, e))?;
-    }
-    Ok(Role::Root(peers))
-}
-
-enum Admission {
-    Refused(String),
-    Ignored(String),
-}
-
-fn admit(
-    mut stream: TcpStream,
-    rv: &Rendezvous,
-    agreement: &Agreement,
-    peers: &[Option<TcpStream>],
-) -> Result<(usize, TcpStream), Admission> {
-    // A stray connection that never speaks must not hold up the rendezvous for long.
-    let hello_wait = rv.collective_timeout.min(HELLO_TIMEOUT);
-    let setup = |s: &TcpStream, read_timeout: Duration| -> io::Result<()> {
-        s.set_nonblocking(false)?;
-        s.set_nodelay(true)?;
-        s.set_read_timeout(Some(read_timeout))?;
-        s.set_write_timeout(Some(rv.collective_timeout))
-    };
-    let ignored = |e: io::Error| Admission::Ignored(e.to_string());
-    setup(&stream, hello_wait).map_err(ignored)?;
-    let (tag, payload) = read_frame(&mut stream).map_err(ignored)?;
-    setup(&stream, rv.collective_timeout).map_err(ignored)?;
-    if tag != Tag::Hello {
-        return Err(Admission::Ignored(format!(
-            "first frame was {tag:?}, not a handshake"
-        )));
-    }
-    let verdict = check_hello(&payload, rv.world_size, agreement).and_then(|rank| {
-        if peers[rank - 1].is_some() {
-            Err(format!("two processes claim rank {rank}"))
-        } else {
-            Ok(rank)
-        }
-    });
-    match verdict {
-        Ok(rank) => Ok((rank, stream)),
-        Err(reason) => {
-            let _ = write_frame(&mut stream, Tag::Reject, reason.as_bytes());
-            Err(Admission::Refused(reason))
-        }
-    }
-}
-
-fn join(rv: &Rendezvous, agreement: &Agreement) -> Result<Role, CommError> {
-    let addr = format!("{}:{}", rv.master_addr, rv.master_port);
-    let deadline = Instant::now() + rv.connect_timeout;
-    let mut backoff = Duration::from_millis(100);
-    loop {
-        let last_error = match try_connect(&addr, rv.collective_timeout) {
-            Ok(stream) => return handshake(stream, rv, agreement),
-            Err(e) => e,
-        };
-        let now = Instant::now();
-        if now >= deadline {
-            return Err(CommError::ConnectTimeout {
-                rank: rv.rank,
-                addr,
-                timeout: rv.connect_timeout,
-                last_error,
-            });
-        }
-        tracing::debug!(%addr, %last_error, "rank 0 not reachable yet, retrying in {backoff:?}");
-        std::thread::sleep(backoff.min(deadline - now));
-        backoff = (backoff * 2).min(Duration::from_secs(5));
-    }
-}
-
-fn try_connect(addr: &str, timeout: Duration) -> Result<TcpStream, String> {
-    let addrs: Vec<SocketAddr> = addr
-        .to_socket_addrs()
-        .map_err(|e| format!("resolving {addr}: {e}"))?
-        .collect();
-    let mut last = format!("{addr} resolved to no address");
-    for a in addrs {
-        match TcpStream::connect_timeout(&a, Duration::from_secs(5)) {
-            Ok(s) => {
-                let configure = s
-                    .set_nodelay(true)
-                    .and_then(|_| s.set_read_timeout(Some(timeout * 2)))
-                    .and_then(|_| s.set_write_timeout(Some(timeout)));
-                return configure.map(|_| s).map_err(|e| e.to_string());
-            }
-            Err(e) => last = format!("{a}: {e}"),
-        }
-    }
-    Err(last)
-}
-
-fn handshake(
-    mut stream: TcpStream,
-    rv: &Rendezvous,
-    agreement: &Agreement,
-) -> Result<Role, CommError> {
-    let wait = rv.connect_timeout + rv.collective_timeout;
-    let io = |e| CommError::from_io(0, wait, e);
-    write_frame(
-        &mut stream,
-        Tag::Hello,
-        &hello(rv.rank, rv.world_size, agreement),
-    )
-    .map_err(io)?;
-    // Rank 0 answers once every rank has joined: wait as long as it waits for them.
-    stream.set_read_timeout(Some(wait)).map_err(io)?;
-    let (tag, payload) = read_frame(&mut stream).map_err(io)?;
-    stream
-        .set_read_timeout(Some(rv.collective_timeout * 2))
-        .map_err(io)?;
-    match tag {
-        Tag::Welcome => Ok(Role::Worker(stream)),
-        Tag::Reject => Err(CommError::Mismatch(
-            String::from_utf8_lossy(&payload).into_owned(),
-        )),
-        Tag::Abort => Err(CommError::Aborted(
-            String::from_utf8_lossy(&payload).into_owned(),
-        )),
-        other => Err(CommError::Protocol {
-            rank: 0,
-            detail: format!("answered the handshake with {other:?}"),
         }),
     }
 }

@@ -1,7 +1,9 @@
 //! The all-reduce on 1–4 in-process ranks over loopback TCP, and its failure modes.
 
 use super::*;
+use std::net::{TcpListener, TcpStream};
 use std::thread;
+use std::time::Instant;
 
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
@@ -20,6 +22,7 @@ fn rendezvous(port: u16, rank: usize, world_size: usize) -> Rendezvous {
         world_size,
         connect_timeout: Duration::from_secs(10),
         collective_timeout: Duration::from_millis(500),
+        all_reduce: AllReduce::Star,
     }
 }
 
@@ -172,7 +175,10 @@ fn dead_peer_fails_every_rank_naming_it() {
     let root = results[0].as_ref().unwrap();
     assert!(matches!(root, CommError::PeerClosed { rank: 2 }), "{root}");
     let worker = results[1].as_ref().unwrap();
-    assert!(matches!(worker, CommError::Aborted(_)), "{worker}");
+    assert!(
+        matches!(worker, CommError::Aborted { rank: 0, .. }),
+        "{worker}"
+    );
     assert!(
         worker.to_string().contains("rank 2 closed its connection"),
         "{worker}"
@@ -270,4 +276,210 @@ fn stray_connection_is_ignored_and_the_rendezvous_completes() {
     let mut v = [2.0];
     worker.all_reduce_sum(&mut v).unwrap();
     assert_eq!((root.join().unwrap(), v[0]), (3.0, 3.0));
+}
+
+fn ring_rendezvous(port: u16, rank: usize, world_size: usize) -> Rendezvous {
+    Rendezvous {
+        all_reduce: AllReduce::Ring,
+        ..rendezvous(port, rank, world_size)
+    }
+}
+
+/// Rank `rank`'s value at index `i`: not exactly representable, so the order of additions
+/// shows in the bits.
+fn ring_input(rank: usize, i: usize) -> f32 {
+    (rank * 10 + i) as f32 + 0.1
+}
+
+/// The documented ring order: element `i` lies in chunk `c` (`[c·L/N, (c+1)·L/N)`), summed
+/// from rank `c` round the ring.
+fn ring_order_sum(i: usize, len: usize, world: usize) -> f32 {
+    let c = (0..world)
+        .find(|c| c * len / world <= i && i < (c + 1) * len / world)
+        .unwrap();
+    (1..world).fold(ring_input(c, i), |acc, k| {
+        acc + ring_input((c + k) % world, i)
+    })
+}
+
+#[test]
+fn ring_all_reduce_sums_identically_on_1_to_4_ranks_for_any_length() {
+    // Lengths shorter than the world (empty chunks), not divisible by it, and divisible.
+    let lengths = [0usize, 1, 2, 3, 5, 7, 12, 1001];
+    for world in 1..=4 {
+        let port = free_port();
+        let results = run_ranks(
+            world,
+            |r| (ring_rendezvous(port, r, world), agreement(1)),
+            move |rank, comm| {
+                let mut comm = comm.unwrap();
+                assert_eq!(
+                    comm.algorithm(),
+                    if world > 1 {
+                        AllReduce::Ring
+                    } else {
+                        AllReduce::Star
+                    }
+                );
+                let sums: Vec<Vec<f32>> = lengths
+                    .iter()
+                    .map(|&len| {
+                        let mut v: Vec<f32> = (0..len).map(|i| ring_input(rank, i)).collect();
+                        comm.all_reduce_sum(&mut v).unwrap();
+                        v
+                    })
+                    .collect();
+                let mut mean = vec![rank as f32; 3];
+                comm.all_reduce_mean(&mut mean).unwrap();
+                // The star's links still carry the broadcast.
+                let mut from_root = vec![rank as f32 + 1.0; 4];
+                comm.broadcast(&mut from_root).unwrap();
+                (sums, mean, from_root)
+            },
+        );
+        let expected_mean = (0..world).sum::<usize>() as f32 / world as f32;
+        for (rank, (sums, mean, from_root)) in results.iter().enumerate() {
+            for (sum, &len) in sums.iter().zip(&lengths) {
+                let expected: Vec<f32> = (0..len).map(|i| ring_order_sum(i, len, world)).collect();
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(
+                    bits(sum),
+                    bits(&expected),
+                    "world {world} rank {rank} len {len}"
+                );
+                // Within rounding of the exact sum, whatever the order.
+                for (i, s) in sum.iter().enumerate() {
+                    let exact: f64 = (0..world).map(|r| ring_input(r, i) as f64).sum();
+                    assert!(
+                        (*s as f64 - exact).abs() < 1e-3,
+                        "len {len} [{i}]: {s} vs {exact}"
+                    );
+                }
+            }
+            assert!(mean.iter().all(|m| (m - expected_mean).abs() < 1e-6));
+            assert_eq!(from_root, &vec![1.0; 4]);
+        }
+        // Bit-identical on every rank.
+        assert!(results.iter().all(|r| r.0 == results[0].0));
+    }
+}
+
+#[test]
+fn ring_carries_vectors_larger_than_the_socket_buffers() {
+    // 4 MiB per rank: each ring step's chunk exceeds loopback's default socket buffers, so
+    // sends that did not overlap receives would deadlock.
+    let port = free_port();
+    let len = 1 << 20;
+    let results = run_ranks(
+        3,
+        |r| (ring_rendezvous(port, r, 3), agreement(1)),
+        move |rank, comm| {
+            let mut v: Vec<f32> = (0..len).map(|i| (rank + i % 7) as f32).collect();
+            comm.unwrap().all_reduce_sum(&mut v).unwrap();
+            v
+        },
+    );
+    for v in &results {
+        assert!(v
+            .iter()
+            .enumerate()
+            .all(|(i, x)| *x == (3 + 3 * (i % 7)) as f32));
+    }
+}
+
+#[test]
+fn all_reduce_algorithms_must_match_at_the_handshake() {
+    let port = free_port();
+    let results = run_ranks(
+        2,
+        |r| {
+            let rv = if r == 0 {
+                rendezvous(port, 0, 2)
+            } else {
+                ring_rendezvous(port, 1, 2)
+            };
+            (rv, agreement(1))
+        },
+        |_, comm| comm.map(|_| ()).unwrap_err(),
+    );
+    for (rank, err) in results.iter().enumerate() {
+        assert!(matches!(err, CommError::Mismatch(_)), "rank {rank}: {err}");
+        assert!(
+            err.to_string()
+                .contains("rank 1 uses the ring all-reduce, rank 0 the star"),
+            "rank {rank}: {err}"
+        );
+    }
+}
+
+#[test]
+fn ring_dead_peer_fails_every_rank_naming_it() {
+    let port = free_port();
+    let results = run_ranks(
+        4,
+        |r| (ring_rendezvous(port, r, 4), agreement(2)),
+        |rank, comm| {
+            let mut comm = comm.unwrap();
+            let mut v = [1.0, 2.0];
+            comm.all_reduce_sum(&mut v).unwrap();
+            if rank == 2 {
+                drop(comm); // the process "dies": its sockets close
+                return None;
+            }
+            Some(comm.all_reduce_sum(&mut v).unwrap_err())
+        },
+    );
+    // Rank 3, its successor, sees the close; the others hear it from rank 3 round the ring.
+    let successor = results[3].as_ref().unwrap();
+    assert!(
+        matches!(successor, CommError::PeerClosed { rank: 2 }),
+        "{successor}"
+    );
+    for rank in [0, 1] {
+        let err = results[rank].as_ref().unwrap();
+        assert!(
+            matches!(err, CommError::Aborted { rank: 3, .. }),
+            "rank {rank}: {err}"
+        );
+        assert!(
+            err.to_string().contains("rank 2 closed its connection"),
+            "rank {rank}: {err}"
+        );
+        assert!(err.is_transient());
+    }
+}
+
+#[test]
+fn ring_hung_peer_fails_within_the_timeout_naming_it() {
+    let port = free_port();
+    let results = run_ranks(
+        3,
+        |r| (ring_rendezvous(port, r, 3), agreement(1)),
+        |rank, comm| {
+            let mut comm = comm.unwrap();
+            let started = Instant::now();
+            if rank == 1 {
+                thread::sleep(Duration::from_secs(3)); // hung: never joins the collective
+                return None;
+            }
+            let err = comm.all_reduce_sum(&mut [1.0, 2.0, 3.0]).unwrap_err();
+            Some((err, started.elapsed()))
+        },
+    );
+    let (successor, took) = results[2].as_ref().unwrap();
+    assert!(
+        matches!(successor, CommError::PeerTimeout { rank: 1, .. }),
+        "{successor}"
+    );
+    assert!(*took < Duration::from_millis(1500), "rank 2 took {took:?}");
+    let (other, took) = results[0].as_ref().unwrap();
+    assert!(
+        matches!(other, CommError::Aborted { rank: 2, .. }),
+        "{other}"
+    );
+    assert!(
+        other.to_string().contains("rank 1 did not respond"),
+        "{other}"
+    );
+    assert!(*took < Duration::from_millis(1500), "rank 0 took {took:?}");
 }

@@ -7,15 +7,17 @@ use std::io::{self, Read, Write};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
 pub enum Tag {
-    /// Worker → rank 0: the handshake ([`super::Hello`]).
+    /// Worker → rank 0, and ring predecessor → successor: the handshake (`super::hello`).
     Hello = 1,
-    /// Rank 0 → worker: handshake accepted.
+    /// Rank 0 → worker: handshake accepted; payload: the ring successor's `ip:port` to connect
+    /// to, or empty.
     Welcome = 2,
     /// Rank 0 → worker: handshake refused; payload is the UTF-8 reason.
     Reject = 3,
     /// A vector of `f32`.
     Floats = 4,
-    /// Rank 0 → workers: the job is failing; payload is the UTF-8 reason.
+    /// The job is failing: rank 0 → workers (star), or rank → successor (ring); payload from
+    /// [`abort_payload`].
     Abort = 5,
 }
 
@@ -37,26 +39,71 @@ impl Tag {
 /// 1 GiB is 256 M parameters, far above any model this trainer builds.
 pub const MAX_PAYLOAD: u64 = 1 << 30;
 
-/// Writes one frame.
-pub fn write_frame(w: &mut impl Write, tag: Tag, payload: &[u8]) -> io::Result<()> {
+/// One frame's bytes, header included, ready to be written.
+pub fn frame(tag: Tag, payload: &[u8]) -> Vec<u8> {
     let mut buf = Vec::with_capacity(9 + payload.len());
     buf.push(tag as u8);
     buf.extend((payload.len() as u64).to_le_bytes());
     buf.extend(payload);
-    w.write_all(&buf)?;
+    buf
+}
+
+/// Writes one frame.
+pub fn write_frame(w: &mut impl Write, tag: Tag, payload: &[u8]) -> io::Result<()> {
+    w.write_all(&frame(tag, payload))?;
     w.flush()
+}
+
+/// A [`Tag::Floats`] frame of `values`, ready to be written.
+pub fn floats_frame(values: &[f32]) -> Vec<u8> {
+    if cfg!(target_endian = "little") {
+        // The wire's little-endian bytes are the memory: no per-value conversion (this runs
+        // twice per rank per training step, and tests run it unoptimised).
+        frame(Tag::Floats, bytemuck::cast_slice(values))
+    } else {
+        let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        frame(Tag::Floats, &bytes)
+    }
 }
 
 /// Writes a frame of floats.
 pub fn write_floats(w: &mut impl Write, values: &[f32]) -> io::Result<()> {
-    if cfg!(target_endian = "little") {
-        // The wire's little-endian bytes are the memory: no per-value conversion (this runs
-        // twice per rank per training step, and tests run it unoptimised).
-        write_frame(w, Tag::Floats, bytemuck::cast_slice(values))
-    } else {
-        let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
-        write_frame(w, Tag::Floats, &bytes)
+    w.write_all(&floats_frame(values))?;
+    w.flush()
+}
+
+/// An [`Tag::Abort`] payload: the rank that found the failure (`u32`), then the UTF-8 reason.
+pub fn abort_payload(origin: usize, reason: &str) -> Vec<u8> {
+    let mut out = (origin as u32).to_le_bytes().to_vec();
+    out.extend(reason.as_bytes());
+    out
+}
+
+/// Splits an [`Tag::Abort`] payload into the rank that found the failure and the reason.
+pub fn parse_abort(payload: &[u8]) -> (usize, String) {
+    match payload.split_first_chunk::<4>() {
+        Some((origin, reason)) => (
+            u32::from_le_bytes(*origin) as usize,
+            String::from_utf8_lossy(reason).into_owned(),
+        ),
+        None => (0, String::from_utf8_lossy(payload).into_owned()),
     }
+}
+
+/// Adds a [`Tag::Floats`] payload element-wise into `out` (`out[i] += payload[i]`, in that
+/// operand order), which must have exactly its length.
+pub fn add_floats(payload: &[u8], out: &mut [f32]) -> Result<(), String> {
+    if payload.len() != out.len() * 4 {
+        return Err(format!(
+            "expected {} floats, received {} bytes",
+            out.len(),
+            payload.len()
+        ));
+    }
+    for (v, b) in out.iter_mut().zip(payload.chunks_exact(4)) {
+        *v += f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+    }
+    Ok(())
 }
 
 /// Reads one frame. An unknown tag or a payload above [`MAX_PAYLOAD`] is `InvalidData`.

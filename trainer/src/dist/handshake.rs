@@ -1,0 +1,344 @@
+//! The rendezvous: rank 0 admits every other rank after checking its handshake (protocol
+//! version, world size, parameter count, configuration hash, all-reduce algorithm), workers
+//! connect with retries; for the ring, the welcome tells each worker where its successor
+//! listens (`link` module).
+
+use std::io;
+use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::time::{Duration, Instant};
+
+use super::wire::{read_frame, write_frame, Tag};
+use super::PROTOCOL_VERSION;
+use super::{abort_peers, link, ring, Agreement, AllReduce, CommError, Rendezvous, Role};
+
+const MAGIC: &[u8; 8] = b"KFAWS-AR";
+/// How long rank 0 waits for a new connection's handshake.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Length of a version-2 handshake.
+const HELLO_LEN: usize = 8 + 4 + 4 + 4 + 8 + 32 + 1 + 2;
+
+/// What a handshake announces beyond what must match.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Hello {
+    pub(super) rank: usize,
+    /// Port of the rank's ring listener (0: none).
+    pub(super) ring_port: u16,
+}
+
+/// The handshake a worker sends to rank 0, and a ring predecessor to its successor: magic,
+/// protocol version, rank, world size, parameter count, configuration hash, all-reduce
+/// algorithm, ring listener port (0: none).
+pub(super) fn hello(
+    rank: usize,
+    world_size: usize,
+    agreement: &Agreement,
+    all_reduce: AllReduce,
+    ring_port: u16,
+) -> Vec<u8> {
+    let mut out = MAGIC.to_vec();
+    out.extend(PROTOCOL_VERSION.to_le_bytes());
+    out.extend((rank as u32).to_le_bytes());
+    out.extend((world_size as u32).to_le_bytes());
+    out.extend(agreement.param_count.to_le_bytes());
+    out.extend(agreement.config_hash);
+    out.push(all_reduce.code());
+    out.extend(ring_port.to_le_bytes());
+    out
+}
+
+/// Checks a peer's handshake against ours; returns what it announces or why it is refused.
+pub(super) fn check_hello(
+    payload: &[u8],
+    world_size: usize,
+    agreement: &Agreement,
+    all_reduce: AllReduce,
+) -> Result<Hello, String> {
+    if payload.len() < 12 || &payload[..8] != MAGIC {
+        return Err("the peer is not a kfaws-trainer of this protocol".into());
+    }
+    let u32_at = |at: usize| u32::from_le_bytes(payload[at..at + 4].try_into().expect("4 bytes"));
+    let version = u32_at(8);
+    if version != PROTOCOL_VERSION || payload.len() != HELLO_LEN {
+        let rank = payload
+            .get(12..16)
+            .map_or("?".into(), |_| u32_at(12).to_string());
+        return Err(format!(
+            "rank {rank} speaks protocol version {version}, rank 0 speaks {PROTOCOL_VERSION}"
+        ));
+    }
+    let rank = u32_at(12) as usize;
+    let peer_world = u32_at(16) as usize;
+    let params = u64::from_le_bytes(payload[20..28].try_into().expect("8 bytes"));
+    let hash: [u8; 32] = payload[28..60].try_into().expect("32 bytes");
+    let peer_all_reduce = AllReduce::from_code(payload[60]);
+    let ring_port = u16::from_le_bytes([payload[61], payload[62]]);
+    if peer_world != world_size {
+        return Err(format!(
+            "rank {rank} has world size {peer_world}, rank 0 has {world_size}"
+        ));
+    }
+    if rank == 0 || rank >= world_size {
+        return Err(format!("rank {rank} is outside 1..{world_size}"));
+    }
+    if params != agreement.param_count {
+        return Err(format!(
+            "rank {rank} has {params} model parameters, rank 0 has {} (different dataset or model?)",
+            agreement.param_count
+        ));
+    }
+    if hash != agreement.config_hash {
+        return Err(format!(
+            "rank {rank}'s training configuration differs from rank 0's (hyperparameters, dataset \
+             or seed; configuration hash {} vs {})",
+            hex8(&hash),
+            hex8(&agreement.config_hash)
+        ));
+    }
+    if peer_all_reduce != Some(all_reduce) {
+        return Err(format!(
+            "rank {rank} uses the {} all-reduce, rank 0 the {} (--all-reduce / \
+             TRAINER_ALL_REDUCE must match)",
+            peer_all_reduce.map_or("unknown", AllReduce::name),
+            all_reduce.name()
+        ));
+    }
+    Ok(Hello { rank, ring_port })
+}
+
+fn hex8(hash: &[u8; 32]) -> String {
+    hash[..4].iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The star's links, and the ring's where the all-reduce is [`AllReduce::Ring`].
+pub(super) type Links = (Role, Option<ring::Ring>);
+
+pub(super) fn accept_peers(rv: &Rendezvous, agreement: &Agreement) -> Result<Links, CommError> {
+    let addr = format!("{}:{}", rv.bind_addr, rv.master_port);
+    let listener = TcpListener::bind(&addr).map_err(|source| CommError::Bind {
+        addr: addr.clone(),
+        source,
+    })?;
+    listener
+        .set_nonblocking(true)
+        .map_err(|source| CommError::Bind {
+            addr: addr.clone(),
+            source,
+        })?;
+    let deadline = Instant::now() + rv.connect_timeout;
+    let mut peers: Vec<Option<(TcpStream, Hello)>> = (1..rv.world_size).map(|_| None).collect();
+    while peers.iter().any(Option::is_none) {
+        let (stream, from) = match listener.accept() {
+            Ok(conn) => conn,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                if Instant::now() >= deadline {
+                    let missing = (1..rv.world_size)
+                        .filter(|r| peers[r - 1].is_none())
+                        .collect();
+                    return Err(CommError::RendezvousTimeout {
+                        timeout: rv.connect_timeout,
+                        missing,
+                    });
+                }
+                std::thread::sleep(Duration::from_millis(20));
+                continue;
+            }
+            Err(source) => return Err(CommError::Bind { addr, source }),
+        };
+        match admit(stream, rv, agreement, &peers) {
+            Ok((hello, stream)) => {
+                tracing::info!(rank = hello.rank, "peer joined");
+                peers[hello.rank - 1] = Some((stream, hello));
+            }
+            Err(Admission::Refused(reason)) => {
+                let mut admitted: Vec<TcpStream> =
+                    peers.into_iter().flatten().map(|(s, _)| s).collect();
+                abort_peers(&mut admitted, &reason);
+                return Err(CommError::Mismatch(reason));
+            }
+            // A stray connection (port scan, health check) that never says hello is dropped.
+            Err(Admission::Ignored(why)) => tracing::warn!(%from, "ignored a connection: {why}"),
+        }
+    }
+    // Welcome only once everyone is in, so a worker's next wait (the initial broadcast) is
+    // bounded by the collective timeout rather than by how late the last rank joins.
+    let (mut peers, hellos): (Vec<TcpStream>, Vec<Hello>) =
+        peers.into_iter().map(|p| p.expect("all admitted")).unzip();
+    let timeout = rv.collective_timeout;
+    for i in 0..peers.len() {
+        // Ring: ranks 1..N−1 connect to their successor's listener (rank N−1's is rank 0).
+        let successor = match peers.get(i + 1) {
+            Some(next) if rv.all_reduce == AllReduce::Ring => {
+                let ip = next
+                    .peer_addr()
+                    .map_err(|e| CommError::from_io(i + 2, timeout, e))?
+                    .ip();
+                SocketAddr::new(ip, hellos[i + 1].ring_port).to_string()
+            }
+            _ => String::new(),
+        };
+        write_frame(&mut peers[i], Tag::Welcome, successor.as_bytes())
+            .map_err(|e| CommError::from_io(i + 1, timeout, e))?;
+    }
+    let ring = match rv.all_reduce {
+        AllReduce::Ring => {
+            let last = peers.len() - 1;
+            let clone = |i: usize| {
+                peers[i]
+                    .try_clone()
+                    .map_err(|e| CommError::from_io(i + 1, timeout, e))
+            };
+            let ring = ring::Ring::new(0, rv.world_size, clone(last)?, clone(0)?, timeout)
+                .map_err(|e| CommError::from_io(last + 1, timeout, e))?;
+            Some(ring)
+        }
+        AllReduce::Star => None,
+    };
+    Ok((Role::Root(peers), ring))
+}
+
+enum Admission {
+    Refused(String),
+    Ignored(String),
+}
+
+fn admit(
+    mut stream: TcpStream,
+    rv: &Rendezvous,
+    agreement: &Agreement,
+    peers: &[Option<(TcpStream, Hello)>],
+) -> Result<(Hello, TcpStream), Admission> {
+    let payload = read_hello(&mut stream, rv.collective_timeout).map_err(Admission::Ignored)?;
+    let verdict = check_hello(&payload, rv.world_size, agreement, rv.all_reduce).and_then(|h| {
+        if peers[h.rank - 1].is_some() {
+            Err(format!("two processes claim rank {}", h.rank))
+        } else {
+            Ok(h)
+        }
+    });
+    match verdict {
+        Ok(hello) => Ok((hello, stream)),
+        Err(reason) => {
+            let _ = write_frame(&mut stream, Tag::Reject, reason.as_bytes());
+            Err(Admission::Refused(reason))
+        }
+    }
+}
+
+/// Configures an accepted connection and reads its first frame, which must be a handshake
+/// (returned); a stray connection that never speaks is given at most [`HELLO_TIMEOUT`].
+pub(super) fn read_hello(stream: &mut TcpStream, timeout: Duration) -> Result<Vec<u8>, String> {
+    let setup = |s: &TcpStream, read_timeout: Duration| -> io::Result<()> {
+        s.set_nonblocking(false)?;
+        s.set_nodelay(true)?;
+        s.set_read_timeout(Some(read_timeout))?;
+        s.set_write_timeout(Some(timeout))
+    };
+    setup(stream, timeout.min(HELLO_TIMEOUT)).map_err(|e| e.to_string())?;
+    let (tag, payload) = read_frame(stream).map_err(|e| e.to_string())?;
+    setup(stream, timeout).map_err(|e| e.to_string())?;
+    if tag != Tag::Hello {
+        return Err(format!("first frame was {tag:?}, not a handshake"));
+    }
+    Ok(payload)
+}
+
+pub(super) fn join(rv: &Rendezvous, agreement: &Agreement) -> Result<Links, CommError> {
+    let addr = format!("{}:{}", rv.master_addr, rv.master_port);
+    let deadline = Instant::now() + rv.connect_timeout;
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        let last_error = match try_connect(&addr, rv.collective_timeout) {
+            Ok(stream) => return handshake(stream, rv, agreement),
+            Err(e) => e,
+        };
+        let now = Instant::now();
+        if now >= deadline {
+            return Err(CommError::ConnectTimeout {
+                rank: rv.rank,
+                addr,
+                timeout: rv.connect_timeout,
+                last_error,
+            });
+        }
+        tracing::debug!(%addr, %last_error, "rank 0 not reachable yet, retrying in {backoff:?}");
+        std::thread::sleep(backoff.min(deadline - now));
+        backoff = (backoff * 2).min(Duration::from_secs(5));
+    }
+}
+
+pub(super) fn try_connect(addr: &str, timeout: Duration) -> Result<TcpStream, String> {
+    let addrs: Vec<SocketAddr> = addr
+        .to_socket_addrs()
+        .map_err(|e| format!("resolving {addr}: {e}"))?
+        .collect();
+    let mut last = format!("{addr} resolved to no address");
+    for a in addrs {
+        match TcpStream::connect_timeout(&a, Duration::from_secs(5)) {
+            Ok(s) => {
+                let configure = s
+                    .set_nodelay(true)
+                    .and_then(|_| s.set_read_timeout(Some(timeout * 2)))
+                    .and_then(|_| s.set_write_timeout(Some(timeout)));
+                return configure.map(|_| s).map_err(|e| e.to_string());
+            }
+            Err(e) => last = format!("{a}: {e}"),
+        }
+    }
+    Err(last)
+}
+
+fn handshake(
+    mut stream: TcpStream,
+    rv: &Rendezvous,
+    agreement: &Agreement,
+) -> Result<Links, CommError> {
+    let wait = rv.connect_timeout + rv.collective_timeout;
+    let io = |e| CommError::from_io(0, wait, e);
+    // Ring: ranks 2..N accept their predecessor; listening before the handshake means the
+    // predecessor, welcomed at the same time, finds the port open.
+    let listener = if rv.all_reduce == AllReduce::Ring && rv.rank >= 2 {
+        Some(link::listen_beside(&stream).map_err(io)?)
+    } else {
+        None
+    };
+    let ring_port = match &listener {
+        Some(l) => l.local_addr().map_err(io)?.port(),
+        None => 0,
+    };
+    write_frame(
+        &mut stream,
+        Tag::Hello,
+        &hello(rv.rank, rv.world_size, agreement, rv.all_reduce, ring_port),
+    )
+    .map_err(io)?;
+    // Rank 0 answers once every rank has joined: wait as long as it waits for them.
+    stream.set_read_timeout(Some(wait)).map_err(io)?;
+    let (tag, payload) = read_frame(&mut stream).map_err(io)?;
+    stream
+        .set_read_timeout(Some(rv.collective_timeout * 2))
+        .map_err(io)?;
+    match tag {
+        Tag::Welcome => {
+            let ring = match rv.all_reduce {
+                AllReduce::Ring => Some(link::ring_links(
+                    &stream,
+                    listener,
+                    &String::from_utf8_lossy(&payload),
+                    rv,
+                    agreement,
+                )?),
+                AllReduce::Star => None,
+            };
+            Ok((Role::Worker(stream), ring))
+        }
+        Tag::Reject => Err(CommError::Mismatch(
+            String::from_utf8_lossy(&payload).into_owned(),
+        )),
+        Tag::Abort => Err(CommError::aborted(&payload)),
+        other => Err(CommError::Protocol {
+            rank: 0,
+            detail: format!("answered the handshake with {other:?}"),
+        }),
+    }
+}

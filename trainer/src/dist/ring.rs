@@ -1,0 +1,183 @@
+//! The ring all-reduce: each rank `r` sends to its successor `(r + 1) mod N` and receives from
+//! its predecessor `(r − 1) mod N`. The vector is cut into N chunks, chunk `c` being
+//! `[c·L/N, (c+1)·L/N)` of a length-L vector (so some are empty when L < N).
+//!
+//! 1. Reduce-scatter, N − 1 steps: at step `k` rank `r` sends chunk `(r − k) mod N` and adds
+//!    the chunk `(r − k − 1) mod N` it receives into its own. Chunk `c` thus starts as rank
+//!    `c`'s values and is summed around the ring in the order
+//!    `((x_c + x_{c+1}) + x_{c+2}) + … + x_{c−1}`, finishing on rank `c − 1`.
+//! 2. All-gather, N − 1 steps: at step `k` rank `r` sends chunk `(r + 1 − k) mod N` and
+//!    overwrites chunk `(r − k) mod N` with the one it receives.
+//!
+//! Each chunk's sum is computed by one rank only and copied bit for bit to the others, so all
+//! ranks end with identical values. Sends run on a scoped thread while this thread receives,
+//! so a chunk larger than the sockets' buffers cannot deadlock the ring.
+//!
+//! Failure: the first receive of a call waits `timeout` — every live rank sends its own chunk
+//! at once, so only the successor of a dead or hung rank is still waiting then, and it names
+//! it. Later receives wait twice as long, since a delay there may be further up the ring. A
+//! rank that fails sends an `Abort` (origin rank and reason) to its successor, which forwards
+//! it, so the diagnosis travels round the ring ahead of anyone else's longer deadline.
+
+use std::io::{self, Write};
+use std::net::{Shutdown, TcpStream};
+use std::ops::Range;
+use std::sync::mpsc;
+use std::time::Duration;
+
+use super::wire::{abort_payload, add_floats, decode_floats, floats_frame, frame, read_frame, Tag};
+use super::CommError;
+
+/// This rank's two links of the ring.
+pub(super) struct Ring {
+    rank: usize,
+    world_size: usize,
+    /// From the predecessor, `(rank − 1) mod N`.
+    prev: TcpStream,
+    /// To the successor, `(rank + 1) mod N` (another handle on `prev`'s socket when N = 2).
+    next: TcpStream,
+    timeout: Duration,
+    /// `prev`'s read timeout outside ring calls (it may be a star link), restored after each.
+    prev_idle_timeout: Option<Duration>,
+}
+
+/// Chunk `c` of `n` of a vector of `len` values.
+pub(super) fn chunk(c: usize, len: usize, n: usize) -> Range<usize> {
+    c * len / n..(c + 1) * len / n
+}
+
+impl Ring {
+    /// A ring over connected links; `timeout` as the collective timeout.
+    pub(super) fn new(
+        rank: usize,
+        world_size: usize,
+        prev: TcpStream,
+        next: TcpStream,
+        timeout: Duration,
+    ) -> io::Result<Self> {
+        let prev_idle_timeout = prev.read_timeout()?;
+        Ok(Self {
+            rank,
+            world_size,
+            prev,
+            next,
+            timeout,
+            prev_idle_timeout,
+        })
+    }
+
+    fn prev_rank(&self) -> usize {
+        (self.rank + self.world_size - 1) % self.world_size
+    }
+
+    fn next_rank(&self) -> usize {
+        (self.rank + 1) % self.world_size
+    }
+
+    /// Replaces `values` with the element-wise sum over ranks (summation order in the module
+    /// doc), identical on every rank.
+    ///
+    /// # Errors
+    /// A [`CommError`] naming the predecessor or successor that failed, or
+    /// [`CommError::Aborted`] relaying another rank's diagnosis.
+    pub(super) fn all_reduce_sum(&mut self, values: &mut [f32]) -> Result<(), CommError> {
+        let (prev_rank, next_rank, timeout) = (self.prev_rank(), self.next_rank(), self.timeout);
+        let (rank, n, len) = (self.rank, self.world_size, values.len());
+        let steps = 2 * (n - 1);
+        let next = &mut self.next;
+        let prev = &mut self.prev;
+        let (received, sent) = std::thread::scope(|scope| {
+            let (frames, outbox) = mpsc::channel::<Vec<u8>>();
+            let sender = scope.spawn(move || -> io::Result<()> {
+                for bytes in outbox {
+                    next.write_all(&bytes)?;
+                }
+                Ok(())
+            });
+            // A send error means the sender has stopped; its own error is reported at join.
+            let _ = frames.send(floats_frame(&values[chunk(rank, len, n)]));
+            let received = receive_steps(prev, prev_rank, timeout, steps, |k, payload| {
+                let reducing = k < n - 1;
+                let c = if reducing {
+                    (rank + 2 * n - k - 1) % n
+                } else {
+                    (rank + 2 * n - (k - (n - 1))) % n
+                };
+                let range = chunk(c, len, n);
+                let applied = if reducing {
+                    add_floats(payload, &mut values[range.clone()])
+                } else {
+                    decode_floats(payload, &mut values[range.clone()])
+                };
+                applied.map_err(|detail| CommError::Protocol {
+                    rank: prev_rank,
+                    detail,
+                })?;
+                if k + 1 < steps {
+                    // What was just received is what goes on next.
+                    let _ = frames.send(floats_frame(&values[range]));
+                }
+                Ok(())
+            });
+            if let Err(abort) = &received {
+                let _ = frames.send(frame(Tag::Abort, &abort_frame_payload(rank, abort)));
+            }
+            drop(frames);
+            (
+                received,
+                sender.join().expect("ring sender thread panicked"),
+            )
+        });
+        let restored = self.prev.set_read_timeout(self.prev_idle_timeout);
+        received?;
+        sent.map_err(|e| CommError::from_io(next_rank, timeout, e))?;
+        restored.map_err(|e| CommError::from_io(prev_rank, timeout, e))
+    }
+
+    /// Best effort, on the way out of a failed job: closes both links.
+    pub(super) fn close(&self) {
+        let _ = self.prev.shutdown(Shutdown::Both);
+        let _ = self.next.shutdown(Shutdown::Both);
+    }
+}
+
+/// What a failing rank tells its successor: a relayed abort keeps its origin.
+fn abort_frame_payload(rank: usize, err: &CommError) -> Vec<u8> {
+    match err {
+        CommError::Aborted {
+            rank: origin,
+            reason,
+        } => abort_payload(*origin, reason),
+        other => abort_payload(rank, &other.to_string()),
+    }
+}
+
+/// Receives `steps` float frames from the predecessor, handing each to `apply(step, payload)`.
+fn receive_steps(
+    prev: &mut TcpStream,
+    prev_rank: usize,
+    timeout: Duration,
+    steps: usize,
+    mut apply: impl FnMut(usize, &[u8]) -> Result<(), CommError>,
+) -> Result<(), CommError> {
+    for k in 0..steps {
+        let wait = if k == 0 { timeout } else { timeout * 2 };
+        if k < 2 {
+            prev.set_read_timeout(Some(wait))
+                .map_err(|e| CommError::from_io(prev_rank, wait, e))?;
+        }
+        let (tag, payload) =
+            read_frame(prev).map_err(|e| CommError::from_io(prev_rank, wait, e))?;
+        match tag {
+            Tag::Floats => apply(k, &payload)?,
+            Tag::Abort => return Err(CommError::aborted(&payload)),
+            other => {
+                return Err(CommError::Protocol {
+                    rank: prev_rank,
+                    detail: format!("expected floats, got {other:?}"),
+                })
+            }
+        }
+    }
+    Ok(())
+}
