@@ -223,6 +223,40 @@ async fn apply_installs_the_kubernetes_half_from_the_aws_outputs_and_destroy_rem
         .await
         .expect("apply restored the claim");
 
+    // An edit inside an object (C13): the IRSA annotation removed by
+    // another field manager is drift, and apply puts it back.
+    let sas = Api::<ServiceAccount>::namespaced(client.clone(), "kube-system");
+    sas.patch(
+        "efs-csi-controller-sa",
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(serde_json::json!({
+            "metadata": {"annotations": {"eks.amazonaws.com/role-arn": null}}
+        })),
+    )
+    .await
+    .unwrap();
+    let edited = d
+        .kfaws(&["plan", "--detailed-exitcode"])
+        .assert()
+        .code(2)
+        .get_output()
+        .stdout
+        .clone();
+    let edited = String::from_utf8(edited).unwrap();
+    assert!(
+        edited.contains("~ k8s.efs-csi")
+            && edited.contains("ServiceAccount kube-system/efs-csi-controller-sa"),
+        "{edited}"
+    );
+    d.stdout(&["apply", "--auto-approve"]);
+    let sa = sas.get("efs-csi-controller-sa").await.unwrap();
+    assert_eq!(
+        sa.metadata.annotations.unwrap()["eks.amazonaws.com/role-arn"],
+        role,
+        "apply restored the annotation"
+    );
+    d.kfaws(&["plan", "--detailed-exitcode"]).assert().code(0);
+
     let ids = applyset_ids(&d);
     assert_eq!(ids.len(), 5, "one ApplySet per bundle");
     assert!(!labelled(&client, &ids).await.is_empty());
@@ -350,6 +384,11 @@ async fn manifests_that_break_a_rule_fail_before_any_call() {
     )
     .unwrap();
     d.write_config("[kubeflow]\nmanifests = \"kubeflow.yaml\"\n");
+    let err = d.fails(&["validate"]);
+    assert!(
+        err.contains("kubeflow.manifests: StorageClass efs-sc") && err.contains("directoryPerms"),
+        "validate reads the manifests: {err}"
+    );
     let err = d.fails(&["plan"]);
     assert!(
         err.contains("kubeflow.manifests: StorageClass efs-sc") && err.contains("directoryPerms"),

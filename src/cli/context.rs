@@ -101,6 +101,14 @@ pub async fn check_identity(
 pub fn validate(g: &Global, profile: Option<ProfileName>) -> anyhow::Result<u8> {
     let loaded = load(g, profile)?;
     let c = &loaded.config;
+    // Building the graph reads and checks the manifests named in config
+    // (strict YAML, EFS CSI rules, objects in two bundles); no AWS call is
+    // made, so an unconfigured SDK is enough.
+    let offline = aws_config::SdkConfig::builder()
+        .behavior_version(aws_config::BehaviorVersion::latest())
+        .region(aws_config::Region::new(c.region.clone()))
+        .build();
+    kfaws::profiles::build(c, &offline, uuid::Uuid::nil(), &exec_auth(g)?)?;
     outln!(
         "The configuration is valid: deployment {:?}, profile {}, region {}, Kubernetes {}.\n",
         c.name,

@@ -731,8 +731,15 @@ impl Run<'_> {
         let before = self.live.get(&t.object);
         if let Some(meta) = before {
             let options = &self.applier.options;
+            // A field removed by someone else leaves no managedFields entry of
+            // theirs, only a gap in ours: `edited` sees that.
             if options.skip_unchanged
                 && unchanged(meta, &self.resolved.hashes[pos], &options.field_manager)
+                && !super::resource::edited(
+                    meta,
+                    &options.field_manager,
+                    &self.resolved.objects[pos],
+                )
             {
                 return Ok(Outcome::Skipped);
             }

@@ -6,16 +6,20 @@
 //!   create re-run after `kill -9` simply applies again.
 //! - `read` lists the bundle's ApplySet members: no parent means the bundle
 //!   is gone; an object of the bundle missing from the cluster (deleted out
-//!   of band) is drift, repaired by the next apply. Edits of objects that
-//!   are still present are not reported (controllers write to the objects
-//!   they run, which would be perpetual drift); the next apply re-applies
-//!   them anyway, as any object another field manager wrote since is sent
-//!   again (see [`super::apply`]).
+//!   of band), a member that left the bundle, or an object a field of which
+//!   another field manager changed or removed ([`edited`], case C13) is a
+//!   difference, repaired by the next apply. Fields other actors add
+//!   (controllers' status and annotations, defaults) are not drift.
 //! - `delete` runs [`Applier::destroy_named`]: exactly the members of the
 //!   ApplySet, in dependency order, then the parent.
 //! - `check` (plan time), when the cluster exists: every object's API is
-//!   served or defined by a CRD of the bundle (case C10), and the EFS CSI
-//!   driver's rules hold (cases C15, C16).
+//!   served or defined by a CRD of the bundle (case C10), and no object of
+//!   the bundle exists outside its ApplySet (kfaws never takes over, and so
+//!   never deletes, what it did not apply); the apply checks that again.
+//!   Undeletable namespaces, the EFS CSI driver's rules (C15, C16) and
+//!   objects in two bundles are refused when the graph is built.
+//! - Plans list the objects an update adds and removes, and every object a
+//!   delete removes, saying what goes with a namespace or a CRD.
 //!
 //! The cluster is found by name through EKS `DescribeCluster` on every
 //! call, and reached like any EKS cluster: its endpoint and CA, and a token
@@ -545,6 +549,71 @@ fn boxed_members<'a>(
     Box::pin(set.members(client, served, inventory, concurrency))
 }
 
+/// Whether someone else changed or removed a field of `manifest` on the
+/// live object `meta` describes: server-side apply tracks which field
+/// manager owns each field (`metadata.managedFields`, Kubernetes docs,
+/// "Server-Side Apply"); a field another manager changes moves to it, a
+/// field someone removes leaves every set. So the object is untouched
+/// exactly when every field the manifest sets is still owned by our apply.
+/// Fields of lists are checked down to the list (its entries are keyed
+/// differently), atomic maps down to the map; fields other managers add
+/// (status, defaults, a controller's annotations) do not count.
+pub fn edited(
+    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    field_manager: &str,
+    manifest: &Value,
+) -> bool {
+    let mut owned = serde_json::Map::new();
+    for entry in meta.managed_fields.iter().flatten() {
+        let ours = entry.manager.as_deref() == Some(field_manager)
+            && entry.operation.as_deref() == Some("Apply")
+            && entry.subresource.as_deref().unwrap_or("").is_empty();
+        if let (true, Some(fields)) = (ours, &entry.fields_v1) {
+            if let Value::Object(m) = &fields.0 {
+                owned.extend(m.clone());
+            }
+        }
+    }
+    if owned.is_empty() {
+        // Not applied by us at all (or managedFields dropped): nothing to compare.
+        return false;
+    }
+    let Value::Object(top) = manifest else {
+        return false;
+    };
+    let mut tracked = top.clone();
+    for untracked in ["apiVersion", "kind", "status"] {
+        tracked.remove(untracked);
+    }
+    if let Some(Value::Object(md)) = tracked.get_mut("metadata") {
+        md.remove("name");
+        md.remove("namespace");
+    }
+    !covered(&Value::Object(tracked), &Value::Object(owned))
+}
+
+/// Whether every field path of `manifest` (through maps) is in `owned`
+/// (a `fieldsV1` tree: keys `f:<name>`).
+fn covered(manifest: &Value, owned: &Value) -> bool {
+    let Value::Object(fields) = manifest else {
+        return true;
+    };
+    fields.iter().all(|(k, v)| {
+        if v.is_null() {
+            return true;
+        }
+        match owned.get(format!("f:{k}")) {
+            None => false,
+            // A map owned as a whole (`x-kubernetes-map-type: atomic`, e.g. a
+            // RoleBinding's roleRef or a Deployment's selector) has no
+            // entries of its own in `fieldsV1`.
+            Some(Value::Object(sub)) if sub.is_empty() => true,
+            Some(sub) if v.is_object() => covered(v, sub),
+            Some(_) => true,
+        }
+    })
+}
+
 /// The objects recorded in a state entry's spec.
 fn recorded_objects(recorded: &ResourceState) -> Vec<String> {
     recorded
@@ -636,6 +705,7 @@ impl Resource for ManifestsResource {
             "sha256": sha256,
             "values": self.values,
             "objects": self.objects(),
+            "edited": [],
         })
     }
 
@@ -675,8 +745,35 @@ impl Resource for ManifestsResource {
             .iter()
             .map(|m| key(&m.object.gk, m.object.namespace.as_deref(), &m.object.name))
             .collect();
+        // Objects of the bundle whose fields someone else changed or removed
+        // since kfaws applied them (C13): see [`edited`].
+        let desired = self.bundle(None)?;
+        let manifests: std::collections::HashMap<String, &Value> = desired
+            .objects
+            .iter()
+            .map(|m| {
+                (
+                    key(
+                        &GroupKind::new(m.group(), &m.kind),
+                        m.namespace.as_deref(),
+                        &m.name,
+                    ),
+                    &m.object,
+                )
+            })
+            .collect();
+        let field_manager = applier.options().field_manager.clone();
+        let edited: BTreeSet<String> = members
+            .iter()
+            .filter_map(|m| {
+                let k = key(&m.object.gk, m.object.namespace.as_deref(), &m.object.name);
+                let manifest = manifests.get(&k)?;
+                edited(&m.meta, &field_manager, manifest).then_some(k)
+            })
+            .collect();
         let mut spec = serde_json::Map::new();
         spec.insert("objects".into(), json!(live));
+        spec.insert("edited".into(), json!(edited));
         let outputs = recorded.map(|r| r.outputs.clone()).unwrap_or_default();
         Ok(Observed::Present {
             physical_id: Some(set.id.clone()),
@@ -759,6 +856,64 @@ impl Resource for ManifestsResource {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_object_is_edited_when_a_field_it_sets_is_no_longer_owned_by_kfaws() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
+            FieldsV1, ManagedFieldsEntry, ObjectMeta,
+        };
+        let manifest = json!({
+            "apiVersion": "v1", "kind": "ServiceAccount",
+            "metadata": {"name": "sa", "namespace": "ns", "annotations": {"role": "r"}},
+            "automountServiceAccountToken": false,
+        });
+        let entry = |manager: &str, op: &str, fields: Value| ManagedFieldsEntry {
+            manager: Some(manager.into()),
+            operation: Some(op.into()),
+            fields_v1: Some(FieldsV1(fields)),
+            ..Default::default()
+        };
+        let meta = |entries| ObjectMeta {
+            managed_fields: Some(entries),
+            ..Default::default()
+        };
+        let ours = json!({"f:metadata": {"f:annotations": {"f:role": {}}}, "f:automountServiceAccountToken": {}});
+        assert!(!edited(
+            &meta(vec![entry("kfaws", "Apply", ours)]),
+            "kfaws",
+            &manifest
+        ));
+        // Someone removed the annotation: it left our set.
+        let removed =
+            json!({"f:metadata": {"f:annotations": {}}, "f:automountServiceAccountToken": {}});
+        assert!(edited(
+            &meta(vec![entry("kfaws", "Apply", removed)]),
+            "kfaws",
+            &manifest
+        ));
+        // Someone changed the other field: it moved to their manager.
+        let taken = json!({"f:metadata": {"f:annotations": {"f:role": {}}}});
+        let theirs = json!({"f:automountServiceAccountToken": {}});
+        assert!(edited(
+            &meta(vec![
+                entry("kfaws", "Apply", taken),
+                entry("kubectl-patch", "Update", theirs)
+            ]),
+            "kfaws",
+            &manifest
+        ));
+        // A controller adding its own annotation is not an edit of ours.
+        let ours = json!({"f:metadata": {"f:annotations": {"f:role": {}}}, "f:automountServiceAccountToken": {}});
+        let controller = json!({"f:metadata": {"f:annotations": {"f:other": {}}}});
+        assert!(!edited(
+            &meta(vec![
+                entry("kfaws", "Apply", ours),
+                entry("controller", "Update", controller)
+            ]),
+            "kfaws",
+            &manifest
+        ));
+    }
 
     #[test]
     fn placeholders_are_filled_and_a_missing_value_is_an_error() {
