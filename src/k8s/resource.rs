@@ -883,9 +883,13 @@ mod tests {
             "kfaws",
             &manifest
         ));
-        // Someone removed the annotation: it left our set.
-        let removed =
-            json!({"f:metadata": {"f:annotations": {}}, "f:automountServiceAccountToken": {}});
+        // Someone removed the annotation: it left our set (our other
+        // annotations, such as the manifest hash kfaws adds, stay; a field
+        // set with no entries at all is an atomic map, owned whole).
+        let removed = json!({
+            "f:metadata": {"f:annotations": {"f:kfaws/manifest-sha256": {}}},
+            "f:automountServiceAccountToken": {},
+        });
         assert!(edited(
             &meta(vec![entry("kfaws", "Apply", removed)]),
             "kfaws",
