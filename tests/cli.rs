@@ -13,14 +13,7 @@ use common::aws::{endpoint, Deployment};
 #[tokio::test]
 async fn plan_apply_noop_plan_outputs_and_destroy() {
     let d = Deployment::new("");
-    let plan = d
-        .kfaws(&["plan", "--detailed-exitcode"])
-        .assert()
-        .code(2)
-        .get_output()
-        .stdout
-        .clone();
-    let plan = String::from_utf8(plan).unwrap();
+    let plan = d.planned_changes();
     for (a, kind) in [
         ("stack.network", "aws_cloudformation_stack"),
         ("stack.iam", "aws_cloudformation_stack"),

@@ -208,14 +208,7 @@ async fn apply_installs_the_kubernetes_half_from_the_aws_outputs_and_destroy_rem
         .delete("efs-claim", &DeleteParams::default())
         .await
         .unwrap();
-    let drift = d
-        .kfaws(&["plan", "--detailed-exitcode"])
-        .assert()
-        .code(2)
-        .get_output()
-        .stdout
-        .clone();
-    let drift = String::from_utf8(drift).unwrap();
+    let drift = d.planned_changes();
     assert!(drift.contains("~ k8s.user-namespace"), "{drift}");
     d.stdout(&["apply", "--auto-approve"]);
     Api::<PersistentVolumeClaim>::namespaced(client.clone(), USER_NS)
@@ -235,14 +228,7 @@ async fn apply_installs_the_kubernetes_half_from_the_aws_outputs_and_destroy_rem
     )
     .await
     .unwrap();
-    let edited = d
-        .kfaws(&["plan", "--detailed-exitcode"])
-        .assert()
-        .code(2)
-        .get_output()
-        .stdout
-        .clone();
-    let edited = String::from_utf8(edited).unwrap();
+    let edited = d.planned_changes();
     assert!(
         edited.contains("~ k8s.efs-csi")
             && edited.contains("ServiceAccount kube-system/efs-csi-controller-sa"),
@@ -347,14 +333,7 @@ async fn a_bundle_that_left_the_config_is_deleted_by_its_applyset() {
         "[kubeflow]\nmanifests = {:?}\n",
         fixtures.join("platform.yaml").display().to_string()
     ));
-    let back = d
-        .kfaws(&["plan", "--detailed-exitcode"])
-        .assert()
-        .code(2)
-        .get_output()
-        .stdout
-        .clone();
-    let back = String::from_utf8(back).unwrap();
+    let back = d.planned_changes();
     assert!(back.contains("- kubeflow/extra (ConfigMap)"), "{back}");
     d.stdout(&["apply", "--auto-approve"]);
     assert!(

@@ -50,7 +50,8 @@ pub struct Layer {
     pub gzip: Vec<u8>,
 }
 
-fn header(size: u64, mode: u32, kind: tar::EntryType) -> tar::Header {
+/// A ustar header owned by root (uid/gid 0, no names) dated [`MTIME`].
+pub(crate) fn header(size: u64, mode: u32, kind: tar::EntryType) -> tar::Header {
     let mut h = tar::Header::new_ustar();
     h.set_entry_type(kind);
     h.set_size(size);
@@ -61,6 +62,21 @@ fn header(size: u64, mode: u32, kind: tar::EntryType) -> tar::Header {
     h
 }
 
+/// Every parent directory of `paths` (relative paths), as `dir/`, sorted:
+/// tar readers create missing parents with their own defaults, so they are
+/// written explicitly.
+pub(crate) fn parent_dirs<'a>(paths: impl IntoIterator<Item = &'a str>) -> BTreeSet<String> {
+    let mut dirs = BTreeSet::new();
+    for path in paths {
+        let mut p = Path::new(path).parent();
+        while let Some(d) = p.filter(|d| !d.as_os_str().is_empty()) {
+            dirs.insert(format!("{}/", d.display()));
+            p = d.parent();
+        }
+    }
+    dirs
+}
+
 /// Builds the layer of `entries`.
 ///
 /// # Errors
@@ -69,14 +85,7 @@ pub fn build(entries: &[Entry]) -> Result<Layer, ImageError> {
     let mut files: Vec<&Entry> = entries.iter().collect();
     files.sort_by(|a, b| a.path.cmp(&b.path));
     files.dedup_by(|a, b| a.path == b.path);
-    let mut dirs: BTreeSet<String> = BTreeSet::new();
-    for f in &files {
-        let mut p = Path::new(&f.path).parent();
-        while let Some(d) = p.filter(|d| !d.as_os_str().is_empty()) {
-            dirs.insert(format!("{}/", d.display()));
-            p = d.parent();
-        }
-    }
+    let dirs = parent_dirs(files.iter().map(|f| f.path.as_str()));
     let mut tar = tar::Builder::new(Vec::new());
     tar.mode(tar::HeaderMode::Deterministic);
     for d in &dirs {

@@ -9,6 +9,7 @@ use std::path::Path;
 
 use serde_json::json;
 
+use super::layer::{header, parent_dirs};
 use super::manifest::MANIFEST_MEDIA_TYPE;
 use super::{digest, io_error, Image, ImageError};
 
@@ -86,24 +87,7 @@ pub fn write_docker_archive(path: &Path, image: &Image, repo_tag: &str) -> Resul
     files.sort();
     let mut tar = tar::Builder::new(Vec::new());
     tar.mode(tar::HeaderMode::Deterministic);
-    let mut dirs = std::collections::BTreeSet::new();
-    for (p, _) in &files {
-        let mut parent = Path::new(p).parent();
-        while let Some(d) = parent.filter(|d| !d.as_os_str().is_empty()) {
-            dirs.insert(format!("{}/", d.display()));
-            parent = d.parent();
-        }
-    }
-    let header = |size: u64, mode: u32, kind: tar::EntryType| {
-        let mut h = tar::Header::new_ustar();
-        h.set_entry_type(kind);
-        h.set_size(size);
-        h.set_mode(mode);
-        h.set_uid(0);
-        h.set_gid(0);
-        h.set_mtime(super::layer::MTIME);
-        h
-    };
+    let dirs = parent_dirs(files.iter().map(|(p, _)| p.as_str()));
     for d in &dirs {
         let mut h = header(0, 0o755, tar::EntryType::Directory);
         tar.append_data(&mut h, d, std::io::empty())

@@ -386,17 +386,7 @@ impl ManifestsResource {
             // the unit tests; show it in the plan rather than panic.
             Err(e) => return vec![format!("(invalid: {e})")],
         };
-        let mut objects: Vec<String> = bundle
-            .objects
-            .iter()
-            .map(|m| {
-                key(
-                    &GroupKind::new(m.group(), &m.kind),
-                    m.namespace.as_deref(),
-                    &m.name,
-                )
-            })
-            .collect();
+        let mut objects: Vec<String> = bundle.objects.iter().map(manifest_key).collect();
         objects.sort();
         objects
     }
@@ -671,6 +661,15 @@ pub fn undeletable(bundle: &Bundle) -> Vec<String> {
         .collect()
 }
 
+/// [`key`] of an object as written.
+fn manifest_key(m: &super::Manifest) -> String {
+    key(
+        &GroupKind::new(m.group(), &m.kind),
+        m.namespace.as_deref(),
+        &m.name,
+    )
+}
+
 fn key(gk: &GroupKind, namespace: Option<&str>, name: &str) -> String {
     match namespace {
         Some(ns) => format!("{gk} {ns}/{name}"),
@@ -751,16 +750,7 @@ impl Resource for ManifestsResource {
         let manifests: std::collections::HashMap<String, &Value> = desired
             .objects
             .iter()
-            .map(|m| {
-                (
-                    key(
-                        &GroupKind::new(m.group(), &m.kind),
-                        m.namespace.as_deref(),
-                        &m.name,
-                    ),
-                    &m.object,
-                )
-            })
+            .map(|m| (manifest_key(m), &m.object))
             .collect();
         let field_manager = applier.options().field_manager.clone();
         let edited: BTreeSet<String> = members

@@ -436,6 +436,19 @@ impl Deployment {
         String::from_utf8(out).unwrap()
     }
 
+    /// Standard output of `kfaws plan --detailed-exitcode`, which must exit
+    /// 2: the plan has changes.
+    pub fn planned_changes(&self) -> String {
+        let out = self
+            .kfaws(&["plan", "--detailed-exitcode"])
+            .assert()
+            .code(2)
+            .get_output()
+            .stdout
+            .clone();
+        String::from_utf8(out).unwrap()
+    }
+
     /// Standard error of `kfaws ARGS`, which must exit 1.
     pub fn fails(&self, args: &[&str]) -> String {
         let out = self
