@@ -171,7 +171,8 @@ pub fn provider(group: &str, kind: &str) -> Option<&'static str> {
             "PyTorchJob" | "TFJob" | "MPIJob" | "XGBoostJob" | "PaddleJob" | "JAXJob",
         ) => {
             "the Kubeflow training operator (kfaws: set kubeflow.training_operator in kfaws.toml; \
-             it is applied as k8s.training-operator)"
+             it is applied as k8s.training-operator, after k8s.kubeflow, so jobs belong in neither \
+             bundle: submit them with `kfaws train` or kubectl once it is applied)"
         }
         ("trainer.kubeflow.org", _) => "the Kubeflow Trainer (v2) from your Kubeflow release",
         ("kubeflow.org", "Notebook") => "the Kubeflow notebook controller (kubeflow.manifests)",
