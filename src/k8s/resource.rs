@@ -27,6 +27,7 @@
 //! plugin (the kubeconfig `kfaws kubeconfig` writes). A cluster that does not
 //! exist holds no objects: `read` reports them gone and `delete` succeeds.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::LazyLock;
@@ -343,9 +344,11 @@ impl ManifestsResource {
 
     /// The bundle with `inputs` filled in; `None` inputs: plan time, every
     /// input placeholder is [`UNKNOWN`].
-    fn bundle(&self, inputs: Option<&Inputs>) -> Result<Bundle, ResourceError> {
+    /// Borrowed for configured manifests (a Kubeflow release holds
+    /// hundreds of objects; `spec` asks for them on every plan step).
+    fn bundle(&self, inputs: Option<&Inputs>) -> Result<Cow<'_, Bundle>, ResourceError> {
         let (file, text) = match &self.source {
-            Source::Loaded { bundle, .. } => return Ok(bundle.clone()),
+            Source::Loaded { bundle, .. } => return Ok(Cow::Borrowed(bundle)),
             Source::Template { file, text } => (file, text),
         };
         let mut values = self.values.clone();
@@ -374,7 +377,7 @@ impl ManifestsResource {
                 )));
             }
         }
-        Ok(bundle)
+        Ok(Cow::Owned(bundle))
     }
 
     /// `Kind.group namespace/name` of every object, sorted: the spec's
