@@ -5,7 +5,7 @@
 //! The readiness decision is the caller's ([`Poll`]); this module only
 //! schedules polls. The delay between polls is a fixed share
 //! ([`OVERSHOOT`]) of the time waited so far, between [`Backoff::initial`]
-//! and [`Backoff::max`]: a wait then ends at most 5 % (or `max`) after the
+//! and [`Backoff::max`]: a wait then ends at most 2 % (or `max`) after the
 //! resource became ready, whether it takes two seconds or twenty minutes,
 //! and a long wait polls no more often than every `max` (AWS SDK waiters
 //! poll EKS and CloudFormation every 15–30 s).
@@ -27,7 +27,7 @@ pub enum Poll<T> {
 
 /// The delay before the next poll as a share of the time waited so far:
 /// at most this fraction is added to any wait shorter than `max / OVERSHOOT`.
-pub const OVERSHOOT: f64 = 0.05;
+pub const OVERSHOOT: f64 = 0.02;
 
 /// The polling schedule.
 #[derive(Debug, Clone, Copy)]
@@ -183,14 +183,11 @@ mod tests {
     }
 
     #[test]
-    fn polls_add_at_most_five_percent_or_the_maximum_delay() {
+    fn polls_add_at_most_two_percent_or_the_maximum_delay() {
         let b = Backoff::with_deadline(Duration::from_secs(3600));
         assert_eq!(b.delay(Duration::ZERO), Duration::from_millis(100));
         assert_eq!(b.delay(Duration::from_secs(1)), Duration::from_millis(100));
-        assert_eq!(
-            b.delay(Duration::from_secs(30)),
-            Duration::from_millis(1500)
-        );
+        assert_eq!(b.delay(Duration::from_secs(30)), Duration::from_millis(600));
         assert_eq!(b.delay(Duration::from_secs(600)), Duration::from_secs(10));
     }
 
