@@ -16,8 +16,10 @@ WITH_EMULATOR := tests/emulator/with_emulator.sh
 # python3 without it; pyenv builds can).
 PY_VENV_PKG := $(shell python3 -c 'import venv, ensurepip' 2>/dev/null || echo python3-venv)
 # dataset-fashion-mnist: real Fashion-MNIST for the trainer's tests and the demo;
-# skopeo: reads the images `kfaws image build` writes (tests/image.rs).
-DEBIAN_PACKAGES := ca-certificates curl jq unzip util-linux procps skopeo dataset-fashion-mnist $(PY_VENV_PKG)
+# skopeo: reads the images `kfaws image build` writes (tests/image.rs);
+# docker-registry + apache2-utils (htpasswd, bcrypt): the emulator's loopback
+# registry behind ECR, which `kfaws image push` pushes to (tests/image_push.rs).
+DEBIAN_PACKAGES := ca-certificates curl jq unzip util-linux procps skopeo docker-registry apache2-utils dataset-fashion-mnist $(PY_VENV_PKG)
 
 .PHONY: help deps build test fmt-check clippy test-rust test-emulator test-apiserver demo sandbox bench
 
@@ -39,7 +41,7 @@ fmt-check: ## rustfmt in check mode
 clippy: ## clippy on every target, warnings denied
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
-test-emulator: ## the AWS emulator's own tests (each patch against real-AWS behaviour)
+test-emulator: deps build ## the AWS emulator's own tests (each patch against real-AWS behaviour; the SageMaker runner's also run the built trainer)
 	tests/emulator/run_tests.sh
 
 test-apiserver: deps ## build kube-apiserver and etcd from the Go module proxy (cached) and smoke-test the harness
@@ -55,8 +57,9 @@ demo: deps build ## the main job on the embedded default: plan, apply, outputs, 
 sandbox: deps build ## an interactive shell with the AWS emulator and a local EKS cluster, to drive kfaws by hand
 	$(WITH_EMULATOR) tests/sandbox.sh
 
-bench: deps build ## benchmarks: engine (plan time, apply vs critical path), vanilla apply/destroy under the emulator's latencies, manifest apply vs kubectl, trainer (vs PyTorch, DDP scaling, latency)
+bench: deps build ## benchmarks: engine (plan time, apply vs critical path), vanilla apply/destroy under the emulator's latencies, manifest apply vs kubectl, trainer (vs PyTorch, DDP scaling, latency), trainer image size vs the AWS PyTorch image
 	$(CARGO) bench --workspace --bench engine
 	KFAWS_BIN=$(CARGO_TARGET_DIR)/debug/kfaws KFAWS_TESTENV_BIN=$$(tests/apiserver/build.sh | tail -n1) $(WITH_EMULATOR) $(CARGO) bench --workspace --bench vanilla
 	KFAWS_TESTENV_BIN=$$(tests/apiserver/build.sh | tail -n1) $(CARGO) bench --workspace --bench k8s_apply
 	trainer/bench/run.sh
+	benches/image.sh

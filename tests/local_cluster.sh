@@ -4,8 +4,11 @@
 # token webhook that checks `kfaws eks get-token` tokens for EKS cluster NAME
 # against the emulator's STS, as EKS's authenticator checks them against AWS
 # STS) in DIR, and registers its endpoint and CA with the emulator for every
-# EKS cluster of every account. Sets local_cluster_bin (the directory of
-# kfaws-testenv and kubectl) and local_cluster_pid; stop_local_cluster stops it.
+# EKS cluster of every account. Its PyTorchJob runner runs kubeflow.org/v1
+# PyTorchJobs as local processes (images from the emulator's registry, EFS
+# claims on its local EFS; tests/apiserver/README.md, "PyTorchJob runner").
+# Sets local_cluster_bin (the directory of kfaws-testenv and kubectl) and
+# local_cluster_pid; stop_local_cluster stops it.
 
 start_local_cluster() {
     local dir=$1 name=$2
@@ -13,6 +16,7 @@ start_local_cluster() {
     local_cluster_dir=$dir
     "$local_cluster_bin/kfaws-testenv" start --dir "$dir" \
         --aws-sts-endpoint "$AWS_ENDPOINT_URL" --eks-cluster-name "$name" \
+        --pytorchjob-runner --aws-emulator-control "$KFAWS_EMULATOR_CONTROL" \
         >"$dir.log" 2>&1 &
     local_cluster_pid=$!
     for _ in $(seq 1 1800); do

@@ -8,7 +8,8 @@
 #   - kube-controller-manager holds its lease and a deleted Namespace, custom
 #     resource and ConfigMap inside, is actually removed (namespace controller),
 # then that it stops cleanly with no process left: on `kfaws-testenv stop`, when the
-# process that started it is killed, and when the harness itself is SIGKILLed.
+# process that started it is killed, and when the harness itself is SIGKILLed;
+# finally runs pytorchjob-smoke.sh (the PyTorchJob runner, under the AWS emulator).
 # Exit status 0 means every check passed; each failure names the check.
 set -euo pipefail
 
@@ -186,5 +187,8 @@ wait_ready "$env3" "$harness"
 { kill -KILL "$harness" && wait "$harness"; } 2>/dev/null || true
 no_process_left "$env3"
 ok "harness SIGKILLed: etcd, kube-apiserver and kube-controller-manager gone (parent-death signal)"
+
+# --- 4. the PyTorchJob runner, against the AWS emulator --------------------
+"$here/pytorchjob-smoke.sh" || fail "pytorchjob-smoke.sh (the PyTorchJob runner)"
 
 echo "smoke: PASS"

@@ -36,13 +36,20 @@ pub struct Ready {
     /// The EKS token webhook, when started with [`Options::eks`].
     #[serde(default)]
     pub token_webhook: Option<String>,
+    /// Whether the PyTorchJob runner runs (with [`Options::eks`]; see the
+    /// harness README, "PyTorchJob runner").
+    #[serde(default)]
+    pub pytorchjob_runner: bool,
 }
 
 /// How to start the harness.
 #[derive(Debug, Clone, Default)]
 pub struct Options {
     /// Authenticate EKS tokens for cluster `.1` against the STS at `.0` (the
-    /// AWS emulator's URL): `--aws-sts-endpoint`, `--eks-cluster-name`.
+    /// AWS emulator's URL): `--aws-sts-endpoint`, `--eks-cluster-name`. The
+    /// emulated cluster then also runs PyTorchJobs (`--pytorchjob-runner`,
+    /// images from the emulator's registry, EFS claims on its local EFS,
+    /// found through its control API at `.0` + `/_kfaws`).
     pub eks: Option<(String, String)>,
 }
 
@@ -104,6 +111,7 @@ impl ApiServer {
             );
         if let Some((sts, cluster)) = &options.eks {
             cmd.args(["--aws-sts-endpoint", sts, "--eks-cluster-name", cluster]);
+            cmd.arg("--pytorchjob-runner");
         }
         let mut child = cmd
             .spawn()
@@ -140,11 +148,12 @@ impl ApiServer {
     }
 
     /// A log of the harness (`kube_apiserver`, `kube_controller_manager`,
-    /// `token_webhook`), for assertion messages.
+    /// `token_webhook`, `pytorchjob_runner`), for assertion messages.
     pub fn log(&self, name: &str) -> String {
         let file = match name {
             "kube_apiserver" => "kube-apiserver.log",
             "token_webhook" => "token-webhook.log",
+            "pytorchjob_runner" => "pytorchjob-runner.log",
             "kube_controller_manager" => "kube-controller-manager.log",
             other => return format!("(no log {other})"),
         };
@@ -173,6 +182,20 @@ impl ApiServer {
             .await
             .expect("kubeconfig to config");
         kube::Client::try_from(config).expect("client")
+    }
+
+    /// The log of a PyTorchJob replica Pod's `pytorch` container
+    /// (`DIR/logs/pytorchjobs/<namespace>/<pod>.log`; all its runs), empty
+    /// if it never ran.
+    pub fn replica_log(&self, namespace: &str, pod: &str) -> String {
+        std::fs::read_to_string(
+            self.dir
+                .path()
+                .join("env/logs/pytorchjobs")
+                .join(namespace)
+                .join(format!("{pod}.log")),
+        )
+        .unwrap_or_default()
     }
 
     /// The built kubectl.

@@ -15,6 +15,9 @@
 | PUT | /_kfaws/eks/cluster-endpoint | ``{"endpoint", "certificate_authority_data", "account_id"?}`` | EKS clusters of that account (or all) answer this API server |
 | GET | /_kfaws/eks/cluster-endpoint | | the registrations |
 | GET | /_kfaws/eks/cluster-creator | ``?account_id=&region=&name=`` | ``{"arn": ...}``: who created the cluster |
+| GET | /_kfaws/efs/local-root | | ``{"root": "/abs/path"}``: file system ``fs-x``'s contents are ``root/fs-x`` (``patches/efs_local_root.py``) |
+| GET | /_kfaws/sagemaker/local | | ``{"work_dir", "running_pids"}``: where local jobs and endpoints keep their files, and their live processes |
+| GET | /_kfaws/ecr/registry | | ``{"url", "username", "password", "metrics_url"}`` of the loopback registry behind ECR (``registry.py``), 404 if none |
 
 Errors are 400 ``{"error": message}`` naming the field and the rule, or 404.
 """
@@ -27,6 +30,7 @@ from importlib.metadata import version
 
 from werkzeug.wrappers import Request, Response
 
+from . import registry
 from .faults import RuleError
 from .lifecycle import LifecycleError
 from .operations import ACCOUNT_ID
@@ -94,6 +98,16 @@ def _route(app, request: Request) -> Response:
                 return _json(eks_cluster_endpoint.creator(account, request.args.get("region"), request.args.get("name")))
             except LookupError as err:
                 return _json({"error": str(err)}, status=404)
+    if path == "/_kfaws/ecr/registry" and method == "GET":
+        return _json(*registry.control_answer())
+    if path == "/_kfaws/efs/local-root" and method == "GET":
+        from .patches import efs_local_root
+
+        return _json({"root": str(efs_local_root.root())})
+    if path == "/_kfaws/sagemaker/local" and method == "GET":
+        from .patches import _local
+
+        return _json({"work_dir": str(_local.work_dir()), "running_pids": _local.running_children()})
     if path == "/_kfaws/reset" and method == "POST":
         app.reset()
         return _json({})

@@ -60,6 +60,7 @@ type readyInfo struct {
 	Logs                 map[string]string `json:"logs"`
 	TokenWebhook         string            `json:"token_webhook,omitempty"`
 	EKSClusterName       string            `json:"eks_cluster_name,omitempty"`
+	PyTorchJobRunner     bool              `json:"pytorchjob_runner,omitempty"`
 }
 
 const (
@@ -149,6 +150,12 @@ func startControlPlane(o *startOptions, p *pki, signals <-chan os.Signal) (*cont
 		// no namespace gets its "default" ServiceAccount and this plugin would
 		// reject every Pod (envtest disables it for the same reason).
 		"--disable-admission-plugins=ServiceAccount",
+		// Towards kubelets (the PyTorchJob runner's node serves pods/log):
+		// verify their serving certificate and present a client certificate.
+		"--kubelet-certificate-authority=" + p.caCert,
+		"--kubelet-client-certificate=" + p.kubeletClientCert,
+		"--kubelet-client-key=" + p.kubeletClientKey,
+		"--kubelet-preferred-address-types=InternalIP",
 	}
 	if o.tokenWebhookConfig != "" {
 		apiArgs = append(apiArgs,
@@ -359,6 +366,11 @@ func (cp *controlPlane) writeReady(o *startOptions, p *pki) (string, error) {
 		},
 		TokenWebhook:   o.tokenWebhookURL,
 		EKSClusterName: o.eksClusterName,
+	}
+	if o.pytorchJobRunner {
+		info.PyTorchJobRunner = true
+		info.Logs["pytorchjob_runner"] = filepath.Join(o.dir, "logs", "pytorchjob-runner.log")
+		info.Logs["pytorchjobs"] = filepath.Join(o.dir, "logs", "pytorchjobs")
 	}
 	if o.tokenWebhookURL != "" {
 		info.Logs["token_webhook"] = filepath.Join(o.dir, "logs", "token-webhook.log")

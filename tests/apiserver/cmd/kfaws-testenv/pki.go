@@ -28,6 +28,9 @@ type pki struct {
 	adminCert, adminKey     string // CN=kfaws-admin, O=system:masters
 	kcmCert, kcmKey         string // CN=system:kube-controller-manager
 	webhookCert, webhookKey string // the token webhook's serving certificate (127.0.0.1)
+	kubeletCert, kubeletKey string // the PyTorchJob runner's kubelet endpoint (127.0.0.1)
+	kubeletClientCert       string // kube-apiserver's client certificate towards that kubelet
+	kubeletClientKey        string
 	saSigningKey, saPubKey  string // service-account token signing pair
 }
 
@@ -48,23 +51,27 @@ func newPKI(dir string) (*pki, error) {
 		return nil, err
 	}
 	p := &pki{
-		dir:            dir,
-		caCert:         filepath.Join(dir, "ca.crt"),
-		caKey:          filepath.Join(dir, "ca.key"),
-		serverCert:     filepath.Join(dir, "apiserver.crt"),
-		serverKey:      filepath.Join(dir, "apiserver.key"),
-		etcdCert:       filepath.Join(dir, "etcd.crt"),
-		etcdKey:        filepath.Join(dir, "etcd.key"),
-		etcdClientCert: filepath.Join(dir, "apiserver-etcd-client.crt"),
-		etcdClientKey:  filepath.Join(dir, "apiserver-etcd-client.key"),
-		adminCert:      filepath.Join(dir, "admin.crt"),
-		adminKey:       filepath.Join(dir, "admin.key"),
-		kcmCert:        filepath.Join(dir, "kube-controller-manager.crt"),
-		kcmKey:         filepath.Join(dir, "kube-controller-manager.key"),
-		webhookCert:    filepath.Join(dir, "token-webhook.crt"),
-		webhookKey:     filepath.Join(dir, "token-webhook.key"),
-		saSigningKey:   filepath.Join(dir, "sa.key"),
-		saPubKey:       filepath.Join(dir, "sa.pub"),
+		dir:               dir,
+		caCert:            filepath.Join(dir, "ca.crt"),
+		caKey:             filepath.Join(dir, "ca.key"),
+		serverCert:        filepath.Join(dir, "apiserver.crt"),
+		serverKey:         filepath.Join(dir, "apiserver.key"),
+		etcdCert:          filepath.Join(dir, "etcd.crt"),
+		etcdKey:           filepath.Join(dir, "etcd.key"),
+		etcdClientCert:    filepath.Join(dir, "apiserver-etcd-client.crt"),
+		etcdClientKey:     filepath.Join(dir, "apiserver-etcd-client.key"),
+		adminCert:         filepath.Join(dir, "admin.crt"),
+		adminKey:          filepath.Join(dir, "admin.key"),
+		kcmCert:           filepath.Join(dir, "kube-controller-manager.crt"),
+		kcmKey:            filepath.Join(dir, "kube-controller-manager.key"),
+		webhookCert:       filepath.Join(dir, "token-webhook.crt"),
+		webhookKey:        filepath.Join(dir, "token-webhook.key"),
+		kubeletCert:       filepath.Join(dir, "kubelet.crt"),
+		kubeletKey:        filepath.Join(dir, "kubelet.key"),
+		kubeletClientCert: filepath.Join(dir, "apiserver-kubelet-client.crt"),
+		kubeletClientKey:  filepath.Join(dir, "apiserver-kubelet-client.key"),
+		saSigningKey:      filepath.Join(dir, "sa.key"),
+		saPubKey:          filepath.Join(dir, "sa.pub"),
 	}
 
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -134,6 +141,19 @@ func newPKI(dir string) (*pki, error) {
 			DNSNames:    []string{"localhost"},
 			IPAddresses: loopback,
 			ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		}},
+		// The kubelet of the PyTorchJob runner's node (pytorchjob_node.go),
+		// named as kubelets are (Kubernetes "PKI certificates and requirements").
+		{p.kubeletCert, p.kubeletKey, x509.Certificate{
+			Subject:     pkix.Name{CommonName: "system:node:" + localNodeName, Organization: []string{"system:nodes"}},
+			DNSNames:    []string{localNodeName, "localhost"},
+			IPAddresses: loopback,
+			ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		}},
+		// kube-apiserver's identity towards kubelets (pods/log and friends).
+		{p.kubeletClientCert, p.kubeletClientKey, x509.Certificate{
+			Subject:     pkix.Name{CommonName: kubeletClientCN},
+			ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
 		}},
 	}
 	for _, l := range leaves {

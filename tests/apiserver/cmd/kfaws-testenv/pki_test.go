@@ -47,6 +47,8 @@ func TestPKIChainsNamesAndUsages(t *testing.T) {
 		{p.etcdClientCert, p.etcdClientKey, "", x509.ExtKeyUsageClientAuth},
 		{p.adminCert, p.adminKey, "", x509.ExtKeyUsageClientAuth},
 		{p.kcmCert, p.kcmKey, "", x509.ExtKeyUsageClientAuth},
+		{p.kubeletCert, p.kubeletKey, "127.0.0.1", x509.ExtKeyUsageServerAuth},
+		{p.kubeletClientCert, p.kubeletClientKey, "", x509.ExtKeyUsageClientAuth},
 	}
 	for _, c := range cases {
 		cert := loadCert(t, c.cert)

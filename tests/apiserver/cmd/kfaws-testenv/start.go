@@ -37,6 +37,7 @@ type startOptions struct {
 	eksClusterName        string
 	awsEmulatorControl    string
 	tokenWebhookURL       string // set once the webhook listens
+	pytorchJobRunner      bool   // run PyTorchJobs as local processes (pytorchjob.go)
 	exitWithParent        bool
 	parent                int // process id of whoever started the harness
 	apiserverArgs         multiFlag
@@ -70,7 +71,8 @@ func runStart(args []string) int {
 	fs.StringVar(&o.tokenWebhookConfig, "authentication-token-webhook-config-file", "", "kubeconfig-format file of a TokenReview webhook (authentication.k8s.io/v1) that kube-apiserver consults for bearer tokens")
 	fs.StringVar(&o.awsSTSEndpoint, "aws-sts-endpoint", "", "serve an EKS token webhook (TokenReview, authentication.k8s.io/v1) that checks k8s-aws-v1. tokens as aws-iam-authenticator does against this STS endpoint (the AWS emulator's URL) and pass it to kube-apiserver; needs --eks-cluster-name")
 	fs.StringVar(&o.eksClusterName, "eks-cluster-name", "", "the EKS cluster name tokens must be signed for (their x-k8s-aws-id header)")
-	fs.StringVar(&o.awsEmulatorControl, "aws-emulator-control", "", "the AWS emulator's control API, where the webhook looks up who created the cluster (default: --aws-sts-endpoint + /_kfaws)")
+	fs.StringVar(&o.awsEmulatorControl, "aws-emulator-control", "", "the AWS emulator's control API, where the webhook looks up who created the cluster and the PyTorchJob runner finds the registry and the local EFS (default: --aws-sts-endpoint + /_kfaws)")
+	fs.BoolVar(&o.pytorchJobRunner, "pytorchjob-runner", false, "run kubeflow.org/v1 PyTorchJobs like the training operator plus a kubelet: each replica's pytorch container becomes a local process from the image in the emulated ECR, EFS claims map to the emulator's local EFS directories (needs --aws-emulator-control or --aws-sts-endpoint)")
 	fs.BoolVar(&o.exitWithParent, "exit-with-parent", true, "stop when the process that started the harness exits")
 	fs.Var(&o.apiserverArgs, "apiserver-arg", "extra kube-apiserver flag such as --v=4 (repeatable; appended after the harness's own flags, so a single-value flag given here wins, while a list flag such as --disable-admission-plugins adds to the harness's value)")
 	fs.Var(&o.controllerManagerArgs, "controller-manager-arg", "extra kube-controller-manager flag such as --v=4 (repeatable; appended after the harness's own flags, so a flag given here wins)")
@@ -125,8 +127,23 @@ func runStart(args []string) int {
 		return 1
 	}
 
+	var runner *pytorchJobRunner
+	if o.pytorchJobRunner {
+		if runner, err = startPyTorchJobRunner(&o, cp.endpoint, cp.version, p); err != nil {
+			cp.stop(o.stopTimeout)
+			fmt.Fprintf(os.Stderr, "kfaws-testenv start: PyTorchJob runner: %v\n", err)
+			return 1
+		}
+	}
+	stopRunner := func() {
+		if runner != nil {
+			runner.stop()
+		}
+	}
+
 	info, err := cp.writeReady(&o, p)
 	if err != nil {
+		stopRunner()
 		cp.stop(o.stopTimeout)
 		fmt.Fprintf(os.Stderr, "kfaws-testenv start: %v\n", err)
 		return 1
@@ -136,6 +153,7 @@ func runStart(args []string) int {
 
 	code := cp.wait(signals, &o)
 	cp.removeReady(o.dir)
+	stopRunner() // replicas first: they may use the API server until the end
 	cp.stop(o.stopTimeout)
 	return code
 }
@@ -211,8 +229,13 @@ func (o *startOptions) complete() error {
 		if o.awsEmulatorControl == "" {
 			o.awsEmulatorControl = strings.TrimRight(o.awsSTSEndpoint, "/") + "/_kfaws"
 		}
-	} else if o.eksClusterName != "" || o.awsEmulatorControl != "" {
-		return errors.New("--eks-cluster-name and --aws-emulator-control only apply with --aws-sts-endpoint")
+	} else if o.eksClusterName != "" {
+		return errors.New("--eks-cluster-name only applies with --aws-sts-endpoint")
+	} else if o.awsEmulatorControl != "" && !o.pytorchJobRunner {
+		return errors.New("--aws-emulator-control only applies with --aws-sts-endpoint or --pytorchjob-runner")
+	}
+	if o.pytorchJobRunner && o.awsEmulatorControl == "" {
+		return errors.New("--pytorchjob-runner needs the AWS emulator's control API (--aws-emulator-control URL, or --aws-sts-endpoint): images come from its registry and EFS volumes from its local EFS")
 	}
 	if o.readyTimeout <= 0 || o.stopTimeout <= 0 {
 		return errors.New("--ready-timeout and --stop-timeout must be positive durations")

@@ -34,6 +34,12 @@ MODULES = (
     "lifecycle_nat",
     "lifecycle_stacks",
     "sts_presigned_signature",
+    "ecr_authorization_token",
+    "ecr_registry_images",
+    # after lifecycle_efs: a file system's directory goes when DeleteFileSystem succeeds
+    "efs_local_root",
+    "sagemaker_training_runner",
+    "sagemaker_endpoint_runner",
 )
 
 _applied = False
