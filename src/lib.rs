@@ -14,4 +14,6 @@ pub mod naming;
 pub mod plan;
 pub mod profiles;
 pub mod resource;
+pub mod sagemaker;
 pub mod state;
+pub mod train;

@@ -2,13 +2,14 @@
 # `make demo`: the main job on the embedded default. Run under
 # tests/emulator/with_emulator.sh, which points AWS_ENDPOINT_URL at the local
 # AWS emulator with throwaway credentials, so nothing here can reach a real
-# AWS account. Grows with the project: today plan, apply, outputs, a
-# no-change plan, the graph and destroy of the vanilla profile (AWS half and
-# its Kubernetes objects, on a real kube-apiserver standing in for the EKS
-# cluster: tests/apiserver), then
-# the bundled trainer on real Fashion-MNIST with two data-parallel ranks under
-# the PyTorchJob environment contract (what `kfaws train --runtime local`
-# will launch).
+# AWS account. The whole hybrid-training story: validate, plan and apply the
+# vanilla profile (AWS half and its Kubernetes objects, on a real
+# kube-apiserver standing in for the EKS cluster: tests/apiserver); build and
+# push the trainer image; train on real Fashion-MNIST with 2 workers as a
+# Kubeflow PyTorchJob (the harness's runner plays the training operator and
+# the kubelet) and as a SageMaker training job (the emulator runs the
+# instances); deploy the SageMaker model to an endpoint and classify a test
+# image; destroy, and show that nothing is left.
 set -euo pipefail
 
 if [[ -z "${AWS_ENDPOINT_URL:-}" ]]; then
@@ -70,38 +71,57 @@ step() {
     "$@"
 }
 
+say() {
+    printf '\n\033[1;34m# %s\033[0m\n' "$*"
+}
+
+say "1/6 The deployment: check the config, plan, apply"
 step cat kfaws.toml
 step kfaws validate
 step kfaws plan
 step kfaws apply --auto-approve
 step kfaws output
-step kfaws state list
 step kfaws plan --detailed-exitcode
-step kfaws graph
 step kfaws kubeconfig --kubeconfig "$work/kubeconfig"
 step "$kubectl" --kubeconfig "$work/kubeconfig" get storageclass,persistentvolume,csidriver
 step "$kubectl" --kubeconfig "$work/kubeconfig" get serviceaccount,persistentvolumeclaim,rolebinding -n kubeflow-user-example-com
 step "$kubectl" --kubeconfig "$work/kubeconfig" get crd pytorchjobs.kubeflow.org
-step kfaws destroy --auto-approve
+
+say "2/6 The trainer image: built without Docker, pushed to the account's ECR"
+step kfaws image build --trainer "$bin_dir/kfaws-trainer"
+step kfaws image push
+
+say "3/6 Real Fashion-MNIST onto the EFS file system (on AWS: a DataSync task or a pod; here the emulator's local EFS directory)"
+fs="$(kfaws output efs_file_system_id)"
+efs_root="$(curl -fsS "$KFAWS_EMULATOR_CONTROL/efs/local-root" | jq -r .root)/$fs"
+mkdir -p "$efs_root/datasets/fashion-mnist"
+step cp -v /usr/share/datasets/fashion-mnist/. "$efs_root/datasets/fashion-mnist/" -r
+
+epochs="${KFAWS_DEMO_EPOCHS:-2}"
+say "4/6 Train as a Kubeflow PyTorchJob: 1 master + 1 worker in the user namespace, data and model on EFS"
+step kfaws train --runtime kubernetes --workers 2 --epochs "$epochs" \
+    --data efs:/datasets/fashion-mnist --job-name demo-kubernetes | tee k8s.out
+step "$kubectl" --kubeconfig "$work/kubeconfig" -n kubeflow-user-example-com get pytorchjobs,pods
+
+say "5/6 Train as a SageMaker training job: 2 instances, the EFS directory as the train channel; then serve it"
+step kfaws train --runtime sagemaker --workers 2 --epochs "$epochs" \
+    --data efs:/datasets/fashion-mnist --hp dataset=fashion-mnist --job-name demo-sagemaker --follow | tee sm.out
+step kfaws endpoint deploy --job demo-sagemaker
+step kfaws-trainer sample --data-dir /usr/share/datasets/fashion-mnist --index 0 --output ankle-boot.png
+step kfaws endpoint invoke demo-sagemaker --image ankle-boot.png
+
+k8s_acc="$(jq -r .test_accuracy "$efs_root/models/demo-kubernetes/model.json")"
+sm_acc="$(grep -o 'test_acc=[0-9.]*' sm.out | tail -n1 | cut -d= -f2)"
+printf '\n\033[1mTest accuracy after %s epochs: PyTorchJob %s, SageMaker %s\033[0m\n' "$epochs" "$k8s_acc" "${sm_acc:-?}"
+
+say "6/6 Destroy: the endpoint first, then every resource, dependants first"
+# The artifact bucket holds the uploaded data, checkpoints and model
+# artifacts: destroy refuses a non-empty bucket unless told to empty it.
+step kfaws destroy --auto-approve --force-destroy-buckets
 # The EKS cluster is deleted, so its tokens no longer authenticate; the API
 # server that stood in for it is still up: look inside with its admin
 # credentials for anything kfaws applied (every object carried an ApplySet label).
 printf '\n\033[1m$ # what is left in the API server of the deleted cluster\033[0m\n'
 step "$kubectl" --kubeconfig "$work/cluster/kubeconfig" get storageclass,persistentvolume,csidriver,crd,namespace -l applyset.kubernetes.io/part-of
 step kfaws destroy --auto-approve
-
-data=/usr/share/datasets/fashion-mnist
-port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
-printf '\n\033[1m$ # 2 ranks, PyTorchJob environment (MASTER_ADDR=127.0.0.1 MASTER_PORT=%s WORLD_SIZE=2 RANK=0|1)\033[0m\n' "$port"
-printf '\033[1m$ kfaws-trainer train --data-dir %s --model-dir model --hp epochs=1\033[0m\n' "$data"
-pids=()
-for rank in 0 1; do
-    MASTER_ADDR=127.0.0.1 MASTER_PORT="$port" WORLD_SIZE=2 RANK="$rank" \
-        kfaws-trainer train --bind-addr 127.0.0.1 --data-dir "$data" --model-dir model \
-        --checkpoint-dir "checkpoints-$rank" --hp epochs=1 --hp log-interval=300 \
-        > >(sed "s/^/[rank $rank] /") 2>&1 &
-    pids+=("$!")
-done
-for pid in "${pids[@]}"; do wait "$pid"; done
-step cat model/model.json
-printf '\nDemo complete: every resource kfaws created was destroyed; the trained model is above.\n'
+printf '\nDemo complete: both runtimes trained, the endpoint answered, and every resource kfaws created was destroyed.\n'

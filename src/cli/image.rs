@@ -1,9 +1,11 @@
-//! `kfaws image build`.
+//! `kfaws image build` and `kfaws image push`.
 
 use std::path::Path;
 
 use anyhow::Context as _;
 use kfaws::image::{layout, Image};
+
+use super::Global;
 
 /// The tag when none is given: the trainer's name and this kfaws version.
 fn default_tag() -> String {
@@ -61,5 +63,63 @@ pub fn build(trainer: Option<&Path>, output: &Path, tag: Option<&str>) -> anyhow
         oci.display(),
         archive.display()
     )?;
+    Ok(0)
+}
+
+/// `kfaws image push`: checks the inputs and the image on disk, then
+/// creates the ECR repository if missing and pushes the image
+/// ([`kfaws::image::push`]). Prints `<repositoryUri>@sha256:<hex>` alone on
+/// stdout (for `$(kfaws image push)`), what was done on stderr.
+///
+/// The region is `--region`, else the SDK's (AWS_REGION, the profile);
+/// no kfaws.toml is needed.
+pub async fn push(
+    g: &Global,
+    image_dir: &Path,
+    repository: &str,
+    tag: Option<&str>,
+) -> anyhow::Result<u8> {
+    use kfaws::image::push::{self as p, LocalImage};
+
+    p::check_repository_name(repository)?;
+    if let Some(t) = tag {
+        p::check_tag(t)?;
+    }
+    let image = LocalImage::read(image_dir)?;
+    let tag = tag
+        .map(str::to_string)
+        .or_else(|| image.tag.clone())
+        .unwrap_or_else(|| p::FALLBACK_TAG.to_string());
+    p::check_tag(&tag)?;
+
+    let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest());
+    if let Some(region) = &g.region {
+        loader = loader.region(aws_config::Region::new(region.clone()));
+    }
+    if let Some(profile) = &g.aws_profile {
+        loader = loader.profile_name(profile);
+    }
+    let sdk = loader.load().await;
+    anyhow::ensure!(
+        sdk.region().is_some(),
+        "no AWS region: pass --region or set AWS_REGION"
+    );
+    let pushed = p::push(&sdk, &image, repository, &tag).await?;
+    eprintln!(
+        "Pushed {repository}:{tag}: {} blob(s) uploaded, {} already in the registry{}{}",
+        pushed.uploaded,
+        pushed.skipped,
+        if pushed.repository.created {
+            "; created the repository"
+        } else {
+            ""
+        },
+        if pushed.manifest_put {
+            ""
+        } else {
+            "; the tag already named this image"
+        },
+    );
+    outln!("{}", pushed.reference)?;
     Ok(0)
 }

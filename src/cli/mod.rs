@@ -22,10 +22,13 @@ macro_rules! out {
 
 mod context;
 mod eks;
+mod endpoint;
 mod graph;
 mod image;
 mod run;
 mod state;
+mod train;
+mod train_sagemaker;
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -203,6 +206,18 @@ enum Command {
     /// The trainer's container image.
     #[command(subcommand)]
     Image(ImageCommand),
+    /// Train the bundled trainer: locally, as a Kubeflow PyTorchJob, or as a SageMaker training job.
+    ///
+    /// The job name is generated once (or given) and valid for both
+    /// Kubernetes and SageMaker; hyperparameters are checked against
+    /// SageMaker's limits for every runtime, and everything else (data
+    /// source, deployment outputs, image, the PyTorchJob CRD) before the job
+    /// is created. Ctrl-C stops a SageMaker job (StopTrainingJob) or the
+    /// local processes (SIGTERM: the trainer checkpoints).
+    Train(train::TrainArgs),
+    /// SageMaker real-time endpoints for trained models.
+    #[command(subcommand)]
+    Endpoint(EndpointCommand),
     /// Print the resource graph in Graphviz DOT.
     Graph {
         /// Deployment profile.
@@ -248,6 +263,59 @@ enum ImageCommand {
         /// Name and tag of the image [default: kfaws-trainer:<this version>].
         #[arg(long, value_name = "NAME:TAG")]
         tag: Option<String>,
+    },
+    /// Push the built image to Amazon ECR: creates the repository if missing
+    /// (AES256 encryption, scan on push, immutable tags), authenticates with
+    /// GetAuthorizationToken, uploads the blobs the registry lacks and the
+    /// manifest. Prints `<repositoryUri>@sha256:<hex>`.
+    Push {
+        /// The image directory `kfaws image build` wrote (its OCI layout, DIR/oci).
+        #[arg(long, value_name = "DIR", default_value = kfaws::image::push::DEFAULT_IMAGE_DIR)]
+        image: PathBuf,
+        /// The ECR repository name.
+        #[arg(long, value_name = "NAME", default_value = kfaws::image::push::DEFAULT_REPOSITORY)]
+        repository: String,
+        /// The tag [default: the tag the image was built with, else latest].
+        #[arg(long, value_name = "TAG")]
+        tag: Option<String>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum EndpointCommand {
+    /// Deploy a completed SageMaker training job's model: CreateModel (the
+    /// job's image and model artifact), CreateEndpointConfig, CreateEndpoint,
+    /// then wait for InService. Recorded in the state first; `kfaws destroy`
+    /// deletes it.
+    Deploy {
+        /// The training job whose model to serve.
+        #[arg(long, value_name = "NAME")]
+        job: String,
+        /// The endpoint name [default: the job name].
+        #[arg(long, value_name = "NAME")]
+        name: Option<String>,
+        /// Instance type.
+        #[arg(long, default_value = "ml.m5.large")]
+        instance_type: String,
+        /// Instances.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(i32).range(1..))]
+        instance_count: i32,
+    },
+    /// Classify an image (PNG or JPEG, any size) or send JSON instances; prints the class and scores.
+    Invoke {
+        /// The endpoint.
+        name: String,
+        /// An image file, sent as application/x-image.
+        #[arg(long, value_name = "FILE", conflicts_with = "json")]
+        image: Option<PathBuf>,
+        /// A JSON file ({"instances": [[...pixels...]]}), sent as application/json.
+        #[arg(long, value_name = "FILE")]
+        json: Option<PathBuf>,
+    },
+    /// Delete an endpoint kfaws deployed, with its endpoint config and model.
+    Delete {
+        /// The endpoint.
+        name: String,
     },
 }
 
@@ -351,7 +419,9 @@ fn init_logging(verbose: u8) {
     let default = match verbose {
         0 => "warn",
         1 => "kfaws=debug,info",
-        _ => "trace",
+        // The AWS SDK's trace logs hold raw response bodies (ECR tokens, STS
+        // credentials): never at -vv; RUST_LOG can still ask for them.
+        _ => "trace,aws_smithy_runtime=debug,aws_smithy_runtime_api=debug,aws_smithy_http_client=debug",
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
@@ -444,6 +514,32 @@ async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
             output,
             tag,
         }) => image::build(trainer.as_deref(), &output, tag.as_deref()),
+        Command::Image(ImageCommand::Push {
+            image,
+            repository,
+            tag,
+        }) => image::push(&g, &image, &repository, tag.as_deref()).await,
         Command::Graph { profile, plan } => graph::graph(&g, profile, plan, cancel).await,
+        Command::Train(args) => train::train(&g, &args, cancel).await,
+        Command::Endpoint(EndpointCommand::Deploy {
+            job,
+            name,
+            instance_type,
+            instance_count,
+        }) => {
+            endpoint::deploy(
+                &g,
+                &job,
+                name.as_deref(),
+                &instance_type,
+                instance_count,
+                cancel,
+            )
+            .await
+        }
+        Command::Endpoint(EndpointCommand::Invoke { name, image, json }) => {
+            endpoint::invoke(&g, &name, image.as_deref(), json.as_deref()).await
+        }
+        Command::Endpoint(EndpointCommand::Delete { name }) => endpoint::delete(&g, &name).await,
     }
 }

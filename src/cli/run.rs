@@ -36,6 +36,7 @@ struct Planned {
     plan: Plan,
     handles: plan::Handles,
     account: String,
+    aws: aws_config::SdkConfig,
 }
 
 /// What a plan is made for: apply, or destroy with its choices.
@@ -86,7 +87,22 @@ async fn make(
         plan,
         handles,
         account: id.account,
+        aws,
     })
+}
+
+/// Says which SageMaker endpoints a destroy deletes before the graph.
+fn endpoints_note(p: &Planned) -> anyhow::Result<()> {
+    let endpoints = &p.store.state().endpoints;
+    if p.plan.destroy && !endpoints.is_empty() {
+        outln!(
+            "\nFirst, {} SageMaker endpoint(s) deployed with `kfaws endpoint deploy` will be deleted \
+             (with their endpoint configs and models): {}",
+            endpoints.len(),
+            endpoints.keys().cloned().collect::<Vec<_>>().join(", ")
+        )?;
+    }
+    Ok(())
 }
 
 /// `kfaws plan`.
@@ -104,6 +120,7 @@ pub async fn plan(
         outln!("{}", serde_json::to_string_pretty(&render::json(&p.plan))?)?;
     } else {
         out!("{}", render::human(&p.plan))?;
+        endpoints_note(&p)?;
     }
     if let Some(file) = out {
         let mut saved = p.plan.clone();
@@ -167,6 +184,7 @@ pub async fn apply(
     }
     let p = make(g, flags, goal, operation, cancel).await?;
     out!("{}", render::human(&p.plan))?;
+    endpoints_note(&p)?;
     if !p.plan.has_changes() {
         return Ok(0);
     }
@@ -230,6 +248,7 @@ pub async fn apply_saved(
             plan: saved,
             handles,
             account: id.account,
+            aws,
         },
         usize::from(parallelism),
         cancel,
@@ -245,6 +264,7 @@ async fn run(p: Planned, parallelism: usize, cancel: &CancellationToken) -> anyh
         plan,
         handles,
         account,
+        aws,
     } = p;
     let config = loaded.config;
     // Everything that can refuse the plan runs before the first state write.
@@ -256,6 +276,10 @@ async fn run(p: Planned, parallelism: usize, cancel: &CancellationToken) -> anyh
             s.profile = Some(config.profile);
         })
         .context("recording the deployment's account and region in the state")?;
+    if plan.destroy && !store.state().endpoints.is_empty() {
+        // Endpoints use the execution role and the bucket: they go first.
+        super::endpoint::delete_recorded(&aws, &mut store).await?;
+    }
     let state_path = store.path().to_path_buf();
     let report = execute(
         &plan,

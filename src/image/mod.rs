@@ -16,11 +16,13 @@
 //! | [`layer`] | the reproducible layer: tar + gzip, its digest and diff id |
 //! | [`manifest`] | the image config and the schema-2 manifest, with their digests |
 //! | [`layout`] | the OCI layout directory and the `docker load` tarball |
+//! | [`push`] | `kfaws image push`: the ECR repository, its token, and the blobs and manifest over the registry API |
 
 pub mod elf;
 pub mod layer;
 pub mod layout;
 pub mod manifest;
+pub mod push;
 
 use std::path::{Path, PathBuf};
 

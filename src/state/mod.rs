@@ -115,6 +115,33 @@ pub struct State {
     /// Resources by address.
     #[serde(default)]
     pub resources: BTreeMap<Address, ResourceState>,
+    /// SageMaker endpoints `kfaws endpoint deploy` created, by name: deleted
+    /// by `kfaws endpoint delete`, and by `kfaws destroy` before any resource
+    /// (an endpoint's model uses the execution role and the bucket). An
+    /// endpoint is recorded before its first create call, so a crash
+    /// never loses track of it.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub endpoints: BTreeMap<String, EndpointRecord>,
+}
+
+/// An endpoint `kfaws endpoint deploy` created (its model and endpoint
+/// config have the same name).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EndpointRecord {
+    /// The training job whose model it serves.
+    pub job: String,
+    /// The serving image.
+    pub image: String,
+    /// The model artifact (`s3://…/model.tar.gz`).
+    pub model_data_url: String,
+    /// The instance type.
+    pub instance_type: String,
+    /// Instances.
+    pub instance_count: i32,
+    /// `creating` until InService was seen, then `in_service`.
+    pub status: String,
+    /// When it was recorded.
+    pub created_at: DateTime<Utc>,
 }
 
 impl State {
@@ -130,6 +157,7 @@ impl State {
             account_id: None,
             region: None,
             resources: BTreeMap::new(),
+            endpoints: BTreeMap::new(),
         }
     }
 

@@ -165,7 +165,8 @@ impl Account {
     /// as `kind id`: VPCs, subnets, internet and NAT gateways, VPC
     /// endpoints, network interfaces, security groups, route tables, Elastic
     /// IPs, IAM roles and OIDC providers, EKS clusters and node groups, EFS
-    /// file systems, buckets and stacks not `DELETE_COMPLETE`. The region's
+    /// file systems, buckets and stacks not `DELETE_COMPLETE`, SageMaker
+    /// endpoints, endpoint configs and models. The region's
     /// default VPC (with its subnets, default security group and main route
     /// table) and AWS service roles are left out: the account comes with them.
     pub async fn leftovers(&self) -> Vec<String> {
@@ -340,7 +341,35 @@ impl Account {
                 .filter_map(|s| s.stack_name())
                 .map(|s| format!("stack {s}")),
         );
+        // What `kfaws endpoint deploy` creates.
+        let sm = self.sagemaker();
+        let endpoints = sm.list_endpoints().send().await.unwrap();
+        found.extend(endpoints.endpoints().iter().map(|e| {
+            format!(
+                "sagemaker endpoint {}",
+                e.endpoint_name().unwrap_or_default()
+            )
+        }));
+        let configs = sm.list_endpoint_configs().send().await.unwrap();
+        found.extend(configs.endpoint_configs().iter().map(|c| {
+            format!(
+                "sagemaker endpoint config {}",
+                c.endpoint_config_name().unwrap_or_default()
+            )
+        }));
+        let models = sm.list_models().send().await.unwrap();
+        found.extend(
+            models
+                .models()
+                .iter()
+                .map(|m| format!("sagemaker model {}", m.model_name().unwrap_or_default())),
+        );
         found
+    }
+
+    /// SageMaker.
+    pub fn sagemaker(&self) -> aws_sdk_sagemaker::Client {
+        aws_sdk_sagemaker::Client::new(&self.sdk)
     }
 }
 

@@ -27,6 +27,22 @@ enum Command {
     Train(TrainArgs),
     /// Serve the trained model (SageMaker invokes the container with `serve`).
     Serve(ServeArgs),
+    /// Write one test-split image of a dataset as PNG and print its class, to try an endpoint with.
+    Sample(SampleArgs),
+}
+
+/// `kfaws-trainer sample` flags.
+#[derive(Debug, clap::Args)]
+struct SampleArgs {
+    /// Directory holding the dataset (as for `train`).
+    #[arg(long)]
+    data_dir: std::path::PathBuf,
+    /// Index of the example in the test split.
+    #[arg(long, default_value_t = 0)]
+    index: usize,
+    /// The PNG file to write.
+    #[arg(long)]
+    output: std::path::PathBuf,
 }
 
 fn main() -> ExitCode {
@@ -41,6 +57,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Train(args) => run_train(&args),
         Command::Serve(args) => run_serve(&args),
+        Command::Sample(args) => run_sample(&args),
     }
 }
 
@@ -67,6 +84,57 @@ fn stop_deadline(stop: Arc<AtomicBool>, grace: Duration) {
         );
         std::process::exit(EXIT_TERMINATED);
     });
+}
+
+/// Writes test image `index` as PNG (grey for one channel, RGB for three) and prints
+/// `label=<class name> index=<class index>` on stdout.
+fn run_sample(args: &SampleArgs) -> ExitCode {
+    let written = (|| -> Result<String, String> {
+        let dataset =
+            kfaws_trainer::data::load_dir(&args.data_dir, None).map_err(|e| e.to_string())?;
+        let split = &dataset.test;
+        if args.index >= split.len() {
+            return Err(format!(
+                "--index {} is past the test split's {} examples",
+                args.index,
+                split.len()
+            ));
+        }
+        let [c, h, w] = split.shape;
+        let pixels = split.image(args.index);
+        let (w, h) = (w as u32, h as u32);
+        let result = if c == 1 {
+            image::GrayImage::from_raw(w, h, pixels.to_vec())
+                .map(|i| i.save_with_format(&args.output, image::ImageFormat::Png))
+        } else {
+            // Channel-major (C×H×W) to interleaved RGB.
+            let plane = (w * h) as usize;
+            let rgb: Vec<u8> = (0..plane)
+                .flat_map(|p| (0..3).map(move |ch| (ch, p)))
+                .map(|(ch, p)| pixels[ch * plane + p])
+                .collect();
+            image::RgbImage::from_raw(w, h, rgb)
+                .map(|i| i.save_with_format(&args.output, image::ImageFormat::Png))
+        };
+        result
+            .ok_or("image size mismatch")?
+            .map_err(|e| format!("{}: {e}", args.output.display()))?;
+        let label = usize::from(split.labels[args.index]);
+        Ok(format!(
+            "label={} index={label}",
+            dataset.kind.classes()[label]
+        ))
+    })();
+    match written {
+        Ok(line) => {
+            println!("{line}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            tracing::error!("{e}");
+            ExitCode::from(kfaws_trainer::error::EXIT_CONFIG as u8)
+        }
+    }
 }
 
 fn run_serve(args: &ServeArgs) -> ExitCode {

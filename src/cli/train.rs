@@ -1,0 +1,370 @@
+//! `kfaws train`: the bundled trainer, run at the user's choice locally, as
+//! a Kubeflow PyTorchJob on the deployment's cluster, or as a SageMaker
+//! training job. Everything is checked before the first job is created.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context as _};
+use clap::Args;
+use kfaws::k8s::resource::ClusterConnector;
+use kfaws::state::store::StateStore;
+use kfaws::state::State;
+use kfaws::train::data::DataSource;
+use kfaws::train::name::{JobName, MAX_REPLICAS};
+use kfaws::train::pytorchjob::{self, PyTorchJobSpec};
+use kfaws::train::{hyperparameters, local, parse_hyperparameter, Runtime};
+use tokio_util::sync::CancellationToken;
+
+use super::context::{self, Loaded};
+use super::Global;
+
+/// `kfaws train` flags.
+#[derive(Debug, Args, Clone)]
+pub struct TrainArgs {
+    /// Where the job runs.
+    #[arg(long, value_enum, env = "KFAWS_TRAINING_RUNTIME")]
+    pub runtime: Runtime,
+    /// Total replicas (processes, pods or instances), each one rank.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..i64::from(MAX_REPLICAS)))]
+    pub workers: u32,
+    /// Epochs.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..))]
+    pub epochs: u32,
+    /// Batch size per rank (the trainer's default for Fashion-MNIST).
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..))]
+    pub batch_size: u32,
+    /// Learning rate (SGD with momentum 0.9 unless --hp momentum=…).
+    #[arg(long, default_value_t = 0.02)]
+    pub lr: f64,
+    /// Collective backend: gloo (CPU) or nccl (GPU images).
+    #[arg(long, default_value = "gloo", value_parser = ["gloo", "nccl"])]
+    pub backend: String,
+    /// Any other hyperparameter as KEY=VALUE (momentum, seed, max-train-samples, …); repeatable.
+    #[arg(long = "hp", value_name = "KEY=VALUE", value_parser = parse_hyperparameter)]
+    pub hp: Vec<(String, String)>,
+    /// The dataset: s3://bucket/prefix, efs:/path (in the deployment's file system) or a local directory.
+    #[arg(long, value_name = "SOURCE")]
+    pub data: String,
+    /// The job name [default: kfaws-train-<UTC time>-<random>].
+    #[arg(long, value_name = "NAME")]
+    pub job_name: Option<JobName>,
+    /// The trainer image (kubernetes, sagemaker) [default: kfaws-trainer:<this version> in ECR, as `kfaws image push` pushes it].
+    #[arg(long, value_name = "URI")]
+    pub image: Option<String>,
+    /// SageMaker instance type.
+    #[arg(long, default_value = "ml.m5.xlarge")]
+    pub instance_type: String,
+    /// CPU request and limit of each replica (kubernetes).
+    #[arg(long, default_value = "1")]
+    pub cpu: String,
+    /// Memory request and limit of each replica (kubernetes).
+    #[arg(long, default_value = "2Gi")]
+    pub memory: String,
+    /// Longest run in seconds (SageMaker's MaxRuntimeInSeconds; also how long kfaws waits).
+    #[arg(long, default_value_t = 86_400)]
+    pub max_runtime: u64,
+    /// SageMaker: run the containers without network access (VpcConfig still applies).
+    #[arg(long)]
+    pub network_isolation: bool,
+    /// SageMaker: do not encrypt traffic between the instances (on by default).
+    #[arg(long)]
+    pub no_inter_container_encryption: bool,
+    /// Return once the job is created.
+    #[arg(long)]
+    pub no_wait: bool,
+    /// Print the job's log while waiting.
+    #[arg(long)]
+    pub follow: bool,
+    /// The kfaws-trainer binary (local) [default: beside this kfaws].
+    #[arg(long, value_name = "PATH")]
+    pub trainer: Option<PathBuf>,
+    /// Where local jobs write their model and checkpoints (local).
+    #[arg(long, value_name = "DIR", default_value = "kfaws-jobs")]
+    pub output_dir: PathBuf,
+}
+
+/// A validated request: what every runtime needs.
+struct Request {
+    job: JobName,
+    data: DataSource,
+    hyperparameters: BTreeMap<String, String>,
+}
+
+fn request(args: &TrainArgs) -> anyhow::Result<Request> {
+    let job = match &args.job_name {
+        Some(j) => j.clone(),
+        None => JobName::generate("kfaws-train", chrono::Utc::now())?,
+    };
+    let data = DataSource::parse(&args.data)?;
+    data.check_runtime(args.runtime)?;
+    if !(args.lr.is_finite() && args.lr > 0.0) {
+        bail!("--lr {} must be a positive number", args.lr);
+    }
+    let hyperparameters = hyperparameters(
+        args.epochs,
+        args.batch_size,
+        args.lr,
+        &args.backend,
+        &args.hp,
+    );
+    kfaws::sagemaker::training::validate_hyperparameters(&hyperparameters)?;
+    Ok(Request {
+        job,
+        data,
+        hyperparameters,
+    })
+}
+
+/// `kfaws train`.
+pub async fn train(g: &Global, args: &TrainArgs, cancel: &CancellationToken) -> anyhow::Result<u8> {
+    let req = request(args)?;
+    match args.runtime {
+        Runtime::Local => train_local(args, req, cancel).await,
+        Runtime::Kubernetes => train_kubernetes(g, args, req, cancel).await,
+        Runtime::Sagemaker => {
+            super::train_sagemaker::train(g, args, req.job, req.data, req.hyperparameters, cancel)
+                .await
+        }
+    }
+}
+
+async fn train_local(
+    args: &TrainArgs,
+    req: Request,
+    cancel: &CancellationToken,
+) -> anyhow::Result<u8> {
+    let DataSource::Local(data_dir) = req.data else {
+        unreachable!("checked by check_runtime")
+    };
+    let exe = std::env::current_exe().context("cannot locate the kfaws executable")?;
+    let trainer =
+        kfaws::train::trainer_binary(args.trainer.as_deref(), &exe).map_err(anyhow::Error::msg)?;
+    let job = local::LocalJob {
+        trainer,
+        workers: args.workers,
+        data_dir,
+        job_dir: local::job_dir(&args.output_dir, req.job.as_str()),
+        hyperparameters: req.hyperparameters,
+    };
+    outln!(
+        "Training job {} (local): {} process(es) on this machine, data {}",
+        req.job,
+        job.workers,
+        job.data_dir.display()
+    )?;
+    let print: local::LineSink = Arc::new(|rank, line| {
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout().lock(), "[rank {rank}] {line}");
+    });
+    let outcome = local::run(&job, cancel, print).await?;
+    if outcome.interrupted {
+        outln!(
+            "Training job {} interrupted: every rank was sent SIGTERM and checkpointed.",
+            req.job
+        )?;
+        return Ok(kfaws::engine::interrupt::EXIT_INTERRUPTED as u8);
+    }
+    if !outcome.succeeded() {
+        let codes: Vec<String> = outcome
+            .exit_codes
+            .iter()
+            .enumerate()
+            .map(|(r, c)| {
+                format!(
+                    "rank {r}: {}",
+                    c.map_or("killed".to_string(), |c| c.to_string())
+                )
+            })
+            .collect();
+        bail!("training job {} failed ({})", req.job, codes.join(", "));
+    }
+    outln!(
+        "Training job {} completed. Model: {}",
+        req.job,
+        outcome.model_dir.display()
+    )?;
+    if let Some(m) = outcome.last_metrics {
+        outln!("Final metrics: {m}")?;
+    }
+    Ok(0)
+}
+
+/// The recorded outputs of the deployment `train` and `endpoint` need.
+pub struct Deployment {
+    /// The loaded config.
+    pub loaded: Loaded,
+    /// Its state.
+    pub state: State,
+}
+
+impl Deployment {
+    /// Loads the config and the state.
+    pub fn load(g: &Global) -> anyhow::Result<Self> {
+        let loaded = context::load(g, None)?;
+        let state = StateStore::open(&loaded.state_dir, &loaded.config.name)?
+            .state()
+            .clone();
+        Ok(Self { loaded, state })
+    }
+
+    /// A recorded output (`stack.iam`, `SageMakerRoleArn`), or an error saying
+    /// to apply first.
+    pub fn output(&self, address: &str, key: &str, what: &str) -> anyhow::Result<String> {
+        let v = self
+            .state
+            .resources
+            .iter()
+            .find(|(a, _)| a.as_str() == address)
+            .and_then(|(_, r)| r.outputs.get(key));
+        match v {
+            Some(serde_json::Value::String(s)) => Ok(s.clone()),
+            Some(serde_json::Value::Array(a)) => Ok(a
+                .iter()
+                .filter_map(|x| x.as_str())
+                .collect::<Vec<_>>()
+                .join(",")),
+            _ => bail!(
+                "deployment {:?} has no {what} ({address} output {key}) in its state: run \
+                 `kfaws apply` first",
+                self.loaded.config.name
+            ),
+        }
+    }
+}
+
+async fn train_kubernetes(
+    g: &Global,
+    args: &TrainArgs,
+    req: Request,
+    cancel: &CancellationToken,
+) -> anyhow::Result<u8> {
+    let DataSource::Efs(data_path) = req.data else {
+        unreachable!("checked by check_runtime")
+    };
+    let d = Deployment::load(g)?;
+    let cluster_name = d.output("eks.cluster", "name", "EKS cluster")?;
+    let aws = context::aws(g, &d.loaded.config).await;
+    super::interruptible(
+        cancel,
+        context::check_identity(&aws, &d.loaded.config, &d.state),
+    )
+    .await??;
+    let image = match &args.image {
+        Some(i) => i.clone(),
+        None => super::train_sagemaker::default_image(&aws).await?,
+    };
+    let connector = ClusterConnector {
+        cluster_name: cluster_name.clone(),
+        region: d.loaded.config.region.clone(),
+        eks: aws_sdk_eks::Client::new(&aws),
+        exec: context::exec_auth(g)?,
+    };
+    let client = connector
+        .connect()
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?
+        .with_context(|| format!("EKS cluster {cluster_name} does not exist: run `kfaws apply`"))?;
+    let spec = PyTorchJobSpec {
+        name: req.job.to_string(),
+        namespace: d.loaded.config.options.user_namespace.clone(),
+        image,
+        workers: args.workers,
+        hyperparameters: req.hyperparameters,
+        data_path,
+        cpu: args.cpu.clone(),
+        memory: args.memory.clone(),
+    };
+    pytorchjob::preflight(&client, &spec.namespace).await?;
+    pytorchjob::submit(&client, &spec).await?;
+    outln!(
+        "Training job {} (kubernetes): PyTorchJob {}/{} created, 1 master + {} worker(s), image {}",
+        spec.name,
+        spec.namespace,
+        spec.name,
+        spec.workers - 1,
+        spec.image
+    )?;
+    if args.no_wait {
+        outln!(
+            "Not waiting (--no-wait). Watch it with: kubectl -n {} get pytorchjob {}",
+            spec.namespace,
+            spec.name
+        )?;
+        return Ok(0);
+    }
+    let following = args.follow.then(|| {
+        let (client, ns, name) = (client.clone(), spec.namespace.clone(), spec.name.clone());
+        tokio::spawn(async move {
+            let print = |l: &str| {
+                use std::io::Write as _;
+                let _ = writeln!(std::io::stdout().lock(), "  [master-0] {l}");
+            };
+            if let Err(e) = pytorchjob::follow_master_log(&client, &ns, &name, print).await {
+                eprintln!("Warning: --follow: {e}");
+            }
+        })
+    });
+    let waiting = pytorchjob::wait(
+        &client,
+        &spec.namespace,
+        &spec.name,
+        Duration::from_secs(args.max_runtime),
+        |e| {
+            use std::io::Write as _;
+            let _ = writeln!(std::io::stdout().lock(), "  {e}");
+        },
+    );
+    let outcome = match super::interruptible(cancel, waiting).await {
+        Ok(o) => o?,
+        Err(_) => {
+            outln!(
+                "Stopped waiting. The job keeps running; delete it with: kubectl -n {} delete pytorchjob {}",
+                spec.namespace,
+                spec.name
+            )?;
+            return Ok(kfaws::engine::interrupt::EXIT_INTERRUPTED as u8);
+        }
+    };
+    if let Some(f) = following {
+        // The log ends with the container; a little grace for its last lines.
+        let _ = tokio::time::timeout(Duration::from_secs(5), f).await;
+    }
+    if outcome.succeeded {
+        outln!(
+            "Training job {} succeeded. Model: efs:{} (claim {} in {})",
+            spec.name,
+            spec.model_path(),
+            pytorchjob::EFS_CLAIM,
+            spec.namespace
+        )?;
+        return Ok(0);
+    }
+    let mut msg = format!("PyTorchJob {} failed: {}", spec.name, outcome.message);
+    if let Some(f) = outcome.failed_replica {
+        msg.push_str(&format!(
+            "\n  replica {} exited {} ({})",
+            f.pod,
+            f.exit_code.map_or("?".into(), |c| c.to_string()),
+            f.reason
+        ));
+        if !f.message.trim().is_empty() {
+            msg.push_str("; its log ends:\n");
+            for l in f
+                .message
+                .trim_end()
+                .lines()
+                .rev()
+                .take(20)
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+            {
+                msg.push_str(&format!("    {l}\n"));
+            }
+        }
+    }
+    bail!(msg)
+}

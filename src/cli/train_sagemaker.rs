@@ -1,0 +1,336 @@
+//! `kfaws train --runtime sagemaker`: a SageMaker training job with the
+//! pushed trainer image, the deployment's SageMaker execution role and
+//! artifact bucket, and the `train` channel from S3 or EFS (a local
+//! directory is uploaded to the bucket first, as the SageMaker Python SDK
+//! does with a local `inputs` path).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{bail, Context as _};
+use aws_config::SdkConfig;
+use kfaws::sagemaker::logs::{follow_logs, follow_logs_from, FollowCursor};
+use kfaws::sagemaker::training::{self, ChannelSource, TrainingJobSpec, TrainingStatus, VpcConfig};
+use kfaws::train::data::DataSource;
+use kfaws::train::name::JobName;
+use tokio_util::sync::CancellationToken;
+
+use super::context;
+use super::train::{Deployment, TrainArgs};
+use super::Global;
+
+/// The ECR repository `kfaws image push` writes by default.
+pub const REPOSITORY: &str = "kfaws-trainer";
+
+/// An ECR error as its code and message (the SDK's full context includes
+/// the raw response).
+fn ecr_error<E, R>(e: aws_sdk_ecr::error::SdkError<E, R>) -> anyhow::Error
+where
+    E: aws_sdk_ecr::error::ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+    R: std::fmt::Debug + Send + Sync + 'static,
+{
+    match e.as_service_error() {
+        Some(s) => anyhow::anyhow!(
+            "{}: {}",
+            s.code().unwrap_or("error"),
+            s.message().unwrap_or("(no message)")
+        ),
+        None => anyhow::anyhow!("{}", aws_sdk_ecr::error::DisplayErrorContext(e)),
+    }
+}
+
+/// The trainer image `kfaws image build` and `kfaws image push` make by
+/// default: the ECR repository [`REPOSITORY`], tagged with this kfaws's
+/// version, resolved to `repositoryUri@sha256:…` (the tag is immutable, and
+/// the digest makes the job run exactly that image).
+///
+/// # Errors
+/// When the repository or the tag does not exist: build and push first.
+pub async fn default_image(aws: &SdkConfig) -> anyhow::Result<String> {
+    let tag = env!("CARGO_PKG_VERSION");
+    let hint = || {
+        format!(
+            "no image {REPOSITORY}:{tag} in ECR: run `kfaws image build` and `kfaws image push`, \
+             or pass --image"
+        )
+    };
+    let ecr = aws_sdk_ecr::Client::new(aws);
+    let repo = ecr
+        .describe_repositories()
+        .repository_names(REPOSITORY)
+        .send()
+        .await
+        .map_err(ecr_error)
+        .with_context(hint)?;
+    let uri = repo
+        .repositories()
+        .first()
+        .and_then(|r| r.repository_uri())
+        .context("DescribeRepositories answered no repository URI")?
+        .to_string();
+    let images = ecr
+        .describe_images()
+        .repository_name(REPOSITORY)
+        .image_ids(
+            aws_sdk_ecr::types::ImageIdentifier::builder()
+                .image_tag(tag)
+                .build(),
+        )
+        .send()
+        .await
+        .map_err(ecr_error)
+        .with_context(hint)?;
+    let digest = images
+        .image_details()
+        .first()
+        .and_then(|d| d.image_digest())
+        .with_context(hint)?;
+    Ok(format!("{uri}@{digest}"))
+}
+
+fn files_under(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for entry in std::fs::read_dir(&d)? {
+            let entry = entry?;
+            let t = entry.file_type()?;
+            if t.is_dir() {
+                todo.push(entry.path());
+            } else if t.is_file() {
+                out.push(entry.path());
+            }
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// Uploads every file under `dir` to `s3://bucket/prefix/<relative path>`.
+async fn upload_dir(
+    aws: &SdkConfig,
+    dir: &Path,
+    bucket: &str,
+    prefix: &str,
+) -> anyhow::Result<usize> {
+    let s3 = kfaws::aws::bucket::client(aws);
+    let files = files_under(dir).with_context(|| format!("reading {}", dir.display()))?;
+    if files.is_empty() {
+        bail!("--data {}: the directory has no files", dir.display());
+    }
+    for f in &files {
+        let rel = f
+            .strip_prefix(dir)
+            .expect("under dir")
+            .to_string_lossy()
+            .replace('\\', "/");
+        let key = format!("{prefix}/{rel}");
+        let body = aws_sdk_s3::primitives::ByteStream::from_path(f)
+            .await
+            .with_context(|| format!("reading {}", f.display()))?;
+        s3.put_object()
+            .bucket(bucket)
+            .key(&key)
+            .body(body)
+            .send()
+            .await
+            .map_err(|e| anyhow::anyhow!(aws_sdk_s3::error::DisplayErrorContext(e)))
+            .with_context(|| format!("uploading {} to s3://{bucket}/{key}", f.display()))?;
+    }
+    Ok(files.len())
+}
+
+/// A metric as the trainer printed it: SageMaker reports f32 values as
+/// doubles (`0.8664000034332275`), so round to the trainer's 4 decimals.
+fn metric_value(v: f64) -> String {
+    let s = format!("{v:.4}");
+    s.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
+fn say(line: &str) {
+    use std::io::Write as _;
+    let _ = writeln!(std::io::stdout().lock(), "{line}");
+}
+
+/// `kfaws train --runtime sagemaker`.
+pub async fn train(
+    g: &Global,
+    args: &TrainArgs,
+    job: JobName,
+    data: DataSource,
+    hyperparameters: BTreeMap<String, String>,
+    cancel: &CancellationToken,
+) -> anyhow::Result<u8> {
+    let d = Deployment::load(g)?;
+    // Everything the job needs from the deployment, before any call.
+    let role_arn = d.output("stack.iam", "SageMakerRoleArn", "SageMaker execution role")?;
+    let bucket = d.output("stack.storage", "BucketName", "artifact bucket")?;
+    let vpc = match &data {
+        DataSource::Efs(_) => Some(VpcConfig {
+            subnets: d
+                .output("stack.network", "PrivateSubnetIds", "private subnets")?
+                .split(',')
+                .map(str::to_string)
+                .collect(),
+            // The EKS cluster security group: its self-referencing rule lets
+            // the instances of a distributed job reach each other (SageMaker
+            // requires that of the job's groups), and the mount targets admit
+            // NFS from the whole VPC.
+            security_group_ids: vec![d.output(
+                "eks.cluster",
+                "cluster_security_group_id",
+                "cluster security group",
+            )?],
+        }),
+        _ => None,
+    };
+    let file_system_id = match &data {
+        DataSource::Efs(_) => Some(d.output("stack.storage", "FileSystemId", "EFS file system")?),
+        _ => None,
+    };
+    let aws = context::aws(g, &d.loaded.config).await;
+    super::interruptible(
+        cancel,
+        context::check_identity(&aws, &d.loaded.config, &d.state),
+    )
+    .await??;
+    let image = match &args.image {
+        Some(i) => i.clone(),
+        None => default_image(&aws).await?,
+    };
+    let input = match data {
+        DataSource::S3 { bucket, prefix } => ChannelSource::S3 {
+            uri: format!("s3://{bucket}/{prefix}"),
+        },
+        DataSource::Efs(path) => ChannelSource::Efs {
+            file_system_id: file_system_id.expect("read above"),
+            directory_path: path,
+        },
+        DataSource::Local(dir) => {
+            let prefix = format!("kfaws/datasets/{job}");
+            let n = upload_dir(&aws, &dir, &bucket, &prefix).await?;
+            say(&format!(
+                "Uploaded {n} file(s) from {} to s3://{bucket}/{prefix}/",
+                dir.display()
+            ));
+            ChannelSource::S3 {
+                uri: format!("s3://{bucket}/{prefix}/"),
+            }
+        }
+    };
+    let spec = TrainingJobSpec {
+        name: job.to_string(),
+        image,
+        role_arn,
+        instance_type: args.instance_type.clone(),
+        instance_count: i32::try_from(args.workers).expect("at most 1000"),
+        volume_size_gb: 30,
+        hyperparameters,
+        input,
+        output_s3_uri: format!("s3://{bucket}/kfaws/training"),
+        checkpoint_s3_uri: Some(format!("s3://{bucket}/kfaws/checkpoints/{job}")),
+        max_runtime: Duration::from_secs(args.max_runtime),
+        vpc,
+        network_isolation: args.network_isolation,
+        inter_container_encryption: !args.no_inter_container_encryption,
+        tags: vec![
+            ("kfaws:deployment".into(), d.loaded.config.name.clone()),
+            ("kfaws:lineage".into(), d.state.lineage.to_string()),
+        ],
+    };
+    training::validate(&spec)?;
+    let sm = aws_sdk_sagemaker::Client::new(&aws);
+    let arn = training::create_training_job(&sm, &spec).await?;
+    say(&format!(
+        "Training job {job} (sagemaker): {} × {}, image {}\n  {arn}",
+        spec.instance_count, spec.instance_type, spec.image
+    ));
+    if args.no_wait {
+        say("Not waiting (--no-wait). Follow it with: kfaws train ... or the SageMaker console.");
+        return Ok(0);
+    }
+    let logs = aws_sdk_cloudwatchlogs::Client::new(&aws);
+    let timeout = Duration::from_secs(args.max_runtime + 3600);
+    let waiting = training::wait_training_job(&sm, job.as_str(), timeout, |e| {
+        let secondary = e.secondary_status.as_deref().unwrap_or("-");
+        let message = e.message.as_deref().unwrap_or("");
+        say(&format!(
+            "  [{:>5.0}s] {} / {secondary} {message}",
+            e.elapsed.as_secs_f64(),
+            e.status
+        ));
+    });
+    tokio::pin!(waiting);
+    let mut cursor: Option<FollowCursor> = None;
+    let mut stopping = false;
+    let mut tick = tokio::time::interval(Duration::from_secs(3));
+    let outcome = loop {
+        tokio::select! {
+            outcome = &mut waiting => break outcome?,
+            () = cancel.cancelled(), if !stopping => {
+                stopping = true;
+                say(&format!("Interrupted: stopping training job {job} (StopTrainingJob; the trainer checkpoints on SIGTERM)."));
+                training::stop_training_job(&sm, job.as_str()).await?;
+            }
+            _ = tick.tick(), if args.follow => {
+                let print = |l: &kfaws::sagemaker::logs::LogLine| {
+                    say(&format!("  [{}] {}", l.host().unwrap_or(&l.stream), l.message));
+                };
+                let pass = match &cursor {
+                    None => follow_logs(&logs, job.as_str(), None, print).await,
+                    Some(c) => follow_logs_from(&logs, job.as_str(), c, print).await,
+                };
+                match pass {
+                    Ok(c) => cursor = Some(c),
+                    Err(e) => tracing::warn!("reading the job's log: {e}"),
+                }
+            }
+        }
+    };
+    if args.follow {
+        // The lines written after the last pass.
+        let print = |l: &kfaws::sagemaker::logs::LogLine| {
+            say(&format!(
+                "  [{}] {}",
+                l.host().unwrap_or(&l.stream),
+                l.message
+            ));
+        };
+        let _ = match &cursor {
+            None => follow_logs(&logs, job.as_str(), None, print).await,
+            Some(c) => follow_logs_from(&logs, job.as_str(), c, print).await,
+        };
+    }
+    match outcome.status {
+        TrainingStatus::Completed => {
+            say(&format!(
+                "Training job {job} completed. Model artifact: {}",
+                outcome
+                    .model_artifact
+                    .as_deref()
+                    .unwrap_or("(none reported)")
+            ));
+            if !outcome.final_metrics.is_empty() {
+                let m: Vec<String> = outcome
+                    .final_metrics
+                    .iter()
+                    .map(|(k, v)| format!("{k}={}", metric_value(*v)))
+                    .collect();
+                say(&format!("Final metrics: {}", m.join(" ")));
+            }
+            Ok(0)
+        }
+        TrainingStatus::Stopped if stopping => {
+            say(&format!("Training job {job} stopped."));
+            Ok(kfaws::engine::interrupt::EXIT_INTERRUPTED as u8)
+        }
+        status => bail!(
+            "training job {job} {status}: {}",
+            outcome
+                .failure_reason
+                .as_deref()
+                .unwrap_or("no FailureReason given")
+        ),
+    }
+}

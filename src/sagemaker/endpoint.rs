@@ -1,0 +1,622 @@
+//! SageMaker real-time endpoints: deploy a trained model, invoke it, delete
+//! it.
+//!
+//! An endpoint `NAME` is three resources of that one name: the model
+//! (CreateModel: the image and the `model.tar.gz`), the endpoint
+//! configuration (CreateEndpointConfig: one production variant `AllTraffic`
+//! with the instance type and count) and the endpoint (CreateEndpoint),
+//! which goes `Creating` → `InService` (or `Failed` with a
+//! `FailureReason`). Amazon SageMaker API Reference:
+//! <https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_CreateModel.html>,
+//! <https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_CreateEndpointConfig.html>,
+//! <https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_CreateEndpoint.html>,
+//! <https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_DescribeEndpoint.html>,
+//! <https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_DeleteEndpoint.html>,
+//! <https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_runtime_InvokeEndpoint.html>.
+//!
+//! None of the Create calls takes a client token; a second create of a name
+//! answers "Cannot create already existing ...". [`deploy`] then reads the
+//! existing resource back: one with the same spec (an earlier, interrupted
+//! deploy) is kept and the deploy goes on, one with another spec is an error.
+
+use std::cell::RefCell;
+use std::time::Duration;
+
+use aws_sdk_sagemaker::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_sagemaker::types::{
+    ContainerDefinition, EndpointStatus, ProductionVariant, ProductionVariantInstanceType,
+};
+use aws_sdk_sagemaker::Client;
+use aws_sdk_sagemakerruntime::operation::invoke_endpoint::InvokeEndpointError;
+
+use super::{is_not_found, validate_name, Kind, SageMakerError};
+use crate::aws::wait::{wait_until, Backoff, Poll, WaitError};
+
+/// The name of the endpoint configuration's one production variant.
+pub const VARIANT: &str = "AllTraffic";
+
+/// How long [`delete`] waits for the endpoint to be gone.
+pub const DELETE_TIMEOUT: Duration = Duration::from_secs(15 * 60);
+
+/// What to deploy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EndpointSpec {
+    /// The endpoint name, also the model's and the configuration's
+    /// ([`super::NAME_PATTERN`]).
+    pub name: String,
+    /// The inference image (the trainer image: SageMaker runs it with
+    /// `serve`).
+    pub image: String,
+    /// The `model.tar.gz` S3 URI (a training job's `S3ModelArtifacts`).
+    pub model_data_url: String,
+    /// The IAM role SageMaker assumes to pull the image and the model.
+    pub role_arn: String,
+    /// The instance type, e.g. `ml.m5.large`.
+    pub instance_type: String,
+    /// Instances behind the endpoint, at least 1.
+    pub instance_count: i32,
+    /// Tags of all three resources, `(key, value)`.
+    pub tags: Vec<(String, String)>,
+}
+
+/// A deployed endpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EndpointInfo {
+    /// The endpoint name.
+    pub name: String,
+    /// The endpoint ARN.
+    pub arn: String,
+    /// The model's name.
+    pub model_name: String,
+    /// The endpoint configuration's name.
+    pub config_name: String,
+    /// `EndpointStatus` (`InService` once [`deploy`] returns).
+    pub status: String,
+}
+
+fn invalid(field: String, reason: &str) -> SageMakerError {
+    SageMakerError::Invalid {
+        field,
+        reason: reason.to_string(),
+    }
+}
+
+/// Checks everything in `spec` that the three Create calls would refuse.
+///
+/// # Errors
+/// [`SageMakerError::InvalidName`] or [`SageMakerError::Invalid`] for the
+/// first problem found.
+pub fn validate(spec: &EndpointSpec) -> Result<(), SageMakerError> {
+    validate_name(Kind::Endpoint, &spec.name)?;
+    super::validate_role_arn(&spec.role_arn)?;
+    super::validate_tags(&spec.tags)?;
+    // ContainerDefinition.Image: at most 255 characters, `[\S]+`.
+    if spec.image.is_empty() || spec.image.len() > 255 || spec.image.contains(char::is_whitespace) {
+        return Err(invalid(
+            format!("image {:?}", spec.image),
+            "SageMaker expects an image URI of 1 to 255 characters without spaces \
+             (ContainerDefinition, Image)",
+        ));
+    }
+    // ContainerDefinition.ModelDataUrl: `^(https|s3)://([^/]+)/?(.*)$`, at
+    // most 1024 characters; kfaws sends only the s3:// form.
+    let bucket = spec
+        .model_data_url
+        .strip_prefix("s3://")
+        .and_then(|rest| rest.split('/').next());
+    if !matches!(bucket, Some(b) if !b.is_empty()) || spec.model_data_url.len() > 1024 {
+        return Err(invalid(
+            format!("model data URL {:?}", spec.model_data_url),
+            "expected s3://bucket/key of a model.tar.gz (ContainerDefinition, ModelDataUrl)",
+        ));
+    }
+    if !spec.instance_type.starts_with("ml.") {
+        return Err(invalid(
+            format!("instance type {:?}", spec.instance_type),
+            "SageMaker instance types start with \"ml.\", e.g. ml.m5.large \
+             (ProductionVariant, InstanceType)",
+        ));
+    }
+    if spec.instance_count < 1 {
+        return Err(invalid(
+            "instance_count".into(),
+            "an endpoint needs at least 1 instance (ProductionVariant, InitialInstanceCount)",
+        ));
+    }
+    Ok(())
+}
+
+/// Whether a Create call failed because the name is taken.
+fn already_exists<E: ProvideErrorMetadata>(e: &SdkError<E>) -> bool {
+    e.as_service_error().is_some_and(|s| {
+        s.code() == Some("ResourceInUse")
+            || s.message().is_some_and(|m| m.contains("already existing"))
+    })
+}
+
+fn exists_with(
+    kind: Kind,
+    name: &str,
+    arn: Option<&str>,
+    differences: Vec<String>,
+) -> Result<(), SageMakerError> {
+    if differences.is_empty() {
+        return Ok(());
+    }
+    Err(SageMakerError::AlreadyExists {
+        kind,
+        name: name.to_string(),
+        arn: arn.map(str::to_string),
+        status: None,
+        differences,
+    })
+}
+
+async fn create_model(client: &Client, spec: &EndpointSpec) -> Result<bool, SageMakerError> {
+    let container = ContainerDefinition::builder()
+        .image(&spec.image)
+        .model_data_url(&spec.model_data_url)
+        .build();
+    let sent = client
+        .create_model()
+        .model_name(&spec.name)
+        .primary_container(container)
+        .execution_role_arn(&spec.role_arn)
+        .set_tags((!spec.tags.is_empty()).then(|| super::tags(&spec.tags)))
+        .send()
+        .await;
+    match sent {
+        Ok(_) => Ok(true),
+        Err(e) if already_exists(&e) => {
+            let model = client
+                .describe_model()
+                .model_name(&spec.name)
+                .send()
+                .await
+                .map_err(|e| SageMakerError::api("DescribeModel", &spec.name, &e))?;
+            let container = model.primary_container();
+            let mut differences = Vec::new();
+            if container.and_then(|c| c.image()) != Some(spec.image.as_str()) {
+                differences.push("image".to_string());
+            }
+            if container.and_then(|c| c.model_data_url()) != Some(spec.model_data_url.as_str()) {
+                differences.push("model data URL".to_string());
+            }
+            if model.execution_role_arn() != Some(spec.role_arn.as_str()) {
+                differences.push("role".to_string());
+            }
+            exists_with(Kind::Model, &spec.name, model.model_arn(), differences)?;
+            Ok(false)
+        }
+        Err(e) => Err(SageMakerError::api("CreateModel", &spec.name, &e)),
+    }
+}
+
+async fn create_config(client: &Client, spec: &EndpointSpec) -> Result<bool, SageMakerError> {
+    let variant = ProductionVariant::builder()
+        .variant_name(VARIANT)
+        .model_name(&spec.name)
+        .instance_type(ProductionVariantInstanceType::from(
+            spec.instance_type.as_str(),
+        ))
+        .initial_instance_count(spec.instance_count)
+        .initial_variant_weight(1.0)
+        .build();
+    let sent = client
+        .create_endpoint_config()
+        .endpoint_config_name(&spec.name)
+        .production_variants(variant)
+        .set_tags((!spec.tags.is_empty()).then(|| super::tags(&spec.tags)))
+        .send()
+        .await;
+    match sent {
+        Ok(_) => Ok(true),
+        Err(e) if already_exists(&e) => {
+            let config = client
+                .describe_endpoint_config()
+                .endpoint_config_name(&spec.name)
+                .send()
+                .await
+                .map_err(|e| SageMakerError::api("DescribeEndpointConfig", &spec.name, &e))?;
+            let variants = config.production_variants();
+            let same = variants.len() == 1
+                && variants[0].model_name() == Some(spec.name.as_str())
+                && variants[0].instance_type().map(|t| t.as_str())
+                    == Some(spec.instance_type.as_str())
+                && variants[0].initial_instance_count() == Some(spec.instance_count);
+            let differences = if same {
+                vec![]
+            } else {
+                vec!["production variant (model, instance type or count)".to_string()]
+            };
+            exists_with(
+                Kind::EndpointConfig,
+                &spec.name,
+                config.endpoint_config_arn(),
+                differences,
+            )?;
+            Ok(false)
+        }
+        Err(e) => Err(SageMakerError::api("CreateEndpointConfig", &spec.name, &e)),
+    }
+}
+
+/// Creates the model, the endpoint configuration and the endpoint of
+/// `spec`, then waits (DescribeEndpoint, [`Backoff::with_deadline`]) until
+/// the endpoint is `InService`. `on_event` hears each step and each status
+/// change, e.g. `CreateModel fmnist-1`, `endpoint fmnist-1: Creating`.
+/// Resources left by an earlier deploy of the same spec are kept.
+///
+/// # Errors
+/// - the validation errors of [`validate`], before any call;
+/// - [`SageMakerError::AlreadyExists`] when a resource of that name exists
+///   with another spec;
+/// - [`SageMakerError::Failed`] with SageMaker's `FailureReason` when the
+///   endpoint ends `Failed` (the three resources are left for inspection;
+///   [`delete`] removes them);
+/// - [`SageMakerError::TimedOut`] with the statuses seen;
+/// - [`SageMakerError::Api`] for a failed call.
+pub async fn deploy(
+    client: &Client,
+    spec: &EndpointSpec,
+    timeout: Duration,
+    mut on_event: impl FnMut(&str),
+) -> Result<EndpointInfo, SageMakerError> {
+    validate(spec)?;
+    let name = spec.name.as_str();
+    let created = create_model(client, spec).await?;
+    on_event(&if created {
+        format!("CreateModel {name}")
+    } else {
+        format!("model {name} exists with the same spec")
+    });
+    let created = create_config(client, spec).await?;
+    on_event(&if created {
+        format!("CreateEndpointConfig {name}")
+    } else {
+        format!("endpoint configuration {name} exists with the same spec")
+    });
+    let sent = client
+        .create_endpoint()
+        .endpoint_name(name)
+        .endpoint_config_name(name)
+        .set_tags((!spec.tags.is_empty()).then(|| super::tags(&spec.tags)))
+        .send()
+        .await;
+    match sent {
+        Ok(_) => on_event(&format!("CreateEndpoint {name}")),
+        Err(e) if already_exists(&e) => {
+            let existing = describe(client, name).await?;
+            let config = existing.as_ref().and_then(|d| d.endpoint_config_name());
+            if config != Some(name) {
+                return Err(SageMakerError::AlreadyExists {
+                    kind: Kind::Endpoint,
+                    name: name.to_string(),
+                    arn: existing
+                        .as_ref()
+                        .and_then(|d| d.endpoint_arn())
+                        .map(str::to_string),
+                    status: existing
+                        .as_ref()
+                        .and_then(|d| d.endpoint_status())
+                        .map(|s| s.as_str().to_string()),
+                    differences: vec![format!(
+                        "endpoint configuration ({})",
+                        config.unwrap_or("none")
+                    )],
+                });
+            }
+            on_event(&format!(
+                "endpoint {name} exists with the same configuration"
+            ));
+        }
+        Err(e) => return Err(SageMakerError::api("CreateEndpoint", name, &e)),
+    }
+    wait_in_service(client, name, timeout, on_event).await
+}
+
+async fn describe(
+    client: &Client,
+    name: &str,
+) -> Result<
+    Option<aws_sdk_sagemaker::operation::describe_endpoint::DescribeEndpointOutput>,
+    SageMakerError,
+> {
+    match client.describe_endpoint().endpoint_name(name).send().await {
+        Ok(out) => Ok(Some(out)),
+        Err(e) if is_not_found(&e) => Ok(None),
+        Err(e) => Err(SageMakerError::api("DescribeEndpoint", name, &e)),
+    }
+}
+
+/// What the wait for an endpoint made of its status.
+enum Step {
+    /// `InService`.
+    Ready,
+    /// Still changing.
+    Pending,
+    /// `Failed` or being deleted: the reason.
+    Failed(String),
+}
+
+/// How an endpoint in `status` (with `FailureReason` `reason`) stands for a
+/// deploy: `InService` is ready; `Failed`, `Deleting` and
+/// `UpdateRollbackFailed` will not become ready; the others (`Creating`,
+/// `Updating`, `SystemUpdating`, `RollingBack`, `OutOfService`) may.
+fn step(status: &EndpointStatus, reason: Option<&str>) -> Step {
+    let reason = || reason.unwrap_or("no FailureReason given").to_string();
+    match status {
+        EndpointStatus::InService => Step::Ready,
+        EndpointStatus::Failed | EndpointStatus::UpdateRollbackFailed => Step::Failed(reason()),
+        EndpointStatus::Deleting => Step::Failed("the endpoint is being deleted".into()),
+        _ => Step::Pending,
+    }
+}
+
+async fn wait_in_service(
+    client: &Client,
+    name: &str,
+    timeout: Duration,
+    on_event: impl FnMut(&str),
+) -> Result<EndpointInfo, SageMakerError> {
+    let error: RefCell<Option<SageMakerError>> = RefCell::new(None);
+    let on_event = RefCell::new(on_event);
+    let last: RefCell<Option<String>> = RefCell::new(None);
+    let (error_ref, on_event_ref, last_ref) = (&error, &on_event, &last);
+    let waited = wait_until(Backoff::with_deadline(timeout), || async move {
+        let described = match describe(client, name).await {
+            Ok(Some(d)) => d,
+            Ok(None) => {
+                *error_ref.borrow_mut() = Some(SageMakerError::NotFound {
+                    kind: Kind::Endpoint,
+                    name: name.to_string(),
+                });
+                return Poll::Failed("the endpoint disappeared".into());
+            }
+            Err(e) => {
+                let message = e.to_string();
+                *error_ref.borrow_mut() = Some(e);
+                return Poll::Failed(message);
+            }
+        };
+        let status = described
+            .endpoint_status()
+            .cloned()
+            .unwrap_or(EndpointStatus::from("Unknown"));
+        if last_ref.borrow().as_deref() != Some(status.as_str()) {
+            (on_event_ref.borrow_mut())(&format!("endpoint {name}: {}", status.as_str()));
+            *last_ref.borrow_mut() = Some(status.as_str().to_string());
+        }
+        match step(&status, described.failure_reason()) {
+            Step::Ready => Poll::Ready(EndpointInfo {
+                name: name.to_string(),
+                arn: described.endpoint_arn().unwrap_or_default().to_string(),
+                model_name: name.to_string(),
+                config_name: described.endpoint_config_name().unwrap_or(name).to_string(),
+                status: status.as_str().to_string(),
+            }),
+            Step::Pending => Poll::Pending(status.as_str().to_string()),
+            Step::Failed(reason) => Poll::Failed(reason),
+        }
+    })
+    .await;
+    match waited {
+        Ok(info) => Ok(info),
+        Err(_) if error.borrow().is_some() => Err(error.into_inner().expect("checked")),
+        Err(WaitError::Failed { message, history }) => Err(SageMakerError::Failed {
+            kind: Kind::Endpoint,
+            name: name.to_string(),
+            reason: message,
+            history,
+        }),
+        Err(WaitError::TimedOut { after, history }) => Err(SageMakerError::TimedOut {
+            kind: Kind::Endpoint,
+            name: name.to_string(),
+            after,
+            history,
+        }),
+    }
+}
+
+/// Sends `body` (of media type `content_type`) to endpoint `name`
+/// (InvokeEndpoint) and returns the container's answer.
+///
+/// # Errors
+/// - [`SageMakerError::InvalidName`] before the call;
+/// - [`SageMakerError::Model`] when the container answered with an error
+///   (`ModelError`: its HTTP status and message, and its log stream);
+/// - [`SageMakerError::Api`] for any other failure (no such endpoint,
+///   endpoint not ready, payload too large).
+pub async fn invoke(
+    rt: &aws_sdk_sagemakerruntime::Client,
+    name: &str,
+    content_type: &str,
+    body: Vec<u8>,
+) -> Result<Vec<u8>, SageMakerError> {
+    validate_name(Kind::Endpoint, name)?;
+    match rt
+        .invoke_endpoint()
+        .endpoint_name(name)
+        .content_type(content_type)
+        .body(aws_sdk_sagemakerruntime::primitives::Blob::new(body))
+        .send()
+        .await
+    {
+        Ok(out) => Ok(out.body().map(|b| b.as_ref().to_vec()).unwrap_or_default()),
+        Err(e) => match e.as_service_error() {
+            Some(InvokeEndpointError::ModelError(m)) => Err(SageMakerError::Model {
+                name: name.to_string(),
+                status: m.original_status_code().unwrap_or_default(),
+                message: m
+                    .original_message()
+                    .or(m.message())
+                    .unwrap_or("no message")
+                    .to_string(),
+                log_stream_arn: m.log_stream_arn().map(str::to_string),
+            }),
+            _ => Err(SageMakerError::Api {
+                operation: "InvokeEndpoint",
+                name: name.to_string(),
+                message: crate::aws::error_message(&e),
+            }),
+        },
+    }
+}
+
+/// Deletes endpoint `name`, waits (up to [`DELETE_TIMEOUT`]) until it is
+/// gone, then deletes its endpoint configuration and model (both named
+/// `name`). Each one that does not exist counts as deleted, so a delete
+/// can be repeated after an interruption.
+///
+/// # Errors
+/// - [`SageMakerError::InvalidName`] before any call;
+/// - [`SageMakerError::TimedOut`] when the endpoint is still there after
+///   [`DELETE_TIMEOUT`];
+/// - [`SageMakerError::Api`] for a failed call.
+pub async fn delete(client: &Client, name: &str) -> Result<(), SageMakerError> {
+    validate_name(Kind::Endpoint, name)?;
+    match client.delete_endpoint().endpoint_name(name).send().await {
+        Ok(_) => {}
+        Err(e) if is_not_found(&e) => {}
+        Err(e) => return Err(SageMakerError::api("DeleteEndpoint", name, &e)),
+    }
+    let error: RefCell<Option<SageMakerError>> = RefCell::new(None);
+    let error_ref = &error;
+    let gone = wait_until(Backoff::with_deadline(DELETE_TIMEOUT), || async move {
+        match describe(client, name).await {
+            Ok(None) => Poll::Ready(()),
+            Ok(Some(d)) => Poll::Pending(
+                d.endpoint_status()
+                    .map_or("Unknown", |s| s.as_str())
+                    .to_string(),
+            ),
+            Err(e) => {
+                let message = e.to_string();
+                *error_ref.borrow_mut() = Some(e);
+                Poll::Failed(message)
+            }
+        }
+    })
+    .await;
+    match gone {
+        Ok(()) => {}
+        Err(_) if error.borrow().is_some() => return Err(error.into_inner().expect("checked")),
+        Err(WaitError::TimedOut { after, history }) => {
+            return Err(SageMakerError::TimedOut {
+                kind: Kind::Endpoint,
+                name: name.to_string(),
+                after,
+                history,
+            })
+        }
+        Err(WaitError::Failed { message, .. }) => {
+            return Err(SageMakerError::Api {
+                operation: "DescribeEndpoint",
+                name: name.to_string(),
+                message,
+            })
+        }
+    }
+    match client
+        .delete_endpoint_config()
+        .endpoint_config_name(name)
+        .send()
+        .await
+    {
+        Ok(_) => {}
+        Err(e) if is_not_found(&e) => {}
+        Err(e) => return Err(SageMakerError::api("DeleteEndpointConfig", name, &e)),
+    }
+    match client.delete_model().model_name(name).send().await {
+        Ok(_) => Ok(()),
+        Err(e) if is_not_found(&e) => Ok(()),
+        Err(e) => Err(SageMakerError::api("DeleteModel", name, &e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec() -> EndpointSpec {
+        EndpointSpec {
+            name: "fmnist-1".into(),
+            image: "123456789012.dkr.ecr.us-east-1.amazonaws.com/kfaws-trainer@sha256:ab".into(),
+            model_data_url: "s3://bucket/models/fmnist-1/output/model.tar.gz".into(),
+            role_arn: "arn:aws:iam::123456789012:role/kfaws-sagemaker".into(),
+            instance_type: "ml.m5.large".into(),
+            instance_count: 1,
+            tags: vec![],
+        }
+    }
+
+    #[test]
+    fn specs_are_checked_before_any_call() {
+        validate(&spec()).unwrap();
+        let cases = [
+            (
+                EndpointSpec {
+                    name: "a_b".into(),
+                    ..spec()
+                },
+                "endpoint name \"a_b\"",
+            ),
+            (
+                EndpointSpec {
+                    model_data_url: "model.tar.gz".into(),
+                    ..spec()
+                },
+                "model data URL",
+            ),
+            (
+                EndpointSpec {
+                    instance_type: "t3.large".into(),
+                    ..spec()
+                },
+                "instance type",
+            ),
+            (
+                EndpointSpec {
+                    instance_count: 0,
+                    ..spec()
+                },
+                "instance_count",
+            ),
+            (
+                EndpointSpec {
+                    role_arn: "role".into(),
+                    ..spec()
+                },
+                "role ARN",
+            ),
+        ];
+        for (s, expected) in cases {
+            let e = validate(&s).unwrap_err().to_string();
+            assert!(e.contains(expected), "{expected}: {e}");
+        }
+    }
+
+    #[test]
+    fn statuses_that_cannot_become_in_service_fail_with_the_reason() {
+        assert!(matches!(
+            step(&EndpointStatus::InService, None),
+            Step::Ready
+        ));
+        for pending in [
+            EndpointStatus::Creating,
+            EndpointStatus::Updating,
+            EndpointStatus::SystemUpdating,
+            EndpointStatus::RollingBack,
+        ] {
+            assert!(matches!(step(&pending, None), Step::Pending), "{pending:?}");
+        }
+        let Step::Failed(reason) = step(&EndpointStatus::Failed, Some("ping failed")) else {
+            panic!("Failed is a failure")
+        };
+        assert_eq!(reason, "ping failed");
+        assert!(matches!(
+            step(&EndpointStatus::Deleting, None),
+            Step::Failed(_)
+        ));
+    }
+}

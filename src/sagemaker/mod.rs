@@ -1,0 +1,342 @@
+//! Amazon SageMaker: training jobs ([`training`]) with their CloudWatch logs
+//! ([`logs`]), and real-time endpoints ([`endpoint`]) serving a trained model.
+//!
+//! Every call checks its input against the rules of the SageMaker API
+//! Reference before anything is sent, so a bad name or hyperparameter is an
+//! error that names the input and the rule, and nothing is created. Waits
+//! poll with [`crate::aws::wait`]'s backoff and report the statuses seen.
+//!
+//! Sources: Amazon SageMaker API Reference,
+//! <https://docs.aws.amazon.com/sagemaker/latest/APIReference/Welcome.html>.
+
+pub mod endpoint;
+pub mod logs;
+pub mod training;
+
+use std::fmt;
+use std::time::Duration;
+
+use aws_sdk_sagemaker::error::{ProvideErrorMetadata, SdkError};
+
+use crate::aws::wait::History;
+
+/// The kinds of SageMaker resource kfaws names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A training job (`CreateTrainingJob`).
+    TrainingJob,
+    /// A model (`CreateModel`).
+    Model,
+    /// An endpoint configuration (`CreateEndpointConfig`).
+    EndpointConfig,
+    /// An endpoint (`CreateEndpoint`).
+    Endpoint,
+}
+
+impl Kind {
+    /// The API operation and member that define the kind's name rule.
+    fn name_source(self) -> &'static str {
+        match self {
+            Kind::TrainingJob => "CreateTrainingJob, TrainingJobName",
+            Kind::Model => "CreateModel, ModelName",
+            Kind::EndpointConfig => "CreateEndpointConfig, EndpointConfigName",
+            Kind::Endpoint => "CreateEndpoint, EndpointName",
+        }
+    }
+}
+
+impl fmt::Display for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Kind::TrainingJob => "training job",
+            Kind::Model => "model",
+            Kind::EndpointConfig => "endpoint configuration",
+            Kind::Endpoint => "endpoint",
+        })
+    }
+}
+
+/// The name pattern shared by training jobs, models, endpoint configurations
+/// and endpoints: 1 to 63 characters, letters, digits and hyphens, starting
+/// and ending with a letter or digit (Amazon SageMaker API Reference:
+/// `TrainingJobName`, `ModelName`, `EndpointConfigName` and `EndpointName`
+/// all have the pattern `^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}` and a maximum
+/// length of 63).
+pub const NAME_PATTERN: &str = "^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}";
+
+/// Checks `name` against [`NAME_PATTERN`], the rule SageMaker applies to
+/// names of `kind`.
+///
+/// # Errors
+/// [`SageMakerError::InvalidName`] saying which characters or which length
+/// the rule refuses, e.g. `training job name "ml_job" is invalid: it
+/// contains '_' (not allowed); SageMaker allows ^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}
+/// (Amazon SageMaker API Reference, CreateTrainingJob, TrainingJobName)`.
+pub fn validate_name(kind: Kind, name: &str) -> Result<(), SageMakerError> {
+    // The rule in `naming` is the same pattern, stated for training jobs;
+    // only its explanation of the mismatch is used here.
+    match crate::naming::SAGEMAKER_JOB.violation(name) {
+        None => Ok(()),
+        Some(reason) => Err(SageMakerError::InvalidName {
+            kind,
+            name: name.to_string(),
+            reason,
+        }),
+    }
+}
+
+/// What went wrong in a SageMaker call or wait.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum SageMakerError {
+    /// A name SageMaker would refuse; nothing was sent.
+    #[error(
+        "{kind} name {name:?} is invalid: {reason}; SageMaker allows {NAME_PATTERN} \
+         (Amazon SageMaker API Reference, {})",
+        kind.name_source()
+    )]
+    InvalidName {
+        /// What the name is for.
+        kind: Kind,
+        /// The name.
+        name: String,
+        /// What the rule refuses.
+        reason: String,
+    },
+    /// Any other input SageMaker would refuse; nothing was sent.
+    #[error("{field} is invalid: {reason}")]
+    Invalid {
+        /// The input, e.g. `hyperparameter "lr"` or `instance_count`.
+        field: String,
+        /// What is wrong and the rule's source.
+        reason: String,
+    },
+    /// A resource of that name exists already (`ResourceInUse`, or
+    /// "Cannot create already existing ...").
+    #[error(
+        "{kind} {name:?} already exists{}{}: {}",
+        status.as_deref().map(|s| format!(" (status {s})")).unwrap_or_default(),
+        arn.as_deref().map(|a| format!(" as {a}")).unwrap_or_default(),
+        if differences.is_empty() {
+            "it was created with the same spec (an earlier run); wait for it or use another name"
+                .to_string()
+        } else {
+            format!("it differs in {}; use another name", differences.join(", "))
+        }
+    )]
+    AlreadyExists {
+        /// What exists.
+        kind: Kind,
+        /// Its name.
+        name: String,
+        /// Its ARN, when known.
+        arn: Option<String>,
+        /// Its status, when known.
+        status: Option<String>,
+        /// The fields of the request that differ from the existing
+        /// resource; empty when it was created with the same spec.
+        differences: Vec<String>,
+    },
+    /// The resource does not exist.
+    #[error("{kind} {name:?} does not exist")]
+    NotFound {
+        /// What is missing.
+        kind: Kind,
+        /// Its name.
+        name: String,
+    },
+    /// A call failed: `Code: message (request id)` or the SDK's description
+    /// (see [`crate::aws::error_message`]).
+    #[error("{operation} {name}: {message}")]
+    Api {
+        /// The API operation, e.g. `CreateTrainingJob`.
+        operation: &'static str,
+        /// The resource name the call was about.
+        name: String,
+        /// What the service or the SDK said.
+        message: String,
+    },
+    /// The resource reached a failed state (an endpoint `Failed`), with the
+    /// service's `FailureReason`.
+    #[error("{kind} {name:?} failed: {reason} (statuses: {history})")]
+    Failed {
+        /// What failed.
+        kind: Kind,
+        /// Its name.
+        name: String,
+        /// SageMaker's `FailureReason`.
+        reason: String,
+        /// The statuses seen while waiting.
+        history: History,
+    },
+    /// A wait passed its deadline.
+    #[error("{kind} {name:?} did not finish within {}s (statuses: {history})", after.as_secs())]
+    TimedOut {
+        /// What was waited for.
+        kind: Kind,
+        /// Its name.
+        name: String,
+        /// The deadline.
+        after: Duration,
+        /// The statuses seen.
+        history: History,
+    },
+    /// The endpoint's container answered an invocation with an error
+    /// (InvokeEndpoint `ModelError`).
+    #[error(
+        "the model behind endpoint {name:?} answered HTTP {status}: {message}{}",
+        log_stream_arn.as_deref().map(|l| format!(" (container log: {l})")).unwrap_or_default()
+    )]
+    Model {
+        /// The endpoint.
+        name: String,
+        /// The container's HTTP status (`OriginalStatusCode`).
+        status: i32,
+        /// The container's answer (`OriginalMessage`).
+        message: String,
+        /// The CloudWatch Logs stream of the container, when given.
+        log_stream_arn: Option<String>,
+    },
+}
+
+impl SageMakerError {
+    /// An [`SageMakerError::Api`] from an SDK error.
+    fn api<E>(operation: &'static str, name: &str, e: &SdkError<E>) -> Self
+    where
+        E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+    {
+        SageMakerError::Api {
+            operation,
+            name: name.to_string(),
+            message: crate::aws::error_message(e),
+        }
+    }
+}
+
+/// Whether SageMaker said the resource does not exist. The Describe and
+/// Delete operations of models, endpoint configurations, endpoints and
+/// training jobs answer `ValidationException` with "Could not find ..." (or
+/// "Requested resource not found" for training jobs) rather than a typed
+/// not-found error, so the message is what tells.
+fn is_not_found<E: ProvideErrorMetadata>(e: &SdkError<E>) -> bool {
+    let Some(service) = e.as_service_error() else {
+        return false;
+    };
+    service.code() == Some("ResourceNotFound")
+        || service.message().is_some_and(|m| {
+            m.contains("Could not find") || m.contains("Requested resource not found")
+        })
+}
+
+/// SageMaker [`Tag`](aws_sdk_sagemaker::types::Tag)s from `(key, value)` pairs.
+fn tags(pairs: &[(String, String)]) -> Vec<aws_sdk_sagemaker::types::Tag> {
+    pairs
+        .iter()
+        .map(|(k, v)| {
+            aws_sdk_sagemaker::types::Tag::builder()
+                .key(k)
+                .value(v)
+                .build()
+        })
+        .collect()
+}
+
+/// At most this many tags per resource (Amazon SageMaker API Reference,
+/// `Tags`: "Array Members: Minimum number of 0 items. Maximum number of 50
+/// items").
+pub const MAX_TAGS: usize = 50;
+
+fn validate_tags(pairs: &[(String, String)]) -> Result<(), SageMakerError> {
+    if pairs.len() > MAX_TAGS {
+        return Err(SageMakerError::Invalid {
+            field: "tags".into(),
+            reason: format!(
+                "{} tags, SageMaker allows at most {MAX_TAGS} per resource \
+                 (Amazon SageMaker API Reference, Tag)",
+                pairs.len()
+            ),
+        });
+    }
+    // Tag: Key 1..=128 characters, Value 0..=256 characters.
+    for (k, v) in pairs {
+        if k.is_empty() || k.chars().count() > 128 || v.chars().count() > 256 {
+            return Err(SageMakerError::Invalid {
+                field: format!("tag {k:?}"),
+                reason: "tag keys have 1 to 128 characters and values at most 256 \
+                         (Amazon SageMaker API Reference, Tag)"
+                    .into(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// An IAM role ARN as SageMaker accepts it for `RoleArn` and
+/// `ExecutionRoleArn`: 20 to 2048 characters, pattern
+/// `^arn:aws[a-z\-]*:iam::\d{12}:role/?[a-zA-Z_0-9+=,.@\-_/]+$`.
+fn validate_role_arn(arn: &str) -> Result<(), SageMakerError> {
+    let re = regex_lite::Regex::new(r"^arn:aws[a-z\-]*:iam::\d{12}:role/?[a-zA-Z_0-9+=,.@\-_/]+$")
+        .expect("the role ARN pattern is valid");
+    let len = arn.chars().count();
+    if (20..=2048).contains(&len) && re.is_match(arn) {
+        return Ok(());
+    }
+    Err(SageMakerError::Invalid {
+        field: format!("role ARN {arn:?}"),
+        reason: "SageMaker expects an IAM role ARN, arn:aws:iam::ACCOUNT:role/NAME \
+                 (Amazon SageMaker API Reference, CreateTrainingJob, RoleArn)"
+            .into(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_follow_the_sagemaker_pattern() {
+        for ok in ["a", "job-1", "A--b", &"x".repeat(63)] {
+            assert!(validate_name(Kind::TrainingJob, ok).is_ok(), "{ok}");
+        }
+        let e = validate_name(Kind::TrainingJob, "ml_job").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "training job name \"ml_job\" is invalid: it contains '_' (not allowed); SageMaker \
+             allows ^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62} (Amazon SageMaker API Reference, \
+             CreateTrainingJob, TrainingJobName)"
+        );
+        let long = "a".repeat(70);
+        let e = validate_name(Kind::Endpoint, &long)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("it is 70 characters, the limit is 1..=63"),
+            "{e}"
+        );
+        assert!(e.contains("CreateEndpoint, EndpointName"), "{e}");
+        for bad in ["", "-job", "job-", "job.1"] {
+            assert!(validate_name(Kind::Model, bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn role_arns_follow_the_sagemaker_pattern() {
+        assert!(validate_role_arn("arn:aws:iam::123456789012:role/kfaws-sagemaker").is_ok());
+        assert!(validate_role_arn("arn:aws-cn:iam::123456789012:role/path/r").is_ok());
+        for bad in [
+            "kfaws-sagemaker",
+            "arn:aws:iam::1234:role/r",
+            "arn:aws:s3:::bucket",
+        ] {
+            assert!(validate_role_arn(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn at_most_fifty_tags() {
+        let tags: Vec<(String, String)> = (0..51).map(|i| (format!("k{i}"), "v".into())).collect();
+        assert!(validate_tags(&tags[..50]).is_ok());
+        let e = validate_tags(&tags).unwrap_err().to_string();
+        assert!(e.contains("51 tags, SageMaker allows at most 50"), "{e}");
+        assert!(validate_tags(&[(String::new(), "v".into())]).is_err());
+    }
+}

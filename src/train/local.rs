@@ -1,0 +1,219 @@
+//! `kfaws train --runtime local`: N trainer processes on this machine under
+//! the Kubeflow PyTorchJob environment contract (`MASTER_ADDR`,
+//! `MASTER_PORT`, `WORLD_SIZE`, `RANK`; see the training operator's
+//! [PyTorchJob guide](https://www.kubeflow.org/docs/components/trainer/legacy-v1/user-guides/pytorch/)),
+//! the quickest way to try a change to the trainer or its hyperparameters.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Arc;
+
+use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
+use tokio::process::{Child, Command};
+use tokio_util::sync::CancellationToken;
+
+/// Variables of the launch contracts the trainer reads. Inherited values
+/// would override or confuse what this runner sets (flags and `TRAINER_*`
+/// come first in the trainer's resolution order), so children start
+/// without them.
+const CONTRACT_PREFIXES: [&str; 3] = ["TRAINER_", "PET_", "SM_"];
+const CONTRACT_VARS: [&str; 4] = ["MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK"];
+
+/// Where each line a rank prints goes: `(rank, line)`.
+pub type LineSink = Arc<dyn Fn(u32, &str) + Send + Sync>;
+
+/// A local training run.
+#[derive(Debug, Clone)]
+pub struct LocalJob {
+    /// The `kfaws-trainer` binary.
+    pub trainer: PathBuf,
+    /// Number of processes (world size), at least 1.
+    pub workers: u32,
+    /// The dataset directory.
+    pub data_dir: PathBuf,
+    /// The job's directory: `model/` and `checkpoints/` are written there.
+    pub job_dir: PathBuf,
+    /// Hyperparameters, passed as `--hp KEY=VALUE`.
+    pub hyperparameters: BTreeMap<String, String>,
+}
+
+/// How a local run ended.
+#[derive(Debug, Clone)]
+pub struct LocalOutcome {
+    /// Each rank's exit code (`None`: killed by a signal), by rank.
+    pub exit_codes: Vec<Option<i32>>,
+    /// Where rank 0 wrote the model.
+    pub model_dir: PathBuf,
+    /// Rank 0's last metric line (`epoch=… test_acc=…;`), if any.
+    pub last_metrics: Option<String>,
+    /// Whether the run was interrupted (SIGTERM sent to every rank).
+    pub interrupted: bool,
+}
+
+impl LocalOutcome {
+    /// Whether every rank exited 0.
+    pub fn succeeded(&self) -> bool {
+        !self.interrupted && self.exit_codes.iter().all(|c| *c == Some(0))
+    }
+}
+
+/// A local run that could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum LocalError {
+    /// No free loopback port for rank 0.
+    #[error("cannot find a free loopback port for rank 0: {0}")]
+    Port(std::io::Error),
+    /// The job directory cannot be made.
+    #[error("cannot create {path}: {source}")]
+    JobDir {
+        /// The directory.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// A trainer process cannot be started.
+    #[error("cannot start {trainer} (rank {rank}): {source}")]
+    Spawn {
+        /// The binary.
+        trainer: PathBuf,
+        /// The rank.
+        rank: u32,
+        /// The cause.
+        source: std::io::Error,
+    },
+}
+
+/// A free TCP port on 127.0.0.1 (bound, read, released; the trainer binds
+/// it again a moment later).
+fn free_port() -> std::io::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+fn command(job: &LocalJob, rank: u32, port: u16) -> Command {
+    let mut cmd = Command::new(&job.trainer);
+    cmd.arg("train");
+    for (k, v) in &job.hyperparameters {
+        cmd.arg("--hp").arg(format!("{k}={v}"));
+    }
+    for (k, _) in std::env::vars_os() {
+        let k = k.to_string_lossy();
+        if CONTRACT_PREFIXES.iter().any(|p| k.starts_with(p)) || CONTRACT_VARS.contains(&&*k) {
+            cmd.env_remove(&*k);
+        }
+    }
+    cmd.env("MASTER_ADDR", "127.0.0.1")
+        .env("MASTER_PORT", port.to_string())
+        .env("WORLD_SIZE", job.workers.to_string())
+        .env("RANK", rank.to_string())
+        // Rank 0 listens on loopback only: nothing outside this machine joins.
+        .env("TRAINER_BIND_ADDR", "127.0.0.1")
+        .env("TRAINER_DATA_DIR", &job.data_dir)
+        .env("TRAINER_MODEL_DIR", job.job_dir.join("model"))
+        .env("TRAINER_CHECKPOINT_DIR", job.job_dir.join("checkpoints"))
+        // A SageMaker layout left at /opt/ml on this machine would take
+        // precedence over the PyTorchJob contract; point the trainer away.
+        .env("TRAINER_SAGEMAKER_ROOT", job.job_dir.join("no-sagemaker"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    cmd
+}
+
+/// Copies `from`'s lines to `print(rank, line)`; returns the last metric
+/// line seen.
+async fn pump(from: impl AsyncRead + Unpin, rank: u32, print: LineSink) -> Option<String> {
+    let mut lines = BufReader::new(from).lines();
+    let mut last = None;
+    while let Ok(Some(line)) = lines.next_line().await {
+        if line.starts_with("epoch=") && line.contains("test_acc=") {
+            last = Some(line.clone());
+        }
+        print(rank, &line);
+    }
+    last
+}
+
+/// SIGTERM: the trainer checkpoints and exits non-zero, as under SageMaker's
+/// StopTrainingJob or a Pod deletion.
+fn terminate(pid: u32) {
+    if let Ok(pid) = i32::try_from(pid) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+    }
+}
+
+/// Runs the job to the end: every rank exits, or `cancel` fires and every
+/// rank is sent SIGTERM and waited for. A rank that fails makes its peers
+/// fail within the trainer's collective timeout (the trainer's own rule),
+/// so this never waits forever on a dead peer.
+///
+/// # Errors
+/// [`LocalError`] when the run cannot start; a failed run is an `Ok` outcome
+/// with its exit codes.
+pub async fn run(
+    job: &LocalJob,
+    cancel: &CancellationToken,
+    print: LineSink,
+) -> Result<LocalOutcome, LocalError> {
+    for dir in [job.job_dir.join("model"), job.job_dir.join("checkpoints")] {
+        std::fs::create_dir_all(&dir).map_err(|source| LocalError::JobDir {
+            path: dir.clone(),
+            source,
+        })?;
+    }
+    let port = free_port().map_err(LocalError::Port)?;
+    let mut children = Vec::new();
+    let mut pumps = Vec::new();
+    for rank in 0..job.workers.max(1) {
+        let mut child = command(job, rank, port)
+            .spawn()
+            .map_err(|source| LocalError::Spawn {
+                trainer: job.trainer.clone(),
+                rank,
+                source,
+            })?;
+        let out = child.stdout.take().expect("stdout is piped");
+        let err = child.stderr.take().expect("stderr is piped");
+        pumps.push(tokio::spawn(pump(out, rank, print.clone())));
+        pumps.push(tokio::spawn(pump(err, rank, print.clone())));
+        children.push(child);
+    }
+    let pids: Vec<u32> = children.iter().filter_map(Child::id).collect();
+    let mut interrupted = false;
+    let mut exit_codes = Vec::new();
+    for child in &mut children {
+        let status = loop {
+            tokio::select! {
+                status = child.wait() => break status,
+                () = cancel.cancelled(), if !interrupted => {
+                    interrupted = true;
+                    // Every rank, not only this one: all checkpoint and stop.
+                    pids.iter().for_each(|&pid| terminate(pid));
+                }
+            }
+        };
+        exit_codes.push(status.ok().and_then(|s| s.code()));
+    }
+    let mut metrics = Vec::new();
+    for p in pumps {
+        metrics.push(p.await.ok().flatten());
+    }
+    Ok(LocalOutcome {
+        exit_codes,
+        model_dir: job.job_dir.join("model"),
+        // Rank 0's stdout pump is the first.
+        last_metrics: metrics.into_iter().next().flatten(),
+        interrupted,
+    })
+}
+
+/// The model directory of a local job under `root` (`./kfaws-jobs/<job>`).
+pub fn job_dir(root: &Path, job: &str) -> PathBuf {
+    root.join(job)
+}

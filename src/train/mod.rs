@@ -1,0 +1,117 @@
+//! `kfaws train`: one training request, run at the user's choice on this
+//! machine, as a Kubeflow PyTorchJob on the cluster, or as a SageMaker
+//! training job. The job name and the hyperparameters are the same for all
+//! three; each runtime module turns them into its contract.
+
+pub mod data;
+pub mod local;
+pub mod name;
+pub mod pytorchjob;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+/// Where a training job runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Runtime {
+    /// Trainer processes on this machine, under the PyTorchJob environment contract.
+    Local,
+    /// A Kubeflow `PyTorchJob` (kubeflow.org/v1) in the deployment's user namespace.
+    Kubernetes,
+    /// A SageMaker training job with the pushed trainer image.
+    Sagemaker,
+}
+
+impl fmt::Display for Runtime {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Local => "local",
+            Self::Kubernetes => "kubernetes",
+            Self::Sagemaker => "sagemaker",
+        })
+    }
+}
+
+/// The hyperparameters every runtime passes to the trainer, with the
+/// reference job's names (`batch-size`, `epochs`, `lr`, `backend`), as
+/// strings (SageMaker's `HyperParameters` are a string map). `extra` pairs
+/// (`--hp KEY=VALUE`) come last and win.
+pub fn hyperparameters(
+    epochs: u32,
+    batch_size: u32,
+    lr: f64,
+    backend: &str,
+    extra: &[(String, String)],
+) -> BTreeMap<String, String> {
+    let mut h = BTreeMap::from([
+        ("epochs".to_string(), epochs.to_string()),
+        ("batch-size".to_string(), batch_size.to_string()),
+        ("lr".to_string(), lr.to_string()),
+        ("backend".to_string(), backend.to_string()),
+    ]);
+    h.extend(extra.iter().cloned());
+    h
+}
+
+/// Parses `KEY=VALUE` (a `--hp` flag).
+///
+/// # Errors
+/// A message naming the value when it has no `=` or an empty key.
+pub fn parse_hyperparameter(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
+        _ => Err(format!("{s:?} is not KEY=VALUE")),
+    }
+}
+
+/// The `kfaws-trainer` binary: `explicit` if given, else the one beside
+/// `kfaws` itself (how `cargo build` and releases lay them out).
+///
+/// # Errors
+/// A message naming the paths looked at.
+pub fn trainer_binary(explicit: Option<&Path>, kfaws_exe: &Path) -> Result<PathBuf, String> {
+    let path = match explicit {
+        Some(p) => p.to_path_buf(),
+        None => kfaws_exe.with_file_name("kfaws-trainer"),
+    };
+    if path.is_file() {
+        Ok(path)
+    } else {
+        Err(format!(
+            "the trainer binary {} does not exist; build it (`cargo build --workspace --bins`) \
+             or pass --trainer PATH",
+            path.display()
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hyperparameters_are_the_reference_names_and_extras_win() {
+        let h = hyperparameters(
+            2,
+            64,
+            0.05,
+            "gloo",
+            &[
+                ("lr".into(), "0.1".into()),
+                ("max-train-samples".into(), "600".into()),
+            ],
+        );
+        assert_eq!(h["epochs"], "2");
+        assert_eq!(h["batch-size"], "64");
+        assert_eq!(h["lr"], "0.1");
+        assert_eq!(h["backend"], "gloo");
+        assert_eq!(h["max-train-samples"], "600");
+        assert_eq!(
+            parse_hyperparameter("seed=7").unwrap(),
+            ("seed".into(), "7".into())
+        );
+        assert!(parse_hyperparameter("=7").is_err());
+        assert!(parse_hyperparameter("seed").is_err());
+    }
+}

@@ -1,0 +1,459 @@
+//! `kfaws train --runtime kubernetes`: a Kubeflow `PyTorchJob`
+//! (`kubeflow.org/v1`) in the deployment's user namespace, following the
+//! training operator's contract
+//! (<https://www.kubeflow.org/docs/components/trainer/legacy-v1/user-guides/pytorch/>):
+//! one `Master` and `N − 1` `Worker` replicas whose container is named
+//! `pytorch`, restart policy `ExitCode` (exit codes 1–127 are permanent
+//! failures, 128 and above are retried, which is how the trainer's exit
+//! codes are chosen), Istio sidecar injection off (a sidecar never exits,
+//! so the job would never complete), and the EFS claim mounted for the data,
+//! the model and the checkpoints.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DynamicObject, ListParams, LogParams, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use kube::Client;
+use serde_json::{json, Value};
+
+use crate::k8s::discovery::{provider, Served};
+
+/// Where the EFS claim is mounted in every replica.
+pub const EFS_MOUNT: &str = "/mnt/efs";
+/// The claim the user namespace holds (`manifests/user-namespace.yaml`).
+pub const EFS_CLAIM: &str = "efs-claim";
+/// The operator's default rendezvous port (`pytorchjob-port`).
+pub const MASTER_PORT: i32 = 23456;
+
+/// A PyTorchJob to submit.
+#[derive(Debug, Clone)]
+pub struct PyTorchJobSpec {
+    /// The job name (a valid [`crate::train::name::JobName`]).
+    pub name: String,
+    /// The user namespace.
+    pub namespace: String,
+    /// The trainer image (`repo@sha256:…`).
+    pub image: String,
+    /// Total replicas: one master and `workers − 1` workers.
+    pub workers: u32,
+    /// Hyperparameters (`--hp KEY=VALUE` arguments).
+    pub hyperparameters: BTreeMap<String, String>,
+    /// The dataset's path inside the file system (`/datasets/fashion-mnist`).
+    pub data_path: String,
+    /// CPU request and limit per replica (Kubernetes quantity, e.g. `1`).
+    pub cpu: String,
+    /// Memory request and limit per replica (e.g. `2Gi`).
+    pub memory: String,
+}
+
+impl PyTorchJobSpec {
+    /// Where rank 0 writes the model, inside the file system.
+    pub fn model_path(&self) -> String {
+        format!("/models/{}", self.name)
+    }
+
+    /// The `PyTorchJob` object.
+    pub fn manifest(&self) -> Value {
+        let mut args = vec!["train".to_string()];
+        for (k, v) in &self.hyperparameters {
+            args.push("--hp".into());
+            args.push(format!("{k}={v}"));
+        }
+        let template = json!({
+            "metadata": {
+                "labels": {"app.kubernetes.io/managed-by": "kfaws"},
+                "annotations": {"sidecar.istio.io/inject": "false"},
+            },
+            "spec": {
+                "containers": [{
+                    "name": "pytorch",
+                    "image": self.image,
+                    "command": ["kfaws-trainer"],
+                    "args": args,
+                    "env": [
+                        {"name": "TRAINER_DATA_DIR", "value": format!("{EFS_MOUNT}{}", self.data_path)},
+                        {"name": "TRAINER_MODEL_DIR", "value": format!("{EFS_MOUNT}{}", self.model_path())},
+                        {"name": "TRAINER_CHECKPOINT_DIR", "value": format!("{EFS_MOUNT}/checkpoints/{}", self.name)},
+                    ],
+                    "ports": [{"name": "pytorchjob-port", "containerPort": MASTER_PORT}],
+                    "resources": {
+                        "requests": {"cpu": self.cpu, "memory": self.memory},
+                        "limits": {"cpu": self.cpu, "memory": self.memory},
+                    },
+                    // The kubelet puts the log's tail in the termination message
+                    // when the container fails without writing one: the reason
+                    // `kfaws train` reports.
+                    "terminationMessagePolicy": "FallbackToLogsOnError",
+                    "securityContext": {
+                        "allowPrivilegeEscalation": false,
+                        "capabilities": {"drop": ["ALL"]},
+                    },
+                    "volumeMounts": [{"name": "efs", "mountPath": EFS_MOUNT}],
+                }],
+                "volumes": [{"name": "efs", "persistentVolumeClaim": {"claimName": EFS_CLAIM}}],
+            },
+        });
+        let mut replicas = serde_json::Map::new();
+        replicas.insert(
+            "Master".into(),
+            json!({"replicas": 1, "restartPolicy": "ExitCode", "template": template}),
+        );
+        if self.workers > 1 {
+            replicas.insert(
+                "Worker".into(),
+                json!({"replicas": self.workers - 1, "restartPolicy": "ExitCode", "template": template}),
+            );
+        }
+        json!({
+            "apiVersion": "kubeflow.org/v1",
+            "kind": "PyTorchJob",
+            "metadata": {
+                "name": self.name,
+                "namespace": self.namespace,
+                "labels": {"app.kubernetes.io/managed-by": "kfaws"},
+            },
+            "spec": {
+                "runPolicy": {"backoffLimit": 3, "cleanPodPolicy": "None"},
+                "pytorchReplicaSpecs": replicas,
+            },
+        })
+    }
+}
+
+/// A PyTorchJob that could not be submitted or watched.
+#[derive(Debug, thiserror::Error)]
+pub enum PyTorchJobError {
+    /// The cluster does not serve `kubeflow.org/v1` `PyTorchJob`.
+    #[error("the cluster does not serve kubeflow.org/v1 PyTorchJob: install {0}")]
+    NotServed(&'static str),
+    /// The user namespace does not exist.
+    #[error(
+        "namespace {0:?} does not exist; run `kfaws apply` (it is created by k8s.user-namespace)"
+    )]
+    NoNamespace(String),
+    /// A Kubernetes call failed.
+    #[error("{what}: {source}")]
+    Kube {
+        /// The call.
+        what: String,
+        /// The cause.
+        #[source]
+        source: kube::Error,
+    },
+    /// The job did not finish in time.
+    #[error("PyTorchJob {name} did not finish within {timeout:?}; last conditions: {conditions}")]
+    Timeout {
+        /// The job.
+        name: String,
+        /// The limit.
+        timeout: Duration,
+        /// Its last conditions.
+        conditions: String,
+    },
+}
+
+fn kube_err(what: impl Into<String>) -> impl FnOnce(kube::Error) -> PyTorchJobError {
+    let what = what.into();
+    move |source| PyTorchJobError::Kube { what, source }
+}
+
+fn resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("kubeflow.org", "v1", "PyTorchJob"),
+        "pytorchjobs",
+    )
+}
+
+/// Checks that the cluster can run the job: the PyTorchJob kind is served
+/// (the training operator's CRD is Established) and the namespace exists.
+///
+/// # Errors
+/// [`PyTorchJobError::NotServed`] (naming the component to install),
+/// [`PyTorchJobError::NoNamespace`], or the failed call.
+pub async fn preflight(client: &Client, namespace: &str) -> Result<(), PyTorchJobError> {
+    let served = Served::fetch(client)
+        .await
+        .map_err(kube_err("API discovery"))?;
+    if served.get("kubeflow.org", "v1", "PyTorchJob").is_none() {
+        return Err(PyTorchJobError::NotServed(
+            provider("kubeflow.org", "PyTorchJob").unwrap_or("the Kubeflow training operator"),
+        ));
+    }
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    if namespaces
+        .get_opt(namespace)
+        .await
+        .map_err(kube_err(format!("reading namespace {namespace}")))?
+        .is_none()
+    {
+        return Err(PyTorchJobError::NoNamespace(namespace.to_string()));
+    }
+    Ok(())
+}
+
+/// Creates the job.
+///
+/// # Errors
+/// The failed call (an existing job of that name is a 409 Conflict).
+pub async fn submit(client: &Client, spec: &PyTorchJobSpec) -> Result<(), PyTorchJobError> {
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), &spec.namespace, &resource());
+    let obj: DynamicObject =
+        serde_json::from_value(spec.manifest()).expect("manifest is an object");
+    api.create(&PostParams::default(), &obj)
+        .await
+        .map_err(kube_err(format!("creating PyTorchJob {}", spec.name)))?;
+    Ok(())
+}
+
+/// A replica that failed: its Pod, exit code, reason and the tail of its log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplicaFailure {
+    /// The Pod (`<job>-worker-0`).
+    pub pod: String,
+    /// The container's exit code.
+    pub exit_code: Option<i32>,
+    /// The container's reason (`Error`, `OOMKilled`).
+    pub reason: String,
+    /// The termination message or the log's tail.
+    pub message: String,
+}
+
+/// How a job ended.
+#[derive(Debug, Clone)]
+pub struct JobOutcome {
+    /// `Succeeded` or `Failed`.
+    pub succeeded: bool,
+    /// The final condition's message.
+    pub message: String,
+    /// The first failed replica, for a failed job.
+    pub failed_replica: Option<ReplicaFailure>,
+}
+
+/// The job's conditions, as `(type, status, reason, message)`.
+fn conditions(job: &DynamicObject) -> Vec<(String, String, String, String)> {
+    let s = |c: &Value, k: &str| c.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+    job.data
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .map(|cs| {
+            cs.iter()
+                .map(|c| {
+                    (
+                        s(c, "type"),
+                        s(c, "status"),
+                        s(c, "reason"),
+                        s(c, "message"),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Polls the job until its `Succeeded` or `Failed` condition is `True`,
+/// calling `on_event` with each new condition (`Created`, `Running`, …).
+///
+/// # Errors
+/// [`PyTorchJobError::Timeout`] with the last conditions, or a failed call.
+pub async fn wait(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    timeout: Duration,
+    mut on_event: impl FnMut(&str),
+) -> Result<JobOutcome, PyTorchJobError> {
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &resource());
+    let started = Instant::now();
+    let mut seen = Vec::new();
+    loop {
+        let job = api
+            .get(name)
+            .await
+            .map_err(kube_err(format!("reading PyTorchJob {name}")))?;
+        let conds = conditions(&job);
+        for c in &conds {
+            if c.1 == "True" && !seen.contains(c) {
+                on_event(&format!("{}: {}", c.0, c.3));
+                seen.push(c.clone());
+            }
+        }
+        let done = conds
+            .iter()
+            .find(|c| c.1 == "True" && (c.0 == "Succeeded" || c.0 == "Failed"));
+        if let Some((kind, _, _, message)) = done {
+            let succeeded = kind == "Succeeded";
+            let failed_replica = if succeeded {
+                None
+            } else {
+                failed_replica(client, namespace, name).await
+            };
+            return Ok(JobOutcome {
+                succeeded,
+                message: message.clone(),
+                failed_replica,
+            });
+        }
+        if started.elapsed() > timeout {
+            return Err(PyTorchJobError::Timeout {
+                name: name.to_string(),
+                timeout,
+                conditions: conds
+                    .iter()
+                    .map(|c| format!("{}={} ({})", c.0, c.1, c.2))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            });
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+}
+
+/// The first replica whose `pytorch` container terminated with a non-zero
+/// exit code, with the termination message, or the log's last 20 lines when
+/// there is none and the kubelet serves logs. `None` when no Pod says why.
+pub async fn failed_replica(client: &Client, namespace: &str, job: &str) -> Option<ReplicaFailure> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let list = pods
+        .list(&ListParams::default().labels(&format!("training.kubeflow.org/job-name={job}")))
+        .await
+        .ok()?;
+    let mut failures: Vec<ReplicaFailure> = list
+        .items
+        .iter()
+        .filter_map(|p| {
+            let status = p.status.as_ref()?.container_statuses.as_ref()?;
+            let c = status.iter().find(|c| c.name == "pytorch")?;
+            let t = c.state.as_ref()?.terminated.as_ref().or(c
+                .last_state
+                .as_ref()?
+                .terminated
+                .as_ref())?;
+            (t.exit_code != 0).then(|| ReplicaFailure {
+                pod: p.metadata.name.clone().unwrap_or_default(),
+                exit_code: Some(t.exit_code),
+                reason: t.reason.clone().unwrap_or_default(),
+                message: t.message.clone().unwrap_or_default(),
+            })
+        })
+        .collect();
+    failures.sort_by(|a, b| a.pod.cmp(&b.pod));
+    let mut first = failures.into_iter().next()?;
+    if first.message.trim().is_empty() {
+        let params = LogParams {
+            container: Some("pytorch".into()),
+            tail_lines: Some(20),
+            ..LogParams::default()
+        };
+        if let Ok(log) = pods.logs(&first.pod, &params).await {
+            first.message = log;
+        }
+    }
+    Some(first)
+}
+
+/// Streams the master replica's log (`<job>-master-0`, container
+/// `pytorch`) to `print` line by line, as `kubectl logs -f` does, once the
+/// Pod has started; returns when the log ends. The log comes from the
+/// kubelet through the API server, so it fails where no kubelet serves it.
+///
+/// # Errors
+/// The failed call.
+pub async fn follow_master_log(
+    client: &Client,
+    namespace: &str,
+    job: &str,
+    mut print: impl FnMut(&str),
+) -> Result<(), PyTorchJobError> {
+    use futures::{AsyncBufReadExt as _, TryStreamExt as _};
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let pod = format!("{job}-master-0");
+    // Logs exist once the container started.
+    loop {
+        let started = pods
+            .get_opt(&pod)
+            .await
+            .map_err(kube_err(format!("reading Pod {pod}")))?
+            .and_then(|p| p.status)
+            .and_then(|s| s.phase)
+            .is_some_and(|phase| phase != "Pending");
+        if started {
+            break;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let params = LogParams {
+        container: Some("pytorch".into()),
+        follow: true,
+        ..LogParams::default()
+    };
+    let mut lines = pods
+        .log_stream(&pod, &params)
+        .await
+        .map_err(kube_err(format!("reading the log of Pod {pod}")))?
+        .lines();
+    while let Some(line) = lines.try_next().await.map_err(|e| {
+        kube_err(format!("reading the log of Pod {pod}"))(kube::Error::ReadEvents(e))
+    })? {
+        print(&line);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(workers: u32) -> PyTorchJobSpec {
+        PyTorchJobSpec {
+            name: "kfaws-train-1".into(),
+            namespace: "team".into(),
+            image: "1.dkr.ecr.us-east-1.amazonaws.com/kfaws-trainer@sha256:ab".into(),
+            workers,
+            hyperparameters: BTreeMap::from([("epochs".into(), "2".into())]),
+            data_path: "/datasets/fmnist".into(),
+            cpu: "1".into(),
+            memory: "2Gi".into(),
+        }
+    }
+
+    #[test]
+    fn manifest_follows_the_operator_contract() {
+        let m = spec(3).manifest();
+        assert_eq!(m["apiVersion"], "kubeflow.org/v1");
+        assert_eq!(m["metadata"]["namespace"], "team");
+        let r = &m["spec"]["pytorchReplicaSpecs"];
+        assert_eq!(r["Master"]["replicas"], 1);
+        assert_eq!(r["Worker"]["replicas"], 2);
+        for t in ["Master", "Worker"] {
+            assert_eq!(r[t]["restartPolicy"], "ExitCode");
+            let pod = &r[t]["template"];
+            assert_eq!(
+                pod["metadata"]["annotations"]["sidecar.istio.io/inject"],
+                "false"
+            );
+            let c = &pod["spec"]["containers"][0];
+            assert_eq!(c["name"], "pytorch");
+            assert_eq!(c["args"], json!(["train", "--hp", "epochs=2"]));
+            assert_eq!(c["volumeMounts"][0]["mountPath"], EFS_MOUNT);
+            assert_eq!(
+                pod["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"],
+                EFS_CLAIM
+            );
+            let env: BTreeMap<&str, &str> = c["env"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|e| (e["name"].as_str().unwrap(), e["value"].as_str().unwrap()))
+                .collect();
+            assert_eq!(env["TRAINER_DATA_DIR"], "/mnt/efs/datasets/fmnist");
+            assert_eq!(env["TRAINER_MODEL_DIR"], "/mnt/efs/models/kfaws-train-1");
+        }
+        let single = spec(1).manifest();
+        assert!(single["spec"]["pytorchReplicaSpecs"]
+            .get("Worker")
+            .is_none());
+    }
+}

@@ -1,0 +1,349 @@
+//! `kfaws image push` end to end: the image `kfaws image build` writes is
+//! pushed through the emulated ECR to the real registry behind it
+//! (Debian's `docker-registry` on loopback, started by the emulator), then
+//! read back over the registry API with the ECR token; a second push
+//! uploads nothing (seen in the registry's own request counters) and the
+//! repository is created once (seen in the emulator's call log); bad input
+//! is refused before any AWS call; a refused GetAuthorizationToken is
+//! reported by name and pushes nothing.
+//!
+//! Run under `tests/emulator/with_emulator.sh` (`make test` does); needs the
+//! Debian packages docker-registry and apache2-utils (`make deps`).
+
+mod common;
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command as StdCommand, Stdio};
+
+use assert_cmd::Command;
+use base64::Engine as _;
+use common::aws::{control, fresh_account, Account};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+const DOCKER_MANIFEST: &str = "application/vnd.docker.distribution.manifest.v2+json";
+
+fn trainer() -> PathBuf {
+    let bin = assert_cmd::cargo::cargo_bin("kfaws").with_file_name("kfaws-trainer");
+    assert!(
+        bin.is_file(),
+        "{} is built with the workspace (cargo test --workspace)",
+        bin.display()
+    );
+    bin
+}
+
+fn build(dir: &Path, tag: &str) {
+    Command::cargo_bin("kfaws")
+        .unwrap()
+        .current_dir(dir)
+        .args(["image", "build", "--tag", tag, "--trainer"])
+        .arg(trainer())
+        .assert()
+        .success();
+}
+
+/// `kfaws image push ARGS` in `dir` as account `account`: (success, stdout, stderr).
+fn push(dir: &Path, account: &str, args: &[&str]) -> (bool, String, String) {
+    let out = Command::cargo_bin("kfaws")
+        .unwrap()
+        .current_dir(dir)
+        .env("AWS_ACCESS_KEY_ID", account)
+        .args(["image", "push"])
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8(out.stdout).unwrap(),
+        String::from_utf8(out.stderr).unwrap(),
+    )
+}
+
+fn sha256(bytes: &[u8]) -> String {
+    format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
+}
+
+/// The emulator's registry (`GET /_kfaws/ecr/registry`).
+fn registry() -> Value {
+    let url = format!(
+        "{}/ecr/registry",
+        std::env::var("KFAWS_EMULATOR_CONTROL").expect("run under with_emulator.sh")
+    );
+    let out = StdCommand::new("curl")
+        .args(["-sS", &url])
+        .output()
+        .unwrap();
+    let body: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        body.get("url").is_some(),
+        "the emulator has no registry (install the Debian packages docker-registry \
+         apache2-utils: make deps): {body}"
+    );
+    body
+}
+
+/// `registry_http_requests_total` of the registry's Prometheus metrics for
+/// `handler`, `method`, `code`.
+fn requests(metrics_url: &str, handler: &str, method: &str, code: &str) -> u64 {
+    let out = StdCommand::new("curl")
+        .args(["-fsS", metrics_url])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8(out.stdout).unwrap();
+    let labels = format!("{{code=\"{code}\",handler=\"{handler}\",method=\"{method}\"}}");
+    text.lines()
+        .filter_map(|l| l.strip_prefix("registry_http_requests_total"))
+        .filter_map(|l| l.strip_prefix(labels.as_str()))
+        .map(|n| n.trim().parse::<f64>().unwrap() as u64)
+        .sum()
+}
+
+/// GET `url` with `Authorization: Basic <token>` (given to curl on stdin,
+/// not on its command line): (content type, body).
+fn get(url: &str, token: &str, accept: &str) -> (String, Vec<u8>) {
+    let dir = tempfile::tempdir().unwrap();
+    let headers = dir.path().join("headers");
+    let mut child = StdCommand::new("curl")
+        .args(["-fsS", "-K", "-", "-D"])
+        .arg(&headers)
+        .arg(url)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    write!(
+        child.stdin.take().unwrap(),
+        "header = \"Authorization: Basic {token}\"\nheader = \"Accept: {accept}\"\n"
+    )
+    .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "GET {url}: {out:?}");
+    let content_type = std::fs::read_to_string(&headers)
+        .unwrap()
+        .lines()
+        .find_map(|l| {
+            l.split_once(':')
+                .filter(|(k, _)| k.eq_ignore_ascii_case("content-type"))
+                .map(|(_, v)| v.trim().to_string())
+        })
+        .unwrap_or_default();
+    (content_type, out.stdout)
+}
+
+fn local_digest(image: &Path) -> String {
+    let index: Value =
+        serde_json::from_slice(&std::fs::read(image.join("oci/index.json")).unwrap()).unwrap();
+    index["manifests"][0]["digest"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+fn count(account: &Account, operation: &str) -> u64 {
+    account
+        .calls()
+        .into_iter()
+        .filter(|(service, op, _)| service == "ecr" && op == operation)
+        .map(|(_, _, n)| n)
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn push_creates_the_repository_and_the_registry_serves_the_same_image() {
+    let dir = tempfile::tempdir().unwrap();
+    build(dir.path(), "kfaws-trainer:push-e2e");
+    let image = dir.path().join("kfaws-trainer-image");
+    let digest = local_digest(&image);
+    let reg = registry();
+    let metrics = reg["metrics_url"].as_str().unwrap();
+    let id = fresh_account();
+    let account = Account::new(&id).await;
+    // The registry is one for all accounts: a repository of this test's own.
+    let repository = format!("e2e-{id}/trainer");
+    let uploads_before = requests(metrics, "blob_upload", "post", "202");
+
+    let (ok, stdout, stderr) = push(dir.path(), &id, &["--repository", &repository]);
+    assert!(ok, "{stderr}");
+    let uri = format!("{id}.dkr.ecr.us-east-1.amazonaws.com/{repository}");
+    assert_eq!(stdout, format!("{uri}@{digest}\n"), "{stderr}");
+    assert_eq!(
+        requests(metrics, "blob_upload", "post", "202") - uploads_before,
+        2,
+        "the config and the layer were uploaded: {stderr}"
+    );
+
+    // The repository, as ECR describes it: created with the secure defaults.
+    let ecr = aws_sdk_ecr::Client::new(&account.sdk);
+    let described = ecr
+        .describe_repositories()
+        .repository_names(&repository)
+        .send()
+        .await
+        .unwrap();
+    let repo = &described.repositories()[0];
+    assert_eq!(repo.repository_uri(), Some(uri.as_str()));
+    assert_eq!(
+        repo.image_tag_mutability().map(|m| m.as_str()),
+        Some("IMMUTABLE")
+    );
+    assert_eq!(
+        repo.image_scanning_configuration()
+            .map(|c| c.scan_on_push()),
+        Some(true)
+    );
+    assert_eq!(
+        repo.encryption_configuration()
+            .map(|c| c.encryption_type().as_str()),
+        Some("AES256")
+    );
+
+    // Read back with the token ECR hands out, at the endpoint it names.
+    let auth = ecr.get_authorization_token().send().await.unwrap();
+    let data = &auth.authorization_data()[0];
+    let token = data.authorization_token().unwrap();
+    let decoded = base64::engine::general_purpose::STANDARD
+        .decode(token)
+        .unwrap();
+    assert!(decoded.starts_with(b"AWS:"));
+    let endpoint = data.proxy_endpoint().unwrap();
+    let (content_type, manifest) = get(
+        &format!("{endpoint}/v2/{repository}/manifests/push-e2e"),
+        token,
+        DOCKER_MANIFEST,
+    );
+    assert_eq!(content_type, DOCKER_MANIFEST);
+    assert_eq!(sha256(&manifest), digest, "the tag names the built image");
+    assert!(
+        manifest == std::fs::read(image.join("oci/blobs/sha256").join(&digest[7..])).unwrap(),
+        "the manifest comes back byte for byte"
+    );
+    let manifest: Value = serde_json::from_slice(&manifest).unwrap();
+    let mut blobs = vec![manifest["config"]["digest"].as_str().unwrap().to_string()];
+    for layer in manifest["layers"].as_array().unwrap() {
+        blobs.push(layer["digest"].as_str().unwrap().to_string());
+    }
+    for blob in &blobs {
+        let (_, bytes) = get(
+            &format!("{endpoint}/v2/{repository}/blobs/{blob}"),
+            token,
+            "*/*",
+        );
+        assert_eq!(&sha256(&bytes), blob);
+    }
+    let (_, by_digest) = get(
+        &format!("{endpoint}/v2/{repository}/manifests/{digest}"),
+        token,
+        DOCKER_MANIFEST,
+    );
+    assert_eq!(sha256(&by_digest), digest);
+
+    // Again: every blob is found by HEAD, none uploaded; the repository is
+    // found, not created again.
+    let (uploads, found) = (
+        requests(metrics, "blob_upload", "post", "202"),
+        requests(metrics, "blob", "head", "200"),
+    );
+    let (ok, again, stderr) = push(dir.path(), &id, &["--repository", &repository]);
+    assert!(ok, "{stderr}");
+    assert_eq!(again, stdout);
+    assert_eq!(
+        requests(metrics, "blob_upload", "post", "202"),
+        uploads,
+        "nothing uploaded: {stderr}"
+    );
+    assert!(
+        requests(metrics, "blob", "head", "200") >= found + 2,
+        "both blobs were asked for with HEAD"
+    );
+    assert_eq!(count(&account, "CreateRepository"), 1);
+    assert_eq!(count(&account, "DescribeRepositories"), 3); // two pushes, one check here
+    assert_eq!(count(&account, "GetAuthorizationToken"), 3);
+}
+
+#[test]
+fn bad_input_is_refused_before_any_call() {
+    let dir = tempfile::tempdir().unwrap();
+    let id = fresh_account();
+    let cases: [(&[&str], &str); 6] = [
+        (&["--repository", "Kfaws-Trainer"], "--repository"),
+        (&["--repository", "x"], "--repository"),
+        (&["--repository", "team//trainer"], "--repository"),
+        (&["--repository", "a__b"], "--repository"),
+        (&["--tag=-1"], "--tag"),
+        (&["--tag", &"t".repeat(129)], "--tag"),
+    ];
+    for (args, field) in cases {
+        let (ok, stdout, stderr) = push(dir.path(), &id, args);
+        assert!(!ok, "{args:?} was accepted: {stdout}");
+        assert!(
+            stderr.contains(field),
+            "{args:?}: the error names {field}: {stderr}"
+        );
+    }
+    // No image where --image points (nothing built here).
+    let (ok, _, stderr) = push(dir.path(), &id, &[]);
+    assert!(!ok);
+    assert!(
+        stderr.contains("kfaws-trainer-image") && stderr.contains("kfaws image build"),
+        "{stderr}"
+    );
+    let calls = control(&format!("calls?account_id={id}"), "GET", "");
+    assert_eq!(
+        serde_json::from_str::<Value>(&calls).unwrap(),
+        serde_json::json!([]),
+        "no AWS call was made"
+    );
+}
+
+#[test]
+fn a_refused_token_call_is_reported_and_nothing_is_pushed() {
+    let dir = tempfile::tempdir().unwrap();
+    build(dir.path(), "kfaws-trainer:denied");
+    let id = fresh_account();
+    let repository = format!("denied-{id}/trainer");
+    // As for a principal without ecr:GetAuthorizationToken.
+    control(
+        "faults",
+        "POST",
+        &format!(
+            r#"{{"service":"ecr","operation":"GetAuthorizationToken","kind":"server_error","code":"AccessDeniedException","status":400,"message":"not authorized to perform ecr:GetAuthorizationToken","count":null,"account_id":"{id}"}}"#
+        ),
+    );
+    let (ok, stdout, stderr) = push(dir.path(), &id, &["--repository", &repository]);
+    assert!(!ok, "{stdout}");
+    assert!(
+        stderr.contains("ECR GetAuthorizationToken: AccessDeniedException"),
+        "{stderr}"
+    );
+    assert!(stdout.is_empty(), "no reference printed: {stdout}");
+    // The registry has no manifest for the tag.
+    let reg = registry();
+    let auth = base64::engine::general_purpose::STANDARD.encode(format!(
+        "{}:{}",
+        reg["username"].as_str().unwrap(),
+        reg["password"].as_str().unwrap()
+    ));
+    let out = StdCommand::new("curl")
+        .args(["-sS", "-o", "/dev/null", "-w", "%{http_code}", "-K", "-"])
+        .arg(format!(
+            "{}/v2/{repository}/manifests/denied",
+            reg["url"].as_str().unwrap()
+        ))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .and_then(|mut child| {
+            writeln!(
+                child.stdin.take().unwrap(),
+                "header = \"Authorization: Basic {auth}\""
+            )?;
+            child.wait_with_output()
+        })
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "404");
+    control(&format!("faults?account_id={id}"), "DELETE", "");
+}

@@ -1,0 +1,330 @@
+//! `kfaws train` and `kfaws endpoint` end to end, the path `make demo`
+//! walks: apply the vanilla profile (with the training operator's CRD) on
+//! the local AWS emulator and its API server, build and push the trainer
+//! image, train on real Fashion-MNIST as a PyTorchJob (the harness runs the
+//! replicas) and as a SageMaker training job (the emulator runs the
+//! instances), deploy the SageMaker model to an endpoint, classify a test
+//! image, destroy, and find nothing left. Also: the local runtime, and bad
+//! input refused before any job is created.
+//!
+//! Run under `tests/emulator/with_emulator.sh` with `KFAWS_TESTENV_BIN`
+//! (`make test` does both).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::aws::{control, Deployment};
+
+/// Stacks 0.15 s, the cluster 3 s, a node group 0.9 s (0.005 × real).
+const FAST: &str = r#"{"scale": 0.005}"#;
+const FASHION_MNIST: &str = "/usr/share/datasets/fashion-mnist";
+const USER_NS: &str = "kubeflow-user-example-com";
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/kubeflow")
+}
+
+fn kubeflow_config(with_operator: bool) -> String {
+    let mut c = format!(
+        "[kubeflow]\nmanifests = {:?}\n",
+        fixtures().join("platform.yaml").display().to_string()
+    );
+    if with_operator {
+        c.push_str(&format!(
+            "training_operator = {:?}\n",
+            fixtures()
+                .join("training-operator.yaml")
+                .display()
+                .to_string()
+        ));
+    }
+    c
+}
+
+fn bin(name: &str) -> PathBuf {
+    assert_cmd::cargo::cargo_bin(name)
+}
+
+/// The value of `key=` in a metric line (`... test_acc=0.8634; ...`).
+fn metric(text: &str, key: &str) -> Option<f64> {
+    let line = text
+        .lines()
+        .rev()
+        .find(|l| l.contains(&format!("{key}=")))?;
+    let start = line.find(&format!("{key}="))? + key.len() + 1;
+    line[start..]
+        .split(|c: char| c == ';' || c.is_whitespace())
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// Copies the dataset onto the deployment's EFS file system as the
+/// emulator keeps it locally (the part a DataSync task or a pod would do
+/// on AWS).
+fn stage_on_efs(file_system_id: &str, path: &str) {
+    let root: serde_json::Value =
+        serde_json::from_str(&control("efs/local-root", "GET", "")).unwrap();
+    let dir = Path::new(root["root"].as_str().unwrap())
+        .join(file_system_id)
+        .join(path.trim_start_matches('/'));
+    std::fs::create_dir_all(&dir).unwrap();
+    for e in std::fs::read_dir(FASHION_MNIST).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), dir.join(e.file_name())).unwrap();
+    }
+}
+
+#[test]
+fn local_runtime_trains_two_ranks_and_writes_the_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(bin("kfaws"))
+        .current_dir(dir.path())
+        .args([
+            "train",
+            "--runtime",
+            "local",
+            "--workers",
+            "2",
+            "--epochs",
+            "1",
+            "--data",
+            FASHION_MNIST,
+            "--job-name",
+            "local-two-ranks",
+            "--hp",
+            "max-train-samples=3000",
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("[rank 1]"), "both ranks ran: {stdout}");
+    assert!(stdout.contains("world_size=2"), "{stdout}");
+    let model = dir.path().join("kfaws-jobs/local-two-ranks/model");
+    let json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(model.join("model.json")).unwrap()).unwrap();
+    assert_eq!(json["dataset"], "fashion-mnist", "{json}");
+    assert!(metric(&stdout, "test_acc").is_some(), "{stdout}");
+}
+
+#[tokio::test]
+async fn bad_input_is_refused_before_any_job_is_created() {
+    let d = Deployment::new("");
+    let data = FASHION_MNIST;
+    for (args, expected) in [
+        (
+            vec!["train", "--runtime", "docker", "--data", data],
+            "invalid value 'docker'",
+        ),
+        (
+            vec![
+                "train",
+                "--runtime",
+                "local",
+                "--data",
+                data,
+                "--job-name",
+                "my_job",
+            ],
+            "contains '_'",
+        ),
+        (
+            vec![
+                "train",
+                "--runtime",
+                "sagemaker",
+                "--data",
+                data,
+                "--job-name",
+                &"a".repeat(70),
+            ],
+            "70 characters long",
+        ),
+        (
+            vec![
+                "train",
+                "--runtime",
+                "local",
+                "--data",
+                data,
+                "--hp",
+                &format!("note={}", "x".repeat(300)),
+            ],
+            "256",
+        ),
+        (
+            vec!["train", "--runtime", "sagemaker", "--data", data],
+            "run `kfaws apply` first",
+        ),
+        (
+            vec!["train", "--runtime", "kubernetes", "--data", data],
+            "efs:/path",
+        ),
+        (
+            vec!["endpoint", "deploy", "--job", "no_such_job"],
+            "no_such_job",
+        ),
+    ] {
+        let err = d.fails(&args);
+        assert!(err.contains(expected), "{args:?}: {err}");
+    }
+    assert_eq!(d.calls("CreateTrainingJob"), 0);
+    assert!(
+        !d.dir.path().join("kfaws-jobs").exists(),
+        "no local job started"
+    );
+
+    // A cluster without the training operator: the PyTorchJob kind is not served.
+    d.write_config(&kubeflow_config(false));
+    d.lifecycle(FAST);
+    d.kfaws(&["apply", "--auto-approve"]).assert().success();
+    let err = d.fails(&[
+        "train",
+        "--runtime",
+        "kubernetes",
+        "--data",
+        "efs:/datasets/x",
+        "--image",
+        "1.dkr.ecr.us-east-1.amazonaws.com/x@sha256:00",
+    ]);
+    assert!(
+        err.contains("does not serve kubeflow.org/v1 PyTorchJob")
+            && err.contains("training_operator"),
+        "{err}"
+    );
+    d.kfaws(&["destroy", "--auto-approve"]).assert().success();
+}
+
+#[tokio::test]
+async fn demo_path_trains_on_both_runtimes_serves_the_model_and_destroys_everything() {
+    let d = Deployment::new(&kubeflow_config(true));
+    d.lifecycle(FAST);
+    d.kfaws(&["apply", "--auto-approve"]).assert().success();
+
+    // The image, pushed to the account's ECR (the emulator's registry).
+    d.kfaws(&[
+        "image",
+        "build",
+        "--trainer",
+        bin("kfaws-trainer").to_str().unwrap(),
+    ])
+    .assert()
+    .success();
+    let pushed = d.stdout(&["image", "push"]);
+    let image = pushed.lines().last().unwrap().trim().to_string();
+    assert!(image.contains("@sha256:"), "{pushed}");
+
+    // Kubernetes: a PyTorchJob of 2 replicas reading the dataset from EFS.
+    let fs = d.output("stack.storage", "FileSystemId");
+    stage_on_efs(&fs, "/datasets/fashion-mnist");
+    let k8s = d.stdout(&[
+        "train",
+        "--runtime",
+        "kubernetes",
+        "--workers",
+        "2",
+        "--epochs",
+        "1",
+        "--data",
+        "efs:/datasets/fashion-mnist",
+        "--job-name",
+        "demo-k8s",
+    ]);
+    assert!(k8s.contains("Training job demo-k8s succeeded"), "{k8s}");
+    let root: serde_json::Value =
+        serde_json::from_str(&control("efs/local-root", "GET", "")).unwrap();
+    let model_json = Path::new(root["root"].as_str().unwrap())
+        .join(&fs)
+        .join("models/demo-k8s/model.json");
+    let model: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&model_json).unwrap()).unwrap();
+    let k8s_acc = model["test_accuracy"]
+        .as_f64()
+        .or_else(|| model["accuracy"].as_f64())
+        .unwrap_or_else(|| panic!("no accuracy in {model}"));
+    assert!(k8s_acc >= 0.80, "PyTorchJob accuracy {k8s_acc}: {model}");
+    let master_log = d.cluster().replica_log(USER_NS, "demo-k8s-master-0");
+    assert!(master_log.contains("world_size=2"), "{master_log}");
+
+    // SageMaker: 2 instances, the local directory uploaded to the bucket.
+    let sm = d.stdout(&[
+        "train",
+        "--runtime",
+        "sagemaker",
+        "--workers",
+        "2",
+        "--epochs",
+        "1",
+        "--data",
+        FASHION_MNIST,
+        "--hp",
+        "dataset=fashion-mnist",
+        "--job-name",
+        "demo-sm",
+        "--image",
+        &image,
+    ]);
+    assert!(sm.contains("Training job demo-sm completed"), "{sm}");
+    assert!(sm.contains("model.tar.gz"), "{sm}");
+
+    // The endpoint classifies a test image it never trained on.
+    d.stdout(&["endpoint", "deploy", "--job", "demo-sm"]);
+    let png = d.dir.path().join("sample.png");
+    let sample = std::process::Command::new(bin("kfaws-trainer"))
+        .args([
+            "sample",
+            "--data-dir",
+            FASHION_MNIST,
+            "--index",
+            "0",
+            "--output",
+        ])
+        .arg(&png)
+        .output()
+        .unwrap();
+    assert!(sample.status.success());
+    let truth = String::from_utf8(sample.stdout).unwrap();
+    let label = truth
+        .trim()
+        .strip_prefix("label=")
+        .and_then(|l| l.rsplit_once(" index="))
+        .map(|(l, _)| l.to_string())
+        .unwrap();
+    let answer = d.stdout(&[
+        "endpoint",
+        "invoke",
+        "demo-sm",
+        "--image",
+        png.to_str().unwrap(),
+    ]);
+    assert!(
+        answer.contains(&format!(": {label} (class")),
+        "truth {truth}: {answer}"
+    );
+    assert!(
+        d.state()["endpoints"]["demo-sm"].is_object(),
+        "recorded in state"
+    );
+
+    // Destroy removes the endpoint first, then everything else.
+    // The bucket holds the training data, checkpoints and model artifacts.
+    let err = d.fails(&["destroy", "--auto-approve"]);
+    assert!(err.contains("--force-destroy-buckets"), "{err}");
+    assert!(
+        d.state()["endpoints"]["demo-sm"].is_object(),
+        "nothing deleted"
+    );
+    let destroyed = d.stdout(&["destroy", "--auto-approve", "--force-destroy-buckets"]);
+    assert!(
+        destroyed.contains("sagemaker endpoint demo-sm: deleting"),
+        "{destroyed}"
+    );
+    let left = d.aws().await.leftovers().await;
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
