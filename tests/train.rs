@@ -252,6 +252,29 @@ async fn demo_path_trains_on_both_runtimes_serves_the_model_and_destroys_everyth
     let master_log = d.cluster().replica_log(USER_NS, "demo-k8s-master-0");
     assert!(master_log.contains("world_size=2"), "{master_log}");
 
+    // A replica that fails: the job fails, and kfaws names the replica, its
+    // exit code and the end of its log (the trainer refuses the
+    // hyperparameter: exit 1, not retried under restartPolicy ExitCode).
+    let err = d.fails(&[
+        "train",
+        "--runtime",
+        "kubernetes",
+        "--workers",
+        "2",
+        "--data",
+        "efs:/datasets/fashion-mnist",
+        "--job-name",
+        "demo-bad",
+        "--hp",
+        "no-such-hyperparameter=1",
+    ]);
+    assert!(
+        err.contains("PyTorchJob demo-bad failed")
+            && err.contains("-0 exited 1")
+            && err.contains("unknown hyperparameter"),
+        "{err}"
+    );
+
     // SageMaker: 2 instances, the local directory uploaded to the bucket.
     let sm = d.stdout(&[
         "train",
@@ -271,6 +294,8 @@ async fn demo_path_trains_on_both_runtimes_serves_the_model_and_destroys_everyth
         &image,
     ]);
     assert!(sm.contains("Training job demo-sm completed"), "{sm}");
+    let sm_acc = metric(&sm, "test_acc").unwrap_or_else(|| panic!("no test_acc: {sm}"));
+    assert!(sm_acc >= 0.80, "SageMaker accuracy {sm_acc}: {sm}");
     assert!(sm.contains("model.tar.gz"), "{sm}");
 
     // The endpoint classifies a test image it never trained on.

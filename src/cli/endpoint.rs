@@ -46,12 +46,7 @@ pub async fn deploy(
     validate_name(Kind::Endpoint, name)?;
     let d = Deployment::load(g)?;
     let role_arn = d.output("stack.iam", "SageMakerRoleArn", "SageMaker execution role")?;
-    let aws = context::aws(g, &d.loaded.config).await;
-    super::interruptible(
-        cancel,
-        context::check_identity(&aws, &d.loaded.config, &d.state),
-    )
-    .await??;
+    let aws = d.aws(g, cancel).await?;
     let sm = aws_sdk_sagemaker::Client::new(&aws);
     let described = sm
         .describe_training_job()
@@ -88,26 +83,18 @@ pub async fn deploy(
     };
     endpoint::validate(&spec)?;
     // Recorded before the first call: a crash leaves it known to destroy.
-    {
-        let _lock = StateLock::acquire(
-            &d.loaded.state_dir,
-            &d.loaded.config.name,
-            "endpoint deploy",
-        )?;
-        let mut store = StateStore::open(&d.loaded.state_dir, &d.loaded.config.name)?;
-        let record = EndpointRecord {
-            job: job.to_string(),
-            image,
-            model_data_url: model_data_url.clone(),
-            instance_type: instance_type.to_string(),
-            instance_count,
-            status: "creating".into(),
-            created_at: chrono::Utc::now(),
-        };
-        store.write(|s| {
-            s.endpoints.insert(name.to_string(), record);
-        })?;
-    }
+    let record = EndpointRecord {
+        job: job.to_string(),
+        image,
+        model_data_url: model_data_url.clone(),
+        instance_type: instance_type.to_string(),
+        instance_count,
+        status: "creating".into(),
+        created_at: chrono::Utc::now(),
+    };
+    d.record("endpoint deploy", |s| {
+        s.endpoints.insert(name.to_string(), record);
+    })?;
     say(&format!(
         "Deploying endpoint {name}: model {model_data_url}, {instance_count} × {instance_type}"
     ));
@@ -122,19 +109,11 @@ pub async fn deploy(
             return Ok(kfaws::engine::interrupt::EXIT_INTERRUPTED as u8);
         }
     };
-    {
-        let _lock = StateLock::acquire(
-            &d.loaded.state_dir,
-            &d.loaded.config.name,
-            "endpoint deploy",
-        )?;
-        let mut store = StateStore::open(&d.loaded.state_dir, &d.loaded.config.name)?;
-        store.write(|s| {
-            if let Some(r) = s.endpoints.get_mut(name) {
-                r.status = "in_service".into();
-            }
-        })?;
-    }
+    d.record("endpoint deploy", |s| {
+        if let Some(r) = s.endpoints.get_mut(name) {
+            r.status = "in_service".into();
+        }
+    })?;
     say(&format!(
         "Endpoint {name} is {} ({}).",
         info.status, info.arn

@@ -72,8 +72,11 @@ pub struct TrainArgs {
     /// SageMaker: do not encrypt traffic between the instances (on by default).
     #[arg(long)]
     pub no_inter_container_encryption: bool,
+    /// Wait for the job to finish (the default).
+    #[arg(long, overrides_with = "no_wait")]
+    pub wait: bool,
     /// Return once the job is created.
-    #[arg(long)]
+    #[arg(long, overrides_with = "wait")]
     pub no_wait: bool,
     /// Print the job's log while waiting.
     #[arg(long)]
@@ -210,6 +213,41 @@ impl Deployment {
         Ok(Self { loaded, state })
     }
 
+    /// Changes the state under its lock (atomic write, as every state write).
+    pub fn record(&self, operation: &str, change: impl FnOnce(&mut State)) -> anyhow::Result<()> {
+        let (dir, name) = (&self.loaded.state_dir, &self.loaded.config.name);
+        let _lock = kfaws::state::lock::StateLock::acquire(dir, name, operation)?;
+        StateStore::open(dir, name)?.write(change)?;
+        Ok(())
+    }
+
+    /// The SDK config for the deployment's region, once the caller's
+    /// identity matches the account and region recorded in the state.
+    pub async fn aws(
+        &self,
+        g: &Global,
+        cancel: &CancellationToken,
+    ) -> anyhow::Result<aws_config::SdkConfig> {
+        let aws = context::aws(g, &self.loaded.config).await;
+        super::interruptible(
+            cancel,
+            context::check_identity(&aws, &self.loaded.config, &self.state),
+        )
+        .await??;
+        Ok(aws)
+    }
+
+    /// `--image`, else the image `kfaws image push` pushed by default.
+    pub async fn image(
+        aws: &aws_config::SdkConfig,
+        explicit: Option<&String>,
+    ) -> anyhow::Result<String> {
+        match explicit {
+            Some(i) => Ok(i.clone()),
+            None => super::train_sagemaker::default_image(aws).await,
+        }
+    }
+
     /// A recorded output (`stack.iam`, `SageMakerRoleArn`), or an error saying
     /// to apply first.
     pub fn output(&self, address: &str, key: &str, what: &str) -> anyhow::Result<String> {
@@ -246,16 +284,8 @@ async fn train_kubernetes(
     };
     let d = Deployment::load(g)?;
     let cluster_name = d.output("eks.cluster", "name", "EKS cluster")?;
-    let aws = context::aws(g, &d.loaded.config).await;
-    super::interruptible(
-        cancel,
-        context::check_identity(&aws, &d.loaded.config, &d.state),
-    )
-    .await??;
-    let image = match &args.image {
-        Some(i) => i.clone(),
-        None => super::train_sagemaker::default_image(&aws).await?,
-    };
+    let aws = d.aws(g, cancel).await?;
+    let image = Deployment::image(&aws, args.image.as_ref()).await?;
     let connector = ClusterConnector {
         cluster_name: cluster_name.clone(),
         region: d.loaded.config.region.clone(),

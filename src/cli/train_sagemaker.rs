@@ -16,7 +16,6 @@ use kfaws::train::data::DataSource;
 use kfaws::train::name::JobName;
 use tokio_util::sync::CancellationToken;
 
-use super::context;
 use super::train::{Deployment, TrainArgs};
 use super::Global;
 
@@ -189,16 +188,8 @@ pub async fn train(
         DataSource::Efs(_) => Some(d.output("stack.storage", "FileSystemId", "EFS file system")?),
         _ => None,
     };
-    let aws = context::aws(g, &d.loaded.config).await;
-    super::interruptible(
-        cancel,
-        context::check_identity(&aws, &d.loaded.config, &d.state),
-    )
-    .await??;
-    let image = match &args.image {
-        Some(i) => i.clone(),
-        None => default_image(&aws).await?,
-    };
+    let aws = d.aws(g, cancel).await?;
+    let image = Deployment::image(&aws, args.image.as_ref()).await?;
     let input = match data {
         DataSource::S3 { bucket, prefix } => ChannelSource::S3 {
             uri: format!("s3://{bucket}/{prefix}"),
