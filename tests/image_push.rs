@@ -347,3 +347,40 @@ fn a_refused_token_call_is_reported_and_nothing_is_pushed() {
     assert_eq!(String::from_utf8_lossy(&out.stdout), "404");
     control(&format!("faults?account_id={id}"), "DELETE", "");
 }
+
+#[test]
+fn an_immutable_tag_is_not_moved_to_another_image() {
+    let account = fresh_account();
+    let repo = format!("kfaws-moved-{account}");
+    let first = tempfile::tempdir().unwrap();
+    build(first.path(), "trainer:v1");
+    let (ok, _, err) = push(first.path(), &account, &["--repository", &repo]);
+    assert!(ok, "{err}");
+    // Another binary under the same tag: ECR would refuse the manifest
+    // (ImageTagAlreadyExistsException); kfaws says so before uploading.
+    let second = tempfile::tempdir().unwrap();
+    Command::cargo_bin("kfaws")
+        .unwrap()
+        .current_dir(second.path())
+        .args(["image", "build", "--tag", "trainer:v1", "--trainer"])
+        .arg(assert_cmd::cargo::cargo_bin("kfaws"))
+        .assert()
+        .success();
+    let (ok, _, err) = push(second.path(), &account, &["--repository", &repo]);
+    assert!(!ok, "the tag moved");
+    assert!(
+        err.contains("tag \"v1\"") && err.contains("already names") && err.contains("--tag"),
+        "{err}"
+    );
+    let (ok, out, err) = push(
+        second.path(),
+        &account,
+        &["--repository", &repo, "--tag", "v2"],
+    );
+    assert!(ok, "{err}");
+    assert!(
+        out.trim()
+            .ends_with(&local_digest(&second.path().join("kfaws-trainer-image"))),
+        "{out}"
+    );
+}

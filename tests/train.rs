@@ -111,6 +111,24 @@ fn local_runtime_trains_two_ranks_and_writes_the_model() {
         serde_json::from_slice(&std::fs::read(model.join("model.json")).unwrap()).unwrap();
     assert_eq!(json["dataset"], "fashion-mnist", "{json}");
     assert!(metric(&stdout, "test_acc").is_some(), "{stdout}");
+
+    // The same name again would resume its checkpoints and overwrite its model.
+    let again = std::process::Command::new(bin("kfaws"))
+        .current_dir(dir.path())
+        .args([
+            "train",
+            "--runtime",
+            "local",
+            "--data",
+            FASHION_MNIST,
+            "--job-name",
+            "local-two-ranks",
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&again.stderr);
+    assert_eq!(again.status.code(), Some(1), "{err}");
+    assert!(err.contains("ran before"), "{err}");
 }
 
 #[tokio::test]
@@ -169,6 +187,22 @@ async fn bad_input_is_refused_before_any_job_is_created() {
         (
             vec!["endpoint", "deploy", "--job", "no_such_job"],
             "no_such_job",
+        ),
+        (
+            vec![
+                "train",
+                "--runtime",
+                "local",
+                "--data",
+                data,
+                "--hp",
+                "epochs=3",
+            ],
+            "conflicts with the --epochs flag",
+        ),
+        (
+            vec!["train", "--runtime", "local", "--data", data, "--no-wait"],
+            "--no-wait applies to",
         ),
     ] {
         let err = d.fails(&args);
@@ -336,6 +370,75 @@ async fn demo_path_trains_on_both_runtimes_serves_the_model_and_destroys_everyth
         d.state()["endpoints"]["demo-sm"].is_object(),
         "recorded in state"
     );
+    // kfaws does not resize an endpoint in place.
+    let err = d.fails(&[
+        "endpoint",
+        "deploy",
+        "--job",
+        "demo-sm",
+        "--instance-count",
+        "2",
+    ]);
+    assert!(err.contains("already deployed"), "{err}");
+    // A second endpoint of the same model, named apart from the deployment's
+    // own --name, deleted by name.
+    d.stdout(&[
+        "endpoint",
+        "deploy",
+        "--job",
+        "demo-sm",
+        "--endpoint-name",
+        "demo-sm-2",
+    ]);
+    assert!(d
+        .stdout(&["state", "list"])
+        .contains("SageMaker endpoint demo-sm-2"));
+    d.stdout(&["endpoint", "delete", "demo-sm-2"]);
+    assert!(d.state()["endpoints"].get("demo-sm-2").is_none());
+
+    // A training job still running holds destroy back.
+    d.stdout(&[
+        "train",
+        "--runtime",
+        "sagemaker",
+        "--workers",
+        "1",
+        "--epochs",
+        "50",
+        "--data",
+        "efs:/datasets/fashion-mnist",
+        "--job-name",
+        "demo-long",
+        "--image",
+        &image,
+        "--no-wait",
+    ]);
+    let err = d.fails(&["destroy", "--auto-approve", "--force-destroy-buckets"]);
+    assert!(
+        err.contains("demo-long") && err.contains("still running"),
+        "{err}"
+    );
+    let sm_client = d.aws().await.sagemaker();
+    sm_client
+        .stop_training_job()
+        .training_job_name("demo-long")
+        .send()
+        .await
+        .unwrap();
+    for _ in 0..300 {
+        let status = sm_client
+            .describe_training_job()
+            .training_job_name("demo-long")
+            .send()
+            .await
+            .unwrap()
+            .training_job_status()
+            .map(|s| s.as_str().to_string());
+        if status.as_deref() == Some("Stopped") {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
 
     // Destroy removes the endpoint first, then everything else.
     // The bucket holds the training data, checkpoints and model artifacts.

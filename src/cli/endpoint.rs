@@ -28,10 +28,6 @@ fn say(line: &str) {
     let _ = writeln!(std::io::stdout().lock(), "{line}");
 }
 
-fn api(e: impl std::error::Error + Send + Sync + 'static) -> anyhow::Error {
-    anyhow::anyhow!("{}", aws_sdk_sagemaker::error::DisplayErrorContext(e))
-}
-
 /// `kfaws endpoint deploy --job JOB`.
 pub async fn deploy(
     g: &Global,
@@ -48,30 +44,19 @@ pub async fn deploy(
     let role_arn = d.output("stack.iam", "SageMakerRoleArn", "SageMaker execution role")?;
     let aws = d.aws(g, cancel).await?;
     let sm = aws_sdk_sagemaker::Client::new(&aws);
-    let described = sm
-        .describe_training_job()
-        .training_job_name(job)
-        .send()
-        .await
-        .map_err(api)
-        .with_context(|| format!("reading training job {job}"))?;
-    let status = described
-        .training_job_status()
-        .map(|s| s.as_str().to_string())
-        .unwrap_or_default();
+    let described = kfaws::sagemaker::training::describe_training_job(&sm, job).await?;
+    let status = described.status.as_str();
     let Some(model_data_url) = described
-        .model_artifacts()
-        .and_then(|m| m.s3_model_artifacts())
-        .map(str::to_string)
+        .model_artifact
+        .clone()
         .filter(|_| status == "Completed")
     else {
         bail!("training job {job} is {status}, not Completed: it has no model artifact to deploy");
     };
     let image = described
-        .algorithm_specification()
-        .and_then(|a| a.training_image())
-        .context("the training job names no training image")?
-        .to_string();
+        .image
+        .clone()
+        .context("the training job names no training image")?;
     let spec = EndpointSpec {
         name: name.to_string(),
         image: image.clone(),
@@ -82,6 +67,22 @@ pub async fn deploy(
         tags: vec![("kfaws:deployment".into(), d.loaded.config.name.clone())],
     };
     endpoint::validate(&spec)?;
+    if let Some(r) = d.state.endpoints.get(name) {
+        let same = r.model_data_url == model_data_url
+            && r.image == image
+            && r.instance_type == instance_type
+            && r.instance_count == instance_count;
+        if !same {
+            bail!(
+                "endpoint {name} is already deployed (job {}, {} × {}); kfaws does not update \
+                 endpoints in place: `kfaws endpoint delete {name}` first, or deploy under another \
+                 --endpoint-name",
+                r.job,
+                r.instance_count,
+                r.instance_type
+            );
+        }
+    }
     // Recorded before the first call: a crash leaves it known to destroy.
     let record = EndpointRecord {
         job: job.to_string(),

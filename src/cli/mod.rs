@@ -292,7 +292,8 @@ enum EndpointCommand {
         #[arg(long, value_name = "NAME")]
         job: String,
         /// The endpoint name [default: the job name].
-        #[arg(long, value_name = "NAME")]
+        // Own ids: `name` is the global --name (the deployment).
+        #[arg(long = "endpoint-name", id = "endpoint_name", value_name = "NAME")]
         name: Option<String>,
         /// Instance type.
         #[arg(long, default_value = "ml.m5.large")]
@@ -304,6 +305,7 @@ enum EndpointCommand {
     /// Classify an image (PNG or JPEG, any size) or send JSON instances; prints the class and scores.
     Invoke {
         /// The endpoint.
+        #[arg(id = "endpoint", value_name = "ENDPOINT")]
         name: String,
         /// An image file, sent as application/x-image.
         #[arg(long, value_name = "FILE", conflicts_with = "json")]
@@ -315,6 +317,7 @@ enum EndpointCommand {
     /// Delete an endpoint kfaws deployed, with its endpoint config and model.
     Delete {
         /// The endpoint.
+        #[arg(id = "endpoint", value_name = "ENDPOINT")]
         name: String,
     },
 }

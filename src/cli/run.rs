@@ -64,6 +64,23 @@ async fn make(
         context::check_identity(&aws, &loaded.config, store.state()),
     )
     .await??;
+    if goal.destroy {
+        let lineage = store.state().lineage.to_string();
+        let checking = super::train_sagemaker::running_jobs(&aws, &loaded.config.name, &lineage);
+        match interruptible(cancel, checking).await? {
+            Ok(jobs) if !jobs.is_empty() => anyhow::bail!(
+                "the plan cannot be carried out; nothing was changed: SageMaker training job(s) {} \
+                 of this deployment are still running on its execution role and bucket; stop them \
+                 (aws sagemaker stop-training-job --training-job-name NAME) or let them finish, \
+                 then destroy",
+                jobs.join(", ")
+            ),
+            Ok(_) => {}
+            // Without sagemaker:ListTrainingJobs (a role that only manages the
+            // infrastructure) the check is skipped, not the destroy.
+            Err(e) => tracing::warn!("cannot check for running SageMaker training jobs: {e:#}"),
+        }
+    }
     let preparing = profiles::prepare(&loaded.config, &aws, store.state(), goal.destroy);
     loaded.config = interruptible(cancel, preparing).await??;
     let config = &loaded.config;

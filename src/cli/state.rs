@@ -35,6 +35,15 @@ pub fn list(g: &Global) -> anyhow::Result<u8> {
         ]);
     }
     outln!("{table}")?;
+    for (name, e) in &state.endpoints {
+        outln!(
+            "SageMaker endpoint {name}: {} (job {}, {} × {}; deleted first by destroy)",
+            e.status,
+            e.job,
+            e.instance_count,
+            e.instance_type
+        )?;
+    }
     outln!(
         "serial {}, lineage {}, account {}, region {}",
         state.serial,

@@ -106,6 +106,17 @@ fn request(args: &TrainArgs) -> anyhow::Result<Request> {
     if !(args.lr.is_finite() && args.lr > 0.0) {
         bail!("--lr {} must be a positive number", args.lr);
     }
+    if let Some((k, _)) = args.hp.iter().find(|(k, _)| {
+        ["epochs", "batch-size", "batch_size", "lr", "backend"].contains(&k.as_str())
+    }) {
+        bail!(
+            "--hp {k}=… conflicts with the --{} flag; set it with the flag",
+            k.replace('_', "-")
+        );
+    }
+    if args.no_wait && args.runtime == Runtime::Local {
+        bail!("--no-wait applies to the kubernetes and sagemaker runtimes; a local job runs in this process");
+    }
     let hyperparameters = hyperparameters(
         args.epochs,
         args.batch_size,
@@ -145,11 +156,20 @@ async fn train_local(
     let exe = std::env::current_exe().context("cannot locate the kfaws executable")?;
     let trainer =
         kfaws::train::trainer_binary(args.trainer.as_deref(), &exe).map_err(anyhow::Error::msg)?;
+    let job_dir = local::job_dir(&args.output_dir, req.job.as_str());
+    if job_dir.exists() {
+        bail!(
+            "{} exists: a local job named {} ran before (its checkpoints would be resumed and its \
+             model overwritten); pass another --job-name, or remove the directory",
+            job_dir.display(),
+            req.job
+        );
+    }
     let job = local::LocalJob {
         trainer,
         workers: args.workers,
         data_dir,
-        job_dir: local::job_dir(&args.output_dir, req.job.as_str()),
+        job_dir,
         hyperparameters: req.hyperparameters,
     };
     outln!(

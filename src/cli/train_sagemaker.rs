@@ -88,6 +88,57 @@ pub async fn default_image(aws: &SdkConfig) -> anyhow::Result<String> {
     Ok(format!("{uri}@{digest}"))
 }
 
+/// SageMaker training jobs still running (`InProgress` or `Stopping`) that
+/// this deployment started: tagged with its name and lineage. Destroy
+/// refuses while one runs, since it uses the deployment's execution role,
+/// bucket and (with an EFS channel) network.
+///
+/// # Errors
+/// A failed ListTrainingJobs or ListTags call.
+pub async fn running_jobs(
+    aws: &SdkConfig,
+    deployment: &str,
+    lineage: &str,
+) -> anyhow::Result<Vec<String>> {
+    use aws_sdk_sagemaker::types::TrainingJobStatus;
+    let sm = aws_sdk_sagemaker::Client::new(aws);
+    let mut running = Vec::new();
+    for status in [TrainingJobStatus::InProgress, TrainingJobStatus::Stopping] {
+        let pages = sm
+            .list_training_jobs()
+            .status_equals(status)
+            .into_paginator()
+            .items()
+            .send()
+            .collect::<Vec<_>>()
+            .await;
+        for job in pages {
+            let job = job.map_err(|e| {
+                anyhow::anyhow!("ListTrainingJobs: {}", kfaws::aws::error_message(&e))
+            })?;
+            let (Some(name), Some(arn)) = (job.training_job_name(), job.training_job_arn()) else {
+                continue;
+            };
+            let tags = sm.list_tags().resource_arn(arn).send().await.map_err(|e| {
+                anyhow::anyhow!("ListTags {name}: {}", kfaws::aws::error_message(&e))
+            })?;
+            let tag = |k: &str| {
+                tags.tags()
+                    .iter()
+                    .find(|t| t.key() == Some(k))
+                    .and_then(|t| t.value())
+                    .map(str::to_string)
+            };
+            if tag("kfaws:deployment").as_deref() == Some(deployment)
+                && tag("kfaws:lineage").as_deref() == Some(lineage)
+            {
+                running.push(name.to_string());
+            }
+        }
+    }
+    Ok(running)
+}
+
 fn files_under(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     let mut out = Vec::new();
     let mut todo = vec![dir.to_path_buf()];
@@ -238,7 +289,10 @@ pub async fn train(
         spec.instance_count, spec.instance_type, spec.image
     ));
     if args.no_wait {
-        say("Not waiting (--no-wait). Follow it with: kfaws train ... or the SageMaker console.");
+        say(&format!(
+            "Not waiting (--no-wait). Check it with `aws sagemaker describe-training-job \
+             --training-job-name {job}` or the SageMaker console."
+        ));
         return Ok(0);
     }
     let logs = aws_sdk_cloudwatchlogs::Client::new(&aws);

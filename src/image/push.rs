@@ -57,6 +57,22 @@ pub const FALLBACK_TAG: &str = "latest";
 /// Why an image could not be pushed.
 #[derive(Debug, thiserror::Error)]
 pub enum PushError {
+    /// The tag names another image in a repository with immutable tags.
+    #[error(
+        "tag {tag:?} of the immutable ECR repository {repository} already names {existing}, not \
+         this image ({image}); push it under a new tag (--tag), e.g. a version or the digest's \
+         first characters"
+    )]
+    TagTaken {
+        /// The repository.
+        repository: String,
+        /// The tag.
+        tag: String,
+        /// The digest it names.
+        existing: String,
+        /// This image's digest.
+        image: String,
+    },
     /// The repository name breaks ECR's rule.
     #[error("--repository {name:?} is invalid: {problem} (ECR CreateRepository repositoryName: 2-256 characters, lowercase path components of letters and digits separated by one of . _ -, joined by /)")]
     InvalidRepository {
@@ -332,6 +348,8 @@ pub struct Repository {
     pub uri: String,
     /// True when `CreateRepository` made it now.
     pub created: bool,
+    /// Whether its tags are immutable (`imageTagMutability` `IMMUTABLE`).
+    pub immutable: bool,
 }
 
 /// Finds repository `name` (`DescribeRepositories`) or creates it
@@ -371,10 +389,15 @@ pub async fn ensure_repository(
         .await
     {
         Ok(out) => {
+            let immutable = out
+                .repositories()
+                .iter()
+                .any(|r| r.image_tag_mutability() == Some(&ImageTagMutability::Immutable));
             return uri_of(out.repositories(), "DescribeRepositories").map(|uri| Repository {
                 uri,
                 created: false,
-            })
+                immutable,
+            });
         }
         Err(e)
             if e.as_service_error()
@@ -410,6 +433,7 @@ pub async fn ensure_repository(
             Ok(Repository {
                 uri: uri.to_string(),
                 created: true,
+                immutable: true,
             })
         }
         // Created by someone else between the two calls.
@@ -423,9 +447,14 @@ pub async fn ensure_repository(
                 .send()
                 .await
                 .map_err(ecr_error("DescribeRepositories"))?;
+            let immutable = out
+                .repositories()
+                .iter()
+                .any(|r| r.image_tag_mutability() == Some(&ImageTagMutability::Immutable));
             uri_of(out.repositories(), "DescribeRepositories").map(|uri| Repository {
                 uri,
                 created: false,
+                immutable,
             })
         }
         Err(e) => Err(ecr_error("CreateRepository")(e)),
@@ -882,6 +911,21 @@ pub async fn push(
     let auth = authorization(&ecr).await?;
     let registry = Registry::new(&auth, repository)?;
     let image_digest = image.digest();
+    // ECR refuses to move a tag of an immutable repository
+    // (ImageTagAlreadyExistsException on the manifest PUT): say so before
+    // uploading anything.
+    let existing = registry.manifest_digest(tag).await?;
+    if let Some(other) = existing
+        .as_deref()
+        .filter(|d| *d != image_digest && repo.immutable)
+    {
+        return Err(PushError::TagTaken {
+            repository: repository.to_string(),
+            tag: tag.to_string(),
+            existing: other.to_string(),
+            image: image_digest,
+        });
+    }
     let (mut uploaded, mut skipped) = (0, 0);
     for blob in &image.blobs {
         if registry.has_blob(&blob.digest).await? {
@@ -893,7 +937,6 @@ pub async fn push(
             uploaded += 1;
         }
     }
-    let existing = registry.manifest_digest(tag).await?;
     let manifest_put = existing.as_deref() != Some(image_digest.as_str());
     if manifest_put {
         let stored = registry.put_manifest(tag, &image.manifest).await?;

@@ -133,8 +133,16 @@ pub enum PyTorchJobError {
         "namespace {0:?} does not exist; run `kfaws apply` (it is created by k8s.user-namespace)"
     )]
     NoNamespace(String),
+    /// A job of that name exists in the namespace.
+    #[error("PyTorchJob {name} already exists in namespace {namespace}; pass another --job-name (or delete it: kubectl -n {namespace} delete pytorchjob {name})")]
+    AlreadyExists {
+        /// The job.
+        name: String,
+        /// The namespace.
+        namespace: String,
+    },
     /// A Kubernetes call failed.
-    #[error("{what}: {source}")]
+    #[error("{what}: {}", message(source))]
     Kube {
         /// The call.
         what: String,
@@ -152,6 +160,15 @@ pub enum PyTorchJobError {
         /// Its last conditions.
         conditions: String,
     },
+}
+
+/// The API server's message for a refused call (its `Status`), else the
+/// error itself; kube's own rendering repeats the whole `Status`.
+fn message(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) => format!("{} ({} {})", s.message, s.code, s.reason),
+        other => other.to_string(),
+    }
 }
 
 fn kube_err(what: impl Into<String>) -> impl FnOnce(kube::Error) -> PyTorchJobError {
@@ -202,9 +219,16 @@ pub async fn submit(client: &Client, spec: &PyTorchJobSpec) -> Result<(), PyTorc
         Api::namespaced_with(client.clone(), &spec.namespace, &resource());
     let obj: DynamicObject =
         serde_json::from_value(spec.manifest()).expect("manifest is an object");
-    api.create(&PostParams::default(), &obj)
-        .await
-        .map_err(kube_err(format!("creating PyTorchJob {}", spec.name)))?;
+    match api.create(&PostParams::default(), &obj).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 409 => {
+            return Err(PyTorchJobError::AlreadyExists {
+                name: spec.name.clone(),
+                namespace: spec.namespace.clone(),
+            })
+        }
+        Err(e) => return Err(kube_err(format!("creating PyTorchJob {}", spec.name))(e)),
+    }
     Ok(())
 }
 

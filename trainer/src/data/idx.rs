@@ -171,20 +171,46 @@ mod tests {
         }
     }
 
+    /// Overwrites the training images of `dir` (written by [`write_dataset`])
+    /// with every pixel `value`.
+    fn fill_train_images(dir: &Path, value: u8) {
+        let pixels = vec![value; 3 * 784];
+        std::fs::write(
+            dir.join("train-images-idx3-ubyte"),
+            idx(IDX_IMAGES_MAGIC, &[3, 28, 28], &pixels),
+        )
+        .unwrap();
+    }
+
     #[test]
-    fn without_hint_a_fashion_directory_is_fashion_mnist_else_mnist() {
+    fn without_hint_a_fashion_directory_is_fashion_mnist_else_judged_by_mean_pixel() {
         let root = tempfile::tempdir().unwrap();
         let fashion = root.path().join("Fashion-MNIST");
-        let plain = root.path().join("digits");
-        for dir in [&fashion, &plain] {
+        let dark = root.path().join("digits");
+        let bright = root.path().join("clothes");
+        for dir in [&fashion, &dark, &bright] {
             std::fs::create_dir(dir).unwrap();
             write_dataset(dir, false);
         }
+        fill_train_images(&fashion, 0);
+        // MNIST's mean pixel is 33.3, Fashion-MNIST's 72.9.
+        fill_train_images(&dark, 33);
+        fill_train_images(&bright, 73);
         assert_eq!(
             load_dir(&fashion, None).unwrap().kind,
+            DatasetKind::FashionMnist,
+            "the directory name decides first"
+        );
+        assert_eq!(load_dir(&dark, None).unwrap().kind, DatasetKind::Mnist);
+        assert_eq!(
+            load_dir(&bright, None).unwrap().kind,
             DatasetKind::FashionMnist
         );
-        assert_eq!(load_dir(&plain, None).unwrap().kind, DatasetKind::Mnist);
+        assert_eq!(
+            load_dir(&bright, Some(DatasetKind::Mnist)).unwrap().kind,
+            DatasetKind::Mnist,
+            "the hyperparameter decides above all"
+        );
     }
 
     #[test]

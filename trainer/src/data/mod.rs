@@ -246,6 +246,8 @@ pub fn load_dir(dir: &Path, hint: Option<DatasetKind>) -> Result<Dataset, DataEr
         .iter()
         .any(|name| name.contains("idx1-ubyte") || name.contains("idx3-ubyte"))
     {
+        let train = load_idx_pair(dir, "train", &found)?;
+        let test = load_idx_pair(dir, "t10k", &found)?;
         let kind = match hint {
             Some(kind @ (DatasetKind::Mnist | DatasetKind::FashionMnist)) => kind,
             _ if dir
@@ -255,16 +257,40 @@ pub fn load_dir(dir: &Path, hint: Option<DatasetKind>) -> Result<Dataset, DataEr
             {
                 DatasetKind::FashionMnist
             }
-            _ => DatasetKind::Mnist,
+            _ => {
+                let kind = idx_kind_by_content(&train);
+                tracing::warn!(
+                    dataset = kind.name(),
+                    "the IDX files do not say which dataset they hold; judged by their mean pixel \
+                     value (set the hyperparameter dataset=mnist or dataset=fashion-mnist to say)"
+                );
+                kind
+            }
         };
-        let train = load_idx_pair(dir, "train", &found)?;
-        let test = load_idx_pair(dir, "t10k", &found)?;
         return Ok(Dataset { kind, train, test });
     }
     Err(DataError::NotFound {
         dir: dir.to_path_buf(),
         found: found.join(", "),
     })
+}
+
+/// MNIST or Fashion-MNIST, told apart by the mean pixel value of (up to)
+/// the first 10,000 training images: 33.3 for MNIST and 72.9 for
+/// Fashion-MNIST (the means behind their usual normalisation constants,
+/// 0.1307 and 0.2860 of 255); the threshold is halfway.
+fn idx_kind_by_content(train: &Split) -> DatasetKind {
+    let size: usize = train.shape.iter().product();
+    let n = train.len().min(10_000) * size;
+    if n == 0 {
+        return DatasetKind::Mnist;
+    }
+    let mean = train.images[..n].iter().map(|&p| f64::from(p)).sum::<f64>() / n as f64;
+    if mean > (33.3 + 72.9) / 2.0 {
+        DatasetKind::FashionMnist
+    } else {
+        DatasetKind::Mnist
+    }
 }
 
 /// Sorted file names in `dir`.
