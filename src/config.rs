@@ -188,6 +188,10 @@ pub struct ConfigFile {
     /// The Kubeflow manifests.
     #[serde(default)]
     pub kubeflow: Kubeflow,
+    /// Where `kfaws train` runs when `--runtime` is not given: `local`,
+    /// `kubernetes` or `sagemaker` (any other value is a parse error that
+    /// lists these, case C18).
+    pub training_runtime: Option<crate::train::Runtime>,
 }
 
 /// Values given on the command line; they win over the file.
@@ -746,6 +750,18 @@ fn check_cidr(cidr: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn training_runtime_is_one_of_three_and_a_bad_value_lists_them() {
+        let f: ConfigFile = toml::from_str("training_runtime = \"sagemaker\"").unwrap();
+        assert_eq!(f.training_runtime, Some(crate::train::Runtime::Sagemaker));
+        let e = toml::from_str::<ConfigFile>("training_runtime = \"k8s\"")
+            .unwrap_err()
+            .to_string();
+        for v in ["k8s", "local", "kubernetes", "sagemaker"] {
+            assert!(e.contains(v), "{e}");
+        }
+    }
 
     fn resolve(toml: &str) -> Result<Config, ConfigError> {
         ConfigFile::parse(Path::new("kfaws.toml"), toml)?.resolve(&Overrides::default(), None)

@@ -208,6 +208,14 @@ async fn bad_input_is_refused_before_any_job_is_created() {
         let err = d.fails(&args);
         assert!(err.contains(expected), "{args:?}: {err}");
     }
+    // The runtime from kfaws.toml is checked when the file is parsed (case C18).
+    d.write_config("training_runtime = \"k8s\"\n");
+    let err = d.fails(&["train", "--data", data]);
+    assert!(
+        err.contains("k8s") && err.contains("kubernetes") && err.contains("sagemaker"),
+        "{err}"
+    );
+    d.write_config("");
     assert_eq!(d.calls("CreateTrainingJob"), 0);
     assert!(
         !d.dir.path().join("kfaws-jobs").exists(),
@@ -253,6 +261,36 @@ async fn demo_path_trains_on_both_runtimes_serves_the_model_and_destroys_everyth
     let pushed = d.stdout(&["image", "push"]);
     let image = pushed.lines().last().unwrap().trim().to_string();
     assert!(image.contains("@sha256:"), "{pushed}");
+
+    // What would only fail once the job ran is checked before it is created.
+    let bucket = d.output("stack.storage", "BucketName");
+    let (repo, _) = image.split_once('@').unwrap();
+    for (args, expected) in [
+        (
+            vec![
+                "--data".to_string(),
+                format!("s3://{bucket}/nothing-here/"),
+                "--image".into(),
+                image.clone(),
+            ],
+            "no object under this prefix",
+        ),
+        (
+            vec![
+                "--data".to_string(),
+                FASHION_MNIST.into(),
+                "--image".into(),
+                format!("{repo}:no-such-tag"),
+            ],
+            "no such image",
+        ),
+    ] {
+        let mut all = vec!["train", "--runtime", "sagemaker"];
+        all.extend(args.iter().map(String::as_str));
+        let err = d.fails(&all);
+        assert!(err.contains(expected), "{args:?}: {err}");
+    }
+    assert_eq!(d.calls("CreateTrainingJob"), 0);
 
     // Kubernetes: a PyTorchJob of 2 replicas reading the dataset from EFS.
     let fs = d.output("stack.storage", "FileSystemId");

@@ -24,9 +24,9 @@ use super::Global;
 /// `kfaws train` flags.
 #[derive(Debug, Args, Clone)]
 pub struct TrainArgs {
-    /// Where the job runs.
+    /// Where the job runs [default: `training_runtime` in kfaws.toml].
     #[arg(long, value_enum, env = "KFAWS_TRAINING_RUNTIME")]
-    pub runtime: Runtime,
+    pub runtime: Option<Runtime>,
     /// Total replicas (processes, pods or instances), each one rank.
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..i64::from(MAX_REPLICAS)))]
     pub workers: u32,
@@ -96,13 +96,13 @@ struct Request {
     hyperparameters: BTreeMap<String, String>,
 }
 
-fn request(args: &TrainArgs) -> anyhow::Result<Request> {
+fn request(args: &TrainArgs, runtime: Runtime) -> anyhow::Result<Request> {
     let job = match &args.job_name {
         Some(j) => j.clone(),
         None => JobName::generate("kfaws-train", chrono::Utc::now())?,
     };
     let data = DataSource::parse(&args.data)?;
-    data.check_runtime(args.runtime)?;
+    data.check_runtime(runtime)?;
     if !(args.lr.is_finite() && args.lr > 0.0) {
         bail!("--lr {} must be a positive number", args.lr);
     }
@@ -114,7 +114,7 @@ fn request(args: &TrainArgs) -> anyhow::Result<Request> {
             k.replace('_', "-")
         );
     }
-    if args.no_wait && args.runtime == Runtime::Local {
+    if args.no_wait && runtime == Runtime::Local {
         bail!("--no-wait applies to the kubernetes and sagemaker runtimes; a local job runs in this process");
     }
     let hyperparameters = hyperparameters(
@@ -134,8 +134,15 @@ fn request(args: &TrainArgs) -> anyhow::Result<Request> {
 
 /// `kfaws train`.
 pub async fn train(g: &Global, args: &TrainArgs, cancel: &CancellationToken) -> anyhow::Result<u8> {
-    let req = request(args)?;
-    match args.runtime {
+    let runtime = match args.runtime {
+        Some(r) => r,
+        None => context::read_file(g)?.0.training_runtime.context(
+            "no runtime: pass --runtime local|kubernetes|sagemaker, or set training_runtime in \
+             kfaws.toml",
+        )?,
+    };
+    let req = request(args, runtime)?;
+    match runtime {
         Runtime::Local => train_local(args, req, cancel).await,
         Runtime::Kubernetes => train_kubernetes(g, args, req, cancel).await,
         Runtime::Sagemaker => {
@@ -263,7 +270,10 @@ impl Deployment {
         explicit: Option<&String>,
     ) -> anyhow::Result<String> {
         match explicit {
-            Some(i) => Ok(i.clone()),
+            Some(i) => {
+                super::train_sagemaker::check_image(aws, i).await?;
+                Ok(i.clone())
+            }
             None => super::train_sagemaker::default_image(aws).await,
         }
     }
@@ -305,7 +315,6 @@ async fn train_kubernetes(
     let d = Deployment::load(g)?;
     let cluster_name = d.output("eks.cluster", "name", "EKS cluster")?;
     let aws = d.aws(g, cancel).await?;
-    let image = Deployment::image(&aws, args.image.as_ref()).await?;
     let connector = ClusterConnector {
         cluster_name: cluster_name.clone(),
         region: d.loaded.config.region.clone(),
@@ -317,9 +326,12 @@ async fn train_kubernetes(
         .await
         .map_err(|e| anyhow::anyhow!("{e}"))?
         .with_context(|| format!("EKS cluster {cluster_name} does not exist: run `kfaws apply`"))?;
+    let namespace = d.loaded.config.options.user_namespace.clone();
+    pytorchjob::preflight(&client, &namespace).await?;
+    let image = Deployment::image(&aws, args.image.as_ref()).await?;
     let spec = PyTorchJobSpec {
         name: req.job.to_string(),
-        namespace: d.loaded.config.options.user_namespace.clone(),
+        namespace,
         image,
         workers: args.workers,
         hyperparameters: req.hyperparameters,
@@ -327,7 +339,6 @@ async fn train_kubernetes(
         cpu: args.cpu.clone(),
         memory: args.memory.clone(),
     };
-    pytorchjob::preflight(&client, &spec.namespace).await?;
     pytorchjob::submit(&client, &spec).await?;
     outln!(
         "Training job {} (kubernetes): PyTorchJob {}/{} created, 1 master + {} worker(s), image {}",

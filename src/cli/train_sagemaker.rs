@@ -139,6 +139,59 @@ pub async fn running_jobs(
     Ok(running)
 }
 
+/// Checks that an ECR image reference
+/// (`ACCOUNT.dkr.ecr.REGION.amazonaws.com/NAME@sha256:…` or `…:TAG`)
+/// names an image that exists (DescribeImages), so a typo fails here and
+/// not after the job started. Other registries are not checked.
+///
+/// # Errors
+/// When the repository or the image does not exist, or the call fails.
+pub async fn check_image(aws: &SdkConfig, uri: &str) -> anyhow::Result<()> {
+    let Some((host, path)) = uri.split_once('/') else {
+        return Ok(());
+    };
+    let mut parts = host.split('.');
+    let (Some(account), Some("dkr"), Some("ecr")) = (parts.next(), parts.next(), parts.next())
+    else {
+        return Ok(());
+    };
+    let id = aws_sdk_ecr::types::ImageIdentifier::builder();
+    let (repository, id) = match path.split_once('@') {
+        Some((repo, digest)) => (repo, id.image_digest(digest)),
+        None => match path.rsplit_once(':') {
+            Some((repo, tag)) => (repo, id.image_tag(tag)),
+            None => (path, id.image_tag("latest")),
+        },
+    };
+    aws_sdk_ecr::Client::new(aws)
+        .describe_images()
+        .registry_id(account)
+        .repository_name(repository)
+        .image_ids(id.build())
+        .send()
+        .await
+        .map_err(ecr_error)
+        .with_context(|| format!("--image {uri}: no such image in ECR"))?;
+    Ok(())
+}
+
+/// Checks that an S3 data prefix holds at least one object.
+async fn check_s3_prefix(aws: &SdkConfig, bucket: &str, prefix: &str) -> anyhow::Result<()> {
+    let out = kfaws::aws::bucket::client(aws)
+        .list_objects_v2()
+        .bucket(bucket)
+        .prefix(prefix)
+        .max_keys(1)
+        .send()
+        .await
+        .map_err(|e| anyhow::anyhow!("{}", kfaws::aws::error_message(&e)))
+        .with_context(|| format!("--data s3://{bucket}/{prefix}: cannot list it"))?;
+    if out.key_count().unwrap_or(0) == 0 {
+        bail!("--data s3://{bucket}/{prefix}: no object under this prefix");
+    }
+    Ok(())
+}
+
 fn files_under(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     let mut out = Vec::new();
     let mut todo = vec![dir.to_path_buf()];
@@ -242,9 +295,12 @@ pub async fn train(
     let aws = d.aws(g, cancel).await?;
     let image = Deployment::image(&aws, args.image.as_ref()).await?;
     let input = match data {
-        DataSource::S3 { bucket, prefix } => ChannelSource::S3 {
-            uri: format!("s3://{bucket}/{prefix}"),
-        },
+        DataSource::S3 { bucket, prefix } => {
+            check_s3_prefix(&aws, &bucket, &prefix).await?;
+            ChannelSource::S3 {
+                uri: format!("s3://{bucket}/{prefix}"),
+            }
+        }
         DataSource::Efs(path) => ChannelSource::Efs {
             file_system_id: file_system_id.expect("read above"),
             directory_path: path,

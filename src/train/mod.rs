@@ -13,7 +13,8 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 /// Where a training job runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Runtime {
     /// Trainer processes on this machine, under the PyTorchJob environment contract.
     Local,

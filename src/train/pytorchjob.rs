@@ -113,6 +113,9 @@ impl PyTorchJobSpec {
                 "name": self.name,
                 "namespace": self.namespace,
                 "labels": {"app.kubernetes.io/managed-by": "kfaws"},
+                // On the job as well as on its pod templates (case C17): Istio's
+                // injector reads the pods', tools and policies read the job's.
+                "annotations": {"sidecar.istio.io/inject": "false"},
             },
             "spec": {
                 "runPolicy": {"backoffLimit": 3, "cleanPodPolicy": "None"},
@@ -448,6 +451,10 @@ mod tests {
         let m = spec(3).manifest();
         assert_eq!(m["apiVersion"], "kubeflow.org/v1");
         assert_eq!(m["metadata"]["namespace"], "team");
+        assert_eq!(
+            m["metadata"]["annotations"]["sidecar.istio.io/inject"],
+            "false"
+        );
         let r = &m["spec"]["pytorchReplicaSpecs"];
         assert_eq!(r["Master"]["replicas"], 1);
         assert_eq!(r["Worker"]["replicas"], 2);
