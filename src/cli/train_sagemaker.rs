@@ -22,23 +22,6 @@ use super::Global;
 /// The ECR repository `kfaws image push` writes by default.
 pub const REPOSITORY: &str = "kfaws-trainer";
 
-/// An ECR error as its code and message (the SDK's full context includes
-/// the raw response).
-fn ecr_error<E, R>(e: aws_sdk_ecr::error::SdkError<E, R>) -> anyhow::Error
-where
-    E: aws_sdk_ecr::error::ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
-    R: std::fmt::Debug + Send + Sync + 'static,
-{
-    match e.as_service_error() {
-        Some(s) => anyhow::anyhow!(
-            "{}: {}",
-            s.code().unwrap_or("error"),
-            s.message().unwrap_or("(no message)")
-        ),
-        None => anyhow::anyhow!("{}", aws_sdk_ecr::error::DisplayErrorContext(e)),
-    }
-}
-
 /// The trainer image `kfaws image build` and `kfaws image push` make by
 /// default: the ECR repository [`REPOSITORY`], tagged with this kfaws's
 /// version, resolved to `repositoryUri@sha256:…` (the tag is immutable, and
@@ -60,7 +43,7 @@ pub async fn default_image(aws: &SdkConfig) -> anyhow::Result<String> {
         .repository_names(REPOSITORY)
         .send()
         .await
-        .map_err(ecr_error)
+        .map_err(|e| anyhow::anyhow!(kfaws::aws::error_message(&e)))
         .with_context(hint)?;
     let uri = repo
         .repositories()
@@ -78,7 +61,7 @@ pub async fn default_image(aws: &SdkConfig) -> anyhow::Result<String> {
         )
         .send()
         .await
-        .map_err(ecr_error)
+        .map_err(|e| anyhow::anyhow!(kfaws::aws::error_message(&e)))
         .with_context(hint)?;
     let digest = images
         .image_details()
@@ -170,7 +153,7 @@ pub async fn check_image(aws: &SdkConfig, uri: &str) -> anyhow::Result<()> {
         .image_ids(id.build())
         .send()
         .await
-        .map_err(ecr_error)
+        .map_err(|e| anyhow::anyhow!(kfaws::aws::error_message(&e)))
         .with_context(|| format!("--image {uri}: no such image in ECR"))?;
     Ok(())
 }
@@ -192,22 +175,14 @@ async fn check_s3_prefix(aws: &SdkConfig, bucket: &str, prefix: &str) -> anyhow:
     Ok(())
 }
 
-fn files_under(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
-    let mut out = Vec::new();
-    let mut todo = vec![dir.to_path_buf()];
-    while let Some(d) = todo.pop() {
-        for entry in std::fs::read_dir(&d)? {
-            let entry = entry?;
-            let t = entry.file_type()?;
-            if t.is_dir() {
-                todo.push(entry.path());
-            } else if t.is_file() {
-                out.push(entry.path());
-            }
-        }
-    }
-    out.sort();
-    Ok(out)
+/// Every regular file under `dir`, sorted.
+fn files_under(dir: &Path) -> walkdir::Result<Vec<PathBuf>> {
+    walkdir::WalkDir::new(dir)
+        .sort_by_file_name()
+        .into_iter()
+        .filter(|e| e.as_ref().map_or(true, |e| e.file_type().is_file()))
+        .map(|e| e.map(walkdir::DirEntry::into_path))
+        .collect()
 }
 
 /// Uploads every file under `dir` to `s3://bucket/prefix/<relative path>`.
