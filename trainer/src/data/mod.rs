@@ -7,6 +7,7 @@
 mod augment;
 mod batch;
 mod cifar;
+mod cifar_python;
 mod idx;
 mod sampler;
 
@@ -15,16 +16,18 @@ use std::path::{Path, PathBuf};
 pub use augment::augment_cifar;
 pub use batch::{make_batch, Batch};
 pub use cifar::{load_cifar10, CIFAR10_RECORD_BYTES};
+pub use cifar_python::{load_cifar10_python, PYTHON_TEST_FILE, PYTHON_TRAIN_FILES};
 pub use idx::{load_idx_pair, IDX_IMAGES_MAGIC, IDX_LABELS_MAGIC};
 pub use sampler::DistributedSampler;
 
 /// Why a dataset could not be read. Every variant names the file involved.
 #[derive(Debug, thiserror::Error)]
 pub enum DataError {
-    /// The directory holds neither a CIFAR-10 binary nor an IDX dataset.
+    /// The directory holds no CIFAR-10 (binary or python) nor IDX dataset.
     #[error(
         "no dataset found in {dir}: expected CIFAR-10 binary files (data_batch_1.bin … \
-         data_batch_5.bin, test_batch.bin) or IDX files (train-images-idx3-ubyte, \
+         data_batch_5.bin, test_batch.bin), CIFAR-10 python batches (data_batch_1 … \
+         data_batch_5, test_batch) or IDX files (train-images-idx3-ubyte, \
          train-labels-idx1-ubyte, t10k-images-idx3-ubyte, t10k-labels-idx1-ubyte, each \
          optionally .gz); found: [{found}]"
     )]
@@ -38,6 +41,9 @@ pub enum DataError {
         dataset: &'static str,
         found: String,
     },
+    /// A CIFAR-10 python batch is not a pickled dict of `labels` and a `uint8` `data` array.
+    #[error("{path}: not a CIFAR-10 python batch: {reason}")]
+    Pickle { path: PathBuf, reason: String },
     /// Reading a file failed.
     #[error("cannot read {path}: {source}")]
     Io {
@@ -227,8 +233,9 @@ pub struct Dataset {
 
 /// Loads the dataset found in `dir`.
 ///
-/// CIFAR-10 binary files are looked for in `dir` and `dir/cifar-10-batches-bin` (the layout of
-/// the official archive); IDX files in `dir`. IDX files do not say whether they hold MNIST or
+/// CIFAR-10 binary files are looked for in `dir` and `dir/cifar-10-batches-bin`, CIFAR-10
+/// python batches in `dir` and `dir/cifar-10-batches-py` (the layouts of the official
+/// archives); IDX files in `dir`. IDX files do not say whether they hold MNIST or
 /// Fashion-MNIST, so `hint` (the `dataset` hyperparameter) decides, else a directory path
 /// containing "fashion", else MNIST.
 ///
@@ -240,6 +247,13 @@ pub fn load_dir(dir: &Path, hint: Option<DatasetKind>) -> Result<Dataset, DataEr
         if cifar_dir.join("data_batch_1.bin").exists() || cifar_dir.join("test_batch.bin").exists()
         {
             return load_cifar10(&cifar_dir);
+        }
+    }
+    for cifar_dir in [dir.to_path_buf(), dir.join("cifar-10-batches-py")] {
+        if cifar_dir.join(PYTHON_TRAIN_FILES[0]).is_file()
+            || cifar_dir.join(PYTHON_TEST_FILE).is_file()
+        {
+            return load_cifar10_python(&cifar_dir);
         }
     }
     if found
