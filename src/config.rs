@@ -465,15 +465,6 @@ impl Config {
         format!("kfaws-{}", self.name)
     }
 
-    /// The longest training job name kfaws generates: the deployment name,
-    /// a UTC timestamp `-YYYYMMDD-HHMMSS`, and for Kubernetes the operator's
-    /// per-replica suffix `-worker-NNN`.
-    pub fn longest_job_names(&self) -> (String, String) {
-        let job = format!("{}-20261130-235959", self.name);
-        let service = format!("{job}-worker-999");
-        (job, service)
-    }
-
     /// Every name the deployment will create, with its field and rule.
     pub fn derived_names(&self) -> Vec<DerivedName> {
         let named = |field: &str, input: &str, value: String, rule| DerivedName {
@@ -534,9 +525,6 @@ impl Config {
             self.applyset_name(),
             &naming::DNS1123_SUBDOMAIN,
         ));
-        let (job, service) = self.longest_job_names();
-        names.push(named("name", n, job, &naming::SAGEMAKER_JOB));
-        names.push(named("name", n, service, &naming::RFC1035_LABEL));
         names
     }
 
@@ -1039,9 +1027,17 @@ mod tests {
         );
     }
 
+    /// Training job names are generated (`kfaws-train-<time>-<suffix>`) or
+    /// given to `kfaws train`, never derived from the deployment name, so
+    /// the deployment name is not held to the job-name rules (RFC 1035
+    /// labels start with a letter; EKS cluster names may start with a digit).
     #[test]
-    fn names_starting_with_a_digit_cannot_name_kubernetes_services() {
-        let errs = names_error("name = \"1ml\"\nregion = \"us-east-1\"");
-        assert!(errs.iter().any(|e| e.what == "Kubernetes RFC 1035 label"));
+    fn deployment_names_are_not_held_to_training_job_rules() {
+        let c = resolve("name = \"1ml\"\nregion = \"us-east-1\"").unwrap();
+        assert!(c
+            .derived_names()
+            .iter()
+            .all(|d| d.rule.what != "SageMaker training job name"
+                && d.rule.what != "Kubernetes RFC 1035 label"));
     }
 }
