@@ -116,11 +116,24 @@ fn command(job: &LocalJob, rank: u32, port: u16) -> Command {
         // A SageMaker layout left at /opt/ml on this machine would take
         // precedence over the PyTorchJob contract; point the trainer away.
         .env("TRAINER_SAGEMAKER_ROOT", job.job_dir.join("no-sagemaker"))
+        // The processes share this machine's cores: without this each would start a thread
+        // per core (torchrun likewise sets OMP_NUM_THREADS=1 for several processes per node).
+        .env(
+            "TRAINER_THREADS",
+            threads_per_worker(job.workers).to_string(),
+        )
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true);
     cmd
+}
+
+/// Each local process's share of this machine's CPUs (at least 1): the trainer's
+/// `TRAINER_THREADS`.
+fn threads_per_worker(workers: u32) -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+    (cores / workers.max(1) as usize).max(1)
 }
 
 /// Copies `from`'s lines to `print(rank, line)`; returns the last metric
@@ -216,4 +229,17 @@ pub async fn run(
 /// The model directory of a local job under `root` (`./kfaws-jobs/<job>`).
 pub fn job_dir(root: &Path, job: &str) -> PathBuf {
     root.join(job)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn local_processes_split_the_cores_between_them() {
+        let cores = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+        assert_eq!(threads_per_worker(1), cores);
+        assert_eq!(threads_per_worker(2), (cores / 2).max(1));
+        assert_eq!(threads_per_worker(cores as u32 * 2), 1);
+    }
 }

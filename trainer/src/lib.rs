@@ -6,8 +6,8 @@
 //! - [`model`]: the reference network;
 //! - [`dist`]: our all-reduce over TCP;
 //! - [`contract`]: flags, `TRAINER_*`, SageMaker and PyTorchJob configuration;
-//! - [`train`]: the training loop, with [`optim`], [`params`], [`checkpoint`], [`metrics`]
-//!   and [`prometheus`];
+//! - [`train`]: the training loop, with [`replicas`] (the batch split across threads),
+//!   [`optim`], [`params`], [`checkpoint`], [`metrics`] and [`prometheus`];
 //! - [`serve`]: the SageMaker inference contract.
 
 pub mod checkpoint;
@@ -20,6 +20,7 @@ pub mod model;
 pub mod optim;
 pub mod params;
 pub mod prometheus;
+pub mod replicas;
 pub mod serve;
 pub mod train;
 

@@ -24,7 +24,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Train (SageMaker invokes the container with `train`).
-    Train(TrainArgs),
+    Train(Box<TrainArgs>),
     /// Serve the trained model (SageMaker invokes the container with `serve`).
     Serve(ServeArgs),
     /// Write one test-split image of a dataset as PNG and print its class, to try an endpoint with.
@@ -165,7 +165,19 @@ fn run_train(args: &TrainArgs) -> ExitCode {
             return fail(&TrainError::from(e), failure_file.as_deref());
         }
     };
+    // Evaluation, and training with one replica, run on rayon's global pool.
+    if let Err(e) = rayon::ThreadPoolBuilder::new()
+        .num_threads(config.parallelism.threads)
+        .build_global()
+    {
+        tracing::warn!("rayon's global pool was already started: {e}");
+    }
     let rv = &config.rendezvous;
+    tracing::info!(
+        threads = config.parallelism.threads,
+        replicas = config.parallelism.replicas,
+        "parallelism"
+    );
     tracing::info!(
         launcher = ?config.launcher, rank = rv.rank, world_size = rv.world_size,
         master = %format!("{}:{}", rv.master_addr, rv.master_port),

@@ -15,6 +15,7 @@ use kfaws_trainer::dist::{Agreement, AllReduce, Communicator, Rendezvous};
 use kfaws_trainer::model::Net;
 use kfaws_trainer::optim::Sgd;
 use kfaws_trainer::params::flatten_params;
+use kfaws_trainer::replicas::{default_threads, Parallelism};
 use kfaws_trainer::serve::Classifier;
 use kfaws_trainer::train::{write_model, Learner};
 
@@ -39,6 +40,12 @@ struct Args {
     /// Timed all-reduces per configuration at the model's size (fewer for the larger vectors).
     #[arg(long, default_value_t = 200)]
     rounds: usize,
+    /// Threads in all (default: `RAYON_NUM_THREADS`, else all CPUs).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Model replicas the batch is split across (default as `kfaws-trainer train`).
+    #[arg(long)]
+    replicas: Option<usize>,
     /// Only the all-reduce figures (no dataset needed).
     #[arg(long, conflicts_with = "no_all_reduce")]
     all_reduce_only: bool,
@@ -85,7 +92,23 @@ fn train_and_serve(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     device.seed(1);
     let model = Net::new(dataset.kind.shape(), &device);
     let params = flatten_params(&model);
-    let mut learner = Learner::new(model, params, Sgd::new(0.02, 0.9), &device);
+    let parallelism = Parallelism::resolve(
+        args.threads
+            .unwrap_or_else(|| default_threads(&|name| std::env::var(name).ok())),
+        args.replicas,
+        args.batch_size,
+        true,
+    )?;
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(parallelism.threads)
+        .build_global()?;
+    let mut learner = Learner::new(
+        model,
+        params,
+        Sgd::new(0.02, 0.9),
+        &device,
+        parallelism.replicas,
+    );
     let mut comm = Communicator::single();
     let indices: Vec<usize> = (0..dataset.train.len()).collect();
     let mut batches = indices.chunks(args.batch_size).cycle();
@@ -103,11 +126,12 @@ fn train_and_serve(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         learner.step(batch, &mut comm)?;
     }
     let secs = started.elapsed().as_secs_f64();
-    let threads = std::env::var("RAYON_NUM_THREADS").unwrap_or_else(|_| "all".into());
     println!(
-        "bench=train_throughput batch_size={} steps={} threads={threads} images_per_sec={:.0}",
+        "bench=train_throughput batch_size={} steps={} threads={} replicas={} images_per_sec={:.0}",
         args.batch_size,
         args.steps,
+        parallelism.threads,
+        parallelism.replicas,
         (args.steps * args.batch_size) as f64 / secs
     );
 

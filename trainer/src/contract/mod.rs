@@ -18,6 +18,7 @@ pub use hyperparameters::Hyperparameters;
 use sagemaker::SageMakerLayout;
 
 use crate::dist::{AllReduce, Rendezvous};
+use crate::replicas::{default_threads, Parallelism};
 
 /// A configuration that cannot work; never retryable (exit code 1).
 #[derive(Debug, thiserror::Error)]
@@ -98,6 +99,14 @@ pub struct TrainArgs {
     /// Serve Prometheus metrics on this port (rank 0 only; `/metrics`).
     #[arg(long, env = "TRAINER_METRICS_PORT")]
     pub metrics_port: Option<u16>,
+    /// Threads this process uses in all (default: `RAYON_NUM_THREADS`, else the CPUs available,
+    /// within a container's CPU limit).
+    #[arg(long, env = "TRAINER_THREADS")]
+    pub threads: Option<usize>,
+    /// Model replicas each batch is split across, each on an equal share of the threads
+    /// (default: one per thread, at most one per 16 images of the batch; 1 on a GPU).
+    #[arg(long, env = "TRAINER_REPLICAS")]
+    pub replicas: Option<usize>,
     /// Hyperparameters as `key=value` (same names as SageMaker's: batch-size, epochs, lr, …).
     #[arg(
         long = "hp",
@@ -142,6 +151,8 @@ pub struct RunConfig {
     pub launcher: Launcher,
     /// Prometheus port.
     pub metrics_port: Option<u16>,
+    /// Threads and model replicas of this process.
+    pub parallelism: Parallelism,
 }
 
 /// Default `MASTER_PORT` where no contract gives one: the port SageMaker's PyTorch toolkit uses.
@@ -252,6 +263,12 @@ pub fn resolve(
             model_dir.join("checkpoints")
         }
     });
+    let parallelism = Parallelism::resolve(
+        args.threads.unwrap_or_else(|| default_threads(env)),
+        args.replicas,
+        hp.batch_size,
+        hp.backend == "gloo",
+    )?;
     Ok(RunConfig {
         data_dir,
         model_dir,
@@ -261,6 +278,7 @@ pub fn resolve(
         rendezvous,
         launcher: if flags_set { Launcher::Flags } else { launcher },
         metrics_port: args.metrics_port,
+        parallelism,
     })
 }
 

@@ -227,3 +227,32 @@ fn hp_flag_must_be_key_equals_value() {
     let err = resolve(&args, &env_of(&[])).unwrap_err().to_string();
     assert!(err.contains("key=value"), "{err}");
 }
+
+#[test]
+fn threads_and_replicas_come_from_flags_then_rayon_num_threads() {
+    let with = |threads, replicas, hp: &[&str]| TrainArgs {
+        data_dir: Some(PathBuf::from("/data")),
+        threads,
+        replicas,
+        hyperparameters: hp.iter().map(|s| s.to_string()).collect(),
+        ..no_sagemaker()
+    };
+    let rayon = env_of(&[("RAYON_NUM_THREADS", "4")]);
+    let p = resolve(&with(None, None, &["batch-size=64"]), &rayon)
+        .unwrap()
+        .parallelism;
+    assert_eq!((p.threads, p.replicas), (4, 4));
+    // Batch 32: two shares of 16 at most.
+    let p = resolve(&with(None, None, &["batch-size=32"]), &rayon)
+        .unwrap()
+        .parallelism;
+    assert_eq!((p.threads, p.replicas), (4, 2));
+    let p = resolve(&with(Some(3), Some(1), &[]), &rayon)
+        .unwrap()
+        .parallelism;
+    assert_eq!((p.threads, p.replicas), (3, 1));
+    let err = resolve(&with(Some(2), Some(3), &[]), &rayon)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("3 replicas need at least 3 threads"), "{err}");
+}
