@@ -53,7 +53,19 @@ fn main() -> ExitCode {
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
         .init();
-    let cli = Cli::parse();
+    // Flags that do not parse are configuration errors like any other: exit 1 (clap's own
+    // usage code is 2), so PyTorchJob's ExitCode policy and SageMaker see one code for them.
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() {
+                ExitCode::from(kfaws_trainer::error::EXIT_CONFIG as u8)
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
     match cli.command {
         Command::Train(args) => run_train(&args),
         Command::Serve(args) => run_serve(&args),

@@ -45,7 +45,9 @@ impl Parallelism {
         cpu: bool,
     ) -> Result<Self, ConfigError> {
         let bad = |detail: String| ConfigError::Contract {
-            source_name: "--threads/--replicas (TRAINER_THREADS/TRAINER_REPLICAS)".into(),
+            source_name: "--threads/--replicas (TRAINER_THREADS/TRAINER_REPLICAS; threads \
+                          default to RAYON_NUM_THREADS, else the CPUs available)"
+                .into(),
             detail,
         };
         if threads == 0 {

@@ -252,6 +252,11 @@ pub fn serve(
         addr: addr.clone(),
         detail: e.to_string(),
     })?;
+    // The bound address: with port 0 the system picked one.
+    let addr = server
+        .server_addr()
+        .to_ip()
+        .map_or(addr, |bound| bound.to_string());
     tracing::info!(%addr, dataset = classifier.info.dataset.name(), "serving");
     while !stop.load(Ordering::SeqCst) {
         // Poll so SIGTERM is noticed within 200 ms even when idle.

@@ -177,6 +177,40 @@ fn missing_dataset_exits_1_naming_the_directory() {
     );
 }
 
+/// Flags that do not parse, and thread settings that cannot work, are configuration errors:
+/// exit 1 naming the flag, before any data is read.
+#[test]
+fn bad_thread_flags_exit_1_naming_the_flag() {
+    let dir = tempfile::tempdir().unwrap();
+    for (flags, env, needle) in [
+        (vec!["--threads=abc"], vec![], "--threads"),
+        (
+            vec!["--threads=1", "--replicas=2"],
+            vec![],
+            "2 replicas need at least 2 threads, 1 given",
+        ),
+        (
+            vec![],
+            vec![("TRAINER_REPLICAS", "0".to_string())],
+            "replicas must be at least 1",
+        ),
+    ] {
+        let flags: Vec<String> = ["--data-dir=/nonexistent"]
+            .iter()
+            .chain(&flags)
+            .map(|f| f.to_string())
+            .collect();
+        let mut p = spawn_train(dir.path(), "p", &flags, &env);
+        assert_eq!(
+            p.wait(Duration::from_secs(60)),
+            1,
+            "{flags:?}: {}",
+            p.stderr()
+        );
+        assert!(p.stderr().contains(needle), "{flags:?}: {}", p.stderr());
+    }
+}
+
 /// SIGTERM mid-epoch writes a checkpoint at the current step and exits 143; the next run
 /// resumes from that step, then a later run with more epochs resumes at the epoch boundary.
 #[test]

@@ -103,8 +103,8 @@ pub struct TrainArgs {
     /// within a container's CPU limit).
     #[arg(long, env = "TRAINER_THREADS")]
     pub threads: Option<usize>,
-    /// Model replicas each batch is split across, each on an equal share of the threads
-    /// (default: one per thread, at most one per 16 images of the batch; 1 on a GPU).
+    /// Model replicas each batch is split across, run as tasks of the threads' pool (default:
+    /// one per thread, at most one per 16 images of the batch; 1 on a GPU).
     #[arg(long, env = "TRAINER_REPLICAS")]
     pub replicas: Option<usize>,
     /// Hyperparameters as `key=value` (same names as SageMaker's: batch-size, epochs, lr, …).
@@ -263,6 +263,12 @@ pub fn resolve(
             model_dir.join("checkpoints")
         }
     });
+    if let Some(value) = env("RAYON_NUM_THREADS").filter(|v| v.parse::<usize>().is_err()) {
+        tracing::warn!(
+            RAYON_NUM_THREADS = %value,
+            "not a thread count; ignored (as rayon ignores it): using the CPUs available"
+        );
+    }
     let parallelism = Parallelism::resolve(
         args.threads.unwrap_or_else(|| default_threads(env)),
         args.replicas,
