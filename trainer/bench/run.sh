@@ -47,7 +47,7 @@ compare() { # threads extra-args...: prints one bench=throughput_ratio line
     local threads=$1; shift
     local ours=() theirs=() line
     for _ in $(seq "${BENCH_ROUNDS:-5}"); do
-        line=$("$BIN/kfaws-trainer-bench" --threads "$threads" --batch-size "$BATCH" --no-all-reduce --requests 1 "$@" | head -1)
+        line=$("$BIN/kfaws-trainer-bench" --threads "$threads" --batch-size "$BATCH" --no-all-reduce --requests 1 "$@" | grep "^bench=train_throughput")
         echo "$line"
         ours+=("$(ips "$line")")
         line=$("$PYTHON" trainer/bench/pytorch_reference.py --batch-size "$BATCH" --threads "$threads")

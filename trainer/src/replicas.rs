@@ -3,9 +3,10 @@
 //! the replicas' gradients are combined before the all-reduce across ranks.
 //!
 //! Why: burn's CPU backend parallelises each operation across threads (intra-op parallelism),
-//! which for this network's small convolutions scales poorly — measured on 2 cores, one batch
-//! of 64 on 2 threads ran at 7,100–8,300 images/s, 2 replicas of 32 at 9,200–11,500
-//! (`kfaws-trainer-bench --replicas 1|2`; `make bench` compares with PyTorch). PyTorch calls
+//! which for this network's small convolutions scales poorly — measured on 2 cores, batch 64
+//! on 2 threads: one replica 7,100–8,300 images/s, 2 replicas of 32 9,200–11,500 in one hour,
+//! 8,800–9,800 against 13,500–16,000 in another (`kfaws-trainer-bench --replicas 1|2`;
+//! `make bench` compares both with PyTorch). PyTorch calls
 //! the two levels intra-op and inter-op parallelism (`torch.set_num_threads`,
 //! `torch.set_num_interop_threads`).
 //!
