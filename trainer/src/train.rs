@@ -218,9 +218,10 @@ pub struct Learner {
     replica_models: Vec<Net>,
 }
 
-/// One replica's share of a step: flat gradients of its mean loss, that loss, and how many
-/// of its images it classified correctly.
+/// One replica's share of a step: how many images it had, flat gradients of their mean loss,
+/// that loss, and how many it classified correctly.
 struct Share {
+    images: usize,
     grads: Vec<f32>,
     loss: f64,
     correct: usize,
@@ -260,23 +261,21 @@ impl Learner {
         let n = batch.labels.len();
         let [_, c, h, w] = batch.shape;
         let image_len = c * h * w;
-        let sizes = split_sizes(n, self.replica_models.len() + 1);
-        let mut shares: Vec<(&Net, &[f32], &[i64])> = Vec::with_capacity(sizes.len());
         let mut start = 0;
-        for (k, &size) in sizes.iter().enumerate() {
-            let model = if k == 0 {
-                &self.model
-            } else {
-                &self.replica_models[k - 1]
-            };
-            let end = start + size;
-            shares.push((
-                model,
-                &batch.images[start * image_len..end * image_len],
-                &batch.labels[start..end],
-            ));
-            start = end;
-        }
+        let shares: Vec<(&Net, &[f32], &[i64])> = std::iter::once(&self.model)
+            .chain(&self.replica_models)
+            .zip(split_sizes(n, self.replica_models.len() + 1))
+            .filter(|&(_, size)| size > 0)
+            .map(|(model, size)| {
+                let (from, to) = (start, start + size);
+                start = to;
+                (
+                    model,
+                    &batch.images[from * image_len..to * image_len],
+                    &batch.labels[from..to],
+                )
+            })
+            .collect();
         let (loss_fn, device) = (&self.loss_fn, &self.device);
         let run = |(model, images, labels): (&Net, &[f32], &[i64])| {
             replica_step(model, loss_fn, device, images, labels, [c, h, w])
@@ -286,17 +285,13 @@ impl Learner {
         let results: Vec<Share> = if shares.len() == 1 {
             shares.into_iter().map(run).collect()
         } else {
-            shares
-                .into_par_iter()
-                .filter(|(_, _, labels)| !labels.is_empty())
-                .map(run)
-                .collect()
+            shares.into_par_iter().map(run).collect()
         };
         // Σₖ (nₖ/n)·gₖ in replica order: the gradient of the whole batch's mean loss.
         let mut grads = vec![0.0f32; self.params.len()];
         let (mut loss, mut correct) = (0.0f64, 0);
-        for (share, &size) in results.iter().zip(sizes.iter().filter(|&&s| s > 0)) {
-            let weight = size as f32 / n as f32;
+        for share in &results {
+            let weight = share.images as f32 / n as f32;
             grads
                 .iter_mut()
                 .zip(&share.grads)
@@ -347,6 +342,7 @@ fn replica_step(
             .expect("f32")[0],
     );
     Share {
+        images: n,
         grads,
         loss,
         correct: count_correct(logits.detach(), labels),
@@ -565,7 +561,7 @@ mod tests {
         assert_ne!(initial, one, "the steps moved the parameters");
         for replicas in [2, 3] {
             let (_, split, reports) = steps_with_replicas(replicas);
-            // Only the summation order differs: measured max difference ~1e-8 after 3 steps.
+            // Only the summation order differs: measured max difference 1.5e-8 after 3 steps.
             let max_diff = one
                 .iter()
                 .zip(&split)
