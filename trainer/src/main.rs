@@ -178,10 +178,7 @@ fn run_train(args: &TrainArgs) -> ExitCode {
         }
     };
     // Evaluation, and training with one replica, run on rayon's global pool.
-    if let Err(e) = rayon::ThreadPoolBuilder::new()
-        .num_threads(config.parallelism.threads)
-        .build_global()
-    {
+    if let Err(e) = config.parallelism.build_global_pool() {
         tracing::warn!("rayon's global pool was already started: {e}");
     }
     let rv = &config.rendezvous;

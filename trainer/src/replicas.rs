@@ -67,13 +67,49 @@ impl Parallelism {
         };
         Ok(Self { threads, replicas })
     }
+
+    /// [`resolve`](Self::resolve) with `threads` defaulting to [`default_threads`] (`env` looks
+    /// variables up): what `kfaws-trainer train` and the bench both use.
+    ///
+    /// # Errors
+    /// As [`resolve`](Self::resolve).
+    pub fn from_settings(
+        threads: Option<usize>,
+        replicas: Option<usize>,
+        batch_size: usize,
+        cpu: bool,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Self, ConfigError> {
+        let threads = threads.unwrap_or_else(|| default_threads(env));
+        Self::resolve(threads, replicas, batch_size, cpu)
+    }
+
+    /// Sizes rayon's global pool — where the replicas run as tasks, and evaluation runs — to
+    /// [`threads`](Self::threads).
+    ///
+    /// # Errors
+    /// When the pool was already started (it is sized once per process) or threads cannot be
+    /// spawned.
+    pub fn build_global_pool(&self) -> Result<(), rayon::ThreadPoolBuildError> {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(self.threads)
+            .build_global()
+    }
 }
 
 /// Threads available to this process: `RAYON_NUM_THREADS` (looked up with `env`) when set to
 /// a positive number, otherwise [`std::thread::available_parallelism`] (which honours cgroup
 /// CPU quotas, so a pod's CPU limit), otherwise 1.
+/// A value that is not a number is ignored with a warning (rayon ignores it too).
 pub fn default_threads(env: &dyn Fn(&str) -> Option<String>) -> usize {
-    env("RAYON_NUM_THREADS")
+    let value = env("RAYON_NUM_THREADS");
+    if let Some(value) = value.as_deref().filter(|v| v.parse::<usize>().is_err()) {
+        tracing::warn!(
+            RAYON_NUM_THREADS = %value,
+            "not a thread count; ignored (as rayon ignores it): using the CPUs available"
+        );
+    }
+    value
         .and_then(|v| v.parse::<usize>().ok())
         .filter(|&n| n > 0)
         .or_else(|| std::thread::available_parallelism().ok().map(|n| n.get()))

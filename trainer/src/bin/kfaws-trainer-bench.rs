@@ -15,7 +15,7 @@ use kfaws_trainer::dist::{Agreement, AllReduce, Communicator, Rendezvous};
 use kfaws_trainer::model::Net;
 use kfaws_trainer::optim::Sgd;
 use kfaws_trainer::params::flatten_params;
-use kfaws_trainer::replicas::{default_threads, Parallelism};
+use kfaws_trainer::replicas::Parallelism;
 use kfaws_trainer::serve::Classifier;
 use kfaws_trainer::train::{write_model, Learner};
 
@@ -92,16 +92,14 @@ fn train_and_serve(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     device.seed(1);
     let model = Net::new(dataset.kind.shape(), &device);
     let params = flatten_params(&model);
-    let parallelism = Parallelism::resolve(
-        args.threads
-            .unwrap_or_else(|| default_threads(&|name| std::env::var(name).ok())),
+    let parallelism = Parallelism::from_settings(
+        args.threads,
         args.replicas,
         args.batch_size,
         true,
+        &|name| std::env::var(name).ok(),
     )?;
-    rayon::ThreadPoolBuilder::new()
-        .num_threads(parallelism.threads)
-        .build_global()?;
+    parallelism.build_global_pool()?;
     let mut learner = Learner::new(
         model,
         params,

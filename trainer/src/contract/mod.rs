@@ -18,7 +18,7 @@ pub use hyperparameters::Hyperparameters;
 use sagemaker::SageMakerLayout;
 
 use crate::dist::{AllReduce, Rendezvous};
-use crate::replicas::{default_threads, Parallelism};
+use crate::replicas::Parallelism;
 
 /// A configuration that cannot work; never retryable (exit code 1).
 #[derive(Debug, thiserror::Error)]
@@ -263,17 +263,12 @@ pub fn resolve(
             model_dir.join("checkpoints")
         }
     });
-    if let Some(value) = env("RAYON_NUM_THREADS").filter(|v| v.parse::<usize>().is_err()) {
-        tracing::warn!(
-            RAYON_NUM_THREADS = %value,
-            "not a thread count; ignored (as rayon ignores it): using the CPUs available"
-        );
-    }
-    let parallelism = Parallelism::resolve(
-        args.threads.unwrap_or_else(|| default_threads(env)),
+    let parallelism = Parallelism::from_settings(
+        args.threads,
         args.replicas,
         hp.batch_size,
         hp.backend == "gloo",
+        env,
     )?;
     Ok(RunConfig {
         data_dir,
