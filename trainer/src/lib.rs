@@ -3,7 +3,7 @@
 //!
 //! - [`data`]: CIFAR-10 binary and (Fashion-)MNIST IDX readers, normalisation, augmentation,
 //!   the distributed sampler;
-//! - [`model`]: the reference network;
+//! - [`model`]: the reference network, with [`pool`] (its fused ReLU + max-pool kernel);
 //! - [`dist`]: our all-reduce over TCP;
 //! - [`contract`]: flags, `TRAINER_*`, SageMaker and PyTorchJob configuration;
 //! - [`train`]: the training loop, with [`replicas`] (the batch split across threads),
@@ -19,6 +19,7 @@ pub mod metrics;
 pub mod model;
 pub mod optim;
 pub mod params;
+pub mod pool;
 pub mod prometheus;
 pub mod replicas;
 pub mod serve;

@@ -57,12 +57,20 @@ impl Net {
         }
     }
 
+    /// ReLU then 2×2 max-pool: the fused kernel of [`crate::pool`] on the CPU backend, burn's
+    /// modules elsewhere (they compute the same function).
+    fn relu_pool(&self, x: Tensor<4>) -> Tensor<4> {
+        if crate::pool::is_fused_on(&x.device()) {
+            crate::pool::relu_max_pool2x2(x)
+        } else {
+            self.pool.forward(self.relu.forward(x))
+        }
+    }
+
     /// Logits `[batch, 10]` for normalised images `[batch, C, H, W]`.
     pub fn forward(&self, images: Tensor<4>) -> Tensor<2> {
-        let x = self
-            .pool
-            .forward(self.relu.forward(self.conv1.forward(images)));
-        let x = self.pool.forward(self.relu.forward(self.conv2.forward(x)));
+        let x = self.relu_pool(self.conv1.forward(images));
+        let x = self.relu_pool(self.conv2.forward(x));
         let x: Tensor<2> = x.flatten(1, 3);
         let x = self.relu.forward(self.fc1.forward(x));
         let x = self.relu.forward(self.fc2.forward(x));
