@@ -77,6 +77,7 @@ def train():
         "inputdataconfig": json.loads((config / "inputdataconfig.json").read_text()),
         "channels": channels,
         "env": {k: os.environ.get(k) for k in ("TRAINING_JOB_NAME", "GREETING")},
+        "threads": os.environ.get("TRAINER_THREADS"),
         "checkpoints": {p.name: p.read_text() for p in sorted((root / "checkpoints").iterdir())},
         "cwd": os.getcwd(),
     }
@@ -303,7 +304,7 @@ def test_a_job_runs_the_image_with_the_sagemaker_layout_and_uploads_its_model(aw
         bucket,
         hyperparameters,
         channels=[_s3_channel("training", f"s3://{bucket}/data/train")],
-        Environment={"GREETING": "from-the-job"},
+        Environment={"GREETING": "from-the-job", "TRAINER_THREADS": "3"},
         CheckpointConfig={"S3Uri": f"s3://{bucket}/ckpt/ok-job"},
     )
     first = aws("sagemaker").describe_training_job(TrainingJobName="ok-job")
@@ -329,6 +330,7 @@ def test_a_job_runs_the_image_with_the_sagemaker_layout_and_uploads_its_model(aw
     assert report["channels"] == {"training": {"a.txt": "alpha", "sub/b.txt": "beta"}}
     assert report["inputdataconfig"]["training"]["TrainingInputMode"] == "File"
     assert report["env"] == {"TRAINING_JOB_NAME": "ok-job", "GREETING": "from-the-job"}
+    assert report["threads"] == "3", "the job's Environment overrides the emulator's thread share"
     # checkpoints restored from CheckpointConfig.S3Uri at the start, synced back at the end
     assert report["checkpoints"] == {"old-ckpt": "epoch 0"}
     synced = s3.list_objects_v2(Bucket=bucket, Prefix="ckpt/ok-job/")["Contents"]
@@ -371,6 +373,9 @@ def test_two_instances_get_distinct_hosts_and_ranks_and_one_rendezvous(aws, stan
     assert one["hosts"] == two["hosts"] == ["algo-1", "algo-2"]
     assert one["master"] == two["master"]
     assert one["cwd"] != two["cwd"]
+    # the two instances share this machine's CPUs
+    share = str(max(1, len(os.sched_getaffinity(0)) // 2))
+    assert one["threads"] == two["threads"] == share
     shards_one, shards_two = set(one["channels"]["train"]), set(two["channels"]["train"])
     assert shards_one and shards_two and not shards_one & shards_two
     assert shards_one | shards_two == {f"part-{i}" for i in range(4)}

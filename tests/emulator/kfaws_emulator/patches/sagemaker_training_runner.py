@@ -32,8 +32,9 @@ Local-only: the image's program runs as a process on this machine (``_images``)
 with ``TRAINER_SAGEMAKER_ROOT`` pointing at its own copy of the ``/opt/ml`` layout
 (``<work dir>/training/<account>/<region>/<job>/algo-<i>/``);
 ``TRAINER_MASTER_ADDR=127.0.0.1`` and ``TRAINER_MASTER_PORT=<free port>`` because the
-host names ``algo-<i>`` do not resolve here; logs are also written to ``logs/algo-<i>.log``
-next to those roots. Channels are always ``File`` mode; instance types mean nothing.
+host names ``algo-<i>`` do not resolve here; ``TRAINER_THREADS`` is this machine's CPU count
+divided by the instance count (the instances share its CPUs) unless the image or the job's
+``Environment`` sets it; logs are also written to ``logs/algo-<i>.log`` next to those roots. Channels are always ``File`` mode; instance types mean nothing.
 """
 
 from __future__ import annotations
@@ -323,6 +324,10 @@ class TrainingRun:
     def _environment(self, image: _images.Image, root: Path, port: int) -> dict[str, str]:
         env = image.env()
         env["PATH"] = os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin")
+        # On AWS each instance has its own CPUs; here the instances share this machine's, so each
+        # gets its share (as torchrun's OMP_NUM_THREADS default) unless the image or the job's
+        # Environment says otherwise.
+        env.setdefault("TRAINER_THREADS", str(max(1, len(os.sched_getaffinity(0)) // self.instance_count)))
         env.update(self.environment)
         env.update(
             {
