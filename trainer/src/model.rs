@@ -57,10 +57,10 @@ impl Net {
         }
     }
 
-    /// ReLU then 2×2 max-pool: the fused kernel of [`crate::pool`] on the CPU backend, burn's
-    /// modules elsewhere (they compute the same function).
+    /// ReLU then 2×2 max-pool: the fused kernel of [`crate::pool`] for f32 on the CPU backend,
+    /// burn's modules elsewhere (they compute the same function).
     fn relu_pool(&self, x: Tensor<4>) -> Tensor<4> {
-        if crate::pool::is_fused_on(&x.device()) {
+        if crate::pool::runs_fused(&x) {
             crate::pool::relu_max_pool2x2(x)
         } else {
             self.pool.forward(self.relu.forward(x))

@@ -16,7 +16,7 @@
 //! Extension"): [`ReluMaxPool`] is implemented for [`Flex`] (inference) and for
 //! `Autodiff<B>` over any backend with [`ReluMaxPoolKernels`] (training, with the handwritten
 //! backward). On other devices (the `cuda` feature) the model uses burn's own `relu` and
-//! `max_pool2d` instead ([`is_fused_on`]).
+//! `max_pool2d` instead ([`runs_fused`]).
 
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
@@ -66,21 +66,28 @@ pub trait ReluMaxPoolKernels: ReluMaxPool {
 /// differentiable on an autodiff device.
 ///
 /// # Panics
-/// Unless [`is_fused_on`] the tensor's device (burn's dispatch panics for a backend the
-/// extension does not list).
+/// Unless [`runs_fused`] for `x`: burn's dispatch panics for a backend the extension does not
+/// list, and the Flex kernel takes f32 planes of at most `i32::MAX` pixels.
 pub fn relu_max_pool2x2(x: Tensor<4>) -> Tensor<4> {
     Tensor::from_dispatch(<Dispatch as ReluMaxPool>::relu_max_pool2x2(
         x.into_dispatch(),
     ))
 }
 
-/// Whether [`relu_max_pool2x2`] runs on `device`: burn's Flex CPU backend, directly or under
-/// autodiff.
-pub fn is_fused_on(device: &Device) -> bool {
-    matches!(
-        device.clone().inner().as_dispatch(),
+/// Whether [`relu_max_pool2x2`] takes `x`: an f32 tensor on burn's Flex CPU backend (directly or
+/// under autodiff) whose `[H, W]` planes index with an i32.
+pub fn runs_fused(x: &Tensor<4>) -> bool {
+    let [_, _, h, w] = x.dims();
+    let on_flex = matches!(
+        x.device().inner().as_dispatch(),
         burn::backend::DispatchDevice::Flex(_)
-    )
+    );
+    on_flex && x.dtype() == DType::F32 && fits_i32(h * w)
+}
+
+/// Whether every position of a plane of `pixels` elements fits the i32 indices.
+fn fits_i32(pixels: usize) -> bool {
+    i32::try_from(pixels).is_ok()
 }
 
 impl ReluMaxPool for Flex {
@@ -179,7 +186,8 @@ impl<B: ReluMaxPoolKernels, C: CheckpointStrategy> ReluMaxPool for Autodiff<B, C
 /// The Flex forward pass: output and, when `with_indices`, the maxima's positions (i32).
 ///
 /// # Panics
-/// If `x` is not a rank-4 f32 tensor (the trainer only builds f32 models).
+/// If `x` is not a rank-4 f32 tensor with planes of at most `i32::MAX` pixels (see
+/// [`runs_fused`]).
 fn forward_flex(x: FlexTensor, with_indices: bool) -> (FlexTensor, Option<FlexTensor>) {
     let shape = x.shape();
     assert_eq!(shape.num_dims(), 4, "relu_max_pool2x2 takes [N, C, H, W]");
@@ -189,6 +197,7 @@ fn forward_flex(x: FlexTensor, with_indices: bool) -> (FlexTensor, Option<FlexTe
         "relu_max_pool2x2 is implemented for f32"
     );
     let (planes, h, w) = (shape[0] * shape[1], shape[2], shape[3]);
+    assert!(fits_i32(h * w), "relu_max_pool2x2 indexes planes with i32");
     let (out_h, out_w) = (h / 2, w / 2);
     let out_shape = Shape::new([shape[0], shape[1], out_h, out_w]);
     let x = x.to_contiguous();
@@ -231,8 +240,8 @@ fn forward_flex(x: FlexTensor, with_indices: bool) -> (FlexTensor, Option<FlexTe
 /// Pools one `[H, W]` plane of row width `w` into `out` (`⌊H/2⌋ × ⌊W/2⌋`, row-major), writing
 /// each maximum's position to `idx` when it is not empty.
 ///
-/// Ties keep the first maximum in row-major window order and NaN wins, as PyTorch's kernel; the
-/// output is the rectified maximum (NaN stays NaN, as `relu(NaN)` in PyTorch).
+/// Ties keep the first maximum in row-major window order and the last NaN wins, as PyTorch's and
+/// burn-flex's kernels; the output is the rectified maximum (NaN stays NaN, as `relu(NaN)`).
 fn pool_plane(input: &[f32], w: usize, out: &mut [f32], idx: &mut [i32]) {
     let out_w = w / 2;
     let with_indices = !idx.is_empty();
@@ -243,7 +252,7 @@ fn pool_plane(input: &[f32], w: usize, out: &mut [f32], idx: &mut [i32]) {
             let window = [top[2 * c], top[2 * c + 1], bottom[2 * c], bottom[2 * c + 1]];
             let (mut max, mut at) = (window[0], 0);
             for (k, &v) in window.iter().enumerate().skip(1) {
-                if v > max || v.is_nan() && !max.is_nan() {
+                if v > max || v.is_nan() {
                     (max, at) = (v, k);
                 }
             }
@@ -271,24 +280,42 @@ mod tests {
         pool.forward(Relu::new().forward(x))
     }
 
-    /// Random inputs with many negatives and exact ties (values rounded to quarters), in odd and
-    /// even sizes, on both sides of the parallel threshold.
+    /// Random inputs with many negatives and exact ties (values rounded to quarters): odd and
+    /// even heights and widths, both sides of the parallel threshold, an empty output, and a
+    /// non-contiguous view (H and W swapped).
     fn inputs(device: &Device) -> Vec<Tensor<4>> {
-        [[2, 3, 7, 6], [3, 6, 28, 28], [64, 6, 28, 28], [1, 1, 1, 5]]
-            .into_iter()
-            .map(|shape| {
-                let x = Tensor::<4>::random(shape, Distribution::Uniform(-2.0, 2.0), device);
-                (x * 4.0).round() / 4.0
-            })
-            .collect()
+        let shapes = [
+            [2, 3, 7, 6],
+            [2, 3, 6, 7],
+            [1, 2, 5, 9],
+            [3, 6, 28, 28],
+            [64, 6, 28, 28],
+            [1, 1, 1, 5],
+        ];
+        let random = |shape: [usize; 4]| {
+            let x = Tensor::<4>::random(shape, Distribution::Uniform(-2.0, 2.0), device);
+            (x * 4.0).round() / 4.0
+        };
+        let mut inputs: Vec<_> = shapes.into_iter().map(random).collect();
+        inputs.push(random([2, 3, 9, 6]).swap_dims(2, 3));
+        inputs
     }
 
     #[test]
     fn forward_equals_relu_then_max_pool() {
-        let device = Device::flex();
-        for x in inputs(&device) {
-            let fused = relu_max_pool2x2(x.clone()).into_data();
-            fused.assert_eq(&reference(x).into_data(), true);
+        // Flex alone (inference), and under autodiff tracked (the kernel with indices) and not.
+        for device in [Device::flex(), Device::flex().autodiff()] {
+            for x in inputs(&device) {
+                assert!(runs_fused(&x));
+                let expected = reference(x.clone()).into_data();
+                relu_max_pool2x2(x.clone())
+                    .into_data()
+                    .assert_eq(&expected, true);
+                if device.is_autodiff() {
+                    let tracked = relu_max_pool2x2(x.require_grad());
+                    tracked.into_data().assert_eq(&expected, true);
+                }
+            }
         }
     }
 
@@ -318,26 +345,25 @@ mod tests {
 
     #[test]
     fn ties_and_nan_follow_pytorch() {
-        // Window 1: all equal → first position; window 2: NaN wins; window 3: all negative → 0.
+        // Windows: all equal → first position; NaN wins; all negative → 0 and no gradient; two
+        // NaNs → the last.
+        let nan = f32::NAN;
+        #[rustfmt::skip]
         let plane = [
-            1.0,
-            1.0,
-            f32::NAN,
-            3.0,
-            -1.0,
-            -2.0,
-            1.0,
-            1.0,
-            2.0,
-            0.5,
-            -3.0,
-            -0.5,
+            1.0, 1.0, nan, 3.0, -1.0, -2.0, nan, 1.0,
+            1.0, 1.0, 2.0, 0.5, -3.0, -0.5, 2.0, nan,
         ];
-        let (mut out, mut idx) = ([0.0; 3], [0; 3]);
-        pool_plane(&plane, 6, &mut out, &mut idx);
+        let (mut out, mut idx) = ([0.0; 4], [0; 4]);
+        pool_plane(&plane, 8, &mut out, &mut idx);
         assert_eq!(out[0], 1.0);
-        assert!(out[1].is_nan());
+        assert!(out[1].is_nan() && out[3].is_nan());
         assert_eq!(out[2], 0.0);
-        assert_eq!(idx, [0, 2, -1]);
+        assert_eq!(idx, [0, 2, -1, 15]);
+    }
+
+    #[test]
+    fn other_element_types_are_not_fused() {
+        let x = Tensor::<4>::zeros([1, 1, 4, 4], &Device::flex()).cast(DType::F64);
+        assert!(!runs_fused(&x));
     }
 }

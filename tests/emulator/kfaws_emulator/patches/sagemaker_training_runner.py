@@ -32,9 +32,9 @@ Local-only: the image's program runs as a process on this machine (``_images``)
 with ``TRAINER_SAGEMAKER_ROOT`` pointing at its own copy of the ``/opt/ml`` layout
 (``<work dir>/training/<account>/<region>/<job>/algo-<i>/``);
 ``TRAINER_MASTER_ADDR=127.0.0.1`` and ``TRAINER_MASTER_PORT=<free port>`` because the
-host names ``algo-<i>`` do not resolve here; ``TRAINER_THREADS`` is this machine's CPU count
-divided by the instance count (the instances share its CPUs) unless the image or the job's
-``Environment`` sets it; logs are also written to ``logs/algo-<i>.log`` next to those roots. Channels are always ``File`` mode; instance types mean nothing.
+host names ``algo-<i>`` do not resolve here; with several instances, ``TRAINER_THREADS`` is this
+machine's CPU count divided by the instance count (they share its CPUs) unless the image or the
+job's ``Environment`` sets ``TRAINER_THREADS`` or ``RAYON_NUM_THREADS``; logs are also written to ``logs/algo-<i>.log`` next to those roots. Channels are always ``File`` mode; instance types mean nothing.
 """
 
 from __future__ import annotations
@@ -324,11 +324,13 @@ class TrainingRun:
     def _environment(self, image: _images.Image, root: Path, port: int) -> dict[str, str]:
         env = image.env()
         env["PATH"] = os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin")
+        env.update(self.environment)
         # On AWS each instance has its own CPUs; here the instances share this machine's, so each
         # gets its share (as torchrun's OMP_NUM_THREADS default) unless the image or the job's
-        # Environment says otherwise.
-        env.setdefault("TRAINER_THREADS", str(max(1, len(os.sched_getaffinity(0)) // self.instance_count)))
-        env.update(self.environment)
+        # Environment sets the thread count. One instance keeps the trainer's own default, which
+        # also honours a cgroup CPU quota.
+        if self.instance_count > 1 and not {"TRAINER_THREADS", "RAYON_NUM_THREADS"} & env.keys():
+            env["TRAINER_THREADS"] = str(max(1, _cpu_count() // self.instance_count))
         env.update(
             {
                 "TRAINING_JOB_NAME": self.name,
@@ -498,6 +500,13 @@ class TrainingRun:
         job = self.job
         seconds = int(round(time.monotonic() - started)) if seconds is None else seconds
         in_moto(lambda: _apply_failure(job, reason, seconds))
+
+
+def _cpu_count() -> int:
+    """CPUs this process may run on (its affinity mask where the platform has one)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 def _apply_failure(job: FakeTrainingJob, reason: str, seconds: int) -> None:
