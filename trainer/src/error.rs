@@ -34,6 +34,18 @@ pub enum TrainError {
     /// Writing the model failed.
     #[error("writing the model to {path}: {detail}")]
     ModelOutput { path: String, detail: String },
+    /// The newest checkpoint resumes `epoch` at `step`, past the `steps` this configuration has
+    /// per epoch: it was written with another batch size, world size or dataset.
+    #[error(
+        "the newest checkpoint resumes epoch {epoch} at step {step}, but this configuration has {steps} steps per epoch: batch-size, world size or the dataset changed since it was written; train with the settings it was written with, or start from an empty checkpoint directory"
+    )]
+    CheckpointMismatch { epoch: u64, step: u64, steps: u64 },
+    /// The epoch's mean training loss is not finite: the parameters are NaN or infinite, and
+    /// nothing after this point would be worth keeping. Nothing is checkpointed or written.
+    #[error(
+        "training diverged in epoch {epoch}: mean training loss {loss}; lower the learning rate (lr) or raise batch-size"
+    )]
+    Diverged { epoch: u64, loss: f64 },
     /// SIGTERM arrived; the checkpoint of `epoch`/`step` was written by rank 0.
     #[error(
         "stopped by SIGTERM at epoch {epoch} step {step}; checkpoint written, the job can resume"
@@ -46,6 +58,7 @@ impl TrainError {
     pub fn exit_code(&self) -> i32 {
         match self {
             Self::Config(_) | Self::Data(_) => EXIT_CONFIG,
+            Self::CheckpointMismatch { .. } | Self::Diverged { .. } => EXIT_CONFIG,
             Self::Checkpoint(
                 CheckpointError::WrongModel { .. } | CheckpointError::Corrupt { .. },
             ) => EXIT_CONFIG,
@@ -72,5 +85,10 @@ mod tests {
             TrainError::Terminated { epoch: 1, step: 2 }.exit_code(),
             143
         );
+        let diverged = TrainError::Diverged {
+            epoch: 1,
+            loss: f64::NAN,
+        };
+        assert_eq!(diverged.exit_code(), 1);
     }
 }

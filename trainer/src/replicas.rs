@@ -81,6 +81,17 @@ impl Parallelism {
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Self, ConfigError> {
         let threads = threads.unwrap_or_else(|| default_threads(env));
+        let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+        if threads > cpus {
+            // Allowed (a pod's CPU limit can hide CPUs that exist), but each extra thread
+            // time-shares a CPU: measured on 2 CPUs, 999 threads trained at 77 images/s
+            // instead of about 10,000.
+            tracing::warn!(
+                threads,
+                cpus,
+                "more threads than CPUs available to this process: training will be slower"
+            );
+        }
         Self::resolve(threads, replicas, batch_size, cpu)
     }
 

@@ -127,6 +127,13 @@ pub fn train(
         } else {
             0
         };
+        if first_step > 0 && first_step >= batches.len() {
+            return Err(TrainError::CheckpointMismatch {
+                epoch,
+                step: start.step,
+                steps: batches.len() as u64,
+            });
+        }
         let augment = dataset.kind.augments().then_some((hp.seed, epoch));
         let mut tally = Tally::default();
         let started = Instant::now();
@@ -174,6 +181,13 @@ pub fn train(
         comm.all_reduce_sum(&mut test_sums)?;
         let test = Tally::from_slice(&test_sums);
         let ((train_loss, train_acc), (test_loss, test_acc)) = (train.means(), test.means());
+        // Every rank holds the same all-reduced loss, so all of them stop here together.
+        if !train_loss.is_finite() {
+            return Err(TrainError::Diverged {
+                epoch,
+                loss: train_loss,
+            });
+        }
         let metrics = EpochMetrics {
             epoch,
             train_loss,
@@ -190,13 +204,40 @@ pub fn train(
                 .save(&config.checkpoint_dir)?;
         }
     }
+    let summary = match outcome.epochs.last() {
+        Some(last) => Some(ModelSummary {
+            epochs: last.epoch,
+            test_loss: last.test_loss,
+            test_acc: last.test_acc,
+        }),
+        // Restarted after the last epoch (a retried SageMaker job, a restarted pod): nothing is
+        // left to train, so model.json gets the checkpointed model's own test figures.
+        None => {
+            tracing::info!(
+                epochs = hp.epochs,
+                "every epoch is already done according to the checkpoint; evaluating it"
+            );
+            let mut sums = evaluate(
+                &learner.model,
+                &dataset.test,
+                dataset.kind,
+                rank,
+                world_size,
+                hp.test_batch_size,
+                &device,
+            )
+            .to_vec();
+            comm.all_reduce_sum(&mut sums)?;
+            let (test_loss, test_acc) = Tally::from_slice(&sums).means();
+            Some(ModelSummary {
+                epochs: start.epoch.saturating_sub(1),
+                test_loss,
+                test_acc,
+            })
+        }
+    };
     if rank == 0 {
-        write_model(
-            &learner.model,
-            dataset,
-            outcome.epochs.last(),
-            &config.model_dir,
-        )?;
+        write_model(&learner.model, dataset, summary.as_ref(), &config.model_dir)?;
     }
     outcome.params = learner.params;
     Ok(outcome)
@@ -456,6 +497,17 @@ pub fn argmax(row: &[f32]) -> usize {
         .0
 }
 
+/// What `model.json` records of the training: epochs done and the last test figures.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ModelSummary {
+    /// Epochs trained (1-based count).
+    pub epochs: u64,
+    /// Mean cross-entropy over the test set.
+    pub test_loss: f64,
+    /// Fraction of the test set classified correctly, 0–1.
+    pub test_acc: f64,
+}
+
 /// Writes `model.bpk` (burn record) and `model.json` into `dir`.
 ///
 /// # Errors
@@ -463,7 +515,7 @@ pub fn argmax(row: &[f32]) -> usize {
 pub fn write_model(
     model: &Net,
     dataset: &Dataset,
-    last: Option<&EpochMetrics>,
+    summary: Option<&ModelSummary>,
     dir: &Path,
 ) -> Result<(), TrainError> {
     let fail = |detail: String| TrainError::ModelOutput {
@@ -488,9 +540,9 @@ pub fn write_model(
         input_shape: dataset.kind.shape(),
         mean,
         std,
-        test_accuracy: last.map(|m| m.test_acc),
-        test_loss: last.map(|m| m.test_loss),
-        epochs: last.map(|m| m.epoch).unwrap_or(0),
+        test_accuracy: summary.map(|s| s.test_acc),
+        test_loss: summary.map(|s| s.test_loss),
+        epochs: summary.map(|s| s.epochs).unwrap_or(0),
         parameters: model.num_params(),
     };
     let json = serde_json::to_string_pretty(&info).map_err(|e| fail(e.to_string()))?;
@@ -621,6 +673,74 @@ mod tests {
             .path()
             .join("model/checkpoints/checkpoint-000006-00000000.bin")
             .is_file());
+        assert_eq!(
+            (info.epochs, info.test_accuracy, info.test_loss),
+            (5, Some(last.test_acc), Some(last.test_loss))
+        );
+
+        // Restarted after the last epoch (a retried job): nothing trains, and model.json keeps
+        // the model's test figures (evaluated again: the same model on the same test set).
+        let again = train(&config, &dataset, &AtomicBool::new(false), |_| {}).unwrap();
+        assert!(again.epochs.is_empty());
+        assert_eq!(again.params, outcome.params);
+        let info: crate::ModelInfo =
+            serde_json::from_slice(&std::fs::read(dir.path().join("model/model.json")).unwrap())
+                .unwrap();
+        assert_eq!(info.epochs, 5);
+        let accuracy = info.test_accuracy.unwrap();
+        assert!((accuracy - last.test_acc).abs() < 1e-9, "{accuracy}");
+
+        // A checkpoint from a run with smaller batches resumes past this run's steps per
+        // epoch: refused, naming the cause, instead of an epoch that trains nothing.
+        let mut config = config;
+        config.checkpoint_dir = dir.path().join("other-checkpoints");
+        crate::checkpoint::Checkpoint {
+            epoch: 1,
+            step: 40,
+            params: outcome.params.clone(),
+            velocity: Vec::new(),
+        }
+        .save(&config.checkpoint_dir)
+        .unwrap();
+        let refused = train(&config, &dataset, &AtomicBool::new(false), |_| {}).unwrap_err();
+        assert!(
+            matches!(
+                refused,
+                TrainError::CheckpointMismatch {
+                    epoch: 1,
+                    step: 40,
+                    steps: 25
+                }
+            ),
+            "{refused}"
+        );
+        assert_eq!(refused.exit_code(), crate::error::EXIT_CONFIG);
+    }
+
+    #[test]
+    fn a_diverging_run_fails_without_writing_a_model() {
+        let dir = tempfile::tempdir().unwrap();
+        write_synthetic_cifar(dir.path(), 40);
+        let args = TrainArgs {
+            data_dir: Some(dir.path().to_path_buf()),
+            model_dir: Some(dir.path().join("model")),
+            sagemaker_root: dir.path().join("no-sagemaker"),
+            bind_addr: "127.0.0.1".into(),
+            connect_timeout_secs: 5,
+            collective_timeout_secs: 5,
+            hyperparameters: vec!["epochs=2".into(), "batch-size=20".into(), "lr=1e10".into()],
+            ..TrainArgs::default()
+        };
+        let config = resolve(&args, &|_| None).unwrap();
+        let dataset = load_dataset(&config).unwrap();
+        let error = train(&config, &dataset, &AtomicBool::new(false), |_| {}).unwrap_err();
+        assert!(
+            matches!(error, TrainError::Diverged { epoch: 1, loss } if !loss.is_finite()),
+            "{error}"
+        );
+        assert_eq!(error.exit_code(), crate::error::EXIT_CONFIG);
+        assert!(!dir.path().join("model/model.json").exists());
+        assert!(!dir.path().join("model/checkpoints").exists());
     }
 
     #[test]
