@@ -221,9 +221,19 @@ pub fn resolve(
     let rank = args.rank.unwrap_or(placement.rank);
     let world_size = args.world_size.unwrap_or(placement.world_size);
     if world_size == 0 || rank >= world_size {
+        let source_name = if flags_set {
+            "--rank/--world-size (TRAINER_RANK/TRAINER_WORLD_SIZE)".to_string()
+        } else {
+            format!("{launcher:?} topology")
+        };
+        let detail = if world_size == 0 {
+            "the world size must be at least 1".to_string()
+        } else {
+            format!("rank {rank} is outside 0..{world_size} (ranks count from 0)")
+        };
         return Err(ConfigError::Contract {
-            source_name: format!("{launcher:?} topology"),
-            detail: format!("rank {rank} is outside 0..{world_size} (world size must be ≥ 1)"),
+            source_name,
+            detail,
         });
     }
     let rendezvous = Rendezvous {

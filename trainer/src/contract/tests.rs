@@ -211,10 +211,24 @@ fn partial_or_malformed_environment_names_the_variable() {
         ("WORLD_SIZE", "2"),
         ("RANK", "2"),
     ]);
-    assert!(resolve(&args, &env)
-        .unwrap_err()
-        .to_string()
-        .contains("rank 2 is outside 0..2"));
+    let error = resolve(&args, &env).unwrap_err().to_string();
+    assert!(error.contains("PyTorchJob topology"), "{error}");
+    assert!(error.contains("rank 2 is outside 0..2"), "{error}");
+    // Given as flags, the error names the flags.
+    let flags = TrainArgs {
+        rank: Some(2),
+        world_size: Some(2),
+        ..args.clone()
+    };
+    let error = resolve(&flags, &|_| None).unwrap_err().to_string();
+    assert!(error.contains("--rank/--world-size"), "{error}");
+    assert!(error.contains("rank 2 is outside 0..2"), "{error}");
+    let none = TrainArgs {
+        world_size: Some(0),
+        ..args
+    };
+    let error = resolve(&none, &|_| None).unwrap_err().to_string();
+    assert!(error.contains("world size must be at least 1"), "{error}");
 }
 
 #[test]
