@@ -54,17 +54,21 @@ pub fn load_idx_pair(dir: &Path, prefix: &str, found: &[String]) -> Result<Split
     })
 }
 
-/// The path of `stem` or `stem.gz` in `dir`.
+/// The path of `stem` or, when it is absent, `stem.gz` in `dir` (logged: when both exist the
+/// uncompressed file is read).
 fn find(dir: &Path, stem: &str, found: &[String]) -> Result<PathBuf, DataError> {
-    [stem.to_string(), format!("{stem}.gz")]
+    let path = [stem.to_string(), format!("{stem}.gz")]
         .into_iter()
         .map(|name| dir.join(name))
-        .find(|path| path.is_file())
-        .ok_or_else(|| DataError::MissingFile {
-            path: dir.join(format!("{stem}[.gz]")),
-            dataset: "IDX (MNIST/Fashion-MNIST)",
-            found: found.join(", "),
-        })
+        .find(|path| path.is_file());
+    if let Some(path) = &path {
+        tracing::info!(path = %path.display(), "reading");
+    }
+    path.ok_or_else(|| DataError::MissingFile {
+        path: dir.join(format!("{stem}[.gz]")),
+        dataset: "IDX (MNIST/Fashion-MNIST)",
+        found: found.join(", "),
+    })
 }
 
 /// Reads an IDX file, checking the magic number and that the data is exactly as long as the
