@@ -168,18 +168,13 @@ pub fn train(
         let mut train_sums = tally.to_vec();
         comm.all_reduce_sum(&mut train_sums)?;
         let train = Tally::from_slice(&train_sums);
-        let mut test_sums = evaluate(
+        let test = evaluate_test_split(
             &learner.model,
-            &dataset.test,
-            dataset.kind,
-            rank,
-            world_size,
+            dataset,
             hp.test_batch_size,
             &device,
-        )
-        .to_vec();
-        comm.all_reduce_sum(&mut test_sums)?;
-        let test = Tally::from_slice(&test_sums);
+            &mut comm,
+        )?;
         let ((train_loss, train_acc), (test_loss, test_acc)) = (train.means(), test.means());
         // Every rank holds the same all-reduced loss, so all of them stop here together.
         if !train_loss.is_finite() {
@@ -205,11 +200,11 @@ pub fn train(
         }
     }
     let summary = match outcome.epochs.last() {
-        Some(last) => Some(ModelSummary {
+        Some(last) => ModelSummary {
             epochs: last.epoch,
             test_loss: last.test_loss,
             test_acc: last.test_acc,
-        }),
+        },
         // Restarted after the last epoch (a retried SageMaker job, a restarted pod): nothing is
         // left to train, so model.json gets the checkpointed model's own test figures.
         None => {
@@ -217,27 +212,23 @@ pub fn train(
                 epochs = hp.epochs,
                 "every epoch is already done according to the checkpoint; evaluating it"
             );
-            let mut sums = evaluate(
+            let test = evaluate_test_split(
                 &learner.model,
-                &dataset.test,
-                dataset.kind,
-                rank,
-                world_size,
+                dataset,
                 hp.test_batch_size,
                 &device,
-            )
-            .to_vec();
-            comm.all_reduce_sum(&mut sums)?;
-            let (test_loss, test_acc) = Tally::from_slice(&sums).means();
-            Some(ModelSummary {
+                &mut comm,
+            )?;
+            let (test_loss, test_acc) = test.means();
+            ModelSummary {
                 epochs: start.epoch.saturating_sub(1),
                 test_loss,
                 test_acc,
-            })
+            }
         }
     };
     if rank == 0 {
-        write_model(&learner.model, dataset, summary.as_ref(), &config.model_dir)?;
+        write_model(&learner.model, dataset, Some(&summary), &config.model_dir)?;
     }
     outcome.params = learner.params;
     Ok(outcome)
@@ -435,6 +426,30 @@ fn initial_state(
     ))
 }
 
+/// Loss and accuracy sums over the whole test split: each rank evaluates its share
+/// ([`evaluate`]) and the sums are all-reduced, so every rank returns the same figures.
+fn evaluate_test_split(
+    model: &Net,
+    dataset: &Dataset,
+    batch: usize,
+    device: &Device,
+    comm: &mut Communicator,
+) -> Result<Tally, TrainError> {
+    let (rank, world) = (comm.rank(), comm.world_size());
+    let mut sums = evaluate(
+        model,
+        &dataset.test,
+        dataset.kind,
+        rank,
+        world,
+        batch,
+        device,
+    )
+    .to_vec();
+    comm.all_reduce_sum(&mut sums)?;
+    Ok(Tally::from_slice(&sums))
+}
+
 /// Loss and accuracy sums over this rank's share of `split` (examples `rank`, `rank + world`, …:
 /// disjoint, no padding, so the all-reduced figures cover the test set exactly once).
 fn evaluate(
@@ -627,22 +642,27 @@ mod tests {
         }
     }
 
+    /// Flags of a single-process run on the data in `dir`, writing the model to `dir/model`.
+    fn single_process_args(dir: &Path, hyperparameters: &[&str]) -> TrainArgs {
+        TrainArgs {
+            data_dir: Some(dir.to_path_buf()),
+            model_dir: Some(dir.join("model")),
+            sagemaker_root: dir.join("no-sagemaker"),
+            bind_addr: "127.0.0.1".into(),
+            connect_timeout_secs: 5,
+            collective_timeout_secs: 5,
+            hyperparameters: hyperparameters.iter().map(|h| h.to_string()).collect(),
+            ..TrainArgs::default()
+        }
+    }
+
     #[test]
     fn trains_cifar10_shaped_data_end_to_end_in_process() {
         let dir = tempfile::tempdir().unwrap();
         let data = dir.path().join("cifar-10-batches-bin");
         std::fs::create_dir(&data).unwrap();
         write_synthetic_cifar(&data, 100);
-        let args = TrainArgs {
-            data_dir: Some(dir.path().to_path_buf()),
-            model_dir: Some(dir.path().join("model")),
-            sagemaker_root: dir.path().join("no-sagemaker"),
-            bind_addr: "127.0.0.1".into(),
-            connect_timeout_secs: 5,
-            collective_timeout_secs: 5,
-            hyperparameters: vec!["epochs=5".into(), "batch-size=20".into(), "lr=0.05".into()],
-            ..TrainArgs::default()
-        };
+        let args = single_process_args(dir.path(), &["epochs=5", "batch-size=20", "lr=0.05"]);
         let config = resolve(&args, &|_| None).unwrap();
         let dataset = load_dataset(&config).unwrap();
         assert_eq!(dataset.kind, data::DatasetKind::Cifar10);
@@ -721,16 +741,7 @@ mod tests {
     fn a_diverging_run_fails_without_writing_a_model() {
         let dir = tempfile::tempdir().unwrap();
         write_synthetic_cifar(dir.path(), 40);
-        let args = TrainArgs {
-            data_dir: Some(dir.path().to_path_buf()),
-            model_dir: Some(dir.path().join("model")),
-            sagemaker_root: dir.path().join("no-sagemaker"),
-            bind_addr: "127.0.0.1".into(),
-            connect_timeout_secs: 5,
-            collective_timeout_secs: 5,
-            hyperparameters: vec!["epochs=2".into(), "batch-size=20".into(), "lr=1e10".into()],
-            ..TrainArgs::default()
-        };
+        let args = single_process_args(dir.path(), &["epochs=2", "batch-size=20", "lr=1e10"]);
         let config = resolve(&args, &|_| None).unwrap();
         let dataset = load_dataset(&config).unwrap();
         let error = train(&config, &dataset, &AtomicBool::new(false), |_| {}).unwrap_err();
