@@ -3,7 +3,8 @@
 //!
 //! - [`data`]: CIFAR-10 binary and (Fashion-)MNIST IDX readers, normalisation, augmentation,
 //!   the distributed sampler;
-//! - [`model`]: the reference network, with [`pool`] (its fused ReLU + max-pool kernel);
+//! - [`model`]: the reference network, with [`conv`] (its convolutions and their gradients)
+//!   and [`pool`] (its fused ReLU + max-pool kernel);
 //! - [`dist`]: our all-reduce over TCP;
 //! - [`contract`]: flags, `TRAINER_*`, SageMaker and PyTorchJob configuration;
 //! - [`train`]: the training loop, with [`replicas`] (the batch split across threads),
@@ -12,6 +13,7 @@
 
 pub mod checkpoint;
 pub mod contract;
+pub mod conv;
 pub mod data;
 pub mod dist;
 pub mod error;

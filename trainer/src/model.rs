@@ -59,18 +59,34 @@ impl Net {
 
     /// ReLU then 2×2 max-pool: the fused kernel of [`crate::pool`] for f32 on the CPU backend,
     /// burn's modules elsewhere (they compute the same function).
-    fn relu_pool(&self, x: Tensor<4>) -> Tensor<4> {
-        if crate::pool::runs_fused(&x) {
+    fn relu_pool(&self, x: Tensor<4>, kernels: bool) -> Tensor<4> {
+        if kernels && crate::pool::runs_fused(&x) {
             crate::pool::relu_max_pool2x2(x)
         } else {
             self.pool.forward(self.relu.forward(x))
         }
     }
 
+    /// A convolution layer: the kernels of [`crate::conv`] for f32 on the CPU backend, burn's
+    /// module elsewhere (they compute the same function, up to rounding).
+    fn conv(layer: &Conv2d, x: Tensor<4>, kernels: bool) -> Tensor<4> {
+        match &layer.bias {
+            Some(bias) if kernels && crate::conv::runs_valid_conv(&x, layer) => {
+                crate::conv::conv2d_valid(x, layer.weight.val(), bias.val())
+            }
+            _ => layer.forward(x),
+        }
+    }
+
     /// Logits `[batch, 10]` for normalised images `[batch, C, H, W]`.
     pub fn forward(&self, images: Tensor<4>) -> Tensor<2> {
-        let x = self.relu_pool(self.conv1.forward(images));
-        let x = self.relu_pool(self.conv2.forward(x));
+        self.forward_with(images, true)
+    }
+
+    /// [`Net::forward`] with this crate's kernels (`kernels`) or burn's modules only.
+    fn forward_with(&self, images: Tensor<4>, kernels: bool) -> Tensor<2> {
+        let x = self.relu_pool(Self::conv(&self.conv1, images, kernels), kernels);
+        let x = self.relu_pool(Self::conv(&self.conv2, x, kernels), kernels);
         let x: Tensor<2> = x.flatten(1, 3);
         let x = self.relu.forward(self.fc1.forward(x));
         let x = self.relu.forward(self.fc2.forward(x));
@@ -99,6 +115,56 @@ mod tests {
         assert_eq!(flat_features([3, 32, 32]), Some(400));
         assert_eq!(flat_features([1, 28, 28]), Some(256));
         assert_eq!(flat_features([1, 12, 12]), None);
+    }
+
+    #[test]
+    fn kernels_give_burns_loss_gradients() {
+        use burn::nn::loss::CrossEntropyLossConfig;
+        use burn::tensor::{Distribution, Int, TensorData};
+        let device = Device::flex().autodiff();
+        for shape in [[3, 32, 32], [1, 28, 28]] {
+            let net = Net::new(shape, &device);
+            let images = Tensor::<4>::random(
+                [20, shape[0], shape[1], shape[2]],
+                Distribution::Normal(0.0, 1.0),
+                &device,
+            );
+            let labels: Vec<i64> = (0..20).map(|i| i % 10).collect();
+            let targets = Tensor::<1, Int>::from_data(TensorData::new(labels, [20]), &device);
+            let gradients = |kernels: bool| {
+                let logits = net.forward_with(images.clone(), kernels);
+                let loss = CrossEntropyLossConfig::new()
+                    .init(&device)
+                    .forward(logits, targets.clone());
+                let grads = loss.backward();
+                let four = |p: &burn::module::Param<Tensor<4>>| p.grad(&grads).unwrap().into_data();
+                let one = |p: &Option<burn::module::Param<Tensor<1>>>| {
+                    p.as_ref().unwrap().grad(&grads).unwrap().into_data()
+                };
+                [
+                    four(&net.conv1.weight),
+                    one(&net.conv1.bias),
+                    four(&net.conv2.weight),
+                    one(&net.conv2.bias),
+                    net.fc1.weight.grad(&grads).unwrap().into_data(),
+                ]
+            };
+            let (ours, reference) = (gradients(true), gradients(false));
+            for (i, (a, b)) in ours.into_iter().zip(reference).enumerate() {
+                let (a, b) = (
+                    a.try_to_vec::<f32>().unwrap(),
+                    b.try_to_vec::<f32>().unwrap(),
+                );
+                let scale = b.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+                assert!(scale > 0.0);
+                for (x, y) in a.iter().zip(&b) {
+                    assert!(
+                        (x - y).abs() <= 1e-4 * scale,
+                        "{shape:?} gradient {i}: {x} vs {y}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]

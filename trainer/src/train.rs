@@ -662,7 +662,7 @@ mod tests {
         let data = dir.path().join("cifar-10-batches-bin");
         std::fs::create_dir(&data).unwrap();
         write_synthetic_cifar(&data, 100);
-        let args = single_process_args(dir.path(), &["epochs=5", "batch-size=20", "lr=0.05"]);
+        let args = single_process_args(dir.path(), &["epochs=5", "batch-size=20", "lr=0.02"]);
         let config = resolve(&args, &|_| None).unwrap();
         let dataset = load_dataset(&config).unwrap();
         assert_eq!(dataset.kind, data::DatasetKind::Cifar10);
@@ -675,7 +675,10 @@ mod tests {
         assert_eq!(outcome.params.len(), 62_006);
         let last = outcome.epochs.last().unwrap();
         let first = outcome.epochs[0];
-        // Measured: 2.07 → 1.20 over 5 epochs: the brightness classes are being learnt.
+        // Measured: 2.19 → 1.20 over 5 epochs: the brightness classes are being learnt, the same
+        // to 4 digits with burn's convolutions or ours. (At lr 0.05 this run is at the edge of
+        // stability: rounding differences alone sent epoch 5 to 1.20 with one kernel and 26 with
+        // the other, whose loss gradients agree within 1e-4: `kernels_give_burns_loss_gradients`.)
         assert!(
             last.train_loss < 0.8 * first.train_loss,
             "training loss falls: {lines:?}"
