@@ -47,6 +47,7 @@ use burn::nn::PaddingConfig2d;
 use burn::prelude::*;
 use burn::tensor::{DType, TensorData};
 use rayon::prelude::*;
+use std::ops::Range;
 
 /// Batches with at least this many multiply-adds per call are spread over rayon's pool (image by
 /// image); smaller ones run on the calling thread.
@@ -305,6 +306,7 @@ impl ValidConv2d for Flex {
                         channels: g.channels_in,
                         row: g.width,
                         kernel: g.kernel,
+                        nonzero: 0..g.plane(),
                     },
                     &packed,
                     bias,
@@ -373,6 +375,7 @@ impl ValidConv2dKernels for Flex {
                         channels: g.channels_out,
                         row: g.width,
                         kernel: g.kernel,
+                        nonzero: g.border()..g.border() + g.out_height() * g.width,
                     },
                     &packed,
                     &[],
@@ -515,14 +518,34 @@ fn pack(weight: &[f32], out: usize, inp: usize, k: usize, flip: bool) -> Vec<f32
 }
 
 /// The input side of a correlation: `channels` planes of `plane` values, rows `row` wide, read
-/// through a `kernel × kernel` window.
-#[derive(Clone, Copy)]
+/// through a `kernel × kernel` window; outside `nonzero` (positions within each plane) every
+/// value is zero.
+#[derive(Clone)]
 struct Taps<'a> {
     input: &'a [f32],
     plane: usize,
     channels: usize,
     row: usize,
     kernel: usize,
+    nonzero: Range<usize>,
+}
+
+impl Taps<'_> {
+    /// The kernel rows `kh` whose taps, for the outputs `p0 .. p0 + width`, can read a non-zero
+    /// value: the others would add exact zeros (the bordered gradient's first and last rows).
+    fn kernel_rows(&self, p0: usize, width: usize) -> Range<usize> {
+        let reach = width + self.kernel - 1;
+        let first = (self.nonzero.start + 1)
+            .saturating_sub(p0 + reach)
+            .div_ceil(self.row);
+        let end = self
+            .nonzero
+            .end
+            .saturating_sub(p0)
+            .div_ceil(self.row)
+            .min(self.kernel);
+        first..end.max(first)
+    }
 }
 
 /// `out[o][p] = bias[o] + Σ_c Σ_kh Σ_kw packed[c][kh][kw][o] · input[c][p + kh·row + kw]` for
@@ -584,10 +607,10 @@ fn correlate_body(
     while first < outputs {
         let block = (outputs - first).min(CHANNEL_BLOCK);
         match block {
-            4 => correlate_block::<4>(taps, packed, bias, out, out_plane, len, first, outputs),
-            3 => correlate_block::<3>(taps, packed, bias, out, out_plane, len, first, outputs),
-            2 => correlate_block::<2>(taps, packed, bias, out, out_plane, len, first, outputs),
-            _ => correlate_block::<1>(taps, packed, bias, out, out_plane, len, first, outputs),
+            4 => correlate_block::<4>(&taps, packed, bias, out, out_plane, len, first, outputs),
+            3 => correlate_block::<3>(&taps, packed, bias, out, out_plane, len, first, outputs),
+            2 => correlate_block::<2>(&taps, packed, bias, out, out_plane, len, first, outputs),
+            _ => correlate_block::<1>(&taps, packed, bias, out, out_plane, len, first, outputs),
         }
         first += block;
     }
@@ -599,7 +622,7 @@ fn correlate_body(
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 fn correlate_block<const CB: usize>(
-    taps: Taps,
+    taps: &Taps,
     packed: &[f32],
     bias: &[f32],
     out: &mut [f32],
@@ -636,9 +659,10 @@ fn correlate_block<const CB: usize>(
         let p0 = start.min(len - POSITIONS);
         let mut acc: [[[f32; LANES]; VECTORS]; CB] =
             std::array::from_fn(|j| [[init[j]; LANES]; VECTORS]);
+        let rows = taps.kernel_rows(p0, POSITIONS);
         for c in 0..taps.channels {
             let plane = &taps.input[c * taps.plane..][..taps.plane];
-            for kh in 0..k {
+            for kh in rows.clone() {
                 for kw in 0..k {
                     let x = &plane[p0 + kh * taps.row + kw..][..POSITIONS];
                     let x: [&[f32; LANES]; VECTORS] = std::array::from_fn(|v| {
