@@ -113,7 +113,7 @@ step kfaws endpoint invoke demo-sagemaker --image ankle-boot.png
 k8s_acc="$(jq -r .test_accuracy "$efs_root/models/demo-kubernetes/model.json")"
 sm_acc="$(grep -o 'test_acc=[0-9.]*' sm.out | tail -n1 | cut -d= -f2)"
 printf '\n\033[1mTest accuracy after %s epochs: PyTorchJob %s, SageMaker %s\033[0m\n' "$epochs" "$k8s_acc" "${sm_acc:-?}"
-echo "(same data, seed and hyperparameters; the last digits can differ because the pods here use all CPUs each while the SageMaker instances get half each, which changes the trainer's model replicas and so the floating-point summation order: trainer/README.md, \"Threads inside a process\")"
+echo "(same data, seed and hyperparameters; they can differ by up to about a point because the pods here use all CPUs each while the SageMaker instances get half each, which changes the trainer's model replicas and so the floating-point summation order, and two epochs of SGD amplify rounding differences: trainer/README.md, \"Threads inside a process\")"
 
 say "6/6 Destroy: the endpoint first, then every resource, dependants first"
 # The artifact bucket holds the uploaded data, checkpoints and model
