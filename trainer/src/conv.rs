@@ -233,6 +233,36 @@ impl Geometry {
         ])
     }
 
+    /// Image `n`'s `C` input planes within `x` `[N, C, H, W]`.
+    fn input_image<'a>(&self, x: &'a [f32], n: usize) -> &'a [f32] {
+        let len = self.channels_in * self.plane();
+        &x[n * len..][..len]
+    }
+
+    /// Image `n`'s `O` output planes within `y` `[N, O, OH, OW]`.
+    fn output_image<'a>(&self, y: &'a [f32], n: usize) -> &'a [f32] {
+        let len = self.channels_out * self.out_plane();
+        &y[n * len..][..len]
+    }
+
+    /// `channels` planes of `plane` values each, in this convolution's rows and kernel.
+    fn taps<'a>(
+        &self,
+        input: &'a [f32],
+        plane: usize,
+        channels: usize,
+        nonzero: Range<usize>,
+    ) -> Taps<'a> {
+        Taps {
+            input,
+            plane,
+            channels,
+            row: self.width,
+            kernel: self.kernel,
+            nonzero,
+        }
+    }
+
     /// Multiply-adds of one pass (forward or either gradient).
     fn macs(&self) -> usize {
         self.images
@@ -297,17 +327,10 @@ impl ValidConv2d for Flex {
             out_image,
             g.macs() >= PARALLEL_MIN_MACS,
             |n, out| {
-                let input = &x[n * g.channels_in * g.plane()..][..g.channels_in * g.plane()];
+                let input = g.input_image(x, n);
                 let mut wide = vec![0.0f32; g.channels_out * g.out_height() * g.width];
                 correlate(
-                    Taps {
-                        input,
-                        plane: g.plane(),
-                        channels: g.channels_in,
-                        row: g.width,
-                        kernel: g.kernel,
-                        nonzero: 0..g.plane(),
-                    },
+                    g.taps(input, g.plane(), g.channels_in, 0..g.plane()),
                     &packed,
                     bias,
                     &mut wide,
@@ -333,7 +356,7 @@ impl ValidConv2d for Flex {
 fn bordered_gradient(grad: &[f32], g: &Geometry, n: usize) -> Vec<f32> {
     let (oh, ow, w) = (g.out_height(), g.out_width(), g.width);
     let mut planes = vec![0.0f32; g.channels_out * g.bordered_plane()];
-    let image = &grad[n * g.channels_out * g.out_plane()..][..g.channels_out * g.out_plane()];
+    let image = g.output_image(grad, n);
     for (plane, grad) in planes
         .chunks_mut(g.bordered_plane())
         .zip(image.chunks(g.out_plane()))
@@ -369,14 +392,12 @@ impl ValidConv2dKernels for Flex {
             |n, out| {
                 let bordered = bordered_gradient(grad, &g, n);
                 correlate(
-                    Taps {
-                        input: &bordered,
-                        plane: g.bordered_plane(),
-                        channels: g.channels_out,
-                        row: g.width,
-                        kernel: g.kernel,
-                        nonzero: g.border()..g.border() + g.out_height() * g.width,
-                    },
+                    g.taps(
+                        &bordered,
+                        g.bordered_plane(),
+                        g.channels_out,
+                        g.border()..g.border() + g.out_height() * g.width,
+                    ),
                     &packed,
                     &[],
                     out,
@@ -402,8 +423,7 @@ impl ValidConv2dKernels for Flex {
             let mut sums = vec![[0.0f32; LANES]; weight_shape.num_elements()];
             for n in first..(first + IMAGES_PER_PARTIAL).min(g.images) {
                 let bordered = bordered_gradient(grad, &g, n);
-                let input = &x[n * g.channels_in * g.plane()..][..g.channels_in * g.plane()];
-                weight_gradient(input, &bordered, &g, &mut sums);
+                weight_gradient(g.input_image(x, n), &bordered, &g, &mut sums);
             }
             sums.iter()
                 .map(|lanes| lanes.iter().sum())
