@@ -177,6 +177,30 @@ async fn bad_input_is_refused_before_any_job_is_created() {
             "256",
         ),
         (
+            vec![
+                "train",
+                "--runtime",
+                "sagemaker",
+                "--data",
+                data,
+                "--hp",
+                "learning-rate=0.1",
+            ],
+            "unknown hyperparameter \"learning-rate\"",
+        ),
+        (
+            vec![
+                "train",
+                "--runtime",
+                "kubernetes",
+                "--data",
+                "efs:/datasets",
+                "--hp",
+                "momentum=1.5",
+            ],
+            "must be a number in [0, 1)",
+        ),
+        (
             vec!["train", "--runtime", "sagemaker", "--data", data],
             "run `kfaws apply` first",
         ),
@@ -325,8 +349,9 @@ async fn demo_path_trains_on_both_runtimes_serves_the_model_and_destroys_everyth
     assert!(master_log.contains("world_size=2"), "{master_log}");
 
     // A replica that fails: the job fails, and kfaws names the replica, its
-    // exit code and the end of its log (the trainer refuses the
-    // hyperparameter: exit 1, not retried under restartPolicy ExitCode).
+    // exit code and the end of its log (the trainer finds IDX files where the
+    // dataset hyperparameter says CIFAR-10: exit 1, not retried under
+    // restartPolicy ExitCode).
     let err = d.fails(&[
         "train",
         "--runtime",
@@ -338,12 +363,12 @@ async fn demo_path_trains_on_both_runtimes_serves_the_model_and_destroys_everyth
         "--job-name",
         "demo-bad",
         "--hp",
-        "no-such-hyperparameter=1",
+        "dataset=cifar10",
     ]);
     assert!(
         err.contains("PyTorchJob demo-bad failed")
             && err.contains("-0 exited 1")
-            && err.contains("unknown hyperparameter"),
+            && err.contains("the dataset hyperparameter says cifar10"),
         "{err}"
     );
 

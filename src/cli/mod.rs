@@ -210,7 +210,8 @@ enum Command {
     ///
     /// The job name is generated once (or given) and valid for both
     /// Kubernetes and SageMaker; hyperparameters are checked against
-    /// SageMaker's limits for every runtime, and everything else (data
+    /// SageMaker's limits and the trainer's names and rules for every
+    /// runtime, and everything else (data
     /// source, deployment outputs, image, the PyTorchJob CRD) before the job
     /// is created. Ctrl-C stops a SageMaker job (StopTrainingJob) or the
     /// local processes (SIGTERM: the trainer checkpoints).

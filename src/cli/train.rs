@@ -43,6 +43,7 @@ pub struct TrainArgs {
     #[arg(long, default_value = "gloo", value_parser = ["gloo", "nccl"])]
     pub backend: String,
     /// Any other hyperparameter as KEY=VALUE (momentum, seed, max-train-samples, …); repeatable.
+    /// Names and values are checked with the bundled trainer's rules before a job is created.
     #[arg(long = "hp", value_name = "KEY=VALUE", value_parser = parse_hyperparameter)]
     pub hp: Vec<(String, String)>,
     /// The dataset: s3://bucket/prefix, efs:/path (in the deployment's file system) or a local directory.
@@ -125,6 +126,7 @@ fn request(args: &TrainArgs, runtime: Runtime) -> anyhow::Result<Request> {
         &args.hp,
     );
     kfaws::sagemaker::training::validate_hyperparameters(&hyperparameters)?;
+    kfaws::train::check_hyperparameters(&hyperparameters)?;
     Ok(Request {
         job,
         data,

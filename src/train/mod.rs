@@ -55,6 +55,23 @@ pub fn hyperparameters(
     h
 }
 
+/// Checks `hyperparameters` (as [`hyperparameters`] builds them) with the bundled trainer's
+/// own parser ([`kfaws_trainer_contract::Hyperparameters::set`]), so that a misspelt name or a
+/// value out of range is refused before a job exists instead of failing every replica of it.
+///
+/// # Errors
+/// The first key the trainer would refuse: unknown (the message lists the known names) or a
+/// value breaking its rule (the message gives the rule), naming `--hp` as its origin.
+pub fn check_hyperparameters(
+    hyperparameters: &BTreeMap<String, String>,
+) -> Result<(), kfaws_trainer_contract::HyperparameterError> {
+    let mut parsed = kfaws_trainer_contract::Hyperparameters::default();
+    for (key, value) in hyperparameters {
+        parsed.set(key, value, "--hp")?;
+    }
+    Ok(())
+}
+
 /// Parses `KEY=VALUE` (a `--hp` flag).
 ///
 /// # Errors
@@ -114,5 +131,23 @@ mod tests {
         );
         assert!(parse_hyperparameter("=7").is_err());
         assert!(parse_hyperparameter("seed").is_err());
+    }
+
+    #[test]
+    fn hyperparameters_are_checked_with_the_trainers_rules() {
+        let ok = hyperparameters(2, 32, 0.02, "gloo", &[("momentum".into(), "0.5".into())]);
+        check_hyperparameters(&ok).unwrap();
+        let unknown = hyperparameters(2, 32, 0.02, "gloo", &[("learning-rate".into(), "1".into())]);
+        let err = check_hyperparameters(&unknown).unwrap_err().to_string();
+        assert!(
+            err.contains("unknown hyperparameter \"learning-rate\"") && err.contains("momentum"),
+            "{err}"
+        );
+        let bad = hyperparameters(2, 32, 0.02, "gloo", &[("momentum".into(), "1.5".into())]);
+        let err = check_hyperparameters(&bad).unwrap_err().to_string();
+        assert!(
+            err.contains("\"momentum\"") && err.contains("[0, 1)"),
+            "{err}"
+        );
     }
 }

@@ -12,7 +12,7 @@ use burn::tensor::TensorData;
 use sha2::{Digest, Sha256};
 
 use crate::checkpoint::Checkpoint;
-use crate::contract::{ConfigError, RunConfig};
+use crate::contract::{ConfigError, HyperparameterError, RunConfig};
 use crate::data::{self, Dataset, DistributedSampler, Split};
 use crate::dist::{Agreement, Communicator};
 use crate::error::TrainError;
@@ -42,13 +42,13 @@ pub fn device_for(backend: &str) -> Result<Device, ConfigError> {
         #[cfg(feature = "cuda")]
         "nccl" => Ok(Device::cuda(0)),
         "gloo" => Ok(Device::flex()),
-        other => Err(ConfigError::Hyperparameter {
+        other => Err(ConfigError::Hyperparameter(HyperparameterError::Invalid {
             key: "backend".into(),
             value: other.into(),
             origin: "the resolved configuration".into(),
             rule: "gloo (this build has no CUDA support: build with --features cuda for nccl)"
                 .into(),
-        }),
+        })),
     }
 }
 

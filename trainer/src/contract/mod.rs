@@ -8,13 +8,12 @@
 //! 4. otherwise a single process.
 
 pub mod env;
-mod hyperparameters;
 pub mod sagemaker;
 
 use std::path::PathBuf;
 use std::time::Duration;
 
-pub use hyperparameters::Hyperparameters;
+pub use kfaws_trainer_contract::{HyperparameterError, Hyperparameters};
 use sagemaker::SageMakerLayout;
 
 use crate::dist::{AllReduce, Rendezvous};
@@ -23,21 +22,9 @@ use crate::replicas::Parallelism;
 /// A configuration that cannot work; never retryable (exit code 1).
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    /// A hyperparameter's value breaks its rule.
-    #[error("hyperparameter \"{key}\" = {value:?} (from {origin}) must be {rule}")]
-    Hyperparameter {
-        key: String,
-        value: String,
-        origin: String,
-        rule: String,
-    },
-    /// A hyperparameter this trainer does not know.
-    #[error("unknown hyperparameter \"{key}\" (from {origin}); known: {known}")]
-    UnknownHyperparameter {
-        key: String,
-        origin: String,
-        known: String,
-    },
+    /// A hyperparameter is unknown or its value breaks its rule.
+    #[error(transparent)]
+    Hyperparameter(#[from] HyperparameterError),
     /// A configuration file is not the JSON expected.
     #[error("{path}: {detail}")]
     Json { path: String, detail: String },
@@ -184,7 +171,7 @@ pub fn resolve(
     for pair in &args.hyperparameters {
         let (key, value) = pair
             .split_once('=')
-            .ok_or_else(|| ConfigError::Hyperparameter {
+            .ok_or_else(|| HyperparameterError::Invalid {
                 key: pair.clone(),
                 value: String::new(),
                 origin: "--hp".into(),

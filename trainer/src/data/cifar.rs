@@ -117,6 +117,21 @@ mod tests {
     }
 
     #[test]
+    fn a_dataset_hyperparameter_naming_another_dataset_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        write_cifar(dir.path(), 1);
+        let err = load_dir(dir.path(), Some(DatasetKind::FashionMnist))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("says fashion-mnist") && err.contains("holds CIFAR-10 binary batches"),
+            "{err}"
+        );
+        let ds = load_dir(dir.path(), Some(DatasetKind::Cifar10)).unwrap();
+        assert_eq!(ds.kind, DatasetKind::Cifar10);
+    }
+
+    #[test]
     fn finds_the_official_archive_subdirectory() {
         let dir = tempfile::tempdir().unwrap();
         let sub = dir.path().join("cifar-10-batches-bin");

@@ -218,6 +218,19 @@ mod tests {
     }
 
     #[test]
+    fn cifar10_asked_of_idx_files_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        write_dataset(dir.path(), false);
+        let err = load_dir(dir.path(), Some(DatasetKind::Cifar10))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("says cifar10") && err.contains("holds IDX files"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn truncated_file_names_file_and_expected_size() {
         let dir = tempfile::tempdir().unwrap();
         write_dataset(dir.path(), false);

@@ -18,6 +18,7 @@ pub use batch::{make_batch, Batch};
 pub use cifar::{load_cifar10, CIFAR10_RECORD_BYTES};
 pub use cifar_python::{load_cifar10_python, PYTHON_TEST_FILE, PYTHON_TRAIN_FILES};
 pub use idx::{load_idx_pair, IDX_IMAGES_MAGIC, IDX_LABELS_MAGIC};
+pub use kfaws_trainer_contract::DatasetKind;
 pub use sampler::DistributedSampler;
 
 /// Why a dataset could not be read. Every variant names the file involved.
@@ -90,98 +91,17 @@ pub enum DataError {
         expected: [usize; 3],
         found: [usize; 3],
     },
-}
-
-/// The datasets the trainer knows; each fixes the input shape, class names and normalisation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum DatasetKind {
-    /// MNIST handwritten digits, 1×28×28.
-    Mnist,
-    /// Zalando's Fashion-MNIST, 1×28×28, same IDX files as MNIST.
-    FashionMnist,
-    /// CIFAR-10, 3×32×32.
-    Cifar10,
-}
-
-impl DatasetKind {
-    /// Parses the names used by the `dataset` hyperparameter: `mnist`, `fashion-mnist`, `cifar10`.
-    pub fn parse(name: &str) -> Option<Self> {
-        match name.to_ascii_lowercase().replace('_', "-").as_str() {
-            "mnist" => Some(Self::Mnist),
-            "fashion-mnist" | "fashionmnist" => Some(Self::FashionMnist),
-            "cifar10" | "cifar-10" => Some(Self::Cifar10),
-            _ => None,
-        }
-    }
-
-    /// The canonical name, as written in `model.json`.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Mnist => "mnist",
-            Self::FashionMnist => "fashion-mnist",
-            Self::Cifar10 => "cifar10",
-        }
-    }
-
-    /// Input shape `[channels, height, width]`.
-    pub fn shape(self) -> [usize; 3] {
-        match self {
-            Self::Mnist | Self::FashionMnist => [1, 28, 28],
-            Self::Cifar10 => [3, 32, 32],
-        }
-    }
-
-    /// Class names in label order, from each dataset's documentation.
-    pub fn classes(self) -> [&'static str; 10] {
-        match self {
-            Self::Mnist => ["0", "1", "2", "3", "4", "5", "6", "7", "8", "9"],
-            // github.com/zalandoresearch/fashion-mnist#labels
-            Self::FashionMnist => [
-                "T-shirt/top",
-                "Trouser",
-                "Pullover",
-                "Dress",
-                "Coat",
-                "Sandal",
-                "Shirt",
-                "Sneaker",
-                "Bag",
-                "Ankle boot",
-            ],
-            // www.cs.toronto.edu/~kriz/cifar.html, batches.meta.txt
-            Self::Cifar10 => [
-                "airplane",
-                "automobile",
-                "bird",
-                "cat",
-                "deer",
-                "dog",
-                "frog",
-                "horse",
-                "ship",
-                "truck",
-            ],
-        }
-    }
-
-    /// Per-channel mean and standard deviation of the training set's pixels scaled to `[0, 1]`.
-    ///
-    /// MNIST: 0.1307/0.3081 (torchvision examples/mnist); Fashion-MNIST: 0.2860/0.3530
-    /// (computed over its 60,000 training images); CIFAR-10: the per-channel figures of the
-    /// training set used by the common PyTorch CIFAR recipes.
-    pub fn normalisation(self) -> (Vec<f32>, Vec<f32>) {
-        match self {
-            Self::Mnist => (vec![0.1307], vec![0.3081]),
-            Self::FashionMnist => (vec![0.2860], vec![0.3530]),
-            Self::Cifar10 => (vec![0.4914, 0.4822, 0.4465], vec![0.2470, 0.2435, 0.2616]),
-        }
-    }
-
-    /// Whether the reference trains this dataset with augmentation (random crop, flip).
-    pub fn augments(self) -> bool {
-        self == Self::Cifar10
-    }
+    /// The `dataset` hyperparameter names a dataset other than the one the files hold.
+    #[error(
+        "the dataset hyperparameter says {asked}, but {dir} holds {found}: point the data at \
+         {asked}, or drop dataset= (only MNIST and Fashion-MNIST IDX files need it to tell \
+         them apart)"
+    )]
+    NotTheDataset {
+        dir: PathBuf,
+        asked: &'static str,
+        found: &'static str,
+    },
 }
 
 /// One split: `labels.len()` images of `shape`, pixels concatenated channel-major.
@@ -237,15 +157,28 @@ pub struct Dataset {
 /// python batches in `dir` and `dir/cifar-10-batches-py` (the layouts of the official
 /// archives); IDX files in `dir`. IDX files do not say whether they hold MNIST or
 /// Fashion-MNIST, so `hint` (the `dataset` hyperparameter) decides, else a directory path
-/// containing "fashion", else MNIST.
+/// containing "fashion", else the training images' mean pixel value.
 ///
 /// # Errors
-/// [`DataError`] naming the file that is missing, truncated or has the wrong magic number.
+/// [`DataError`] naming the file that is missing, truncated or has the wrong magic number;
+/// [`DataError::NotTheDataset`] when `hint` names a dataset other than the files' (CIFAR-10
+/// asked of IDX files, or MNIST / Fashion-MNIST of CIFAR-10 batches).
 pub fn load_dir(dir: &Path, hint: Option<DatasetKind>) -> Result<Dataset, DataError> {
     let found = list_dir(dir)?;
+    let not_the_dataset = |found: &'static str| match hint {
+        Some(asked) => Err(DataError::NotTheDataset {
+            dir: dir.to_path_buf(),
+            asked: asked.name(),
+            found,
+        }),
+        None => Ok(()),
+    };
     for cifar_dir in [dir.to_path_buf(), dir.join("cifar-10-batches-bin")] {
         if cifar_dir.join("data_batch_1.bin").exists() || cifar_dir.join("test_batch.bin").exists()
         {
+            if hint != Some(DatasetKind::Cifar10) {
+                not_the_dataset("CIFAR-10 binary batches")?;
+            }
             return load_cifar10(&cifar_dir);
         }
     }
@@ -253,6 +186,9 @@ pub fn load_dir(dir: &Path, hint: Option<DatasetKind>) -> Result<Dataset, DataEr
         if cifar_dir.join(PYTHON_TRAIN_FILES[0]).is_file()
             || cifar_dir.join(PYTHON_TEST_FILE).is_file()
         {
+            if hint != Some(DatasetKind::Cifar10) {
+                not_the_dataset("CIFAR-10 python batches")?;
+            }
             return load_cifar10_python(&cifar_dir);
         }
     }
@@ -260,10 +196,13 @@ pub fn load_dir(dir: &Path, hint: Option<DatasetKind>) -> Result<Dataset, DataEr
         .iter()
         .any(|name| name.contains("idx1-ubyte") || name.contains("idx3-ubyte"))
     {
+        if hint == Some(DatasetKind::Cifar10) {
+            not_the_dataset("IDX files (MNIST or Fashion-MNIST)")?;
+        }
         let train = load_idx_pair(dir, "train", &found)?;
         let test = load_idx_pair(dir, "t10k", &found)?;
         let kind = match hint {
-            Some(kind @ (DatasetKind::Mnist | DatasetKind::FashionMnist)) => kind,
+            Some(kind) => kind,
             _ if dir
                 .to_string_lossy()
                 .to_ascii_lowercase()

@@ -8,8 +8,31 @@
 
 use std::collections::BTreeMap;
 
-use super::ConfigError;
-use crate::data::DatasetKind;
+use crate::DatasetKind;
+
+/// A hyperparameter the trainer would refuse. Every variant names the key and where it came
+/// from (`--hp`, a `hyperparameters.json` path, ...).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HyperparameterError {
+    /// A value breaks its key's rule.
+    #[error("hyperparameter \"{key}\" = {value:?} (from {origin}) must be {rule}")]
+    Invalid {
+        key: String,
+        value: String,
+        origin: String,
+        rule: String,
+    },
+    /// A name the trainer does not know.
+    #[error("unknown hyperparameter \"{key}\" (from {origin}); known: {known}")]
+    Unknown {
+        key: String,
+        origin: String,
+        known: String,
+    },
+    /// `hyperparameters.json` is not a JSON object.
+    #[error("{origin}: {detail}")]
+    Json { origin: String, detail: String },
+}
 
 /// The hyperparameters of a training run.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -80,11 +103,12 @@ impl Hyperparameters {
     /// `origin` in errors.
     ///
     /// # Errors
-    /// [`ConfigError::Hyperparameter`] for an unknown key or a value breaking its rule.
-    pub fn set(&mut self, key: &str, value: &str, origin: &str) -> Result<(), ConfigError> {
+    /// [`HyperparameterError::Unknown`] for an unknown key, [`HyperparameterError::Invalid`]
+    /// for a value breaking its rule.
+    pub fn set(&mut self, key: &str, value: &str, origin: &str) -> Result<(), HyperparameterError> {
         let canonical = key.replace('_', "-");
         let text = decode(value);
-        let err = |rule: &str| ConfigError::Hyperparameter {
+        let err = |rule: &str| HyperparameterError::Invalid {
             key: key.to_string(),
             value: value.to_string(),
             origin: origin.to_string(),
@@ -138,7 +162,7 @@ impl Hyperparameters {
                 )
             }
             _ => {
-                return Err(ConfigError::UnknownHyperparameter {
+                return Err(HyperparameterError::Unknown {
                     key: key.to_string(),
                     origin: origin.to_string(),
                     known: KNOWN.join(", "),
@@ -152,11 +176,15 @@ impl Hyperparameters {
     /// written by hand), skipping `sagemaker_*` keys.
     ///
     /// # Errors
-    /// [`ConfigError::Json`] when it is not a JSON object; as [`Self::set`] per key.
-    pub fn apply_sagemaker_json(&mut self, json: &str, origin: &str) -> Result<(), ConfigError> {
+    /// [`HyperparameterError::Json`] when it is not a JSON object; as [`Self::set`] per key.
+    pub fn apply_sagemaker_json(
+        &mut self,
+        json: &str,
+        origin: &str,
+    ) -> Result<(), HyperparameterError> {
         let map: BTreeMap<String, serde_json::Value> =
-            serde_json::from_str(json).map_err(|e| ConfigError::Json {
-                path: origin.to_string(),
+            serde_json::from_str(json).map_err(|e| HyperparameterError::Json {
+                origin: origin.to_string(),
                 detail: e.to_string(),
             })?;
         for (key, value) in map {
