@@ -201,6 +201,18 @@ async fn bad_input_is_refused_before_any_job_is_created() {
             "must be a number in [0, 1)",
         ),
         (
+            vec![
+                "train",
+                "--runtime",
+                "sagemaker",
+                "--data",
+                data,
+                "--backend",
+                "nccl",
+            ],
+            "--instance-type ml.m5.xlarge has no NVIDIA GPU",
+        ),
+        (
             vec!["train", "--runtime", "sagemaker", "--data", data],
             "run `kfaws apply` first",
         ),
@@ -371,6 +383,41 @@ async fn demo_path_trains_on_both_runtimes_serves_the_model_and_destroys_everyth
             && err.contains("the dataset hyperparameter says cifar10"),
         "{err}"
     );
+
+    // backend=nccl: every replica asks for one NVIDIA GPU, and this CPU build
+    // of the trainer refuses the backend at start (exit 1), naming the feature.
+    let err = d.fails(&[
+        "train",
+        "--runtime",
+        "kubernetes",
+        "--workers",
+        "2",
+        "--data",
+        "efs:/datasets/fashion-mnist",
+        "--job-name",
+        "demo-nccl",
+        "--backend",
+        "nccl",
+    ]);
+    assert!(
+        err.contains("PyTorchJob demo-nccl failed") && err.contains("--features cuda"),
+        "{err}"
+    );
+    let pytorchjobs: kube::Api<kube::api::DynamicObject> = kube::Api::namespaced_with(
+        d.cluster().client().await,
+        USER_NS,
+        &kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(
+            "kubeflow.org",
+            "v1",
+            "PyTorchJob",
+        )),
+    );
+    let job = pytorchjobs.get("demo-nccl").await.unwrap();
+    for replica in ["Master", "Worker"] {
+        let limits = &job.data["spec"]["pytorchReplicaSpecs"][replica]["template"]["spec"]
+            ["containers"][0]["resources"]["limits"];
+        assert_eq!(limits["nvidia.com/gpu"], 1, "{replica}: {limits}");
+    }
 
     // SageMaker: 2 instances, the local directory uploaded to the bucket.
     let sm = d.stdout(&[

@@ -39,7 +39,8 @@ pub struct TrainArgs {
     /// Learning rate (SGD with momentum 0.9 unless --hp momentum=…).
     #[arg(long, default_value_t = 0.02)]
     pub lr: f64,
-    /// Collective backend: gloo (CPU) or nccl (GPU images).
+    /// Collective backend: gloo (CPU) or nccl (CUDA: a trainer image built with --features
+    /// cuda; one nvidia.com/gpu per PyTorchJob replica, a P or G SageMaker instance type).
     #[arg(long, default_value = "gloo", value_parser = ["gloo", "nccl"])]
     pub backend: String,
     /// Any other hyperparameter as KEY=VALUE (momentum, seed, max-train-samples, …); repeatable.
@@ -113,6 +114,16 @@ fn request(args: &TrainArgs, runtime: Runtime) -> anyhow::Result<Request> {
         bail!(
             "--hp {k}=… conflicts with the --{} flag; set it with the flag",
             k.replace('_', "-")
+        );
+    }
+    if runtime == Runtime::Sagemaker
+        && args.backend == "nccl"
+        && !kfaws::train::has_nvidia_gpu(&args.instance_type)
+    {
+        bail!(
+            "--backend nccl trains on CUDA, but --instance-type {} has no NVIDIA GPU; pick a P or \
+             G instance (ml.g5.xlarge, ml.p3.2xlarge, ...) or --backend gloo",
+            args.instance_type
         );
     }
     if args.no_wait && runtime == Runtime::Local {
@@ -340,6 +351,7 @@ async fn train_kubernetes(
         data_path,
         cpu: args.cpu.clone(),
         memory: args.memory.clone(),
+        gpu: args.backend == "nccl",
     };
     pytorchjob::submit(&client, &spec).await?;
     outln!(

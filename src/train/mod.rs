@@ -72,6 +72,23 @@ pub fn check_hyperparameters(
     Ok(())
 }
 
+/// Whether a SageMaker instance type has NVIDIA GPUs, as `backend=nccl` (CUDA) needs: the P
+/// and G families (`ml.p3.2xlarge`, `ml.g5.xlarge`, ...) except `g4ad`, whose GPUs are AMD's
+/// (Amazon EC2 "Accelerated computing" instance types; Inf, Trn and DL1 carry AWS Inferentia,
+/// Trainium and Habana accelerators).
+pub fn has_nvidia_gpu(instance_type: &str) -> bool {
+    let Some(family) = instance_type
+        .strip_prefix("ml.")
+        .and_then(|t| t.split('.').next())
+    else {
+        return false;
+    };
+    let mut chars = family.chars();
+    matches!(chars.next(), Some('p' | 'g'))
+        && chars.next().is_some_and(|c| c.is_ascii_digit())
+        && family != "g4ad"
+}
+
 /// Parses `KEY=VALUE` (a `--hp` flag).
 ///
 /// # Errors
@@ -131,6 +148,32 @@ mod tests {
         );
         assert!(parse_hyperparameter("=7").is_err());
         assert!(parse_hyperparameter("seed").is_err());
+    }
+
+    #[test]
+    fn nvidia_gpu_instances_are_the_p_and_g_families_but_g4ad() {
+        for t in [
+            "ml.p3.2xlarge",
+            "ml.p4d.24xlarge",
+            "ml.p5.48xlarge",
+            "ml.g4dn.xlarge",
+            "ml.g5.2xlarge",
+            "ml.g6e.xlarge",
+        ] {
+            assert!(has_nvidia_gpu(t), "{t}");
+        }
+        for t in [
+            "ml.m5.xlarge",
+            "ml.c5.2xlarge",
+            "ml.g4ad.xlarge",
+            "ml.trn1.2xlarge",
+            "ml.inf2.xlarge",
+            "ml.dl1.24xlarge",
+            "p3.2xlarge",
+            "ml.gp.x",
+        ] {
+            assert!(!has_nvidia_gpu(t), "{t}");
+        }
     }
 
     #[test]

@@ -46,6 +46,10 @@ pub struct PyTorchJobSpec {
     pub cpu: String,
     /// Memory request and limit per replica (e.g. `2Gi`).
     pub memory: String,
+    /// One NVIDIA GPU per replica, for `backend=nccl` (the trainer uses CUDA device 0): the
+    /// NVIDIA device plugin's extended resource `nvidia.com/gpu: 1` in the limits, which
+    /// Kubernetes also takes as the request (Kubernetes docs, "Schedule GPUs").
+    pub gpu: bool,
 }
 
 impl PyTorchJobSpec {
@@ -60,6 +64,10 @@ impl PyTorchJobSpec {
         for (k, v) in &self.hyperparameters {
             args.push("--hp".into());
             args.push(format!("{k}={v}"));
+        }
+        let mut limits = json!({"cpu": self.cpu, "memory": self.memory});
+        if self.gpu {
+            limits["nvidia.com/gpu"] = json!(1);
         }
         let template = json!({
             "metadata": {
@@ -80,7 +88,7 @@ impl PyTorchJobSpec {
                     "ports": [{"name": "pytorchjob-port", "containerPort": MASTER_PORT}],
                     "resources": {
                         "requests": {"cpu": self.cpu, "memory": self.memory},
-                        "limits": {"cpu": self.cpu, "memory": self.memory},
+                        "limits": limits,
                     },
                     // The kubelet puts the log's tail in the termination message
                     // when the container fails without writing one: the reason
@@ -443,6 +451,7 @@ mod tests {
             data_path: "/datasets/fmnist".into(),
             cpu: "1".into(),
             memory: "2Gi".into(),
+            gpu: false,
         }
     }
 
@@ -486,5 +495,27 @@ mod tests {
         assert!(single["spec"]["pytorchReplicaSpecs"]
             .get("Worker")
             .is_none());
+    }
+
+    #[test]
+    fn nccl_replicas_each_ask_for_one_nvidia_gpu() {
+        let resources = |m: &Value, t: &str| {
+            m["spec"]["pytorchReplicaSpecs"][t]["template"]["spec"]["containers"][0]["resources"]
+                .clone()
+        };
+        let cpu = spec(2).manifest();
+        assert!(resources(&cpu, "Master")["limits"]
+            .get("nvidia.com/gpu")
+            .is_none());
+        let gpu = PyTorchJobSpec {
+            gpu: true,
+            ..spec(2)
+        }
+        .manifest();
+        for t in ["Master", "Worker"] {
+            let r = resources(&gpu, t);
+            assert_eq!(r["limits"]["nvidia.com/gpu"], 1, "{t}: {r}");
+            assert_eq!(r["limits"]["cpu"], "1", "{t}: {r}");
+        }
     }
 }
