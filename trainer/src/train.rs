@@ -523,7 +523,26 @@ pub struct ModelSummary {
     pub test_acc: f64,
 }
 
-/// Writes `model.bpk` (burn record) and `model.json` into `dir`.
+/// Renumbers a module's parameters 0, 1, 2, ... in visiting order. burn records each
+/// parameter's `ParamId`, random per process, in the file; numbered this way the same weights
+/// always give the same `model.bpk` bytes, so identical runs can be checked with a checksum.
+/// Loading ignores the ids (the optimiser state they key is not saved with the model).
+struct SequentialParamIds(u64);
+
+impl burn::module::ModuleMapper for SequentialParamIds {
+    fn map_float<const D: usize>(
+        &mut self,
+        param: burn::module::Param<Tensor<D>>,
+    ) -> burn::module::Param<Tensor<D>> {
+        let (_, value, mapper) = param.consume();
+        let id = burn::module::ParamId::from(self.0);
+        self.0 += 1;
+        burn::module::Param::from_mapped_value(id, value, mapper)
+    }
+}
+
+/// Writes `model.bpk` (burn record, parameters numbered in order: byte-identical for identical
+/// weights) and `model.json` into `dir`.
 ///
 /// # Errors
 /// [`TrainError::ModelOutput`] naming the directory.
@@ -541,6 +560,7 @@ pub fn write_model(
     model
         .clone()
         .valid()
+        .map(&mut SequentialParamIds(0))
         .save_file(dir.join(crate::MODEL_FILE))
         .map_err(|e| fail(e.to_string()))?;
     let (mean, std) = dataset.kind.normalisation();
@@ -755,6 +775,39 @@ mod tests {
         assert_eq!(error.exit_code(), crate::error::EXIT_CONFIG);
         assert!(!dir.path().join("model/model.json").exists());
         assert!(!dir.path().join("model/checkpoints").exists());
+    }
+
+    #[test]
+    fn the_same_weights_give_the_same_model_file_bytes() {
+        let empty = Split {
+            images: Vec::new(),
+            labels: Vec::new(),
+            shape: [1, 28, 28],
+        };
+        let dataset = Dataset {
+            kind: data::DatasetKind::FashionMnist,
+            train: empty.clone(),
+            test: empty,
+        };
+        // Two models with the same weights but burn's random parameter ids, as two runs have.
+        let device = Device::flex().autodiff();
+        let mut files = Vec::new();
+        let root = tempfile::tempdir().unwrap();
+        for run in 0..2 {
+            device.seed(3);
+            let model = Net::new([1, 28, 28], &device);
+            let dir = root.path().join(run.to_string());
+            write_model(&model, &dataset, None, &dir).unwrap();
+            files.push(std::fs::read(dir.join(crate::MODEL_FILE)).unwrap());
+            let loaded = Net::new([1, 28, 28], &Device::flex())
+                .try_load_file(dir.join(crate::MODEL_FILE))
+                .unwrap();
+            assert_eq!(flatten_params(&loaded), flatten_params(&model));
+        }
+        assert_eq!(
+            files[0], files[1],
+            "model.bpk differs between identical models"
+        );
     }
 
     #[test]
