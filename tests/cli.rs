@@ -334,11 +334,26 @@ async fn a_second_state_of_the_same_deployment_does_not_adopt_the_first_ones_sta
         other.path().join("kfaws.toml"),
     )
     .unwrap();
-    d.kfaws(&["apply", "--auto-approve", "--target", "stack.iam"])
-        .current_dir(other.path())
-        .assert()
-        .code(1)
-        .stdout(predicate::str::contains("belongs to another kfaws state"));
+    // Refused by the plan, before anything is created or any state written.
+    for command in [&["plan"][..], &["apply", "--auto-approve"]] {
+        d.kfaws(command)
+            .current_dir(other.path())
+            .assert()
+            .code(1)
+            .stderr(predicate::str::contains(
+                "stack.iam: stack kfaws-".to_string(),
+            ))
+            .stderr(predicate::str::contains("belongs to another kfaws state"));
+    }
+    assert!(
+        !other
+            .path()
+            .join(".kfaws")
+            .join(&d.name)
+            .join("state.json")
+            .exists(),
+        "the refused plan wrote no state"
+    );
     d.stdout(&["destroy", "--auto-approve"]);
     assert!(d.live_stack_names().await.is_empty());
 }
@@ -360,12 +375,16 @@ async fn a_foreign_stack_that_took_our_stacks_name_is_never_adopted_nor_deleted(
         .send()
         .await
         .unwrap();
-    let plan = d.stdout(&["plan", "--target", "stack.iam"]);
-    assert!(plan.contains("drift: deleted outside kfaws"), "{plan}");
-    d.kfaws(&["apply", "--auto-approve", "--target", "stack.iam"])
-        .assert()
-        .code(1)
-        .stdout(predicate::str::contains("was not created by kfaws"));
+    // The recorded stack is gone and the plan would create it again, but the name is taken:
+    // the plan is refused rather than the apply failing at CreateStack.
+    for command in [&["plan"][..], &["apply", "--auto-approve"]] {
+        d.kfaws(command)
+            .arg("--target")
+            .arg("stack.iam")
+            .assert()
+            .code(1)
+            .stderr(predicate::str::contains("was not created by kfaws"));
+    }
     d.kfaws(&["destroy", "--auto-approve"]).assert().success();
     assert_eq!(
         d.live_stack_names().await,

@@ -30,6 +30,7 @@ use serde_json::{json, Value};
 
 use super::wait::{wait_until, Backoff, Poll};
 use crate::address::Address;
+use crate::plan::Action;
 use crate::resource::{
     Applied, Check, DeleteOptions, Detail, Guard, Inputs, Observed, Outputs, Resource,
     ResourceError,
@@ -537,7 +538,17 @@ impl Resource for StackResource {
         self.delete_stack(&id, &token).await
     }
 
+    /// Before a create, a live stack of our name must be ours (an interrupted create, which
+    /// `create` re-attaches to): another state's or anyone else's is refused here, at plan
+    /// time, rather than by CreateStack half way through an apply. Then the guards.
     async fn check(&self, check: &Check<'_>) -> Result<(), ResourceError> {
+        if check.action == Action::Create {
+            if let Some(existing) = self.describe(&self.stack_name).await? {
+                if !self.owned(&existing) {
+                    return Err(self.foreign(&existing));
+                }
+            }
+        }
         for guard in &self.guards {
             guard.check(check).await?;
         }
