@@ -443,3 +443,30 @@ async fn train_kubernetes(
     }
     bail!(msg)
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::TrainArgs;
+
+    #[derive(Parser)]
+    struct Command {
+        #[command(flatten)]
+        train: TrainArgs,
+    }
+
+    /// The flags' defaults are the trainer's own (what it would use if the flag sent nothing),
+    /// so `kfaws train` and `kfaws-trainer train` without flags train the same way.
+    #[test]
+    fn flag_defaults_are_the_trainers_defaults() {
+        let args = Command::try_parse_from(["kfaws-train", "--data", "d"])
+            .unwrap()
+            .train;
+        let trainer = kfaws_trainer_contract::Hyperparameters::default();
+        assert_eq!(u64::from(args.epochs), trainer.epochs);
+        assert_eq!(args.batch_size as usize, trainer.batch_size);
+        assert_eq!(args.lr as f32, trainer.lr);
+        assert_eq!(args.backend, trainer.backend);
+    }
+}
