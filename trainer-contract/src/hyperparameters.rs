@@ -29,6 +29,16 @@ pub enum HyperparameterError {
         origin: String,
         known: String,
     },
+    /// Two keys name the same hyperparameter (`batch-size` and `batch_size`, or one key
+    /// twice): which value was meant cannot be known.
+    #[error(
+        "hyperparameter \"{second}\" (from {origin}) is given twice (also as \"{first}\"); keep one"
+    )]
+    Duplicate {
+        first: String,
+        second: String,
+        origin: String,
+    },
     /// `hyperparameters.json` is not a JSON object.
     #[error("{origin}: {detail}")]
     Json { origin: String, detail: String },
@@ -187,6 +197,13 @@ impl Hyperparameters {
                 origin: origin.to_string(),
                 detail: e.to_string(),
             })?;
+        if let Some((first, second)) = find_duplicate(map.keys().map(String::as_str)) {
+            return Err(HyperparameterError::Duplicate {
+                first: first.to_string(),
+                second: second.to_string(),
+                origin: origin.to_string(),
+            });
+        }
         for (key, value) in map {
             if key.starts_with("sagemaker_") {
                 continue;
@@ -199,6 +216,19 @@ impl Hyperparameters {
         }
         Ok(())
     }
+}
+
+/// The first key of `keys` naming a hyperparameter an earlier key already named (keys are
+/// compared in their canonical `-` form: `batch_size` names `batch-size`), with that earlier
+/// key: `(first, second)`.
+pub fn find_duplicate<'a>(keys: impl IntoIterator<Item = &'a str>) -> Option<(&'a str, &'a str)> {
+    let mut seen: BTreeMap<String, &str> = BTreeMap::new();
+    for key in keys {
+        if let Some(first) = seen.insert(key.replace('_', "-"), key) {
+            return Some((first, key));
+        }
+    }
+    None
 }
 
 /// `"\"gloo\""` → `gloo`, `"64"` → `64`, `gloo` → `gloo`.
@@ -264,6 +294,26 @@ mod tests {
             err.contains("learning-rate") && err.contains("batch-size, test-batch-size"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn both_spellings_of_a_key_are_refused_not_resolved_by_order() {
+        let err = Hyperparameters::default()
+            .apply_sagemaker_json(r#"{"batch-size": "32", "batch_size": "64"}"#, "hp.json")
+            .unwrap_err();
+        assert_eq!(
+            err,
+            HyperparameterError::Duplicate {
+                first: "batch-size".into(),
+                second: "batch_size".into(),
+                origin: "hp.json".into()
+            }
+        );
+        assert_eq!(
+            find_duplicate(["seed", "lr", "seed"]),
+            Some(("seed", "seed"))
+        );
+        assert_eq!(find_duplicate(["seed", "lr", "momentum"]), None);
     }
 
     #[test]

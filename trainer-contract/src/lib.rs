@@ -10,4 +10,4 @@ mod dataset;
 mod hyperparameters;
 
 pub use dataset::DatasetKind;
-pub use hyperparameters::{HyperparameterError, Hyperparameters, KNOWN};
+pub use hyperparameters::{find_duplicate, HyperparameterError, Hyperparameters, KNOWN};

@@ -13,7 +13,8 @@ use crate::dist::CommError;
 pub const EXIT_CONFIG: i32 = 1;
 /// Exit code of a transient failure (a peer died or hung, I/O failed): retrying may help.
 pub const EXIT_TRANSIENT: i32 = 130;
-/// Exit code after SIGTERM (128 + 15), once the checkpoint is written: retryable.
+/// Exit code after SIGTERM or SIGINT (128 + 15, SIGTERM's), once the checkpoint is written:
+/// retryable.
 pub const EXIT_TERMINATED: i32 = 143;
 
 /// Why training stopped early.
@@ -46,9 +47,10 @@ pub enum TrainError {
         "training diverged in epoch {epoch}: mean training loss {loss}; lower the learning rate (lr) or raise batch-size"
     )]
     Diverged { epoch: u64, loss: f64 },
-    /// SIGTERM arrived; the checkpoint of `epoch`/`step` was written by rank 0.
+    /// SIGTERM or SIGINT arrived (on any rank); all ranks stopped before the same step and
+    /// rank 0 wrote the checkpoint of `epoch`/`step`.
     #[error(
-        "stopped by SIGTERM at epoch {epoch} step {step}; checkpoint written, the job can resume"
+        "stopped by SIGTERM or SIGINT before epoch {epoch} step {step}; rank 0 wrote the checkpoint, the job can resume from it"
     )]
     Terminated { epoch: u64, step: u64 },
 }

@@ -73,18 +73,25 @@ fn main() -> ExitCode {
     }
 }
 
-fn sigterm_flag() -> Arc<AtomicBool> {
+/// A flag set by SIGTERM (how orchestrators stop a container) or SIGINT (Ctrl-C in a
+/// terminal, which signals the whole process group, every rank of a local job included).
+fn stop_flag() -> Arc<AtomicBool> {
     let stop = Arc::new(AtomicBool::new(false));
-    if let Err(e) = signal_hook::flag::register(signal_hook::consts::SIGTERM, Arc::clone(&stop)) {
-        tracing::warn!("cannot watch SIGTERM, stopping will not be graceful: {e}");
+    for (signal, name) in [
+        (signal_hook::consts::SIGTERM, "SIGTERM"),
+        (signal_hook::consts::SIGINT, "SIGINT"),
+    ] {
+        if let Err(e) = signal_hook::flag::register(signal, Arc::clone(&stop)) {
+            tracing::warn!("cannot watch {name}, stopping will not be graceful: {e}");
+        }
     }
     stop
 }
 
-/// After SIGTERM the training loop checkpoints and exits at its next step, within
+/// After SIGTERM or SIGINT the training loop checkpoints and exits after its next step, within
 /// milliseconds. A rank blocked elsewhere (waiting for peers to connect or answer) would only
 /// notice at its timeout, past the orchestrator's SIGKILL: this watchdog exits with 143 once
-/// `grace` has passed since SIGTERM.
+/// `grace` has passed since the signal.
 fn stop_deadline(stop: Arc<AtomicBool>, grace: Duration) {
     std::thread::spawn(move || {
         while !stop.load(Ordering::SeqCst) {
@@ -92,7 +99,7 @@ fn stop_deadline(stop: Arc<AtomicBool>, grace: Duration) {
         }
         std::thread::sleep(grace);
         tracing::error!(
-            "SIGTERM: not stopped after {grace:?} (blocked waiting for peers); exiting"
+            "signalled to stop, but not stopped after {grace:?} (blocked waiting for peers); exiting"
         );
         std::process::exit(EXIT_TERMINATED);
     });
@@ -150,7 +157,7 @@ fn run_sample(args: &SampleArgs) -> ExitCode {
 }
 
 fn run_serve(args: &ServeArgs) -> ExitCode {
-    let stop = sigterm_flag();
+    let stop = stop_flag();
     let served = Classifier::load(&args.model_dir)
         .and_then(|classifier| serve::serve(&classifier, args, &stop));
     match served {
@@ -163,7 +170,7 @@ fn run_serve(args: &ServeArgs) -> ExitCode {
 }
 
 fn run_train(args: &TrainArgs) -> ExitCode {
-    let stop = sigterm_flag();
+    let stop = stop_flag();
     stop_deadline(Arc::clone(&stop), Duration::from_secs(args.stop_grace_secs));
     let config = match contract::resolve(args, &|name| std::env::var(name).ok()) {
         Ok(config) => config,

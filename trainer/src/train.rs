@@ -82,7 +82,10 @@ pub fn config_hash(config: &RunConfig, dataset: &Dataset) -> [u8; 32] {
 
 /// Trains on `dataset` as rank `config.rendezvous.rank`, calling `on_epoch` with each epoch's
 /// metrics; rank 0 checkpoints every epoch into `config.checkpoint_dir` and resumes from the
-/// newest checkpoint there. `stop` (set by SIGTERM) is checked before every step.
+/// newest checkpoint there. `stop` (set by SIGTERM or SIGINT) is this rank's wish to stop:
+/// it is all-reduced with every step's gradients, and after the step where any rank wished it,
+/// every rank stops (rank 0 checkpointing first), so no rank leaves a collective the others
+/// are still in.
 ///
 /// # Errors
 /// [`TrainError`]: a peer failing, a checkpoint unusable, or [`TrainError::Terminated`].
@@ -119,6 +122,7 @@ pub fn train(
         params: Vec::new(),
     };
 
+    let mut stopping = false;
     for epoch in start.epoch..=hp.epochs {
         let indices = sampler.indices(epoch);
         let batches: Vec<&[usize]> = indices.chunks(hp.batch_size).collect();
@@ -138,11 +142,13 @@ pub fn train(
         let mut tally = Tally::default();
         let started = Instant::now();
         for (step, batch_indices) in batches.iter().enumerate().skip(first_step) {
-            if stop.load(Ordering::SeqCst) {
+            // Agreed in the previous step's all-reduce, so every rank stops here, at the same
+            // step, and rank 0's checkpoint is not cut short by a peer that left first.
+            if stopping {
                 if rank == 0 {
                     let checkpoint = learner.checkpoint(epoch, step as u64);
                     let path = checkpoint.save(&config.checkpoint_dir)?;
-                    tracing::warn!(path = %path.display(), "SIGTERM: checkpoint written");
+                    tracing::warn!(path = %path.display(), "stopping: checkpoint written");
                 }
                 return Err(TrainError::Terminated {
                     epoch,
@@ -151,7 +157,12 @@ pub fn train(
             }
             let batch = data::make_batch(&dataset.train, dataset.kind, batch_indices, augment);
             let n = batch.labels.len();
-            let (loss, correct) = learner.step(batch, &mut comm)?;
+            let StepOutcome {
+                loss,
+                correct,
+                stop: any_rank_stops,
+            } = learner.step(batch, &mut comm, stop.load(Ordering::SeqCst))?;
+            stopping = any_rank_stops;
             tally.add(loss, correct, n);
             if rank == 0 && hp.log_interval > 0 && (step as u64 + 1).is_multiple_of(hp.log_interval)
             {
@@ -252,6 +263,17 @@ pub struct Learner {
 
 /// One replica's share of a step: how many images it had, flat gradients of their mean loss,
 /// that loss, and how many it classified correctly.
+/// What [`Learner::step`] reports.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StepOutcome {
+    /// The batch's mean loss (this rank's batch, before the step).
+    pub loss: f64,
+    /// How many of this rank's batch it classified correctly (before the step).
+    pub correct: usize,
+    /// Whether any rank asked to stop: the same on every rank.
+    pub stop: bool,
+}
+
 struct Share {
     images: usize,
     grads: Vec<f32>,
@@ -280,8 +302,10 @@ impl Learner {
     }
 
     /// Forward and backward on this rank's `batch` (split across the replicas), gradients
-    /// averaged over `comm`, one SGD step. Returns the batch's mean loss and how many it
-    /// classified correctly (before the step).
+    /// averaged over `comm`, one SGD step. `stop` is this rank's wish to stop (a signal came);
+    /// it rides on the gradient all-reduce as one extra value, so the returned
+    /// [`StepOutcome::stop`] (whether any rank wished it) is the same on every rank and all
+    /// of them stop after the same step.
     ///
     /// # Errors
     /// The all-reduce's failure, as [`TrainError::Comm`].
@@ -289,7 +313,8 @@ impl Learner {
         &mut self,
         batch: data::Batch,
         comm: &mut Communicator,
-    ) -> Result<(f64, usize), TrainError> {
+        stop: bool,
+    ) -> Result<StepOutcome, TrainError> {
         let n = batch.labels.len();
         let [_, c, h, w] = batch.shape;
         let image_len = c * h * w;
@@ -331,13 +356,19 @@ impl Learner {
             loss += f64::from(weight) * share.loss;
             correct += share.correct;
         }
+        grads.push(if stop { 1.0 } else { 0.0 });
         comm.all_reduce_mean(&mut grads)?;
+        let stop = grads.pop().is_some_and(|wishes| wishes > 0.0);
         self.sgd.step(&mut self.params, &grads);
         self.model = load_flat_params(self.model.clone(), &self.params);
         for model in &mut self.replica_models {
             *model = load_flat_params(model.clone(), &self.params);
         }
-        Ok((loss, correct))
+        Ok(StepOutcome {
+            loss,
+            correct,
+            stop,
+        })
     }
 
     /// A checkpoint of the current state, positioned at `epoch`/`step`.
@@ -636,7 +667,9 @@ mod tests {
                     labels: (0..7).map(|_| rng.random_range(0..10)).collect(),
                     shape: [7, 1, 28, 28],
                 };
-                learner.step(batch, &mut comm).unwrap()
+                let step = learner.step(batch, &mut comm, false).unwrap();
+                assert!(!step.stop);
+                (step.loss, step.correct)
             })
             .collect();
         (initial, learner.params, reports)

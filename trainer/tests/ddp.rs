@@ -214,6 +214,55 @@ fn dead_or_hung_rank_fails_the_other_within_the_timeout() {
     }
 }
 
+/// A signal to one rank only (SIGINT to rank 1, as when one process of a local job is
+/// interrupted) stops both after the same step: the wish rides on the gradient all-reduce, so
+/// rank 0 checkpoints and both exit 143, rather than rank 1 leaving mid-collective and rank 0
+/// failing without a checkpoint.
+#[test]
+fn a_signal_to_one_rank_stops_every_rank_at_the_same_step_with_a_checkpoint() {
+    let data = fashion_mnist();
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    // The whole training set, so the signal lands mid-epoch however fast the machine is.
+    let hp = ["epochs=1", "max-train-samples=60000", "log-interval=10"];
+    let mut ranks: Vec<_> = (0..2)
+        .map(|rank| {
+            spawn_train(
+                dir.path(),
+                &format!("rank{rank}"),
+                &rank_args(dir.path(), &data, rank, 2, port, &hp),
+                &[],
+            )
+        })
+        .collect();
+    ranks[0].wait_for_log("step=20", Duration::from_secs(300));
+    assert!(std::process::Command::new("kill")
+        .args(["-INT", &ranks[1].child.id().to_string()])
+        .status()
+        .unwrap()
+        .success());
+    for (rank, p) in ranks.iter_mut().enumerate() {
+        let code = p.wait(Duration::from_secs(60));
+        assert_eq!(code, 143, "rank {rank}: exit code\n{}", p.stderr());
+        assert!(
+            p.stderr().contains("stopped by SIGTERM or SIGINT"),
+            "rank {rank}\n{}",
+            p.stderr()
+        );
+    }
+    let saved: Vec<String> = std::fs::read_dir(dir.path().join("ckpt-0"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        saved
+            .iter()
+            .any(|n| n.starts_with("checkpoint-000001-") && !n.ends_with("-00000000.bin")),
+        "rank 0 checkpointed mid-epoch: {saved:?}\n{}",
+        ranks[0].stderr()
+    );
+}
+
 /// 3 ranks with the ring all-reduce (`--all-reduce=ring`: the rank 1 → rank 2 link is a
 /// connection of its own) take the same steps as 3 ranks with the star: only the summation
 /// order of the gradients differs (ring: each chunk from its own rank round the ring; star:

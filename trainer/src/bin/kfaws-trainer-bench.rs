@@ -121,7 +121,7 @@ fn train_and_serve(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
             batches.next().expect("cycle"),
             None,
         );
-        learner.step(batch, &mut comm)?;
+        learner.step(batch, &mut comm, false)?;
     }
     let secs = started.elapsed().as_secs_f64();
     println!(

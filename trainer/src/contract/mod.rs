@@ -168,6 +168,18 @@ pub fn resolve(
             })?;
         hp.apply_sagemaker_json(&text, &sm.hyperparameters().display().to_string())?;
     }
+    let keys = args.hyperparameters.iter().map(|pair| {
+        pair.split_once('=')
+            .map_or(pair.as_str(), |(k, _)| k.trim())
+    });
+    if let Some((first, second)) = kfaws_trainer_contract::find_duplicate(keys) {
+        return Err(HyperparameterError::Duplicate {
+            first: first.to_string(),
+            second: second.to_string(),
+            origin: "--hp".into(),
+        }
+        .into());
+    }
     for pair in &args.hyperparameters {
         let (key, value) = pair
             .split_once('=')

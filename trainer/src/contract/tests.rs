@@ -270,3 +270,19 @@ fn threads_and_replicas_come_from_flags_then_rayon_num_threads() {
         .to_string();
     assert!(err.contains("3 replicas need at least 3 threads"), "{err}");
 }
+
+#[test]
+fn a_hyperparameter_given_twice_in_flags_is_refused() {
+    for pairs in [
+        ["seed=1", "seed=2"],
+        ["max-train-samples=10", "max_train_samples=20"],
+    ] {
+        let args = TrainArgs {
+            data_dir: Some("/data".into()),
+            hyperparameters: pairs.iter().map(|p| p.to_string()).collect(),
+            ..no_sagemaker()
+        };
+        let err = resolve(&args, &env_of(&[])).unwrap_err().to_string();
+        assert!(err.contains("is given twice"), "{pairs:?}: {err}");
+    }
+}

@@ -202,7 +202,19 @@ pub fn load_dir(dir: &Path, hint: Option<DatasetKind>) -> Result<Dataset, DataEr
         let train = load_idx_pair(dir, "train", &found)?;
         let test = load_idx_pair(dir, "t10k", &found)?;
         let kind = match hint {
-            Some(kind) => kind,
+            Some(kind) => {
+                let judged = idx_kind_by_content(&train);
+                if judged != kind {
+                    tracing::warn!(
+                        dataset = kind.name(),
+                        looks_like = judged.name(),
+                        "the dataset hyperparameter decides, but the IDX files' mean pixel value \
+                         is that of the other dataset: check dataset= (the class names and the \
+                         normalisation follow it)"
+                    );
+                }
+                kind
+            }
             _ if dir
                 .to_string_lossy()
                 .to_ascii_lowercase()
