@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{layered, plan_and_apply, World};
-use kfaws::engine::interrupt::{cancel_on_signals, EXIT_INTERRUPTED};
+use kfaws::engine::interrupt::{cancel_on_signals, EXIT_INTERRUPTED, STOPPING_CHANGES};
 use kfaws::engine::progress::Console;
 use kfaws::engine::SharedStore;
 use kfaws::state::lock::{self, StateLock};
@@ -36,7 +36,7 @@ fn child_apply() {
     );
     let rt = tokio::runtime::Runtime::new().unwrap();
     let code = rt.block_on(async move {
-        let cancel = cancel_on_signals();
+        let cancel = cancel_on_signals(STOPPING_CHANGES);
         let world = World::new(&dir.join("world"));
         let state_dir = dir.join("state");
         let _lock = match StateLock::acquire(&state_dir, "ml", "apply") {

@@ -128,7 +128,109 @@ fn local_runtime_trains_two_ranks_and_writes_the_model() {
         .unwrap();
     let err = String::from_utf8_lossy(&again.stderr);
     assert_eq!(again.status.code(), Some(1), "{err}");
-    assert!(err.contains("ran before"), "{err}");
+    assert!(
+        err.contains("ran before") && err.contains("--resume"),
+        "{err}"
+    );
+}
+
+/// Ctrl-C in a terminal signals the whole process group: kfaws and every rank
+/// get SIGINT. The ranks stop after the same step, rank 0 checkpoints, kfaws
+/// names the checkpoint, and `--resume` continues the job from it. A job that
+/// fails before writing anything leaves no directory, so its name is free.
+#[test]
+fn local_runtime_ctrl_c_checkpoints_and_resume_continues() {
+    use std::io::{BufRead, BufReader};
+    use std::os::unix::process::CommandExt;
+
+    let dir = tempfile::tempdir().unwrap();
+    let train = |extra: &[&str]| {
+        let mut c = std::process::Command::new(bin("kfaws"));
+        c.current_dir(dir.path()).args([
+            "train",
+            "--runtime",
+            "local",
+            "--workers",
+            "2",
+            "--epochs",
+            "1",
+            "--data",
+            FASHION_MNIST,
+            "--job-name",
+            "interrupted",
+            // The whole epoch, so the interrupt lands mid-epoch however fast
+            // the machine trains.
+            "--hp",
+            "max-train-samples=60000",
+            "--hp",
+            "log-interval=10",
+        ]);
+        c.args(extra);
+        c
+    };
+    let mut child = train(&[])
+        .process_group(0)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut seen = String::new();
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        seen.push_str(&line);
+        seen.push('\n');
+        if line.contains("step=20") {
+            break;
+        }
+    }
+    let group = format!("-{}", child.id());
+    assert!(std::process::Command::new("kill")
+        .args(["-INT", "--", &group])
+        .status()
+        .unwrap()
+        .success());
+    seen.extend(lines.map(|l| l.unwrap() + "\n"));
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130), "{seen}");
+    assert!(
+        seen.contains("interrupted: every rank was sent SIGTERM (rank 0: 143, rank 1: 143)")
+            && seen.contains("checkpoint-000001-"),
+        "{seen}"
+    );
+    assert!(local_checkpoint_count(dir.path()) >= 1, "{seen}");
+
+    let resumed = train(&["--resume"]).output().unwrap();
+    let stdout = String::from_utf8_lossy(&resumed.stdout);
+    assert!(resumed.status.success(), "{stdout}");
+    assert!(
+        stdout.contains("resuming from checkpoint") && stdout.contains("completed"),
+        "{stdout}"
+    );
+
+    // Fails in the trainer (the files are IDX, not CIFAR-10) before writing anything.
+    let failed = std::process::Command::new(bin("kfaws"))
+        .current_dir(dir.path())
+        .args([
+            "train",
+            "--runtime",
+            "local",
+            "--workers",
+            "2",
+            "--data",
+            FASHION_MNIST,
+        ])
+        .args(["--job-name", "wrong-dataset", "--hp", "dataset=cifar10"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&failed.stderr);
+    assert_eq!(failed.status.code(), Some(1), "{err}");
+    assert!(err.contains("its directory was removed"), "{err}");
+    assert!(!dir.path().join("kfaws-jobs/wrong-dataset").exists());
+}
+
+fn local_checkpoint_count(dir: &Path) -> usize {
+    std::fs::read_dir(dir.join("kfaws-jobs/interrupted/checkpoints")).map_or(0, |d| d.count())
 }
 
 #[tokio::test]
@@ -360,49 +462,39 @@ async fn demo_path_trains_on_both_runtimes_serves_the_model_and_destroys_everyth
     let master_log = d.cluster().replica_log(USER_NS, "demo-k8s-master-0");
     assert!(master_log.contains("world_size=2"), "{master_log}");
 
-    // A replica that fails: the job fails, and kfaws names the replica, its
-    // exit code and the end of its log (the trainer finds IDX files where the
-    // dataset hyperparameter says CIFAR-10: exit 1, not retried under
-    // restartPolicy ExitCode).
-    let err = d.fails(&[
-        "train",
-        "--runtime",
-        "kubernetes",
-        "--workers",
-        "2",
-        "--data",
-        "efs:/datasets/fashion-mnist",
-        "--job-name",
-        "demo-bad",
-        "--hp",
-        "dataset=cifar10",
-    ]);
+    // Jobs whose replicas fail: the job fails, and kfaws names the replica,
+    // its exit code and the end of its log.
+    let failing_job = |name: &str, extra: &[&str]| {
+        let mut args = vec![
+            "train",
+            "--runtime",
+            "kubernetes",
+            "--workers",
+            "2",
+            "--data",
+            "efs:/datasets/fashion-mnist",
+            "--job-name",
+            name,
+        ];
+        args.extend_from_slice(extra);
+        let err = d.fails(&args);
+        assert!(
+            err.contains(&format!("PyTorchJob {name} failed")) && err.contains("-0 exited 1"),
+            "{err}"
+        );
+        err
+    };
+    // The trainer finds IDX files where the dataset hyperparameter says
+    // CIFAR-10: exit 1, not retried under restartPolicy ExitCode.
+    let err = failing_job("demo-bad", &["--hp", "dataset=cifar10"]);
     assert!(
-        err.contains("PyTorchJob demo-bad failed")
-            && err.contains("-0 exited 1")
-            && err.contains("the dataset hyperparameter says cifar10"),
+        err.contains("the dataset hyperparameter says cifar10"),
         "{err}"
     );
-
     // backend=nccl: every replica asks for one NVIDIA GPU, and this CPU build
     // of the trainer refuses the backend at start (exit 1), naming the feature.
-    let err = d.fails(&[
-        "train",
-        "--runtime",
-        "kubernetes",
-        "--workers",
-        "2",
-        "--data",
-        "efs:/datasets/fashion-mnist",
-        "--job-name",
-        "demo-nccl",
-        "--backend",
-        "nccl",
-    ]);
-    assert!(
-        err.contains("PyTorchJob demo-nccl failed") && err.contains("--features cuda"),
-        "{err}"
-    );
+    let err = failing_job("demo-nccl", &["--backend", "nccl"]);
+    assert!(err.contains("--features cuda"), "{err}");
     let pytorchjobs: kube::Api<kube::api::DynamicObject> = kube::Api::namespaced_with(
         d.cluster().client().await,
         USER_NS,

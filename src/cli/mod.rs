@@ -37,7 +37,7 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand};
 use kfaws::address::Address;
 use kfaws::config::ProfileName;
-use kfaws::engine::interrupt::{cancel_on_signals, EXIT_INTERRUPTED};
+use kfaws::engine::interrupt::{cancel_on_signals, EXIT_INTERRUPTED, STOPPING_CHANGES};
 use kfaws::resource::DeleteOptions;
 use tokio_util::sync::CancellationToken;
 
@@ -437,7 +437,14 @@ fn init_logging(verbose: u8) {
 
 async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
     // Before anything takes the state lock: no signal may leave it behind.
-    let cancel = cancel_on_signals();
+    let cancel = cancel_on_signals(match cli.command {
+        Command::Train(_) => {
+            "Interrupt received: stopping the training job (local: every rank checkpoints and \
+             exits; sagemaker: StopTrainingJob; kubernetes: kfaws stops waiting, the PyTorchJob \
+             keeps running). Interrupt again to exit at once."
+        }
+        _ => STOPPING_CHANGES,
+    });
     let cancel = &cancel;
     let g = cli.global;
     match cli.command {

@@ -37,7 +37,7 @@ pub struct TrainArgs {
     #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..))]
     pub batch_size: u32,
     /// Learning rate (SGD with momentum 0.9 unless --hp momentum=…).
-    #[arg(long, default_value_t = 0.02)]
+    #[arg(long, default_value_t = 0.02, allow_negative_numbers = true)]
     pub lr: f64,
     /// Collective backend: gloo (CPU) or nccl (CUDA: a trainer image built with --features
     /// cuda; one nvidia.com/gpu per PyTorchJob replica, a P or G SageMaker instance type).
@@ -89,6 +89,11 @@ pub struct TrainArgs {
     /// Where local jobs write their model and checkpoints (local).
     #[arg(long, value_name = "DIR", default_value = "kfaws-jobs")]
     pub output_dir: PathBuf,
+    /// Run a local job that ran before again, in its directory: the trainer resumes from its
+    /// newest checkpoint (same --workers, --batch-size and data; other hyperparameters may
+    /// change) and overwrites its model (local).
+    #[arg(long, requires = "job_name")]
+    pub resume: bool,
 }
 
 /// A validated request: what every runtime needs.
@@ -108,9 +113,11 @@ fn request(args: &TrainArgs, runtime: Runtime) -> anyhow::Result<Request> {
     if !(args.lr.is_finite() && args.lr > 0.0) {
         bail!("--lr {} must be a positive number", args.lr);
     }
-    if let Some((k, _)) = args.hp.iter().find(|(k, _)| {
-        ["epochs", "batch-size", "batch_size", "lr", "backend"].contains(&k.as_str())
-    }) {
+    if let Some((k, _)) = args
+        .hp
+        .iter()
+        .find(|(k, _)| kfaws::train::FLAG_KEYS.contains(&k.replace('_', "-").as_str()))
+    {
         bail!(
             "--hp {k}=… conflicts with the --{} flag; set it with the flag",
             k.replace('_', "-")
@@ -126,6 +133,9 @@ fn request(args: &TrainArgs, runtime: Runtime) -> anyhow::Result<Request> {
             args.instance_type
         );
     }
+    if args.resume && runtime != Runtime::Local {
+        bail!("--resume applies to the local runtime (a PyTorchJob or SageMaker training job of the same name cannot be created again)");
+    }
     if args.no_wait && runtime == Runtime::Local {
         bail!("--no-wait applies to the kubernetes and sagemaker runtimes; a local job runs in this process");
     }
@@ -137,7 +147,7 @@ fn request(args: &TrainArgs, runtime: Runtime) -> anyhow::Result<Request> {
         &args.hp,
     );
     kfaws::sagemaker::training::validate_hyperparameters(&hyperparameters)?;
-    kfaws::train::check_hyperparameters(&hyperparameters)?;
+    kfaws::train::check_hyperparameters(&hyperparameters, &args.hp)?;
     Ok(Request {
         job,
         data,
@@ -150,8 +160,8 @@ pub async fn train(g: &Global, args: &TrainArgs, cancel: &CancellationToken) -> 
     let runtime = match args.runtime {
         Some(r) => r,
         None => context::read_file(g)?.0.training_runtime.context(
-            "no runtime: pass --runtime local|kubernetes|sagemaker, or set training_runtime in \
-             kfaws.toml",
+            "no runtime: pass --runtime local|kubernetes|sagemaker, set KFAWS_TRAINING_RUNTIME, \
+             or set training_runtime in kfaws.toml",
         )?,
     };
     let req = request(args, runtime)?;
@@ -177,13 +187,21 @@ async fn train_local(
     let trainer =
         kfaws::train::trainer_binary(args.trainer.as_deref(), &exe).map_err(anyhow::Error::msg)?;
     let job_dir = local::job_dir(&args.output_dir, req.job.as_str());
-    if job_dir.exists() {
-        bail!(
-            "{} exists: a local job named {} ran before (its checkpoints would be resumed and its \
-             model overwritten); pass another --job-name, or remove the directory",
+    match (job_dir.exists(), args.resume) {
+        (true, false) => bail!(
+            "{} exists: a local job named {} ran before; pass --resume to continue it from its \
+             newest checkpoint (and overwrite its model), another --job-name, or remove the \
+             directory",
             job_dir.display(),
             req.job
-        );
+        ),
+        (false, true) => bail!(
+            "--resume: no local job named {} under {} (no directory {})",
+            req.job,
+            args.output_dir.display(),
+            job_dir.display()
+        ),
+        _ => {}
     }
     let job = local::LocalJob {
         trainer,
@@ -203,15 +221,8 @@ async fn train_local(
         let _ = writeln!(std::io::stdout().lock(), "[rank {rank}] {line}");
     });
     let outcome = local::run(&job, cancel, print).await?;
-    if outcome.interrupted {
-        outln!(
-            "Training job {} interrupted: every rank was sent SIGTERM and checkpointed.",
-            req.job
-        )?;
-        return Ok(kfaws::engine::interrupt::EXIT_INTERRUPTED as u8);
-    }
-    if !outcome.succeeded() {
-        let codes: Vec<String> = outcome
+    let codes = || {
+        outcome
             .exit_codes
             .iter()
             .enumerate()
@@ -221,8 +232,38 @@ async fn train_local(
                     c.map_or("killed".to_string(), |c| c.to_string())
                 )
             })
-            .collect();
-        bail!("training job {} failed ({})", req.job, codes.join(", "));
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    if outcome.interrupted {
+        match &outcome.checkpoint {
+            Some(path) => outln!(
+                "Training job {} interrupted: every rank was sent SIGTERM ({}); the newest \
+                 checkpoint is {}. Continue with the same command and --resume.",
+                req.job,
+                codes(),
+                path.display()
+            )?,
+            None => outln!(
+                "Training job {} interrupted before any checkpoint was written ({}).",
+                req.job,
+                codes()
+            )?,
+        }
+        return Ok(kfaws::engine::interrupt::EXIT_INTERRUPTED as u8);
+    }
+    if !outcome.succeeded() {
+        let removed = local::remove_if_empty(&job.job_dir);
+        bail!(
+            "training job {} failed ({}){}",
+            req.job,
+            codes(),
+            if removed {
+                "; it wrote nothing, and its directory was removed"
+            } else {
+                ""
+            }
+        );
     }
     outln!(
         "Training job {} completed. Model: {}",

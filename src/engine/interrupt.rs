@@ -9,13 +9,21 @@ use tokio_util::sync::CancellationToken;
 /// The exit status after an interrupt (128 + SIGINT, the shell convention).
 pub const EXIT_INTERRUPTED: i32 = 130;
 
+/// What the first interrupt of a command that changes infrastructure says.
+pub const STOPPING_CHANGES: &str =
+    "Interrupt received: stopping. Nothing new will start; calls in \
+    flight finish and are recorded. Interrupt again to exit at once (the state already records \
+    in-flight creates and deletes).";
+
 /// Returns a token cancelled by the first SIGINT, SIGTERM or SIGHUP, and
-/// installs the second-signal exit. Call it before taking the state lock, so
-/// no signal can leave the lock behind. Must be called inside a tokio runtime.
+/// installs the second-signal exit. `first` is printed on the first signal:
+/// what the command does when it stops (e.g. [`STOPPING_CHANGES`]). Call it
+/// before taking the state lock, so no signal can leave the lock behind.
+/// Must be called inside a tokio runtime.
 ///
 /// # Panics
 /// If the signal handlers cannot be installed (no tokio signal driver).
-pub fn cancel_on_signals() -> CancellationToken {
+pub fn cancel_on_signals(first: &'static str) -> CancellationToken {
     let token = CancellationToken::new();
     let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler installs");
     let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler installs");
@@ -27,11 +35,7 @@ pub fn cancel_on_signals() -> CancellationToken {
             _ = term.recv() => {}
             _ = hup.recv() => {}
         }
-        eprintln!(
-            "\nInterrupt received: stopping. Nothing new will start; calls in flight finish and \
-             are recorded. Interrupt again to exit at once (the state already records in-flight \
-             creates and deletes)."
-        );
+        eprintln!("\n{first}");
         t.cancel();
         tokio::select! {
             _ = int.recv() => {}

@@ -49,6 +49,8 @@ pub struct LocalOutcome {
     pub last_metrics: Option<String>,
     /// Whether the run was interrupted (SIGTERM sent to every rank).
     pub interrupted: bool,
+    /// The newest checkpoint in the job's `checkpoints/` once every rank exited, if any.
+    pub checkpoint: Option<PathBuf>,
 }
 
 impl LocalOutcome {
@@ -219,6 +221,7 @@ pub async fn run(
     }
     Ok(LocalOutcome {
         exit_codes,
+        checkpoint: newest_checkpoint(&job.job_dir),
         model_dir: job.job_dir.join("model"),
         // Rank 0's stdout pump is the first.
         last_metrics: metrics.into_iter().next().flatten(),
@@ -231,6 +234,41 @@ pub fn job_dir(root: &Path, job: &str) -> PathBuf {
     root.join(job)
 }
 
+/// The newest checkpoint of the job in `job_dir`: the last by name of
+/// `checkpoints/checkpoint-EEEEEE-SSSSSSSS.bin` (epoch and step zero-padded by
+/// the trainer, so name order is training order), if any.
+pub fn newest_checkpoint(job_dir: &Path) -> Option<PathBuf> {
+    std::fs::read_dir(job_dir.join("checkpoints"))
+        .ok()?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("checkpoint-") && n.ends_with(".bin"))
+        })
+        .max()
+}
+
+/// Removes the job's directory if it holds nothing (no model, no
+/// checkpoint: the run failed before writing any), so its name can be used
+/// again; anything written is kept. Returns whether it was removed.
+pub fn remove_if_empty(job_dir: &Path) -> bool {
+    let is_empty = |dir: &Path| std::fs::read_dir(dir).is_ok_and(|mut d| d.next().is_none());
+    let subs = [job_dir.join("model"), job_dir.join("checkpoints")];
+    let only_empty_subs = std::fs::read_dir(job_dir).is_ok_and(|entries| {
+        entries
+            .filter_map(Result::ok)
+            .all(|e| subs.contains(&e.path()) && is_empty(&e.path()))
+    });
+    // remove_dir refuses a directory that is not empty: nothing written is lost in a race.
+    only_empty_subs
+        && subs
+            .iter()
+            .all(|d| !d.exists() || std::fs::remove_dir(d).is_ok())
+        && std::fs::remove_dir(job_dir).is_ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -241,5 +279,33 @@ mod tests {
         assert_eq!(threads_per_worker(1), cores);
         assert_eq!(threads_per_worker(2), (cores / 2).max(1));
         assert_eq!(threads_per_worker(cores as u32 * 2), 1);
+    }
+
+    #[test]
+    fn the_newest_checkpoint_is_the_last_by_name_and_only_empty_job_dirs_go() {
+        let root = tempfile::tempdir().unwrap();
+        let job = root.path().join("j");
+        std::fs::create_dir_all(job.join("model")).unwrap();
+        std::fs::create_dir_all(job.join("checkpoints")).unwrap();
+        assert_eq!(newest_checkpoint(&job), None);
+        for name in [
+            "checkpoint-000001-00000040.bin",
+            "checkpoint-000002-00000000.bin",
+            "checkpoint-000001-00000000.bin",
+            "notes.txt",
+        ] {
+            std::fs::write(job.join("checkpoints").join(name), b"x").unwrap();
+        }
+        assert_eq!(
+            newest_checkpoint(&job),
+            Some(job.join("checkpoints/checkpoint-000002-00000000.bin"))
+        );
+        assert!(!remove_if_empty(&job), "checkpoints are kept");
+        assert!(job.join("checkpoints").is_dir() && job.join("model").is_dir());
+        let empty = root.path().join("e");
+        std::fs::create_dir_all(empty.join("model")).unwrap();
+        std::fs::create_dir_all(empty.join("checkpoints")).unwrap();
+        assert!(remove_if_empty(&empty));
+        assert!(!empty.exists());
     }
 }

@@ -36,8 +36,8 @@ impl fmt::Display for Runtime {
 
 /// The hyperparameters every runtime passes to the trainer, with the
 /// reference job's names (`batch-size`, `epochs`, `lr`, `backend`), as
-/// strings (SageMaker's `HyperParameters` are a string map). `extra` pairs
-/// (`--hp KEY=VALUE`) come last and win.
+/// strings (SageMaker's `HyperParameters` are a string map), with `extra`
+/// pairs (`--hp KEY=VALUE`; `kfaws train` refuses those naming a flag's key).
 pub fn hyperparameters(
     epochs: u32,
     batch_size: u32,
@@ -45,29 +45,56 @@ pub fn hyperparameters(
     backend: &str,
     extra: &[(String, String)],
 ) -> BTreeMap<String, String> {
+    // f64's Display never uses an exponent: 1e300 would be 301 digits.
+    let lr = if (1e-4..1e6).contains(&lr) {
+        lr.to_string()
+    } else {
+        format!("{lr:e}")
+    };
     let mut h = BTreeMap::from([
         ("epochs".to_string(), epochs.to_string()),
         ("batch-size".to_string(), batch_size.to_string()),
-        ("lr".to_string(), lr.to_string()),
+        ("lr".to_string(), lr),
         ("backend".to_string(), backend.to_string()),
     ]);
     h.extend(extra.iter().cloned());
     h
 }
 
-/// Checks `hyperparameters` (as [`hyperparameters`] builds them) with the bundled trainer's
-/// own parser ([`kfaws_trainer_contract::Hyperparameters::set`]), so that a misspelt name or a
-/// value out of range is refused before a job exists instead of failing every replica of it.
+/// The keys [`hyperparameters`] sets from `kfaws train`'s own flags (`--epochs`, ...).
+pub const FLAG_KEYS: [&str; 4] = ["epochs", "batch-size", "lr", "backend"];
+
+/// Checks `hyperparameters` (as [`hyperparameters`] builds them from the flags and the `--hp`
+/// pairs `extra`) with the bundled trainer's own parser
+/// ([`kfaws_trainer_contract::Hyperparameters::set`]), so that a misspelt name, a value out
+/// of range or a key given twice is refused before a job exists instead of failing every
+/// replica of it (or silently taking one of the values).
 ///
 /// # Errors
-/// The first key the trainer would refuse: unknown (the message lists the known names) or a
-/// value breaking its rule (the message gives the rule), naming `--hp` as its origin.
+/// The first key the trainer would refuse: given twice in `extra` (in either spelling,
+/// `batch-size` or `batch_size`), unknown (the message lists the known names) or a value
+/// breaking its rule (the message gives the rule), naming the flag it came from.
 pub fn check_hyperparameters(
     hyperparameters: &BTreeMap<String, String>,
+    extra: &[(String, String)],
 ) -> Result<(), kfaws_trainer_contract::HyperparameterError> {
+    if let Some((first, second)) =
+        kfaws_trainer_contract::find_duplicate(extra.iter().map(|(k, _)| k.as_str()))
+    {
+        return Err(kfaws_trainer_contract::HyperparameterError::Duplicate {
+            first: first.to_string(),
+            second: second.to_string(),
+            origin: "--hp".into(),
+        });
+    }
     let mut parsed = kfaws_trainer_contract::Hyperparameters::default();
     for (key, value) in hyperparameters {
-        parsed.set(key, value, "--hp")?;
+        let origin = if FLAG_KEYS.contains(&key.as_str()) {
+            format!("--{key}")
+        } else {
+            "--hp".to_string()
+        };
+        parsed.set(key, value, &origin)?;
     }
     Ok(())
 }
@@ -176,21 +203,45 @@ mod tests {
         }
     }
 
+    fn check(lr: f64, extra: &[(&str, &str)]) -> Result<(), String> {
+        let extra: Vec<(String, String)> = extra
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        check_hyperparameters(&hyperparameters(2, 32, lr, "gloo", &extra), &extra)
+            .map_err(|e| e.to_string())
+    }
+
     #[test]
     fn hyperparameters_are_checked_with_the_trainers_rules() {
-        let ok = hyperparameters(2, 32, 0.02, "gloo", &[("momentum".into(), "0.5".into())]);
-        check_hyperparameters(&ok).unwrap();
-        let unknown = hyperparameters(2, 32, 0.02, "gloo", &[("learning-rate".into(), "1".into())]);
-        let err = check_hyperparameters(&unknown).unwrap_err().to_string();
+        check(0.02, &[("momentum", "0.5")]).unwrap();
+        let err = check(0.02, &[("learning-rate", "1")]).unwrap_err();
         assert!(
             err.contains("unknown hyperparameter \"learning-rate\"") && err.contains("momentum"),
             "{err}"
         );
-        let bad = hyperparameters(2, 32, 0.02, "gloo", &[("momentum".into(), "1.5".into())]);
-        let err = check_hyperparameters(&bad).unwrap_err().to_string();
+        let err = check(0.02, &[("momentum", "1.5")]).unwrap_err();
         assert!(
-            err.contains("\"momentum\"") && err.contains("[0, 1)"),
+            err.contains("\"momentum\"") && err.contains("(from --hp)") && err.contains("[0, 1)"),
             "{err}"
         );
+        // The flags' values are named by their flag; f32 cannot hold 1e-50 or 1e300.
+        for lr in [1e-50, 1e300] {
+            let err = check(lr, &[]).unwrap_err();
+            assert!(
+                err.contains(&format!(
+                    "\"lr\" = \"{lr:e}\" (from --lr) must be a number > 0"
+                )),
+                "{err}"
+            );
+        }
+        // Either spelling twice, or one key twice: refused, not decided by order.
+        for pairs in [
+            [("seed", "1"), ("seed", "2")],
+            [("max-train-samples", "10"), ("max_train_samples", "20")],
+        ] {
+            let err = check(0.02, &pairs).unwrap_err();
+            assert!(err.contains("is given twice"), "{pairs:?}: {err}");
+        }
     }
 }
