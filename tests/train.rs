@@ -168,37 +168,67 @@ fn local_runtime_ctrl_c_checkpoints_and_resume_continues() {
         c.args(extra);
         c
     };
-    let mut child = train(&[])
-        .process_group(0)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let mut seen = String::new();
-    for line in lines.by_ref() {
-        let line = line.unwrap();
-        seen.push_str(&line);
-        seen.push('\n');
-        if line.contains("step=20") {
-            break;
+    // Starts the job, waits for a "step=20…" log line, sends `signal` to the
+    // process group (as a terminal's Ctrl-C does) or to one rank only, and
+    // returns kfaws's exit code and output.
+    let interrupt = |extra: &[&str], signal: &str, rank_1_only: bool| {
+        let mut child = train(extra)
+            .process_group(0)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let mut seen = String::new();
+        for line in lines.by_ref() {
+            let line = line.unwrap();
+            seen.push_str(&line);
+            seen.push('\n');
+            if line.contains("step=20") {
+                break;
+            }
         }
-    }
-    let group = format!("-{}", child.id());
-    assert!(std::process::Command::new("kill")
-        .args(["-INT", "--", &group])
-        .status()
-        .unwrap()
-        .success());
-    seen.extend(lines.map(|l| l.unwrap() + "\n"));
-    let status = child.wait().unwrap();
-    assert_eq!(status.code(), Some(130), "{seen}");
+        let target = if rank_1_only {
+            // The ranks are kfaws's children; either one will do (the stop is
+            // agreed in the all-reduce whichever rank wished it).
+            let children = std::process::Command::new("pgrep")
+                .args(["-P", &child.id().to_string()])
+                .output()
+                .unwrap();
+            let pids = String::from_utf8(children.stdout).unwrap();
+            let mut pids: Vec<u32> = pids.lines().map(|p| p.parse().unwrap()).collect();
+            pids.sort_unstable();
+            assert_eq!(pids.len(), 2, "{pids:?}");
+            pids[1].to_string()
+        } else {
+            format!("-{}", child.id())
+        };
+        assert!(std::process::Command::new("kill")
+            .args([&format!("-{signal}"), "--", &target])
+            .status()
+            .unwrap()
+            .success());
+        seen.extend(lines.map(|l| l.unwrap() + "\n"));
+        (child.wait().unwrap().code(), seen)
+    };
+    // Ctrl-C in the terminal: SIGINT to the whole process group.
+    let (code, seen) = interrupt(&[], "INT", false);
+    assert_eq!(code, Some(130), "{seen}");
     assert!(
-        seen.contains("interrupted: every rank was sent SIGTERM (rank 0: 143, rank 1: 143)")
+        seen.contains("stopped by a signal (rank 0: 143, rank 1: 143)")
             && seen.contains("checkpoint-000001-"),
         "{seen}"
     );
     assert!(local_checkpoint_count(dir.path()) >= 1, "{seen}");
+    // SIGTERM to one rank only, on a resumed run: the same stop, reported the same way.
+    // (Resumed after step 20, the line it waits for is step=200.)
+    let (code, seen) = interrupt(&["--resume"], "TERM", true);
+    assert_eq!(code, Some(130), "{seen}");
+    assert!(
+        seen.contains("Resuming from")
+            && seen.contains("stopped by a signal (rank 0: 143, rank 1: 143)"),
+        "{seen}"
+    );
 
     let resumed = train(&["--resume"]).output().unwrap();
     let stdout = String::from_utf8_lossy(&resumed.stdout);
@@ -207,6 +237,11 @@ fn local_runtime_ctrl_c_checkpoints_and_resume_continues() {
         stdout.contains("resuming from checkpoint") && stdout.contains("completed"),
         "{stdout}"
     );
+    // Resuming with another batch size would put the checkpoint's step elsewhere in the data.
+    let mismatch = train(&["--resume", "--batch-size", "64"]).output().unwrap();
+    let err = String::from_utf8_lossy(&mismatch.stderr);
+    assert_eq!(mismatch.status.code(), Some(1), "{err}");
+    assert!(err.contains("the job ran with batch-size 32"), "{err}");
 
     // Fails in the trainer (the files are IDX, not CIFAR-10) before writing anything.
     let failed = std::process::Command::new(bin("kfaws"))

@@ -210,17 +210,41 @@ async fn train_local(
         job_dir,
         hyperparameters: req.hyperparameters,
     };
+    // Held until this function returns: a second kfaws on the same job is refused.
+    let _lock = match local::claim_job_dir(req.job.as_str(), &job, args.resume) {
+        Ok(lock) => lock,
+        Err(e) => {
+            if !args.resume && !matches!(e, local::LocalError::Busy { .. }) {
+                local::remove_if_empty(&job.job_dir);
+            }
+            return Err(e.into());
+        }
+    };
     outln!(
         "Training job {} (local): {} process(es) on this machine, data {}",
         req.job,
         job.workers,
         job.data_dir.display()
     )?;
+    if args.resume {
+        match local::newest_checkpoint(&job.job_dir) {
+            Some(path) => outln!("Resuming from {}", path.display())?,
+            None => {
+                outln!("No checkpoint in the job's directory: training starts from the beginning")?
+            }
+        }
+    }
     let print: local::LineSink = Arc::new(|rank, line| {
         use std::io::Write as _;
         let _ = writeln!(std::io::stdout().lock(), "[rank {rank}] {line}");
     });
-    let outcome = local::run(&job, cancel, print).await?;
+    let outcome = match local::run(&job, cancel, print).await {
+        Ok(outcome) => outcome,
+        Err(e) => {
+            local::remove_if_empty(&job.job_dir);
+            return Err(e.into());
+        }
+    };
     let codes = || {
         outcome
             .exit_codes
@@ -235,17 +259,27 @@ async fn train_local(
             .collect::<Vec<_>>()
             .join(", ")
     };
-    if outcome.interrupted {
+    let resume_hint = || {
+        outcome.checkpoint.as_ref().map_or(String::new(), |path| {
+            format!(
+                "; the newest checkpoint is {}: continue with the same command and --resume",
+                path.display()
+            )
+        })
+    };
+    // Every rank exited 143: stopped by a signal (Ctrl-C here, or a signal sent to a rank),
+    // after agreeing on a step and checkpointing.
+    let signalled = outcome.exit_codes.iter().all(|c| *c == Some(143));
+    if !outcome.succeeded() && (outcome.interrupted || signalled) {
         match &outcome.checkpoint {
-            Some(path) => outln!(
-                "Training job {} interrupted: every rank was sent SIGTERM ({}); the newest \
-                 checkpoint is {}. Continue with the same command and --resume.",
+            Some(_) => outln!(
+                "Training job {} stopped by a signal ({}){}.",
                 req.job,
                 codes(),
-                path.display()
+                resume_hint()
             )?,
             None => outln!(
-                "Training job {} interrupted before any checkpoint was written ({}).",
+                "Training job {} stopped by a signal before any checkpoint was written ({}).",
                 req.job,
                 codes()
             )?,
@@ -259,9 +293,9 @@ async fn train_local(
             req.job,
             codes(),
             if removed {
-                "; it wrote nothing, and its directory was removed"
+                "; it wrote nothing, and its directory was removed".to_string()
             } else {
-                ""
+                resume_hint()
             }
         );
     }

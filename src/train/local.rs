@@ -54,9 +54,10 @@ pub struct LocalOutcome {
 }
 
 impl LocalOutcome {
-    /// Whether every rank exited 0.
+    /// Whether every rank exited 0 (an interrupt that came after the last
+    /// step, while the ranks evaluated or wrote the model, did not stop them).
     pub fn succeeded(&self) -> bool {
-        !self.interrupted && self.exit_codes.iter().all(|c| *c == Some(0))
+        self.exit_codes.iter().all(|c| *c == Some(0))
     }
 }
 
@@ -73,6 +74,40 @@ pub enum LocalError {
         path: PathBuf,
         /// The cause.
         source: std::io::Error,
+    },
+    /// Another kfaws runs this job: its directory's lock is held.
+    #[error(
+        "local job {job} is running in another kfaws process (it holds {lock}); wait for it, or \
+         stop it first"
+    )]
+    Busy {
+        /// The job name.
+        job: String,
+        /// The lock file.
+        lock: PathBuf,
+    },
+    /// The job directory's record cannot be written or read.
+    #[error("{path}: {detail}")]
+    Record {
+        /// The record file.
+        path: PathBuf,
+        /// What went wrong.
+        detail: String,
+    },
+    /// `--resume` with settings that move the checkpoint's position in the data.
+    #[error(
+        "--resume: the job ran with {setting} {recorded}, this run asks for {requested}; a \
+         checkpoint's position (epoch, step) names the same examples only with the same \
+         --workers, batch size, seed, max-train-samples and data. Resume with {setting} \
+         {recorded}, or start another --job-name"
+    )]
+    ResumeMismatch {
+        /// The setting, as a flag or hyperparameter name.
+        setting: String,
+        /// Its value in the job's record.
+        recorded: String,
+        /// Its value now.
+        requested: String,
     },
     /// A trainer process cannot be started.
     #[error("cannot start {trainer} (rank {rank}): {source}")]
@@ -234,6 +269,153 @@ pub fn job_dir(root: &Path, job: &str) -> PathBuf {
     root.join(job)
 }
 
+/// The lock file in a job's directory, locked (an OS advisory lock, released
+/// with the process however it ends: no stale lock) while a kfaws runs the job.
+pub const LOCK_FILE: &str = "job.lock";
+/// What the job was started with, in its directory: checked by `--resume`.
+pub const RECORD_FILE: &str = "job.json";
+
+/// The settings a resumed job must share with its first run: with another world
+/// size, batch size, seed, sample count or data, the checkpoint's (epoch, step)
+/// would name other examples, and the trainer can only tell when the step is past
+/// the new epoch's end.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct JobRecord {
+    /// `--workers`.
+    pub workers: u32,
+    /// The data directory.
+    pub data_dir: PathBuf,
+    /// The hyperparameters passed (canonical `-` keys as given).
+    pub hyperparameters: BTreeMap<String, String>,
+}
+
+impl JobRecord {
+    /// The record of `job`.
+    pub fn of(job: &LocalJob) -> Self {
+        Self {
+            workers: job.workers,
+            data_dir: job.data_dir.clone(),
+            hyperparameters: job.hyperparameters.clone(),
+        }
+    }
+
+    /// The first setting in which `requested` would resume at another position in
+    /// the data than this record's run, as `(setting, recorded, requested)`.
+    /// Hyperparameters are compared as the trainer reads them (defaults applied,
+    /// `batch_size` = `batch-size`).
+    pub fn resume_mismatch(&self, requested: &Self) -> Option<(String, String, String)> {
+        if self.workers != requested.workers {
+            return Some((
+                "--workers".into(),
+                self.workers.to_string(),
+                requested.workers.to_string(),
+            ));
+        }
+        if self.data_dir != requested.data_dir {
+            return Some((
+                "--data".into(),
+                self.data_dir.display().to_string(),
+                requested.data_dir.display().to_string(),
+            ));
+        }
+        let parse = |h: &BTreeMap<String, String>| {
+            let mut p = kfaws_trainer_contract::Hyperparameters::default();
+            for (k, v) in h {
+                // Checked before the job started; a value the trainer refuses cannot be here.
+                let _ = p.set(k, v, "job.json");
+            }
+            p
+        };
+        let (was, now) = (
+            parse(&self.hyperparameters),
+            parse(&requested.hyperparameters),
+        );
+        let differs = |name: &str, a: String, b: String| (a != b).then(|| (name.to_string(), a, b));
+        differs(
+            "batch-size",
+            was.batch_size.to_string(),
+            now.batch_size.to_string(),
+        )
+        .or_else(|| differs("seed", was.seed.to_string(), now.seed.to_string()))
+        .or_else(|| {
+            differs(
+                "max-train-samples",
+                format!("{:?}", was.max_train_samples),
+                format!("{:?}", now.max_train_samples),
+            )
+        })
+        .or_else(|| {
+            differs(
+                "dataset",
+                format!("{:?}", was.dataset),
+                format!("{:?}", now.dataset),
+            )
+        })
+    }
+}
+
+/// Takes the job's directory for this process: creates it, locks
+/// [`LOCK_FILE`], then writes the job's [`JobRecord`] (a new job) or checks
+/// the recorded one against it (`resume`; a directory without a record, from
+/// an older kfaws, is not checked). The lock is held until the returned file
+/// is dropped.
+///
+/// # Errors
+/// [`LocalError::Busy`] when another process holds the lock,
+/// [`LocalError::ResumeMismatch`] naming the first setting that differs,
+/// [`LocalError::JobDir`] / [`LocalError::Record`] for I/O.
+pub fn claim_job_dir(
+    name: &str,
+    job: &LocalJob,
+    resume: bool,
+) -> Result<std::fs::File, LocalError> {
+    let dir_err = |source| LocalError::JobDir {
+        path: job.job_dir.clone(),
+        source,
+    };
+    std::fs::create_dir_all(&job.job_dir).map_err(dir_err)?;
+    let lock_path = job.job_dir.join(LOCK_FILE);
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .map_err(dir_err)?;
+    match lock.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => {
+            return Err(LocalError::Busy {
+                job: name.to_string(),
+                lock: lock_path,
+            })
+        }
+        Err(std::fs::TryLockError::Error(e)) => return Err(dir_err(e)),
+    }
+    let record_path = job.job_dir.join(RECORD_FILE);
+    let record_err = |detail: String| LocalError::Record {
+        path: record_path.clone(),
+        detail,
+    };
+    let requested = JobRecord::of(job);
+    if resume {
+        if let Ok(text) = std::fs::read_to_string(&record_path) {
+            let recorded: JobRecord =
+                serde_json::from_str(&text).map_err(|e| record_err(e.to_string()))?;
+            if let Some((setting, recorded, requested)) = recorded.resume_mismatch(&requested) {
+                return Err(LocalError::ResumeMismatch {
+                    setting,
+                    recorded,
+                    requested,
+                });
+            }
+            return Ok(lock);
+        }
+    }
+    let json = serde_json::to_string_pretty(&requested).map_err(|e| record_err(e.to_string()))?;
+    std::fs::write(&record_path, json).map_err(|e| record_err(e.to_string()))?;
+    Ok(lock)
+}
+
 /// The newest checkpoint of the job in `job_dir`: the last by name of
 /// `checkpoints/checkpoint-EEEEEE-SSSSSSSS.bin` (epoch and step zero-padded by
 /// the trainer, so name order is training order), if any.
@@ -250,19 +432,25 @@ pub fn newest_checkpoint(job_dir: &Path) -> Option<PathBuf> {
         .max()
 }
 
-/// Removes the job's directory if it holds nothing (no model, no
-/// checkpoint: the run failed before writing any), so its name can be used
-/// again; anything written is kept. Returns whether it was removed.
+/// Removes the job's directory if the job wrote nothing in it (no model, no
+/// checkpoint: it failed before writing any; only kfaws's own [`LOCK_FILE`]
+/// and [`RECORD_FILE`] and the empty `model/` and `checkpoints/`), so its name
+/// can be used again; anything written is kept. Returns whether it was removed.
 pub fn remove_if_empty(job_dir: &Path) -> bool {
     let is_empty = |dir: &Path| std::fs::read_dir(dir).is_ok_and(|mut d| d.next().is_none());
     let subs = [job_dir.join("model"), job_dir.join("checkpoints")];
-    let only_empty_subs = std::fs::read_dir(job_dir).is_ok_and(|entries| {
-        entries
-            .filter_map(Result::ok)
-            .all(|e| subs.contains(&e.path()) && is_empty(&e.path()))
+    let files = [job_dir.join(LOCK_FILE), job_dir.join(RECORD_FILE)];
+    let nothing_written = std::fs::read_dir(job_dir).is_ok_and(|entries| {
+        entries.filter_map(Result::ok).all(|e| {
+            let path = e.path();
+            files.contains(&path) || (subs.contains(&path) && is_empty(&path))
+        })
     });
     // remove_dir refuses a directory that is not empty: nothing written is lost in a race.
-    only_empty_subs
+    nothing_written
+        && files
+            .iter()
+            .all(|f| !f.exists() || std::fs::remove_file(f).is_ok())
         && subs
             .iter()
             .all(|d| !d.exists() || std::fs::remove_dir(d).is_ok())
@@ -305,7 +493,49 @@ mod tests {
         let empty = root.path().join("e");
         std::fs::create_dir_all(empty.join("model")).unwrap();
         std::fs::create_dir_all(empty.join("checkpoints")).unwrap();
+        std::fs::write(empty.join(LOCK_FILE), b"").unwrap();
+        std::fs::write(empty.join(RECORD_FILE), b"{}").unwrap();
         assert!(remove_if_empty(&empty));
         assert!(!empty.exists());
+    }
+
+    fn job(root: &Path, workers: u32, hp: &[(&str, &str)]) -> LocalJob {
+        LocalJob {
+            trainer: "kfaws-trainer".into(),
+            workers,
+            data_dir: "/data".into(),
+            job_dir: root.join("j"),
+            hyperparameters: hp
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn a_job_dir_is_held_by_one_process_and_resumed_only_with_the_same_data_position() {
+        let root = tempfile::tempdir().unwrap();
+        let first = job(root.path(), 2, &[("batch-size", "32"), ("lr", "0.02")]);
+        let held = claim_job_dir("j", &first, false).unwrap();
+        let busy = claim_job_dir("j", &first, true).unwrap_err();
+        assert!(matches!(busy, LocalError::Busy { .. }), "{busy}");
+        drop(held);
+        // Another learning rate is fine; the same batch size spelt differently too.
+        let lr = job(root.path(), 2, &[("batch_size", "32"), ("lr", "0.5")]);
+        drop(claim_job_dir("j", &lr, true).unwrap());
+        for (other, setting) in [
+            (job(root.path(), 1, &[("batch-size", "32")]), "--workers"),
+            (job(root.path(), 2, &[("batch-size", "64")]), "batch-size"),
+            (
+                job(root.path(), 2, &[("batch-size", "32"), ("seed", "9")]),
+                "seed",
+            ),
+        ] {
+            let err = claim_job_dir("j", &other, true).unwrap_err();
+            assert!(
+                matches!(&err, LocalError::ResumeMismatch { setting: s, .. } if s == setting),
+                "{err}"
+            );
+        }
     }
 }

@@ -230,7 +230,7 @@ mod tests {
             let err = check(lr, &[]).unwrap_err();
             assert!(
                 err.contains(&format!(
-                    "\"lr\" = \"{lr:e}\" (from --lr) must be a number > 0"
+                    "\"lr\" = \"{lr:e}\" (from --lr) must be a number > 0 that a 32-bit float holds"
                 )),
                 "{err}"
             );

@@ -139,8 +139,10 @@ impl Hyperparameters {
                 self.lr = text
                     .parse()
                     .ok()
-                    .filter(|v: &f32| v.is_finite() && *v > 0.0)
-                    .ok_or_else(|| err("a number > 0"))?
+                    .filter(|v: &f32| v.is_normal() && *v > 0.0)
+                    .ok_or_else(|| {
+                        err("a number > 0 that a 32-bit float holds (about 1.2e-38 to 3.4e38)")
+                    })?
             }
             "momentum" => {
                 self.momentum = text
@@ -149,7 +151,11 @@ impl Hyperparameters {
                     .filter(|v: &f32| (0.0..1.0).contains(v))
                     .ok_or_else(|| err("a number in [0, 1)"))?
             }
-            "seed" => self.seed = text.parse().map_err(|_| err("an integer ≥ 0"))?,
+            "seed" => {
+                self.seed = text
+                    .parse()
+                    .map_err(|_| err("an integer from 0 to 18446744073709551615"))?
+            }
             "log-interval" => {
                 self.log_interval = text.parse().map_err(|_| err("an integer ≥ 0"))?
             }
