@@ -76,28 +76,33 @@ fn stage_on_efs(file_system_id: &str, path: &str) {
     }
 }
 
+/// `kfaws train --runtime local --data FASHION_MNIST --job-name JOB` in `dir`, then `extra`.
+fn local_train(dir: &Path, job: &str, extra: &[&str]) -> std::process::Command {
+    let mut c = std::process::Command::new(bin("kfaws"));
+    c.current_dir(dir)
+        .args(["train", "--runtime", "local", "--data", FASHION_MNIST])
+        .args(["--job-name", job])
+        .args(extra);
+    c
+}
+
 #[test]
 fn local_runtime_trains_two_ranks_and_writes_the_model() {
     let dir = tempfile::tempdir().unwrap();
-    let out = std::process::Command::new(bin("kfaws"))
-        .current_dir(dir.path())
-        .args([
-            "train",
-            "--runtime",
-            "local",
+    let out = local_train(
+        dir.path(),
+        "local-two-ranks",
+        &[
             "--workers",
             "2",
             "--epochs",
             "1",
-            "--data",
-            FASHION_MNIST,
-            "--job-name",
-            "local-two-ranks",
             "--hp",
             "max-train-samples=3000",
-        ])
-        .output()
-        .unwrap();
+        ],
+    )
+    .output()
+    .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -113,17 +118,7 @@ fn local_runtime_trains_two_ranks_and_writes_the_model() {
     assert!(metric(&stdout, "test_acc").is_some(), "{stdout}");
 
     // The same name again would resume its checkpoints and overwrite its model.
-    let again = std::process::Command::new(bin("kfaws"))
-        .current_dir(dir.path())
-        .args([
-            "train",
-            "--runtime",
-            "local",
-            "--data",
-            FASHION_MNIST,
-            "--job-name",
-            "local-two-ranks",
-        ])
+    let again = local_train(dir.path(), "local-two-ranks", &[])
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&again.stderr);
@@ -145,33 +140,27 @@ fn local_runtime_ctrl_c_checkpoints_and_resume_continues() {
 
     let dir = tempfile::tempdir().unwrap();
     let train = |extra: &[&str]| {
-        let mut c = std::process::Command::new(bin("kfaws"));
-        c.current_dir(dir.path()).args([
-            "train",
-            "--runtime",
-            "local",
-            "--workers",
-            "2",
-            "--epochs",
-            "1",
-            "--data",
-            FASHION_MNIST,
-            "--job-name",
+        // The whole epoch, so the interrupt lands mid-epoch however fast the
+        // machine trains.
+        let mut c = local_train(
+            dir.path(),
             "interrupted",
-            // The whole epoch, so the interrupt lands mid-epoch however fast
-            // the machine trains.
-            "--hp",
-            "max-train-samples=60000",
-            "--hp",
-            "log-interval=10",
-        ]);
-        c.args(extra);
+            &[
+                "--workers",
+                "2",
+                "--epochs",
+                "1",
+                "--hp",
+                "max-train-samples=60000",
+            ],
+        );
+        c.args(["--hp", "log-interval=10"]).args(extra);
         c
     };
     // Starts the job, waits for a "step=20…" log line, sends `signal` to the
     // process group (as a terminal's Ctrl-C does) or to one rank only, and
     // returns kfaws's exit code and output.
-    let interrupt = |extra: &[&str], signal: &str, rank_1_only: bool| {
+    let interrupt = |extra: &[&str], signal: &str, one_rank: bool| {
         let mut child = train(extra)
             .process_group(0)
             .stdout(std::process::Stdio::piped())
@@ -188,7 +177,7 @@ fn local_runtime_ctrl_c_checkpoints_and_resume_continues() {
                 break;
             }
         }
-        let target = if rank_1_only {
+        let target = if one_rank {
             // The ranks are kfaws's children; either one will do (the stop is
             // agreed in the all-reduce whichever rank wished it).
             let children = std::process::Command::new("pgrep")
@@ -244,20 +233,13 @@ fn local_runtime_ctrl_c_checkpoints_and_resume_continues() {
     assert!(err.contains("the job ran with batch-size 32"), "{err}");
 
     // Fails in the trainer (the files are IDX, not CIFAR-10) before writing anything.
-    let failed = std::process::Command::new(bin("kfaws"))
-        .current_dir(dir.path())
-        .args([
-            "train",
-            "--runtime",
-            "local",
-            "--workers",
-            "2",
-            "--data",
-            FASHION_MNIST,
-        ])
-        .args(["--job-name", "wrong-dataset", "--hp", "dataset=cifar10"])
-        .output()
-        .unwrap();
+    let failed = local_train(
+        dir.path(),
+        "wrong-dataset",
+        &["--workers", "2", "--hp", "dataset=cifar10"],
+    )
+    .output()
+    .unwrap();
     let err = String::from_utf8_lossy(&failed.stderr);
     assert_eq!(failed.status.code(), Some(1), "{err}");
     assert!(err.contains("its directory was removed"), "{err}");

@@ -223,3 +223,22 @@ pub fn spawn_serve(dir: &Path, model_dir: &Path, port: u16, extra: &[&str]) -> P
         stderr,
     }
 }
+
+/// Whether `dir` holds a checkpoint written mid-epoch 1 (`checkpoint-000001-SSSSSSSS.bin` with
+/// S > 0: the step a stop signal left it at); `Err` lists what it holds.
+pub fn has_mid_epoch_checkpoint(dir: &Path) -> Result<(), Vec<String>> {
+    let saved: Vec<String> = std::fs::read_dir(dir)
+        .map(|d| {
+            d.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    if saved
+        .iter()
+        .any(|n| n.starts_with("checkpoint-000001-") && !n.ends_with("-00000000.bin"))
+    {
+        Ok(())
+    } else {
+        Err(saved)
+    }
+}
