@@ -345,7 +345,9 @@ impl Learner {
             shares.into_par_iter().map(run).collect()
         };
         // Σₖ (nₖ/n)·gₖ in replica order: the gradient of the whole batch's mean loss.
-        let mut grads = vec![0.0f32; self.params.len()];
+        // One more slot for the stop wish pushed below: no reallocation of ~62k floats per step.
+        let mut grads = Vec::with_capacity(self.params.len() + 1);
+        grads.resize(self.params.len(), 0.0f32);
         let (mut loss, mut correct) = (0.0f64, 0);
         for share in &results {
             let weight = share.images as f32 / n as f32;
