@@ -246,6 +246,54 @@ fn local_runtime_ctrl_c_checkpoints_and_resume_continues() {
     assert!(!dir.path().join("kfaws-jobs/wrong-dataset").exists());
 }
 
+/// `kfaws train … | head`: when the reader of the output goes away, kfaws
+/// stops the ranks as Ctrl-C would (they checkpoint) instead of training to
+/// the end with nowhere to write, says so on stderr with the generated job
+/// name to resume, and exits 141 as a process killed by SIGPIPE would.
+#[test]
+fn local_runtime_stops_the_job_when_its_output_is_closed() {
+    use std::io::{BufRead, BufReader};
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = std::process::Command::new(bin("kfaws"))
+        .current_dir(dir.path())
+        .args(["train", "--runtime", "local", "--data", FASHION_MNIST])
+        .args(["--workers", "2", "--epochs", "1", "--hp", "log-interval=10"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = lines.next().unwrap().unwrap();
+    assert!(first.starts_with("Training job kfaws-train-"), "{first}");
+    // As `head` does: read some lines (here until training has begun, so a
+    // checkpoint is due), then close the pipe.
+    assert!(lines.by_ref().any(|l| l.unwrap().contains("step=10")));
+    drop(lines);
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(141), "{err}");
+    let job = first
+        .split_whitespace()
+        .nth(2)
+        .expect("the job name is the third word");
+    assert!(
+        err.contains("Standard output was closed")
+            && err.contains("(rank 0: 143, rank 1: 143)")
+            && err.contains(&format!("--job-name {job} --resume")),
+        "{err}"
+    );
+    let job_dir = dir.path().join("kfaws-jobs").join(job);
+    let checkpoints = std::fs::read_dir(job_dir.join("checkpoints"))
+        .unwrap()
+        .count();
+    assert!(checkpoints >= 1, "{err}");
+    assert!(
+        !job_dir.join("model/model.bpk").exists(),
+        "stopped before the end of the epoch: {err}"
+    );
+}
+
 fn local_checkpoint_count(dir: &Path) -> usize {
     std::fs::read_dir(dir.join("kfaws-jobs/interrupted/checkpoints")).map_or(0, |d| d.count())
 }
@@ -615,23 +663,43 @@ async fn demo_path_trains_on_both_runtimes_serves_the_model_and_destroys_everyth
     d.stdout(&["endpoint", "delete", "demo-sm-2"]);
     assert!(d.state()["endpoints"].get("demo-sm-2").is_none());
 
+    // `kfaws train … | head -1`: the reader going away stops the waiting,
+    // not the job (only a signal to kfaws stops a SageMaker job).
+    let mut long = d
+        .process(&[
+            "train",
+            "--runtime",
+            "sagemaker",
+            "--workers",
+            "1",
+            "--epochs",
+            "50",
+            "--data",
+            "efs:/datasets/fashion-mnist",
+            "--job-name",
+            "demo-long",
+            "--image",
+            &image,
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(long.stdout.take().unwrap()));
+    let first = lines.next().unwrap().unwrap();
+    assert!(
+        first.starts_with("Training job demo-long (sagemaker)"),
+        "{first}"
+    );
+    drop(lines);
+    let out = long.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(141), "{err}");
+    assert!(
+        err.contains("Training job demo-long keeps running") && err.contains("stop-training-job"),
+        "{err}"
+    );
     // A training job still running holds destroy back.
-    d.stdout(&[
-        "train",
-        "--runtime",
-        "sagemaker",
-        "--workers",
-        "1",
-        "--epochs",
-        "50",
-        "--data",
-        "efs:/datasets/fashion-mnist",
-        "--job-name",
-        "demo-long",
-        "--image",
-        &image,
-        "--no-wait",
-    ]);
     let err = d.fails(&["destroy", "--auto-approve", "--force-destroy-buckets"]);
     assert!(
         err.contains("demo-long") && err.contains("still running"),

@@ -25,6 +25,7 @@ mod eks;
 mod endpoint;
 mod graph;
 mod image;
+mod progress;
 mod run;
 mod state;
 mod train;

@@ -19,6 +19,7 @@ use kfaws::train::{hyperparameters, local, parse_hyperparameter, Runtime};
 use tokio_util::sync::CancellationToken;
 
 use super::context::{self, Loaded};
+use super::progress::Progress;
 use super::Global;
 
 /// `kfaws train` flags.
@@ -220,12 +221,16 @@ async fn train_local(
             return Err(e.into());
         }
     };
-    outln!(
+    if let Err(e) = outln!(
         "Training job {} (local): {} process(es) on this machine, data {}",
         req.job,
         job.workers,
         job.data_dir.display()
-    )?;
+    ) {
+        // Nobody reads the job's output: start nothing, keep the name free.
+        local::remove_if_empty(&job.job_dir);
+        return Err(e.into());
+    }
     if args.resume {
         match local::newest_checkpoint(&job.job_dir) {
             Some(path) => outln!("Resuming from {}", path.display())?,
@@ -234,11 +239,15 @@ async fn train_local(
             }
         }
     }
-    let print: local::LineSink = Arc::new(|rank, line| {
-        use std::io::Write as _;
-        let _ = writeln!(std::io::stdout().lock(), "[rank {rank}] {line}");
-    });
-    let outcome = match local::run(&job, cancel, print).await {
+    // The ranks stop (and checkpoint) on a signal to kfaws, or when the reader
+    // of their output goes away (`| head`): their log would have nowhere to go.
+    let stop = cancel.child_token();
+    let progress = Progress::new(stop.clone());
+    let print: local::LineSink = {
+        let progress = progress.clone();
+        Arc::new(move |rank, line| progress.line(&format!("[rank {rank}] {line}")))
+    };
+    let outcome = match local::run(&job, &stop, print).await {
         Ok(outcome) => outcome,
         Err(e) => {
             local::remove_if_empty(&job.job_dir);
@@ -259,14 +268,50 @@ async fn train_local(
             .collect::<Vec<_>>()
             .join(", ")
     };
+    // The generated name is new on every run: the hint names it.
+    let resume_flags = match args.job_name {
+        Some(_) => "--resume".to_string(),
+        None => format!("--job-name {} --resume", req.job),
+    };
     let resume_hint = || {
         outcome.checkpoint.as_ref().map_or(String::new(), |path| {
             format!(
-                "; the newest checkpoint is {}: continue with the same command and --resume",
+                "; the newest checkpoint is {}: continue with the same command and {resume_flags}",
                 path.display()
             )
         })
     };
+    if progress.is_closed() {
+        if outcome.succeeded() {
+            eprintln!(
+                "Standard output was closed; training job {} completed. Model: {}",
+                req.job,
+                outcome.model_dir.display()
+            );
+        } else if outcome.checkpoint.is_some() {
+            eprintln!(
+                "Standard output was closed (its reader went away): training job {} was stopped \
+                 as on Ctrl-C ({}){}.",
+                req.job,
+                codes(),
+                resume_hint()
+            );
+        } else {
+            let removed = local::remove_if_empty(&job.job_dir);
+            eprintln!(
+                "Standard output was closed (its reader went away): training job {} was stopped \
+                 before any checkpoint was written ({}){}.",
+                req.job,
+                codes(),
+                if removed {
+                    "; it wrote nothing, and its directory was removed"
+                } else {
+                    ""
+                }
+            );
+        }
+        return Err(super::progress::closed());
+    }
     // Every rank exited 143: stopped by a signal (Ctrl-C here, or a signal sent to a rank),
     // after agreeing on a step and checkpointing.
     let signalled = outcome.exit_codes.iter().all(|c| *c == Some(143));
@@ -445,13 +490,14 @@ async fn train_kubernetes(
         )?;
         return Ok(0);
     }
+    // Waiting stops on a signal, or when the reader of the output goes away.
+    let stop = cancel.child_token();
+    let progress = Progress::new(stop.clone());
     let following = args.follow.then(|| {
         let (client, ns, name) = (client.clone(), spec.namespace.clone(), spec.name.clone());
+        let progress = progress.clone();
         tokio::spawn(async move {
-            let print = |l: &str| {
-                use std::io::Write as _;
-                let _ = writeln!(std::io::stdout().lock(), "  [master-0] {l}");
-            };
+            let print = |l: &str| progress.line(&format!("  [master-0] {l}"));
             if let Err(e) = pytorchjob::follow_master_log(&client, &ns, &name, print).await {
                 eprintln!("Warning: --follow: {e}");
             }
@@ -462,13 +508,23 @@ async fn train_kubernetes(
         &spec.namespace,
         &spec.name,
         Duration::from_secs(args.max_runtime),
-        |e| {
-            use std::io::Write as _;
-            let _ = writeln!(std::io::stdout().lock(), "  {e}");
-        },
+        |e| progress.line(&format!("  {e}")),
     );
-    let outcome = match super::interruptible(cancel, waiting).await {
+    let outcome = match super::interruptible(&stop, waiting).await {
         Ok(o) => o?,
+        Err(_) if progress.is_closed() => {
+            if let Some(f) = following {
+                f.abort();
+            }
+            eprintln!(
+                "Standard output was closed: stopped waiting. The job keeps running; watch it \
+                 with: kubectl -n {ns} get pytorchjob {name}; delete it with: kubectl -n {ns} \
+                 delete pytorchjob {name}",
+                ns = spec.namespace,
+                name = spec.name
+            );
+            return Err(super::progress::closed());
+        }
         Err(_) => {
             outln!(
                 "Stopped waiting. The job keeps running; delete it with: kubectl -n {} delete pytorchjob {}",

@@ -16,6 +16,7 @@ use kfaws::train::data::DataSource;
 use kfaws::train::name::JobName;
 use tokio_util::sync::CancellationToken;
 
+use super::progress::Progress;
 use super::train::{Deployment, TrainArgs};
 use super::Global;
 
@@ -328,10 +329,14 @@ pub async fn train(
     }
     let logs = aws_sdk_cloudwatchlogs::Client::new(&aws);
     let timeout = Duration::from_secs(args.max_runtime + 3600);
+    // Not a child of `cancel`: the reader of the output going away (`| head`)
+    // stops the waiting, never the job (only a signal to kfaws stops the job).
+    let output_closed = CancellationToken::new();
+    let progress = Progress::new(output_closed.clone());
     let waiting = training::wait_training_job(&sm, job.as_str(), timeout, |e| {
         let secondary = e.secondary_status.as_deref().unwrap_or("-");
         let message = e.message.as_deref().unwrap_or("");
-        say(&format!(
+        progress.line(&format!(
             "  [{:>5.0}s] {} / {secondary} {message}",
             e.elapsed.as_secs_f64(),
             e.status
@@ -349,9 +354,18 @@ pub async fn train(
                 say(&format!("Interrupted: stopping training job {job} (StopTrainingJob; the trainer checkpoints on SIGTERM)."));
                 training::stop_training_job(&sm, job.as_str()).await?;
             }
+            () = output_closed.cancelled(), if !stopping => {
+                eprintln!(
+                    "Standard output was closed: stopped waiting. Training job {job} keeps \
+                     running; check it with `aws sagemaker describe-training-job \
+                     --training-job-name {job}`, stop it with `aws sagemaker stop-training-job \
+                     --training-job-name {job}`."
+                );
+                return Err(super::progress::closed());
+            }
             _ = tick.tick(), if args.follow => {
                 let print = |l: &kfaws::sagemaker::logs::LogLine| {
-                    say(&format!("  [{}] {}", l.host().unwrap_or(&l.stream), l.message));
+                    progress.line(&format!("  [{}] {}", l.host().unwrap_or(&l.stream), l.message));
                 };
                 let pass = match &cursor {
                     None => follow_logs(&logs, job.as_str(), None, print).await,

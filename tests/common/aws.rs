@@ -438,10 +438,16 @@ impl Deployment {
     /// `kfaws ARGS` in the deployment's directory and account. An `apply`
     /// first starts the cluster's API server ([`Deployment::cluster`]).
     pub fn kfaws(&self, args: &[&str]) -> Command {
+        Command::from_std(self.process(args))
+    }
+
+    /// [`Deployment::kfaws`] as a plain process, for a test that reads its
+    /// output while it runs.
+    pub fn process(&self, args: &[&str]) -> std::process::Command {
         if args.first() == Some(&"apply") {
             self.cluster();
         }
-        let mut cmd = Command::cargo_bin("kfaws").unwrap();
+        let mut cmd = std::process::Command::new(assert_cmd::cargo::cargo_bin("kfaws"));
         cmd.current_dir(self.dir.path())
             .env("AWS_ACCESS_KEY_ID", &self.account)
             .env("AWS_SECRET_ACCESS_KEY", "test")
