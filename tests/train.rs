@@ -294,6 +294,24 @@ fn local_runtime_stops_the_job_when_its_output_is_closed() {
     );
 }
 
+/// Runs `cmd`, reads the first line of its output and closes the pipe, as
+/// `cmd | head -1` would; returns that line, the exit code and stderr.
+fn first_line_then_close(mut cmd: std::process::Command) -> (String, Option<i32>, String) {
+    use std::io::BufRead as _;
+    let mut child = cmd
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    (first, out.status.code(), err)
+}
+
 fn local_checkpoint_count(dir: &Path) -> usize {
     std::fs::read_dir(dir.join("kfaws-jobs/interrupted/checkpoints")).map_or(0, |d| d.count())
 }
@@ -527,6 +545,29 @@ async fn demo_path_trains_on_both_runtimes_serves_the_model_and_destroys_everyth
     let master_log = d.cluster().replica_log(USER_NS, "demo-k8s-master-0");
     assert!(master_log.contains("world_size=2"), "{master_log}");
 
+    // `kfaws train … | head -1`: the waiting stops, the PyTorchJob is left to run.
+    let (first, code, err) = first_line_then_close(d.process(&[
+        "train",
+        "--runtime",
+        "kubernetes",
+        "--workers",
+        "1",
+        "--epochs",
+        "1",
+        "--hp",
+        "max-train-samples=2000",
+        "--data",
+        "efs:/datasets/fashion-mnist",
+        "--job-name",
+        "demo-piped",
+    ]));
+    assert!(first.contains("PyTorchJob"), "{first}");
+    assert_eq!(code, Some(141), "{err}");
+    assert!(
+        err.contains("The job keeps running") && err.contains("delete pytorchjob demo-piped"),
+        "{err}"
+    );
+
     // Jobs whose replicas fail: the job fails, and kfaws names the replica,
     // its exit code and the end of its log.
     let failing_job = |name: &str, extra: &[&str]| {
@@ -665,36 +706,26 @@ async fn demo_path_trains_on_both_runtimes_serves_the_model_and_destroys_everyth
 
     // `kfaws train … | head -1`: the reader going away stops the waiting,
     // not the job (only a signal to kfaws stops a SageMaker job).
-    let mut long = d
-        .process(&[
-            "train",
-            "--runtime",
-            "sagemaker",
-            "--workers",
-            "1",
-            "--epochs",
-            "50",
-            "--data",
-            "efs:/datasets/fashion-mnist",
-            "--job-name",
-            "demo-long",
-            "--image",
-            &image,
-        ])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(long.stdout.take().unwrap()));
-    let first = lines.next().unwrap().unwrap();
+    let (first, code, err) = first_line_then_close(d.process(&[
+        "train",
+        "--runtime",
+        "sagemaker",
+        "--workers",
+        "1",
+        "--epochs",
+        "50",
+        "--data",
+        "efs:/datasets/fashion-mnist",
+        "--job-name",
+        "demo-long",
+        "--image",
+        &image,
+    ]));
     assert!(
         first.starts_with("Training job demo-long (sagemaker)"),
         "{first}"
     );
-    drop(lines);
-    let out = long.wait_with_output().unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(141), "{err}");
+    assert_eq!(code, Some(141), "{err}");
     assert!(
         err.contains("Training job demo-long keeps running") && err.contains("stop-training-job"),
         "{err}"
