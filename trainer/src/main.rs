@@ -214,12 +214,16 @@ fn run_train(args: &TrainArgs) -> ExitCode {
                 Err(e) => tracing::warn!("no metrics endpoint: {e}"),
             }
         }
-        train::train(&config, &dataset, &stop, |metrics| {
+        let outcome = train::train(&config, &dataset, &stop, |metrics| {
             if is_rank0 {
                 println!("{}", metrics.line());
                 *latest.lock().expect("metrics lock") = Some(*metrics);
             }
-        })
+        })?;
+        if let (Some(summary), true) = (outcome.evaluated, is_rank0) {
+            println!("{}", summary.line());
+        }
+        Ok(outcome)
     });
     match result {
         Ok(_) => ExitCode::SUCCESS,

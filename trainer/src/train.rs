@@ -30,6 +30,9 @@ pub struct Outcome {
     pub epochs: Vec<EpochMetrics>,
     /// Final flat parameters (identical on every rank).
     pub params: Vec<f32>,
+    /// Set when no epoch was left to run (resumed from the checkpoint written after the last
+    /// one): the checkpointed model's test figures, as written to `model.json`.
+    pub evaluated: Option<ModelSummary>,
 }
 
 /// The compute device for the `backend` hyperparameter: `gloo` → burn's flex CPU backend,
@@ -120,6 +123,7 @@ pub fn train(
     let mut outcome = Outcome {
         epochs: Vec::new(),
         params: Vec::new(),
+        evaluated: None,
     };
 
     let mut stopping = false;
@@ -231,11 +235,13 @@ pub fn train(
                 &mut comm,
             )?;
             let (test_loss, test_acc) = test.means();
-            ModelSummary {
+            let summary = ModelSummary {
                 epochs: start.epoch.saturating_sub(1),
                 test_loss,
                 test_acc,
-            }
+            };
+            outcome.evaluated = Some(summary);
+            summary
         }
     };
     if rank == 0 {
@@ -554,6 +560,19 @@ pub struct ModelSummary {
     pub test_loss: f64,
     /// Fraction of the test set classified correctly, 0–1.
     pub test_acc: f64,
+}
+
+impl ModelSummary {
+    /// The metrics line of a model evaluated without training (no epoch was left to run): the
+    /// test figures of [`EpochMetrics::line`] under the last trained epoch's number, e.g.
+    /// `epoch=2 test_loss=0.3911; test_acc=0.8634;`, so the same SageMaker metric definitions
+    /// match it.
+    pub fn line(&self) -> String {
+        format!(
+            "epoch={} test_loss={:.4}; test_acc={:.4};",
+            self.epochs, self.test_loss, self.test_acc
+        )
+    }
 }
 
 /// Renumbers a module's parameters 0, 1, 2, ... in visiting order. burn records each

@@ -277,6 +277,22 @@ fn sigterm_checkpoints_and_the_next_run_resumes() {
         "only epoch 2 runs:\n{}",
         third.stdout()
     );
+
+    // Restarted after the last epoch (a retried job): nothing is trained, the checkpointed
+    // model is evaluated and its test figures reported under the last epoch's number.
+    let mut fourth = spawn_train(dir.path(), "fourth", &args(2), &[]);
+    assert_eq!(
+        fourth.wait(Duration::from_secs(300)),
+        0,
+        "{}",
+        fourth.stderr()
+    );
+    let line = fourth.stdout();
+    assert!(
+        line.starts_with("epoch=2 test_loss=") && !line.contains("train_loss"),
+        "{line}"
+    );
+    assert_eq!(fourth.test_accuracies(), third.test_accuracies(), "{line}");
 }
 
 /// A rank blocked in the rendezvous (its rank 0 never comes) still exits 143 shortly after
