@@ -48,9 +48,8 @@ pub fn device_for(backend: &str) -> Result<Device, ConfigError> {
         other => Err(ConfigError::Hyperparameter(HyperparameterError::Invalid {
             key: "backend".into(),
             value: other.into(),
-            origin: "the resolved configuration".into(),
-            rule: "gloo (this build has no CUDA support: build with --features cuda for nccl)"
-                .into(),
+            origin: "the run configuration".into(),
+            rule: crate::contract::NCCL_NEEDS_CUDA.into(),
         })),
     }
 }

@@ -142,6 +142,11 @@ pub struct RunConfig {
     pub parallelism: Parallelism,
 }
 
+/// The rule a `backend` of `nccl` breaks in a build without the `cuda` feature.
+pub const NCCL_NEEDS_CUDA: &str =
+    "gloo: this build has no CUDA support (nccl needs kfaws-trainer built with --features cuda, \
+     on an NVIDIA GPU)";
+
 /// Default `MASTER_PORT` where no contract gives one: the port SageMaker's PyTorch toolkit uses.
 pub const DEFAULT_MASTER_PORT: u16 = 7777;
 
@@ -190,6 +195,24 @@ pub fn resolve(
                 rule: "written key=value".into(),
             })?;
         hp.set(key.trim(), value.trim(), "--hp")?;
+    }
+    if hp.backend == "nccl" && !cfg!(feature = "cuda") {
+        // Refused before anything is read or connected, naming where the value came from.
+        let from_flags = args.hyperparameters.iter().any(|pair| {
+            pair.split_once('=')
+                .is_some_and(|(k, _)| k.trim().replace('_', "-") == "backend")
+        });
+        return Err(HyperparameterError::Invalid {
+            key: "backend".into(),
+            value: hp.backend.clone(),
+            origin: if from_flags {
+                "--hp".into()
+            } else {
+                sm.hyperparameters().display().to_string()
+            },
+            rule: NCCL_NEEDS_CUDA.into(),
+        }
+        .into());
     }
 
     let (placement, launcher) = if on_sagemaker {

@@ -286,3 +286,30 @@ fn a_hyperparameter_given_twice_in_flags_is_refused() {
         assert!(err.contains("is given twice"), "{pairs:?}: {err}");
     }
 }
+
+/// A CPU build refuses `backend=nccl` while resolving, naming where the value came from.
+#[cfg(not(feature = "cuda"))]
+#[test]
+fn nccl_in_a_cpu_build_is_refused_naming_its_source() {
+    let args = TrainArgs {
+        data_dir: Some("/data".into()),
+        hyperparameters: vec!["backend=nccl".into()],
+        ..no_sagemaker()
+    };
+    let err = resolve(&args, &env_of(&[])).unwrap_err().to_string();
+    assert!(
+        err.contains("\"backend\" = \"nccl\" (from --hp)") && err.contains("--features cuda"),
+        "{err}"
+    );
+
+    let root = sagemaker_root("algo-1", &["algo-1"], r#"{"backend": "\"nccl\""}"#);
+    let args = TrainArgs {
+        sagemaker_root: root.path().to_path_buf(),
+        ..no_sagemaker()
+    };
+    let err = resolve(&args, &env_of(&[])).unwrap_err().to_string();
+    assert!(
+        err.contains("hyperparameters.json") && err.contains("--features cuda"),
+        "{err}"
+    );
+}
