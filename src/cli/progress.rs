@@ -68,7 +68,7 @@ impl Progress {
     }
 
     /// Whether standard output's reader went away (a write failed with
-    /// `EPIPE`).
+    /// `EPIPE`, or the watcher saw `POLLERR` or `POLLHUP`).
     pub fn is_closed(&self) -> bool {
         self.closed.load(Ordering::SeqCst)
     }
