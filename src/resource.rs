@@ -297,6 +297,38 @@ pub trait Guard: Send + Sync {
     ) -> Result<(), ResourceError> {
         Ok(())
     }
+
+    /// Spec fields for what the stack holds that its own description does
+    /// not show (an IAM role's trust policy edited outside CloudFormation):
+    /// added to [`Resource::spec`], computed from the config alone.
+    fn desired(&self) -> serde_json::Map<String, Value> {
+        serde_json::Map::new()
+    }
+
+    /// The live values of [`Guard::desired`]'s fields, added to what
+    /// [`Resource::read`] observes, so a difference is drift. A `health`
+    /// field replaces the stack's own (a part of it that is gone).
+    ///
+    /// # Errors
+    /// [`ResourceError`] for a failed call; the refresh fails.
+    async fn observe(
+        &self,
+        _recorded: &ResourceState,
+    ) -> Result<serde_json::Map<String, Value>, ResourceError> {
+        Ok(serde_json::Map::new())
+    }
+
+    /// Runs after the stack's update: puts back what
+    /// [`Guard::observe`] found changed outside kfaws, which a change set
+    /// leaves as it is (CloudFormation updates only resources whose template
+    /// or parameters changed). `parameters` are the stack's, inputs
+    /// resolved.
+    ///
+    /// # Errors
+    /// [`ResourceError`]; the update fails and is planned again.
+    async fn repair(&self, _parameters: &BTreeMap<String, String>) -> Result<(), ResourceError> {
+        Ok(())
+    }
 }
 
 /// Recreates a handle for a resource known only from state (it left the

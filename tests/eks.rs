@@ -264,6 +264,36 @@ async fn apply_makes_an_active_cluster_node_group_oidc_provider_and_irsa_roles_a
         .code(0)
         .stdout(predicate::str::contains("No changes."));
 
+    // C13: a trust policy edited outside kfaws to name another service
+    // account is drift on stack.irsa, and apply writes the declared one back.
+    let efs_role = format!("kfaws-{n}-us-east-1-irsa-efs-csi-controller");
+    let declared = trust_policy(&iam, &efs_role).await;
+    let mut edited = declared.clone();
+    edited["Statement"][0]["Condition"]["StringEquals"][format!("{host_path}:sub")] =
+        "system:serviceaccount:kube-system:some-other-sa".into();
+    iam.update_assume_role_policy()
+        .role_name(&efs_role)
+        .policy_document(edited.to_string())
+        .send()
+        .await
+        .unwrap();
+    let plan = d.stdout(&["plan"]);
+    assert!(
+        plan.contains("~ stack.irsa") && plan.contains("drift: changed outside kfaws: trust"),
+        "{plan}"
+    );
+    assert!(
+        plan.contains("system:serviceaccount:kube-system:some-other-sa"),
+        "the plan shows the edited subject:\n{plan}"
+    );
+    d.stdout(&["apply", "--auto-approve"]);
+    assert_eq!(
+        trust_policy(&iam, &efs_role).await,
+        declared,
+        "apply restored the policy the template declares"
+    );
+    d.kfaws(&["plan", "--detailed-exitcode"]).assert().code(0);
+
     // Destroy: the emulator refuses DeleteCluster while a node group
     // exists, so success proves the order.
     let destroyed = d.stdout(&["destroy", "--auto-approve"]);

@@ -105,8 +105,8 @@ async fn a_foreign_sagemakerrole_fails_the_plan_and_nothing_is_created() {
     assert!(
         err.contains(
             "stack.iam: IAM role \"sagemakerrole\" (options.sagemaker_role_name) already exists \
-             in this account and it was not created by kfaws; creating the stack would fail with \
-             EntityAlreadyExists."
+             in this account and it was not created by kfaws; creating it in the stack would fail \
+             with EntityAlreadyExists."
         ),
         "{err}"
     );
@@ -127,6 +127,54 @@ async fn a_foreign_sagemakerrole_fails_the_plan_and_nothing_is_created() {
         d.name
     ));
     d.kfaws(&["plan", "--detailed-exitcode"]).assert().code(2);
+}
+
+/// C21 on the update path: a role renamed in the config to a name someone
+/// else holds would be taken over by the stack (and deleted by its
+/// destroy); the plan refuses it as it refuses a create.
+#[tokio::test]
+async fn renaming_the_sagemaker_role_to_a_foreign_role_fails_the_plan() {
+    let d = Deployment::new("");
+    d.stdout(&["apply", "--auto-approve"]);
+    let aws = d.aws().await;
+    let foreign = format!("{}-preexisting", d.name);
+    aws.iam()
+        .create_role()
+        .role_name(&foreign)
+        .assume_role_policy_document(SAGEMAKER_TRUST)
+        .send()
+        .await
+        .unwrap();
+    d.write_config(&format!("[options]\nsagemaker_role_name = {foreign:?}\n"));
+    // A plan's change sets are made and deleted again; they change nothing.
+    let changes = || -> Vec<String> {
+        aws.mutating_calls()
+            .into_iter()
+            .filter(|c| !c.contains("ChangeSet"))
+            .collect()
+    };
+    let before = changes();
+    let err = d.fails(&["apply", "--auto-approve"]);
+    assert!(
+        err.contains(&format!(
+            "stack.iam: IAM role {foreign:?} (options.sagemaker_role_name) already exists in \
+             this account and it was not created by kfaws"
+        )),
+        "{err}"
+    );
+    assert_eq!(changes(), before, "nothing changed");
+
+    // Back to the recorded name: nothing to do, and the destroy leaves
+    // the user's role alone.
+    d.write_config("");
+    d.kfaws(&["plan", "--detailed-exitcode"]).assert().code(0);
+    d.stdout(&["destroy", "--auto-approve"]);
+    aws.iam()
+        .get_role()
+        .role_name(&foreign)
+        .send()
+        .await
+        .unwrap();
 }
 
 #[tokio::test]

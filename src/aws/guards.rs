@@ -82,6 +82,8 @@ fn deletes(action: Action) -> bool {
 pub struct FixedRole {
     /// The role name.
     pub name: String,
+    /// The stack parameter holding it.
+    pub parameter: &'static str,
     /// The config field it comes from.
     pub field: String,
     /// What to do when it is taken.
@@ -130,8 +132,8 @@ impl RolesGuard {
             return Ok(None);
         }
         Ok(Some(format!(
-            "IAM role {:?} ({}) already exists in this account and {}; creating the stack would \
-             fail with EntityAlreadyExists. {}",
+            "IAM role {:?} ({}) already exists in this account and {}; creating it in the stack \
+             would fail with EntityAlreadyExists. {}",
             role.name,
             role.field,
             self.owner.describe_tags(pairs()),
@@ -142,12 +144,29 @@ impl RolesGuard {
 
 #[async_trait]
 impl Guard for RolesGuard {
+    /// A create checks every role; an update the roles it renames (the
+    /// role of the new name is created by the update, then the old one
+    /// deleted: AWS::IAM::Role's `RoleName` requires replacement).
     async fn check(&self, check: &Check<'_>) -> Result<(), ResourceError> {
-        if !creates(check.action) {
-            return Ok(());
-        }
+        let recorded_name = |role: &FixedRole| {
+            check.recorded.and_then(|r| {
+                r.spec
+                    .get("parameters")
+                    .and_then(|p| p.get(role.parameter))
+                    .and_then(serde_json::Value::as_str)
+            })
+        };
+        let checked: Vec<&FixedRole> = match check.action {
+            a if creates(a) => self.roles.iter().collect(),
+            Action::Update => self
+                .roles
+                .iter()
+                .filter(|r| recorded_name(r) != Some(r.name.as_str()))
+                .collect(),
+            _ => return Ok(()),
+        };
         let mut problems = Vec::new();
-        for role in &self.roles {
+        for role in checked {
             match self.taken(role).await {
                 Ok(None) => {}
                 Ok(Some(problem)) | Err(problem) => problems.push(problem),

@@ -15,6 +15,7 @@ pub mod identity;
 pub mod oidc;
 pub mod stack;
 pub mod token;
+pub mod trust;
 pub mod vpc;
 pub mod wait;
 pub mod zones;

@@ -332,12 +332,18 @@ impl Resource for StackResource {
     }
 
     fn spec(&self) -> Value {
-        json!({
+        let mut spec = json!({
             "stack_name": self.stack_name,
             "template_sha256": self.template_hash(),
             "parameters": self.parameters,
             "health": HEALTHY,
-        })
+        });
+        for guard in &self.guards {
+            spec.as_object_mut()
+                .expect("an object")
+                .extend(guard.desired());
+        }
+        spec
     }
 
     fn replace_fields(&self) -> &[&str] {
@@ -391,6 +397,11 @@ impl Resource for StackResource {
         if let Some(body) = template.template_body() {
             let hash = crate::state::spec_hash(&Value::String(body.to_string()));
             spec.insert("template_sha256".into(), json!(hash));
+        }
+        if let Some(recorded) = recorded {
+            for guard in &self.guards {
+                spec.extend(guard.observe(recorded).await?);
+            }
         }
         let applied = Self::applied(&stack);
         Ok(Observed::Present {
@@ -504,6 +515,14 @@ impl Resource for StackResource {
                 "stack {} is UPDATE_ROLLBACK_COMPLETE; first failure: {reason}",
                 self.stack_name
             )));
+        }
+        let parameters: BTreeMap<String, String> = self
+            .all_parameters(inputs)?
+            .into_iter()
+            .filter_map(|p| Some((p.parameter_key?, p.parameter_value?)))
+            .collect();
+        for guard in &self.guards {
+            guard.repair(&parameters).await?;
         }
         Ok(Self::applied(&stack))
     }

@@ -33,6 +33,7 @@ use crate::aws::eks::nodegroup::NodegroupResource;
 use crate::aws::guards::{BucketGuard, FixedRole, Owner, RolesGuard, VpcGuard};
 use crate::aws::oidc::OidcProviderResource;
 use crate::aws::stack::{InputParameter, StackResource};
+use crate::aws::trust::{TrustGuard, TrustedRole};
 use crate::aws::zones::{self, Source, Wanted, ZoneError};
 use crate::config::{Config, NodeGroup, SageMakerRolePolicy};
 use crate::k8s::kubeconfig::ExecAuth;
@@ -204,8 +205,9 @@ fn guards(
         deployment: config.name.clone(),
         lineage: lineage.to_string(),
     };
-    let derived = |name: String| FixedRole {
+    let derived = |name: String, parameter| FixedRole {
         name,
+        parameter,
         field: "name".into(),
         remedy: "Its name is derived from the deployment name and region: choose another \
                  name, or delete the role if it is left over from an earlier deployment."
@@ -222,10 +224,11 @@ fn guards(
         "iam" => vec![Arc::new(RolesGuard {
             iam: aws_sdk_iam::Client::new(aws),
             roles: vec![
-                derived(config.role_name("eks-cluster")),
-                derived(config.role_name("eks-node")),
+                derived(config.role_name("eks-cluster"), "ClusterRoleName"),
+                derived(config.role_name("eks-node"), "NodeRoleName"),
                 FixedRole {
                     name: config.options.sagemaker_role_name.clone(),
+                    parameter: "SageMakerRoleName",
                     field: "options.sagemaker_role_name".into(),
                     remedy: format!(
                         "Set options.sagemaker_role_name = \"{}-sagemaker\" (or any unused \
@@ -236,6 +239,26 @@ fn guards(
                 },
             ],
             owner,
+        })],
+        "irsa" => vec![Arc::new(TrustGuard {
+            iam: aws_sdk_iam::Client::new(aws),
+            roles: vec![
+                TrustedRole {
+                    resource: "EfsCsiControllerRole",
+                    parameter: "EfsCsiRoleName",
+                    name: config.role_name("irsa-efs-csi-controller"),
+                    subject: "system:serviceaccount:kube-system:efs-csi-controller-sa".into(),
+                },
+                TrustedRole {
+                    resource: "PipelinesRole",
+                    parameter: "PipelinesRoleName",
+                    name: config.role_name("irsa-pipelines"),
+                    subject: format!(
+                        "system:serviceaccount:{}:default-editor",
+                        config.options.user_namespace
+                    ),
+                },
+            ],
         })],
         "storage" => vec![Arc::new(BucketGuard {
             s3: crate::aws::bucket::client(aws),

@@ -1,0 +1,350 @@
+//! The trust policies of the IRSA roles (`stack.irsa`, case C13): who may
+//! assume each role.
+//!
+//! Each role of `stacks/irsa.yaml` trusts exactly one Kubernetes service
+//! account: one statement allowing `sts:AssumeRoleWithWebIdentity` to the
+//! cluster's OIDC provider with `StringEquals` on `<issuer>:sub`
+//! (`system:serviceaccount:<namespace>:<name>`) and `<issuer>:aud`
+//! (`sts.amazonaws.com`) (EKS User Guide, "Configure a Kubernetes service
+//! account to assume an IAM role"). An `UpdateAssumeRolePolicy` made
+//! outside kfaws changes neither the stack's template nor its parameters,
+//! so the stack itself looks unchanged; [`TrustGuard`] reads the roles'
+//! policies (`GetRole`, whose document is URL-encoded, RFC 3986) so that
+//! such an edit is drift, and after an update writes the policy the
+//! template declares back to a role whose trust changed.
+
+use std::collections::BTreeMap;
+
+use async_trait::async_trait;
+use aws_sdk_iam::error::ProvideErrorMetadata as _;
+use serde_json::{json, Map, Value};
+
+use super::error_message;
+use crate::resource::{Guard, ResourceError};
+use crate::state::ResourceState;
+
+/// The audience every IRSA token is issued for (EKS User Guide, "IAM
+/// roles for service accounts").
+pub const AUDIENCE: &str = "sts.amazonaws.com";
+
+/// The spec field holding each role's trust, by template resource.
+pub const FIELD: &str = "trust";
+
+/// The stack parameter naming the OIDC provider's ARN.
+pub const PROVIDER_PARAMETER: &str = "OidcProviderArn";
+
+/// The stack parameter holding the issuer URL without `https://`.
+pub const ISSUER_PARAMETER: &str = "OidcIssuerHostPath";
+
+/// One IRSA role of the stack.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TrustedRole {
+    /// The template's logical resource id, e.g. `EfsCsiControllerRole`.
+    pub resource: &'static str,
+    /// The stack parameter holding the role name.
+    pub parameter: &'static str,
+    /// The role name the config asks for.
+    pub name: String,
+    /// The one subject it trusts: `system:serviceaccount:<ns>:<name>`.
+    pub subject: String,
+}
+
+/// Watches and restores the trust policies of a stack's IRSA roles.
+pub struct TrustGuard {
+    /// The IAM client.
+    pub iam: aws_sdk_iam::Client,
+    /// The roles.
+    pub roles: Vec<TrustedRole>,
+}
+
+/// What a trust policy grants, as compared with the desired one: the
+/// subjects and audiences of its web-identity statements. The template's
+/// policy reads `{"subject": "system:serviceaccount:…", "audience":
+/// "sts.amazonaws.com"}`; anything else (another or a second subject, a
+/// `StringLike` wildcard, a second statement) reads differently and so is
+/// drift. Pure.
+pub fn grant(document: &Value) -> Value {
+    let statements = match document.get("Statement") {
+        Some(Value::Array(list)) => list.clone(),
+        Some(one) => vec![one.clone()],
+        None => vec![],
+    };
+    let mut subjects = Vec::new();
+    let mut audiences = Vec::new();
+    let mut other = Vec::new();
+    for st in &statements {
+        let web_identity = st.get("Effect") == Some(&json!("Allow"))
+            && values(st.get("Action"))
+                .iter()
+                .any(|a| a == "sts:AssumeRoleWithWebIdentity");
+        if !web_identity {
+            other.push(st.clone());
+            continue;
+        }
+        let conditions = st.get("Condition").and_then(Value::as_object);
+        for (operator, keys) in conditions.into_iter().flatten() {
+            let prefix = if operator == "StringEquals" {
+                String::new()
+            } else {
+                format!("{operator} ")
+            };
+            for (key, value) in keys.as_object().into_iter().flatten() {
+                let into = if key.ends_with(":sub") {
+                    &mut subjects
+                } else if key.ends_with(":aud") {
+                    &mut audiences
+                } else {
+                    continue;
+                };
+                into.extend(
+                    values(Some(value))
+                        .into_iter()
+                        .map(|v| format!("{prefix}{v}")),
+                );
+            }
+        }
+        if conditions.is_none() {
+            // No condition: any service account of the provider.
+            subjects.push("any (no condition)".into());
+        }
+    }
+    let one_or_all = |mut v: Vec<String>| {
+        v.sort();
+        v.dedup();
+        match v.as_slice() {
+            [one] => json!(one),
+            _ => json!(v),
+        }
+    };
+    let mut grant = json!({"subject": one_or_all(subjects), "audience": one_or_all(audiences)});
+    if !other.is_empty() {
+        grant["other_statements"] = json!(other);
+    }
+    grant
+}
+
+fn values(v: Option<&Value>) -> Vec<String> {
+    match v {
+        Some(Value::String(s)) => vec![s.clone()],
+        Some(Value::Array(list)) => list
+            .iter()
+            .map(|x| x.as_str().map_or_else(|| x.to_string(), str::to_string))
+            .collect(),
+        _ => vec![],
+    }
+}
+
+/// The trust policy `stacks/irsa.yaml` declares for a role trusting
+/// `subject` through the provider `provider_arn` whose issuer, without
+/// `https://`, is `issuer`. Pure.
+pub fn document(provider_arn: &str, issuer: &str, subject: &str) -> Value {
+    json!({
+        "Version": "2012-10-17",
+        "Statement": [{
+            "Effect": "Allow",
+            "Principal": {"Federated": provider_arn},
+            "Action": "sts:AssumeRoleWithWebIdentity",
+            "Condition": {"StringEquals": {
+                format!("{issuer}:sub"): subject,
+                format!("{issuer}:aud"): AUDIENCE,
+            }}
+        }]
+    })
+}
+
+impl TrustedRole {
+    fn desired(&self) -> Value {
+        json!({"subject": self.subject, "audience": AUDIENCE})
+    }
+}
+
+impl TrustGuard {
+    /// The role's live grant ([`grant`]), or `None` when it does not exist.
+    async fn live(&self, name: &str) -> Result<Option<Value>, ResourceError> {
+        let role = match self.iam.get_role().role_name(name).send().await {
+            Ok(out) => out.role,
+            Err(e) if e.code() == Some("NoSuchEntity") => return Ok(None),
+            Err(e) => {
+                return Err(ResourceError::msg(format!(
+                    "GetRole {name}: {}",
+                    error_message(&e)
+                )))
+            }
+        };
+        let Some(text) = role.as_ref().and_then(|r| r.assume_role_policy_document()) else {
+            return Ok(Some(json!(null)));
+        };
+        // IAM returns the document URL-encoded (IAM API Reference, Role);
+        // some implementations return it plain.
+        let text = if text.trim_start().starts_with('{') {
+            text.to_string()
+        } else {
+            percent_encoding::percent_decode_str(text)
+                .decode_utf8_lossy()
+                .into_owned()
+        };
+        let doc: Value = serde_json::from_str(&text).map_err(|e| {
+            ResourceError::msg(format!(
+                "the trust policy of IAM role {name} is not JSON: {e}"
+            ))
+        })?;
+        Ok(Some(grant(&doc)))
+    }
+
+    /// The role's name as applied: the recorded parameter, else the config's.
+    fn recorded_name<'a>(role: &'a TrustedRole, recorded: &'a ResourceState) -> &'a str {
+        recorded
+            .spec
+            .get("parameters")
+            .and_then(|p| p.get(role.parameter))
+            .and_then(Value::as_str)
+            .unwrap_or(&role.name)
+    }
+}
+
+#[async_trait]
+impl Guard for TrustGuard {
+    fn desired(&self) -> Map<String, Value> {
+        let trust: Map<String, Value> = self
+            .roles
+            .iter()
+            .map(|r| (r.resource.to_string(), r.desired()))
+            .collect();
+        Map::from_iter([(FIELD.to_string(), Value::Object(trust))])
+    }
+
+    async fn observe(&self, recorded: &ResourceState) -> Result<Map<String, Value>, ResourceError> {
+        let mut trust = Map::new();
+        let mut gone = Vec::new();
+        for role in &self.roles {
+            let name = Self::recorded_name(role, recorded);
+            match self.live(name).await? {
+                Some(grant) => {
+                    trust.insert(role.resource.to_string(), grant);
+                }
+                None => gone.push(name.to_string()),
+            }
+        }
+        let mut observed = Map::from_iter([(FIELD.to_string(), Value::Object(trust))]);
+        if !gone.is_empty() {
+            // CloudFormation does not recreate a resource deleted behind its
+            // back; only a new stack brings the role back.
+            observed.insert(
+                "health".into(),
+                json!(format!(
+                    "IAM role(s) {} deleted outside kfaws",
+                    gone.join(", ")
+                )),
+            );
+        }
+        Ok(observed)
+    }
+
+    async fn repair(&self, parameters: &BTreeMap<String, String>) -> Result<(), ResourceError> {
+        let param = |key: &str| {
+            parameters
+                .get(key)
+                .ok_or_else(|| ResourceError::msg(format!("stack parameter {key} is not set")))
+        };
+        for role in &self.roles {
+            let name = param(role.parameter)?;
+            let Some(live) = self.live(name).await? else {
+                return Err(ResourceError::msg(format!(
+                    "IAM role {name} was deleted outside kfaws; CloudFormation does not \
+                     recreate it in an update. Run `kfaws plan` again: it replaces the stack"
+                )));
+            };
+            if live == role.desired() {
+                continue;
+            }
+            let doc = document(
+                param(PROVIDER_PARAMETER)?,
+                param(ISSUER_PARAMETER)?,
+                &role.subject,
+            );
+            tracing::info!(role = %name, subject = %role.subject, "restoring the trust policy");
+            self.iam
+                .update_assume_role_policy()
+                .role_name(name)
+                .policy_document(doc.to_string())
+                .send()
+                .await
+                .map_err(|e| {
+                    ResourceError::msg(format!(
+                        "UpdateAssumeRolePolicy {name}: {}",
+                        error_message(&e)
+                    ))
+                })?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ISSUER: &str = "oidc.eks.us-east-1.amazonaws.com/id/ABC";
+    const SA: &str = "system:serviceaccount:kube-system:efs-csi-controller-sa";
+
+    #[test]
+    fn the_declared_policy_grants_one_subject_for_sts() {
+        let doc = document("arn:aws:iam::1:oidc-provider/x", ISSUER, SA);
+        assert_eq!(grant(&doc), json!({"subject": SA, "audience": AUDIENCE}));
+    }
+
+    #[test]
+    fn another_subject_a_wildcard_or_a_missing_condition_reads_differently() {
+        let mut other = document("p", ISSUER, SA);
+        other["Statement"][0]["Condition"]["StringEquals"][format!("{ISSUER}:sub")] =
+            json!("system:serviceaccount:kube-system:some-other-sa");
+        assert_eq!(
+            grant(&other)["subject"],
+            "system:serviceaccount:kube-system:some-other-sa"
+        );
+
+        let mut wildcard = document("p", ISSUER, SA);
+        let cond = wildcard["Statement"][0]["Condition"]
+            .as_object_mut()
+            .unwrap();
+        let sub = cond["StringEquals"]
+            .as_object_mut()
+            .unwrap()
+            .remove(&format!("{ISSUER}:sub"))
+            .unwrap();
+        cond.insert(
+            "StringLike".into(),
+            json!({format!("{ISSUER}:sub"): sub.as_str().unwrap().replace("efs-csi-controller-sa", "*")}),
+        );
+        assert_eq!(
+            grant(&wildcard)["subject"],
+            "StringLike system:serviceaccount:kube-system:*"
+        );
+
+        let mut open = document("p", ISSUER, SA);
+        open["Statement"][0]
+            .as_object_mut()
+            .unwrap()
+            .remove("Condition");
+        assert_eq!(grant(&open)["subject"], "any (no condition)");
+        assert_eq!(grant(&open)["audience"], json!([]));
+    }
+
+    #[test]
+    fn a_second_statement_or_subject_is_seen() {
+        let mut doc = document("p", ISSUER, SA);
+        doc["Statement"][0]["Condition"]["StringEquals"][format!("{ISSUER}:sub")] =
+            json!([SA, "system:serviceaccount:default:x"]);
+        assert_eq!(
+            grant(&doc)["subject"],
+            json!(["system:serviceaccount:default:x", SA])
+        );
+
+        let mut doc = document("p", ISSUER, SA);
+        let extra = json!({"Effect": "Allow", "Principal": {"AWS": "arn:aws:iam::2:root"}, "Action": "sts:AssumeRole"});
+        doc["Statement"].as_array_mut().unwrap().push(extra.clone());
+        let g = grant(&doc);
+        assert_eq!(g["subject"], SA);
+        assert_eq!(g["other_statements"], json!([extra]));
+    }
+}
