@@ -82,6 +82,28 @@ async fn zones_are_the_first_two_offering_the_type_and_stay_once_recorded() {
     assert_eq!(parameters["AvailabilityZone1"], "us-east-1d");
     assert_eq!(parameters["AvailabilityZone2"], "us-east-1c");
 
+    // Moving the network under the cluster is refused at plan, naming the
+    // field: other zones, or another CIDR.
+    d.write_config("[options]\navailability_zones = [\"us-east-1a\", \"us-east-1c\"]\n");
+    let err = d.fails(&["plan"]);
+    assert!(
+        err.contains(
+            "stack.network: options.availability_zones cannot change once the network exists \
+             (AvailabilityZone1 us-east-1d -> us-east-1a)"
+        ),
+        "{err}"
+    );
+    d.write_config("[options]\nvpc_cidr = \"10.1.0.0/16\"\n");
+    let err = d.fails(&["plan"]);
+    assert!(
+        err.contains(
+            "stack.network: options.vpc_cidr cannot change once the network exists (VpcCidr \
+             10.0.0.0/16 -> 10.1.0.0/16, PublicSubnet1Cidr 10.0.0.0/18 -> 10.1.0.0/18"
+        ),
+        "{err}"
+    );
+    assert!(err.contains("kfaws destroy"), "{err}");
+
     // A node group whose type the recorded zones lack is refused.
     d.write_config("[node_groups.hpc]\ninstance_type = \"hpc7g.4xlarge\"\nmin_size = 0\ndesired_size = 0\nmax_size = 1\n");
     let err = d.fails(&["plan"]);

@@ -288,6 +288,57 @@ pub struct VpcGuard {
     pub cluster: String,
     /// How long to wait for the cluster's network interfaces to go.
     pub deadline: Duration,
+    /// What the cluster keeps for its lifetime, as [`Kept`] values.
+    pub kept: Vec<Kept>,
+}
+
+/// A network stack parameter that cannot change once the network exists:
+/// a new VPC CIDR replaces the VPC and a subnet's new CIDR or zone the
+/// subnet (AWS::EC2::VPC `CidrBlock`, AWS::EC2::Subnet `CidrBlock` and
+/// `AvailabilityZone`: "Update requires: Replacement", CloudFormation
+/// resource reference), and an EKS cluster can move neither to another VPC
+/// nor to subnets in other zones (EKS User Guide, "View Amazon EKS
+/// networking requirements for VPC and subnets").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Kept {
+    /// The stack parameter, e.g. `VpcCidr`.
+    pub parameter: &'static str,
+    /// The config field it comes from, e.g. `options.vpc_cidr`.
+    pub field: &'static str,
+    /// The value the config asks for.
+    pub value: String,
+}
+
+/// The [`Kept`] parameters whose desired value differs from the one the
+/// network was created with (`recorded`, the stack's recorded
+/// parameters), as one message per config field; empty when none. Pure.
+pub fn moved(kept: &[Kept], recorded: &serde_json::Value) -> Vec<String> {
+    let mut by_field: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    for k in kept {
+        let Some(was) = recorded
+            .get(k.parameter)
+            .and_then(serde_json::Value::as_str)
+        else {
+            continue;
+        };
+        if was != k.value {
+            by_field
+                .entry(k.field)
+                .or_default()
+                .push(format!("{} {was} -> {}", k.parameter, k.value));
+        }
+    }
+    by_field
+        .into_iter()
+        .map(|(field, changes)| {
+            format!(
+                "{field} cannot change once the network exists ({}): it would replace the \
+                 VPC or its subnets, and an EKS cluster can move to neither. Set {field} back \
+                 to the values above, or `kfaws destroy` the deployment and apply it again",
+                changes.join(", ")
+            )
+        })
+        .collect()
 }
 
 impl VpcGuard {
@@ -327,6 +378,13 @@ impl VpcGuard {
 #[async_trait]
 impl Guard for VpcGuard {
     async fn check(&self, check: &Check<'_>) -> Result<(), ResourceError> {
+        if check.action == Action::Update {
+            let recorded = check.recorded.and_then(|r| r.spec.get("parameters"));
+            let problems = recorded.map(|p| moved(&self.kept, p)).unwrap_or_default();
+            if !problems.is_empty() {
+                return Err(ResourceError::msg(problems.join("\n")));
+            }
+        }
         // A destroy is checked before anything is deleted. A replacement
         // deletes its dependants (the storage stack with its mount targets)
         // first, so what they hold is only known at `before_delete`.

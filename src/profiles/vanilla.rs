@@ -30,7 +30,7 @@ use super::{AwsProvider, Built};
 use crate::address::Address;
 use crate::aws::eks::cluster::ClusterResource;
 use crate::aws::eks::nodegroup::NodegroupResource;
-use crate::aws::guards::{BucketGuard, FixedRole, Owner, RolesGuard, VpcGuard};
+use crate::aws::guards::{BucketGuard, FixedRole, Kept, Owner, RolesGuard, VpcGuard};
 use crate::aws::oidc::OidcProviderResource;
 use crate::aws::stack::{InputParameter, StackResource};
 use crate::aws::trust::{TrustGuard, TrustedRole};
@@ -128,6 +128,13 @@ pub fn subnet_cidrs(vpc_cidr: &str) -> [String; 4] {
     std::array::from_fn(|i| format!("{}/{}", Ipv4Addr::from(base + step * i as u32), prefix + 2))
 }
 
+/// The network stack's subnet parameters, in [`subnet_cidrs`]' order.
+const SUBNET_PARAMETERS: [&str; 4] = [
+    "PublicSubnet1Cidr",
+    "PublicSubnet2Cidr",
+    "PrivateSubnet1Cidr",
+    "PrivateSubnet2Cidr",
+];
 /// The network stack's parameters that hold its Availability Zones.
 const ZONE_PARAMETERS: [&str; zones::ZONE_COUNT] = ["AvailabilityZone1", "AvailabilityZone2"];
 
@@ -195,6 +202,35 @@ pub async fn prepare(
     Ok(config)
 }
 
+/// The network parameters the cluster keeps ([`Kept`]), from the config.
+fn kept(config: &Config) -> Vec<Kept> {
+    let cidrs = subnet_cidrs(&config.options.vpc_cidr);
+    let mut kept = vec![Kept {
+        parameter: "VpcCidr",
+        field: "options.vpc_cidr",
+        value: config.options.vpc_cidr.clone(),
+    }];
+    for (parameter, value) in SUBNET_PARAMETERS.into_iter().zip(cidrs) {
+        kept.push(Kept {
+            parameter,
+            field: "options.vpc_cidr",
+            value,
+        });
+    }
+    // Filled in by `prepare` (the recorded zones unless the config names others).
+    for (parameter, zone) in ZONE_PARAMETERS
+        .into_iter()
+        .zip(config.options.availability_zones.iter().flatten())
+    {
+        kept.push(Kept {
+            parameter,
+            field: "options.availability_zones",
+            value: zone.clone(),
+        });
+    }
+    kept
+}
+
 fn guards(
     config: &Config,
     aws: &SdkConfig,
@@ -220,6 +256,7 @@ fn guards(
             stacks: PARTS.iter().map(|p| config.stack_name(p)).collect(),
             cluster: config.name.clone(),
             deadline: RELEASE_WAIT,
+            kept: kept(config),
         })],
         "iam" => vec![Arc::new(RolesGuard {
             iam: aws_sdk_iam::Client::new(aws),
@@ -271,7 +308,6 @@ fn guards(
 
 fn stacks(config: &Config, aws: &SdkConfig, lineage: uuid::Uuid) -> Vec<StackResource> {
     let client = aws_sdk_cloudformation::Client::new(aws);
-    let [pub1, pub2, priv1, priv2] = subnet_cidrs(&config.options.vpc_cidr);
     let stack = |part: &str, template, estimate, parameters: BTreeMap<String, String>, inputs| {
         StackResource {
             address: addr(&format!("stack.{part}")),
@@ -309,11 +345,13 @@ fn stacks(config: &Config, aws: &SdkConfig, lineage: uuid::Uuid) -> Vec<StackRes
     let mut network_parameters = params(&[
         ("ClusterName", config.name.clone()),
         ("VpcCidr", config.options.vpc_cidr.clone()),
-        ("PublicSubnet1Cidr", pub1),
-        ("PublicSubnet2Cidr", pub2),
-        ("PrivateSubnet1Cidr", priv1),
-        ("PrivateSubnet2Cidr", priv2),
     ]);
+    for (parameter, cidr) in SUBNET_PARAMETERS
+        .into_iter()
+        .zip(subnet_cidrs(&config.options.vpc_cidr))
+    {
+        network_parameters.insert(parameter.to_string(), cidr);
+    }
     // Filled in by `prepare` before any plan; absent only where no plan is
     // made (`kfaws graph`).
     if let Some(zones) = &config.options.availability_zones {
