@@ -559,11 +559,19 @@ async fn a_version_upgrade_and_endpoint_access_drift_are_updated_in_place() {
     assert_eq!(d.calls("UpdateClusterVersion"), 1);
     d.kfaws(&["plan", "--detailed-exitcode"]).assert().code(0);
 
-    // EKS cannot downgrade: apply refuses, naming the versions.
+    // EKS cannot downgrade: the plan refuses, naming the versions, and
+    // nothing is called.
     d.write_config("kubernetes_version = \"1.32\"");
-    d.kfaws(&["apply", "--auto-approve"])
-        .assert()
-        .code(1)
-        .stdout(predicate::str::contains("cannot downgrade"));
+    let updates = d.calls("UpdateClusterVersion");
+    for args in [&["plan"][..], &["apply", "--auto-approve"]] {
+        let err = d.fails(args);
+        assert!(
+            err.contains("eks.cluster: cluster")
+                && err
+                    .contains("the cluster runs Kubernetes 1.33; EKS cannot downgrade it to 1.32"),
+            "{args:?}: {err}"
+        );
+    }
+    assert_eq!(d.calls("UpdateClusterVersion"), updates);
     d.stdout(&["destroy", "--auto-approve"]);
 }

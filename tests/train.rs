@@ -423,7 +423,59 @@ async fn bad_input_is_refused_before_any_job_is_created() {
         ),
         (
             vec!["train", "--runtime", "local", "--data", data, "--no-wait"],
-            "--no-wait applies to",
+            "--no-wait applies to the kubernetes and sagemaker runtimes, not --runtime local",
+        ),
+        (
+            vec!["train", "--runtime", "local", "--data", data, "--cpu", "2"],
+            "--cpu applies to the kubernetes runtime, not --runtime local",
+        ),
+        (
+            vec![
+                "train",
+                "--runtime",
+                "kubernetes",
+                "--data",
+                "efs:/datasets",
+                "--instance-type",
+                "ml.m5.large",
+            ],
+            "--instance-type applies to the sagemaker runtime, not --runtime kubernetes",
+        ),
+        (
+            vec![
+                "train",
+                "--runtime",
+                "kubernetes",
+                "--data",
+                "efs:/datasets",
+                "--memory",
+                "2GB",
+            ],
+            "--memory \"2GB\" is not a Kubernetes quantity",
+        ),
+        (
+            vec![
+                "train",
+                "--runtime",
+                "kubernetes",
+                "--data",
+                "efs:/datasets",
+                "--cpu",
+                "abc",
+            ],
+            "--cpu \"abc\" is not a Kubernetes quantity",
+        ),
+        (
+            vec![
+                "train",
+                "--runtime",
+                "local",
+                "--data",
+                data,
+                "--backend",
+                "nccl",
+            ],
+            "--backend nccl is not in this trainer build",
         ),
     ] {
         let err = d.fails(&args);

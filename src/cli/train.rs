@@ -57,15 +57,15 @@ pub struct TrainArgs {
     /// The trainer image (kubernetes, sagemaker) [default: kfaws-trainer:<this version> in ECR, as `kfaws image push` pushes it].
     #[arg(long, value_name = "URI")]
     pub image: Option<String>,
-    /// SageMaker instance type.
-    #[arg(long, default_value = "ml.m5.xlarge")]
-    pub instance_type: String,
-    /// CPU request and limit of each replica (kubernetes).
-    #[arg(long, default_value = "1")]
-    pub cpu: String,
-    /// Memory request and limit of each replica (kubernetes).
-    #[arg(long, default_value = "2Gi")]
-    pub memory: String,
+    /// SageMaker instance type (sagemaker) [default: ml.m5.xlarge].
+    #[arg(long)]
+    pub instance_type: Option<String>,
+    /// CPU request and limit of each replica, a Kubernetes quantity (kubernetes) [default: 1].
+    #[arg(long)]
+    pub cpu: Option<String>,
+    /// Memory request and limit of each replica, a Kubernetes quantity (kubernetes) [default: 2Gi].
+    #[arg(long)]
+    pub memory: Option<String>,
     /// Longest run in seconds (SageMaker's MaxRuntimeInSeconds; also how long kfaws waits).
     #[arg(long, default_value_t = 86_400)]
     pub max_runtime: u64,
@@ -97,6 +97,51 @@ pub struct TrainArgs {
     pub resume: bool,
 }
 
+impl TrainArgs {
+    /// `--instance-type`, or its default.
+    pub fn instance_type(&self) -> &str {
+        self.instance_type.as_deref().unwrap_or("ml.m5.xlarge")
+    }
+
+    /// The flags given that `runtime` does not use, each with the runtimes
+    /// that do: refused rather than silently ignored.
+    fn foreign_flags(&self, runtime: Runtime) -> Vec<(&'static str, &'static str)> {
+        use Runtime::{Kubernetes, Local, Sagemaker};
+        let given: [(&str, bool, &[Runtime]); 9] = [
+            ("--image", self.image.is_some(), &[Kubernetes, Sagemaker]),
+            (
+                "--instance-type",
+                self.instance_type.is_some(),
+                &[Sagemaker],
+            ),
+            ("--network-isolation", self.network_isolation, &[Sagemaker]),
+            (
+                "--no-inter-container-encryption",
+                self.no_inter_container_encryption,
+                &[Sagemaker],
+            ),
+            ("--cpu", self.cpu.is_some(), &[Kubernetes]),
+            ("--memory", self.memory.is_some(), &[Kubernetes]),
+            ("--no-wait", self.no_wait, &[Kubernetes, Sagemaker]),
+            ("--trainer", self.trainer.is_some(), &[Local]),
+            ("--resume", self.resume, &[Local]),
+        ];
+        given
+            .into_iter()
+            .filter(|(_, set, runtimes)| *set && !runtimes.contains(&runtime))
+            .map(|(flag, _, runtimes)| {
+                let names = match runtimes {
+                    [Kubernetes, Sagemaker] => "the kubernetes and sagemaker runtimes",
+                    [Sagemaker] => "the sagemaker runtime",
+                    [Kubernetes] => "the kubernetes runtime",
+                    _ => "the local runtime",
+                };
+                (flag, names)
+            })
+            .collect()
+    }
+}
+
 /// A validated request: what every runtime needs.
 struct Request {
     job: JobName,
@@ -126,19 +171,28 @@ fn request(args: &TrainArgs, runtime: Runtime) -> anyhow::Result<Request> {
     }
     if runtime == Runtime::Sagemaker
         && args.backend == "nccl"
-        && !kfaws::train::has_nvidia_gpu(&args.instance_type)
+        && !kfaws::train::has_nvidia_gpu(args.instance_type())
     {
         bail!(
             "--backend nccl trains on CUDA, but --instance-type {} has no NVIDIA GPU; pick a P or \
              G instance (ml.g5.xlarge, ml.p3.2xlarge, ...) or --backend gloo",
-            args.instance_type
+            args.instance_type()
         );
     }
-    if args.resume && runtime != Runtime::Local {
-        bail!("--resume applies to the local runtime (a PyTorchJob or SageMaker training job of the same name cannot be created again)");
+    if let Some((flag, runtimes)) = args.foreign_flags(runtime).first() {
+        let why = match *flag {
+            "--resume" => {
+                " (a PyTorchJob or SageMaker training job of the same name cannot be created again)"
+            }
+            "--no-wait" => "; a local job runs in this process",
+            _ => "",
+        };
+        bail!("{flag} applies to {runtimes}, not --runtime {runtime}{why}");
     }
-    if args.no_wait && runtime == Runtime::Local {
-        bail!("--no-wait applies to the kubernetes and sagemaker runtimes; a local job runs in this process");
+    for (flag, value) in [("--cpu", &args.cpu), ("--memory", &args.memory)] {
+        if let Some(v) = value {
+            kfaws::train::parse_quantity(v).map_err(|e| anyhow::anyhow!("{flag} {e}"))?;
+        }
     }
     let hyperparameters = hyperparameters(
         args.epochs,
@@ -187,6 +241,26 @@ async fn train_local(
     let exe = std::env::current_exe().context("cannot locate the kfaws executable")?;
     let trainer =
         kfaws::train::trainer_binary(args.trainer.as_deref(), &exe).map_err(anyhow::Error::msg)?;
+    if args.backend != "gloo" {
+        // A CPU build refuses the backend in every rank; say so once, before any starts.
+        let out = tokio::process::Command::new(&trainer)
+            .arg("--version")
+            .output()
+            .await
+            .with_context(|| format!("cannot run {} --version", trainer.display()))?;
+        let version = String::from_utf8_lossy(&out.stdout);
+        if let Some(backends) = kfaws::train::trainer_backends(&version) {
+            if !backends.contains(&args.backend) {
+                bail!(
+                    "--backend {} is not in this trainer build ({}: {}); pass --trainer with a \
+                     kfaws-trainer built with --features cuda, or --backend gloo",
+                    args.backend,
+                    trainer.display(),
+                    version.trim()
+                );
+            }
+        }
+    }
     let job_dir = local::job_dir(&args.output_dir, req.job.as_str());
     match (job_dir.exists(), args.resume) {
         (true, false) => bail!(
@@ -469,8 +543,8 @@ async fn train_kubernetes(
         workers: args.workers,
         hyperparameters: req.hyperparameters,
         data_path,
-        cpu: args.cpu.clone(),
-        memory: args.memory.clone(),
+        cpu: args.cpu.clone().unwrap_or_else(|| "1".into()),
+        memory: args.memory.clone().unwrap_or_else(|| "2Gi".into()),
         gpu: args.backend == "nccl",
     };
     pytorchjob::submit(&client, &spec).await?;

@@ -297,7 +297,7 @@ pub async fn train(
         name: job.to_string(),
         image,
         role_arn,
-        instance_type: args.instance_type.clone(),
+        instance_type: args.instance_type().to_string(),
         instance_count: i32::try_from(args.workers).expect("at most 1000"),
         volume_size_gb: 30,
         hyperparameters,

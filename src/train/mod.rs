@@ -116,6 +116,47 @@ pub fn has_nvidia_gpu(instance_type: &str) -> bool {
         && family != "g4ad"
 }
 
+/// Checks a Kubernetes resource quantity for a CPU or memory request
+/// (`--cpu`, `--memory`): a positive decimal number, then an optional
+/// binary-SI (`Ki` … `Ei`), decimal-SI (`m`, `k`, `M` … `E`) or exponent
+/// (`e3`, `E-2`) suffix — the grammar of `resource.Quantity`
+/// (k8s.io/apimachinery `pkg/api/resource/quantity.go`), without a sign,
+/// since a request is never negative, and not zero. `2GB` and `abc` are
+/// refused here rather than by the API server after the job exists.
+///
+/// # Errors
+/// A message stating the rule, with examples.
+pub fn parse_quantity(s: &str) -> Result<String, String> {
+    let grammar = regex_lite::Regex::new(
+        r"^([0-9]+(\.[0-9]*)?|\.[0-9]+)(Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E|[eE][+-]?[0-9]+)?$",
+    )
+    .expect("valid regex");
+    let number = s
+        .split(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .next()
+        .unwrap_or_default();
+    if !grammar.is_match(s) {
+        return Err(format!(
+            "{s:?} is not a Kubernetes quantity: a number with an optional suffix Ki, Mi, Gi, Ti, \
+             Pi, Ei (powers of 1024), m, k, M, G, T, P, E (powers of 1000) or an exponent, e.g. \
+             500m, 2, 2Gi, 512Mi"
+        ));
+    }
+    if !number.chars().any(|c| matches!(c, '1'..='9')) {
+        return Err(format!("{s:?} is zero; a replica needs some"));
+    }
+    Ok(s.to_string())
+}
+
+/// The collective backends a `kfaws-trainer` build trains with, from its
+/// `--version` line (`kfaws-trainer 0.1.0 (backends: gloo nccl)`, see
+/// `kfaws_trainer::VERSION`); `None` for a trainer that does not say.
+pub fn trainer_backends(version: &str) -> Option<Vec<String>> {
+    let (_, rest) = version.split_once("(backends:")?;
+    let (list, _) = rest.split_once(')')?;
+    Some(list.split_whitespace().map(str::to_string).collect())
+}
+
 /// Parses `KEY=VALUE` (a `--hp` flag).
 ///
 /// # Errors
@@ -150,6 +191,40 @@ pub fn trainer_binary(explicit: Option<&Path>, kfaws_exe: &Path) -> Result<PathB
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn quantities_follow_the_kubernetes_grammar() {
+        for ok in [
+            "1", "500m", "0.5", ".5", "2Gi", "512Mi", "1e3", "2E-1", "1.5G", "4k",
+        ] {
+            assert_eq!(super::parse_quantity(ok).as_deref(), Ok(ok), "{ok}");
+        }
+        for bad in [
+            "abc", "2GB", "-1", "+1", "1 Gi", "", "Gi", "2gi", "1.2.3", "1ki",
+        ] {
+            let e = super::parse_quantity(bad).unwrap_err();
+            assert!(e.contains("is not a Kubernetes quantity"), "{bad}: {e}");
+        }
+        for zero in ["0", "0Gi", "0.0", "0m", "0e3"] {
+            assert!(
+                super::parse_quantity(zero).unwrap_err().contains("is zero"),
+                "{zero}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_backends_of_a_trainer_build_come_from_its_version_line() {
+        assert_eq!(
+            super::trainer_backends("kfaws-trainer 0.1.0 (backends: gloo)\n"),
+            Some(vec!["gloo".to_string()])
+        );
+        assert_eq!(
+            super::trainer_backends("kfaws-trainer 0.1.0 (backends: gloo nccl)"),
+            Some(vec!["gloo".to_string(), "nccl".to_string()])
+        );
+        assert_eq!(super::trainer_backends("kfaws-trainer 0.1.0"), None);
+    }
+
     use super::*;
 
     #[test]

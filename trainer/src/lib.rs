@@ -27,6 +27,17 @@ pub mod replicas;
 pub mod serve;
 pub mod train;
 
+/// `kfaws-trainer --version`: the package version and the collective
+/// backends this build trains with, e.g. `0.1.0 (backends: gloo)`, or
+/// `0.1.0 (backends: gloo nccl)` for a build with the `cuda` feature. kfaws
+/// reads it to refuse `--backend nccl` with a CPU build before starting
+/// any rank.
+pub const VERSION: &str = if cfg!(feature = "cuda") {
+    concat!(env!("CARGO_PKG_VERSION"), " (backends: gloo nccl)")
+} else {
+    concat!(env!("CARGO_PKG_VERSION"), " (backends: gloo)")
+};
+
 /// File name of the trained model (burn's burnpack record) in the model directory.
 pub const MODEL_FILE: &str = "model.bpk";
 /// File name of the model's description in the model directory.

@@ -15,7 +15,7 @@ use kfaws_trainer::{prometheus, train};
 
 /// Data-parallel burn image classifier for PyTorchJob, SageMaker and local runs.
 #[derive(Debug, Parser)]
-#[command(version, about)]
+#[command(version = kfaws_trainer::VERSION, about)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

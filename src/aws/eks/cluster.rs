@@ -37,7 +37,8 @@ use super::{
 use crate::address::Address;
 use crate::aws::error_message;
 use crate::aws::wait::{wait_until, Backoff, Poll};
-use crate::resource::{Applied, Inputs, Observed, Outputs, Resource, ResourceError};
+use crate::plan::Action;
+use crate::resource::{Applied, Check, Inputs, Observed, Outputs, Resource, ResourceError};
 use crate::state::ResourceState;
 
 /// The `stack.network` output with the private subnet ids, comma-separated.
@@ -535,6 +536,20 @@ impl Resource for ClusterResource {
             live = self.wait_active().await?;
         }
         Ok(Self::applied(&live))
+    }
+
+    /// An update to a Kubernetes version older than the live cluster's is
+    /// refused at plan, as [`upgrade_path`] refuses it at apply.
+    async fn check(&self, check: &Check<'_>) -> Result<(), ResourceError> {
+        if check.action != Action::Update {
+            return Ok(());
+        }
+        let Some(live) = self.ours().await? else {
+            return Ok(());
+        };
+        upgrade_path(live.version().unwrap_or_default(), &self.kubernetes_version)
+            .map(|_| ())
+            .map_err(|m| ResourceError::msg(format!("cluster {}: {m}", self.name)))
     }
 
     async fn delete(&self, _recorded: &ResourceState) -> Result<(), ResourceError> {
