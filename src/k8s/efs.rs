@@ -39,7 +39,7 @@ static PERMS: LazyLock<Regex> =
 
 /// One object that breaks a rule of the driver.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{object} ({origin}): {field} {value:?} is invalid: {problem}")]
+#[error("{object} ({origin}): {}: {problem}", field_and_value(.field, .value))]
 pub struct EfsError {
     /// `Kind namespace/name`.
     pub object: String,
@@ -51,6 +51,14 @@ pub struct EfsError {
     pub value: String,
     /// The rule and its source.
     pub problem: String,
+}
+
+fn field_and_value(field: &str, value: &str) -> String {
+    if value.is_empty() {
+        format!("{field} is missing")
+    } else {
+        format!("{field} {value:?} is invalid")
+    }
 }
 
 /// Checks an EFS file system id against the EFS API's pattern.
@@ -148,12 +156,12 @@ fn check_manifest(m: &Manifest) -> Option<EfsError> {
                         .into(),
                 ));
             }
-            let perms = str_at(&m.object, &["parameters", "directoryPerms"]).unwrap_or("");
-            if !PERMS.is_match(perms) {
+            let perms = str_at(&m.object, &["parameters", "directoryPerms"]);
+            if !perms.is_some_and(|p| PERMS.is_match(p)) {
                 return Some(error(
                     m,
                     "parameters.directoryPerms",
-                    perms,
+                    perms.unwrap_or_default(),
                     "provisioningMode efs-ap needs directoryPerms, the octal mode of each \
                      access point's root directory, e.g. \"700\" (driver docs, dynamic \
                      provisioning); without it every claim fails at provisioning time"

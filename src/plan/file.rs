@@ -59,7 +59,16 @@ pub fn save(plan: &Plan, path: &Path) -> Result<(), PlanFileError> {
     let bytes = serde_json::to_vec_pretty(plan).expect("a plan serializes");
     write_atomic(path, &bytes).map_err(|e| PlanFileError::Io {
         path: path.to_path_buf(),
-        message: e.to_string(),
+        message: match e {
+            // The error of the file itself, or of the directory it goes in.
+            crate::state::store::StateError::Io { path: p, source } if p == path => {
+                source.to_string()
+            }
+            crate::state::store::StateError::Io { path: p, source } => {
+                format!("{}: {source}", p.display())
+            }
+            other => other.to_string(),
+        },
     })
 }
 

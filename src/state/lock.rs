@@ -131,6 +131,10 @@ pub fn release_held() {
 pub struct StateLock {
     path: PathBuf,
     info: LockInfo,
+    /// The directories `acquire` created, deepest first: removed again on
+    /// release while empty, so a command that fails before writing any
+    /// state leaves nothing behind.
+    created: Vec<PathBuf>,
 }
 
 impl StateLock {
@@ -142,9 +146,17 @@ impl StateLock {
     pub fn acquire(state_dir: &Path, deployment: &str, operation: &str) -> Result<Self, LockError> {
         let path = lock_path(state_dir, deployment);
         let dir = path.parent().expect("lock path has a parent");
-        create_private_dir(dir).map_err(|e| LockError::Io {
-            path: dir.to_path_buf(),
-            source: std::io::Error::other(e.to_string()),
+        let created: Vec<PathBuf> = dir
+            .ancestors()
+            .take_while(|d| !d.as_os_str().is_empty() && !d.exists())
+            .map(Path::to_path_buf)
+            .collect();
+        create_private_dir(dir).map_err(|e| match e {
+            crate::state::store::StateError::Io { path, source } => LockError::Io { path, source },
+            other => LockError::Io {
+                path: dir.to_path_buf(),
+                source: std::io::Error::other(other.to_string()),
+            },
         })?;
         let host = host();
         let user = std::env::var("USER")
@@ -182,7 +194,11 @@ impl StateLock {
                 HELD.lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .push((path.clone(), info.id));
-                Ok(Self { path, info })
+                Ok(Self {
+                    path,
+                    info,
+                    created,
+                })
             }
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(match read(&path)? {
                 Some(held) => LockError::Held(Box::new(held)),
@@ -210,6 +226,13 @@ impl Drop for StateLock {
         // broken it and another command taken it since.
         if matches!(read(&self.path), Ok(Some(current)) if current.id == self.info.id) {
             let _ = fs::remove_file(&self.path);
+        }
+        // remove_dir(2) removes only empty directories: one that holds a
+        // state file (or another command's lock) stays.
+        for dir in &self.created {
+            if fs::remove_dir(dir).is_err() {
+                break;
+            }
         }
     }
 }
@@ -291,6 +314,21 @@ mod tests {
         );
         drop(held);
         StateLock::acquire(dir.path(), "ml", "destroy").unwrap();
+    }
+
+    #[test]
+    fn releasing_removes_the_directories_acquire_made_while_empty() {
+        let _serial = serial();
+        let dir = tempfile::tempdir().unwrap();
+        let state_dir = dir.path().join(".kfaws");
+        drop(StateLock::acquire(&state_dir, "ml", "plan").unwrap());
+        assert!(!state_dir.exists(), "a failed first plan leaves nothing");
+
+        let lock = StateLock::acquire(&state_dir, "ml", "apply").unwrap();
+        let state = deployment_dir(&state_dir, "ml").join("state.json");
+        fs::write(&state, b"{}").unwrap();
+        drop(lock);
+        assert!(state.exists(), "a directory holding state stays");
     }
 
     #[test]

@@ -338,18 +338,20 @@ impl JobRecord {
         )
         .or_else(|| differs("seed", was.seed.to_string(), now.seed.to_string()))
         .or_else(|| {
+            let samples =
+                |n: Option<usize>| n.map_or_else(|| "unset (all)".into(), |n| n.to_string());
             differs(
                 "max-train-samples",
-                format!("{:?}", was.max_train_samples),
-                format!("{:?}", now.max_train_samples),
+                samples(was.max_train_samples),
+                samples(now.max_train_samples),
             )
         })
         .or_else(|| {
-            differs(
-                "dataset",
-                format!("{:?}", was.dataset),
-                format!("{:?}", now.dataset),
-            )
+            let dataset = |d: Option<kfaws_trainer_contract::DatasetKind>| {
+                d.map_or("unset (detected from the files)", |d| d.name())
+                    .to_string()
+            };
+            differs("dataset", dataset(was.dataset), dataset(now.dataset))
         })
     }
 }

@@ -238,7 +238,7 @@ impl Classifier {
     }
 }
 
-/// Serves `classifier` until `stop` is set (SIGTERM), then returns after the request in hand.
+/// Serves `classifier` until `stop` is set (SIGTERM or SIGINT), then returns after the request in hand.
 ///
 /// # Errors
 /// [`ServeError::Bind`].
@@ -266,7 +266,7 @@ pub fn serve(
             Err(e) => tracing::warn!("accepting a request failed: {e}"),
         }
     }
-    tracing::info!("SIGTERM: stopped serving");
+    tracing::info!("stop signal (SIGTERM or SIGINT): stopped serving");
     Ok(())
 }
 
