@@ -264,8 +264,28 @@ async fn a_bundle_that_left_the_config_is_deleted_by_its_applyset() {
         .get("pytorchjobs.kubeflow.org")
         .await
         .unwrap();
-    // The training operator leaves the config: the plan deletes its bundle.
     let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/kubeflow");
+    // Other platform manifests without the `kubeflow` Namespace, which the
+    // training operator's objects live in: the plan refuses to prune it.
+    let without_namespace = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/manifests/c8-crd-and-instance.yaml");
+    d.write_config(&format!(
+        "[kubeflow]\nmanifests = {:?}\ntraining_operator = {:?}\n",
+        without_namespace.display().to_string(),
+        fixtures
+            .join("training-operator.yaml")
+            .display()
+            .to_string()
+    ));
+    let err = d.fails(&["plan"]);
+    assert!(
+        err.contains("k8s.kubeflow: this change deletes Namespace kubeflow")
+            && err.contains("but k8s.training-operator (")
+            && err.contains(" kubeflow/"),
+        "{err}"
+    );
+
+    // The training operator leaves the config: the plan deletes its bundle.
     d.write_config(&format!(
         "[kubeflow]\nmanifests = {:?}\n",
         fixtures.join("platform.yaml").display().to_string()

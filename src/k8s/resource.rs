@@ -222,6 +222,12 @@ pub struct ManifestsResource {
     pub estimate: Duration,
     /// Deadline of one apply or destroy, retries and waits included.
     pub timeout: Duration,
+    /// Namespaces the configuration's other bundles declare or have
+    /// objects in, each with one such object (`k8s.x (Kind ns/name)`): an
+    /// update of this bundle that prunes one of its Namespace objects would
+    /// delete them too (Kubernetes docs, "Namespaces"), so the plan refuses
+    /// it. Empty for a bundle known only from state.
+    pub used_elsewhere: BTreeMap<String, String>,
 }
 
 /// Why a bundle's source cannot be used.
@@ -362,19 +368,15 @@ impl ManifestsResource {
             };
             values.insert(input.placeholder.to_string(), value);
         }
-        let rendered = render(text, &values)
-            .map_err(|e| ResourceError::msg(format!("{} ({file}): {e}", self.address)))?;
+        let rendered =
+            render(text, &values).map_err(|e| ResourceError::msg(format!("{file}: {e}")))?;
         let bundle = Bundle::from_sources(&self.bundle, [(PathBuf::from(*file), rendered)])
-            .map_err(|e| ResourceError::msg(format!("{}: {e}", self.address)))?;
+            .map_err(|e| ResourceError::msg(e.to_string()))?;
         if inputs.is_some() {
             let errors = efs::check_bundle(&bundle);
             if !errors.is_empty() {
                 let text: Vec<String> = errors.iter().map(ToString::to_string).collect();
-                return Err(ResourceError::msg(format!(
-                    "{}: {}",
-                    self.address,
-                    text.join("; ")
-                )));
+                return Err(ResourceError::msg(text.join("; ")));
             }
         }
         Ok(Cow::Owned(bundle))
@@ -392,6 +394,52 @@ impl ManifestsResource {
         let mut objects: Vec<String> = bundle.objects.iter().map(manifest_key).collect();
         objects.sort();
         objects
+    }
+
+    /// The namespaces this bundle declares (its Namespace objects) or puts
+    /// objects in, each with the object's key (`Kind.group ns/name`).
+    pub fn namespaces(&self) -> Vec<(String, String)> {
+        let Ok(bundle) = self.bundle(None) else {
+            return vec![];
+        };
+        bundle
+            .objects
+            .iter()
+            .filter_map(|m| {
+                let ns = if m.group().is_empty() && m.kind == "Namespace" {
+                    m.name.clone()
+                } else {
+                    m.namespace.clone()?
+                };
+                Some((ns, manifest_key(m)))
+            })
+            .collect()
+    }
+
+    /// The refusal of an update that prunes a Namespace object other
+    /// bundles use ([`ManifestsResource::used_elsewhere`]). Pure.
+    fn prunes_used_namespaces(&self, recorded: &ResourceState) -> Result<(), ResourceError> {
+        let desired: BTreeSet<String> = self.objects().into_iter().collect();
+        let problems: Vec<String> = recorded_objects(recorded)
+            .iter()
+            .filter(|k| !desired.contains(*k))
+            .filter_map(|k| k.strip_prefix("Namespace "))
+            .filter_map(|ns| {
+                let user = self.used_elsewhere.get(ns)?;
+                Some(format!(
+                    "this change deletes Namespace {ns} (it left {}), and with it everything in \
+                     it, but {user} is there; keep the Namespace object in {}, or move it to the \
+                     bundle that uses it in the same change",
+                    self.source_label(),
+                    self.source_label()
+                ))
+            })
+            .collect();
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(ResourceError::msg(problems.join("\n")))
+        }
     }
 
     fn applier(&self, client: Client) -> Applier {
@@ -420,7 +468,7 @@ impl ManifestsResource {
         self.refuse_foreign(&applier, &bundle).await?;
         let report = boxed_apply(&applier, &bundle)
             .await
-            .map_err(|e| ResourceError::msg(format!("{}: {e}", self.address)))?;
+            .map_err(|e| ResourceError::msg(e.to_string()))?;
         for wanted in &self.serves {
             self.wait_served(&client, wanted).await?;
         }
@@ -452,18 +500,17 @@ impl ManifestsResource {
     ) -> Result<(), ResourceError> {
         let foreign = boxed_foreign(applier, bundle)
             .await
-            .map_err(|e| ResourceError::msg(format!("{}: {e}", self.address)))?;
+            .map_err(|e| ResourceError::msg(e.to_string()))?;
         if foreign.is_empty() {
             return Ok(());
         }
-        Err(ResourceError::msg(format!(
-            "{}: {}",
-            self.address,
+        Err(ResourceError::msg(
             super::ApplyError::Foreign {
                 bundle: bundle.name.clone(),
                 objects: foreign,
             }
-        )))
+            .to_string(),
+        ))
     }
 
     /// Polls discovery until `wanted` is served (a CRD's kind is served a
@@ -477,15 +524,14 @@ impl ManifestsResource {
         loop {
             let served = Served::fetch(client)
                 .await
-                .map_err(|e| ResourceError::msg(format!("{}: API discovery: {e}", self.address)))?;
+                .map_err(|e| ResourceError::msg(format!("API discovery: {e}")))?;
             if served.get(group, version, wanted.kind).is_some() {
                 return Ok(());
             }
             if tokio::time::Instant::now() >= deadline {
                 return Err(ResourceError::msg(format!(
-                    "{}: applied, but the cluster does not serve {} {} (served versions of the \
+                    "applied, but the cluster does not serve {} {} (served versions of the \
                      kind: {:?}); the bundle from {} must define it",
-                    self.address,
                     wanted.api_version,
                     wanted.kind,
                     served.versions_of(&GroupKind::new(group, wanted.kind)),
@@ -726,7 +772,7 @@ impl Resource for ManifestsResource {
         };
         let applier = self.applier(client.clone());
         let set = applier.applyset(&self.bundle);
-        let err = |e: &dyn std::fmt::Display| ResourceError::msg(format!("{}: {e}", self.address));
+        let err = |e: &dyn std::fmt::Display| ResourceError::msg(e.to_string());
         let Some(inventory) = set.read(&client).await.map_err(|e| err(&e))? else {
             return Ok(Observed::Gone);
         };
@@ -799,13 +845,16 @@ impl Resource for ManifestsResource {
         boxed_destroy(&self.applier(client), bundle)
             .await
             .map(|_| ())
-            .map_err(|e| ResourceError::msg(format!("{}: {e}", self.address)))
+            .map_err(|e| ResourceError::msg(e.to_string()))
     }
 
     async fn check(&self, check: &Check<'_>) -> Result<(), ResourceError> {
         use crate::plan::Action;
         if matches!(check.action, Action::Delete) {
             return Ok(());
+        }
+        if let (Action::Update, Some(recorded)) = (check.action, check.recorded) {
+            self.prunes_used_namespaces(recorded)?;
         }
         // Before the cluster exists there is nothing to check against.
         let Some(client) = self.connector.connect().await? else {
@@ -815,7 +864,7 @@ impl Resource for ManifestsResource {
         let applier = self.applier(client);
         boxed_check(&applier, &bundle)
             .await
-            .map_err(|e| ResourceError::msg(format!("{}: {e}", self.address)))?;
+            .map_err(|e| ResourceError::msg(e.to_string()))?;
         self.refuse_foreign(&applier, &bundle).await
     }
 

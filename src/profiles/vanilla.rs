@@ -519,6 +519,7 @@ fn bundles(
         connector: connector.clone(),
         estimate: Duration::from_secs(estimate),
         timeout: Duration::from_secs(timeout),
+        used_elsewhere: BTreeMap::new(),
     };
     let input = |placeholder, from: &str, output| InputValue {
         placeholder,
@@ -624,6 +625,20 @@ fn bundles(
             }
         }
     }
+    let namespaces: Vec<(Address, Vec<(String, String)>)> = out
+        .iter()
+        .map(|b| (b.address.clone(), b.namespaces()))
+        .collect();
+    for b in &mut out {
+        b.used_elsewhere = namespaces
+            .iter()
+            .filter(|(address, _)| *address != b.address)
+            .flat_map(|(address, list)| {
+                list.iter()
+                    .map(move |(ns, object)| (ns.clone(), format!("{address} ({object})")))
+            })
+            .collect();
+    }
     Ok(out)
 }
 
@@ -686,6 +701,7 @@ pub fn bundle_from_state(
         connector: connector(config, aws, exec),
         estimate: Duration::from_secs(5),
         timeout: Duration::from_secs(600),
+        used_elsewhere: BTreeMap::new(),
     }))
 }
 
