@@ -51,7 +51,7 @@ test-rust: deps ## unit, engine and end-to-end tests (against the AWS emulator a
 	bin="$$(tests/apiserver/build.sh | tail -n1)"; \
 	KFAWS_TESTENV_BIN="$$bin" $(WITH_EMULATOR) $(CARGO) test --workspace
 
-demo: deps build ## the main job on the embedded default: plan, apply, outputs, destroy, then data-parallel training
+demo: deps build ## the main job on the embedded default: plan, apply, image push, data-parallel training as a PyTorchJob and a SageMaker job, endpoint, destroy
 	$(WITH_EMULATOR) tests/demo.sh
 
 sandbox: deps build ## an interactive shell with the AWS emulator and a local EKS cluster, to drive kfaws by hand

@@ -39,7 +39,10 @@ async fn an_instance_type_offered_in_one_zone_fails_the_plan_before_any_mutating
         reads.contains(&"DescribeInstanceTypeOfferings".to_string()),
         "{reads:?}"
     );
-    assert!(!d.state_file().exists(), "a refused plan writes no state");
+    assert!(
+        !d.state_file().parent().unwrap().exists(),
+        "a refused plan leaves no state directory"
+    );
 }
 
 #[tokio::test]
@@ -353,8 +356,14 @@ async fn leftover_enis_and_load_balancer_groups_of_the_cluster_are_removed_befor
     let cluster_eni = eni(&aws, &subnet, &cluster_sg).await;
 
     d.kfaws(&["plan", "--destroy"]).assert().success();
-    let out = d.stdout(&["destroy", "--auto-approve"]);
+    let done = d.kfaws(&["destroy", "--auto-approve"]).assert().success();
+    let out = String::from_utf8_lossy(&done.get_output().stdout);
     assert!(out.contains("Destroy complete!"), "{out}");
+    // What kfaws deletes on Kubernetes' behalf is named by id.
+    let log = String::from_utf8_lossy(&done.get_output().stderr);
+    for id in [&cni, &lb_eni, &lb] {
+        assert!(log.contains(id.as_str()), "{id} not named in:\n{log}");
+    }
     let left = aws.leftovers().await;
     assert_eq!(
         left,

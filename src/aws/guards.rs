@@ -422,7 +422,13 @@ impl Guard for VpcGuard {
             .await
             .map_err(ResourceError::msg)?;
         if !removed.is_empty() {
-            tracing::info!(vpc = %vpc_id, removed = ?removed, "removed what other actors left in the VPC");
+            // Not made by kfaws: said at the default log level, by id.
+            tracing::warn!(
+                "deleted what the cluster's controllers left in VPC {vpc_id} (tagged for cluster \
+                 {} or in its security group, not created by kfaws): {}",
+                self.cluster,
+                removed.join(", ")
+            );
         }
         Ok(())
     }

@@ -4,8 +4,8 @@
 
 use std::collections::BTreeMap;
 use std::io::IsTerminal;
-use std::sync::Mutex;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use comfy_table::{presets::UTF8_BORDERS_ONLY, Table};
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -61,13 +61,54 @@ fn done(action: Action) -> &'static str {
     }
 }
 
+/// How often a plain-line console says a resource is still in progress
+/// (Terraform's "Still creating... [10s elapsed]" lines, at its interval).
+pub const STILL_EVERY: Duration = Duration::from_secs(10);
+
+/// Running resources of a plain-line console: the action, when it started
+/// and how many [`STILL_EVERY`] intervals have been reported.
+type Running = Mutex<BTreeMap<Address, (Action, Instant, u64)>>;
+
 /// Prints progress to stdout: spinners on a terminal, lines otherwise.
 pub struct Console {
     bars: Option<(MultiProgress, Mutex<BTreeMap<Address, ProgressBar>>)>,
+    running: Arc<Running>,
+}
+
+/// A timestamped progress line on stdout. A closed stdout must not stop an
+/// apply: progress is best effort.
+fn plain_line(text: &str) {
+    use std::io::Write as _;
+    let now = chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ");
+    let _ = writeln!(std::io::stdout().lock(), "{now} {text}");
+}
+
+/// The "still in progress" lines due now, advancing each entry's count.
+fn still_lines(running: &Running, now: Instant) -> Vec<String> {
+    let mut running = running
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    running
+        .iter_mut()
+        .filter_map(|(address, (action, started, reported))| {
+            let elapsed = now.saturating_duration_since(*started);
+            let due = elapsed.as_secs() / STILL_EVERY.as_secs();
+            (due > *reported).then(|| {
+                *reported = due;
+                format!(
+                    "{address}: Still {}... [{}s elapsed]",
+                    doing(*action).to_lowercase(),
+                    due * STILL_EVERY.as_secs()
+                )
+            })
+        })
+        .collect()
 }
 
 impl Console {
-    /// Spinners when stdout is a terminal, plain timestamped lines otherwise.
+    /// Spinners when stdout is a terminal; otherwise plain timestamped lines,
+    /// and every [`STILL_EVERY`] a line for each resource still in progress,
+    /// so a long wait (a cluster, a webhook's backend) is never silent.
     pub fn new() -> Self {
         let bars = std::io::stdout().is_terminal().then(|| {
             (
@@ -75,7 +116,19 @@ impl Console {
                 Mutex::new(BTreeMap::new()),
             )
         });
-        Self { bars }
+        let running: Arc<Running> = Arc::default();
+        if bars.is_none() {
+            // Ends with the console: it holds the only strong reference.
+            let weak = Arc::downgrade(&running);
+            std::thread::spawn(move || loop {
+                std::thread::sleep(Duration::from_millis(500));
+                let Some(running) = weak.upgrade() else { break };
+                for line in still_lines(&running, Instant::now()) {
+                    plain_line(&line);
+                }
+            });
+        }
+        Self { bars, running }
     }
 
     fn line(&self, text: String) {
@@ -83,12 +136,7 @@ impl Console {
             Some((multi, _)) => {
                 let _ = multi.println(text);
             }
-            // A closed stdout must not stop an apply: progress is best effort.
-            None => {
-                use std::io::Write as _;
-                let now = chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ");
-                let _ = writeln!(std::io::stdout().lock(), "{now} {text}");
-            }
+            None => plain_line(&text),
         }
     }
 }
@@ -115,7 +163,13 @@ impl Progress for Console {
                     .expect("not poisoned")
                     .insert(address.clone(), bar);
             }
-            None => self.line(format!("{address}: {}...", doing(action))),
+            None => {
+                self.running
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .insert(address.clone(), (action, Instant::now(), 0));
+                self.line(format!("{address}: {}...", doing(action)));
+            }
         }
     }
 
@@ -132,6 +186,10 @@ impl Progress for Console {
                 multi.remove(&bar);
             }
         }
+        self.running
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(address);
         let secs = elapsed.as_secs_f64();
         match result {
             Ok(()) => self.line(format!("{address}: {} after {secs:.1}s", done(action))),
@@ -184,4 +242,31 @@ pub fn report_table(report: &ApplyReport) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_running_resource_is_reported_once_per_interval() {
+        let running = Running::default();
+        let t0 = Instant::now();
+        let address: Address = "k8s.kubeflow".parse().unwrap();
+        running
+            .lock()
+            .unwrap()
+            .insert(address, (Action::Update, t0, 0));
+        assert!(still_lines(&running, t0 + Duration::from_secs(9)).is_empty());
+        assert_eq!(
+            still_lines(&running, t0 + Duration::from_secs(10)),
+            ["k8s.kubeflow: Still modifying... [10s elapsed]"]
+        );
+        assert!(still_lines(&running, t0 + Duration::from_secs(15)).is_empty());
+        // A late tick reports the last interval reached, once.
+        assert_eq!(
+            still_lines(&running, t0 + Duration::from_secs(31)),
+            ["k8s.kubeflow: Still modifying... [30s elapsed]"]
+        );
+    }
 }
