@@ -110,11 +110,16 @@ pub fn validate(spec: &EndpointSpec) -> Result<(), SageMakerError> {
             "expected s3://bucket/key of a model.tar.gz (ContainerDefinition, ModelDataUrl)",
         ));
     }
-    if !spec.instance_type.starts_with("ml.") {
+    // ProductionVariant.InstanceType is an enum of the API model.
+    let known = aws_sdk_sagemaker::types::ProductionVariantInstanceType::values();
+    if !known.contains(&spec.instance_type.as_str()) {
         return Err(invalid(
             format!("instance type {:?}", spec.instance_type),
-            "SageMaker instance types start with \"ml.\", e.g. ml.m5.large \
-             (ProductionVariant, InstanceType)",
+            &format!(
+                "not a SageMaker hosting instance type (ProductionVariant, InstanceType), e.g. \
+                 ml.m5.large; {}",
+                super::similar(&spec.instance_type, known)
+            ),
         ));
     }
     if spec.instance_count < 1 {

@@ -217,6 +217,27 @@ impl SageMakerError {
 /// training jobs answer `ValidationException` with "Could not find ..." (or
 /// "Requested resource not found" for training jobs) rather than a typed
 /// not-found error, so the message is what tells.
+/// What to suggest for an instance type not in `known` (an enum of the
+/// SageMaker API model, as the SDK lists it): the sizes of its family when
+/// the family exists, else every family.
+pub(crate) fn similar(given: &str, known: &[&'static str]) -> String {
+    let family = |t: &'static str| t.rsplit_once('.').map_or(t, |(f, _)| f);
+    let given_family = given.rsplit_once('.').map_or(given, |(f, _)| f);
+    let same: Vec<&str> = known
+        .iter()
+        .copied()
+        .filter(|k| family(k) == given_family)
+        .collect();
+    if same.is_empty() {
+        let mut families: Vec<&str> = known.iter().copied().map(family).collect();
+        families.sort_unstable();
+        families.dedup();
+        format!("the families are {}", families.join(", "))
+    } else {
+        format!("{given_family} comes in {}", same.join(", "))
+    }
+}
+
 fn is_not_found<E: ProvideErrorMetadata>(e: &SdkError<E>) -> bool {
     let Some(service) = e.as_service_error() else {
         return false;

@@ -243,11 +243,17 @@ pub fn validate(spec: &TrainingJobSpec) -> Result<(), SageMakerError> {
              (AlgorithmSpecification, TrainingImage)",
         ));
     }
-    if !spec.instance_type.starts_with("ml.") {
+    // ResourceConfig.InstanceType is an enum of the API model; the SDK
+    // lists its values.
+    let known = aws_sdk_sagemaker::types::TrainingInstanceType::values();
+    if !known.contains(&spec.instance_type.as_str()) {
         return Err(invalid(
             &format!("instance type {:?}", spec.instance_type),
-            "SageMaker instance types start with \"ml.\", e.g. ml.m5.xlarge \
-             (ResourceConfig, InstanceType)",
+            format!(
+                "not a SageMaker training instance type (ResourceConfig, InstanceType), e.g. \
+                 ml.m5.xlarge; {}",
+                super::similar(&spec.instance_type, known)
+            ),
         ));
     }
     if spec.instance_count < 1 {
@@ -1159,6 +1165,50 @@ mod tests {
             .enable_network_isolation(spec.network_isolation)
             .enable_inter_container_traffic_encryption(spec.inter_container_encryption)
             .build()
+    }
+
+    #[test]
+    fn instance_types_are_the_api_enum_and_a_miss_suggests_the_family() {
+        for bad in ["ml.bogus", "ml.m5.huge", "m5.xlarge"] {
+            let e = validate(&TrainingJobSpec {
+                instance_type: bad.into(),
+                ..spec()
+            })
+            .unwrap_err()
+            .to_string();
+            assert!(
+                e.contains(&format!("instance type {bad:?}"))
+                    && e.contains("not a SageMaker training instance type"),
+                "{e}"
+            );
+        }
+        let e = validate(&TrainingJobSpec {
+            instance_type: "ml.m5.huge".into(),
+            ..spec()
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("ml.m5 comes in ") && e.contains("ml.m5.xlarge"),
+            "{e}"
+        );
+        let e = validate(&TrainingJobSpec {
+            instance_type: "ml.bogus".into(),
+            ..spec()
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("the families are ") && e.contains("ml.p3"),
+            "{e}"
+        );
+        for ok in ["ml.g5.xlarge", "ml.p3.2xlarge", "ml.c5.2xlarge"] {
+            validate(&TrainingJobSpec {
+                instance_type: ok.into(),
+                ..spec()
+            })
+            .unwrap();
+        }
     }
 
     #[test]

@@ -108,6 +108,73 @@ pub const KNOWN: [&str; 11] = [
     "max-train-samples",
 ];
 
+/// The hyperparameters for `kfaws-trainer train --help`: one line each,
+/// with its default (from [`Hyperparameters::default`]) and meaning, in
+/// [`KNOWN`]'s order.
+pub fn help() -> String {
+    let d = Hyperparameters::default();
+    let rows = [
+        (
+            "batch-size",
+            d.batch_size.to_string(),
+            "images per rank per step (also batch_size)",
+        ),
+        (
+            "test-batch-size",
+            d.test_batch_size.to_string(),
+            "images per evaluation batch",
+        ),
+        (
+            "epochs",
+            d.epochs.to_string(),
+            "passes over the training set",
+        ),
+        ("lr", d.lr.to_string(), "SGD learning rate, > 0"),
+        (
+            "momentum",
+            d.momentum.to_string(),
+            "SGD momentum in [0, 1), dampening 0 as PyTorch's",
+        ),
+        (
+            "seed",
+            d.seed.to_string(),
+            "initialisation, shuffling (seed + epoch) and augmentation",
+        ),
+        (
+            "log-interval",
+            d.log_interval.to_string(),
+            "a training line every N steps (0: per epoch)",
+        ),
+        (
+            "backend",
+            d.backend.clone(),
+            "gloo (CPU) or nccl (a build with --features cuda)",
+        ),
+        (
+            "model-type",
+            d.model_type.clone(),
+            "the reference network (the only one)",
+        ),
+        (
+            "dataset",
+            "from the files".into(),
+            "mnist, fashion-mnist or cifar10, where IDX files do not say",
+        ),
+        (
+            "max-train-samples",
+            "all".into(),
+            "train on the first N examples only",
+        ),
+    ];
+    let mut text = String::from(
+        "Hyperparameters (--hp KEY=VALUE, repeatable, or SageMaker's hyperparameters.json):\n",
+    );
+    for (key, default, meaning) in rows {
+        text.push_str(&format!("  {key:<18} {meaning} [default: {default}]\n"));
+    }
+    text
+}
+
 impl Hyperparameters {
     /// Applies one `key = value` (raw text, JSON-decoded first when it parses as JSON), naming
     /// `origin` in errors.
@@ -249,6 +316,18 @@ fn decode(value: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn help_lists_every_known_hyperparameter_in_order() {
+        let help = super::help();
+        let listed: Vec<&str> = help
+            .lines()
+            .skip(1)
+            .filter_map(|l| l.split_whitespace().next())
+            .collect();
+        assert_eq!(listed, super::KNOWN);
+        assert!(help.contains("[default: 0.02]"), "{help}");
+    }
+
     use super::*;
 
     #[test]

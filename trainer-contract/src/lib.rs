@@ -10,4 +10,6 @@ mod dataset;
 mod hyperparameters;
 
 pub use dataset::DatasetKind;
-pub use hyperparameters::{find_duplicate, HyperparameterError, Hyperparameters, KNOWN};
+pub use hyperparameters::{
+    find_duplicate, help as hyperparameters_help, HyperparameterError, Hyperparameters, KNOWN,
+};

@@ -24,6 +24,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Train (SageMaker invokes the container with `train`).
+    #[command(after_help = kfaws_trainer_contract::hyperparameters_help())]
     Train(Box<TrainArgs>),
     /// Serve the trained model (SageMaker invokes the container with `serve`).
     Serve(ServeArgs),

@@ -39,7 +39,8 @@ pub enum ConfigError {
 /// `kfaws-trainer train` flags. Each also reads the `TRAINER_*` variable shown in `--help`.
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct TrainArgs {
-    /// Directory holding the dataset (CIFAR-10 binary or (Fashion-)MNIST IDX files).
+    /// Directory holding the dataset: CIFAR-10 binary (`data_batch_1.bin`…) or python batches
+    /// (`data_batch_1`…), or (Fashion-)MNIST IDX files, gzipped or not.
     #[arg(long, env = "TRAINER_DATA_DIR")]
     pub data_dir: Option<PathBuf>,
     /// SageMaker input channel to read the dataset from (default: `training`, or the only one).
