@@ -540,23 +540,31 @@ async fn a_version_upgrade_and_endpoint_access_drift_are_updated_in_place() {
         .await
         .unwrap();
     assert!(update.update().is_some());
-    // The version upgrade joins the same update of the cluster.
-    d.write_config("kubernetes_version = \"1.33\"");
+    // The version upgrade joins the same update of the cluster, one minor
+    // version at a time, as the plan shows.
+    d.write_config("kubernetes_version = \"1.34\"");
     let plan = d.stdout(&["plan"]);
     assert!(plan.contains("~ eks.cluster"), "{plan}");
     assert!(plan.contains("kubernetes_version"), "{plan}");
     assert!(plan.contains("endpoint_private_access"), "{plan}");
+    assert!(
+        plan.contains(
+            "~ Kubernetes 1.33 (UpdateClusterVersion)  # EKS upgrades one minor version at a \
+             time: 2 upgrades"
+        ) && plan.contains("~ Kubernetes 1.34 (UpdateClusterVersion)"),
+        "{plan}"
+    );
     d.stdout(&["apply", "--auto-approve"]);
     let after = eks.describe_cluster().name(&d.name).send().await.unwrap();
     let after = after.cluster().unwrap();
-    assert_eq!(after.version(), Some("1.33"));
+    assert_eq!(after.version(), Some("1.34"));
     assert!(after
         .resources_vpc_config()
         .unwrap()
         .endpoint_private_access());
     assert_eq!(arn(after), arn(before));
     assert_eq!(after.created_at(), before.created_at(), "not replaced");
-    assert_eq!(d.calls("UpdateClusterVersion"), 1);
+    assert_eq!(d.calls("UpdateClusterVersion"), 2);
     d.kfaws(&["plan", "--detailed-exitcode"]).assert().code(0);
 
     // EKS cannot downgrade: the plan refuses, naming the versions, and
@@ -568,7 +576,7 @@ async fn a_version_upgrade_and_endpoint_access_drift_are_updated_in_place() {
         assert!(
             err.contains("eks.cluster: cluster")
                 && err
-                    .contains("the cluster runs Kubernetes 1.33; EKS cannot downgrade it to 1.32"),
+                    .contains("the cluster runs Kubernetes 1.34; EKS cannot downgrade it to 1.32"),
             "{args:?}: {err}"
         );
     }

@@ -38,7 +38,7 @@ use crate::address::Address;
 use crate::aws::error_message;
 use crate::aws::wait::{wait_until, Backoff, Poll};
 use crate::plan::Action;
-use crate::resource::{Applied, Check, Inputs, Observed, Outputs, Resource, ResourceError};
+use crate::resource::{Applied, Check, Detail, Inputs, Observed, Outputs, Resource, ResourceError};
 use crate::state::ResourceState;
 
 /// The `stack.network` output with the private subnet ids, comma-separated.
@@ -536,6 +536,38 @@ impl Resource for ClusterResource {
             live = self.wait_active().await?;
         }
         Ok(Self::applied(&live))
+    }
+
+    /// The Kubernetes versions an update passes through, one
+    /// `UpdateClusterVersion` each ([`upgrade_path`]).
+    async fn preview_update(
+        &self,
+        _recorded: &ResourceState,
+        _inputs: &Inputs,
+    ) -> Result<Vec<Detail>, ResourceError> {
+        let Some(live) = self.ours().await? else {
+            return Ok(vec![]);
+        };
+        let path = upgrade_path(live.version().unwrap_or_default(), &self.kubernetes_version)
+            .map_err(|m| ResourceError::msg(format!("cluster {}: {m}", self.name)))?;
+        let steps = path.len();
+        Ok(path
+            .into_iter()
+            .enumerate()
+            .map(|(i, version)| Detail {
+                action: "Modify".into(),
+                name: format!("Kubernetes {version}"),
+                kind: "UpdateClusterVersion".into(),
+                replacement: None,
+                condition: None,
+                note: (steps > 1 && i == 0).then(|| {
+                    format!(
+                        "EKS upgrades one minor version at a time: {steps} upgrades, each waited \
+                         for"
+                    )
+                }),
+            })
+            .collect())
     }
 
     /// An update to a Kubernetes version older than the live cluster's is
