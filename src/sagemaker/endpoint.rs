@@ -116,8 +116,8 @@ pub fn validate(spec: &EndpointSpec) -> Result<(), SageMakerError> {
         return Err(invalid(
             format!("instance type {:?}", spec.instance_type),
             &format!(
-                "not a SageMaker hosting instance type (ProductionVariant, InstanceType), e.g. \
-                 ml.m5.large; {}",
+                "not a SageMaker hosting instance type this kfaws knows (ProductionVariant \
+                 InstanceType: the values of the SDK it was built with), e.g. ml.m5.large; {}",
                 super::similar(&spec.instance_type, known)
             ),
         ));

@@ -250,8 +250,8 @@ pub fn validate(spec: &TrainingJobSpec) -> Result<(), SageMakerError> {
         return Err(invalid(
             &format!("instance type {:?}", spec.instance_type),
             format!(
-                "not a SageMaker training instance type (ResourceConfig, InstanceType), e.g. \
-                 ml.m5.xlarge; {}",
+                "not a SageMaker training instance type this kfaws knows (ResourceConfig \
+                 InstanceType: the values of the SDK it was built with), e.g. ml.m5.xlarge; {}",
                 super::similar(&spec.instance_type, known)
             ),
         ));
@@ -1178,7 +1178,7 @@ mod tests {
             .to_string();
             assert!(
                 e.contains(&format!("instance type {bad:?}"))
-                    && e.contains("not a SageMaker training instance type"),
+                    && e.contains("not a SageMaker training instance type this kfaws knows"),
                 "{e}"
             );
         }
