@@ -686,8 +686,17 @@ async fn demo_path_trains_on_both_runtimes_serves_the_model_and_destroys_everyth
         "demo-sm",
         "--image",
         &image,
+        "--follow",
     ]);
     assert!(sm.contains("Training job demo-sm completed"), "{sm}");
+    // --follow: the instances' log, then the final status after its last line.
+    let last_log = sm
+        .rfind("[algo-1] epoch=1")
+        .unwrap_or_else(|| panic!("no log: {sm}"));
+    let completed = sm
+        .find("] Completed / ")
+        .unwrap_or_else(|| panic!("no status: {sm}"));
+    assert!(last_log < completed, "{sm}");
     let sm_acc = metric(&sm, "test_acc").unwrap_or_else(|| panic!("no test_acc: {sm}"));
     assert!(sm_acc >= 0.80, "SageMaker accuracy {sm_acc}: {sm}");
     assert!(sm.contains("model.tar.gz"), "{sm}");

@@ -333,14 +333,24 @@ pub async fn train(
     // stops the waiting, never the job (only a signal to kfaws stops the job).
     let output_closed = CancellationToken::new();
     let progress = Progress::new(output_closed.clone());
+    // With --follow, the final status line waits for the log's last lines.
+    let final_status: std::sync::Mutex<Option<String>> = std::sync::Mutex::default();
     let waiting = training::wait_training_job(&sm, job.as_str(), timeout, |e| {
         let secondary = e.secondary_status.as_deref().unwrap_or("-");
         let message = e.message.as_deref().unwrap_or("");
-        progress.line(&format!(
+        let line = format!(
             "  [{:>5.0}s] {} / {secondary} {message}",
             e.elapsed.as_secs_f64(),
             e.status
-        ));
+        );
+        let terminal = matches!(e.status.as_str(), "Completed" | "Failed" | "Stopped");
+        if args.follow && terminal {
+            *final_status
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(line);
+        } else {
+            progress.line(&line);
+        }
     });
     tokio::pin!(waiting);
     let mut cursor: Option<FollowCursor> = None;
@@ -391,6 +401,13 @@ pub async fn train(
             None => follow_logs(&logs, job.as_str(), None, print).await,
             Some(c) => follow_logs_from(&logs, job.as_str(), c, print).await,
         };
+    }
+    let last = final_status
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .take();
+    if let Some(line) = last {
+        say(&line);
     }
     match outcome.status {
         TrainingStatus::Completed => {
