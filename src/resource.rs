@@ -231,11 +231,15 @@ pub trait Resource: Send + Sync {
         Vec::new()
     }
 
-    /// What a delete would remove inside the resource, from its state entry
-    /// alone (for `plan`; no call). The default shows nothing.
-    fn preview_delete(&self, recorded: &ResourceState) -> Vec<Detail> {
+    /// What a delete would remove inside the resource (for `plan`), from
+    /// its state entry and read-only calls, e.g. what other actors left in
+    /// a VPC that the delete removes too. The default shows nothing.
+    ///
+    /// # Errors
+    /// [`ResourceError`] for a failed read; the plan fails.
+    async fn preview_delete(&self, recorded: &ResourceState) -> Result<Vec<Detail>, ResourceError> {
         let _ = recorded;
-        Vec::new()
+        Ok(Vec::new())
     }
 
     /// Deletes the resource and waits until it is gone; gone already is success.
@@ -298,6 +302,17 @@ pub trait Guard: Send + Sync {
         Ok(())
     }
 
+    /// As [`Resource::preview_delete`], for what the guard deletes first.
+    ///
+    /// # Errors
+    /// As [`Resource::preview_delete`].
+    async fn preview_delete(
+        &self,
+        _recorded: &ResourceState,
+    ) -> Result<Vec<Detail>, ResourceError> {
+        Ok(Vec::new())
+    }
+
     /// Spec fields for what the stack holds that its own description does
     /// not show (an IAM role's trust policy edited outside CloudFormation):
     /// added to [`Resource::spec`], computed from the config alone.
@@ -308,12 +323,14 @@ pub trait Guard: Send + Sync {
     /// The live values of [`Guard::desired`]'s fields, added to what
     /// [`Resource::read`] observes, so a difference is drift. A `health`
     /// field replaces the stack's own (a part of it that is gone).
+    /// `parameters` are the live stack's, inputs included.
     ///
     /// # Errors
     /// [`ResourceError`] for a failed call; the refresh fails.
     async fn observe(
         &self,
         _recorded: &ResourceState,
+        _parameters: &BTreeMap<String, String>,
     ) -> Result<serde_json::Map<String, Value>, ResourceError> {
         Ok(serde_json::Map::new())
     }

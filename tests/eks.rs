@@ -540,31 +540,36 @@ async fn a_version_upgrade_and_endpoint_access_drift_are_updated_in_place() {
         .await
         .unwrap();
     assert!(update.update().is_some());
-    // The version upgrade joins the same update of the cluster, one minor
-    // version at a time, as the plan shows.
+    // Two minor versions at once with node groups: refused at plan (each
+    // step needs the node groups on the control plane's version first).
     d.write_config("kubernetes_version = \"1.34\"");
+    let err = d.fails(&["plan"]);
+    assert!(
+        err.contains("kubernetes_version 1.32 -> 1.34 is 2 upgrades")
+            && err.contains("set kubernetes_version = \"1.33\""),
+        "{err}"
+    );
+    // The version upgrade joins the same update of the cluster, as the plan shows.
+    d.write_config("kubernetes_version = \"1.33\"");
     let plan = d.stdout(&["plan"]);
     assert!(plan.contains("~ eks.cluster"), "{plan}");
     assert!(plan.contains("kubernetes_version"), "{plan}");
     assert!(plan.contains("endpoint_private_access"), "{plan}");
     assert!(
-        plan.contains(
-            "~ Kubernetes 1.33 (UpdateClusterVersion)  # EKS upgrades one minor version at a \
-             time: 2 upgrades"
-        ) && plan.contains("~ Kubernetes 1.34 (UpdateClusterVersion)"),
+        plan.contains("~ Kubernetes 1.33 (UpdateClusterVersion)"),
         "{plan}"
     );
     d.stdout(&["apply", "--auto-approve"]);
     let after = eks.describe_cluster().name(&d.name).send().await.unwrap();
     let after = after.cluster().unwrap();
-    assert_eq!(after.version(), Some("1.34"));
+    assert_eq!(after.version(), Some("1.33"));
     assert!(after
         .resources_vpc_config()
         .unwrap()
         .endpoint_private_access());
     assert_eq!(arn(after), arn(before));
     assert_eq!(after.created_at(), before.created_at(), "not replaced");
-    assert_eq!(d.calls("UpdateClusterVersion"), 2);
+    assert_eq!(d.calls("UpdateClusterVersion"), 1);
     d.kfaws(&["plan", "--detailed-exitcode"]).assert().code(0);
 
     // EKS cannot downgrade: the plan refuses, naming the versions, and
@@ -576,7 +581,7 @@ async fn a_version_upgrade_and_endpoint_access_drift_are_updated_in_place() {
         assert!(
             err.contains("eks.cluster: cluster")
                 && err
-                    .contains("the cluster runs Kubernetes 1.34; EKS cannot downgrade it to 1.32"),
+                    .contains("the cluster runs Kubernetes 1.33; EKS cannot downgrade it to 1.32"),
             "{args:?}: {err}"
         );
     }

@@ -158,7 +158,7 @@ async fn a_foreign_sagemakerrole_fails_the_plan_and_nothing_is_created() {
 /// else holds would be taken over by the stack (and deleted by its
 /// destroy); the plan refuses it as it refuses a create.
 #[tokio::test]
-async fn renaming_the_sagemaker_role_to_a_foreign_role_fails_the_plan() {
+async fn renaming_a_role_or_the_bucket_to_one_someone_else_holds_fails_the_plan() {
     let d = Deployment::new("");
     d.stdout(&["apply", "--auto-approve"]);
     let aws = d.aws().await;
@@ -184,6 +184,26 @@ async fn renaming_the_sagemaker_role_to_a_foreign_role_fails_the_plan() {
         err.contains(&format!(
             "stack.iam: IAM role {foreign:?} (options.sagemaker_role_name) already exists in \
              this account and it was not created by kfaws"
+        )),
+        "{err}"
+    );
+    assert_eq!(changes(), before, "nothing changed");
+
+    // The same for the artifact bucket, held in another account.
+    let other = Account::new(&fresh_account()).await;
+    let taken = format!("{}-taken-bucket", d.name);
+    other
+        .s3()
+        .create_bucket()
+        .bucket(&taken)
+        .send()
+        .await
+        .unwrap();
+    d.write_config(&format!("[options]\nartifact_bucket = {taken:?}\n"));
+    let err = d.fails(&["apply", "--auto-approve"]);
+    assert!(
+        err.contains(&format!(
+            "stack.storage: S3 bucket {taken:?} (options.artifact_bucket)"
         )),
         "{err}"
     );
@@ -355,7 +375,19 @@ async fn leftover_enis_and_load_balancer_groups_of_the_cluster_are_removed_befor
     let cluster_sg = d.output("eks.cluster", "cluster_security_group_id");
     let cluster_eni = eni(&aws, &subnet, &cluster_sg).await;
 
-    d.kfaws(&["plan", "--destroy"]).assert().success();
+    // The plan names what goes with the network although kfaws did not make it.
+    let plan = d.stdout(&["plan", "--destroy"]);
+    for (id, kind) in [
+        (&cni, "network interface"),
+        (&lb_eni, "network interface"),
+        (&cluster_eni, "network interface"),
+        (&lb, "security group"),
+    ] {
+        assert!(
+            plan.contains(&format!("- {id} ({kind})  # left in the VPC for cluster")),
+            "{id} not in:\n{plan}"
+        );
+    }
     let done = d.kfaws(&["destroy", "--auto-approve"]).assert().success();
     let out = String::from_utf8_lossy(&done.get_output().stdout);
     assert!(out.contains("Destroy complete!"), "{out}");

@@ -32,7 +32,7 @@ use super::bucket::{self, Holder};
 use super::stack::{DEPLOYMENT_TAG, LINEAGE_TAG};
 use super::{error_message, vpc};
 use crate::plan::Action;
-use crate::resource::{Check, DeleteOptions, Guard, ResourceError};
+use crate::resource::{Check, DeleteOptions, Detail, Guard, ResourceError};
 use crate::state::ResourceState;
 
 /// The deployment and lineage whose tags mark what kfaws made.
@@ -226,7 +226,12 @@ impl Guard for BucketGuard {
                 Err(e) => return Err(ResourceError::msg(e)),
             }
         }
-        if check.action == Action::Create {
+        // A create, or an update that renames the bucket (AWS::S3::Bucket
+        // `BucketName` requires replacement: a new bucket of the new name).
+        let renamed = check.action == Action::Update
+            && check.recorded.is_some()
+            && self.recorded_bucket(check.recorded) != self.bucket;
+        if check.action == Action::Create || renamed {
             let problem = match bucket::holder(&self.s3, &self.bucket).await {
                 Ok(Holder::Nobody) => None,
                 Ok(Holder::Visible(tags)) => {
@@ -407,6 +412,42 @@ impl Guard for VpcGuard {
                 vpc::blocked(&vpc_id, &findings.blockers)
             )))
         }
+    }
+
+    /// The interfaces and security groups the cluster's controllers left
+    /// that [`Guard::before_delete`] would delete now, by id.
+    async fn preview_delete(&self, recorded: &ResourceState) -> Result<Vec<Detail>, ResourceError> {
+        let Some(vpc_id) = Self::vpc_id(Some(recorded)) else {
+            return Ok(vec![]);
+        };
+        let ours = self.ours().await?;
+        let survey = vpc::survey(&self.ec2, &vpc_id)
+            .await
+            .map_err(ResourceError::msg)?;
+        let findings = vpc::classify(&survey, &ours, &self.cluster);
+        let left = |id: &String, kind: &str| Detail {
+            action: "Remove".into(),
+            name: id.clone(),
+            kind: kind.into(),
+            replacement: None,
+            condition: None,
+            note: Some(format!(
+                "left in the VPC for cluster {} by Kubernetes, not created by kfaws; deleted \
+                 before the VPC",
+                self.cluster
+            )),
+        };
+        Ok(findings
+            .remove_enis
+            .iter()
+            .map(|id| left(id, "network interface"))
+            .chain(
+                findings
+                    .remove_groups
+                    .iter()
+                    .map(|id| left(id, "security group")),
+            )
+            .collect())
     }
 
     async fn before_delete(

@@ -399,8 +399,18 @@ impl Resource for StackResource {
             spec.insert("template_sha256".into(), json!(hash));
         }
         if let Some(recorded) = recorded {
+            let parameters: BTreeMap<String, String> = stack
+                .parameters()
+                .iter()
+                .filter_map(|p| {
+                    Some((
+                        p.parameter_key()?.to_string(),
+                        p.parameter_value()?.to_string(),
+                    ))
+                })
+                .collect();
             for guard in &self.guards {
-                spec.extend(guard.observe(recorded).await?);
+                spec.extend(guard.observe(recorded, &parameters).await?);
             }
         }
         let applied = Self::applied(&stack);
@@ -541,6 +551,14 @@ impl Resource for StackResource {
         // A plan leaves nothing behind: the change set goes whatever it said.
         let set = self.change_set(&name, inputs, true).await?;
         Ok(set.map(|s| s.changes).unwrap_or_default())
+    }
+
+    async fn preview_delete(&self, recorded: &ResourceState) -> Result<Vec<Detail>, ResourceError> {
+        let mut details = Vec::new();
+        for guard in &self.guards {
+            details.extend(guard.preview_delete(recorded).await?);
+        }
+        Ok(details)
     }
 
     async fn delete(&self, recorded: &ResourceState) -> Result<(), ResourceError> {

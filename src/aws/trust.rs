@@ -57,13 +57,17 @@ pub struct TrustGuard {
     pub roles: Vec<TrustedRole>,
 }
 
+/// How [`grant`] names the cluster's own OIDC provider.
+pub const CLUSTER_PROVIDER: &str = "the cluster's OIDC provider";
+
 /// What a trust policy grants, as compared with the desired one: the
-/// subjects and audiences of its web-identity statements. The template's
-/// policy reads `{"subject": "system:serviceaccount:…", "audience":
-/// "sts.amazonaws.com"}`; anything else (another or a second subject, a
-/// `StringLike` wildcard, a second statement) reads differently and so is
-/// drift. Pure.
-pub fn grant(document: &Value) -> Value {
+/// identity providers, subjects and audiences of its web-identity
+/// statements. The template's policy reads `{"provider": CLUSTER_PROVIDER,
+/// "subject": "system:serviceaccount:…", "audience": "sts.amazonaws.com"}`
+/// when `provider_arn` is the cluster's provider; anything else (another or
+/// a second provider or subject, a `StringLike` wildcard, a second
+/// statement) reads differently and so is drift. Pure.
+pub fn grant(document: &Value, provider_arn: Option<&str>) -> Value {
     let statements = match document.get("Statement") {
         Some(Value::Array(list)) => list.clone(),
         Some(one) => vec![one.clone()],
@@ -71,6 +75,7 @@ pub fn grant(document: &Value) -> Value {
     };
     let mut subjects = Vec::new();
     let mut audiences = Vec::new();
+    let mut providers = Vec::new();
     let mut other = Vec::new();
     for st in &statements {
         let web_identity = st.get("Effect") == Some(&json!("Allow"))
@@ -80,6 +85,22 @@ pub fn grant(document: &Value) -> Value {
         if !web_identity {
             other.push(st.clone());
             continue;
+        }
+        match st.get("Principal") {
+            Some(Value::Object(principals)) => {
+                for (kind, who) in principals {
+                    for arn in values(Some(who)) {
+                        providers.push(
+                            if kind == "Federated" && Some(arn.as_str()) == provider_arn {
+                                CLUSTER_PROVIDER.to_string()
+                            } else {
+                                format!("{kind} {arn}")
+                            },
+                        );
+                    }
+                }
+            }
+            other => providers.push(format!("Principal {}", other.unwrap_or(&Value::Null))),
         }
         let conditions = st.get("Condition").and_then(Value::as_object);
         for (operator, keys) in conditions.into_iter().flatten() {
@@ -116,7 +137,11 @@ pub fn grant(document: &Value) -> Value {
             _ => json!(v),
         }
     };
-    let mut grant = json!({"subject": one_or_all(subjects), "audience": one_or_all(audiences)});
+    let mut grant = json!({
+        "provider": one_or_all(providers),
+        "subject": one_or_all(subjects),
+        "audience": one_or_all(audiences),
+    });
     if !other.is_empty() {
         grant["other_statements"] = json!(other);
     }
@@ -154,13 +179,18 @@ pub fn document(provider_arn: &str, issuer: &str, subject: &str) -> Value {
 
 impl TrustedRole {
     fn desired(&self) -> Value {
-        json!({"subject": self.subject, "audience": AUDIENCE})
+        json!({"provider": CLUSTER_PROVIDER, "subject": self.subject, "audience": AUDIENCE})
     }
 }
 
 impl TrustGuard {
-    /// The role's live grant ([`grant`]), or `None` when it does not exist.
-    async fn live(&self, name: &str) -> Result<Option<Value>, ResourceError> {
+    /// The role's live grant ([`grant`]) with `provider` the cluster's
+    /// OIDC provider, or `None` when the role does not exist.
+    async fn live(
+        &self,
+        name: &str,
+        provider: Option<&str>,
+    ) -> Result<Option<Value>, ResourceError> {
         let role = match self.iam.get_role().role_name(name).send().await {
             Ok(out) => out.role,
             Err(e) if e.code() == Some("NoSuchEntity") => return Ok(None),
@@ -188,7 +218,7 @@ impl TrustGuard {
                 "the trust policy of IAM role {name} is not JSON: {e}"
             ))
         })?;
-        Ok(Some(grant(&doc)))
+        Ok(Some(grant(&doc, provider)))
     }
 
     /// The role's name as applied: the recorded parameter, else the config's.
@@ -213,12 +243,17 @@ impl Guard for TrustGuard {
         Map::from_iter([(FIELD.to_string(), Value::Object(trust))])
     }
 
-    async fn observe(&self, recorded: &ResourceState) -> Result<Map<String, Value>, ResourceError> {
+    async fn observe(
+        &self,
+        recorded: &ResourceState,
+        parameters: &BTreeMap<String, String>,
+    ) -> Result<Map<String, Value>, ResourceError> {
+        let provider = parameters.get(PROVIDER_PARAMETER).map(String::as_str);
         let mut trust = Map::new();
         let mut gone = Vec::new();
         for role in &self.roles {
             let name = Self::recorded_name(role, recorded);
-            match self.live(name).await? {
+            match self.live(name, provider).await? {
                 Some(grant) => {
                     trust.insert(role.resource.to_string(), grant);
                 }
@@ -248,7 +283,8 @@ impl Guard for TrustGuard {
         };
         for role in &self.roles {
             let name = param(role.parameter)?;
-            let Some(live) = self.live(name).await? else {
+            let provider = param(PROVIDER_PARAMETER)?;
+            let Some(live) = self.live(name, Some(provider)).await? else {
                 return Err(ResourceError::msg(format!(
                     "IAM role {name} was deleted outside kfaws; CloudFormation does not \
                      recreate it in an update. Run `kfaws plan` again: it replaces the stack"
@@ -257,11 +293,7 @@ impl Guard for TrustGuard {
             if live == role.desired() {
                 continue;
             }
-            let doc = document(
-                param(PROVIDER_PARAMETER)?,
-                param(ISSUER_PARAMETER)?,
-                &role.subject,
-            );
+            let doc = document(provider, param(ISSUER_PARAMETER)?, &role.subject);
             tracing::info!(role = %name, subject = %role.subject, "restoring the trust policy");
             self.iam
                 .update_assume_role_policy()
@@ -286,11 +318,22 @@ mod tests {
 
     const ISSUER: &str = "oidc.eks.us-east-1.amazonaws.com/id/ABC";
     const SA: &str = "system:serviceaccount:kube-system:efs-csi-controller-sa";
+    const PROVIDER: &str = "arn:aws:iam::1:oidc-provider/x";
 
     #[test]
     fn the_declared_policy_grants_one_subject_for_sts() {
-        let doc = document("arn:aws:iam::1:oidc-provider/x", ISSUER, SA);
-        assert_eq!(grant(&doc), json!({"subject": SA, "audience": AUDIENCE}));
+        let doc = document(PROVIDER, ISSUER, SA);
+        assert_eq!(
+            grant(&doc, Some(PROVIDER)),
+            json!({"provider": CLUSTER_PROVIDER, "subject": SA, "audience": AUDIENCE})
+        );
+        // Another provider (another cluster's, or any identity provider of
+        // the account) is seen by its ARN.
+        let other = document("arn:aws:iam::1:oidc-provider/other", ISSUER, SA);
+        assert_eq!(
+            grant(&other, Some(PROVIDER))["provider"],
+            "Federated arn:aws:iam::1:oidc-provider/other"
+        );
     }
 
     #[test]
@@ -299,7 +342,7 @@ mod tests {
         other["Statement"][0]["Condition"]["StringEquals"][format!("{ISSUER}:sub")] =
             json!("system:serviceaccount:kube-system:some-other-sa");
         assert_eq!(
-            grant(&other)["subject"],
+            grant(&other, None)["subject"],
             "system:serviceaccount:kube-system:some-other-sa"
         );
 
@@ -317,7 +360,7 @@ mod tests {
             json!({format!("{ISSUER}:sub"): sub.as_str().unwrap().replace("efs-csi-controller-sa", "*")}),
         );
         assert_eq!(
-            grant(&wildcard)["subject"],
+            grant(&wildcard, None)["subject"],
             "StringLike system:serviceaccount:kube-system:*"
         );
 
@@ -326,8 +369,8 @@ mod tests {
             .as_object_mut()
             .unwrap()
             .remove("Condition");
-        assert_eq!(grant(&open)["subject"], "any (no condition)");
-        assert_eq!(grant(&open)["audience"], json!([]));
+        assert_eq!(grant(&open, None)["subject"], "any (no condition)");
+        assert_eq!(grant(&open, None)["audience"], json!([]));
     }
 
     #[test]
@@ -336,14 +379,14 @@ mod tests {
         doc["Statement"][0]["Condition"]["StringEquals"][format!("{ISSUER}:sub")] =
             json!([SA, "system:serviceaccount:default:x"]);
         assert_eq!(
-            grant(&doc)["subject"],
+            grant(&doc, None)["subject"],
             json!(["system:serviceaccount:default:x", SA])
         );
 
         let mut doc = document("p", ISSUER, SA);
         let extra = json!({"Effect": "Allow", "Principal": {"AWS": "arn:aws:iam::2:root"}, "Action": "sts:AssumeRole"});
         doc["Statement"].as_array_mut().unwrap().push(extra.clone());
-        let g = grant(&doc);
+        let g = grant(&doc, None);
         assert_eq!(g["subject"], SA);
         assert_eq!(g["other_statements"], json!([extra]));
     }

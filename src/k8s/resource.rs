@@ -428,8 +428,7 @@ impl ManifestsResource {
                 let user = self.used_elsewhere.get(ns)?;
                 Some(format!(
                     "this change deletes Namespace {ns} (it left {}), and with it everything in \
-                     it, but {user} is there; keep the Namespace object in {}, or move it to the \
-                     bundle that uses it in the same change",
+                     it, but {user} is there; keep the Namespace object in {}",
                     self.source_label(),
                     self.source_label()
                 ))
@@ -887,11 +886,11 @@ impl Resource for ManifestsResource {
         Ok(details)
     }
 
-    fn preview_delete(&self, recorded: &ResourceState) -> Vec<Detail> {
-        recorded_objects(recorded)
+    async fn preview_delete(&self, recorded: &ResourceState) -> Result<Vec<Detail>, ResourceError> {
+        Ok(recorded_objects(recorded)
             .iter()
             .map(|k| object_detail("Remove", k))
-            .collect()
+            .collect())
     }
 }
 

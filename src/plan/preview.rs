@@ -1,6 +1,7 @@
 //! Preview: ask each resource planned for an update what the update will
-//! change inside it (a CloudFormation change set's resource changes), at
-//! most `parallelism` at once. Nothing is changed.
+//! change inside it (a CloudFormation change set's resource changes), and
+//! each one planned for a delete what else goes with it (what other actors
+//! left in a VPC), at most `parallelism` at once. Nothing is changed.
 //!
 //! Dependencies' outputs are taken as recorded. Where a dependency changes
 //! in the same apply its new outputs are not known yet, so such an update is
@@ -13,11 +14,12 @@ use crate::address::Address;
 use crate::resource::Inputs;
 use crate::state::State;
 
-/// Updates the service refused, by address.
+/// Previews that failed: updates the service refused, or reads of a
+/// delete's preview that failed, by address.
 #[derive(Debug, thiserror::Error)]
-#[error("the planned update was refused for {}", super::render_failures(.failures))]
+#[error("the planned change could not be previewed for {}", super::render_failures(.failures))]
 pub struct PreviewError {
-    /// `(address, message)` for each refused update.
+    /// `(address, message)` for each failed preview.
     pub failures: Vec<(Address, String)>,
 }
 
@@ -41,14 +43,8 @@ pub async fn preview(
         let Some(handle) = handles.get(&c.address) else {
             continue;
         };
-        match c.action {
-            Action::Create | Action::Replace => c.details = handle.preview_create(),
-            Action::Delete => {
-                if let Some(recorded) = state.resources.get(&c.address) {
-                    c.details = handle.preview_delete(recorded);
-                }
-            }
-            _ => {}
+        if matches!(c.action, Action::Create | Action::Replace) {
+            c.details = handle.preview_create();
         }
     }
     let changing: std::collections::BTreeSet<&Address> = changes
@@ -68,8 +64,18 @@ pub async fn preview(
         })
         .map(|(i, _)| i)
         .collect();
+    let deleted: Vec<usize> = changes
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| c.action == Action::Delete)
+        .filter(|(_, c)| {
+            handles.contains_key(&c.address) && state.resources.contains_key(&c.address)
+        })
+        .map(|(i, _)| i)
+        .collect();
     let calls = previewed
         .into_iter()
+        .chain(deleted)
         .map(|i| (i, &changes[i]))
         .map(|(i, c)| {
             let handle = &handles[&c.address];
@@ -81,7 +87,15 @@ pub async fn preview(
                     .filter_map(|d| state.resources.get(&d).map(|r| (d, r.outputs.clone())))
                     .collect(),
             );
-            async move { (i, handle.preview_update(recorded, &inputs).await) }
+            let delete = c.action == Action::Delete;
+            async move {
+                let details = if delete {
+                    handle.preview_delete(recorded).await
+                } else {
+                    handle.preview_update(recorded, &inputs).await
+                };
+                (i, details)
+            }
         });
     let results: Vec<_> = stream::iter(calls)
         .buffer_unordered(parallelism.max(1))

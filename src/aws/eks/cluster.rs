@@ -579,9 +579,41 @@ impl Resource for ClusterResource {
         let Some(live) = self.ours().await? else {
             return Ok(());
         };
-        upgrade_path(live.version().unwrap_or_default(), &self.kubernetes_version)
-            .map(|_| ())
-            .map_err(|m| ResourceError::msg(format!("cluster {}: {m}", self.name)))
+        let from = live.version().unwrap_or_default();
+        let path = upgrade_path(from, &self.kubernetes_version)
+            .map_err(|m| ResourceError::msg(format!("cluster {}: {m}", self.name)))?;
+        if path.len() > 1 {
+            // Node groups must run the control plane's minor version before
+            // its next upgrade (EKS User Guide, "Update existing cluster to
+            // new Kubernetes version"), and kfaws does not upgrade them yet.
+            let groups = self
+                .client
+                .list_nodegroups()
+                .cluster_name(&self.name)
+                .send()
+                .await
+                .map_err(|e| {
+                    ResourceError::msg(format!(
+                        "ListNodegroups {}: {}",
+                        self.name,
+                        error_message(&e)
+                    ))
+                })?;
+            if !groups.nodegroups().is_empty() {
+                return Err(ResourceError::msg(format!(
+                    "cluster {}: kubernetes_version {from} -> {} is {} upgrades, and EKS upgrades \
+                     the control plane one minor version at a time with its node groups ({}) on \
+                     its version before the next; set kubernetes_version = \"{}\", apply, and \
+                     upgrade the node groups before the next step",
+                    self.name,
+                    self.kubernetes_version,
+                    path.len(),
+                    groups.nodegroups().join(", "),
+                    path[0]
+                )));
+            }
+        }
+        Ok(())
     }
 
     async fn delete(&self, _recorded: &ResourceState) -> Result<(), ResourceError> {
