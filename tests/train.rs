@@ -557,6 +557,17 @@ async fn demo_path_trains_on_both_runtimes_serves_the_model_and_destroys_everyth
             ],
             "no such image",
         ),
+        (
+            vec![
+                "--data".to_string(),
+                FASHION_MNIST.into(),
+                "--image".into(),
+                image.clone(),
+                "--instance-type".into(),
+                "ml.m5.huge".into(),
+            ],
+            "instance type \"ml.m5.huge\"",
+        ),
     ] {
         let mut all = vec!["train", "--runtime", "sagemaker"];
         all.extend(args.iter().map(String::as_str));
@@ -564,6 +575,11 @@ async fn demo_path_trains_on_both_runtimes_serves_the_model_and_destroys_everyth
         assert!(err.contains(expected), "{args:?}: {err}");
     }
     assert_eq!(d.calls("CreateTrainingJob"), 0);
+    assert_eq!(
+        d.calls("PutObject"),
+        0,
+        "a refused job uploads nothing of its local --data"
+    );
 
     // Kubernetes: a PyTorchJob of 2 replicas reading the dataset from EFS.
     let fs = d.output("stack.storage", "FileSystemId");
@@ -689,6 +705,17 @@ async fn demo_path_trains_on_both_runtimes_serves_the_model_and_destroys_everyth
         "--follow",
     ]);
     assert!(sm.contains("Training job demo-sm completed"), "{sm}");
+    let s3_calls: Vec<_> = d
+        .aws()
+        .await
+        .calls()
+        .into_iter()
+        .filter(|(service, _, _)| service == "s3")
+        .collect();
+    assert!(
+        d.calls("PutObject") > 0,
+        "the local --data was uploaded: {s3_calls:?}"
+    );
     // --follow: the instances' log, then the final status after its last line.
     let last_log = sm
         .rfind("[algo-1] epoch=1")

@@ -270,6 +270,9 @@ pub async fn train(
     };
     let aws = d.aws(g, cancel).await?;
     let image = Deployment::image(&aws, args.image.as_ref()).await?;
+    // A local directory is uploaded only once the job is known to be valid:
+    // a refused job leaves nothing in the bucket.
+    let mut upload = None;
     let input = match data {
         DataSource::S3 { bucket, prefix } => {
             check_s3_prefix(&aws, &bucket, &prefix).await?;
@@ -283,14 +286,9 @@ pub async fn train(
         },
         DataSource::Local(dir) => {
             let prefix = format!("kfaws/datasets/{job}");
-            let n = upload_dir(&aws, &dir, &bucket, &prefix).await?;
-            say(&format!(
-                "Uploaded {n} file(s) from {} to s3://{bucket}/{prefix}/",
-                dir.display()
-            ));
-            ChannelSource::S3 {
-                uri: format!("s3://{bucket}/{prefix}/"),
-            }
+            let uri = format!("s3://{bucket}/{prefix}/");
+            upload = Some((dir, prefix));
+            ChannelSource::S3 { uri }
         }
     };
     let spec = TrainingJobSpec {
@@ -314,6 +312,13 @@ pub async fn train(
         ],
     };
     training::validate(&spec)?;
+    if let Some((dir, prefix)) = upload {
+        let n = upload_dir(&aws, &dir, &bucket, &prefix).await?;
+        say(&format!(
+            "Uploaded {n} file(s) from {} to s3://{bucket}/{prefix}/",
+            dir.display()
+        ));
+    }
     let sm = aws_sdk_sagemaker::Client::new(&aws);
     let arn = training::create_training_job(&sm, &spec).await?;
     say(&format!(

@@ -67,12 +67,30 @@ def _model(service: str):
 
 
 @functools.lru_cache(maxsize=None)
-def _rest_routes(service: str) -> list[tuple[str, re.Pattern, frozenset, int, str]]:
-    """(method, path regex, required query keys, specificity, operation) for a REST service."""
+def _required_headers(operation) -> frozenset:
+    """Lower-case names of the headers an operation's input requires: they tell
+    apart operations of one method and path (S3 ``CopyObject`` is ``PutObject``'s
+    ``PUT /{Bucket}/{Key+}`` with ``x-amz-copy-source``)."""
+    shape = operation.input_shape
+    if shape is None:
+        return frozenset()
+    required = set(shape.required_members)
+    return frozenset(
+        member.serialization["name"].lower()
+        for name, member in shape.members.items()
+        if name in required and member.serialization.get("location") == "header"
+    )
+
+
+def _rest_routes(service: str) -> list[tuple[str, re.Pattern, frozenset, frozenset, int, str]]:
+    """(method, path regex, required query keys, required headers, specificity, operation)
+    for a REST service."""
     model = _model(service)
     routes = []
     for name in model.operation_names:
-        http = model.operation_model(name).http
+        operation = model.operation_model(name)
+        http = operation.http
+        headers = _required_headers(operation)
         uri = http.get("requestUri", "/")
         path, _, query = uri.partition("?")
         keys = frozenset(k.split("=")[0] for k in query.split("&") if k)
@@ -84,16 +102,15 @@ def _rest_routes(service: str) -> list[tuple[str, re.Pattern, frozenset, int, st
             else:
                 pattern += re.escape(part)
                 literal += len(part)
-        routes.append(
-            (http.get("method", "POST"), re.compile(f"^{pattern}/?$"), keys, literal + 100 * len(keys), name)
-        )
+        specificity = literal + 100 * (len(keys) + len(headers))
+        routes.append((http.get("method", "POST"), re.compile(f"^{pattern}/?$"), keys, headers, specificity, name))
     return routes
 
 
-def _match_rest(service: str, method: str, path: str, query_keys: set[str]) -> str:
+def _match_rest(service: str, method: str, path: str, query_keys: set[str], header_names: set[str]) -> str:
     best: tuple[int, str] | None = None
-    for route_method, regex, keys, specificity, name in _rest_routes(service):
-        if route_method == method and regex.match(path) and keys <= query_keys:
+    for route_method, regex, keys, headers, specificity, name in _rest_routes(service):
+        if route_method == method and regex.match(path) and keys <= query_keys and headers <= header_names:
             if best is None or specificity > best[0]:
                 best = (specificity, name)
     return best[1] if best else "Unknown"
@@ -127,6 +144,8 @@ def identify(environ: dict, body: bytes) -> Operation:
         return Operation(service, action, protocol, access_key)
     if model and default_protocol in ("rest-json", "rest-xml"):
         path = urllib.parse.unquote(environ.get("PATH_INFO", "/"))
-        operation = _match_rest(service, environ.get("REQUEST_METHOD", "GET"), path, set(query))
+        header_names = {k[5:].replace("_", "-").lower() for k in environ if k.startswith("HTTP_")}
+        header_names |= {k.replace("_", "-").lower() for k in ("CONTENT_TYPE", "CONTENT_LENGTH") if environ.get(k)}
+        operation = _match_rest(service, environ.get("REQUEST_METHOD", "GET"), path, set(query), header_names)
         return Operation(service, operation, default_protocol, access_key)
     return Operation(service, "Unknown", default_protocol, access_key)

@@ -62,3 +62,18 @@ def test_reset_forgets_every_account(control, aws, account_id):
     assert control.call("GET", "/calls")[1] == []
     assert control.call("GET", "/faults")[1] == []
     assert aws("s3").list_buckets()["Buckets"] == []
+
+
+def test_the_call_log_tells_put_object_from_copy_object(control, aws, account_id):
+    # Same method and path; CopyObject requires the x-amz-copy-source header.
+    s3 = aws("s3")
+    bucket = f"calls-{account_id}"
+    s3.create_bucket(Bucket=bucket)
+    s3.put_object(Bucket=bucket, Key="a", Body=b"x")
+    s3.put_object(Bucket=bucket, Key="b", Body=b"y")
+    s3.copy_object(Bucket=bucket, Key="c", CopySource={"Bucket": bucket, "Key": "a"})
+    status, calls = control.call("GET", f"/calls?account_id={account_id}")
+    assert status == 200
+    counts = {c["operation"]: c["calls"] for c in calls if c["service"] == "s3"}
+    assert counts.get("PutObject") == 2, counts
+    assert counts.get("CopyObject") == 1, counts
