@@ -366,6 +366,22 @@ async fn node_group_drift_is_repaired_scaling_changes_in_place_and_a_removed_gro
         .to_string();
     d.kfaws(&["plan", "--detailed-exitcode"]).assert().code(0);
 
+    // An autoscaler moving the desired size within min..=max is not drift.
+    eks.update_nodegroup_config()
+        .cluster_name(n)
+        .nodegroup_name(&cpu)
+        .scaling_config(
+            aws_sdk_eks::types::NodegroupScalingConfig::builder()
+                .min_size(1)
+                .desired_size(2)
+                .max_size(2)
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    d.kfaws(&["plan", "--detailed-exitcode"]).assert().code(0);
+
     // Scale cpu up, drop gpu.
     d.write_config("[node_groups.cpu]\nmin_size = 1\ndesired_size = 2\nmax_size = 3");
     let plan = d.stdout(&["plan"]);

@@ -116,6 +116,11 @@ fn output_str(inputs: &Inputs, from: &Address, name: &str) -> Result<String, Res
         .ok_or_else(|| ResourceError::msg(format!("output {name} of {from} is not a string: {v}")))
 }
 
+/// The desired size recorded when the node group was last applied.
+fn recorded_desired(recorded: Option<&ResourceState>) -> Option<i64> {
+    recorded?.spec.get("scaling")?.get("desired_size")?.as_i64()
+}
+
 fn scaling_json(min: i64, desired: i64, max: i64) -> Value {
     json!({"min_size": min, "desired_size": desired, "max_size": max})
 }
@@ -511,7 +516,7 @@ impl Resource for NodegroupResource {
         Duration::from_secs(30 * 60)
     }
 
-    async fn read(&self, _recorded: Option<&ResourceState>) -> Result<Observed, ResourceError> {
+    async fn read(&self, recorded: Option<&ResourceState>) -> Result<Observed, ResourceError> {
         let Some(group) = self.ours().await? else {
             return Ok(Observed::Gone);
         };
@@ -521,14 +526,18 @@ impl Resource for NodegroupResource {
             spec.insert("instance_type".into(), json!(it));
         }
         if let Some(s) = group.scaling_config() {
-            spec.insert(
-                "scaling".into(),
-                scaling_json(
-                    s.min_size().unwrap_or_default().into(),
-                    s.desired_size().unwrap_or_default().into(),
-                    s.max_size().unwrap_or_default().into(),
-                ),
+            let (min, max) = (
+                i64::from(s.min_size().unwrap_or_default()),
+                i64::from(s.max_size().unwrap_or_default()),
             );
+            let live = i64::from(s.desired_size().unwrap_or_default());
+            // A desired size an autoscaler moved within min..=max is not
+            // drift (Terraform users set ignore_changes on it for the same
+            // reason): the recorded one stands for it.
+            let desired = recorded_desired(recorded)
+                .filter(|_| (min..=max).contains(&live))
+                .unwrap_or(live);
+            spec.insert("scaling".into(), scaling_json(min, desired, max));
         }
         spec.insert(
             "health".into(),
@@ -590,7 +599,7 @@ impl Resource for NodegroupResource {
 
     async fn update(
         &self,
-        _recorded: &ResourceState,
+        recorded: &ResourceState,
         inputs: &Inputs,
     ) -> Result<Applied, ResourceError> {
         let Some(live) = self.ours().await? else {
@@ -614,7 +623,22 @@ impl Resource for NodegroupResource {
         let live = self.wait_active().await?;
         let s = live.scaling_config();
         let now = s.map(|s| (s.min_size(), s.desired_size(), s.max_size()));
-        let wanted = self.scaling();
+        let mut wanted = self.scaling();
+        // An unchanged desired_size leaves the live one (an autoscaler's)
+        // where it is, within the new bounds.
+        if recorded_desired(Some(recorded)) == Some(i64::from(self.group.desired_size)) {
+            if let Some(live) = s.and_then(|s| s.desired_size()) {
+                let kept = live.clamp(
+                    wanted.min_size().unwrap_or_default(),
+                    wanted.max_size().unwrap_or(i32::MAX),
+                );
+                wanted = NodegroupScalingConfig::builder()
+                    .set_min_size(wanted.min_size())
+                    .desired_size(kept)
+                    .set_max_size(wanted.max_size())
+                    .build();
+            }
+        }
         if now != Some((wanted.min_size(), wanted.desired_size(), wanted.max_size())) {
             let out = self
                 .eks
