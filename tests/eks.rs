@@ -294,6 +294,38 @@ async fn apply_makes_an_active_cluster_node_group_oidc_provider_and_irsa_roles_a
     );
     d.kfaws(&["plan", "--detailed-exitcode"]).assert().code(0);
 
+    // Permissions added outside kfaws are drift too, and apply removes them.
+    let admin = "arn:aws:iam::aws:policy/AdministratorAccess";
+    iam.attach_role_policy()
+        .role_name(&efs_role)
+        .policy_arn(admin)
+        .send()
+        .await
+        .unwrap();
+    iam.put_role_policy()
+        .role_name(&efs_role)
+        .policy_name("extra")
+        .policy_document(r#"{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Action":"*","Resource":"*"}]}"#)
+        .send()
+        .await
+        .unwrap();
+    let plan = d.stdout(&["plan"]);
+    assert!(
+        plan.contains("drift: changed outside kfaws: policies") && plan.contains(admin),
+        "{plan}"
+    );
+    d.stdout(&["apply", "--auto-approve"]);
+    let inline = iam.list_role_policies().role_name(&efs_role).send().await.unwrap();
+    assert_eq!(inline.policy_names(), ["efs-csi-controller"]);
+    let managed = iam
+        .list_attached_role_policies()
+        .role_name(&efs_role)
+        .send()
+        .await
+        .unwrap();
+    assert!(managed.attached_policies().is_empty(), "{managed:?}");
+    d.kfaws(&["plan", "--detailed-exitcode"]).assert().code(0);
+
     // Destroy: the emulator refuses DeleteCluster while a node group
     // exists, so success proves the order.
     let destroyed = d.stdout(&["destroy", "--auto-approve"]);

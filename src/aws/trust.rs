@@ -30,6 +30,11 @@ pub const AUDIENCE: &str = "sts.amazonaws.com";
 /// The spec field holding each role's trust, by template resource.
 pub const FIELD: &str = "trust";
 
+/// The spec field holding each role's policies (inline names, managed
+/// ARNs), by template resource: a policy attached outside kfaws (say
+/// `AdministratorAccess`) is drift, and apply removes it.
+pub const POLICIES: &str = "policies";
+
 /// The stack parameter naming the OIDC provider's ARN.
 pub const PROVIDER_PARAMETER: &str = "OidcProviderArn";
 
@@ -47,6 +52,9 @@ pub struct TrustedRole {
     pub name: String,
     /// The one subject it trusts: `system:serviceaccount:<ns>:<name>`.
     pub subject: String,
+    /// The names of its inline policies in the template; it has no managed
+    /// policies there.
+    pub inline: &'static [&'static str],
 }
 
 /// Watches and restores the trust policies of a stack's IRSA roles.
@@ -181,6 +189,25 @@ impl TrustedRole {
     fn desired(&self) -> Value {
         json!({"provider": CLUSTER_PROVIDER, "subject": self.subject, "audience": AUDIENCE})
     }
+
+    fn desired_policies(&self) -> Value {
+        let mut inline = self.inline.to_vec();
+        inline.sort_unstable();
+        json!({"inline": inline, "managed": []})
+    }
+}
+
+/// A role's policies as [`POLICIES`] holds them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Policies {
+    inline: Vec<String>,
+    managed: Vec<String>,
+}
+
+impl Policies {
+    fn json(&self) -> Value {
+        json!({"inline": self.inline, "managed": self.managed})
+    }
 }
 
 impl TrustGuard {
@@ -221,6 +248,36 @@ impl TrustGuard {
         Ok(Some(grant(&doc, provider)))
     }
 
+    /// The role's inline policy names and attached managed policy ARNs,
+    /// sorted (one page each: a role holds at most 10 managed policies by
+    /// default, IAM quotas).
+    async fn policies(&self, name: &str) -> Result<Policies, ResourceError> {
+        let fail = |call: &str, e: String| ResourceError::msg(format!("{call} {name}: {e}"));
+        let inline = self
+            .iam
+            .list_role_policies()
+            .role_name(name)
+            .send()
+            .await
+            .map_err(|e| fail("ListRolePolicies", error_message(&e)))?;
+        let managed = self
+            .iam
+            .list_attached_role_policies()
+            .role_name(name)
+            .send()
+            .await
+            .map_err(|e| fail("ListAttachedRolePolicies", error_message(&e)))?;
+        let mut inline: Vec<String> = inline.policy_names().to_vec();
+        let mut managed: Vec<String> = managed
+            .attached_policies()
+            .iter()
+            .filter_map(|p| p.policy_arn().map(str::to_string))
+            .collect();
+        inline.sort();
+        managed.sort();
+        Ok(Policies { inline, managed })
+    }
+
     /// The role's name as applied: the recorded parameter, else the config's.
     fn recorded_name<'a>(role: &'a TrustedRole, recorded: &'a ResourceState) -> &'a str {
         recorded
@@ -240,7 +297,15 @@ impl Guard for TrustGuard {
             .iter()
             .map(|r| (r.resource.to_string(), r.desired()))
             .collect();
-        Map::from_iter([(FIELD.to_string(), Value::Object(trust))])
+        let policies: Map<String, Value> = self
+            .roles
+            .iter()
+            .map(|r| (r.resource.to_string(), r.desired_policies()))
+            .collect();
+        Map::from_iter([
+            (FIELD.to_string(), Value::Object(trust)),
+            (POLICIES.to_string(), Value::Object(policies)),
+        ])
     }
 
     async fn observe(
@@ -250,17 +315,30 @@ impl Guard for TrustGuard {
     ) -> Result<Map<String, Value>, ResourceError> {
         let provider = parameters.get(PROVIDER_PARAMETER).map(String::as_str);
         let mut trust = Map::new();
+        let mut policies = Map::new();
         let mut gone = Vec::new();
         for role in &self.roles {
             let name = Self::recorded_name(role, recorded);
             match self.live(name, provider).await? {
                 Some(grant) => {
                     trust.insert(role.resource.to_string(), grant);
+                    let live = self.policies(name).await?;
+                    for missing in role
+                        .inline
+                        .iter()
+                        .filter(|p| !live.inline.iter().any(|l| l == *p))
+                    {
+                        gone.push(format!("inline policy {missing} of {name}"));
+                    }
+                    policies.insert(role.resource.to_string(), live.json());
                 }
                 None => gone.push(name.to_string()),
             }
         }
-        let mut observed = Map::from_iter([(FIELD.to_string(), Value::Object(trust))]);
+        let mut observed = Map::from_iter([
+            (FIELD.to_string(), Value::Object(trust)),
+            (POLICIES.to_string(), Value::Object(policies)),
+        ]);
         if !gone.is_empty() {
             // CloudFormation does not recreate a resource deleted behind its
             // back; only a new stack brings the role back.
@@ -290,6 +368,41 @@ impl Guard for TrustGuard {
                      recreate it in an update. Run `kfaws plan` again: it replaces the stack"
                 )));
             };
+            let policies = self.policies(name).await?;
+            for extra in policies
+                .inline
+                .iter()
+                .filter(|p| !role.inline.contains(&p.as_str()))
+            {
+                tracing::warn!(role = %name, policy = %extra, "deleting an inline policy added outside kfaws");
+                self.iam
+                    .delete_role_policy()
+                    .role_name(name)
+                    .policy_name(extra)
+                    .send()
+                    .await
+                    .map_err(|e| {
+                        ResourceError::msg(format!(
+                            "DeleteRolePolicy {name} {extra}: {}",
+                            error_message(&e)
+                        ))
+                    })?;
+            }
+            for extra in &policies.managed {
+                tracing::warn!(role = %name, policy = %extra, "detaching a policy attached outside kfaws");
+                self.iam
+                    .detach_role_policy()
+                    .role_name(name)
+                    .policy_arn(extra)
+                    .send()
+                    .await
+                    .map_err(|e| {
+                        ResourceError::msg(format!(
+                            "DetachRolePolicy {name} {extra}: {}",
+                            error_message(&e)
+                        ))
+                    })?;
+            }
             if live == role.desired() {
                 continue;
             }

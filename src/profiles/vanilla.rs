@@ -285,6 +285,7 @@ fn guards(
                     parameter: "EfsCsiRoleName",
                     name: config.role_name("irsa-efs-csi-controller"),
                     subject: "system:serviceaccount:kube-system:efs-csi-controller-sa".into(),
+                    inline: &["efs-csi-controller"],
                 },
                 TrustedRole {
                     resource: "PipelinesRole",
@@ -294,6 +295,7 @@ fn guards(
                         "system:serviceaccount:{}:default-editor",
                         config.options.user_namespace
                     ),
+                    inline: &["sagemaker"],
                 },
             ],
         })],
