@@ -315,7 +315,12 @@ async fn apply_makes_an_active_cluster_node_group_oidc_provider_and_irsa_roles_a
         "{plan}"
     );
     d.stdout(&["apply", "--auto-approve"]);
-    let inline = iam.list_role_policies().role_name(&efs_role).send().await.unwrap();
+    let inline = iam
+        .list_role_policies()
+        .role_name(&efs_role)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(inline.policy_names(), ["efs-csi-controller"]);
     let managed = iam
         .list_attached_role_policies()

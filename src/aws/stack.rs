@@ -364,7 +364,9 @@ impl Resource for StackResource {
         let Some(stack) = self.recorded_stack(recorded).await? else {
             return Ok(Observed::Gone);
         };
-        let live_params: BTreeMap<String, String> = stack
+        // Every live parameter, inputs included (the guards read those);
+        // the spec compares the ones from the config.
+        let all_params: BTreeMap<String, String> = stack
             .parameters()
             .iter()
             .filter_map(|p| {
@@ -373,7 +375,10 @@ impl Resource for StackResource {
                     p.parameter_value()?.to_string(),
                 ))
             })
-            .filter(|(k, _)| self.parameters.contains_key(k))
+            .collect();
+        let live_params: BTreeMap<&String, &String> = all_params
+            .iter()
+            .filter(|(k, _)| self.parameters.contains_key(*k))
             .collect();
         let mut spec = serde_json::Map::new();
         spec.insert("stack_name".into(), json!(stack.stack_name()));
@@ -399,18 +404,8 @@ impl Resource for StackResource {
             spec.insert("template_sha256".into(), json!(hash));
         }
         if let Some(recorded) = recorded {
-            let parameters: BTreeMap<String, String> = stack
-                .parameters()
-                .iter()
-                .filter_map(|p| {
-                    Some((
-                        p.parameter_key()?.to_string(),
-                        p.parameter_value()?.to_string(),
-                    ))
-                })
-                .collect();
             for guard in &self.guards {
-                spec.extend(guard.observe(recorded, &parameters).await?);
+                spec.extend(guard.observe(recorded, &all_params).await?);
             }
         }
         let applied = Self::applied(&stack);
