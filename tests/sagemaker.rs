@@ -282,6 +282,42 @@ async fn a_failed_job_is_an_outcome_with_its_reason_and_transitions() {
     assert_eq!(reported, listed);
 }
 
+/// A Describe that fails past the SDK's retries (5 attempts) for one poll
+/// does not end the wait: it goes on to the job's end (this spec's job
+/// fails in the emulator: no trainer image behind it).
+#[tokio::test]
+async fn a_few_failed_polls_do_not_end_the_wait() {
+    let c = clients().await;
+    let spec = c.spec("flaky-describe");
+    training::create_training_job(&c.sagemaker, &spec)
+        .await
+        .unwrap();
+    common::aws::control(
+        "faults",
+        "POST",
+        &format!(
+            r#"{{"service":"sagemaker","operation":"DescribeTrainingJob","kind":"server_error","count":7,"account_id":"{}"}}"#,
+            c.account.id
+        ),
+    );
+    let outcome =
+        training::wait_training_job(&c.sagemaker, &spec.name, Duration::from_secs(300), |_| {})
+            .await
+            .unwrap();
+    let described = c
+        .sagemaker
+        .describe_training_job()
+        .training_job_name(&spec.name)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        Some(outcome.status.to_string().as_str()),
+        described.training_job_status().map(|s| s.as_str())
+    );
+    assert!(c.sagemaker_calls("DescribeTrainingJob") > 7);
+}
+
 #[tokio::test]
 async fn stopping_a_finished_job_leaves_it_and_a_missing_job_is_not_found() {
     let c = clients().await;

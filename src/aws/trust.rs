@@ -9,9 +9,12 @@
 //! account to assume an IAM role"). An `UpdateAssumeRolePolicy` made
 //! outside kfaws changes neither the stack's template nor its parameters,
 //! so the stack itself looks unchanged; [`TrustGuard`] reads the roles'
-//! policies (`GetRole`, whose document is URL-encoded, RFC 3986) so that
-//! such an edit is drift, and after an update writes the policy the
-//! template declares back to a role whose trust changed.
+//! trust policies (`GetRole`, whose document is URL-encoded, RFC 3986) and
+//! their policy lists (`ListRolePolicies`, `ListAttachedRolePolicies`) so
+//! that such an edit, or a policy attached outside kfaws, is drift; after
+//! an update it writes the trust policy the template declares back and
+//! removes the policies the template does not have. The content of the
+//! template's own inline policies is not compared.
 
 use std::collections::BTreeMap;
 

@@ -363,7 +363,10 @@ pub async fn train(
     let mut tick = tokio::time::interval(Duration::from_secs(3));
     let outcome = loop {
         tokio::select! {
-            outcome = &mut waiting => break outcome?,
+            outcome = &mut waiting => break outcome.with_context(|| format!(
+                "waiting for training job {job} failed; the job itself may still be running: \
+                 check it with `aws sagemaker describe-training-job --training-job-name {job}`"
+            ))?,
             () = cancel.cancelled(), if !stopping => {
                 stopping = true;
                 say(&format!("Interrupted: stopping training job {job} (StopTrainingJob; the trainer checkpoints on SIGTERM)."));

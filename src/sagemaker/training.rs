@@ -800,13 +800,27 @@ pub async fn wait_training_job(
         on_event,
     });
     let seen_ref = &seen;
+    // A few failed polls in a row (after the SDK's retries) do not end a
+    // wait of hours; the job runs on regardless.
+    let tolerance = crate::aws::wait::Tolerance::default();
+    let tolerance = &tolerance;
     let waited = wait_until(Backoff::with_deadline(timeout), || async move {
         let job = match describe(client, name).await {
-            Ok(job) => job,
+            Ok(job) => {
+                tolerance.ok();
+                job
+            }
             Err(e) => {
                 let message = e.to_string();
-                seen_ref.borrow_mut().error = Some(e);
-                return Poll::Failed(message);
+                let poll = if matches!(e, SageMakerError::NotFound { .. }) {
+                    Poll::Failed(message)
+                } else {
+                    tolerance.failed(message)
+                };
+                if matches!(poll, Poll::Failed(_)) {
+                    seen_ref.borrow_mut().error = Some(e);
+                }
+                return poll;
             }
         };
         let mut s = seen_ref.borrow_mut();

@@ -93,30 +93,7 @@ pub fn describe_issues<'a>(
     }
 }
 
-/// A wait that tolerates a few failed polls in a row (after the SDK's own
-/// retries): a throttled or failing `Describe*` is no reason to give up on
-/// a cluster that takes ten minutes.
-#[derive(Debug, Default)]
-pub struct Tolerance(std::sync::atomic::AtomicU32);
-
-impl Tolerance {
-    /// Failed polls in a row tolerated before the wait fails.
-    pub const LIMIT: u32 = 3;
-
-    /// `Pending` for the first [`Self::LIMIT`] failures in a row, then `Failed`.
-    pub fn failed<T>(&self, message: String) -> Poll<T> {
-        if self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < Self::LIMIT {
-            Poll::Pending(format!("polling failing ({message})"))
-        } else {
-            Poll::Failed(message)
-        }
-    }
-
-    /// A poll that succeeded resets the count.
-    pub fn ok(&self) {
-        self.0.store(0, std::sync::atomic::Ordering::Relaxed);
-    }
-}
+pub use crate::aws::wait::Tolerance;
 
 /// What an EKS update's status means for a wait (EKS API Reference,
 /// `Update.status`: `InProgress`, `Failed`, `Cancelled`, `Successful`).
