@@ -50,6 +50,11 @@ async fn zones_are_the_first_two_offering_the_type_and_stay_once_recorded() {
     let fresh = Deployment::new("");
     let plan: serde_json::Value = serde_json::from_str(&fresh.stdout(&["plan", "--json"])).unwrap();
     assert_eq!(
+        plan["account_id"],
+        fresh.account.as_str(),
+        "the plan names its account"
+    );
+    assert_eq!(
         plan["config"]["options"]["availability_zones"],
         serde_json::json!(["us-east-1a", "us-east-1b"]),
         "m5.xlarge is offered in us-east-1a, b, c, d and f"

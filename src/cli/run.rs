@@ -132,7 +132,9 @@ pub async fn plan(
     detailed_exitcode: bool,
     cancel: &CancellationToken,
 ) -> anyhow::Result<u8> {
-    let p = make(g, flags, goal, "plan", cancel).await?;
+    let mut p = make(g, flags, goal, "plan", cancel).await?;
+    // The account the plan was made in: shown by --json, checked by `apply FILE`.
+    p.plan.account_id = Some(p.account.clone());
     if json {
         outln!("{}", serde_json::to_string_pretty(&render::json(&p.plan))?)?;
     } else {
@@ -140,9 +142,7 @@ pub async fn plan(
         endpoints_note(&p)?;
     }
     if let Some(file) = out {
-        let mut saved = p.plan.clone();
-        saved.account_id = Some(p.account.clone());
-        plan::file::save(&saved, file)?;
+        plan::file::save(&p.plan, file)?;
         if !json {
             outln!(
                 "\nSaved the plan to: {}\nTo perform exactly these actions, run: kfaws apply {}",
