@@ -418,8 +418,12 @@ impl ManifestsResource {
 
     /// The refusal of an update that prunes a Namespace object other
     /// bundles use ([`ManifestsResource::used_elsewhere`]). Pure.
-    fn prunes_used_namespaces(&self, recorded: &ResourceState) -> Result<(), ResourceError> {
-        let desired: BTreeSet<String> = self.objects().into_iter().collect();
+    fn prunes_used_namespaces(
+        &self,
+        recorded: &ResourceState,
+        bundle: &Bundle,
+    ) -> Result<(), ResourceError> {
+        let desired: BTreeSet<String> = bundle.objects.iter().map(manifest_key).collect();
         let problems: Vec<String> = recorded_objects(recorded)
             .iter()
             .filter(|k| !desired.contains(*k))
@@ -852,14 +856,15 @@ impl Resource for ManifestsResource {
         if matches!(check.action, Action::Delete) {
             return Ok(());
         }
-        if let (Action::Update, Some(recorded)) = (check.action, check.recorded) {
-            self.prunes_used_namespaces(recorded)?;
-        }
-        // Before the cluster exists there is nothing to check against.
+        // Before the cluster exists there is nothing to check against (and
+        // nothing applied that an update could prune).
         let Some(client) = self.connector.connect().await? else {
             return Ok(());
         };
         let bundle = self.bundle(None)?;
+        if let (Action::Update, Some(recorded)) = (check.action, check.recorded) {
+            self.prunes_used_namespaces(recorded, &bundle)?;
+        }
         let applier = self.applier(client);
         boxed_check(&applier, &bundle)
             .await

@@ -240,6 +240,24 @@ impl ClusterResource {
         .map_err(|e| ResourceError::msg(format!("cluster {}: {e}", self.name)))
     }
 
+    /// The names of the cluster's node groups, whoever made them (one
+    /// page: at most 100, above EKS's default quota of 30 per cluster).
+    async fn nodegroups(&self) -> Result<Vec<String>, ResourceError> {
+        self.client
+            .list_nodegroups()
+            .cluster_name(&self.name)
+            .send()
+            .await
+            .map(|o| o.nodegroups().to_vec())
+            .map_err(|e| {
+                ResourceError::msg(format!(
+                    "ListNodegroups {}: {}",
+                    self.name,
+                    error_message(&e)
+                ))
+            })
+    }
+
     /// The spec fields DescribeCluster reports, keyed like [`Resource::spec`].
     fn live_spec(cluster: &Cluster) -> serde_json::Map<String, Value> {
         let vpc = cluster.resources_vpc_config();
@@ -586,20 +604,8 @@ impl Resource for ClusterResource {
             // Node groups must run the control plane's minor version before
             // its next upgrade (EKS User Guide, "Update existing cluster to
             // new Kubernetes version"), and kfaws does not upgrade them yet.
-            let groups = self
-                .client
-                .list_nodegroups()
-                .cluster_name(&self.name)
-                .send()
-                .await
-                .map_err(|e| {
-                    ResourceError::msg(format!(
-                        "ListNodegroups {}: {}",
-                        self.name,
-                        error_message(&e)
-                    ))
-                })?;
-            if !groups.nodegroups().is_empty() {
+            let groups = self.nodegroups().await?;
+            if !groups.is_empty() {
                 return Err(ResourceError::msg(format!(
                     "cluster {}: kubernetes_version {from} -> {} is {} upgrades, and EKS upgrades \
                      the control plane one minor version at a time with its node groups ({}) on \
@@ -608,7 +614,7 @@ impl Resource for ClusterResource {
                     self.name,
                     self.kubernetes_version,
                     path.len(),
-                    groups.nodegroups().join(", "),
+                    groups.join(", "),
                     path[0]
                 )));
             }
@@ -627,14 +633,7 @@ impl Resource for ClusterResource {
                 Ok(_) => {}
                 Err(e) if is_not_found(&e) => return Ok(()),
                 Err(e) if code(&e) == Some("ResourceInUseException") => {
-                    let groups = self
-                        .client
-                        .list_nodegroups()
-                        .cluster_name(&self.name)
-                        .send()
-                        .await
-                        .map(|o| o.nodegroups().join(", "))
-                        .unwrap_or_default();
+                    let groups = self.nodegroups().await.unwrap_or_default().join(", ");
                     return Err(ResourceError::msg(format!(
                         "DeleteCluster {}: {}; node groups still attached: [{groups}] (kfaws \
                          deletes its own node groups first; delete others with `aws eks \
