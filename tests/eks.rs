@@ -623,18 +623,67 @@ async fn a_version_upgrade_and_endpoint_access_drift_are_updated_in_place() {
     assert_eq!(arn(after), arn(before));
     assert_eq!(after.created_at(), before.created_at(), "not replaced");
     assert_eq!(d.calls("UpdateClusterVersion"), 1);
+    // The node group follows the control plane in the same apply, in place.
+    let cpu = format!("{}-cpu", d.name);
+    let nodes = |eks: aws_sdk_eks::Client, cpu: String, name: String| async move {
+        eks.describe_nodegroup()
+            .cluster_name(name)
+            .nodegroup_name(cpu)
+            .send()
+            .await
+            .unwrap()
+            .nodegroup()
+            .cloned()
+            .unwrap()
+    };
+    let group = nodes(eks.clone(), cpu.clone(), d.name.clone()).await;
+    assert_eq!(group.version(), Some("1.33"));
+    assert_eq!(d.calls("UpdateNodegroupVersion"), 1);
+    assert_eq!(d.calls("CreateNodegroup"), 1, "not replaced");
+    d.kfaws(&["plan", "--detailed-exitcode"]).assert().code(0);
+
+    // The control plane upgraded behind kfaws's back (or an apply that
+    // stopped after it): the plan upgrades only the node group, and EKS's
+    // rule is checked at plan: no next upgrade while the nodes lag.
+    let update = eks
+        .update_cluster_version()
+        .name(&d.name)
+        .version("1.34")
+        .send()
+        .await
+        .unwrap();
+    assert!(update.update().is_some());
+    d.write_config("kubernetes_version = \"1.35\"");
+    let err = d.fails(&["plan"]);
+    assert!(
+        err.contains(&format!("node groups {cpu} on 1.33 do not"))
+            && err.contains("apply with kubernetes_version = \"1.34\" first"),
+        "{err}"
+    );
+    d.write_config("kubernetes_version = \"1.34\"");
+    let plan = d.stdout(&["plan"]);
+    assert!(!plan.contains("~ eks.cluster"), "{plan}");
+    assert!(plan.contains("~ eks.nodegroup.cpu"), "{plan}");
+    assert!(
+        plan.contains("~ Kubernetes 1.34 (UpdateNodegroupVersion)"),
+        "{plan}"
+    );
+    d.stdout(&["apply", "--auto-approve"]);
+    let group = nodes(eks.clone(), cpu.clone(), d.name.clone()).await;
+    assert_eq!(group.version(), Some("1.34"));
+    assert_eq!(d.calls("UpdateNodegroupVersion"), 2);
     d.kfaws(&["plan", "--detailed-exitcode"]).assert().code(0);
 
     // EKS cannot downgrade: the plan refuses, naming the versions, and
     // nothing is called.
-    d.write_config("kubernetes_version = \"1.32\"");
+    d.write_config("kubernetes_version = \"1.33\"");
     let updates = d.calls("UpdateClusterVersion");
     for args in [&["plan"][..], &["apply", "--auto-approve"]] {
         let err = d.fails(args);
         assert!(
             err.contains("eks.cluster: cluster")
                 && err
-                    .contains("the cluster runs Kubernetes 1.33; EKS cannot downgrade it to 1.32"),
+                    .contains("the cluster runs Kubernetes 1.34; EKS cannot downgrade it to 1.33"),
             "{args:?}: {err}"
         );
     }

@@ -449,6 +449,7 @@ fn nodegroup(
         cluster_name: config.name.clone(),
         nodegroup_name: config.nodegroup_name(group),
         group: settings.clone(),
+        kubernetes_version: config.kubernetes_version.clone(),
         deployment: config.name.clone(),
         lineage: lineage.to_string(),
         cluster: addr(CLUSTER),

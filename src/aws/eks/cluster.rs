@@ -32,7 +32,7 @@ use aws_sdk_eks::Client;
 use serde_json::{json, Value};
 
 use super::{
-    code, describe_issues, foreign, is_not_found, owned, tags, wait_for_update, Tolerance,
+    code, describe_issues, foreign, is_not_found, minor, owned, tags, wait_for_update, Tolerance,
 };
 use crate::address::Address;
 use crate::aws::error_message;
@@ -60,11 +60,6 @@ pub fn health(status: &str) -> &str {
         "FAILED" | "DELETING" => status,
         _ => HEALTHY,
     }
-}
-
-/// The minor version of a `1.NN` Kubernetes version.
-fn minor(version: &str) -> Option<u32> {
-    version.strip_prefix("1.")?.parse().ok()
 }
 
 /// The versions an upgrade from `live` to `desired` passes through, one
@@ -256,6 +251,35 @@ impl ClusterResource {
                     error_message(&e)
                 ))
             })
+    }
+
+    /// Each node group of the cluster (as [`Self::nodegroups`]) with the
+    /// Kubernetes version its nodes run (DescribeNodegroup `version`).
+    async fn nodegroup_versions(&self) -> Result<Vec<(String, Option<String>)>, ResourceError> {
+        let mut out = Vec::new();
+        for name in self.nodegroups().await? {
+            let version = match self
+                .client
+                .describe_nodegroup()
+                .cluster_name(&self.name)
+                .nodegroup_name(&name)
+                .send()
+                .await
+            {
+                Ok(o) => o.nodegroup().and_then(|g| g.version()).map(str::to_string),
+                // Deleted between the list and the describe.
+                Err(e) if is_not_found(&e) => continue,
+                Err(e) => {
+                    return Err(ResourceError::msg(format!(
+                        "DescribeNodegroup {}/{name}: {}",
+                        self.name,
+                        error_message(&e)
+                    )))
+                }
+            };
+            out.push((name, version));
+        }
+        Ok(out)
     }
 
     /// The spec fields DescribeCluster reports, keyed like [`Resource::spec`].
@@ -589,7 +613,14 @@ impl Resource for ClusterResource {
     }
 
     /// An update to a Kubernetes version older than the live cluster's is
-    /// refused at plan, as [`upgrade_path`] refuses it at apply.
+    /// refused at plan, as [`upgrade_path`] refuses it at apply; so is an
+    /// upgrade EKS would refuse for the node groups: one while a node group
+    /// runs another version than the control plane ("Nodegroups ... must be
+    /// updated to match cluster version"), and one of more than a minor
+    /// version with node groups, which need their own upgrade between the
+    /// steps (EKS User Guide, "Update existing cluster to new Kubernetes
+    /// version"). The node groups of kfaws follow the control plane in the
+    /// same apply ([`super::nodegroup`]).
     async fn check(&self, check: &Check<'_>) -> Result<(), ResourceError> {
         if check.action != Action::Update {
             return Ok(());
@@ -600,24 +631,39 @@ impl Resource for ClusterResource {
         let from = live.version().unwrap_or_default();
         let path = upgrade_path(from, &self.kubernetes_version)
             .map_err(|m| ResourceError::msg(format!("cluster {}: {m}", self.name)))?;
-        if path.len() > 1 {
-            // Node groups must run the control plane's minor version before
-            // its next upgrade (EKS User Guide, "Update existing cluster to
-            // new Kubernetes version"), and kfaws does not upgrade them yet.
-            let groups = self.nodegroups().await?;
-            if !groups.is_empty() {
-                return Err(ResourceError::msg(format!(
-                    "cluster {}: kubernetes_version {from} -> {} is {} upgrades, and EKS upgrades \
-                     the control plane one minor version at a time with its node groups ({}) on \
-                     its version before the next; set kubernetes_version = \"{}\", apply, and \
-                     upgrade the node groups before the next step",
-                    self.name,
-                    self.kubernetes_version,
-                    path.len(),
-                    groups.join(", "),
-                    path[0]
-                )));
-            }
+        let Some(next) = path.first() else {
+            return Ok(());
+        };
+        let groups = self.nodegroup_versions().await?;
+        let behind: Vec<String> = groups
+            .iter()
+            .filter(|(_, v)| v.as_deref() != Some(from))
+            .map(|(n, v)| format!("{n} on {}", v.as_deref().unwrap_or("an unknown version")))
+            .collect();
+        if !behind.is_empty() {
+            return Err(ResourceError::msg(format!(
+                "cluster {}: EKS upgrades the control plane only while its node groups run its \
+                 version ({from}), and node groups {} do not; apply with kubernetes_version = \
+                 \"{from}\" first (kfaws upgrades its own node groups to it; upgrade others with \
+                 `aws eks update-nodegroup-version`), then set {}",
+                self.name,
+                behind.join(", "),
+                self.kubernetes_version
+            )));
+        }
+        if path.len() > 1 && !groups.is_empty() {
+            let names: Vec<&str> = groups.iter().map(|(n, _)| n.as_str()).collect();
+            return Err(ResourceError::msg(format!(
+                "cluster {}: kubernetes_version {from} -> {} is {} upgrades, and EKS upgrades \
+                 the control plane one minor version at a time with its node groups ({}) on \
+                 its version before the next; set kubernetes_version = \"{next}\" and apply \
+                 (kfaws upgrades its node groups after the control plane), then the next \
+                 version",
+                self.name,
+                self.kubernetes_version,
+                path.len(),
+                names.join(", "),
+            )));
         }
         Ok(())
     }

@@ -95,6 +95,13 @@ pub fn describe_issues<'a>(
 
 pub use crate::aws::wait::Tolerance;
 
+/// The minor of a `1.N` Kubernetes version (`"1.33"` → 33); `None` for
+/// anything else. EKS versions are `major.minor` (EKS API Reference,
+/// `Cluster.version`).
+pub fn minor(version: &str) -> Option<u32> {
+    version.strip_prefix("1.")?.parse().ok()
+}
+
 /// What an EKS update's status means for a wait (EKS API Reference,
 /// `Update.status`: `InProgress`, `Failed`, `Cancelled`, `Successful`).
 pub fn update_poll(update: &Update) -> Poll<()> {

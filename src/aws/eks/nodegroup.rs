@@ -1,8 +1,8 @@
 //! An EKS managed node group (`aws_eks_nodegroup`) and its launch template.
 //!
 //! Calls and states follow the Amazon EKS API Reference (CreateNodegroup,
-//! DescribeNodegroup, UpdateNodegroupConfig, DeleteNodegroup) and the
-//! Amazon EC2 API Reference (CreateLaunchTemplate):
+//! DescribeNodegroup, UpdateNodegroupConfig, UpdateNodegroupVersion,
+//! DeleteNodegroup) and the Amazon EC2 API Reference (CreateLaunchTemplate):
 //! - nodes run in the private subnets of `stack.network` with the node role
 //!   `NodeRoleArn` of `stack.iam`;
 //! - every node boots from a launch template that requires IMDSv2
@@ -25,7 +25,15 @@
 //! - create passes the idempotency token as `clientRequestToken` (and as
 //!   the launch template's `ClientToken`); waits poll until `ACTIVE` or
 //!   gone; scaling changes in place (UpdateNodegroupConfig), the instance
-//!   type, the disk and the metadata options by replacement.
+//!   type, the disk and the metadata options by replacement;
+//! - the nodes run the cluster's Kubernetes version: the node group is
+//!   created on it and, after the control plane's upgrade (the cluster is
+//!   this resource's dependency, so it goes first), upgraded to it in
+//!   place with UpdateNodegroupVersion (a rolling replacement of the nodes
+//!   on the version's EKS-optimized AMI; the launch template keeps its
+//!   version). EKS upgrades the control plane only while its node groups
+//!   run its version (EKS User Guide, "Update existing cluster to new
+//!   Kubernetes version"), so this is what lets the next upgrade proceed.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -43,14 +51,14 @@ use aws_sdk_eks::types::{
 use serde_json::{json, Value};
 
 use super::{
-    code, describe_issues, foreign, is_not_found, owned, tags, wait_for_update, Tolerance,
+    code, describe_issues, foreign, is_not_found, minor, owned, tags, wait_for_update, Tolerance,
 };
 use crate::address::Address;
 use crate::aws::error_message;
 use crate::aws::stack::{DEPLOYMENT_TAG, LINEAGE_TAG};
 use crate::aws::wait::{wait_until, Backoff, Poll};
 use crate::config::NodeGroup;
-use crate::resource::{Applied, Inputs, Observed, Outputs, Resource, ResourceError};
+use crate::resource::{Applied, Detail, Inputs, Observed, Outputs, Resource, ResourceError};
 use crate::state::ResourceState;
 
 /// The `stack.iam` output with the node role's ARN.
@@ -93,6 +101,9 @@ pub struct NodegroupResource {
     pub nodegroup_name: String,
     /// Instance type, sizes and disk from the config.
     pub group: NodeGroup,
+    /// The Kubernetes version the nodes run, `1.N`: the cluster's
+    /// ([`crate::config::Config::kubernetes_version`]).
+    pub kubernetes_version: String,
     /// The deployment, written as the deployment tag.
     pub deployment: String,
     /// The lineage of the state, written as the lineage tag.
@@ -440,6 +451,58 @@ impl NodegroupResource {
         Ok(spec)
     }
 
+    /// Moves the nodes of `live` to [`Self::kubernetes_version`] with
+    /// UpdateNodegroupVersion and waits for it: a version lower than the
+    /// live one is refused (EKS cannot downgrade managed nodes on its own
+    /// AMIs), before any call.
+    async fn upgrade(&self, live: &Nodegroup) -> Result<Nodegroup, ResourceError> {
+        let from = live.version().unwrap_or_default();
+        if let (Some(have), Some(want)) = (minor(from), minor(&self.kubernetes_version)) {
+            if want < have {
+                return Err(ResourceError::msg(format!(
+                    "{} runs Kubernetes {from}; EKS cannot downgrade it to {}",
+                    self.what(),
+                    self.kubernetes_version
+                )));
+            }
+        }
+        tracing::info!(
+            nodegroup = %self.nodegroup_name,
+            from,
+            to = %self.kubernetes_version,
+            "upgrading the nodes' Kubernetes version"
+        );
+        let out = self
+            .eks
+            .update_nodegroup_version()
+            .cluster_name(&self.cluster_name)
+            .nodegroup_name(&self.nodegroup_name)
+            .version(&self.kubernetes_version)
+            .client_request_token(uuid::Uuid::new_v4().to_string())
+            .send()
+            .await
+            .map_err(|e| {
+                ResourceError::msg(format!(
+                    "UpdateNodegroupVersion {} to {}: {}",
+                    self.what(),
+                    self.kubernetes_version,
+                    error_message(&e)
+                ))
+            })?;
+        let update = out.update().ok_or_else(|| {
+            ResourceError::msg(format!("UpdateNodegroupVersion {}: no update", self.what()))
+        })?;
+        wait_for_update(
+            &self.eks,
+            &self.cluster_name,
+            Some(&self.nodegroup_name),
+            update,
+            self.timeout(),
+        )
+        .await?;
+        self.wait_active().await
+    }
+
     fn outputs(group: &Nodegroup) -> Outputs {
         [
             ("nodegroup_name", group.nodegroup_name()),
@@ -481,6 +544,7 @@ impl Resource for NodegroupResource {
     fn spec(&self) -> Value {
         json!({
             "nodegroup_name": self.nodegroup_name,
+            "kubernetes_version": self.kubernetes_version,
             "instance_type": self.group.instance_type,
             "scaling": scaling_json(
                 self.group.min_size.into(),
@@ -522,6 +586,7 @@ impl Resource for NodegroupResource {
         };
         let mut spec = self.launch_template_spec(&group).await?;
         spec.insert("nodegroup_name".into(), json!(group.nodegroup_name()));
+        spec.insert("kubernetes_version".into(), json!(group.version()));
         if let Some(it) = group.instance_types().first() {
             spec.insert("instance_type".into(), json!(it));
         }
@@ -567,6 +632,7 @@ impl Resource for NodegroupResource {
                 .node_role(&role)
                 .scaling_config(self.scaling())
                 .instance_types(&self.group.instance_type)
+                .version(&self.kubernetes_version)
                 .launch_template(
                     LaunchTemplateSpecification::builder()
                         .id(&template)
@@ -620,7 +686,10 @@ impl Resource for NodegroupResource {
                 self.address
             )));
         }
-        let live = self.wait_active().await?;
+        let mut live = self.wait_active().await?;
+        if live.version() != Some(self.kubernetes_version.as_str()) {
+            live = self.upgrade(&live).await?;
+        }
         let s = live.scaling_config();
         let now = s.map(|s| (s.min_size(), s.desired_size(), s.max_size()));
         let mut wanted = self.scaling();
@@ -670,6 +739,32 @@ impl Resource for NodegroupResource {
         }
         let group = self.wait_active().await?;
         Ok(Self::applied(&group))
+    }
+
+    /// The UpdateNodegroupVersion an update makes, if the nodes run
+    /// another version than the cluster's.
+    async fn preview_update(
+        &self,
+        _recorded: &ResourceState,
+        _inputs: &Inputs,
+    ) -> Result<Vec<Detail>, ResourceError> {
+        let Some(live) = self.ours().await? else {
+            return Ok(vec![]);
+        };
+        let from = live.version().unwrap_or_default();
+        if from == self.kubernetes_version {
+            return Ok(vec![]);
+        }
+        Ok(vec![Detail {
+            action: "Modify".into(),
+            name: format!("Kubernetes {}", self.kubernetes_version),
+            kind: "UpdateNodegroupVersion".into(),
+            replacement: None,
+            condition: None,
+            note: Some(format!(
+                "nodes replaced in a rolling update from {from}, after the control plane"
+            )),
+        }])
     }
 
     async fn delete(&self, _recorded: &ResourceState) -> Result<(), ResourceError> {

@@ -31,6 +31,7 @@ DEFAULT_DURATIONS: dict[str, float] = {
     "eks.cluster.update": 600.0,
     "eks.nodegroup.create": 180.0,
     "eks.nodegroup.delete": 180.0,
+    "eks.nodegroup.update": 600.0,
     "efs.filesystem.create": 5.0,
     "efs.filesystem.delete": 5.0,
     "efs.mounttarget.create": 90.0,

@@ -78,3 +78,58 @@ def test_a_node_group_update_can_be_described(aws, account_id):
     assert described["id"] == update["id"]
     with pytest.raises(eks.exceptions.ResourceNotFoundException):
         eks.describe_update(name="ml", updateId="no-such-update")
+
+
+def test_a_node_group_starts_on_the_clusters_version_and_never_on_a_newer_one(aws, account_id):
+    subnet = _cluster(aws, account_id, version="1.31")
+    eks = aws("eks")
+    role = f"arn:aws:iam::{account_id}:role/node"
+    eks.create_nodegroup(clusterName="ml", nodegroupName="cpu", nodeRole=role, subnets=[subnet])
+    assert eks.describe_nodegroup(clusterName="ml", nodegroupName="cpu")["nodegroup"]["version"] == "1.31"
+    with pytest.raises(ClientError) as err:
+        eks.create_nodegroup(clusterName="ml", nodegroupName="gpu", nodeRole=role, subnets=[subnet], version="1.32")
+    assert err.value.response["Error"]["Code"] == "InvalidParameterException"
+    assert "gpu" not in eks.list_nodegroups(clusterName="ml")["nodegroups"]
+
+
+def test_the_control_plane_upgrades_only_with_its_node_groups_on_its_version(aws, account_id, lifecycle):
+    lifecycle({"eks.cluster.create": 0, "eks.cluster.update": 0.2, "eks.nodegroup.create": 0, "eks.nodegroup.update": 0.5})
+    subnet = _cluster(aws, account_id, version="1.31")
+    eks = aws("eks")
+    role = f"arn:aws:iam::{account_id}:role/node"
+    eks.create_nodegroup(clusterName="ml", nodegroupName="cpu", nodeRole=role, subnets=[subnet])
+    update = eks.update_cluster_version(name="ml", version="1.32")["update"]
+    assert wait_for(lambda: eks.describe_update(name="ml", updateId=update["id"])["update"]["status"] == "Successful")
+
+    # The node group still runs 1.31: the next control plane upgrade is refused, naming it.
+    with pytest.raises(ClientError) as err:
+        eks.update_cluster_version(name="ml", version="1.33")
+    assert err.value.response["Error"]["Code"] == "InvalidParameterException"
+    assert "Nodegroups cpu must be updated to match cluster version 1.32" in err.value.response["Error"]["Message"]
+
+    update = eks.update_nodegroup_version(clusterName="ml", nodegroupName="cpu", version="1.32")["update"]
+    assert update["type"] == "VersionUpdate" and update["status"] == "InProgress"
+    assert eks.describe_nodegroup(clusterName="ml", nodegroupName="cpu")["nodegroup"]["status"] == "UPDATING"
+    with pytest.raises(ClientError) as err:
+        eks.update_nodegroup_version(clusterName="ml", nodegroupName="cpu")
+    assert err.value.response["Error"]["Code"] == "ResourceInUseException"
+    described = lambda: eks.describe_update(name="ml", updateId=update["id"], nodegroupName="cpu")["update"]  # noqa: E731
+    assert wait_for(lambda: described()["status"] == "Successful")
+    group = eks.describe_nodegroup(clusterName="ml", nodegroupName="cpu")["nodegroup"]
+    assert (group["status"], group["version"]) == ("ACTIVE", "1.32")
+    assert group["releaseVersion"].startswith("1.32.")
+
+    eks.update_cluster_version(name="ml", version="1.33")
+
+
+def test_a_node_group_version_above_the_cluster_or_below_its_own_is_refused(aws, account_id):
+    subnet = _cluster(aws, account_id, version="1.31")
+    eks = aws("eks")
+    role = f"arn:aws:iam::{account_id}:role/node"
+    eks.create_nodegroup(clusterName="ml", nodegroupName="cpu", nodeRole=role, subnets=[subnet])
+    for version in ["1.32", "1.30", "2.0"]:
+        with pytest.raises(ClientError) as err:
+            eks.update_nodegroup_version(clusterName="ml", nodegroupName="cpu", version=version)
+        assert err.value.response["Error"]["Code"] == "InvalidParameterException", version
+    with pytest.raises(eks.exceptions.ResourceNotFoundException):
+        eks.update_nodegroup_version(clusterName="ml", nodegroupName="gpu", version="1.31")
