@@ -717,13 +717,21 @@ async fn a_stack_update_is_planned_and_applied_through_a_change_set() {
         .credentials_provider(Credentials::new(&d.account, "test", None, None, "test"))
         .load()
         .await;
-    let attached = aws_sdk_iam::Client::new(&config)
+    let iam = aws_sdk_iam::Client::new(&config);
+    let attached = iam
         .list_attached_role_policies()
         .role_name("sagemakerrole")
         .send()
         .await
         .unwrap();
     assert!(attached.attached_policies().is_empty(), "{attached:?}");
+    let inline = iam
+        .list_role_policies()
+        .role_name("sagemakerrole")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(inline.policy_names(), ["kfaws-scoped"]);
     d.kfaws(&["plan", "--target", "stack.iam", "--detailed-exitcode"])
         .assert()
         .code(0);

@@ -331,6 +331,88 @@ async fn apply_makes_an_active_cluster_node_group_oidc_provider_and_irsa_roles_a
     assert!(managed.attached_policies().is_empty(), "{managed:?}");
     d.kfaws(&["plan", "--detailed-exitcode"]).assert().code(0);
 
+    // The service roles of stack.iam are watched the same way: another
+    // account let into the node role's trust, AdministratorAccess attached
+    // to it, and the cluster policy detached from the cluster role are
+    // drift, repaired in place (the stack, and the cluster on it, stay).
+    let node_role = format!("kfaws-{n}-us-east-1-eks-node");
+    let cluster_role = format!("kfaws-{n}-us-east-1-eks-cluster");
+    let eks_policy = "arn:aws:iam::aws:policy/AmazonEKSClusterPolicy";
+    let attached = |iam: aws_sdk_iam::Client, role: String| async move {
+        let out = iam
+            .list_attached_role_policies()
+            .role_name(role)
+            .send()
+            .await
+            .unwrap();
+        let mut arns: Vec<String> = out
+            .attached_policies()
+            .iter()
+            .map(|p| p.policy_arn().unwrap().to_string())
+            .collect();
+        arns.sort();
+        arns
+    };
+    let node_trust = trust_policy(&iam, &node_role).await;
+    assert_eq!(
+        node_trust["Statement"][0]["Principal"]["Service"],
+        "ec2.amazonaws.com"
+    );
+    let node_policies = attached(iam.clone(), node_role.clone()).await;
+    assert_eq!(node_policies.len(), 3, "{node_policies:?}");
+    let mut opened = node_trust.clone();
+    opened["Statement"]
+        .as_array_mut()
+        .unwrap()
+        .push(serde_json::json!({
+            "Effect": "Allow",
+            "Principal": {"AWS": "arn:aws:iam::999999999999:root"},
+            "Action": "sts:AssumeRole"
+        }));
+    iam.update_assume_role_policy()
+        .role_name(&node_role)
+        .policy_document(opened.to_string())
+        .send()
+        .await
+        .unwrap();
+    iam.attach_role_policy()
+        .role_name(&node_role)
+        .policy_arn(admin)
+        .send()
+        .await
+        .unwrap();
+    iam.detach_role_policy()
+        .role_name(&cluster_role)
+        .policy_arn(eks_policy)
+        .send()
+        .await
+        .unwrap();
+    let plan = d.stdout(&["plan"]);
+    assert!(
+        plan.contains("~ stack.iam")
+            && plan.contains("drift: changed outside kfaws: policies, trust"),
+        "{plan}"
+    );
+    assert!(
+        !plan.contains("replaced") && plan.contains("0 to add, 1 to change, 0 to destroy"),
+        "{plan}"
+    );
+    assert!(
+        plan.contains("999999999999") && plan.contains(admin),
+        "the plan shows the added principal and policy:\n{plan}"
+    );
+    d.stdout(&["apply", "--auto-approve"]);
+    assert_eq!(trust_policy(&iam, &node_role).await, node_trust);
+    assert_eq!(
+        attached(iam.clone(), node_role.clone()).await,
+        node_policies
+    );
+    assert_eq!(
+        attached(iam.clone(), cluster_role.clone()).await,
+        [eks_policy]
+    );
+    d.kfaws(&["plan", "--detailed-exitcode"]).assert().code(0);
+
     // Destroy: the emulator refuses DeleteCluster while a node group
     // exists, so success proves the order.
     let destroyed = d.stdout(&["destroy", "--auto-approve"]);

@@ -27,6 +27,21 @@ use aws_config::{BehaviorVersion, Region, SdkConfig};
 /// backs off exponentially with jitter between them).
 pub const MAX_ATTEMPTS: u32 = 5;
 
+/// The partition of `region`, as `${AWS::Partition}` resolves it in a
+/// template: `aws-cn` for the China regions (`cn-`), `aws-us-gov` for
+/// GovCloud (`us-gov-`), `aws` for the rest (AWS General Reference,
+/// "Amazon Resource Names": partitions). The isolated partitions are not
+/// reachable by kfaws's users and are not listed.
+pub fn partition(region: &str) -> &'static str {
+    if region.starts_with("cn-") {
+        "aws-cn"
+    } else if region.starts_with("us-gov-") {
+        "aws-us-gov"
+    } else {
+        "aws"
+    }
+}
+
 /// A one-line description of a failed AWS call: `Code: message (request id)`
 /// for errors the service returned, the SDK's own description (timeouts,
 /// connection and credential errors) otherwise, never the raw response dump.

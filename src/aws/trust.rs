@@ -1,20 +1,29 @@
-//! The trust policies of the IRSA roles (`stack.irsa`, case C13): who may
-//! assume each role.
+//! The trust and permissions of the roles a stack makes (`stack.irsa`,
+//! case C13, and `stack.iam`): who may assume each role, and which
+//! policies it holds.
 //!
 //! Each role of `stacks/irsa.yaml` trusts exactly one Kubernetes service
 //! account: one statement allowing `sts:AssumeRoleWithWebIdentity` to the
 //! cluster's OIDC provider with `StringEquals` on `<issuer>:sub`
 //! (`system:serviceaccount:<namespace>:<name>`) and `<issuer>:aud`
 //! (`sts.amazonaws.com`) (EKS User Guide, "Configure a Kubernetes service
-//! account to assume an IAM role"). An `UpdateAssumeRolePolicy` made
-//! outside kfaws changes neither the stack's template nor its parameters,
-//! so the stack itself looks unchanged; [`TrustGuard`] reads the roles'
-//! trust policies (`GetRole`, whose document is URL-encoded, RFC 3986) and
-//! their policy lists (`ListRolePolicies`, `ListAttachedRolePolicies`) so
-//! that such an edit, or a policy attached outside kfaws, is drift; after
-//! an update it writes the trust policy the template declares back and
-//! removes the policies the template does not have. The content of the
-//! template's own inline policies is not compared.
+//! account to assume an IAM role"). Each role of `stacks/iam.yaml` trusts
+//! exactly one AWS service principal with `sts:AssumeRole`
+//! (`eks.amazonaws.com`, `ec2.amazonaws.com`, `sagemaker.amazonaws.com`:
+//! EKS User Guide, "Amazon EKS cluster IAM role" and "Amazon EKS node IAM
+//! role"; SageMaker Developer Guide, "How to use SageMaker AI execution
+//! roles"). An `UpdateAssumeRolePolicy` or `AttachRolePolicy` made outside
+//! kfaws changes neither the stack's template nor its parameters, so the
+//! stack itself looks unchanged; [`TrustGuard`] reads the roles' trust
+//! policies (`GetRole`, whose document is URL-encoded, RFC 3986) and their
+//! policy lists (`ListRolePolicies`, `ListAttachedRolePolicies`) so that
+//! such an edit (another account's principal added to the node role's
+//! trust, `AdministratorAccess` attached to it, a template policy
+//! detached) is drift; after an update it writes the trust policy the
+//! template declares back, removes the policies the template does not have
+//! and attaches the managed ones it has. The content of the template's own
+//! inline policies is not compared; one deleted outside kfaws (like a
+//! deleted role) only a new stack brings back.
 
 use std::collections::BTreeMap;
 
@@ -44,7 +53,18 @@ pub const PROVIDER_PARAMETER: &str = "OidcProviderArn";
 /// The stack parameter holding the issuer URL without `https://`.
 pub const ISSUER_PARAMETER: &str = "OidcIssuerHostPath";
 
-/// One IRSA role of the stack.
+/// Whom a role's trust policy lets assume it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Trustee {
+    /// One Kubernetes service account, `system:serviceaccount:<ns>:<name>`,
+    /// through the cluster's OIDC provider (IRSA; [`document`]).
+    ServiceAccount(String),
+    /// One AWS service principal, e.g. `eks.amazonaws.com`
+    /// ([`service_document`]).
+    Service(&'static str),
+}
+
+/// One role of the stack.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TrustedRole {
     /// The template's logical resource id, e.g. `EfsCsiControllerRole`.
@@ -53,14 +73,23 @@ pub struct TrustedRole {
     pub parameter: &'static str,
     /// The role name the config asks for.
     pub name: String,
-    /// The one subject it trusts: `system:serviceaccount:<ns>:<name>`.
-    pub subject: String,
-    /// The names of its inline policies in the template; it has no managed
-    /// policies there.
-    pub inline: &'static [&'static str],
+    /// Whom it trusts.
+    pub trustee: Trustee,
+    /// The names of its inline policies in the template.
+    pub inline: Vec<&'static str>,
+    /// The ARNs of the managed policies the template attaches
+    /// ([`aws_managed_policy`]).
+    pub managed: Vec<String>,
 }
 
-/// Watches and restores the trust policies of a stack's IRSA roles.
+/// The ARN of the AWS managed policy `name` in `partition` (IAM User
+/// Guide, "IAM ARNs": `arn:<partition>:iam::aws:policy/<name>`).
+pub fn aws_managed_policy(partition: &str, name: &str) -> String {
+    format!("arn:{partition}:iam::aws:policy/{name}")
+}
+
+/// Watches and restores the trust policies and policy lists of a stack's
+/// roles.
 pub struct TrustGuard {
     /// The IAM client.
     pub iam: aws_sdk_iam::Client,
@@ -170,6 +199,58 @@ fn values(v: Option<&Value>) -> Vec<String> {
     }
 }
 
+/// What a service role's trust policy grants, as compared with the
+/// desired one: `{"service": "eks.amazonaws.com"}` for the one statement
+/// allowing `sts:AssumeRole` to one service principal without a
+/// condition, which `stacks/iam.yaml` declares; another or a second
+/// service reads differently, and any other statement (another account's
+/// principal, a web identity, a condition) is listed under
+/// `other_statements`, so it is drift. Pure.
+pub fn service_grant(document: &Value) -> Value {
+    let statements = match document.get("Statement") {
+        Some(Value::Array(list)) => list.clone(),
+        Some(one) => vec![one.clone()],
+        None => vec![],
+    };
+    let mut services = Vec::new();
+    let mut other = Vec::new();
+    for st in statements {
+        let principals = st.get("Principal").and_then(Value::as_object);
+        let service_only = principals.is_some_and(|p| p.len() == 1 && p.contains_key("Service"));
+        let plain = st.get("Effect") == Some(&json!("Allow"))
+            && values(st.get("Action")) == ["sts:AssumeRole"]
+            && st.get("Condition").is_none()
+            && service_only;
+        match (plain, principals.and_then(|p| p.get("Service"))) {
+            (true, Some(who)) => services.extend(values(Some(who))),
+            _ => other.push(st),
+        }
+    }
+    services.sort();
+    services.dedup();
+    let mut grant = match services.as_slice() {
+        [one] => json!({"service": one}),
+        _ => json!({"service": services}),
+    };
+    if !other.is_empty() {
+        grant["other_statements"] = json!(other);
+    }
+    grant
+}
+
+/// The trust policy `stacks/iam.yaml` declares for a role `service`
+/// assumes. Pure.
+pub fn service_document(service: &str) -> Value {
+    json!({
+        "Version": "2012-10-17",
+        "Statement": [{
+            "Effect": "Allow",
+            "Principal": {"Service": service},
+            "Action": "sts:AssumeRole"
+        }]
+    })
+}
+
 /// The trust policy `stacks/irsa.yaml` declares for a role trusting
 /// `subject` through the provider `provider_arn` whose issuer, without
 /// `https://`, is `issuer`. Pure.
@@ -190,13 +271,20 @@ pub fn document(provider_arn: &str, issuer: &str, subject: &str) -> Value {
 
 impl TrustedRole {
     fn desired(&self) -> Value {
-        json!({"provider": CLUSTER_PROVIDER, "subject": self.subject, "audience": AUDIENCE})
+        match &self.trustee {
+            Trustee::ServiceAccount(subject) => {
+                json!({"provider": CLUSTER_PROVIDER, "subject": subject, "audience": AUDIENCE})
+            }
+            Trustee::Service(service) => json!({"service": service}),
+        }
     }
 
     fn desired_policies(&self) -> Value {
-        let mut inline = self.inline.to_vec();
+        let mut inline = self.inline.clone();
         inline.sort_unstable();
-        json!({"inline": inline, "managed": []})
+        let mut managed = self.managed.clone();
+        managed.sort();
+        json!({"inline": inline, "managed": managed})
     }
 }
 
@@ -214,14 +302,16 @@ impl Policies {
 }
 
 impl TrustGuard {
-    /// The role's live grant ([`grant`]) with `provider` the cluster's
-    /// OIDC provider, or `None` when the role does not exist.
+    /// The live grant of `role` named `name` ([`grant`] with `provider`
+    /// the cluster's OIDC provider, or [`service_grant`]), or `None` when
+    /// the role does not exist.
     async fn live(
         &self,
+        role: &TrustedRole,
         name: &str,
         provider: Option<&str>,
     ) -> Result<Option<Value>, ResourceError> {
-        let role = match self.iam.get_role().role_name(name).send().await {
+        let live = match self.iam.get_role().role_name(name).send().await {
             Ok(out) => out.role,
             Err(e) if e.code() == Some("NoSuchEntity") => return Ok(None),
             Err(e) => {
@@ -231,7 +321,7 @@ impl TrustGuard {
                 )))
             }
         };
-        let Some(text) = role.as_ref().and_then(|r| r.assume_role_policy_document()) else {
+        let Some(text) = live.as_ref().and_then(|r| r.assume_role_policy_document()) else {
             return Ok(Some(json!(null)));
         };
         // IAM returns the document URL-encoded (IAM API Reference, Role);
@@ -248,7 +338,10 @@ impl TrustGuard {
                 "the trust policy of IAM role {name} is not JSON: {e}"
             ))
         })?;
-        Ok(Some(grant(&doc, provider)))
+        Ok(Some(match role.trustee {
+            Trustee::ServiceAccount(_) => grant(&doc, provider),
+            Trustee::Service(_) => service_grant(&doc),
+        }))
     }
 
     /// The role's inline policy names and attached managed policy ARNs,
@@ -322,7 +415,7 @@ impl Guard for TrustGuard {
         let mut gone = Vec::new();
         for role in &self.roles {
             let name = Self::recorded_name(role, recorded);
-            match self.live(name, provider).await? {
+            match self.live(role, name, provider).await? {
                 Some(grant) => {
                     trust.insert(role.resource.to_string(), grant);
                     let live = self.policies(name).await?;
@@ -364,8 +457,11 @@ impl Guard for TrustGuard {
         };
         for role in &self.roles {
             let name = param(role.parameter)?;
-            let provider = param(PROVIDER_PARAMETER)?;
-            let Some(live) = self.live(name, Some(provider)).await? else {
+            let provider = match role.trustee {
+                Trustee::ServiceAccount(_) => Some(param(PROVIDER_PARAMETER)?.as_str()),
+                Trustee::Service(_) => None,
+            };
+            let Some(live) = self.live(role, name, provider).await? else {
                 return Err(ResourceError::msg(format!(
                     "IAM role {name} was deleted outside kfaws; CloudFormation does not \
                      recreate it in an update. Run `kfaws plan` again: it replaces the stack"
@@ -391,7 +487,11 @@ impl Guard for TrustGuard {
                         ))
                     })?;
             }
-            for extra in &policies.managed {
+            for extra in policies
+                .managed
+                .iter()
+                .filter(|p| !role.managed.contains(p))
+            {
                 tracing::warn!(role = %name, policy = %extra, "detaching a policy attached outside kfaws");
                 self.iam
                     .detach_role_policy()
@@ -406,11 +506,37 @@ impl Guard for TrustGuard {
                         ))
                     })?;
             }
+            for missing in role
+                .managed
+                .iter()
+                .filter(|p| !policies.managed.contains(p))
+            {
+                tracing::warn!(role = %name, policy = %missing, "attaching a policy detached outside kfaws");
+                self.iam
+                    .attach_role_policy()
+                    .role_name(name)
+                    .policy_arn(missing)
+                    .send()
+                    .await
+                    .map_err(|e| {
+                        ResourceError::msg(format!(
+                            "AttachRolePolicy {name} {missing}: {}",
+                            error_message(&e)
+                        ))
+                    })?;
+            }
             if live == role.desired() {
                 continue;
             }
-            let doc = document(provider, param(ISSUER_PARAMETER)?, &role.subject);
-            tracing::info!(role = %name, subject = %role.subject, "restoring the trust policy");
+            let doc = match &role.trustee {
+                Trustee::ServiceAccount(subject) => document(
+                    param(PROVIDER_PARAMETER)?,
+                    param(ISSUER_PARAMETER)?,
+                    subject,
+                ),
+                Trustee::Service(service) => service_document(service),
+            };
+            tracing::info!(role = %name, "restoring the trust policy");
             self.iam
                 .update_assume_role_policy()
                 .role_name(name)
@@ -487,6 +613,54 @@ mod tests {
             .remove("Condition");
         assert_eq!(grant(&open, None)["subject"], "any (no condition)");
         assert_eq!(grant(&open, None)["audience"], json!([]));
+    }
+
+    #[test]
+    fn a_service_role_grants_its_one_service_and_anything_else_is_seen() {
+        let doc = service_document("ec2.amazonaws.com");
+        assert_eq!(service_grant(&doc), json!({"service": "ec2.amazonaws.com"}));
+
+        // Another account's principal added beside the service.
+        let mut doc = service_document("ec2.amazonaws.com");
+        doc["Statement"][0]["Principal"]["AWS"] = json!("arn:aws:iam::2:root");
+        let g = service_grant(&doc);
+        assert_eq!(g["service"], json!([]));
+        assert_eq!(
+            g["other_statements"][0]["Principal"]["AWS"],
+            "arn:aws:iam::2:root"
+        );
+
+        // A second service, as a list, and a statement of its own.
+        let mut doc = service_document("ec2.amazonaws.com");
+        doc["Statement"][0]["Principal"]["Service"] =
+            json!(["ec2.amazonaws.com", "lambda.amazonaws.com"]);
+        assert_eq!(
+            service_grant(&doc)["service"],
+            json!(["ec2.amazonaws.com", "lambda.amazonaws.com"])
+        );
+        let mut doc = service_document("eks.amazonaws.com");
+        let extra =
+            json!({"Effect": "Allow", "Principal": {"AWS": "*"}, "Action": "sts:AssumeRole"});
+        doc["Statement"].as_array_mut().unwrap().push(extra.clone());
+        let g = service_grant(&doc);
+        assert_eq!(g["service"], "eks.amazonaws.com");
+        assert_eq!(g["other_statements"], json!([extra]));
+
+        // A condition or another action is not the declared statement.
+        let mut doc = service_document("eks.amazonaws.com");
+        doc["Statement"][0]["Action"] = json!(["sts:AssumeRole", "sts:TagSession"]);
+        assert!(service_grant(&doc).get("other_statements").is_some());
+        let mut doc = service_document("eks.amazonaws.com");
+        doc["Statement"][0]["Condition"] = json!({"StringEquals": {"aws:SourceAccount": "1"}});
+        assert!(service_grant(&doc).get("other_statements").is_some());
+    }
+
+    #[test]
+    fn aws_managed_policy_arns_name_the_partition() {
+        assert_eq!(
+            aws_managed_policy("aws-cn", "AmazonEKSClusterPolicy"),
+            "arn:aws-cn:iam::aws:policy/AmazonEKSClusterPolicy"
+        );
     }
 
     #[test]

@@ -45,6 +45,33 @@ fn value(v: &Option<Value>) -> String {
     }
 }
 
+/// The lines of one field's change, `(path, before, after)`: where both
+/// values are objects only the keys that differ are shown, each as
+/// `field.key` and descended into the same way (Terraform's nested diff),
+/// so one role's edited trust policy does not print every role's.
+fn nested(
+    path: &str,
+    before: Option<&Value>,
+    after: Option<&Value>,
+    out: &mut Vec<(String, String, String)>,
+) {
+    if let (Some(Value::Object(b)), Some(Value::Object(a))) = (before, after) {
+        let keys: std::collections::BTreeSet<&String> = b.keys().chain(a.keys()).collect();
+        for key in keys {
+            let (old, new) = (b.get(key), a.get(key));
+            if old != new {
+                nested(&format!("{path}.{key}"), old, new, out);
+            }
+        }
+        return;
+    }
+    out.push((
+        path.to_string(),
+        value(&before.cloned()),
+        value(&after.cloned()),
+    ));
+}
+
 /// The plan as text: changed resources, then the summary line.
 pub fn human(plan: &Plan) -> String {
     let mut out = String::new();
@@ -71,20 +98,18 @@ pub fn human(plan: &Plan) -> String {
             c.reason
         );
         for f in &c.fields {
-            let _ = write!(
-                out,
-                "      ~ {}: {} -> {}",
-                f.field,
-                value(&f.before),
-                value(&f.after)
-            );
-            if f.drift {
-                out.push_str("  # changed outside kfaws");
+            let mut lines = Vec::new();
+            nested(&f.field, f.before.as_ref(), f.after.as_ref(), &mut lines);
+            for (path, before, after) in lines {
+                let _ = write!(out, "      ~ {path}: {before} -> {after}");
+                if f.drift {
+                    out.push_str("  # changed outside kfaws");
+                }
+                if f.forces_replacement {
+                    out.push_str("  # forces replacement");
+                }
+                out.push('\n');
             }
-            if f.forces_replacement {
-                out.push_str("  # forces replacement");
-            }
-            out.push('\n');
         }
         if !c.details.is_empty() {
             out.push_str("      resource changes:\n");
@@ -248,6 +273,30 @@ mod tests {
             \x20     -/+ Replaced (AWS::EC2::Thing)  # replacement: True\n\
             \x20       - Removed (AWS::EC2::Thing)\n";
         assert!(text.contains(expected), "{text}");
+    }
+
+    #[test]
+    fn a_changed_object_field_shows_only_the_keys_that_differ() {
+        let mut update = change("stack.iam", Action::Update);
+        update.fields.push(FieldChange {
+            field: "trust".into(),
+            before: Some(json!({"ClusterRole": {"service": "eks.amazonaws.com"},
+                "NodeRole": {"service": "ec2.amazonaws.com", "other_statements": [1]}})),
+            after: Some(json!({"ClusterRole": {"service": "eks.amazonaws.com"},
+                "NodeRole": {"service": "ec2.amazonaws.com"}, "New": "x"})),
+            drift: true,
+            forces_replacement: false,
+        });
+        let text = human(&plan(vec![update]));
+        assert!(
+            text.contains("~ trust.New: (unset) -> \"x\"  # changed outside kfaws\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("~ trust.NodeRole.other_statements: [1] -> (unset)"),
+            "{text}"
+        );
+        assert!(!text.contains("ClusterRole"), "{text}");
     }
 
     #[test]

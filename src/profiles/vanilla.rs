@@ -33,7 +33,7 @@ use crate::aws::eks::nodegroup::NodegroupResource;
 use crate::aws::guards::{BucketGuard, FixedRole, Kept, Owner, RolesGuard, VpcGuard};
 use crate::aws::oidc::OidcProviderResource;
 use crate::aws::stack::{InputParameter, StackResource};
-use crate::aws::trust::{TrustGuard, TrustedRole};
+use crate::aws::trust::{aws_managed_policy, TrustGuard, TrustedRole, Trustee};
 use crate::aws::zones::{self, Source, Wanted, ZoneError};
 use crate::config::{Config, NodeGroup, SageMakerRolePolicy};
 use crate::k8s::kubeconfig::ExecAuth;
@@ -231,6 +231,56 @@ fn kept(config: &Config) -> Vec<Kept> {
     kept
 }
 
+/// The roles of `stacks/iam.yaml` with the service each trusts and the
+/// policies the template gives it (the SageMaker role's depend on
+/// `options.sagemaker_role_policy`).
+fn service_roles(config: &Config) -> Vec<TrustedRole> {
+    let partition = crate::aws::partition(&config.region);
+    let managed = |names: &[&str]| -> Vec<String> {
+        names
+            .iter()
+            .map(|n| aws_managed_policy(partition, n))
+            .collect()
+    };
+    let (sagemaker_inline, sagemaker_managed) = match config.options.sagemaker_role_policy {
+        SageMakerRolePolicy::Scoped => (vec!["kfaws-scoped"], vec![]),
+        SageMakerRolePolicy::Full => (
+            vec![],
+            managed(&["AmazonSageMakerFullAccess", "AmazonS3FullAccess"]),
+        ),
+    };
+    vec![
+        TrustedRole {
+            resource: "ClusterRole",
+            parameter: "ClusterRoleName",
+            name: config.role_name("eks-cluster"),
+            trustee: Trustee::Service("eks.amazonaws.com"),
+            inline: vec![],
+            managed: managed(&["AmazonEKSClusterPolicy"]),
+        },
+        TrustedRole {
+            resource: "NodeRole",
+            parameter: "NodeRoleName",
+            name: config.role_name("eks-node"),
+            trustee: Trustee::Service("ec2.amazonaws.com"),
+            inline: vec![],
+            managed: managed(&[
+                "AmazonEKSWorkerNodePolicy",
+                "AmazonEKS_CNI_Policy",
+                "AmazonEC2ContainerRegistryReadOnly",
+            ]),
+        },
+        TrustedRole {
+            resource: "SageMakerRole",
+            parameter: "SageMakerRoleName",
+            name: config.options.sagemaker_role_name.clone(),
+            trustee: Trustee::Service("sagemaker.amazonaws.com"),
+            inline: sagemaker_inline,
+            managed: sagemaker_managed,
+        },
+    ]
+}
+
 fn guards(
     config: &Config,
     aws: &SdkConfig,
@@ -258,25 +308,31 @@ fn guards(
             deadline: RELEASE_WAIT,
             kept: kept(config),
         })],
-        "iam" => vec![Arc::new(RolesGuard {
-            iam: aws_sdk_iam::Client::new(aws),
-            roles: vec![
-                derived(config.role_name("eks-cluster"), "ClusterRoleName"),
-                derived(config.role_name("eks-node"), "NodeRoleName"),
-                FixedRole {
-                    name: config.options.sagemaker_role_name.clone(),
-                    parameter: "SageMakerRoleName",
-                    field: "options.sagemaker_role_name".into(),
-                    remedy: format!(
-                        "Set options.sagemaker_role_name = \"{}-sagemaker\" (or any unused \
+        "iam" => vec![
+            Arc::new(RolesGuard {
+                iam: aws_sdk_iam::Client::new(aws),
+                roles: vec![
+                    derived(config.role_name("eks-cluster"), "ClusterRoleName"),
+                    derived(config.role_name("eks-node"), "NodeRoleName"),
+                    FixedRole {
+                        name: config.options.sagemaker_role_name.clone(),
+                        parameter: "SageMakerRoleName",
+                        field: "options.sagemaker_role_name".into(),
+                        remedy: format!(
+                            "Set options.sagemaker_role_name = \"{}-sagemaker\" (or any unused \
                          name) in kfaws.toml, or delete the role if it is left over from an \
                          earlier run.",
-                        config.name
-                    ),
-                },
-            ],
-            owner,
-        })],
+                            config.name
+                        ),
+                    },
+                ],
+                owner,
+            }),
+            Arc::new(TrustGuard {
+                iam: aws_sdk_iam::Client::new(aws),
+                roles: service_roles(config),
+            }),
+        ],
         "irsa" => vec![Arc::new(TrustGuard {
             iam: aws_sdk_iam::Client::new(aws),
             roles: vec![
@@ -284,18 +340,22 @@ fn guards(
                     resource: "EfsCsiControllerRole",
                     parameter: "EfsCsiRoleName",
                     name: config.role_name("irsa-efs-csi-controller"),
-                    subject: "system:serviceaccount:kube-system:efs-csi-controller-sa".into(),
-                    inline: &["efs-csi-controller"],
+                    trustee: Trustee::ServiceAccount(
+                        "system:serviceaccount:kube-system:efs-csi-controller-sa".into(),
+                    ),
+                    inline: vec!["efs-csi-controller"],
+                    managed: vec![],
                 },
                 TrustedRole {
                     resource: "PipelinesRole",
                     parameter: "PipelinesRoleName",
                     name: config.role_name("irsa-pipelines"),
-                    subject: format!(
+                    trustee: Trustee::ServiceAccount(format!(
                         "system:serviceaccount:{}:default-editor",
                         config.options.user_namespace
-                    ),
-                    inline: &["sagemaker"],
+                    )),
+                    inline: vec!["sagemaker"],
+                    managed: vec![],
                 },
             ],
         })],
