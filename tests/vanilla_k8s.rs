@@ -393,6 +393,25 @@ async fn manifests_that_break_a_rule_fail_before_any_call() {
         err.contains("kubeflow.manifests: StorageClass efs-sc") && err.contains("directoryPerms"),
         "{err}"
     );
+    // C10 on a fresh deployment: no cluster to ask yet, so the API
+    // versions removed by kubernetes_version are checked offline.
+    std::fs::write(
+        &bad,
+        "apiVersion: autoscaling/v2beta2\nkind: HorizontalPodAutoscaler\n\
+         metadata: {name: trainer, namespace: kubeflow}\n\
+         spec: {scaleTargetRef: {apiVersion: apps/v1, kind: Deployment, name: t}, maxReplicas: 2}\n",
+    )
+    .unwrap();
+    for args in [&["validate"][..], &["plan"]] {
+        let err = d.fails(args);
+        assert!(
+            err.contains("kubeflow.manifests")
+                && err.contains("HorizontalPodAutoscaler kubeflow/trainer")
+                && err.contains("not served since Kubernetes 1.26")
+                && err.contains("change apiVersion to autoscaling/v2"),
+            "{args:?}: {err}"
+        );
+    }
     d.write_config("[kubeflow]\nmanifests = \"missing.yaml\"\n");
     let err = d.fails(&["validate"]);
     assert!(

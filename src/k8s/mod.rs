@@ -50,6 +50,7 @@ pub mod exec_credential;
 pub mod kubeconfig;
 pub mod object;
 pub mod phases;
+pub mod removed;
 pub mod resource;
 pub mod retry;
 pub mod wait;

@@ -260,6 +260,16 @@ pub enum SourceError {
         /// The second bundle's source.
         second: String,
     },
+    /// An object uses an API version the cluster's Kubernetes version no
+    /// longer serves (case C10).
+    #[error("{field}: {source}")]
+    Removed {
+        /// The config field.
+        field: String,
+        /// Every such object.
+        #[source]
+        source: super::removed::RemovedApis,
+    },
     /// An object breaks a rule of the EFS CSI driver.
     #[error("{field}: {}", .errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
     Efs {
@@ -272,14 +282,27 @@ pub enum SourceError {
 
 impl Source {
     /// Reads manifests named by config `field`, checking the EFS CSI
-    /// driver's rules (cases C15, C16) before any call.
+    /// driver's rules (cases C15, C16) and, against Kubernetes
+    /// `kubernetes_version` (`1.N`), the API versions removed by then (case
+    /// C10, [`super::removed`]) before any call.
     ///
     /// # Errors
     /// [`SourceError`] naming the field, file and line.
-    pub fn load(field: &str, bundle: &str, path: PathBuf) -> Result<Self, SourceError> {
+    pub fn load(
+        field: &str,
+        bundle: &str,
+        path: PathBuf,
+        kubernetes_version: &str,
+    ) -> Result<Self, SourceError> {
         let parsed = Bundle::from_path(bundle, &path).map_err(|source| SourceError::Bundle {
             field: field.into(),
             source: Box::new(source),
+        })?;
+        super::removed::check(&parsed, kubernetes_version).map_err(|source| {
+            SourceError::Removed {
+                field: field.into(),
+                source,
+            }
         })?;
         let errors = efs::check_bundle(&parsed);
         if !errors.is_empty() {
@@ -857,7 +880,9 @@ impl Resource for ManifestsResource {
             return Ok(());
         }
         // Before the cluster exists there is nothing to check against (and
-        // nothing applied that an update could prune).
+        // nothing applied that an update could prune); the API versions
+        // removed by the config's Kubernetes version were checked when the
+        // manifests were read (`Source::load`).
         let Some(client) = self.connector.connect().await? else {
             return Ok(());
         };

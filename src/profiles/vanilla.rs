@@ -617,7 +617,12 @@ fn bundles(
     let mut user_after = vec![addr(EFS_STORAGE_ADDRESS)];
     if let Some(path) = &config.kubeflow.manifests {
         let name = format!("{}-kubeflow", config.applyset_name());
-        let source = ManifestSource::load("kubeflow.manifests", &name, path.clone())?;
+        let source = ManifestSource::load(
+            "kubeflow.manifests",
+            &name,
+            path.clone(),
+            &config.kubernetes_version,
+        )?;
         out.push(bundle(
             KUBEFLOW_ADDRESS,
             source,
@@ -631,7 +636,12 @@ fn bundles(
     }
     if let Some(path) = &config.kubeflow.training_operator {
         let name = format!("{}-training-operator", config.applyset_name());
-        let source = ManifestSource::load("kubeflow.training_operator", &name, path.clone())?;
+        let source = ManifestSource::load(
+            "kubeflow.training_operator",
+            &name,
+            path.clone(),
+            &config.kubernetes_version,
+        )?;
         let mut after = nodes.clone();
         if config.kubeflow.manifests.is_some() {
             after.push(addr(KUBEFLOW_ADDRESS));
