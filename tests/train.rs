@@ -460,6 +460,18 @@ async fn bad_input_is_refused_before_any_job_is_created() {
                 "kubernetes",
                 "--data",
                 "efs:/datasets",
+                "--memory",
+                "2",
+            ],
+            "--memory \"2\" is 2 bytes, below the 128Mi a trainer replica needs",
+        ),
+        (
+            vec![
+                "train",
+                "--runtime",
+                "kubernetes",
+                "--data",
+                "efs:/datasets",
                 "--cpu",
                 "abc",
             ],

@@ -63,7 +63,7 @@ pub struct TrainArgs {
     /// CPU request and limit of each replica, a Kubernetes quantity (kubernetes) [default: 1].
     #[arg(long)]
     pub cpu: Option<String>,
-    /// Memory request and limit of each replica, a Kubernetes quantity (kubernetes) [default: 2Gi].
+    /// Memory request and limit of each replica, a Kubernetes quantity of at least 128Mi (kubernetes) [default: 2Gi].
     #[arg(long)]
     pub memory: Option<String>,
     /// Longest run in seconds (SageMaker's MaxRuntimeInSeconds; also how long kfaws waits).
@@ -189,10 +189,11 @@ fn request(args: &TrainArgs, runtime: Runtime) -> anyhow::Result<Request> {
         };
         bail!("{flag} applies to {runtimes}, not --runtime {runtime}{why}");
     }
-    for (flag, value) in [("--cpu", &args.cpu), ("--memory", &args.memory)] {
-        if let Some(v) = value {
-            kfaws::train::parse_quantity(v).map_err(|e| anyhow::anyhow!("{flag} {e}"))?;
-        }
+    if let Some(v) = &args.cpu {
+        kfaws::train::parse_quantity(v).map_err(|e| anyhow::anyhow!("--cpu {e}"))?;
+    }
+    if let Some(v) = &args.memory {
+        kfaws::train::parse_memory(v).map_err(|e| anyhow::anyhow!("--memory {e}"))?;
     }
     let hyperparameters = hyperparameters(
         args.epochs,
