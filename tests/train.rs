@@ -493,6 +493,24 @@ async fn bad_input_is_refused_before_any_job_is_created() {
         let err = d.fails(&args);
         assert!(err.contains(expected), "{args:?}: {err}");
     }
+    // As many local ranks as the machine's memory holds at 128 MiB each.
+    let mut system = sysinfo::System::new();
+    system.refresh_memory();
+    if system.available_memory() / (128 * 1024 * 1024) < 999 {
+        let err = d.fails(&[
+            "train",
+            "--runtime",
+            "local",
+            "--data",
+            data,
+            "--workers",
+            "999",
+        ]);
+        assert!(
+            err.contains("--workers 999: 999 local ranks need about 127872 MiB"),
+            "{err}"
+        );
+    }
     // The runtime from kfaws.toml is checked when the file is parsed (case C18).
     d.write_config("training_runtime = \"k8s\"\n");
     let err = d.fails(&["train", "--data", data]);

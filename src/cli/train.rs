@@ -231,6 +231,18 @@ pub async fn train(g: &Global, args: &TrainArgs, cancel: &CancellationToken) -> 
     }
 }
 
+/// Refuses a local world size whose ranks do not fit in the memory
+/// available now ([`kfaws::train::local_room`]); a platform that does not
+/// report it is not checked.
+fn local_room(workers: u32) -> anyhow::Result<()> {
+    let mut system = sysinfo::System::new();
+    system.refresh_memory();
+    match system.available_memory() {
+        0 => Ok(()),
+        available => kfaws::train::local_room(workers, available).map_err(anyhow::Error::msg),
+    }
+}
+
 async fn train_local(
     args: &TrainArgs,
     req: Request,
@@ -262,6 +274,7 @@ async fn train_local(
             }
         }
     }
+    local_room(args.workers)?;
     let job_dir = local::job_dir(&args.output_dir, req.job.as_str());
     match (job_dir.exists(), args.resume) {
         (true, false) => bail!(

@@ -205,6 +205,28 @@ pub fn parse_memory(s: &str) -> Result<String, String> {
     Ok(s)
 }
 
+/// Checks that `workers` local ranks fit in `available` bytes of memory:
+/// each is a process of up to [`MIN_MEMORY_BYTES`] (the trainer's measured
+/// peak rounded up). Without it, `--workers 500` starts 500 processes and
+/// the kernel's OOM killer picks among everything on the machine.
+///
+/// # Errors
+/// A message with the memory needed, the memory available and how many
+/// ranks fit.
+pub fn local_room(workers: u32, available: u64) -> Result<(), String> {
+    let fits = (available as f64 / MIN_MEMORY_BYTES).floor() as u64;
+    if u64::from(workers) <= fits {
+        return Ok(());
+    }
+    Err(format!(
+        "--workers {workers}: {workers} local ranks need about {} MiB (128 MiB each, the \
+         trainer's measured peak rounded up) and this machine has {} MiB available, room for \
+         {fits}; use fewer, or --runtime kubernetes / sagemaker for a larger world size",
+        u64::from(workers) * 128,
+        available / (1024 * 1024)
+    ))
+}
+
 /// The collective backends a `kfaws-trainer` build trains with, from its
 /// `--version` line (`kfaws-trainer 0.1.0 (backends: gloo nccl)`, see
 /// `kfaws_trainer::VERSION`); `None` for a trainer that does not say.
@@ -291,6 +313,18 @@ mod tests {
         assert!(super::parse_memory("2GB")
             .unwrap_err()
             .contains("not a Kubernetes quantity"));
+    }
+
+    #[test]
+    fn local_ranks_must_fit_in_the_available_memory_at_128_mebibytes_each() {
+        let gib = 1024 * 1024 * 1024;
+        assert!(super::local_room(8, gib).is_ok());
+        let e = super::local_room(9, gib).unwrap_err();
+        assert!(
+            e.contains("need about 1152 MiB") && e.contains("1024 MiB available, room for 8"),
+            "{e}"
+        );
+        assert!(super::local_room(1, 100 * 1024 * 1024).is_err());
     }
 
     #[test]
