@@ -539,10 +539,15 @@ impl Resource for ClusterResource {
                         error_message(&e)
                     ))
                 })?;
-            let update = out.update().ok_or_else(|| {
-                ResourceError::msg(format!("UpdateClusterVersion {}: no update", self.name))
-            })?;
-            wait_for_update(&self.client, &self.name, None, update, self.timeout()).await?;
+            wait_for_update(
+                &self.client,
+                &self.name,
+                None,
+                "UpdateClusterVersion",
+                out.update(),
+                self.timeout(),
+            )
+            .await?;
             live = self.wait_active().await?;
         }
         let vpc = live.resources_vpc_config();
@@ -571,10 +576,15 @@ impl Resource for ClusterResource {
                         error_message(&e)
                     ))
                 })?;
-            let update = out.update().ok_or_else(|| {
-                ResourceError::msg(format!("UpdateClusterConfig {}: no update", self.name))
-            })?;
-            wait_for_update(&self.client, &self.name, None, update, self.timeout()).await?;
+            wait_for_update(
+                &self.client,
+                &self.name,
+                None,
+                "UpdateClusterConfig",
+                out.update(),
+                self.timeout(),
+            )
+            .await?;
             live = self.wait_active().await?;
         }
         Ok(Self::applied(&live))

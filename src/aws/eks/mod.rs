@@ -137,19 +137,28 @@ pub fn update_poll(update: &Update) -> Poll<()> {
     }
 }
 
-/// Waits until the EKS update `update` (as returned by `Update*`) succeeds,
-/// polling `DescribeUpdate` of the cluster (and node group, if any).
+/// Waits until the EKS update `update`, as the call named `call`
+/// (`UpdateClusterVersion`, …) answered it, succeeds, polling
+/// `DescribeUpdate` of the cluster (and node group, if any).
 ///
 /// # Errors
-/// [`ResourceError`] with the update's errors when it fails or is
-/// cancelled, or the status history when `deadline` passes.
+/// [`ResourceError`] when the answer held no update, with the update's
+/// errors when it fails or is cancelled, or the status history when
+/// `deadline` passes.
 pub async fn wait_for_update(
     client: &aws_sdk_eks::Client,
     cluster: &str,
     nodegroup: Option<&str>,
-    update: &Update,
+    call: &str,
+    update: Option<&Update>,
     deadline: Duration,
 ) -> Result<(), ResourceError> {
+    let Some(update) = update else {
+        let target = nodegroup.map_or(cluster.to_string(), |n| format!("{cluster}/{n}"));
+        return Err(ResourceError::msg(format!(
+            "{call} {target}: EKS answered no update"
+        )));
+    };
     if let Poll::Ready(()) = update_poll(update) {
         return Ok(());
     }

@@ -489,14 +489,12 @@ impl NodegroupResource {
                     error_message(&e)
                 ))
             })?;
-        let update = out.update().ok_or_else(|| {
-            ResourceError::msg(format!("UpdateNodegroupVersion {}: no update", self.what()))
-        })?;
         wait_for_update(
             &self.eks,
             &self.cluster_name,
             Some(&self.nodegroup_name),
-            update,
+            "UpdateNodegroupVersion",
+            out.update(),
             self.timeout(),
         )
         .await?;
@@ -725,14 +723,12 @@ impl Resource for NodegroupResource {
                         error_message(&e)
                     ))
                 })?;
-            let update = out.update().ok_or_else(|| {
-                ResourceError::msg(format!("UpdateNodegroupConfig {}: no update", self.what()))
-            })?;
             wait_for_update(
                 &self.eks,
                 &self.cluster_name,
                 Some(&self.nodegroup_name),
-                update,
+                "UpdateNodegroupConfig",
+                out.update(),
                 self.timeout(),
             )
             .await?;
