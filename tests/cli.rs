@@ -710,7 +710,18 @@ async fn a_stack_update_is_planned_and_applied_through_a_change_set() {
         ),
     )
     .unwrap();
-    d.stdout(&["apply", "--auto-approve", "--target", "stack.iam"]);
+    // In place: the inline policy the new setting adds is a change, not a
+    // loss (replacing stack.iam would take the cluster's KMS key).
+    let plan = d.stdout(&["plan", "--target", "stack.iam"]);
+    assert!(
+        plan.contains("~ stack.iam") && !plan.contains("replaced"),
+        "{plan}"
+    );
+    let applied = d.stdout(&["apply", "--auto-approve", "--target", "stack.iam"]);
+    assert!(
+        applied.contains("0 added, 1 changed, 0 destroyed"),
+        "{applied}"
+    );
     let config = aws_config::defaults(aws_config::BehaviorVersion::latest())
         .region(aws_config::Region::new("us-east-1"))
         .endpoint_url(endpoint())

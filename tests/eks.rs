@@ -413,6 +413,36 @@ async fn apply_makes_an_active_cluster_node_group_oidc_provider_and_irsa_roles_a
     );
     d.kfaws(&["plan", "--detailed-exitcode"]).assert().code(0);
 
+    // A service role deleted outside kfaws is recreated in place (same
+    // name, so the same ARN): replacing stack.iam would take the cluster's
+    // KMS key with it.
+    let cluster_trust = trust_policy(&iam, &cluster_role).await;
+    iam.detach_role_policy()
+        .role_name(&cluster_role)
+        .policy_arn(eks_policy)
+        .send()
+        .await
+        .unwrap();
+    iam.delete_role()
+        .role_name(&cluster_role)
+        .send()
+        .await
+        .unwrap();
+    let plan = d.stdout(&["plan"]);
+    assert!(
+        plan.contains("~ stack.iam")
+            && !plan.contains("replaced")
+            && plan.contains("0 to add, 1 to change, 0 to destroy"),
+        "{plan}"
+    );
+    d.stdout(&["apply", "--auto-approve"]);
+    assert_eq!(trust_policy(&iam, &cluster_role).await, cluster_trust);
+    assert_eq!(
+        attached(iam.clone(), cluster_role.clone()).await,
+        [eks_policy]
+    );
+    d.kfaws(&["plan", "--detailed-exitcode"]).assert().code(0);
+
     // Destroy: the emulator refuses DeleteCluster while a node group
     // exists, so success proves the order.
     let destroyed = d.stdout(&["destroy", "--auto-approve"]);

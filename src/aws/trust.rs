@@ -95,6 +95,14 @@ pub struct TrustGuard {
     pub iam: aws_sdk_iam::Client,
     /// The roles.
     pub roles: Vec<TrustedRole>,
+    /// Whether a role or inline policy deleted outside kfaws makes the
+    /// stack unhealthy, so the plan replaces it (CloudFormation recreates
+    /// neither in an update): true for `stack.irsa`, whose replacement
+    /// touches nothing else. False for `stack.iam`, whose replacement would
+    /// take the cluster's KMS key with it: there a deleted service role
+    /// without inline policies is recreated in place (same name, so the
+    /// same ARN), and anything else is an error naming the remedy.
+    pub replace_when_gone: bool,
 }
 
 /// How [`grant`] names the cluster's own OIDC provider.
@@ -374,6 +382,79 @@ impl TrustGuard {
         Ok(Policies { inline, managed })
     }
 
+    /// The names of the role's inline policies when the stack was last
+    /// applied (the recorded [`POLICIES`]); none for a state recorded
+    /// before kfaws watched them.
+    fn applied_inline(role: &TrustedRole, recorded: &ResourceState) -> Vec<String> {
+        recorded
+            .spec
+            .get(POLICIES)
+            .and_then(|p| p.get(role.resource))
+            .and_then(|r| r.get("inline"))
+            .and_then(Value::as_array)
+            .map(|list| {
+                list.iter()
+                    .filter_map(|v| v.as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Recreates the service role `name` deleted outside kfaws, as the
+    /// template declares it: its trust policy, the deployment tag and its
+    /// managed policies. Only for roles without inline policies, whose
+    /// documents only the template holds.
+    async fn recreate(
+        &self,
+        role: &TrustedRole,
+        name: &str,
+        service: &str,
+        parameters: &BTreeMap<String, String>,
+    ) -> Result<(), ResourceError> {
+        let fail = |call: &str, e: String| ResourceError::msg(format!("{call} {name}: {e}"));
+        tracing::warn!(role = %name, "recreating an IAM role deleted outside kfaws");
+        let mut create = self
+            .iam
+            .create_role()
+            .role_name(name)
+            .assume_role_policy_document(service_document(service).to_string());
+        if let Some(deployment) = parameters.get("Deployment") {
+            create = create.tags(
+                aws_sdk_iam::types::Tag::builder()
+                    .key(super::stack::DEPLOYMENT_TAG)
+                    .value(deployment)
+                    .build()
+                    .map_err(|e| fail("CreateRole", e.to_string()))?,
+            );
+        }
+        create
+            .send()
+            .await
+            .map_err(|e| fail("CreateRole", error_message(&e)))?;
+        for arn in &role.managed {
+            self.iam
+                .attach_role_policy()
+                .role_name(name)
+                .policy_arn(arn)
+                .send()
+                .await
+                .map_err(|e| fail("AttachRolePolicy", error_message(&e)))?;
+        }
+        Ok(())
+    }
+
+    /// The error for what kfaws cannot rebuild in place in a stack it must
+    /// not replace (`stack.iam`: its replacement would take the cluster's
+    /// KMS key).
+    fn not_rebuilt(name: &str, what: &str) -> ResourceError {
+        ResourceError::msg(format!(
+            "IAM role {name}: {what} was deleted outside kfaws, and kfaws cannot rebuild it in \
+             place (only the template holds its policy document; CloudFormation recreates it only \
+             in a new stack, which would also replace the cluster's KMS key and so the cluster). \
+             Recreate it by hand as stacks/iam.yaml declares it, or `kfaws destroy` and apply again"
+        ))
+    }
+
     /// The role's name as applied: the recorded parameter, else the config's.
     fn recorded_name<'a>(role: &'a TrustedRole, recorded: &'a ResourceState) -> &'a str {
         recorded
@@ -419,10 +500,11 @@ impl Guard for TrustGuard {
                 Some(grant) => {
                     trust.insert(role.resource.to_string(), grant);
                     let live = self.policies(name).await?;
-                    for missing in role
-                        .inline
-                        .iter()
-                        .filter(|p| !live.inline.iter().any(|l| l == *p))
+                    // The inline policies as last applied, not as the config
+                    // now asks: a config that adds one is a change, not a loss.
+                    for missing in Self::applied_inline(role, recorded)
+                        .into_iter()
+                        .filter(|p| !live.inline.contains(p))
                     {
                         gone.push(format!("inline policy {missing} of {name}"));
                     }
@@ -435,9 +517,10 @@ impl Guard for TrustGuard {
             (FIELD.to_string(), Value::Object(trust)),
             (POLICIES.to_string(), Value::Object(policies)),
         ]);
-        if !gone.is_empty() {
+        if !gone.is_empty() && self.replace_when_gone {
             // CloudFormation does not recreate a resource deleted behind its
-            // back; only a new stack brings the role back.
+            // back; only a new stack brings the role back. (Otherwise the
+            // missing entries of `trust` and `policies` are the drift.)
             observed.insert(
                 "health".into(),
                 json!(format!(
@@ -462,12 +545,31 @@ impl Guard for TrustGuard {
                 Trustee::Service(_) => None,
             };
             let Some(live) = self.live(role, name, provider).await? else {
-                return Err(ResourceError::msg(format!(
-                    "IAM role {name} was deleted outside kfaws; CloudFormation does not \
-                     recreate it in an update. Run `kfaws plan` again: it replaces the stack"
-                )));
+                match &role.trustee {
+                    Trustee::Service(service) if !self.replace_when_gone && role.inline.is_empty() => {
+                        self.recreate(role, name, service, parameters).await?;
+                        continue;
+                    }
+                    _ if self.replace_when_gone => {
+                        return Err(ResourceError::msg(format!(
+                            "IAM role {name} was deleted outside kfaws; CloudFormation does not \
+                             recreate it in an update. Run `kfaws plan` again: it replaces the stack"
+                        )))
+                    }
+                    _ => return Err(Self::not_rebuilt(name, "the role")),
+                }
             };
             let policies = self.policies(name).await?;
+            if let Some(missing) = role
+                .inline
+                .iter()
+                .find(|p| !policies.inline.iter().any(|l| l == *p))
+            {
+                return Err(Self::not_rebuilt(
+                    name,
+                    &format!("its inline policy {missing}"),
+                ));
+            }
             for extra in policies
                 .inline
                 .iter()

@@ -331,6 +331,7 @@ fn guards(
             Arc::new(TrustGuard {
                 iam: aws_sdk_iam::Client::new(aws),
                 roles: service_roles(config),
+                replace_when_gone: false,
             }),
         ],
         "irsa" => vec![Arc::new(TrustGuard {
@@ -358,6 +359,7 @@ fn guards(
                     managed: vec![],
                 },
             ],
+            replace_when_gone: true,
         })],
         "storage" => vec![Arc::new(BucketGuard {
             s3: crate::aws::bucket::client(aws),

@@ -68,3 +68,37 @@ def test_a_policy_that_does_not_exist_fails_the_role(aws):
     assert "NoSuchPolicyAnywhere" in failed[0]["ResourceStatusReason"]
     with pytest.raises(iam.exceptions.NoSuchEntityException):
         iam.get_role(RoleName="kfaws-node")
+
+
+def _with_inline(names):
+    template = json.loads(_template(POLICIES))
+    template["Resources"]["NodeRole"]["Properties"]["Policies"] = [
+        {
+            "PolicyName": name,
+            "PolicyDocument": {
+                "Version": "2012-10-17",
+                "Statement": [{"Effect": "Allow", "Action": "s3:GetObject", "Resource": f"arn:aws:s3:::{name}/*"}],
+            },
+        }
+        for name in names
+    ]
+    return json.dumps(template)
+
+
+def test_an_update_puts_the_new_inline_policies_and_deletes_the_old_ones_only(aws):
+    cfn, iam = aws("cloudformation"), aws("iam")
+    cfn.create_stack(StackName="iam", TemplateBody=_with_inline(["a"]), Capabilities=["CAPABILITY_NAMED_IAM"])
+    wait_for(lambda: _status(cfn, "iam") == "CREATE_COMPLETE")
+    # Added outside CloudFormation: an update leaves it.
+    mine = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:ListBucket", "Resource": "*"}]}
+    iam.put_role_policy(RoleName="kfaws-node", PolicyName="mine", PolicyDocument=json.dumps(mine))
+
+    cfn.update_stack(StackName="iam", TemplateBody=_with_inline(["b"]), Capabilities=["CAPABILITY_NAMED_IAM"])
+    wait_for(lambda: _status(cfn, "iam") == "UPDATE_COMPLETE")
+    assert sorted(iam.list_role_policies(RoleName="kfaws-node")["PolicyNames"]) == ["b", "mine"]
+    document = iam.get_role_policy(RoleName="kfaws-node", PolicyName="b")["PolicyDocument"]
+    assert document["Statement"][0]["Resource"] == "arn:aws:s3:::b/*"
+
+    cfn.update_stack(StackName="iam", TemplateBody=_template(POLICIES), Capabilities=["CAPABILITY_NAMED_IAM"])
+    wait_for(lambda: _status(cfn, "iam") == "UPDATE_COMPLETE")
+    assert iam.list_role_policies(RoleName="kfaws-node")["PolicyNames"] == ["mine"]

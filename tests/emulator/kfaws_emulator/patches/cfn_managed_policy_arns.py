@@ -1,4 +1,4 @@
-"""CloudFormation ``AWS::IAM::Role`` ``ManagedPolicyArns``.
+"""CloudFormation ``AWS::IAM::Role`` ``ManagedPolicyArns`` and, in updates, ``Policies``.
 
 AWS: "A list of Amazon Resource Names (ARNs) of the IAM managed policies that
 you want to attach to the role"; deleting the stack detaches them before the
@@ -8,9 +8,17 @@ https://docs.aws.amazon.com/AWSCloudFormation/latest/TemplateReference/aws-resou
 moto 5.2.5 ignores the property: the role is created with no policy attached.
 An ARN that names no policy fails the resource, as in AWS (the IAM
 AttachRolePolicy error NoSuchEntity becomes the resource's reason).
+
+``Policies`` (inline policies): moto puts them at create but an update
+changes only the description; AWS puts the new template's policies and
+deletes those the old template had and the new one has not (inline policies
+added outside CloudFormation stay).
+https://docs.aws.amazon.com/AWSCloudFormation/latest/TemplateReference/aws-resource-iam-role.html#cfn-iam-role-policies
 """
 
 from __future__ import annotations
+
+import json
 
 from moto.iam.models import Role, iam_backends
 from moto.utilities.utils import get_partition
@@ -20,6 +28,10 @@ from ._common import wrap
 
 def _backend(account_id: str, region_name: str):
     return iam_backends[account_id][get_partition(region_name)]
+
+
+def _policies(cloudformation_json: dict) -> list:
+    return cloudformation_json.get("Properties", {}).get("Policies") or []
 
 
 def apply() -> None:
@@ -37,6 +49,7 @@ def apply() -> None:
                     backend.detach_role_policy(arn, role.name)
                 backend.delete_role(role.name)
                 raise
+            role.kfaws_cfn_inline = {p["PolicyName"] for p in _policies(cloudformation_json)}
             return role
 
         return create_from_cloudformation_json
@@ -69,6 +82,13 @@ def apply() -> None:
                 backend.detach_role_policy(arn, role.name)
             for arn in wanted - set(role.managed_policies):
                 backend.attach_role_policy(arn, role.name)
+            inline = {p["PolicyName"]: p["PolicyDocument"] for p in _policies(cloudformation_json)}
+            for name in getattr(role, "kfaws_cfn_inline", set()) - set(inline):
+                backend.delete_role_policy(role.name, name)
+            for name, document in inline.items():
+                text = document if isinstance(document, str) else json.dumps(document)
+                backend.put_role_policy(role.name, name, text)
+            role.kfaws_cfn_inline = set(inline)
             return role
 
         return update_from_cloudformation_json
