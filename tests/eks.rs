@@ -443,6 +443,63 @@ async fn apply_makes_an_active_cluster_node_group_oidc_provider_and_irsa_roles_a
     );
     d.kfaws(&["plan", "--detailed-exitcode"]).assert().code(0);
 
+    // A node group made outside kfaws would stop the destroy at
+    // DeleteCluster, after everything else was gone: refused at plan.
+    let node_role_arn = iam
+        .get_role()
+        .role_name(&node_role)
+        .send()
+        .await
+        .unwrap()
+        .role()
+        .unwrap()
+        .arn()
+        .to_string();
+    eks.create_nodegroup()
+        .cluster_name(n)
+        .nodegroup_name("foreign")
+        .node_role(&node_role_arn)
+        .set_subnets(Some(private_subnets(&d)))
+        .send()
+        .await
+        .unwrap();
+    let deletes = (d.calls("DeleteNodegroup"), d.calls("DeleteStack"));
+    for args in [&["plan", "--destroy"][..], &["destroy", "--auto-approve"]] {
+        let err = d.fails(args);
+        assert!(
+            err.contains("node groups foreign were not made by this deployment's kfaws state")
+                && err.contains("nothing was deleted"),
+            "{args:?}: {err}"
+        );
+    }
+    assert_eq!(
+        (d.calls("DeleteNodegroup"), d.calls("DeleteStack")),
+        deletes,
+        "nothing deleted"
+    );
+    eks.delete_nodegroup()
+        .cluster_name(n)
+        .nodegroup_name("foreign")
+        .send()
+        .await
+        .unwrap();
+    let mut polls = 0;
+    while eks
+        .describe_nodegroup()
+        .cluster_name(n)
+        .nodegroup_name("foreign")
+        .send()
+        .await
+        .is_ok()
+    {
+        polls += 1;
+        assert!(
+            polls < 300,
+            "the foreign node group is still there after 60 s"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+
     // Destroy: the emulator refuses DeleteCluster while a node group
     // exists, so success proves the order.
     let destroyed = d.stdout(&["destroy", "--auto-approve"]);

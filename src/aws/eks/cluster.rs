@@ -254,11 +254,14 @@ impl ClusterResource {
     }
 
     /// Each node group of the cluster (as [`Self::nodegroups`]) with the
-    /// Kubernetes version its nodes run (DescribeNodegroup `version`).
-    async fn nodegroup_versions(&self) -> Result<Vec<(String, Option<String>)>, ResourceError> {
+    /// Kubernetes version its nodes run (DescribeNodegroup `version`) and
+    /// whether this deployment's state made it (its tags).
+    async fn nodegroup_versions(
+        &self,
+    ) -> Result<Vec<(String, Option<String>, bool)>, ResourceError> {
         let mut out = Vec::new();
         for name in self.nodegroups().await? {
-            let version = match self
+            let (version, ours) = match self
                 .client
                 .describe_nodegroup()
                 .cluster_name(&self.name)
@@ -266,7 +269,14 @@ impl ClusterResource {
                 .send()
                 .await
             {
-                Ok(o) => o.nodegroup().and_then(|g| g.version()).map(str::to_string),
+                Ok(o) => (
+                    o.nodegroup().and_then(|g| g.version()).map(str::to_string),
+                    owned(
+                        o.nodegroup().and_then(|g| g.tags()),
+                        &self.deployment,
+                        &self.lineage,
+                    ),
+                ),
                 // Deleted between the list and the describe.
                 Err(e) if is_not_found(&e) => continue,
                 Err(e) => {
@@ -277,9 +287,40 @@ impl ClusterResource {
                     )))
                 }
             };
-            out.push((name, version));
+            out.push((name, version, ours));
         }
         Ok(out)
+    }
+
+    /// Refuses, at plan, a delete DeleteCluster would refuse half way
+    /// through a destroy: EKS deletes a cluster only once it has no node
+    /// groups (DeleteCluster: `ResourceInUseException`), and kfaws deletes
+    /// only its own, so one made outside this deployment's state (by
+    /// eksctl, the console, another state) would stop the destroy after
+    /// everything before the cluster was gone.
+    async fn check_delete(&self) -> Result<(), ResourceError> {
+        if self.ours().await?.is_none() {
+            return Ok(());
+        }
+        let foreign: Vec<String> = self
+            .nodegroup_versions()
+            .await?
+            .into_iter()
+            .filter(|(_, _, ours)| !ours)
+            .map(|(name, _, _)| name)
+            .collect();
+        if foreign.is_empty() {
+            return Ok(());
+        }
+        Err(ResourceError::msg(format!(
+            "cluster {}: node groups {} were not made by this deployment's kfaws state, and EKS \
+             deletes a cluster only once it has no node groups; nothing was deleted. Delete them \
+             first (`aws eks delete-nodegroup --cluster-name {} --nodegroup-name NAME`), then run \
+             the command again",
+            self.name,
+            foreign.join(", "),
+            self.name
+        )))
     }
 
     /// The spec fields DescribeCluster reports, keyed like [`Resource::spec`].
@@ -632,6 +673,9 @@ impl Resource for ClusterResource {
     /// version"). The node groups of kfaws follow the control plane in the
     /// same apply ([`super::nodegroup`]).
     async fn check(&self, check: &Check<'_>) -> Result<(), ResourceError> {
+        if matches!(check.action, Action::Delete | Action::Replace) {
+            return self.check_delete().await;
+        }
         if check.action != Action::Update {
             return Ok(());
         }
@@ -647,8 +691,8 @@ impl Resource for ClusterResource {
         let groups = self.nodegroup_versions().await?;
         let behind: Vec<String> = groups
             .iter()
-            .filter(|(_, v)| v.as_deref() != Some(from))
-            .map(|(n, v)| format!("{n} on {}", v.as_deref().unwrap_or("an unknown version")))
+            .filter(|(_, v, _)| v.as_deref() != Some(from))
+            .map(|(n, v, _)| format!("{n} on {}", v.as_deref().unwrap_or("an unknown version")))
             .collect();
         if !behind.is_empty() {
             return Err(ResourceError::msg(format!(
@@ -662,7 +706,7 @@ impl Resource for ClusterResource {
             )));
         }
         if path.len() > 1 && !groups.is_empty() {
-            let names: Vec<&str> = groups.iter().map(|(n, _)| n.as_str()).collect();
+            let names: Vec<&str> = groups.iter().map(|(n, _, _)| n.as_str()).collect();
             return Err(ResourceError::msg(format!(
                 "cluster {}: kubernetes_version {from} -> {} is {} upgrades, and EKS upgrades \
                  the control plane one minor version at a time with its node groups ({}) on \
