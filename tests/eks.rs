@@ -627,6 +627,41 @@ async fn node_group_drift_is_repaired_scaling_changes_in_place_and_a_removed_gro
     assert_eq!(launch_templates(&ec2, &d).await, [format!("kfaws-{cpu}")]);
     d.kfaws(&["plan", "--detailed-exitcode"]).assert().code(0);
 
+    // Bounds widened outside kfaws and the size moved to 3 within them:
+    // apply restores max 2 and so removes a node, which the plan says.
+    eks.update_nodegroup_config()
+        .cluster_name(n)
+        .nodegroup_name(&cpu)
+        .scaling_config(
+            aws_sdk_eks::types::NodegroupScalingConfig::builder()
+                .min_size(0)
+                .desired_size(3)
+                .max_size(10)
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    d.write_config("[node_groups.cpu]\nmin_size = 1\ndesired_size = 2\nmax_size = 2");
+    let plan = d.stdout(&["plan"]);
+    assert!(
+        plan.contains("~ desired size 3 -> 2 (UpdateNodegroupConfig)  # 1 node(s) removed"),
+        "{plan}"
+    );
+    d.stdout(&["apply", "--auto-approve"]);
+    let group = eks
+        .describe_nodegroup()
+        .cluster_name(n)
+        .nodegroup_name(&cpu)
+        .send()
+        .await
+        .unwrap();
+    let s = group.nodegroup().unwrap().scaling_config().unwrap();
+    assert_eq!(
+        (s.min_size(), s.desired_size(), s.max_size()),
+        (Some(1), Some(2), Some(2))
+    );
+
     d.stdout(&["destroy", "--auto-approve"]);
     assert!(eks
         .list_clusters()

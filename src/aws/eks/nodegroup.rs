@@ -501,6 +501,30 @@ impl NodegroupResource {
         self.wait_active().await
     }
 
+    /// The scaling an update sends for `live`: the config's, except that
+    /// an unchanged `desired_size` leaves the live one (an autoscaler's)
+    /// where it is, within the new bounds.
+    fn wanted_scaling(&self, recorded: &ResourceState, live: &Nodegroup) -> NodegroupScalingConfig {
+        let wanted = self.scaling();
+        let live_desired = live.scaling_config().and_then(|s| s.desired_size());
+        match live_desired {
+            Some(live_desired)
+                if recorded_desired(Some(recorded)) == Some(i64::from(self.group.desired_size)) =>
+            {
+                let kept = live_desired.clamp(
+                    wanted.min_size().unwrap_or_default(),
+                    wanted.max_size().unwrap_or(i32::MAX),
+                );
+                NodegroupScalingConfig::builder()
+                    .set_min_size(wanted.min_size())
+                    .desired_size(kept)
+                    .set_max_size(wanted.max_size())
+                    .build()
+            }
+            _ => wanted,
+        }
+    }
+
     fn outputs(group: &Nodegroup) -> Outputs {
         [
             ("nodegroup_name", group.nodegroup_name()),
@@ -690,22 +714,7 @@ impl Resource for NodegroupResource {
         }
         let s = live.scaling_config();
         let now = s.map(|s| (s.min_size(), s.desired_size(), s.max_size()));
-        let mut wanted = self.scaling();
-        // An unchanged desired_size leaves the live one (an autoscaler's)
-        // where it is, within the new bounds.
-        if recorded_desired(Some(recorded)) == Some(i64::from(self.group.desired_size)) {
-            if let Some(live) = s.and_then(|s| s.desired_size()) {
-                let kept = live.clamp(
-                    wanted.min_size().unwrap_or_default(),
-                    wanted.max_size().unwrap_or(i32::MAX),
-                );
-                wanted = NodegroupScalingConfig::builder()
-                    .set_min_size(wanted.min_size())
-                    .desired_size(kept)
-                    .set_max_size(wanted.max_size())
-                    .build();
-            }
-        }
+        let wanted = self.wanted_scaling(recorded, &live);
         if now != Some((wanted.min_size(), wanted.desired_size(), wanted.max_size())) {
             let out = self
                 .eks
@@ -738,20 +747,41 @@ impl Resource for NodegroupResource {
     }
 
     /// The UpdateNodegroupVersion an update makes, if the nodes run
-    /// another version than the cluster's.
+    /// another version than the cluster's, and the node count it sets when
+    /// that differs from the live one (an autoscaler's size outside the new
+    /// min..max is clamped: nodes are added or removed).
     async fn preview_update(
         &self,
-        _recorded: &ResourceState,
+        recorded: &ResourceState,
         _inputs: &Inputs,
     ) -> Result<Vec<Detail>, ResourceError> {
         let Some(live) = self.ours().await? else {
             return Ok(vec![]);
         };
+        let mut details = Vec::new();
+        let live_desired = live.scaling_config().and_then(|s| s.desired_size());
+        let desired = self.wanted_scaling(recorded, &live).desired_size();
+        if let (Some(from), Some(to)) = (live_desired, desired) {
+            if from != to {
+                details.push(Detail {
+                    action: "Modify".into(),
+                    name: format!("desired size {from} -> {to}"),
+                    kind: "UpdateNodegroupConfig".into(),
+                    replacement: None,
+                    condition: None,
+                    note: Some(if to < from {
+                        format!("{} node(s) removed", from - to)
+                    } else {
+                        format!("{} node(s) added", to - from)
+                    }),
+                });
+            }
+        }
         let from = live.version().unwrap_or_default();
         if from == self.kubernetes_version {
-            return Ok(vec![]);
+            return Ok(details);
         }
-        Ok(vec![Detail {
+        details.push(Detail {
             action: "Modify".into(),
             name: format!("Kubernetes {}", self.kubernetes_version),
             kind: "UpdateNodegroupVersion".into(),
@@ -760,7 +790,8 @@ impl Resource for NodegroupResource {
             note: Some(format!(
                 "nodes replaced in a rolling update from {from}, after the control plane"
             )),
-        }])
+        });
+        Ok(details)
     }
 
     async fn delete(&self, _recorded: &ResourceState) -> Result<(), ResourceError> {
