@@ -443,6 +443,32 @@ async fn apply_makes_an_active_cluster_node_group_oidc_provider_and_irsa_roles_a
     );
     d.kfaws(&["plan", "--detailed-exitcode"]).assert().code(0);
 
+    // A permissions boundary set outside kfaws caps the role (AWSDenyAll
+    // stops EKS): drift, removed in place.
+    let deny = "arn:aws:iam::aws:policy/AWSDenyAll";
+    iam.put_role_permissions_boundary()
+        .role_name(&cluster_role)
+        .permissions_boundary(deny)
+        .send()
+        .await
+        .unwrap();
+    let plan = d.stdout(&["plan"]);
+    assert!(
+        plan.contains(&format!(
+            "~ trust.ClusterRole.permissions_boundary: \"{deny}\" -> (unset)"
+        )),
+        "{plan}"
+    );
+    d.stdout(&["apply", "--auto-approve"]);
+    let role = iam
+        .get_role()
+        .role_name(&cluster_role)
+        .send()
+        .await
+        .unwrap();
+    assert!(role.role().unwrap().permissions_boundary().is_none());
+    d.kfaws(&["plan", "--detailed-exitcode"]).assert().code(0);
+
     // A node group made outside kfaws would stop the destroy at
     // DeleteCluster, after everything else was gone: refused at plan.
     let node_role_arn = iam

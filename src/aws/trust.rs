@@ -47,6 +47,11 @@ pub const FIELD: &str = "trust";
 /// `AdministratorAccess`) is drift, and apply removes it.
 pub const POLICIES: &str = "policies";
 
+/// The key of a role's [`FIELD`] entry holding a permissions boundary set
+/// outside kfaws (IAM User Guide, "Permissions boundaries for IAM
+/// entities"); absent when there is none, as the templates declare.
+pub const BOUNDARY: &str = "permissions_boundary";
+
 /// The stack parameter naming the OIDC provider's ARN.
 pub const PROVIDER_PARAMETER: &str = "OidcProviderArn";
 
@@ -346,10 +351,20 @@ impl TrustGuard {
                 "the trust policy of IAM role {name} is not JSON: {e}"
             ))
         })?;
-        Ok(Some(match role.trustee {
+        let mut granted = match role.trustee {
             Trustee::ServiceAccount(_) => grant(&doc, provider),
             Trustee::Service(_) => service_grant(&doc),
-        }))
+        };
+        // A permissions boundary caps what the role may do (AWSDenyAll on
+        // the cluster role stops EKS); the templates set none.
+        if let Some(boundary) = live
+            .as_ref()
+            .and_then(|r| r.permissions_boundary())
+            .and_then(|b| b.permissions_boundary_arn())
+        {
+            granted[BOUNDARY] = json!(boundary);
+        }
+        Ok(Some(granted))
     }
 
     /// The role's inline policy names and attached managed policy ARNs,
@@ -623,6 +638,21 @@ impl Guard for TrustGuard {
                     .map_err(|e| {
                         ResourceError::msg(format!(
                             "AttachRolePolicy {name} {missing}: {}",
+                            error_message(&e)
+                        ))
+                    })?;
+            }
+            let mut live = live;
+            if let Some(boundary) = live.as_object_mut().and_then(|o| o.remove(BOUNDARY)) {
+                tracing::warn!(role = %name, %boundary, "removing a permissions boundary set outside kfaws");
+                self.iam
+                    .delete_role_permissions_boundary()
+                    .role_name(name)
+                    .send()
+                    .await
+                    .map_err(|e| {
+                        ResourceError::msg(format!(
+                            "DeleteRolePermissionsBoundary {name}: {}",
                             error_message(&e)
                         ))
                     })?;
