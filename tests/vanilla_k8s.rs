@@ -243,6 +243,30 @@ async fn apply_installs_the_kubernetes_half_from_the_aws_outputs_and_destroy_rem
     );
     d.kfaws(&["plan", "--detailed-exitcode"]).assert().code(0);
 
+    // A pod that mounts the claim (a training job's) would hold it: the
+    // destroy is refused at plan, naming the pod and its owner.
+    let pods = Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client.clone(), USER_NS);
+    let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "trainer-0"},
+        "spec": {
+            "containers": [{"name": "t", "image": "kfaws-trainer", "volumeMounts": [{"name": "efs", "mountPath": "/mnt/efs"}]}],
+            "volumes": [{"name": "efs", "persistentVolumeClaim": {"claimName": "efs-claim"}}]
+        }
+    }))
+    .unwrap();
+    pods.create(&Default::default(), &pod).await.unwrap();
+    for args in [&["plan", "--destroy"][..], &["destroy", "--auto-approve"]] {
+        let err = d.fails(args);
+        assert!(
+            err.contains("pods still mount its PersistentVolumeClaim")
+                && err.contains(&format!("{USER_NS}/trainer-0 (claim efs-claim)")),
+            "{args:?}: {err}"
+        );
+    }
+    pods.delete("trainer-0", &DeleteParams::default().grace_period(0))
+        .await
+        .unwrap();
+
     let ids = applyset_ids(&d);
     assert_eq!(ids.len(), 5, "one ApplySet per bundle");
     assert!(!labelled(&client, &ids).await.is_empty());

@@ -405,6 +405,80 @@ impl ManifestsResource {
         Ok(Cow::Owned(bundle))
     }
 
+    /// Refuses, at plan, the delete of a bundle whose PersistentVolumeClaim
+    /// a pod still mounts: Kubernetes keeps a claim in use until every pod
+    /// using it is gone (the `kubernetes.io/pvc-protection` finalizer;
+    /// Kubernetes docs, "Storage Object in Use Protection"), so the destroy
+    /// would wait out its deadline and fail. Such pods belong to others (a
+    /// `kfaws train` PyTorchJob, a notebook), which kfaws does not delete.
+    async fn claims_in_use(&self) -> Result<(), ResourceError> {
+        use k8s_openapi::api::core::v1::Pod;
+        let bundle = self.bundle(None)?;
+        let claims: Vec<(String, String)> = bundle
+            .objects
+            .iter()
+            .filter(|m| m.kind == "PersistentVolumeClaim" && m.group().is_empty())
+            .map(|m| {
+                (
+                    m.namespace.clone().unwrap_or_else(|| "default".into()),
+                    m.name.clone(),
+                )
+            })
+            .collect();
+        if claims.is_empty() {
+            return Ok(());
+        }
+        let Some(client) = self.connector.connect().await? else {
+            return Ok(());
+        };
+        let mut users = Vec::new();
+        for (namespace, claim) in &claims {
+            let pods = kube::Api::<Pod>::namespaced(client.clone(), namespace)
+                .list(&kube::api::ListParams::default())
+                .await
+                .map_err(|e| ResourceError::msg(format!("listing pods in {namespace}: {e}")))?;
+            for pod in pods {
+                let done = matches!(
+                    pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+                    Some("Succeeded" | "Failed")
+                );
+                let mounts = pod.spec.as_ref().is_some_and(|spec| {
+                    spec.volumes.iter().flatten().any(|v| {
+                        v.persistent_volume_claim
+                            .as_ref()
+                            .is_some_and(|c| &c.claim_name == claim)
+                    })
+                });
+                if done || !mounts {
+                    continue;
+                }
+                let owner = pod
+                    .metadata
+                    .owner_references
+                    .iter()
+                    .flatten()
+                    .find(|o| o.controller == Some(true))
+                    .map(|o| format!(" of {} {}", o.kind, o.name))
+                    .unwrap_or_default();
+                users.push(format!(
+                    "{namespace}/{}{owner} (claim {claim})",
+                    pod.metadata.name.unwrap_or_default()
+                ));
+            }
+        }
+        if users.is_empty() {
+            return Ok(());
+        }
+        Err(ResourceError::msg(format!(
+            "bundle {:?}: pods still mount its PersistentVolumeClaim: {}; Kubernetes deletes a \
+             claim only once no pod uses it (Storage Object in Use Protection), so the destroy \
+             would wait and fail. Stop them first (e.g. `kubectl delete pytorchjob NAME -n \
+             NAMESPACE` for a kfaws train job), then run the command again",
+            self.bundle,
+            users.join(", ")
+        )))
+    }
+
     /// `Kind.group namespace/name` of every object, sorted: the spec's
     /// `objects` (names never depend on dependencies' outputs).
     pub fn objects(&self) -> Vec<String> {
@@ -877,7 +951,7 @@ impl Resource for ManifestsResource {
     async fn check(&self, check: &Check<'_>) -> Result<(), ResourceError> {
         use crate::plan::Action;
         if matches!(check.action, Action::Delete) {
-            return Ok(());
+            return self.claims_in_use().await;
         }
         // Before the cluster exists there is nothing to check against (and
         // nothing applied that an update could prune); the API versions
