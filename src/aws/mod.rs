@@ -51,14 +51,28 @@ where
 {
     match e.as_service_error() {
         Some(service) => {
-            let code = service.code().unwrap_or("UnknownError");
-            let message = service.message().unwrap_or("no message");
             let request = e
                 .raw_response()
                 .and_then(|r| r.headers().get("x-amzn-requestid"))
                 .map(|id| format!(" (request id {id})"))
                 .unwrap_or_default();
-            format!("{code}: {message}{request}")
+            match service.code() {
+                Some(code) => {
+                    let message = service.message().unwrap_or("no message");
+                    format!("{code}: {message}{request}")
+                }
+                // No AWS error in the body (an HTML page from a proxy or a
+                // failing server): the HTTP status is all there is to say.
+                None => {
+                    let status = e
+                        .raw_response()
+                        .map_or_else(|| "no".to_string(), |r| r.status().as_u16().to_string());
+                    format!(
+                        "HTTP status {status} with no AWS error code in the response (the \
+                         service, or a proxy in front of it, failed){request}"
+                    )
+                }
+            }
         }
         None => aws_sdk_sts::error::DisplayErrorContext(e).to_string(),
     }
@@ -73,4 +87,47 @@ pub async fn sdk_config(region: &str, profile: Option<&str>) -> SdkConfig {
         loader = loader.profile_name(p);
     }
     loader.load().await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use aws_sdk_sts::error::{ErrorMetadata, SdkError};
+    use aws_sdk_sts::operation::get_caller_identity::GetCallerIdentityError;
+    use aws_smithy_runtime_api::http::{Response, StatusCode};
+
+    fn failed(status: u16, meta: ErrorMetadata) -> SdkError<GetCallerIdentityError, Response> {
+        SdkError::service_error(
+            GetCallerIdentityError::generic(meta),
+            Response::new(
+                StatusCode::try_from(status).unwrap(),
+                aws_smithy_types::body::SdkBody::from("<html>500</html>"),
+            ),
+        )
+    }
+
+    #[test]
+    fn a_service_error_names_its_code_and_one_without_a_code_its_http_status() {
+        let coded = failed(
+            400,
+            ErrorMetadata::builder()
+                .code("ValidationError")
+                .message("bad")
+                .build(),
+        );
+        assert_eq!(error_message(&coded), "ValidationError: bad");
+        let html = failed(500, ErrorMetadata::builder().build());
+        let text = error_message(&html);
+        assert!(
+            text.starts_with("HTTP status 500 with no AWS error code in the response"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn partitions_follow_the_region_prefix() {
+        assert_eq!(partition("us-east-1"), "aws");
+        assert_eq!(partition("cn-north-1"), "aws-cn");
+        assert_eq!(partition("us-gov-west-1"), "aws-us-gov");
+    }
 }
