@@ -93,6 +93,11 @@ pub fn aws_managed_policy(partition: &str, name: &str) -> String {
     format!("arn:{partition}:iam::aws:policy/{name}")
 }
 
+/// The error of IAM call `call` on `target` (`role`, or `role policy`).
+fn iam_error(call: &str, target: &str, message: String) -> ResourceError {
+    ResourceError::msg(format!("{call} {target}: {message}"))
+}
+
 /// Watches and restores the trust policies and policy lists of a stack's
 /// roles.
 pub struct TrustGuard {
@@ -371,7 +376,7 @@ impl TrustGuard {
     /// sorted (one page each: a role holds at most 10 managed policies by
     /// default, IAM quotas).
     async fn policies(&self, name: &str) -> Result<Policies, ResourceError> {
-        let fail = |call: &str, e: String| ResourceError::msg(format!("{call} {name}: {e}"));
+        let fail = |call: &str, e: String| iam_error(call, name, e);
         let inline = self
             .iam
             .list_role_policies()
@@ -426,7 +431,7 @@ impl TrustGuard {
         service: &str,
         parameters: &BTreeMap<String, String>,
     ) -> Result<(), ResourceError> {
-        let fail = |call: &str, e: String| ResourceError::msg(format!("{call} {name}: {e}"));
+        let fail = |call: &str, e: String| iam_error(call, name, e);
         tracing::warn!(role = %name, "recreating an IAM role deleted outside kfaws");
         let mut create = self
             .iam
@@ -447,15 +452,27 @@ impl TrustGuard {
             .await
             .map_err(|e| fail("CreateRole", error_message(&e)))?;
         for arn in &role.managed {
-            self.iam
-                .attach_role_policy()
-                .role_name(name)
-                .policy_arn(arn)
-                .send()
-                .await
-                .map_err(|e| fail("AttachRolePolicy", error_message(&e)))?;
+            self.attach(name, arn).await?;
         }
         Ok(())
+    }
+
+    /// Attaches the managed policy `arn` to role `name`.
+    async fn attach(&self, name: &str, arn: &str) -> Result<(), ResourceError> {
+        self.iam
+            .attach_role_policy()
+            .role_name(name)
+            .policy_arn(arn)
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|e| {
+                iam_error(
+                    "AttachRolePolicy",
+                    &format!("{name} {arn}"),
+                    error_message(&e),
+                )
+            })
     }
 
     /// The error for what kfaws cannot rebuild in place in a stack it must
@@ -598,10 +615,11 @@ impl Guard for TrustGuard {
                     .send()
                     .await
                     .map_err(|e| {
-                        ResourceError::msg(format!(
-                            "DeleteRolePolicy {name} {extra}: {}",
-                            error_message(&e)
-                        ))
+                        iam_error(
+                            "DeleteRolePolicy",
+                            &format!("{name} {extra}"),
+                            error_message(&e),
+                        )
                     })?;
             }
             for extra in policies
@@ -617,10 +635,11 @@ impl Guard for TrustGuard {
                     .send()
                     .await
                     .map_err(|e| {
-                        ResourceError::msg(format!(
-                            "DetachRolePolicy {name} {extra}: {}",
-                            error_message(&e)
-                        ))
+                        iam_error(
+                            "DetachRolePolicy",
+                            &format!("{name} {extra}"),
+                            error_message(&e),
+                        )
                     })?;
             }
             for missing in role
@@ -629,18 +648,7 @@ impl Guard for TrustGuard {
                 .filter(|p| !policies.managed.contains(p))
             {
                 tracing::warn!(role = %name, policy = %missing, "attaching a policy detached outside kfaws");
-                self.iam
-                    .attach_role_policy()
-                    .role_name(name)
-                    .policy_arn(missing)
-                    .send()
-                    .await
-                    .map_err(|e| {
-                        ResourceError::msg(format!(
-                            "AttachRolePolicy {name} {missing}: {}",
-                            error_message(&e)
-                        ))
-                    })?;
+                self.attach(name, missing).await?;
             }
             let mut live = live;
             if let Some(boundary) = live.as_object_mut().and_then(|o| o.remove(BOUNDARY)) {
@@ -651,10 +659,7 @@ impl Guard for TrustGuard {
                     .send()
                     .await
                     .map_err(|e| {
-                        ResourceError::msg(format!(
-                            "DeleteRolePermissionsBoundary {name}: {}",
-                            error_message(&e)
-                        ))
+                        iam_error("DeleteRolePermissionsBoundary", name, error_message(&e))
                     })?;
             }
             if live == role.desired() {
@@ -675,12 +680,7 @@ impl Guard for TrustGuard {
                 .policy_document(doc.to_string())
                 .send()
                 .await
-                .map_err(|e| {
-                    ResourceError::msg(format!(
-                        "UpdateAssumeRolePolicy {name}: {}",
-                        error_message(&e)
-                    ))
-                })?;
+                .map_err(|e| iam_error("UpdateAssumeRolePolicy", name, error_message(&e)))?;
         }
         Ok(())
     }
