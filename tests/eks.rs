@@ -898,11 +898,42 @@ async fn a_version_upgrade_and_endpoint_access_drift_are_updated_in_place() {
         plan.contains("~ Kubernetes 1.34 (UpdateNodegroupVersion)"),
         "{plan}"
     );
-    d.stdout(&["apply", "--auto-approve"]);
+    // The control plane already runs what the config says: nothing is
+    // called for it, and the plan says the state will learn its version.
+    assert!(
+        plan.contains("Changed outside kfaws since the last apply")
+            && plan.contains(
+                "# eks.cluster (aws_eks_cluster)\n      \
+                 ~ kubernetes_version: \"1.33\" -> \"1.34\"  # changed outside kfaws"
+            ),
+        "{plan}"
+    );
+    let recorded_version = |d: &Deployment| {
+        d.state()["resources"]["eks.cluster"]["spec"]["kubernetes_version"].clone()
+    };
+    assert_eq!(recorded_version(&d), "1.33");
+    let updates = d.calls("UpdateClusterVersion");
+    let out = d.stdout(&["apply", "--auto-approve"]);
+    assert!(
+        out.contains("Recorded in the state the values changed outside kfaws of: eks.cluster"),
+        "{out}"
+    );
+    assert_eq!(d.calls("UpdateClusterVersion"), updates);
+    assert_eq!(recorded_version(&d), "1.34");
     let group = nodes(eks.clone(), cpu.clone(), d.name.clone()).await;
     assert_eq!(group.version(), Some("1.34"));
     assert_eq!(d.calls("UpdateNodegroupVersion"), 2);
+    let plan = d.stdout(&["plan"]);
+    assert!(!plan.contains("Changed outside kfaws"), "{plan}");
     d.kfaws(&["plan", "--detailed-exitcode"]).assert().code(0);
+    // The next upgrade is the config's change, not drift.
+    d.write_config("kubernetes_version = \"1.35\"");
+    let plan = d.stdout(&["plan"]);
+    assert!(
+        plan.contains("config changed: kubernetes_version")
+            && plan.contains("~ kubernetes_version: \"1.34\" -> \"1.35\"\n"),
+        "{plan}"
+    );
 
     // EKS cannot downgrade: the plan refuses, naming the versions, and
     // nothing is called.

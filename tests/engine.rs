@@ -448,6 +448,55 @@ async fn drift_is_detected_and_repaired() {
 }
 
 #[tokio::test]
+async fn a_field_changed_outside_kfaws_to_the_desired_value_is_recorded_without_a_call() {
+    let env = Env::new();
+    let labelled = |label: &str| -> Arc<dyn Resource> {
+        let mut r = TestResource::new(&env.world, "a", &[], Duration::ZERO);
+        r.spec["label"] = serde_json::json!(label);
+        Arc::new(r)
+    };
+    assert!(env.run(&[labelled("a")], false, 1).await.succeeded());
+    // Someone relabels the object by hand, and the config follows suit.
+    env.world
+        .tamper(&a("a"), "label", serde_json::json!("by hand"));
+    let desired = vec![labelled("by hand")];
+    let (plan, _) = env.plan(&desired, false, &[]).await;
+    assert!(!plan.has_changes(), "{:?}", actions(&plan));
+    let c = &plan.changes[0];
+    assert_eq!((c.action, c.drift), (Action::NoOp, false));
+    assert_eq!(c.refreshed.len(), 1, "{c:?}");
+    assert_eq!(c.refreshed[0].field, "label");
+    assert_eq!(c.refreshed[0].before, Some(serde_json::json!("a")));
+    let live = env.world.live(&a("a"));
+    let modified = std::fs::metadata(&live[0]).unwrap().modified().unwrap();
+
+    let report = env.run(&desired, false, 1).await;
+    assert!(
+        report.succeeded() && report.results.is_empty(),
+        "{report:?}"
+    );
+    assert_eq!(report.refreshed, [a("a")]);
+    assert_eq!(
+        std::fs::metadata(&live[0]).unwrap().modified().unwrap(),
+        modified,
+        "no call touched the object"
+    );
+    let recorded = env.store.read(|s| s.resources[&a("a")].clone());
+    assert_eq!(recorded.spec["label"], "by hand");
+    assert_eq!(
+        recorded.spec_hash,
+        kfaws::state::spec_hash(&desired[0].spec())
+    );
+    let (plan, _) = env.plan(&desired, false, &[]).await;
+    assert!(plan.refreshes().next().is_none(), "{plan:?}");
+    // The next edit of the field is the config's, not drift.
+    let (plan, _) = env.plan(&[labelled("third")], false, &[]).await;
+    assert_eq!(plan.changes[0].action, Action::Update);
+    assert!(!plan.changes[0].drift, "{:?}", plan.changes[0]);
+    assert_eq!(plan.changes[0].reason, "config changed: label");
+}
+
+#[tokio::test]
 async fn a_resource_removed_from_the_config_is_deleted_after_its_dependants() {
     let env = Env::new();
     let full: Vec<Arc<dyn Resource>> = vec![

@@ -203,7 +203,12 @@ pub async fn apply(
     out!("{}", render::human(&p.plan))?;
     endpoints_note(&p)?;
     if !p.plan.has_changes() {
-        return Ok(0);
+        // Nothing to ask about: only the state learns what the services report.
+        return if p.plan.refreshes().next().is_some() {
+            run(p, usize::from(flags.parallelism), cancel).await
+        } else {
+            Ok(0)
+        };
     }
     if !auto_approve && !confirm(destroy, cancel).await? {
         outln!("\n{} cancelled.", if destroy { "Destroy" } else { "Apply" })?;
@@ -253,7 +258,7 @@ pub async fn apply_saved(
     .await??;
     let handles = plan::handles(&built.resources, built.provider.as_ref(), store.state())?;
     plan::file::check(&saved, &id.account, store.state(), &handles)?;
-    if !saved.has_changes() {
+    if !saved.has_changes() && saved.refreshes().next().is_none() {
         outln!("The saved plan has no changes.")?;
         return Ok(0);
     }
@@ -307,7 +312,16 @@ async fn run(p: Planned, parallelism: usize, cancel: &CancellationToken) -> anyh
         cancel.clone(),
     )
     .await?;
-    outln!("\n{}", report_table(&report))?;
+    if !report.results.is_empty() {
+        outln!("\n{}", report_table(&report))?;
+    }
+    if !report.refreshed.is_empty() {
+        let names: Vec<String> = report.refreshed.iter().map(ToString::to_string).collect();
+        outln!(
+            "\nRecorded in the state the values changed outside kfaws of: {}",
+            names.join(", ")
+        )?;
+    }
     finish(&plan, &report, &state_path)
 }
 

@@ -64,6 +64,9 @@ pub struct ApplyReport {
     pub interrupted: bool,
     /// Wall time of the whole walk.
     pub elapsed: Duration,
+    /// No-op resources whose state entry took the live values of fields
+    /// changed outside kfaws ([`crate::plan::Change::refreshed`]).
+    pub refreshed: Vec<Address>,
 }
 
 impl ApplyReport {
@@ -106,6 +109,7 @@ pub async fn execute(
     progress: Arc<dyn Progress>,
     cancel: CancellationToken,
 ) -> Result<ApplyReport, ExecError> {
+    let refreshed = record_refreshes(plan, handles, &store).await;
     let mut todo = plan.clone();
     todo.changes.retain(|c| c.action != Action::NoOp);
     let dag = todo.execution_graph()?;
@@ -187,7 +191,50 @@ pub async fn execute(
         results,
         interrupted: result.cancelled && cancel.is_cancelled(),
         elapsed: started.elapsed(),
+        refreshed,
     })
+}
+
+/// Records the plan's refreshes ([`Plan::refreshes`]) in one state write:
+/// each no-op resource's entry takes its desired spec, which is what the
+/// service reports for every field that differed (the plan found no field
+/// change). Outputs, status and tokens stay. An entry whose handle's spec no
+/// longer hashes to the planned one, or that is no longer `created`, is left
+/// alone. A failed write is logged and left for the next apply: the entry
+/// then still holds what it held, which is what the plan compared against.
+async fn record_refreshes(plan: &Plan, handles: &Handles, store: &SharedStore) -> Vec<Address> {
+    let specs: Vec<(Address, serde_json::Value, String)> = plan
+        .refreshes()
+        .filter_map(|c| {
+            let spec = handles.get(&c.address)?.spec();
+            let hash = spec_hash(&spec);
+            (c.spec_hash.as_deref() == Some(hash.as_str())).then(|| (c.address.clone(), spec, hash))
+        })
+        .collect();
+    if specs.is_empty() {
+        return Vec::new();
+    }
+    let addresses: Vec<Address> = specs.iter().map(|(a, ..)| a.clone()).collect();
+    let result = store
+        .persist(move |s| {
+            for (address, spec, hash) in specs {
+                if let Some(r) = s.resources.get_mut(&address) {
+                    if r.status == Status::Created {
+                        r.spec = spec;
+                        r.spec_hash = hash;
+                        r.updated_at = Utc::now();
+                    }
+                }
+            }
+        })
+        .await;
+    match result {
+        Ok(()) => addresses,
+        Err(e) => {
+            tracing::warn!(error = %e, "could not record the refreshed values in the state");
+            Vec::new()
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]

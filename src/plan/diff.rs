@@ -129,6 +129,7 @@ fn delete_change(
         resume_token: None,
         details: Vec::new(),
         conditional: false,
+        refreshed: Vec::new(),
     }
 }
 
@@ -151,6 +152,7 @@ fn diff_one(
         resume_token: None,
         details: Vec::new(),
         conditional: false,
+        refreshed: Vec::new(),
     };
     if r.mode() == Mode::Data {
         return change(Action::Read, "data source, read for its outputs");
@@ -210,7 +212,9 @@ fn diff_one(
                         "its dependencies' outputs changed since it was last applied",
                     )
                 } else {
-                    change(Action::NoOp, "up to date")
+                    let mut c = change(Action::NoOp, "up to date");
+                    c.refreshed = refreshed(&desired, &recorded.spec);
+                    c
                 }
             } else {
                 let names: Vec<&str> = fields.iter().map(|f| f.field.as_str()).collect();
@@ -226,6 +230,27 @@ fn diff_one(
             c
         }
     }
+}
+
+/// For a resource with no field changes: the fields whose recorded value
+/// differs from the desired one. Each was changed outside kfaws to exactly
+/// the desired value (otherwise [`field_changes`] would have listed it), so
+/// `before` is the recorded value and `after` the live (= desired) one.
+fn refreshed(desired: &Value, recorded: &Value) -> Vec<FieldChange> {
+    let empty = serde_json::Map::new();
+    let desired = desired.as_object().unwrap_or(&empty);
+    let recorded = recorded.as_object().unwrap_or(&empty);
+    let keys: BTreeSet<&String> = desired.keys().chain(recorded.keys()).collect();
+    keys.into_iter()
+        .filter(|k| desired.get(*k) != recorded.get(*k))
+        .map(|k| FieldChange {
+            field: k.clone(),
+            before: recorded.get(k).cloned(),
+            after: desired.get(k).cloned(),
+            forces_replacement: false,
+            drift: true,
+        })
+        .collect()
 }
 
 /// Field-level differences between the desired spec and the world as last
@@ -382,7 +407,38 @@ mod tests {
             Some(present(SPEC())),
         );
         assert_eq!(c.action, Action::NoOp);
-        assert!(c.fields.is_empty() && !c.drift);
+        assert!(c.fields.is_empty() && !c.drift && c.refreshed.is_empty());
+    }
+
+    #[test]
+    fn out_of_band_change_to_the_desired_value_is_a_noop_that_refreshes_state() {
+        // Recorded tags a=1; someone set a=2 live; the config now says a=2.
+        let want = json!({"cidr": "10.0.0.0/16", "tags": {"a": "2"}});
+        let c = one(
+            Some(want.clone()),
+            Some(recorded(Status::Created, SPEC())),
+            Some(present(want)),
+        );
+        assert_eq!(c.action, Action::NoOp);
+        assert!(c.fields.is_empty() && !c.drift, "{c:?}");
+        assert_eq!(c.refreshed.len(), 1, "{c:?}");
+        let f = &c.refreshed[0];
+        assert_eq!(f.field, "tags");
+        assert_eq!(f.before, Some(json!({"a": "1"})));
+        assert_eq!(f.after, Some(json!({"a": "2"})));
+        assert!(f.drift && !f.forces_replacement);
+    }
+
+    #[test]
+    fn a_config_change_the_service_does_not_report_is_an_update_not_a_refresh() {
+        let want = json!({"cidr": "10.0.0.0/16", "tags": {"a": "2"}});
+        let c = one(
+            Some(want),
+            Some(recorded(Status::Created, SPEC())),
+            Some(present(json!({"cidr": "10.0.0.0/16"}))),
+        );
+        assert_eq!(c.action, Action::Update);
+        assert!(c.refreshed.is_empty(), "{c:?}");
     }
 
     #[test]

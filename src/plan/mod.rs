@@ -126,6 +126,13 @@ pub struct Change {
     /// otherwise it is skipped.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub conditional: bool,
+    /// For a no-op: fields changed outside kfaws since the last apply that
+    /// already hold the desired value (`before` is the recorded value,
+    /// `after` the live one). Nothing is called for them; apply records the
+    /// live values in the state (Terraform's refresh), so the next change
+    /// of such a field is not reported as drift.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub refreshed: Vec<FieldChange>,
 }
 
 /// Counts for the summary line.
@@ -196,6 +203,14 @@ impl Plan {
     /// Whether applying the plan would change anything.
     pub fn has_changes(&self) -> bool {
         self.changes.iter().any(|c| c.action.is_change())
+    }
+
+    /// The no-op changes whose state entry apply refreshes with live values
+    /// ([`Change::refreshed`]).
+    pub fn refreshes(&self) -> impl Iterator<Item = &Change> {
+        self.changes
+            .iter()
+            .filter(|c| c.action == Action::NoOp && !c.refreshed.is_empty())
     }
 
     /// The graph of the plan's changes in execution order: for an apply,

@@ -72,6 +72,36 @@ fn nested(
     ));
 }
 
+/// The note on [`Plan::refreshes`]: fields changed outside kfaws that
+/// already match the configuration, before the plan's changes (as
+/// Terraform puts its "changed outside of Terraform" note first).
+fn refreshes(plan: &Plan, out: &mut String) {
+    let mut any = false;
+    for c in plan.refreshes() {
+        if !any {
+            out.push_str(
+                "Changed outside kfaws since the last apply, already as the configuration wants \
+                 (nothing is called for these; apply records the live values in the state):\n",
+            );
+            any = true;
+        }
+        let _ = writeln!(out, "\n  # {} ({})", c.address, c.kind);
+        for f in &c.refreshed {
+            let mut lines = Vec::new();
+            nested(&f.field, f.before.as_ref(), f.after.as_ref(), &mut lines);
+            for (path, before, after) in lines {
+                let _ = writeln!(
+                    out,
+                    "      ~ {path}: {before} -> {after}  # changed outside kfaws"
+                );
+            }
+        }
+    }
+    if any {
+        out.push('\n');
+    }
+}
+
 /// The plan as text: changed resources, then the summary line.
 pub fn human(plan: &Plan) -> String {
     let mut out = String::new();
@@ -80,6 +110,7 @@ pub fn human(plan: &Plan) -> String {
         .iter()
         .filter(|c| c.action != Action::NoOp)
         .collect();
+    refreshes(plan, &mut out);
     if !plan.has_changes() {
         out.push_str("No changes. The infrastructure matches the configuration.\n");
     } else {
@@ -180,6 +211,7 @@ mod tests {
             resume_token: None,
             details: vec![],
             conditional: false,
+            refreshed: vec![],
         }
     }
 
@@ -306,6 +338,39 @@ mod tests {
             human(&p),
             "No changes. The infrastructure matches the configuration.\n"
         );
+    }
+
+    #[test]
+    fn fields_changed_outside_kfaws_to_the_desired_value_are_noted_before_the_changes() {
+        let mut refreshed = change("eks.cluster", Action::NoOp);
+        refreshed.refreshed.push(FieldChange {
+            field: "kubernetes_version".into(),
+            before: Some(json!("1.33")),
+            after: Some(json!("1.34")),
+            forces_replacement: false,
+            drift: true,
+        });
+        let alone = human(&plan(vec![refreshed.clone()]));
+        assert!(
+            alone.starts_with("Changed outside kfaws since the last apply"),
+            "{alone}"
+        );
+        assert!(
+            alone.contains(
+                "  # eks.cluster (fake)\n      ~ kubernetes_version: \"1.33\" -> \"1.34\"  \
+                 # changed outside kfaws\n"
+            ),
+            "{alone}"
+        );
+        assert!(
+            alone.ends_with("No changes. The infrastructure matches the configuration.\n"),
+            "{alone}"
+        );
+        let with_changes = human(&plan(vec![refreshed, change("b", Action::Update)]));
+        let note = with_changes.find("# eks.cluster").unwrap();
+        let actions = with_changes.find("kfaws will perform").unwrap();
+        assert!(note < actions, "{with_changes}");
+        assert!(with_changes.ends_with("Plan: 0 to add, 1 to change, 0 to destroy.\n"));
     }
 
     #[test]
