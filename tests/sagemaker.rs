@@ -282,7 +282,7 @@ async fn a_failed_job_is_an_outcome_with_its_reason_and_transitions() {
     assert_eq!(reported, listed);
 }
 
-/// A Describe that fails past the SDK's retries (5 attempts) for one poll
+/// A Describe that fails past the SDK's retries ([`kfaws::aws::MAX_ATTEMPTS`]) for one poll
 /// does not end the wait: it goes on to the job's end (this spec's job
 /// fails in the emulator: no trainer image behind it).
 #[tokio::test]
@@ -292,11 +292,12 @@ async fn a_few_failed_polls_do_not_end_the_wait() {
     training::create_training_job(&c.sagemaker, &spec)
         .await
         .unwrap();
+    let failing = kfaws::aws::MAX_ATTEMPTS + 2;
     common::aws::control(
         "faults",
         "POST",
         &format!(
-            r#"{{"service":"sagemaker","operation":"DescribeTrainingJob","kind":"server_error","count":7,"account_id":"{}"}}"#,
+            r#"{{"service":"sagemaker","operation":"DescribeTrainingJob","kind":"server_error","count":{failing},"account_id":"{}"}}"#,
             c.account.id
         ),
     );
@@ -315,7 +316,7 @@ async fn a_few_failed_polls_do_not_end_the_wait() {
         Some(outcome.status.to_string().as_str()),
         described.training_job_status().map(|s| s.as_str())
     );
-    assert!(c.sagemaker_calls("DescribeTrainingJob") > 7);
+    assert!(c.sagemaker_calls("DescribeTrainingJob") > u64::from(failing));
 }
 
 #[tokio::test]

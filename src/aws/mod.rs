@@ -24,8 +24,14 @@ use aws_config::retry::RetryConfig;
 use aws_config::{BehaviorVersion, Region, SdkConfig};
 
 /// Attempts per AWS call, including the first (the SDK's standard retry mode
-/// backs off exponentially with jitter between them).
-pub const MAX_ATTEMPTS: u32 = 5;
+/// backs off exponentially with jitter between them, at most 20 s apart).
+/// Bounded, and higher than the SDK's default of 3 because one plan or
+/// apply makes hundreds of calls: at 20 % throttled or failing calls (the
+/// CLI tests' fault load) a call fails 8 attempts with probability
+/// 0.2^8 ≈ 3e-6, against 3e-4 for 5, which failed a plan of about 100 calls
+/// now and then. For comparison, the Terraform AWS provider's `max_retries`
+/// defaults to 25.
+pub const MAX_ATTEMPTS: u32 = 8;
 
 /// The partition of `region`, as `${AWS::Partition}` resolves it in a
 /// template: `aws-cn` for the China regions (`cn-`), `aws-us-gov` for
