@@ -746,6 +746,51 @@ async fn a_stack_update_is_planned_and_applied_through_a_change_set() {
     d.kfaws(&["plan", "--target", "stack.iam", "--detailed-exitcode"])
         .assert()
         .code(0);
+
+    // The inline policy deleted outside kfaws is put back in place with the
+    // document CloudFormation expects (its drift detection resolves the
+    // template's ${AWS::Partition} and bucket name).
+    let document = |iam: aws_sdk_iam::Client| async move {
+        let out = iam
+            .get_role_policy()
+            .role_name("sagemakerrole")
+            .policy_name("kfaws-scoped")
+            .send()
+            .await
+            .unwrap();
+        let text = out.policy_document();
+        let text = if text.starts_with('{') {
+            text.to_string()
+        } else {
+            percent_encoding::percent_decode_str(text)
+                .decode_utf8_lossy()
+                .into_owned()
+        };
+        serde_json::from_str::<serde_json::Value>(&text).unwrap()
+    };
+    let declared = document(iam.clone()).await;
+    let bucket =
+        d.state()["resources"]["stack.iam"]["spec"]["parameters"]["ArtifactBucket"].clone();
+    assert_eq!(
+        declared["Statement"][0]["Resource"][0],
+        format!("arn:aws:s3:::{}", bucket.as_str().unwrap())
+    );
+    iam.delete_role_policy()
+        .role_name("sagemakerrole")
+        .policy_name("kfaws-scoped")
+        .send()
+        .await
+        .unwrap();
+    let plan = d.stdout(&["plan", "--target", "stack.iam"]);
+    assert!(
+        plan.contains("~ stack.iam") && plan.contains("0 to add, 1 to change, 0 to destroy"),
+        "{plan}"
+    );
+    d.stdout(&["apply", "--auto-approve", "--target", "stack.iam"]);
+    assert_eq!(document(iam.clone()).await, declared);
+    d.kfaws(&["plan", "--target", "stack.iam", "--detailed-exitcode"])
+        .assert()
+        .code(0);
     d.stdout(&["destroy", "--auto-approve"]);
 }
 

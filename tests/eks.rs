@@ -331,6 +331,48 @@ async fn apply_makes_an_active_cluster_node_group_oidc_provider_and_irsa_roles_a
     assert!(managed.attached_policies().is_empty(), "{managed:?}");
     d.kfaws(&["plan", "--detailed-exitcode"]).assert().code(0);
 
+    // An edit inside the template's own inline policy keeps its name: it is
+    // CloudFormation's drift detection that sees it, and apply writes back
+    // the document the template declares.
+    let inline_document = |iam: aws_sdk_iam::Client, role: String| async move {
+        let out = iam
+            .get_role_policy()
+            .role_name(role)
+            .policy_name("efs-csi-controller")
+            .send()
+            .await
+            .unwrap();
+        let text = url_decode(out.policy_document());
+        serde_json::from_str::<serde_json::Value>(&text).unwrap()
+    };
+    let declared = inline_document(iam.clone(), efs_role.clone()).await;
+    let mut widened = declared.clone();
+    widened["Statement"][0]["Action"] = "*".into();
+    iam.put_role_policy()
+        .role_name(&efs_role)
+        .policy_name("efs-csi-controller")
+        .policy_document(widened.to_string())
+        .send()
+        .await
+        .unwrap();
+    let plan = d.stdout(&["plan"]);
+    assert!(
+        plan.contains("~ stack.irsa")
+            && plan.contains("drift: changed outside kfaws: policies")
+            && plan.contains(
+                "~ policies.EfsCsiControllerRole.edited: {\"efs-csi-controller\":\
+                 {\"/Statement/0/Action\":{\"actual\":[\"*\"],\"expected\":[\""
+            )
+            && plan.contains("-> (unset)  # changed outside kfaws"),
+        "{plan}"
+    );
+    d.stdout(&["apply", "--auto-approve"]);
+    assert_eq!(
+        inline_document(iam.clone(), efs_role.clone()).await,
+        declared
+    );
+    d.kfaws(&["plan", "--detailed-exitcode"]).assert().code(0);
+
     // The service roles of stack.iam are watched the same way: another
     // account let into the node role's trust, AdministratorAccess attached
     // to it, and the cluster policy detached from the cluster role are

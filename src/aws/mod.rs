@@ -9,6 +9,7 @@
 //! standard retry mode with a bounded number of attempts.
 
 pub mod bucket;
+pub mod drift;
 pub mod eks;
 pub mod guards;
 pub mod identity;

@@ -22,8 +22,10 @@
 //! detached) is drift; after an update it writes the trust policy the
 //! template declares back, removes the policies the template does not have
 //! and attaches the managed ones it has. The content of the template's own
-//! inline policies is not compared; one deleted outside kfaws (like a
-//! deleted role) only a new stack brings back.
+//! inline policies is compared by CloudFormation's drift detection
+//! ([`super::drift`]): a document edited outside kfaws is drift, and apply
+//! writes back the document CloudFormation expects (`PutRolePolicy`), as it
+//! does for one deleted outside kfaws from a role of `stack.iam`.
 
 use std::collections::BTreeMap;
 
@@ -113,6 +115,11 @@ pub struct TrustGuard {
     /// without inline policies is recreated in place (same name, so the
     /// same ARN), and anything else is an error naming the remedy.
     pub replace_when_gone: bool,
+    /// The CloudFormation client, for drift detection of the roles' inline
+    /// policy documents ([`super::drift::inline_policies`]).
+    pub cfn: aws_sdk_cloudformation::Client,
+    /// The name of the stack that holds the roles.
+    pub stack_name: String,
 }
 
 /// How [`grant`] names the cluster's own OIDC provider.
@@ -306,6 +313,12 @@ impl TrustedRole {
     }
 }
 
+/// The key of a role's [`POLICIES`] entry holding its inline policies
+/// whose document was edited outside kfaws (policy name → differences,
+/// [`super::drift::InlineDrift::edited`]); absent when there are none, as
+/// the template declares.
+pub const EDITED: &str = "edited";
+
 /// A role's policies as [`POLICIES`] holds them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Policies {
@@ -457,6 +470,14 @@ impl TrustGuard {
         Ok(())
     }
 
+    /// CloudFormation's drift detection of `role`'s inline policies.
+    async fn inline_drift(
+        &self,
+        role: &TrustedRole,
+    ) -> Result<super::drift::InlineDrift, ResourceError> {
+        super::drift::inline_policies(&self.cfn, &self.stack_name, role.resource).await
+    }
+
     /// Attaches the managed policy `arn` to role `name`.
     async fn attach(&self, name: &str, arn: &str) -> Result<(), ResourceError> {
         self.iam
@@ -540,7 +561,14 @@ impl Guard for TrustGuard {
                     {
                         gone.push(format!("inline policy {missing} of {name}"));
                     }
-                    policies.insert(role.resource.to_string(), live.json());
+                    let mut seen = live.json();
+                    if !live.inline.is_empty() {
+                        let drift = self.inline_drift(role).await?;
+                        if !drift.edited.is_empty() {
+                            seen[EDITED] = json!(drift.edited);
+                        }
+                    }
+                    policies.insert(role.resource.to_string(), seen);
                 }
                 None => gone.push(name.to_string()),
             }
@@ -592,15 +620,37 @@ impl Guard for TrustGuard {
                 }
             };
             let policies = self.policies(name).await?;
-            if let Some(missing) = role
-                .inline
-                .iter()
-                .find(|p| !policies.inline.iter().any(|l| l == *p))
-            {
-                return Err(Self::not_rebuilt(
-                    name,
-                    &format!("its inline policy {missing}"),
-                ));
+            if !role.inline.is_empty() {
+                // Deleted or edited outside kfaws: CloudFormation's
+                // expected document goes back.
+                let drift = self.inline_drift(role).await?;
+                for policy in &role.inline {
+                    let missing = !policies.inline.iter().any(|l| l == policy);
+                    if !missing && !drift.edited.contains_key(*policy) {
+                        continue;
+                    }
+                    let Some(document) = drift.expected.get(*policy) else {
+                        return Err(Self::not_rebuilt(
+                            name,
+                            &format!("its inline policy {policy}"),
+                        ));
+                    };
+                    tracing::warn!(role = %name, %policy, missing, "restoring an inline policy changed outside kfaws");
+                    self.iam
+                        .put_role_policy()
+                        .role_name(name)
+                        .policy_name(*policy)
+                        .policy_document(document.to_string())
+                        .send()
+                        .await
+                        .map_err(|e| {
+                            iam_error(
+                                "PutRolePolicy",
+                                &format!("{name} {policy}"),
+                                error_message(&e),
+                            )
+                        })?;
+                }
             }
             for extra in policies
                 .inline

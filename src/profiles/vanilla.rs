@@ -332,10 +332,14 @@ fn guards(
                 iam: aws_sdk_iam::Client::new(aws),
                 roles: service_roles(config),
                 replace_when_gone: false,
+                cfn: aws_sdk_cloudformation::Client::new(aws),
+                stack_name: config.stack_name(part),
             }),
         ],
         "irsa" => vec![Arc::new(TrustGuard {
             iam: aws_sdk_iam::Client::new(aws),
+            cfn: aws_sdk_cloudformation::Client::new(aws),
+            stack_name: config.stack_name(part),
             roles: vec![
                 TrustedRole {
                     resource: "EfsCsiControllerRole",

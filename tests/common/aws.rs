@@ -127,9 +127,17 @@ impl Account {
     }
 
     /// The mutating operations (Create*, Put*, Delete*, Update*, ...) that
-    /// reached the emulator in this account.
+    /// reached the emulator in this account. CloudFormation's
+    /// DetectStackResourceDrift reads: it records a drift status and
+    /// changes no resource.
     pub fn mutating_calls(&self) -> Vec<String> {
-        const READ: [&str; 4] = ["Describe", "Get", "List", "Head"];
+        const READ: [&str; 5] = [
+            "Describe",
+            "Get",
+            "List",
+            "Head",
+            "DetectStackResourceDrift",
+        ];
         self.calls()
             .into_iter()
             .filter(|(_, op, _)| !READ.iter().any(|r| op.starts_with(r)))

@@ -14,6 +14,7 @@ import importlib
 # lifecycle_eks must see eks_idempotency's).
 MODULES = (
     "cfn_managed_policy_arns",
+    "cfn_drift_detection",
     "cfn_ec2_deletion",
     "cfn_delete_order",
     "cfn_stack_failure",

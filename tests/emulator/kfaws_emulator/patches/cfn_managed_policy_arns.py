@@ -9,7 +9,9 @@ moto 5.2.5 ignores the property: the role is created with no policy attached.
 An ARN that names no policy fails the resource, as in AWS (the IAM
 AttachRolePolicy error NoSuchEntity becomes the resource's reason).
 
-``Policies`` (inline policies): moto puts them at create but an update
+``Policies`` (inline policies): moto puts them at create (a document given
+as an object is kept as one, and GetRolePolicy answers its Python repr, not
+the JSON IAM returns) but an update
 changes only the description; AWS puts the new template's policies and
 deletes those the old template had and the new one has not (inline policies
 added outside CloudFormation stay).
@@ -49,6 +51,11 @@ def apply() -> None:
                     backend.detach_role_policy(arn, role.name)
                 backend.delete_role(role.name)
                 raise
+            # moto stores a template's document object as it is, and
+            # GetRolePolicy then answers its Python repr; IAM holds JSON.
+            for p in _policies(cloudformation_json):
+                if not isinstance(p["PolicyDocument"], str):
+                    role.put_policy(p["PolicyName"], json.dumps(p["PolicyDocument"]))
             role.kfaws_cfn_inline = {p["PolicyName"] for p in _policies(cloudformation_json)}
             return role
 
