@@ -231,7 +231,10 @@ async fn apply_installs_the_kubernetes_half_from_the_aws_outputs_and_destroy_rem
     let edited = d.planned_changes();
     assert!(
         edited.contains("~ k8s.efs-csi")
-            && edited.contains("ServiceAccount kube-system/efs-csi-controller-sa"),
+            && edited.contains(
+                "- \"ServiceAccount kube-system/efs-csi-controller-sa: \
+                 metadata.annotations[eks.amazonaws.com/role-arn]\""
+            ),
         "{edited}"
     );
     d.stdout(&["apply", "--auto-approve"]);

@@ -702,6 +702,20 @@ pub fn edited(
     field_manager: &str,
     manifest: &Value,
 ) -> bool {
+    !edited_fields(meta, field_manager, manifest).is_empty()
+}
+
+/// The fields [`edited`] finds: each field path of `manifest` that
+/// `field_manager` no longer owns, dotted (`automountServiceAccountToken`),
+/// with keys that hold a dot or a slash bracketed
+/// (`metadata.annotations[eks.amazonaws.com/role-arn]`), in the
+/// manifest's key order. Empty when nothing was edited, or when the object
+/// was not applied by `field_manager` at all.
+pub fn edited_fields(
+    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    field_manager: &str,
+    manifest: &Value,
+) -> Vec<String> {
     let mut owned = serde_json::Map::new();
     for entry in meta.managed_fields.iter().flatten() {
         let ours = entry.manager.as_deref() == Some(field_manager)
@@ -715,10 +729,10 @@ pub fn edited(
     }
     if owned.is_empty() {
         // Not applied by us at all (or managedFields dropped): nothing to compare.
-        return false;
+        return Vec::new();
     }
     let Value::Object(top) = manifest else {
-        return false;
+        return Vec::new();
     };
     let mut tracked = top.clone();
     for untracked in ["apiVersion", "kind", "status"] {
@@ -728,29 +742,36 @@ pub fn edited(
         md.remove("name");
         md.remove("namespace");
     }
-    !covered(&Value::Object(tracked), &Value::Object(owned))
+    let mut out = Vec::new();
+    uncovered(&Value::Object(tracked), &Value::Object(owned), "", &mut out);
+    out
 }
 
-/// Whether every field path of `manifest` (through maps) is in `owned`
-/// (a `fieldsV1` tree: keys `f:<name>`).
-fn covered(manifest: &Value, owned: &Value) -> bool {
+/// Appends to `out` every field path of `manifest` (through maps) that is
+/// not in `owned` (a `fieldsV1` tree: keys `f:<name>`), below `path`.
+fn uncovered(manifest: &Value, owned: &Value, path: &str, out: &mut Vec<String>) {
     let Value::Object(fields) = manifest else {
-        return true;
+        return;
     };
-    fields.iter().all(|(k, v)| {
+    for (k, v) in fields {
         if v.is_null() {
-            return true;
+            continue;
         }
+        let here = match (path.is_empty(), k.contains(['.', '/'])) {
+            (true, _) => k.clone(),
+            (false, true) => format!("{path}[{k}]"),
+            (false, false) => format!("{path}.{k}"),
+        };
         match owned.get(format!("f:{k}")) {
-            None => false,
+            None => out.push(here),
             // A map owned as a whole (`x-kubernetes-map-type: atomic`, e.g. a
             // RoleBinding's roleRef or a Deployment's selector) has no
             // entries of its own in `fieldsV1`.
-            Some(Value::Object(sub)) if sub.is_empty() => true,
-            Some(sub) if v.is_object() => covered(v, sub),
-            Some(_) => true,
+            Some(Value::Object(sub)) if sub.is_empty() => {}
+            Some(sub) if v.is_object() => uncovered(v, sub, &here, out),
+            Some(_) => {}
         }
-    })
+    }
 }
 
 /// The objects recorded in a state entry's spec.
@@ -902,12 +923,15 @@ impl Resource for ManifestsResource {
             .map(|m| (manifest_key(m), &m.object))
             .collect();
         let field_manager = applier.options().field_manager.clone();
+        // Each entry names the object and the fields it lost, e.g.
+        // `ServiceAccount kube-system/sa: metadata.annotations[eks.amazonaws.com/role-arn]`.
         let edited: BTreeSet<String> = members
             .iter()
             .filter_map(|m| {
                 let k = key(&m.object.gk, m.object.namespace.as_deref(), &m.object.name);
                 let manifest = manifests.get(&k)?;
-                edited(&m.meta, &field_manager, manifest).then_some(k)
+                let fields = edited_fields(&m.meta, &field_manager, manifest);
+                (!fields.is_empty()).then(|| format!("{k}: {}", fields.join(", ")))
             })
             .collect();
         let mut spec = serde_json::Map::new();
@@ -1035,6 +1059,23 @@ mod tests {
             "f:metadata": {"f:annotations": {"f:kfaws/manifest-sha256": {}}},
             "f:automountServiceAccountToken": {},
         });
+        assert_eq!(
+            edited_fields(
+                &meta(vec![entry("kfaws", "Apply", removed.clone())]),
+                "kfaws",
+                &manifest
+            ),
+            ["metadata.annotations.role"]
+        );
+        let dotted = json!({"metadata": {"annotations": {"eks.amazonaws.com/role-arn": "r"}}});
+        assert_eq!(
+            edited_fields(
+                &meta(vec![entry("kfaws", "Apply", removed.clone())]),
+                "kfaws",
+                &dotted
+            ),
+            ["metadata.annotations[eks.amazonaws.com/role-arn]"]
+        );
         assert!(edited(
             &meta(vec![entry("kfaws", "Apply", removed)]),
             "kfaws",

@@ -53,7 +53,7 @@ fn nested(
     path: &str,
     before: Option<&Value>,
     after: Option<&Value>,
-    out: &mut Vec<(String, String, String)>,
+    out: &mut Vec<(String, Option<Value>, Option<Value>)>,
 ) {
     if let (Some(Value::Object(b)), Some(Value::Object(a))) = (before, after) {
         let keys: std::collections::BTreeSet<&String> = b.keys().chain(a.keys()).collect();
@@ -65,11 +65,56 @@ fn nested(
         }
         return;
     }
-    out.push((
-        path.to_string(),
+    out.push((path.to_string(), before.cloned(), after.cloned()));
+}
+
+/// For two lists of strings or numbers holding different elements: the
+/// elements only `before` has and those only `after` has, each in its
+/// list's order (a list of policy ARNs reads as what is detached and what
+/// is attached). `None` for anything else, or a change of order alone.
+fn list_change<'a>(
+    before: Option<&'a Value>,
+    after: Option<&'a Value>,
+) -> Option<(Vec<&'a Value>, Vec<&'a Value>)> {
+    let (Some(Value::Array(b)), Some(Value::Array(a))) = (before, after) else {
+        return None;
+    };
+    let scalar = |v: &Value| v.is_string() || v.is_number();
+    if !b.iter().all(scalar) || !a.iter().all(scalar) {
+        return None;
+    }
+    let gone: Vec<&Value> = b.iter().filter(|v| !a.contains(v)).collect();
+    let new: Vec<&Value> = a.iter().filter(|v| !b.contains(v)).collect();
+    (!gone.is_empty() || !new.is_empty()).then_some((gone, new))
+}
+
+/// Writes one field line, `      ~ path: before -> after` and its notes; a
+/// list of scalars whose elements differ is written element by element
+/// (`- removed`, `+ added`) under `      ~ path:`.
+fn field_line(
+    out: &mut String,
+    path: &str,
+    before: Option<&Value>,
+    after: Option<&Value>,
+    notes: &[&str],
+) {
+    let notes: String = notes.iter().map(|n| format!("  # {n}")).collect();
+    if let Some((gone, new)) = list_change(before, after) {
+        let _ = writeln!(out, "      ~ {path}:{notes}");
+        for v in gone {
+            let _ = writeln!(out, "          - {v}");
+        }
+        for v in new {
+            let _ = writeln!(out, "          + {v}");
+        }
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "      ~ {path}: {} -> {}{notes}",
         value(&before.cloned()),
-        value(&after.cloned()),
-    ));
+        value(&after.cloned())
+    );
 }
 
 /// The note on [`Plan::refreshes`]: fields changed outside kfaws that
@@ -90,9 +135,12 @@ fn refreshes(plan: &Plan, out: &mut String) {
             let mut lines = Vec::new();
             nested(&f.field, f.before.as_ref(), f.after.as_ref(), &mut lines);
             for (path, before, after) in lines {
-                let _ = writeln!(
+                field_line(
                     out,
-                    "      ~ {path}: {before} -> {after}  # changed outside kfaws"
+                    &path,
+                    before.as_ref(),
+                    after.as_ref(),
+                    &["changed outside kfaws"],
                 );
             }
         }
@@ -131,15 +179,15 @@ pub fn human(plan: &Plan) -> String {
         for f in &c.fields {
             let mut lines = Vec::new();
             nested(&f.field, f.before.as_ref(), f.after.as_ref(), &mut lines);
+            let mut notes = Vec::new();
+            if f.drift {
+                notes.push("changed outside kfaws");
+            }
+            if f.forces_replacement {
+                notes.push("forces replacement");
+            }
             for (path, before, after) in lines {
-                let _ = write!(out, "      ~ {path}: {before} -> {after}");
-                if f.drift {
-                    out.push_str("  # changed outside kfaws");
-                }
-                if f.forces_replacement {
-                    out.push_str("  # forces replacement");
-                }
-                out.push('\n');
+                field_line(&mut out, &path, before.as_ref(), after.as_ref(), &notes);
             }
         }
         if !c.details.is_empty() {
@@ -329,6 +377,41 @@ mod tests {
             "{text}"
         );
         assert!(!text.contains("ClusterRole"), "{text}");
+    }
+
+    #[test]
+    fn a_changed_list_of_names_shows_what_goes_and_what_comes() {
+        let mut update = change("stack.iam", Action::Update);
+        update.fields.push(FieldChange {
+            field: "policies".into(),
+            before: Some(json!({"NodeRole": {"managed": ["Admin", "ECR", "Worker"]}})),
+            after: Some(json!({"NodeRole": {"managed": ["ECR", "Worker", "CNI"]}})),
+            drift: true,
+            forces_replacement: false,
+        });
+        let text = human(&plan(vec![update]));
+        assert!(
+            text.contains(
+                "      ~ policies.NodeRole.managed:  # changed outside kfaws\n\
+                 \x20         - \"Admin\"\n\
+                 \x20         + \"CNI\"\n"
+            ),
+            "{text}"
+        );
+        // Order alone, or lists of objects, print whole.
+        let mut reordered = change("s", Action::Update);
+        reordered.fields.push(FieldChange {
+            field: "order".into(),
+            before: Some(json!(["a", "b"])),
+            after: Some(json!(["b", "a"])),
+            drift: false,
+            forces_replacement: false,
+        });
+        let text = human(&plan(vec![reordered]));
+        assert!(
+            text.contains("~ order: [\"a\",\"b\"] -> [\"b\",\"a\"]\n"),
+            "{text}"
+        );
     }
 
     #[test]
