@@ -214,9 +214,26 @@ async fn renaming_a_role_or_the_bucket_to_one_someone_else_holds_fails_the_plan(
     );
     assert_eq!(changes(), before, "nothing changed");
 
-    // Back to the recorded name: nothing to do, and the destroy leaves
-    // the user's role alone.
+    // A rename to a free name replaces the role: CloudFormation makes it
+    // under the new name with its policies, then deletes the old one.
+    let renamed = format!("{}-renamed", d.name);
+    d.write_config(&format!("[options]\nsagemaker_role_name = {renamed:?}\n"));
+    d.stdout(&["apply", "--auto-approve"]);
+    let gone = aws.iam().get_role().role_name("sagemakerrole").send().await;
+    assert!(gone.is_err(), "{gone:?}");
+    let attached = aws
+        .iam()
+        .list_attached_role_policies()
+        .role_name(&renamed)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(attached.attached_policies().len(), 2, "{attached:?}");
+    d.kfaws(&["plan", "--detailed-exitcode"]).assert().code(0);
+
+    // Back to the default name, and the destroy leaves the user's role alone.
     d.write_config("");
+    d.stdout(&["apply", "--auto-approve"]);
     d.kfaws(&["plan", "--detailed-exitcode"]).assert().code(0);
     d.stdout(&["destroy", "--auto-approve"]);
     aws.iam()

@@ -15,6 +15,8 @@ import importlib
 MODULES = (
     "cfn_managed_policy_arns",
     "cfn_drift_detection",
+    # after the two above: a replacing update creates through their wrappers
+    "cfn_role_replacement",
     "cfn_ec2_deletion",
     "cfn_delete_order",
     "cfn_stack_failure",
