@@ -723,7 +723,7 @@ impl Guard for TrustGuard {
                 ),
                 Trustee::Service(service) => service_document(service),
             };
-            tracing::info!(role = %name, "restoring the trust policy");
+            tracing::warn!(role = %name, "restoring the trust policy changed outside kfaws");
             self.iam
                 .update_assume_role_policy()
                 .role_name(name)

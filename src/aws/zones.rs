@@ -82,6 +82,21 @@ pub enum ZoneError {
         /// The usable zones that offer it.
         offered_in: Vec<String>,
     },
+    /// No zone of the region offers the type at all: most often a
+    /// misspelt name (`m5.huge`), or a type this region does not have.
+    #[error(
+        "{field} = {instance_type:?}: no Availability Zone of region {region} offers this \
+         instance type (EC2 DescribeInstanceTypeOfferings lists none): check its name against \
+         the EC2 instance types (e.g. \"m5.xlarge\"), or choose a region that has it"
+    )]
+    NotOffered {
+        /// The config field.
+        field: String,
+        /// The instance type.
+        instance_type: String,
+        /// The region.
+        region: String,
+    },
     /// Each type has two zones, but no two zones offer all of them.
     #[error(
         "no {ZONE_COUNT} Availability Zones of region {region} offer every node group's \
@@ -172,6 +187,13 @@ pub fn choose(
     let region = offerings.region.clone();
     for w in wanted {
         let usable: Vec<String> = offerings.usable_for(&w.instance_type).into_iter().collect();
+        if !offerings.by_type.contains_key(&w.instance_type) {
+            return Err(ZoneError::NotOffered {
+                field: w.field.clone(),
+                instance_type: w.instance_type.clone(),
+                region,
+            });
+        }
         if usable.len() < ZONE_COUNT {
             return Err(ZoneError::TooFewZones {
                 field: w.field.clone(),
@@ -334,9 +356,23 @@ mod tests {
     }
 
     #[test]
-    fn a_type_offered_nowhere_says_none() {
-        let o = offerings(&[]);
-        let e = choose(&wanted(&[("cpu", "x9.huge")]), &o, None).unwrap_err();
+    fn a_type_offered_nowhere_says_to_check_its_name() {
+        let o = offerings(&[("m5.xlarge", &["us-east-1a", "us-east-1b"])]);
+        let e = choose(&wanted(&[("cpu", "m5.huge")]), &o, None).unwrap_err();
+        assert!(matches!(e, ZoneError::NotOffered { .. }), "{e:?}");
+        assert!(
+            e.to_string().starts_with(
+                "node_groups.cpu.instance_type = \"m5.huge\": no Availability Zone of region \
+                 us-east-1 offers this instance type"
+            ) && e.to_string().contains("check its name"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_type_offered_only_in_unusable_zones_counts_none() {
+        let o = offerings(&[("m5.xlarge", &["us-east-1e"])]);
+        let e = choose(&wanted(&[("cpu", "m5.xlarge")]), &o, None).unwrap_err();
         assert!(
             e.to_string()
                 .contains("offered in no Availability Zone of region us-east-1 (none)"),

@@ -22,8 +22,9 @@ pub enum PlanFileError {
     },
     /// The state changed since the plan was made.
     #[error(
-        "the saved plan is stale: it was made against state serial {planned} of lineage {lineage}, \
-         the state is now serial {current} of lineage {current_lineage}; run `kfaws plan` again"
+        "the saved plan is stale: it was made {}, the state is now serial {current} of lineage \
+         {current_lineage}; run `kfaws plan` again",
+        made_against(*.planned, .lineage)
     )]
     Stale {
         /// Serial the plan was made against.
@@ -49,6 +50,17 @@ pub enum PlanFileError {
     /// The desired spec computed now differs from the one planned.
     #[error("the saved plan's spec for {0} differs from what this kfaws computes from the same config; run `kfaws plan` again")]
     SpecChanged(Address),
+}
+
+/// What a stale plan was made against, for [`PlanFileError::Stale`]: a
+/// state never written (serial 0) has no lineage yet (its lineage is drawn
+/// anew until the first write), so none is named.
+fn made_against(serial: u64, lineage: &uuid::Uuid) -> String {
+    if serial == 0 {
+        "before the deployment had a state (an apply has written one since)".to_string()
+    } else {
+        format!("against state serial {serial} of lineage {lineage}")
+    }
 }
 
 /// Writes `plan` to `path` (JSON, mode 0600).
@@ -136,4 +148,33 @@ pub fn check(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_plan_made_before_any_state_does_not_name_a_lineage() {
+        let lineage = uuid::Uuid::new_v4();
+        let current = uuid::Uuid::new_v4();
+        let stale = |planned| PlanFileError::Stale {
+            planned,
+            lineage,
+            current: 26,
+            current_lineage: current,
+        };
+        let fresh = stale(0).to_string();
+        assert!(
+            fresh.contains("made before the deployment had a state")
+                && !fresh.contains(&lineage.to_string())
+                && fresh.contains(&format!("now serial 26 of lineage {current}")),
+            "{fresh}"
+        );
+        let later = stale(3).to_string();
+        assert!(
+            later.contains(&format!("made against state serial 3 of lineage {lineage}")),
+            "{later}"
+        );
+    }
 }
