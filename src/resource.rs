@@ -231,6 +231,19 @@ pub trait Resource: Send + Sync {
         Vec::new()
     }
 
+    /// For a create of a resource the state does not hold (for `plan`): the
+    /// provider id of a live one of its name that carries this state's
+    /// deployment and lineage tags, which `create` re-attaches to instead of
+    /// making another (left by `kfaws state rm`, or by a create whose result
+    /// was never recorded). The plan shows it as imported, Terraform's term.
+    /// The default finds none.
+    ///
+    /// # Errors
+    /// [`ResourceError`] for a failed read; the plan fails.
+    async fn importable(&self) -> Result<Option<String>, ResourceError> {
+        Ok(None)
+    }
+
     /// What a delete would remove inside the resource (for `plan`), from
     /// its state entry and read-only calls, e.g. what other actors left in
     /// a VPC that the delete removes too. The default shows nothing.

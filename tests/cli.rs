@@ -317,8 +317,24 @@ async fn state_rm_forgets_without_deleting_and_apply_adopts_it_again() {
         .stdout(predicate::str::contains("it still exists"));
     assert!(d.stdout(&["state", "list"]).contains("has no resources"));
     // Applying again adopts the stack kfaws made (it carries the deployment
-    // tag) instead of failing with AlreadyExists.
-    d.stdout(&["apply", "--auto-approve", "--target", "stack.iam"]);
+    // tag) instead of failing with AlreadyExists, and the plan says so.
+    let plan = d.stdout(&["plan", "--target", "stack.iam"]);
+    assert!(
+        plan.contains("# stack.iam will be imported")
+            && plan.contains("this state's deployment and lineage tags")
+            && plan.contains("Plan: 1 to import, 0 to add, 0 to change, 0 to destroy."),
+        "{plan}"
+    );
+    let created = stacks_created(&d);
+    let out = d.stdout(&["apply", "--auto-approve", "--target", "stack.iam"]);
+    assert!(
+        out.contains("Resources: 1 imported, 0 added, 0 changed, 0 destroyed."),
+        "{out}"
+    );
+    assert_eq!(stacks_created(&d), created, "no CreateStack reached AWS");
+    d.kfaws(&["plan", "--target", "stack.iam", "--detailed-exitcode"])
+        .assert()
+        .code(0);
     d.stdout(&["destroy", "--auto-approve"]);
     assert!(d.live_stack_names().await.is_empty());
 }

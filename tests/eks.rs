@@ -626,6 +626,20 @@ async fn node_group_drift_is_repaired_scaling_changes_in_place_and_a_removed_gro
         "{plan}"
     );
     d.stdout(&["apply", "--auto-approve"]);
+    // Forgotten with `state rm`, the group is imported again, not created.
+    d.kfaws(&["state", "rm", "eks.nodegroup.cpu"])
+        .assert()
+        .success();
+    let plan = d.stdout(&["plan"]);
+    assert!(
+        plan.contains("# eks.nodegroup.cpu will be imported")
+            && plan.contains("Plan: 1 to import, 0 to add"),
+        "{plan}"
+    );
+    let creates = d.calls("CreateNodegroup");
+    let out = d.stdout(&["apply", "--auto-approve"]);
+    assert!(out.contains("Resources: 1 imported, 0 added"), "{out}");
+    assert_eq!(d.calls("CreateNodegroup"), creates);
     let arn_before = eks
         .describe_nodegroup()
         .cluster_name(n)

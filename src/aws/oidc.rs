@@ -263,6 +263,10 @@ impl Resource for OidcProviderResource {
         "aws_iam_oidc_provider"
     }
 
+    async fn importable(&self) -> Result<Option<String>, ResourceError> {
+        Ok(self.find_by_tags().await?.map(|f| f.arn))
+    }
+
     fn dependencies(&self) -> Vec<Address> {
         vec![self.cluster.clone()]
     }

@@ -536,6 +536,14 @@ impl Resource for StackResource {
         template_resources(self.template)
     }
 
+    async fn importable(&self) -> Result<Option<String>, ResourceError> {
+        Ok(self
+            .describe(&self.stack_name)
+            .await?
+            .filter(|s| self.owned(s))
+            .map(|s| s.stack_id().unwrap_or(&self.stack_name).to_string()))
+    }
+
     async fn preview_update(
         &self,
         recorded: &ResourceState,

@@ -333,13 +333,28 @@ fn finish(plan: &Plan, report: &ApplyReport, state_path: &Path) -> anyhow::Resul
             .filter(|r| r.outcome == Outcome::Succeeded && actions.contains(&r.action))
             .count()
     };
-    let added = count(&[Action::Create, Action::Replace]);
+    let imported = report
+        .results
+        .iter()
+        .filter(|r| r.outcome == Outcome::Succeeded && r.action == Action::Create)
+        .filter(|r| {
+            plan.changes
+                .iter()
+                .any(|c| c.address == r.address && c.import.is_some())
+        })
+        .count();
+    let added = count(&[Action::Create, Action::Replace]) - imported;
+    let imported = if imported > 0 {
+        format!("{imported} imported, ")
+    } else {
+        String::new()
+    };
     let changed = count(&[Action::Update]);
     let destroyed = count(&[Action::Delete, Action::Replace]);
     let verb = if plan.destroy { "Destroy" } else { "Apply" };
     if report.succeeded() {
         outln!(
-            "{verb} complete! Resources: {added} added, {changed} changed, {destroyed} destroyed."
+            "{verb} complete! Resources: {imported}{added} added, {changed} changed, {destroyed} destroyed."
         )?;
         Ok(0)
     } else if report.interrupted {

@@ -82,7 +82,10 @@ pub fn rm(g: &Global, address: &Address) -> anyhow::Result<u8> {
         s.resources.remove(&a);
     })?;
     outln!(
-        "Removed {address} from the state. kfaws no longer manages it; it still exists{}.",
+        "Removed {address} from the state. kfaws no longer manages it; it still exists{}. \
+         While it carries this deployment's tags and it is in the config, the next apply imports \
+         it again (the plan says \"will be imported\"); to let it go for good, remove it from \
+         the config or delete it by hand.",
         r.physical_id
             .map(|id| format!(" ({id})"))
             .unwrap_or_default()

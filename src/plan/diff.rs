@@ -130,6 +130,7 @@ fn delete_change(
         details: Vec::new(),
         conditional: false,
         refreshed: Vec::new(),
+        import: None,
     }
 }
 
@@ -153,6 +154,7 @@ fn diff_one(
         details: Vec::new(),
         conditional: false,
         refreshed: Vec::new(),
+        import: None,
     };
     if r.mode() == Mode::Data {
         return change(Action::Read, "data source, read for its outputs");

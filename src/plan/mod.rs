@@ -133,6 +133,12 @@ pub struct Change {
     /// of such a field is not reported as drift.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub refreshed: Vec<FieldChange>,
+    /// For a create of an address the state does not hold: the provider id
+    /// of the live resource with this state's tags that the create
+    /// re-attaches to ([`Resource::importable`]); the plan says "will be
+    /// imported".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub import: Option<String>,
 }
 
 /// Counts for the summary line.
@@ -148,6 +154,10 @@ pub struct Summary {
     /// ([`Change::conditional`]), not counted in `change`.
     #[serde(default)]
     pub conditional: usize,
+    /// Creates that re-attach to a live resource ([`Change::import`]), not
+    /// counted in `add`.
+    #[serde(default)]
+    pub import: usize,
 }
 
 /// A complete plan.
@@ -186,6 +196,7 @@ impl Plan {
         let mut s = Summary::default();
         for c in &self.changes {
             match c.action {
+                Action::Create if c.import.is_some() => s.import += 1,
                 Action::Create => s.add += 1,
                 Action::Update if c.conditional => s.conditional += 1,
                 Action::Update => s.change += 1,

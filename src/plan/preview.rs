@@ -25,7 +25,9 @@ pub struct PreviewError {
 
 /// Fills [`Change::details`] of every update in `changes`, of every create
 /// and replacement from [`crate::resource::Resource::preview_create`], and
-/// of every delete from [`crate::resource::Resource::preview_delete`].
+/// of every delete from [`crate::resource::Resource::preview_delete`]; and
+/// [`Change::import`] of every create of an address the state does not
+/// hold from [`crate::resource::Resource::importable`].
 ///
 /// # Errors
 /// [`PreviewError`] listing every preview that failed (all previews run).
@@ -105,6 +107,31 @@ pub async fn preview(
     for (i, result) in results {
         match result {
             Ok(details) => changes[i].details = details,
+            Err(e) => failures.push((changes[i].address.clone(), e.to_string())),
+        }
+    }
+    // Creates of addresses the state does not hold: a live resource with
+    // this state's tags is imported (create re-attaches to it).
+    let lookups = changes
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| c.action == Action::Create && !state.resources.contains_key(&c.address))
+        .filter_map(|(i, c)| Some((i, std::sync::Arc::clone(handles.get(&c.address)?))))
+        .map(|(i, handle)| async move { (i, handle.importable().await) });
+    let found: Vec<_> = stream::iter(lookups)
+        .buffer_unordered(parallelism.max(1))
+        .collect()
+        .await;
+    for (i, result) in found {
+        match result {
+            Ok(Some(id)) => {
+                changes[i].reason = format!(
+                    "not in state; {id} exists with this state's deployment and lineage tags, and \
+                     the create re-attaches to it instead of making another"
+                );
+                changes[i].import = Some(id);
+            }
+            Ok(None) => {}
             Err(e) => failures.push((changes[i].address.clone(), e.to_string())),
         }
     }

@@ -15,6 +15,7 @@ use crate::resource::Detail;
 fn headline(c: &Change) -> String {
     let what = match c.action {
         Action::Create if c.resume_token.is_some() => "will be created (resuming)",
+        Action::Create if c.import.is_some() => "will be imported",
         Action::Create => "will be created",
         Action::Update => "will be updated in place",
         Action::Replace => "must be replaced",
@@ -209,9 +210,13 @@ pub fn human(plan: &Plan) -> String {
     }
     let s = plan.summary();
     if plan.has_changes() {
+        out.push_str("\nPlan: ");
+        if s.import > 0 {
+            let _ = write!(out, "{} to import, ", s.import);
+        }
         let _ = write!(
             out,
-            "\nPlan: {} to add, {} to change, {} to destroy",
+            "{} to add, {} to change, {} to destroy",
             s.add, s.change, s.destroy
         );
         if s.conditional > 0 {
@@ -260,6 +265,7 @@ mod tests {
             details: vec![],
             conditional: false,
             refreshed: vec![],
+            import: None,
         }
     }
 
@@ -454,6 +460,21 @@ mod tests {
         let actions = with_changes.find("kfaws will perform").unwrap();
         assert!(note < actions, "{with_changes}");
         assert!(with_changes.ends_with("Plan: 0 to add, 1 to change, 0 to destroy.\n"));
+    }
+
+    #[test]
+    fn a_create_that_re_attaches_reads_as_an_import() {
+        let mut import = change("eks.nodegroup.big", Action::Create);
+        import.import = Some("arn:aws:eks:us-east-1:1:nodegroup/c/big/x".into());
+        let text = human(&plan(vec![import, change("b", Action::Create)]));
+        assert!(
+            text.contains("  # eks.nodegroup.big will be imported\n"),
+            "{text}"
+        );
+        assert!(
+            text.ends_with("Plan: 1 to import, 1 to add, 0 to change, 0 to destroy.\n"),
+            "{text}"
+        );
     }
 
     #[test]

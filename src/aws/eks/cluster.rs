@@ -457,6 +457,13 @@ impl Resource for ClusterResource {
         "aws_eks_cluster"
     }
 
+    async fn importable(&self) -> Result<Option<String>, ResourceError> {
+        Ok(self
+            .ours()
+            .await?
+            .map(|c| c.arn().unwrap_or(&self.name).to_string()))
+    }
+
     fn dependencies(&self) -> Vec<Address> {
         let mut deps = vec![self.network.clone(), self.iam.clone()];
         deps.sort();

@@ -557,6 +557,14 @@ impl Resource for NodegroupResource {
         "aws_eks_nodegroup"
     }
 
+    async fn importable(&self) -> Result<Option<String>, ResourceError> {
+        Ok(self.ours().await?.map(|n| {
+            n.nodegroup_arn()
+                .unwrap_or(&self.nodegroup_name)
+                .to_string()
+        }))
+    }
+
     fn dependencies(&self) -> Vec<Address> {
         let mut deps = vec![self.cluster.clone(), self.network.clone(), self.iam.clone()];
         deps.sort();
