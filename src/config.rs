@@ -121,7 +121,28 @@ pub struct Options {
     /// the first two, by name, that offer every node group's instance type
     /// ([`crate::aws::zones`]), filled in before planning.
     pub availability_zones: Option<Vec<String>>,
+    /// Managed policies attached to the node role besides
+    /// [`EKS_NODE_POLICIES`], as full ARNs (e.g.
+    /// `arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore` for Session
+    /// Manager on the nodes). The node role holds exactly these and EKS's
+    /// three: any other policy attached outside kfaws is drift and apply
+    /// detaches it. At most [`MAX_EXTRA_NODE_POLICIES`].
+    pub node_role_policies: Vec<String>,
 }
+
+/// The AWS managed policies every EKS node role holds (Amazon EKS User
+/// Guide, "Amazon EKS node IAM role").
+pub const EKS_NODE_POLICIES: [&str; 3] = [
+    "AmazonEKSWorkerNodePolicy",
+    "AmazonEKS_CNI_Policy",
+    "AmazonEC2ContainerRegistryReadOnly",
+];
+
+/// How many policies `options.node_role_policies` may add: IAM attaches at
+/// most 10 managed policies to a role by default (IAM User Guide, "IAM and
+/// AWS STS quotas": managed policies attached to an IAM role), and
+/// [`EKS_NODE_POLICIES`] take 3.
+pub const MAX_EXTRA_NODE_POLICIES: usize = 7;
 
 impl Default for Options {
     fn default() -> Self {
@@ -132,6 +153,7 @@ impl Default for Options {
             artifact_bucket: None,
             user_namespace: "kubeflow-user-example-com".into(),
             availability_zones: None,
+            node_role_policies: Vec::new(),
         }
     }
 }
@@ -581,6 +603,13 @@ impl Config {
             check_zones(zones, &self.region)
                 .map_err(|p| invalid("options.availability_zones", &zones.join(", "), p))?;
         }
+        check_policy_arns(&self.options.node_role_policies, &self.region).map_err(|p| {
+            invalid(
+                "options.node_role_policies",
+                &self.options.node_role_policies.join(", "),
+                p,
+            )
+        })?;
         if self.node_groups.is_empty() {
             return Err(invalid(
                 "node_groups",
@@ -679,6 +708,60 @@ impl Config {
             Err(ConfigError::Names(errors))
         }
     }
+}
+
+/// Managed policy ARNs for the node role: each
+/// `arn:<partition>:iam::<aws | 12-digit account>:policy/<path><name>`
+/// in the region's partition (IAM User Guide, "IAM identifiers": ARNs;
+/// a policy name is 1–128 of `A-Za-z0-9+=,.@_-`), none of
+/// [`EKS_NODE_POLICIES`] (the role has them), no repeats, at most
+/// [`MAX_EXTRA_NODE_POLICIES`].
+fn check_policy_arns(arns: &[String], region: &str) -> Result<(), String> {
+    let partition = crate::aws::partition(region);
+    if arns.len() > MAX_EXTRA_NODE_POLICIES {
+        return Err(format!(
+            "lists {} policies; a role holds at most 10 managed policies (IAM quotas) and EKS's \
+             node policies take 3, so at most {MAX_EXTRA_NODE_POLICIES} can be added",
+            arns.len()
+        ));
+    }
+    let name_ok = |n: &str| {
+        !n.is_empty()
+            && n.len() <= 128
+            && n.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "+=,.@_-".contains(c))
+    };
+    for (i, arn) in arns.iter().enumerate() {
+        let prefix = format!("arn:{partition}:iam::");
+        let rest = arn.strip_prefix(&prefix).ok_or_else(|| {
+            format!(
+                "{arn:?} is not an IAM policy ARN of partition {partition} (region {region}): \
+                 expected arn:{partition}:iam::aws:policy/<name> or \
+                 arn:{partition}:iam::<account id>:policy/<name>"
+            )
+        })?;
+        let (account, path) = rest.split_once(":policy/").unwrap_or((rest, ""));
+        let account_ok = account == "aws"
+            || (account.len() == 12 && account.chars().all(|c| c.is_ascii_digit()));
+        let name = path.rsplit('/').next().unwrap_or_default();
+        if !account_ok || !name_ok(name) {
+            return Err(format!(
+                "{arn:?} is not an IAM policy ARN: expected arn:{partition}:iam::aws:policy/<name> \
+                 or arn:{partition}:iam::<12-digit account id>:policy/<name>, the name 1-128 of \
+                 A-Za-z0-9+=,.@_-"
+            ));
+        }
+        if account == "aws" && EKS_NODE_POLICIES.contains(&path) {
+            return Err(format!(
+                "{arn:?} is one of EKS's node policies, which the node role always holds; list \
+                 only the policies to add"
+            ));
+        }
+        if arns[..i].contains(arn) {
+            return Err(format!("{arn:?} is listed twice"));
+        }
+    }
+    Ok(())
 }
 
 /// Two distinct Availability Zone names of `region` (`us-east-1a`: the
@@ -987,6 +1070,62 @@ mod tests {
             match zones(bad) {
                 Err(ConfigError::Invalid { field, .. }) => {
                     assert_eq!(field, "options.availability_zones", "{bad}")
+                }
+                other => panic!("{bad}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn node_role_policies_are_policy_arns_of_the_partition_added_once() {
+        let policies = |region: &str, list: &str| {
+            resolve(&format!(
+                "name = \"ml\"\nregion = \"{region}\"\n[options]\nnode_role_policies = {list}"
+            ))
+        };
+        let ssm = "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore";
+        let own = "arn:aws:iam::123456789012:policy/team/nodes-extra";
+        let c = policies("us-east-1", &format!("[{ssm:?}, {own:?}]")).unwrap();
+        assert_eq!(c.options.node_role_policies, [ssm, own]);
+        policies(
+            "cn-north-1",
+            "[\"arn:aws-cn:iam::aws:policy/AmazonSSMManagedInstanceCore\"]",
+        )
+        .unwrap();
+        let eight: Vec<String> = (0..8)
+            .map(|i| format!("\"arn:aws:iam::aws:policy/P{i}\""))
+            .collect();
+        for (region, bad, problem) in [
+            ("us-east-1", format!("[{ssm:?}, {ssm:?}]"), "listed twice"),
+            (
+                "us-east-1",
+                "[\"arn:aws:iam::aws:policy/AmazonEKS_CNI_Policy\"]".to_string(),
+                "always holds",
+            ),
+            (
+                "us-east-1",
+                "[\"AmazonSSMManagedInstanceCore\"]".into(),
+                "not an IAM policy ARN",
+            ),
+            (
+                "us-east-1",
+                "[\"arn:aws:iam::12:policy/x\"]".into(),
+                "12-digit",
+            ),
+            (
+                "us-east-1",
+                "[\"arn:aws:iam::aws:role/x\"]".into(),
+                "not an IAM policy ARN",
+            ),
+            ("cn-north-1", format!("[{ssm:?}]"), "partition aws-cn"),
+            ("us-east-1", format!("[{}]", eight.join(", ")), "at most 7"),
+        ] {
+            match policies(region, &bad) {
+                Err(ConfigError::Invalid {
+                    field, problem: p, ..
+                }) => {
+                    assert_eq!(field, "options.node_role_policies", "{bad}");
+                    assert!(p.contains(problem), "{bad}: {p}");
                 }
                 other => panic!("{bad}: {other:?}"),
             }

@@ -455,6 +455,24 @@ async fn apply_makes_an_active_cluster_node_group_oidc_provider_and_irsa_roles_a
     );
     d.kfaws(&["plan", "--detailed-exitcode"]).assert().code(0);
 
+    // A policy the nodes need (Session Manager's) is listed in the config:
+    // the stack attaches it, and it is no drift.
+    let ssm = "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore";
+    d.write_config(&format!("[options]\nnode_role_policies = [{ssm:?}]"));
+    let plan = d.stdout(&["plan"]);
+    assert!(
+        plan.contains("~ stack.iam")
+            && plan.contains("parameters.NodeRolePolicies")
+            && plan.contains("0 to add, 1 to change, 0 to destroy"),
+        "{plan}"
+    );
+    d.stdout(&["apply", "--auto-approve"]);
+    let mut with_ssm = node_policies.clone();
+    with_ssm.push(ssm.to_string());
+    with_ssm.sort();
+    assert_eq!(attached(iam.clone(), node_role.clone()).await, with_ssm);
+    d.kfaws(&["plan", "--detailed-exitcode"]).assert().code(0);
+
     // A service role deleted outside kfaws is recreated in place (same
     // name, so the same ARN): replacing stack.iam would take the cluster's
     // KMS key with it.

@@ -35,7 +35,7 @@ use crate::aws::oidc::OidcProviderResource;
 use crate::aws::stack::{InputParameter, StackResource};
 use crate::aws::trust::{aws_managed_policy, TrustGuard, TrustedRole, Trustee};
 use crate::aws::zones::{self, Source, Wanted, ZoneError};
-use crate::config::{Config, NodeGroup, SageMakerRolePolicy};
+use crate::config::{Config, NodeGroup, SageMakerRolePolicy, EKS_NODE_POLICIES};
 use crate::k8s::kubeconfig::ExecAuth;
 use crate::k8s::resource::{
     ClusterConnector, InputValue, ManifestsResource, ServedKind, Source as ManifestSource,
@@ -234,6 +234,18 @@ fn kept(config: &Config) -> Vec<Kept> {
 /// The roles of `stacks/iam.yaml` with the service each trusts and the
 /// policies the template gives it (the SageMaker role's depend on
 /// `options.sagemaker_role_policy`).
+/// The node role's managed policy ARNs: EKS's three, then
+/// `options.node_role_policies` (the template attaches this list, the
+/// [`TrustGuard`] holds the role to it).
+fn node_role_policies(config: &Config) -> Vec<String> {
+    let partition = crate::aws::partition(&config.region);
+    EKS_NODE_POLICIES
+        .iter()
+        .map(|n| aws_managed_policy(partition, n))
+        .chain(config.options.node_role_policies.iter().cloned())
+        .collect()
+}
+
 fn service_roles(config: &Config) -> Vec<TrustedRole> {
     let partition = crate::aws::partition(&config.region);
     let managed = |names: &[&str]| -> Vec<String> {
@@ -264,11 +276,7 @@ fn service_roles(config: &Config) -> Vec<TrustedRole> {
             name: config.role_name("eks-node"),
             trustee: Trustee::Service("ec2.amazonaws.com"),
             inline: vec![],
-            managed: managed(&[
-                "AmazonEKSWorkerNodePolicy",
-                "AmazonEKS_CNI_Policy",
-                "AmazonEC2ContainerRegistryReadOnly",
-            ]),
+            managed: node_role_policies(config),
         },
         TrustedRole {
             resource: "SageMakerRole",
@@ -430,6 +438,7 @@ fn stacks(config: &Config, aws: &SdkConfig, lineage: uuid::Uuid) -> Vec<StackRes
     let mut iam_parameters = params(&[
         ("ClusterRoleName", config.role_name("eks-cluster")),
         ("NodeRoleName", config.role_name("eks-node")),
+        ("NodeRolePolicies", node_role_policies(config).join(",")),
         (
             "SageMakerRoleName",
             config.options.sagemaker_role_name.clone(),

@@ -24,6 +24,7 @@ MODULES = (
     "cfn_s3_bucket_settings",
     "cfn_update_no_changes",
     "cfn_change_set_parameters",
+    "cfn_list_parameters",
     "cfn_s3_bucket_policy",
     "cfn_unsupported_types",
     "ec2_dependency_violation",
