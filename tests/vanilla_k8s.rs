@@ -246,6 +246,54 @@ async fn apply_installs_the_kubernetes_half_from_the_aws_outputs_and_destroy_rem
     );
     d.kfaws(&["plan", "--detailed-exitcode"]).assert().code(0);
 
+    // `kubectl set image` on the controller: a field inside a container (an
+    // entry of a keyed list) moved to another manager is drift too.
+    let deployments = Api::<K8sDeployment>::namespaced(client.clone(), "kube-system");
+    let image = |d: &K8sDeployment| {
+        d.spec
+            .as_ref()
+            .unwrap()
+            .template
+            .spec
+            .as_ref()
+            .unwrap()
+            .containers[0]
+            .image
+            .clone()
+            .unwrap()
+    };
+    let declared = image(&deployments.get("efs-csi-controller").await.unwrap());
+    deployments
+        .patch(
+            "efs-csi-controller",
+            &kube::api::PatchParams {
+                field_manager: Some("kubectl-set".into()),
+                ..Default::default()
+            },
+            &kube::api::Patch::Strategic(serde_json::json!({
+                "spec": {"template": {"spec": {"containers": [
+                    {"name": "efs-plugin", "image": "evil/image:1"}
+                ]}}}
+            })),
+        )
+        .await
+        .unwrap();
+    let edited = d.planned_changes();
+    assert!(
+        edited.contains(
+            "- \"Deployment.apps kube-system/efs-csi-controller: \
+             spec.template.spec.containers[efs-plugin].image\""
+        ),
+        "{edited}"
+    );
+    d.stdout(&["apply", "--auto-approve"]);
+    assert_eq!(
+        image(&deployments.get("efs-csi-controller").await.unwrap()),
+        declared,
+        "apply restored the image"
+    );
+    d.kfaws(&["plan", "--detailed-exitcode"]).assert().code(0);
+
     // A pod that mounts the claim (a training job's) would hold it: the
     // destroy is refused at plan, naming the pod and its owner.
     let pods = Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client.clone(), USER_NS);

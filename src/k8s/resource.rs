@@ -741,14 +741,21 @@ pub fn edited_fields(
     if let Some(Value::Object(md)) = tracked.get_mut("metadata") {
         md.remove("name");
         md.remove("namespace");
+        if md.is_empty() {
+            tracked.remove("metadata");
+        }
     }
     let mut out = Vec::new();
     uncovered(&Value::Object(tracked), &Value::Object(owned), "", &mut out);
     out
 }
 
-/// Appends to `out` every field path of `manifest` (through maps) that is
-/// not in `owned` (a `fieldsV1` tree: keys `f:<name>`), below `path`.
+/// Appends to `out` every field path of `manifest` that is not in `owned`
+/// (a `fieldsV1` tree: keys `f:<name>` for fields, `k:<json>` for the entry
+/// of a list of maps keyed by its merge keys, `v:<json>` for an entry of a
+/// set), below `path`: through maps and into the entries of keyed lists
+/// (a container's `image` that `kubectl set image` took is reported as
+/// `spec.template.spec.containers[efs-plugin].image`).
 fn uncovered(manifest: &Value, owned: &Value, path: &str, out: &mut Vec<String>) {
     let Value::Object(fields) = manifest else {
         return;
@@ -764,13 +771,90 @@ fn uncovered(manifest: &Value, owned: &Value, path: &str, out: &mut Vec<String>)
         };
         match owned.get(format!("f:{k}")) {
             None => out.push(here),
-            // A map owned as a whole (`x-kubernetes-map-type: atomic`, e.g. a
-            // RoleBinding's roleRef or a Deployment's selector) has no
-            // entries of its own in `fieldsV1`.
+            // A map or list owned as a whole (`x-kubernetes-map-type:
+            // atomic`, e.g. a RoleBinding's roleRef, or an atomic list such
+            // as a container's args) has no entries of its own in `fieldsV1`.
             Some(Value::Object(sub)) if sub.is_empty() => {}
             Some(sub) if v.is_object() => uncovered(v, sub, &here, out),
+            Some(Value::Object(entries)) if v.is_array() => {
+                list_uncovered(v.as_array().expect("an array"), entries, &here, out);
+            }
             Some(_) => {}
         }
+    }
+}
+
+/// [`uncovered`] for the entries of a list: a map entry is found by the
+/// `k:{...}` key whose merge-key values it has, and descended into; a
+/// scalar entry by its `v:` key. An entry none of `entries` names was taken
+/// out of our set (reported as the list's path with the entry's key).
+fn list_uncovered(
+    items: &[Value],
+    entries: &serde_json::Map<String, Value>,
+    path: &str,
+    out: &mut Vec<String>,
+) {
+    let keyed: Vec<(serde_json::Map<String, Value>, &Value)> = entries
+        .iter()
+        .filter_map(|(k, sub)| {
+            let json = k.strip_prefix("k:")?;
+            match serde_json::from_str(json) {
+                Ok(Value::Object(key)) => Some((key, sub)),
+                _ => None,
+            }
+        })
+        .collect();
+    for item in items {
+        match item {
+            Value::Object(fields) => {
+                // A merge key the manifest leaves out is defaulted by the
+                // server (a port's `protocol: TCP`): it matches any value.
+                let found = keyed.iter().find(|(key, _)| {
+                    key.keys().any(|f| fields.contains_key(f))
+                        && key
+                            .iter()
+                            .all(|(f, want)| fields.get(f).is_none_or(|have| have == want))
+                });
+                let label = |key: &serde_json::Map<String, Value>| {
+                    key.iter()
+                        .map(|(f, v)| match (key.len(), v.as_str()) {
+                            (1, Some(s)) => s.to_string(),
+                            (_, Some(s)) => format!("{f}={s}"),
+                            _ => format!("{f}={v}"),
+                        })
+                        .collect::<Vec<_>>()
+                        .join(",")
+                };
+                match found {
+                    Some((key, sub)) => {
+                        uncovered(item, sub, &format!("{path}[{}]", label(key)), out)
+                    }
+                    // Lists of maps without merge keys are atomic: owned
+                    // whole, their entries not listed.
+                    None if keyed.is_empty() => {}
+                    None => out.push(format!("{path}[{}]", item_label(fields))),
+                }
+            }
+            scalar => {
+                let listed = entries.contains_key(&format!("v:{scalar}"));
+                if !listed && entries.keys().any(|k| k.starts_with("v:")) {
+                    out.push(format!("{path}[{scalar}]"));
+                }
+            }
+        }
+    }
+}
+
+/// How a list entry that left our set is named: its `name` where it has
+/// one, else its first field.
+fn item_label(fields: &serde_json::Map<String, Value>) -> String {
+    match fields.get("name").and_then(Value::as_str) {
+        Some(name) => name.to_string(),
+        None => fields
+            .iter()
+            .next()
+            .map(|(k, v)| format!("{k}={v}"))
+            .unwrap_or_default(),
     }
 }
 
@@ -1103,6 +1187,58 @@ mod tests {
             "kfaws",
             &manifest
         ));
+    }
+
+    #[test]
+    fn a_field_inside_a_keyed_list_entry_taken_by_another_manager_is_named() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
+            FieldsV1, ManagedFieldsEntry, ObjectMeta,
+        };
+        let manifest = json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "d", "namespace": "kube-system"},
+            "spec": {"template": {"spec": {"containers": [
+                {"name": "efs-plugin", "image": "amazon/efs:1", "args": ["--a"],
+                 "ports": [{"containerPort": 9808}]},
+                {"name": "sidecar", "image": "sidecar:1"}
+            ]}}},
+        });
+        let owned = |plugin: Value| {
+            let mut containers = serde_json::Map::new();
+            containers.insert("k:{\"name\":\"efs-plugin\"}".into(), plugin);
+            containers.insert(
+                "k:{\"name\":\"sidecar\"}".into(),
+                json!({".": {}, "f:name": {}, "f:image": {}}),
+            );
+            ObjectMeta {
+                managed_fields: Some(vec![ManagedFieldsEntry {
+                    manager: Some("kfaws".into()),
+                    operation: Some("Apply".into()),
+                    fields_v1: Some(FieldsV1(json!({"f:spec": {"f:template": {"f:spec": {
+                        "f:containers": containers
+                    }}}}))),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }
+        };
+        let port = json!({"k:{\"containerPort\":9808,\"protocol\":\"TCP\"}":
+            {".": {}, "f:containerPort": {}}});
+        let whole = json!({".": {}, "f:name": {}, "f:image": {}, "f:args": {}, "f:ports": port});
+        assert!(edited_fields(&owned(whole), "kfaws", &manifest).is_empty());
+        // `kubectl set image` moved the image to its own manager.
+        let taken = json!({".": {}, "f:name": {}, "f:args": {}, "f:ports": port});
+        assert_eq!(
+            edited_fields(&owned(taken), "kfaws", &manifest),
+            ["spec.template.spec.containers[efs-plugin].image"]
+        );
+        // The port entry gone from our set.
+        let no_port = json!({".": {}, "f:name": {}, "f:image": {}, "f:args": {},
+            "f:ports": {"k:{\"containerPort\":1,\"protocol\":\"TCP\"}": {}}});
+        assert_eq!(
+            edited_fields(&owned(no_port), "kfaws", &manifest),
+            ["spec.template.spec.containers[efs-plugin].ports[containerPort=9808]"]
+        );
     }
 
     #[test]
