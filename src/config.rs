@@ -130,6 +130,15 @@ pub struct Options {
     pub node_role_policies: Vec<String>,
 }
 
+/// The purposes of the IAM roles a deployment names itself
+/// ([`Config::role_name`]): the EKS cluster and node roles and the IRSA roles.
+pub const DERIVED_ROLES: [&str; 4] = [
+    "eks-cluster",
+    "eks-node",
+    "irsa-efs-csi-controller",
+    "irsa-pipelines",
+];
+
 /// The AWS managed policies every EKS node role holds (Amazon EKS User
 /// Guide, "Amazon EKS node IAM role").
 pub const EKS_NODE_POLICIES: [&str; 3] = [
@@ -617,6 +626,24 @@ impl Config {
                 "at least one node group is required".into(),
             ));
         }
+        // IAM role names are unique in the account, case-insensitively (IAM
+        // User Guide, "IAM identifiers": friendly names): the SageMaker role
+        // may not take the name of a role the deployment derives.
+        let sagemaker = &self.options.sagemaker_role_name;
+        if let Some(purpose) = DERIVED_ROLES
+            .iter()
+            .find(|p| self.role_name(p).eq_ignore_ascii_case(sagemaker))
+        {
+            return Err(invalid(
+                "options.sagemaker_role_name",
+                sagemaker,
+                format!(
+                    "is the name of this deployment's {purpose} role (IAM role names are unique in \
+                     the account, ignoring case); choose another, e.g. \"{}-sagemaker\"",
+                    self.name
+                ),
+            ));
+        }
         if RESERVED_NAMESPACES.contains(&self.options.user_namespace.as_str()) {
             return Err(invalid(
                 "options.user_namespace",
@@ -1073,6 +1100,26 @@ mod tests {
                 }
                 other => panic!("{bad}: {other:?}"),
             }
+        }
+    }
+
+    #[test]
+    fn the_sagemaker_role_may_not_take_a_derived_role_s_name() {
+        let err = resolve(
+            "name = \"demo\"\nregion = \"us-east-1\"\n[options]\n\
+             sagemaker_role_name = \"KFAWS-demo-us-east-1-eks-node\"",
+        )
+        .unwrap_err();
+        match err {
+            ConfigError::Invalid { field, problem, .. } => {
+                assert_eq!(field, "options.sagemaker_role_name");
+                assert!(
+                    problem.contains("this deployment's eks-node role")
+                        && problem.contains("\"demo-sagemaker\""),
+                    "{problem}"
+                );
+            }
+            other => panic!("{other:?}"),
         }
     }
 

@@ -214,6 +214,28 @@ async fn renaming_a_role_or_the_bucket_to_one_someone_else_holds_fails_the_plan(
     );
     assert_eq!(changes(), before, "nothing changed");
 
+    // Renaming a bucket that holds objects would leave it in no stack
+    // (CloudFormation cannot delete it): refused at plan, naming both.
+    let ours = format!("kfaws-{}-us-east-1-artifacts", d.name);
+    aws.s3()
+        .put_object()
+        .bucket(&ours)
+        .key("model.tar.gz")
+        .body(b"weights".to_vec().into())
+        .send()
+        .await
+        .unwrap();
+    let before = changes();
+    let fresh = format!("{}-fresh-bucket", d.name);
+    d.write_config(&format!("[options]\nartifact_bucket = {fresh:?}\n"));
+    let err = d.fails(&["plan"]);
+    assert!(
+        err.contains(&format!("changes the bucket from {ours:?} to {fresh:?}"))
+            && err.contains("would be left in no stack and no state"),
+        "{err}"
+    );
+    assert_eq!(changes(), before, "nothing changed");
+
     // A rename to a free name replaces the role: CloudFormation makes it
     // under the new name with its policies, then deletes the old one.
     let renamed = format!("{}-renamed", d.name);
@@ -235,7 +257,7 @@ async fn renaming_a_role_or_the_bucket_to_one_someone_else_holds_fails_the_plan(
     d.write_config("");
     d.stdout(&["apply", "--auto-approve"]);
     d.kfaws(&["plan", "--detailed-exitcode"]).assert().code(0);
-    d.stdout(&["destroy", "--auto-approve"]);
+    d.stdout(&["destroy", "--auto-approve", "--force-destroy-buckets"]);
     aws.iam()
         .get_role()
         .role_name(&foreign)

@@ -231,6 +231,26 @@ impl Guard for BucketGuard {
         let renamed = check.action == Action::Update
             && check.recorded.is_some()
             && self.recorded_bucket(check.recorded) != self.bucket;
+        if renamed {
+            // CloudFormation makes the new bucket, then cannot delete the old
+            // one while it holds objects: the update ends with the old bucket
+            // in no stack and no state.
+            let old = self.recorded_bucket(check.recorded);
+            match bucket::contents(&self.s3, &old).await {
+                Ok(Some(c)) if c.count > 0 => {
+                    return Err(ResourceError::msg(format!(
+                        "options.artifact_bucket changes the bucket from {old:?} to {:?}: \
+                         CloudFormation replaces a renamed bucket and Amazon S3 deletes only \
+                         empty buckets, so {old:?}, which holds {c}, would be left in no stack and \
+                         no state. Copy what you need to keep, empty {old:?}, then apply again; \
+                         or keep the old name",
+                        self.bucket
+                    )))
+                }
+                Ok(_) => {}
+                Err(e) => return Err(ResourceError::msg(e)),
+            }
+        }
         if check.action == Action::Create || renamed {
             let problem = match bucket::holder(&self.s3, &self.bucket).await {
                 Ok(Holder::Nobody) => None,
