@@ -251,6 +251,7 @@ fn refreshed(desired: &Value, recorded: &Value) -> Vec<FieldChange> {
             after: desired.get(k).cloned(),
             forces_replacement: false,
             drift: true,
+            recorded: None,
         })
         .collect()
 }
@@ -281,6 +282,7 @@ fn field_changes(
                 after: want.cloned(),
                 forces_replacement: replace.contains(&k.as_str()),
                 drift,
+                recorded: if drift { was.cloned() } else { None },
             })
         })
         .collect()

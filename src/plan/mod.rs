@@ -92,6 +92,12 @@ pub struct FieldChange {
     pub forces_replacement: bool,
     /// Whether the value was changed outside kfaws.
     pub drift: bool,
+    /// For a drifted field: the value recorded at the last apply, so that
+    /// the plan marks only the parts of an object field that changed
+    /// outside kfaws (a config change to one key of `parameters` is not
+    /// drift because another key drifted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recorded: Option<Value>,
 }
 
 /// The planned action for one address.

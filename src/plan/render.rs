@@ -50,23 +50,41 @@ fn value(v: &Option<Value>) -> String {
 /// values are objects only the keys that differ are shown, each as
 /// `field.key` and descended into the same way (Terraform's nested diff),
 /// so one role's edited trust policy does not print every role's.
+/// With `recorded` (the value at the last apply, where known) each line
+/// also says whether that part changed outside kfaws (its value now is not
+/// the recorded one); `None` where it is not known.
 fn nested(
     path: &str,
     before: Option<&Value>,
     after: Option<&Value>,
-    out: &mut Vec<(String, Option<Value>, Option<Value>)>,
+    recorded: Option<Option<&Value>>,
+    out: &mut Vec<Line>,
 ) {
     if let (Some(Value::Object(b)), Some(Value::Object(a))) = (before, after) {
         let keys: std::collections::BTreeSet<&String> = b.keys().chain(a.keys()).collect();
         for key in keys {
             let (old, new) = (b.get(key), a.get(key));
             if old != new {
-                nested(&format!("{path}.{key}"), old, new, out);
+                let was = recorded.map(|r| r.and_then(|v| v.get(key)));
+                nested(&format!("{path}.{key}"), old, new, was, out);
             }
         }
         return;
     }
-    out.push((path.to_string(), before.cloned(), after.cloned()));
+    out.push(Line {
+        path: path.to_string(),
+        before: before.cloned(),
+        after: after.cloned(),
+        drifted: recorded.map(|was| was != before),
+    });
+}
+
+/// One line of a field's change ([`nested`]).
+struct Line {
+    path: String,
+    before: Option<Value>,
+    after: Option<Value>,
+    drifted: Option<bool>,
 }
 
 /// For two lists of strings or numbers holding different elements: the
@@ -134,13 +152,19 @@ fn refreshes(plan: &Plan, out: &mut String) {
         let _ = writeln!(out, "\n  # {} ({})", c.address, c.kind);
         for f in &c.refreshed {
             let mut lines = Vec::new();
-            nested(&f.field, f.before.as_ref(), f.after.as_ref(), &mut lines);
-            for (path, before, after) in lines {
+            nested(
+                &f.field,
+                f.before.as_ref(),
+                f.after.as_ref(),
+                None,
+                &mut lines,
+            );
+            for l in lines {
                 field_line(
                     out,
-                    &path,
-                    before.as_ref(),
-                    after.as_ref(),
+                    &l.path,
+                    l.before.as_ref(),
+                    l.after.as_ref(),
                     &["changed outside kfaws"],
                 );
             }
@@ -179,16 +203,29 @@ pub fn human(plan: &Plan) -> String {
         );
         for f in &c.fields {
             let mut lines = Vec::new();
-            nested(&f.field, f.before.as_ref(), f.after.as_ref(), &mut lines);
-            let mut notes = Vec::new();
-            if f.drift {
-                notes.push("changed outside kfaws");
-            }
-            if f.forces_replacement {
-                notes.push("forces replacement");
-            }
-            for (path, before, after) in lines {
-                field_line(&mut out, &path, before.as_ref(), after.as_ref(), &notes);
+            let recorded = f.recorded.as_ref().map(Some);
+            nested(
+                &f.field,
+                f.before.as_ref(),
+                f.after.as_ref(),
+                recorded,
+                &mut lines,
+            );
+            for l in lines {
+                let mut notes = Vec::new();
+                if f.drift && l.drifted.unwrap_or(true) {
+                    notes.push("changed outside kfaws");
+                }
+                if f.forces_replacement {
+                    notes.push("forces replacement");
+                }
+                field_line(
+                    &mut out,
+                    &l.path,
+                    l.before.as_ref(),
+                    l.after.as_ref(),
+                    &notes,
+                );
             }
         }
         if !c.details.is_empty() {
@@ -311,6 +348,7 @@ mod tests {
             after: Some(json!("10.1.0.0/16")),
             forces_replacement: true,
             drift: false,
+            recorded: None,
         });
         let p = plan(vec![
             change("a", Action::Create),
@@ -372,6 +410,7 @@ mod tests {
                 "NodeRole": {"service": "ec2.amazonaws.com"}, "New": "x"})),
             drift: true,
             forces_replacement: false,
+            recorded: None,
         });
         let text = human(&plan(vec![update]));
         assert!(
@@ -394,6 +433,7 @@ mod tests {
             after: Some(json!({"NodeRole": {"managed": ["ECR", "Worker", "CNI"]}})),
             drift: true,
             forces_replacement: false,
+            recorded: None,
         });
         let text = human(&plan(vec![update]));
         assert!(
@@ -412,11 +452,34 @@ mod tests {
             after: Some(json!(["b", "a"])),
             drift: false,
             forces_replacement: false,
+            recorded: None,
         });
         let text = human(&plan(vec![reordered]));
         assert!(
             text.contains("~ order: [\"a\",\"b\"] -> [\"b\",\"a\"]\n"),
             "{text}"
+        );
+    }
+
+    #[test]
+    fn only_the_keys_changed_outside_kfaws_are_marked_so() {
+        let mut update = change("stack.iam", Action::Update);
+        update.fields.push(FieldChange {
+            field: "parameters".into(),
+            before: Some(json!({"A": "edited", "B": "1"})),
+            after: Some(json!({"A": "a", "B": "2"})),
+            forces_replacement: false,
+            drift: true,
+            recorded: Some(json!({"A": "a", "B": "1"})),
+        });
+        let text = human(&plan(vec![update]));
+        assert!(
+            text.contains("~ parameters.A: \"edited\" -> \"a\"  # changed outside kfaws\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("~ parameters.B: \"1\" -> \"2\"\n"),
+            "the config's own change is not drift: {text}"
         );
     }
 
@@ -438,6 +501,7 @@ mod tests {
             after: Some(json!("1.34")),
             forces_replacement: false,
             drift: true,
+            recorded: None,
         });
         let alone = human(&plan(vec![refreshed.clone()]));
         assert!(
