@@ -848,12 +848,26 @@ async fn demo_path_trains_on_both_runtimes_serves_the_model_and_destroys_everyth
         err.contains("Training job demo-long keeps running") && err.contains("stop-training-job"),
         "{err}"
     );
-    // A training job still running holds destroy back.
+    // A training job still running holds destroy back, and a rename of the
+    // execution role it runs as (CloudFormation would delete the old role).
     let err = d.fails(&["destroy", "--auto-approve", "--force-destroy-buckets"]);
     assert!(
         err.contains("demo-long") && err.contains("still running"),
         "{err}"
     );
+    d.write_config(&format!(
+        "{}[options]\nsagemaker_role_name = \"{}-renamed\"\n",
+        kubeflow_config(true),
+        d.name
+    ));
+    let err = d.fails(&["plan"]);
+    assert!(
+        err.contains("demo-long")
+            && err.contains("still running")
+            && err.contains("rename options.sagemaker_role_name"),
+        "{err}"
+    );
+    d.write_config(&kubeflow_config(true));
     let sm_client = d.aws().await.sagemaker();
     sm_client
         .stop_training_job()

@@ -65,21 +65,7 @@ async fn make(
     )
     .await??;
     if goal.destroy {
-        let lineage = store.state().lineage.to_string();
-        let checking = super::train_sagemaker::running_jobs(&aws, &loaded.config.name, &lineage);
-        match interruptible(cancel, checking).await? {
-            Ok(jobs) if !jobs.is_empty() => anyhow::bail!(
-                "the plan cannot be carried out; nothing was changed: SageMaker training job(s) {} \
-                 of this deployment are still running on its execution role and bucket; stop them \
-                 (aws sagemaker stop-training-job --training-job-name NAME) or let them finish, \
-                 then destroy",
-                jobs.join(", ")
-            ),
-            Ok(_) => {}
-            // Without sagemaker:ListTrainingJobs (a role that only manages the
-            // infrastructure) the check is skipped, not the destroy.
-            Err(e) => tracing::warn!("cannot check for running SageMaker training jobs: {e:#}"),
-        }
+        refuse_while_jobs_run(&aws, &loaded.config, store.state(), "destroy", cancel).await?;
     }
     let preparing = profiles::prepare(&loaded.config, &aws, store.state(), goal.destroy);
     loaded.config = interruptible(cancel, preparing).await??;
@@ -96,6 +82,19 @@ async fn make(
         delete_options: goal.delete_options,
     });
     let (plan, handles) = interruptible(cancel, planning).await??;
+    if renames_sagemaker_role(&plan) {
+        // CloudFormation replaces a renamed role: the old one, which running
+        // jobs assume, is deleted.
+        refuse_while_jobs_run(
+            &aws,
+            config,
+            store.state(),
+            "rename options.sagemaker_role_name (CloudFormation replaces the role and deletes the \
+             old one, which the jobs run as)",
+            cancel,
+        )
+        .await?;
+    }
     warn_targets(flags);
     Ok(Planned {
         loaded,
@@ -106,6 +105,52 @@ async fn make(
         account: id.account,
         aws,
     })
+}
+
+/// Fails when SageMaker training jobs this deployment started are still
+/// running (they use its execution role, bucket and network), saying what to
+/// do before `what`. Without `sagemaker:ListTrainingJobs` (a role that only
+/// manages the infrastructure) the check is skipped with a warning.
+async fn refuse_while_jobs_run(
+    aws: &aws_config::SdkConfig,
+    config: &kfaws::config::Config,
+    state: &kfaws::state::State,
+    what: &str,
+    cancel: &CancellationToken,
+) -> anyhow::Result<()> {
+    let lineage = state.lineage.to_string();
+    let checking = super::train_sagemaker::running_jobs(aws, &config.name, &lineage);
+    match interruptible(cancel, checking).await? {
+        Ok(jobs) if !jobs.is_empty() => anyhow::bail!(
+            "the plan cannot be carried out; nothing was changed: SageMaker training job(s) {} \
+             of this deployment are still running on its execution role and bucket; stop them \
+             (aws sagemaker stop-training-job --training-job-name NAME) or let them finish, \
+             then {what}",
+            jobs.join(", ")
+        ),
+        Ok(_) => Ok(()),
+        Err(e) => {
+            tracing::warn!("cannot check for running SageMaker training jobs: {e:#}");
+            Ok(())
+        }
+    }
+}
+
+/// Whether the plan changes the SageMaker execution role's name (the
+/// `SageMakerRoleName` parameter of the IAM stack).
+fn renames_sagemaker_role(plan: &Plan) -> bool {
+    plan.changes
+        .iter()
+        .filter(|c| c.action.is_change() && c.action != Action::Delete)
+        .flat_map(|c| &c.fields)
+        .filter(|f| f.field == "parameters")
+        .any(|f| {
+            let name = |v: &Option<serde_json::Value>| {
+                v.as_ref().and_then(|p| p.get("SageMakerRoleName")).cloned()
+            };
+            let (before, after) = (name(&f.before), name(&f.after));
+            before.is_some() && after.is_some() && before != after
+        })
 }
 
 /// Says which SageMaker endpoints a destroy deletes before the graph.
