@@ -239,20 +239,10 @@ fn diff_one(
 /// the desired value (otherwise [`field_changes`] would have listed it), so
 /// `before` is the recorded value and `after` the live (= desired) one.
 fn refreshed(desired: &Value, recorded: &Value) -> Vec<FieldChange> {
-    let empty = serde_json::Map::new();
-    let desired = desired.as_object().unwrap_or(&empty);
-    let recorded = recorded.as_object().unwrap_or(&empty);
-    let keys: BTreeSet<&String> = desired.keys().chain(recorded.keys()).collect();
-    keys.into_iter()
-        .filter(|k| desired.get(*k) != recorded.get(*k))
-        .map(|k| FieldChange {
-            field: k.clone(),
-            before: recorded.get(k).cloned(),
-            after: desired.get(k).cloned(),
-            forces_replacement: false,
-            drift: true,
-            recorded: None,
-        })
+    // With no live view the comparison is desired vs recorded.
+    field_changes(desired, recorded, None, &[])
+        .into_iter()
+        .map(|f| FieldChange { drift: true, ..f })
         .collect()
 }
 
