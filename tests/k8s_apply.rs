@@ -21,7 +21,7 @@ use kfaws::k8s::bundle::BundleError;
 use kfaws::k8s::delete::DeleteError;
 use kfaws::k8s::discovery::Served;
 use kfaws::k8s::{Applier, ApplyError, ApplyOptions, Bundle, ObjectRef, Outcome};
-use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::Client;
 use serde_json::json;
 
@@ -397,6 +397,159 @@ fn c22_a_duplicate_key_fails_with_its_line() {
     let msg = err.to_string();
     assert!(msg.contains("c22-duplicate-key.yaml:8:"), "{msg}");
     assert!(msg.contains("duplicate key \"apiVersion\""), "{msg}");
+}
+
+/// Creates a namespace outside any bundle (a user's), if it is not there.
+async fn user_namespace(client: &Client, name: &str) {
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
+    match Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+    {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        Err(e) => panic!("creating namespace {name}: {e}"),
+    }
+}
+
+/// Creates a custom resource outside any bundle (a user's), with `finalizers`.
+async fn user_object(api: &Api<DynamicObject>, kind: &str, name: &str, finalizers: &[&str]) {
+    let o: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "c6.kfaws.test/v1",
+        "kind": kind,
+        "metadata": {"name": name, "finalizers": finalizers},
+        "spec": {},
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &o)
+        .await
+        .unwrap_or_else(|e| panic!("creating {kind} {name}: {e}"));
+}
+
+async fn drop_finalizers(api: &Api<DynamicObject>, name: &str) {
+    api.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn c6_destroy_deletes_custom_resources_users_made_while_their_controller_runs() {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let client = client().await;
+    let b = bundle("c6-operator", "c6-operator.yaml");
+    applier(&client, Duration::from_secs(120))
+        .apply(&b)
+        .await
+        .unwrap();
+    user_namespace(&client, "c6-gadgets").await;
+    let served = Served::fetch(&client).await.unwrap();
+    let (ar, _) = served.get("c6.kfaws.test", "v1", "Gadget").unwrap();
+    let gadgets: Api<DynamicObject> = Api::namespaced_with(client.clone(), "c6-gadgets", ar);
+    user_object(&gadgets, "Gadget", "held", &["c6.kfaws.test/cleanup"]).await;
+    user_object(&gadgets, "Gadget", "plain", &[]).await;
+
+    let err = applier(&client, Duration::from_secs(5))
+        .destroy(&b)
+        .await
+        .unwrap_err();
+    let ApplyError::Delete {
+        source: DeleteError::StillPresent {
+            step, remaining, ..
+        },
+        ..
+    } = &err
+    else {
+        panic!("expected a deletion timeout, got {err}");
+    };
+    // The users' Gadgets went first, not with the CRD after the controller.
+    assert_eq!(*step, "custom resources");
+    let left: Vec<String> = remaining.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        left,
+        ["Gadget c6-gadgets/held (finalizers: c6.kfaws.test/cleanup)"]
+    );
+    assert!(gadgets.get_opt("plain").await.unwrap().is_none());
+    let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
+        Api::namespaced(client.clone(), "c6-operator");
+    assert!(deployments
+        .get_opt("gadget-controller")
+        .await
+        .unwrap()
+        .is_some());
+
+    // What the controller would do: drop the finalizer. A Gadget made since
+    // goes too, and the report names the users' objects it deleted.
+    drop_finalizers(&gadgets, "held").await;
+    user_object(&gadgets, "Gadget", "later", &[]).await;
+    let report = applier(&client, Duration::from_secs(60))
+        .destroy(&b)
+        .await
+        .unwrap();
+    let unlisted: Vec<String> = report.unlisted.iter().map(ToString::to_string).collect();
+    assert_eq!(unlisted, ["Gadget c6-gadgets/later"]);
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let gone = crds.get_opt("gadgets.c6.kfaws.test").await.unwrap();
+    assert!(
+        gone.is_none() || gone.unwrap().metadata.deletion_timestamp.is_some(),
+        "the CRD is deleted"
+    );
+    Api::<Namespace>::all(client.clone())
+        .delete("c6-gadgets", &Default::default())
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn c6_a_namespace_held_by_a_users_object_names_that_object() {
+    let client = client().await;
+    let crd = bundle("c6-widget-crd", "c6-widget-crd.yaml");
+    let ns = bundle("c6-users", "c6-user-namespace.yaml");
+    let long = applier(&client, Duration::from_secs(120));
+    long.apply(&crd).await.unwrap();
+    long.apply(&ns).await.unwrap();
+    let served = Served::fetch(&client).await.unwrap();
+    let (ar, _) = served.get("c6.kfaws.test", "v1", "Widget").unwrap();
+    let widgets: Api<DynamicObject> = Api::namespaced_with(client.clone(), "c6-users", ar);
+    user_object(&widgets, "Widget", "stuck", &["c6.kfaws.test/cleanup"]).await;
+
+    let err = applier(&client, Duration::from_secs(15))
+        .destroy(&ns)
+        .await
+        .unwrap_err();
+    let ApplyError::Delete {
+        source: DeleteError::StillPresent {
+            step, remaining, ..
+        },
+        ..
+    } = &err
+    else {
+        panic!("expected a deletion timeout, got {err}");
+    };
+    assert_eq!(*step, "namespaces");
+    assert_eq!(remaining.len(), 1, "{err}");
+    assert_eq!(remaining[0].object.to_string(), "Namespace c6-users");
+    let holders: Vec<String> = remaining[0]
+        .holders
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(
+        holders,
+        ["Widget c6-users/stuck (finalizers: c6.kfaws.test/cleanup)"]
+    );
+    assert!(
+        err.to_string()
+            .contains("held by Widget c6-users/stuck (finalizers: c6.kfaws.test/cleanup)"),
+        "{err}"
+    );
+
+    drop_finalizers(&widgets, "stuck").await;
+    long.destroy(&ns).await.unwrap();
+    long.destroy(&crd).await.unwrap();
 }
 
 #[tokio::test]

@@ -3,7 +3,10 @@
 //! Order, each step waited for (bounded by the deadline) before the next:
 //! 1. custom resources, while the controllers that finalize them still run
 //!    (case C6: a finalizer whose controller is gone would hold its
-//!    namespace forever);
+//!    namespace forever), including those of a CRD being deleted that
+//!    kfaws did not create (a user's PyTorchJob): deleting the CRD would
+//!    delete them anyway (Kubernetes docs, "Custom Resources"), but later,
+//!    after their controller is gone;
 //! 2. webhook configurations, before their backends go (a `failurePolicy:
 //!    Fail` webhook without a backend blocks every object it intercepts);
 //! 3. everything else but CRDs and namespaces (Deployments, Services, RBAC…);
@@ -11,13 +14,15 @@
 //! 5. namespaces.
 //!
 //! A step that does not finish by the deadline fails naming every object
-//! still present and its `metadata.finalizers`. Namespaces are finalized by
+//! still present and its `metadata.finalizers`, and for a namespace or CRD
+//! also the objects that keep it (those in the namespace that carry
+//! finalizers; the CRD's custom resources left). Namespaces are finalized by
 //! kube-controller-manager's namespace controller: kfaws waits for them only
 //! when that controller runs (its leader lease `kube-system/kube-controller-manager`
 //! is held); otherwise it reports them as left terminating instead of
 //! waiting for something that cannot happen.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashSet};
 use std::fmt;
 use std::sync::Mutex;
 use std::time::Duration;
@@ -25,11 +30,14 @@ use std::time::Duration;
 use futures::stream::{self, StreamExt};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, DeleteParams, DynamicObject};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams};
+use kube::core::ApiResource;
 use kube::Client;
 use tokio::time::Instant;
 
 use super::applyset::Member;
+use super::discovery::Served;
 use super::object::{GroupKind, ObjectRef};
 use super::retry::{self, RetryError};
 use super::wait;
@@ -48,7 +56,15 @@ pub struct Remaining {
     /// NamespaceCondition), e.g. "Some content in the namespace has
     /// finalizers remaining: x.test/cleanup in 1 resource instances".
     pub conditions: Vec<String>,
+    /// What keeps a namespace or a CRD: the objects in the namespace that
+    /// carry finalizers, or the CRD's custom resources still present, each
+    /// with its own finalizers (case C6: "the error names the object and
+    /// its finalizer"). Empty for other objects.
+    pub holders: Vec<Remaining>,
 }
+
+/// The most holders an error lists for one object; the rest are counted.
+pub const MAX_HOLDERS: usize = 20;
 
 impl fmt::Display for Remaining {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -65,7 +81,18 @@ impl fmt::Display for Remaining {
         for c in &self.conditions {
             write!(f, "; {c}")?;
         }
-        f.write_str(")")
+        f.write_str(")")?;
+        for h in self.holders.iter().take(MAX_HOLDERS) {
+            write!(f, "\n    held by {h}")?;
+        }
+        if self.holders.len() > MAX_HOLDERS {
+            write!(
+                f,
+                "\n    and {} more with finalizers",
+                self.holders.len() - MAX_HOLDERS
+            )?;
+        }
+        Ok(())
     }
 }
 
@@ -133,6 +160,9 @@ pub enum DeleteError {
 pub struct DeleteReport {
     /// Objects deleted and confirmed gone (namespaces: see `terminating`).
     pub deleted: Vec<ObjectRef>,
+    /// Of `deleted`, the custom resources that were not members: those of
+    /// a CRD being deleted that others created (see the module docs).
+    pub unlisted: Vec<ObjectRef>,
     /// Namespaces deleted but not waited for, because no namespace
     /// controller runs (no kube-controller-manager holds its lease); the
     /// API server keeps them `Terminating` until one does.
@@ -218,13 +248,23 @@ fn api_for(client: &Client, m: &Member) -> Api<DynamicObject> {
 /// naming the objects and finalizers left when a step's wait runs out.
 pub async fn delete_in_order(
     client: &Client,
-    members: Vec<Member>,
+    mut members: Vec<Member>,
     custom: &BTreeSet<GroupKind>,
     deadline: Instant,
     concurrency: usize,
 ) -> Result<DeleteReport, DeleteError> {
     let started = Instant::now();
     let mut report = DeleteReport::default();
+    let unlisted = instances_of_deleted_crds(client, &members, deadline, concurrency).await?;
+    if !unlisted.is_empty() {
+        tracing::info!(
+            count = unlisted.len(),
+            "deleting the custom resources of CRDs being deleted that kfaws did not create, \
+             while their controllers still run"
+        );
+        report.unlisted = unlisted.iter().map(|m| m.object.clone()).collect();
+    }
+    members.extend(unlisted);
     for (step, batch) in STEPS.iter().zip(steps(members, custom)) {
         if batch.is_empty() {
             continue;
@@ -268,15 +308,228 @@ pub async fn delete_in_order(
         })
         .await;
         if gone.is_err() {
+            let left = left.into_inner().unwrap_or_else(|p| p.into_inner());
             return Err(DeleteError::StillPresent {
                 step,
                 after: deadline.saturating_duration_since(started),
-                remaining: left.into_inner().unwrap_or_else(|p| p.into_inner()),
+                remaining: with_holders(client, left, concurrency).await,
             });
         }
         report.deleted.extend(batch.into_iter().map(|m| m.object));
     }
     Ok(report)
+}
+
+const CRD: (&str, &str) = ("apiextensions.k8s.io", "CustomResourceDefinition");
+
+fn is_crd(gk: &GroupKind) -> bool {
+    gk.group == CRD.0 && gk.kind == CRD.1
+}
+
+fn is_namespace(gk: &GroupKind) -> bool {
+    gk.group.is_empty() && gk.kind == "Namespace"
+}
+
+/// The resource through which a CRD's custom resources are read: its
+/// storage version (every stored object is readable through it), else its
+/// first served one. `None` for a CRD serving no version.
+fn crd_resource(crd: &CustomResourceDefinition) -> Option<ApiResource> {
+    let spec = &crd.spec;
+    let version = spec
+        .versions
+        .iter()
+        .find(|v| v.storage)
+        .or_else(|| spec.versions.iter().find(|v| v.served))?;
+    Some(ApiResource {
+        group: spec.group.clone(),
+        version: version.name.clone(),
+        api_version: format!("{}/{}", spec.group, version.name),
+        kind: spec.names.kind.clone(),
+        plural: spec.names.plural.clone(),
+    })
+}
+
+/// The custom resources of CRD `name` in every namespace, with the
+/// resource they were listed through; `None` when the CRD or its API is
+/// gone.
+async fn crd_instances(
+    client: &Client,
+    name: &str,
+    deadline: Instant,
+) -> Result<Option<(ApiResource, Vec<ObjectMeta>)>, RetryError> {
+    let crds = Api::<CustomResourceDefinition>::all(client.clone());
+    let Some(crd) = retry::retry(deadline, || crds.get_opt(name)).await? else {
+        return Ok(None);
+    };
+    let Some(resource) = crd_resource(&crd) else {
+        return Ok(None);
+    };
+    let api = Api::<DynamicObject>::all_with(client.clone(), &resource);
+    let all = ListParams::default();
+    match retry::retry(deadline, || api.list_metadata(&all)).await {
+        Ok(list) => {
+            let items = list.items.into_iter().map(|o| o.metadata).collect();
+            Ok(Some((resource, items)))
+        }
+        // Not served (yet or any more): nothing can be stored through it.
+        Err(RetryError::Failed(kube::Error::Api(s))) if s.code == 404 => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+fn object_ref(resource: &ApiResource, meta: &ObjectMeta) -> ObjectRef {
+    ObjectRef {
+        gk: GroupKind::new(&resource.group, &resource.kind),
+        namespace: meta.namespace.clone(),
+        name: meta.name.clone().unwrap_or_default(),
+    }
+}
+
+/// The custom resources of the CRDs among `members` that are not members
+/// themselves (a user's PyTorchJob, a controller's child objects): deleted
+/// in the first step with the members' own custom resources, while their
+/// controllers still run, instead of by the CRD's deletion after the
+/// controllers are gone.
+///
+/// # Errors
+/// [`DeleteError::Api`] when a CRD or its custom resources cannot be read.
+async fn instances_of_deleted_crds(
+    client: &Client,
+    members: &[Member],
+    deadline: Instant,
+    concurrency: usize,
+) -> Result<Vec<Member>, DeleteError> {
+    let known: HashSet<&ObjectRef> = members.iter().map(|m| &m.object).collect();
+    let crds: Vec<ObjectRef> = members
+        .iter()
+        .filter(|m| is_crd(&m.object.gk))
+        .map(|m| m.object.clone())
+        .collect();
+    // Collected first: a future per CRD, owning what it reads.
+    let reads: Vec<_> = crds
+        .into_iter()
+        .map(|crd| async move {
+            crd_instances(client, &crd.name, deadline)
+                .await
+                .map_err(|e| DeleteError::Api {
+                    what: format!("listing the custom resources of {crd}"),
+                    message: e.to_string(),
+                })
+        })
+        .collect();
+    let found: Vec<_> = stream::iter(reads)
+        .buffer_unordered(concurrency.max(1))
+        .collect()
+        .await;
+    let mut out = Vec::new();
+    for (resource, items) in found
+        .into_iter()
+        .collect::<Result<Vec<_>, _>>()?
+        .into_iter()
+        .flatten()
+    {
+        for meta in items {
+            let object = object_ref(&resource, &meta);
+            if !known.contains(&object) {
+                out.push(Member {
+                    object,
+                    resource: resource.clone(),
+                    meta,
+                });
+            }
+        }
+    }
+    out.sort_by(|a, b| a.object.cmp(&b.object));
+    Ok(out)
+}
+
+/// Seconds allowed for finding what holds the objects left, after the
+/// deletion deadline has passed.
+const HOLDERS_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Adds to each namespace and CRD left what keeps it ([`Remaining::holders`]).
+/// Best effort: what cannot be read is left out, the error stays the
+/// deadline's.
+async fn with_holders(
+    client: &Client,
+    mut remaining: Vec<Remaining>,
+    concurrency: usize,
+) -> Vec<Remaining> {
+    let deadline = Instant::now() + HOLDERS_TIMEOUT;
+    let served = match remaining.iter().any(|r| is_namespace(&r.object.gk)) {
+        true => Served::fetch(client).await.ok(),
+        false => None,
+    };
+    for r in &mut remaining {
+        let mut holders = if is_crd(&r.object.gk) {
+            match crd_instances(client, &r.object.name, deadline).await {
+                Ok(Some((resource, items))) => {
+                    items.iter().map(|meta| held(&resource, meta)).collect()
+                }
+                _ => vec![],
+            }
+        } else if let (true, Some(served)) = (is_namespace(&r.object.gk), &served) {
+            finalized_in(client, served, &r.object.name, concurrency).await
+        } else {
+            vec![]
+        };
+        holders.sort_by(|a, b| a.object.cmp(&b.object));
+        r.holders = holders;
+    }
+    remaining
+}
+
+fn held(resource: &ApiResource, meta: &ObjectMeta) -> Remaining {
+    Remaining {
+        object: object_ref(resource, meta),
+        finalizers: meta.finalizers.clone().unwrap_or_default(),
+        conditions: vec![],
+        holders: vec![],
+    }
+}
+
+/// The objects in `namespace`, of every listable namespaced kind, that
+/// carry finalizers: what the namespace controller waits for before it can
+/// remove the namespace (Kubernetes docs, "Namespaces": "Terminating"
+/// namespaces and finalizers).
+async fn finalized_in(
+    client: &Client,
+    served: &Served,
+    namespace: &str,
+    concurrency: usize,
+) -> Vec<Remaining> {
+    let kinds: Vec<ApiResource> = served
+        .listable()
+        .iter()
+        .filter(|(_, namespaced)| *namespaced)
+        .map(|(resource, _)| resource.clone())
+        .collect();
+    let lists: Vec<_> = kinds
+        .into_iter()
+        .map(|resource| async move {
+            let api = Api::<DynamicObject>::namespaced_with(client.clone(), namespace, &resource);
+            let items = api
+                .list_metadata(&ListParams::default())
+                .await
+                .map(|l| l.items)
+                .unwrap_or_default();
+            items
+                .iter()
+                .filter(|o| {
+                    o.metadata
+                        .finalizers
+                        .as_ref()
+                        .is_some_and(|f| !f.is_empty())
+                })
+                .map(|o| held(&resource, &o.metadata))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    stream::iter(lists)
+        .buffer_unordered(concurrency.max(1))
+        .flat_map(stream::iter)
+        .collect()
+        .await
 }
 
 /// The members still present (same uid), with their finalizers. An object
@@ -299,12 +552,14 @@ async fn present(client: &Client, batch: &[Member], concurrency: usize) -> Vec<R
                         object: m.object.clone(),
                         finalizers,
                         conditions,
+                        holders: vec![],
                     })
                 }
                 Err(_) => Some(Remaining {
                     object: m.object.clone(),
                     finalizers: m.meta.finalizers.clone().unwrap_or_default(),
                     conditions: vec![],
+                    holders: vec![],
                 }),
             }
         })
@@ -383,6 +638,7 @@ mod tests {
             },
             finalizers: vec!["x.test/cleanup".into()],
             conditions: vec![],
+            holders: vec![],
         };
         assert_eq!(r.to_string(), "Widget c6/held (finalizers: x.test/cleanup)");
         let ns = Remaining {
@@ -395,11 +651,73 @@ mod tests {
             conditions: vec!["Some content in the namespace has finalizers remaining: \
                               x.test/cleanup in 1 resource instances"
                 .into()],
+            holders: vec![r.clone()],
         };
         assert_eq!(
             ns.to_string(),
             "Namespace c6 (finalizers: kubernetes; Some content in the namespace has finalizers \
-             remaining: x.test/cleanup in 1 resource instances)"
+             remaining: x.test/cleanup in 1 resource instances)\n    \
+             held by Widget c6/held (finalizers: x.test/cleanup)"
+        );
+    }
+
+    #[test]
+    fn a_long_list_of_holders_is_cut_and_counted() {
+        let holder = |i: usize| Remaining {
+            object: ObjectRef {
+                gk: GroupKind::new("x.test", "Widget"),
+                namespace: Some("c6".into()),
+                name: format!("w{i:02}"),
+            },
+            finalizers: vec!["x.test/cleanup".into()],
+            conditions: vec![],
+            holders: vec![],
+        };
+        let crd = Remaining {
+            object: ObjectRef {
+                gk: GroupKind::new(CRD.0, CRD.1),
+                namespace: None,
+                name: "widgets.x.test".into(),
+            },
+            finalizers: vec!["customresourcecleanup.apiextensions.k8s.io".into()],
+            conditions: vec![],
+            holders: (0..MAX_HOLDERS + 3).map(holder).collect(),
+        };
+        let text = crd.to_string();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 1 + MAX_HOLDERS + 1, "{text}");
+        assert_eq!(
+            lines[1],
+            "    held by Widget c6/w00 (finalizers: x.test/cleanup)"
+        );
+        assert_eq!(lines[MAX_HOLDERS + 1], "    and 3 more with finalizers");
+    }
+
+    #[test]
+    fn custom_resources_are_read_through_the_storage_version() {
+        let crd: CustomResourceDefinition = serde_json::from_value(serde_json::json!({
+            "apiVersion": "apiextensions.k8s.io/v1",
+            "kind": "CustomResourceDefinition",
+            "metadata": {"name": "widgets.x.test"},
+            "spec": {
+                "group": "x.test",
+                "scope": "Namespaced",
+                "names": {"kind": "Widget", "plural": "widgets"},
+                "versions": [
+                    {"name": "v1beta1", "served": true, "storage": false},
+                    {"name": "v1", "served": true, "storage": true}
+                ]
+            }
+        }))
+        .unwrap();
+        let ar = crd_resource(&crd).unwrap();
+        assert_eq!(
+            (
+                ar.api_version.as_str(),
+                ar.kind.as_str(),
+                ar.plural.as_str()
+            ),
+            ("x.test/v1", "Widget", "widgets")
         );
     }
 }
