@@ -3,6 +3,8 @@
 AWS: "If stack creation fails, CloudFormation rolls back the stack by default"
 (OnFailure ROLLBACK -> ROLLBACK_COMPLETE; DO_NOTHING -> CREATE_FAILED; DELETE),
 and the failing resource gets a CREATE_FAILED event with ResourceStatusReason.
+A failed update rolls back "to the last known stable state": the stack
+describes its previous template, parameters and outputs.
 https://docs.aws.amazon.com/AWSCloudFormation/latest/APIReference/API_CreateStack.html
 https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/stack-failure-options.html
 """
@@ -97,3 +99,75 @@ def test_a_failed_stack_can_be_deleted(aws):
     assert _final_status(cfn, stack_id) == "DELETE_COMPLETE"
     with pytest.raises(cfn.exceptions.ClientError):
         cfn.describe_stacks(StackName="bad")
+
+
+# A subnet whose CIDR is a parameter.
+SUBNET_PARAMETER = json.dumps(
+    {
+        "Parameters": {"SubnetCidr": {"Type": "String"}},
+        "Resources": {
+            "Vpc": {"Type": "AWS::EC2::VPC", "Properties": {"CidrBlock": "10.20.0.0/16"}},
+            "Subnet": {
+                "Type": "AWS::EC2::Subnet",
+                "Properties": {"VpcId": {"Ref": "Vpc"}, "CidrBlock": {"Ref": "SubnetCidr"}},
+            },
+        },
+        "Outputs": {"Cidr": {"Value": {"Ref": "SubnetCidr"}}},
+    }
+)
+
+# The same plus a subnet outside the VPC's range, which EC2 refuses: the update fails.
+FAILING_UPDATE = json.dumps(
+    {
+        **json.loads(SUBNET_PARAMETER),
+        "Description": "second",
+        "Resources": {
+            **json.loads(SUBNET_PARAMETER)["Resources"],
+            "Outside": {
+                "Type": "AWS::EC2::Subnet",
+                "Properties": {"VpcId": {"Ref": "Vpc"}, "CidrBlock": "192.168.0.0/24"},
+            },
+        },
+    }
+)
+
+
+def _described(cfn, stack_id):
+    stack = cfn.describe_stacks(StackName=stack_id)["Stacks"][0]
+    parameters = {p["ParameterKey"]: p["ParameterValue"] for p in stack.get("Parameters", [])}
+    outputs = {o["OutputKey"]: o["OutputValue"] for o in stack.get("Outputs", [])}
+    return parameters, outputs
+
+
+def _update_with_change_set(cfn, name, body, parameters):
+    cfn.create_change_set(
+        StackName=name, ChangeSetName="bad", TemplateBody=body, Parameters=parameters, ChangeSetType="UPDATE"
+    )
+    wait_for(lambda: cfn.describe_change_set(StackName=name, ChangeSetName="bad")["Status"] == "CREATE_COMPLETE")
+    cfn.execute_change_set(StackName=name, ChangeSetName="bad")
+
+
+def _update_stack(cfn, name, body, parameters):
+    cfn.update_stack(StackName=name, TemplateBody=body, Parameters=parameters)
+
+
+@pytest.mark.parametrize("update", [_update_stack, _update_with_change_set])
+def test_a_failed_update_describes_the_previous_template_parameters_and_outputs(aws, update):
+    cfn = aws("cloudformation")
+    first = [{"ParameterKey": "SubnetCidr", "ParameterValue": "10.20.1.0/24"}]
+    stack_id = cfn.create_stack(StackName="net", TemplateBody=SUBNET_PARAMETER, Parameters=first)["StackId"]
+    assert _final_status(cfn, stack_id) == "CREATE_COMPLETE"
+    before = _described(cfn, stack_id)
+    assert before == ({"SubnetCidr": "10.20.1.0/24"}, {"Cidr": "10.20.1.0/24"})
+
+    second = [{"ParameterKey": "SubnetCidr", "ParameterValue": "10.20.2.0/24"}]
+    update(cfn, "net", FAILING_UPDATE, second)
+
+    def settled():
+        s = cfn.describe_stacks(StackName=stack_id)["Stacks"][0]["StackStatus"]
+        return s if s in ("UPDATE_COMPLETE", "UPDATE_ROLLBACK_COMPLETE", "UPDATE_ROLLBACK_FAILED") else None
+
+    assert wait_for(settled) == "UPDATE_ROLLBACK_COMPLETE"
+    assert _described(cfn, stack_id) == before
+    body = cfn.get_template(StackName=stack_id)["TemplateBody"]
+    assert (body if isinstance(body, dict) else json.loads(body)) == json.loads(SUBNET_PARAMETER)

@@ -5,7 +5,9 @@ create gets a ``CREATE_FAILED`` event whose ``ResourceStatusReason`` says why,
 and the stack rolls back to ``ROLLBACK_COMPLETE`` (``OnFailure=ROLLBACK``, the
 default), stays ``CREATE_FAILED`` (``DO_NOTHING`` or ``DisableRollback``) or
 is deleted (``DELETE``). A failed update ends in ``UPDATE_ROLLBACK_COMPLETE``
-and a failed deletion in ``DELETE_FAILED``, the stack kept.
+with the stack's previous template, parameters and outputs ("CloudFormation
+rolls back the stack to the last known stable state"), and a failed deletion
+in ``DELETE_FAILED``, the stack kept.
 https://docs.aws.amazon.com/AWSCloudFormation/latest/APIReference/API_CreateStack.html
 https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/stack-failure-options.html
 https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/view-stack-events.html
@@ -13,9 +15,11 @@ https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/view-stack-events
 moto 5.2.5 raises the resource's error from CreateStack / ExecuteChangeSet /
 DeleteStack themselves, leaves a created stack in ``CREATE_IN_PROGRESS``
 forever, drops a stack whose deletion failed, and records no resource
-events. Limits: a failed *update* reports the failure and the rollback
-status, but the resources already changed are not reverted; rollback does not
-emit per-resource DELETE events.
+events; a failed update keeps the new template's parameters and outputs in
+DescribeStacks. Limits: a failed *update* reports the failure and the
+rollback status, and the stack describes its previous template, parameters
+and outputs again, but the resources already changed are not reverted;
+rollback does not emit per-resource DELETE events.
 """
 
 from __future__ import annotations
@@ -92,7 +96,39 @@ def fail_creation(backend: CloudFormationBackend, stack: Stack, err: BaseExcepti
         backend.deleted_stacks[stack.stack_id] = stack
 
 
-def fail_update(stack: Stack, err: BaseException) -> None:
+def snapshot(stack: Stack) -> dict:
+    """What a failed update puts back: the stack's template, parameters and tags as described."""
+    resources = stack.resource_map
+    return {
+        "template": stack.template,
+        "template_dict": stack.template_dict,
+        "parameters": stack.parameters,
+        "tags": stack.tags,
+        "resources_template": resources._template,
+        "resources_json": resources._resource_json_map,
+        "input_parameters": dict(resources.input_parameters),
+        "resolved_parameters": dict(resources.resolved_parameters),
+    }
+
+
+def _restore(stack: Stack, before: dict) -> None:
+    stack.template = before["template"]
+    stack.template_dict = before["template_dict"]
+    stack.parameters = before["parameters"]
+    stack.tags = before["tags"]
+    resources = stack.resource_map
+    resources._template = before["resources_template"]
+    resources._resource_json_map = before["resources_json"]
+    resources.input_parameters = before["input_parameters"]
+    resources.resolved_parameters = before["resolved_parameters"]
+    # Refs to parameters resolve through the parsed resources (moto's load_parameters).
+    resources._parsed_resources.update(resources.resolved_parameters)
+    stack.output_map = stack._create_output_map()
+
+
+def fail_update(stack: Stack, err: BaseException, before: dict) -> None:
+    """Reports a failed update and describes the stack as it was before it (``before``: :func:`snapshot`)."""
+    _restore(stack, before)
     logical_id = _resource_event(stack, err, "UPDATE_FAILED")
     reason = f"The following resource(s) failed to update: [{logical_id}]. " if logical_id else error_text(err)
     stack._add_stack_event("UPDATE_ROLLBACK_IN_PROGRESS", resource_status_reason=reason)
@@ -161,29 +197,33 @@ def apply() -> None:
         def execute_change_set(self, change_set_name, stack_name=None):
             change_set = self.describe_change_set(change_set_name)
             stack = self.stacks[change_set.stack_id]
+            creating = change_set.change_set_type == "CREATE"
+            before = None if creating else snapshot(stack)
             try:
                 with inside_cloudformation():
                     return original(self, change_set_name, stack_name)
             except Exception as err:
                 change_set.execution_status = "EXECUTE_FAILED"
-                stack.template = change_set.template
-                if change_set.change_set_type == "CREATE":
+                if creating:
+                    stack.template = change_set.template
                     fail_creation(self, stack, err, "ROLLBACK")
                 else:
-                    fail_update(stack, err)
+                    fail_update(stack, err, before)
 
         return execute_change_set
 
     def make_update_stack(original):
         def update_stack(self, name, *args, **kwargs):
             stack = self.get_stack(name)
+            before = snapshot(stack)
             try:
                 with inside_cloudformation():
                     return original(self, name, *args, **kwargs)
             except Exception as err:
                 if not hasattr(err, "kfaws_logical_id"):
+                    _restore(stack, before)
                     raise  # a validation error: synchronous in AWS
-                fail_update(stack, err)
+                fail_update(stack, err, before)
                 return stack
 
         return update_stack
