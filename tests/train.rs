@@ -628,6 +628,15 @@ async fn demo_path_trains_on_both_runtimes_serves_the_model_and_destroys_everyth
         "demo-k8s",
     ]);
     assert!(k8s.contains("Training job demo-k8s succeeded"), "{k8s}");
+    // The master's last metric line, as for the other runtimes.
+    let final_line = k8s
+        .lines()
+        .find_map(|l| l.strip_prefix("Final metrics: "))
+        .unwrap_or_else(|| panic!("no final metrics: {k8s}"));
+    assert!(
+        final_line.starts_with("epoch=1 ") && final_line.contains("test_acc="),
+        "{k8s}"
+    );
     let root: serde_json::Value =
         serde_json::from_str(&control("efs/local-root", "GET", "")).unwrap();
     let model_json = Path::new(root["root"].as_str().unwrap())
@@ -822,6 +831,15 @@ async fn demo_path_trains_on_both_runtimes_serves_the_model_and_destroys_everyth
     d.stdout(&["endpoint", "delete", "demo-sm-2"]);
     assert!(d.state()["endpoints"].get("demo-sm-2").is_none());
 
+    // A plan saved before the next job starts, renaming the execution role.
+    d.write_config(&format!(
+        "{}[options]\nsagemaker_role_name = \"{}-renamed\"\n",
+        kubeflow_config(true),
+        d.name
+    ));
+    d.stdout(&["plan", "--out", "rename.plan"]);
+    d.write_config(&kubeflow_config(true));
+
     // `kfaws train … | head -1`: the reader going away stops the waiting,
     // not the job (only a signal to kfaws stops a SageMaker job).
     let (first, code, err) = first_line_then_close(d.process(&[
@@ -868,6 +886,14 @@ async fn demo_path_trains_on_both_runtimes_serves_the_model_and_destroys_everyth
         "{err}"
     );
     d.write_config(&kubeflow_config(true));
+    // Applied later, the saved plan is checked again: the job started since.
+    let err = d.fails(&["apply", "rename.plan"]);
+    assert!(
+        err.contains("demo-long")
+            && err.contains("still running")
+            && err.contains("rename options.sagemaker_role_name"),
+        "{err}"
+    );
     let sm_client = d.aws().await.sagemaker();
     sm_client
         .stop_training_job()

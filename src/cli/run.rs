@@ -82,18 +82,9 @@ async fn make(
         delete_options: goal.delete_options,
     });
     let (plan, handles) = interruptible(cancel, planning).await??;
-    if renames_sagemaker_role(&plan) {
-        // CloudFormation replaces a renamed role: the old one, which running
-        // jobs assume, is deleted.
-        refuse_while_jobs_run(
-            &aws,
-            config,
-            store.state(),
-            "rename options.sagemaker_role_name (CloudFormation replaces the role and deletes the \
-             old one, which the jobs run as)",
-            cancel,
-        )
-        .await?;
+    // A destroy was checked above, before planning it.
+    if let (false, Some(what)) = (goal.destroy, disturbs_running_jobs(&plan)) {
+        refuse_while_jobs_run(&aws, config, store.state(), what, cancel).await?;
     }
     warn_targets(flags);
     Ok(Planned {
@@ -133,6 +124,23 @@ async fn refuse_while_jobs_run(
             tracing::warn!("cannot check for running SageMaker training jobs: {e:#}");
             Ok(())
         }
+    }
+}
+
+/// What in `plan` running SageMaker training jobs of the deployment
+/// forbid, worded as the end of [`refuse_while_jobs_run`]'s message: a
+/// destroy, or a rename of the execution role (CloudFormation replaces a
+/// renamed role: the old one, which running jobs assume, is deleted).
+fn disturbs_running_jobs(plan: &Plan) -> Option<&'static str> {
+    if plan.destroy {
+        Some("destroy")
+    } else if renames_sagemaker_role(plan) {
+        Some(
+            "rename options.sagemaker_role_name (CloudFormation replaces the role and deletes the \
+             old one, which the jobs run as)",
+        )
+    } else {
+        None
     }
 }
 
@@ -303,6 +311,10 @@ pub async fn apply_saved(
     .await??;
     let handles = plan::handles(&built.resources, built.provider.as_ref(), store.state())?;
     plan::file::check(&saved, &id.account, store.state(), &handles)?;
+    // Jobs may have started since the plan was made.
+    if let Some(what) = disturbs_running_jobs(&saved) {
+        refuse_while_jobs_run(&aws, &config, store.state(), what, cancel).await?;
+    }
     if !saved.has_changes() && saved.refreshes().next().is_none() {
         outln!("The saved plan has no changes.")?;
         return Ok(0);

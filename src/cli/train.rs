@@ -634,6 +634,9 @@ async fn train_kubernetes(
             pytorchjob::EFS_CLAIM,
             spec.namespace
         )?;
+        if let Some(m) = pytorchjob::final_metrics(&client, &spec.namespace, &spec.name).await {
+            outln!("Final metrics: {m}")?;
+        }
         return Ok(0);
     }
     let mut msg = format!("PyTorchJob {} failed: {}", spec.name, outcome.message);

@@ -179,7 +179,7 @@ async fn pump(from: impl AsyncRead + Unpin, rank: u32, print: LineSink) -> Optio
     let mut lines = BufReader::new(from).lines();
     let mut last = None;
     while let Ok(Some(line)) = lines.next_line().await {
-        if line.starts_with("epoch=") && line.contains("test_acc=") {
+        if super::is_metrics_line(&line) {
             last = Some(line.clone());
         }
         print(rank, &line);

@@ -389,6 +389,28 @@ pub async fn failed_replica(client: &Client, namespace: &str, job: &str) -> Opti
     Some(first)
 }
 
+/// Lines of the master replica's log read for [`final_metrics`]: the
+/// trainer prints its last metric line a few lines before it exits.
+const FINAL_LOG_LINES: i64 = 200;
+
+/// The last metric line ([`super::is_metrics_line`]) in the master
+/// replica's log (`<job>-master-0`, container `pytorch`, its last
+/// [`FINAL_LOG_LINES`] lines): the job's final metrics. `None` when the log
+/// cannot be read (no kubelet serves it, the Pod is gone) or holds none.
+pub async fn final_metrics(client: &Client, namespace: &str, job: &str) -> Option<String> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let params = LogParams {
+        container: Some("pytorch".into()),
+        tail_lines: Some(FINAL_LOG_LINES),
+        ..LogParams::default()
+    };
+    let log = pods.logs(&format!("{job}-master-0"), &params).await.ok()?;
+    log.lines()
+        .rev()
+        .find(|l| super::is_metrics_line(l))
+        .map(str::to_string)
+}
+
 /// Streams the master replica's log (`<job>-master-0`, container
 /// `pytorch`) to `print` line by line, as `kubectl logs -f` does, once the
 /// Pod has started; returns when the log ends. The log comes from the
