@@ -224,6 +224,14 @@ pub trait Resource: Send + Sync {
         Ok(Vec::new())
     }
 
+    /// Whether [`Resource::preview_update`] reads `inputs`. The plan skips
+    /// the preview of an update whose dependencies change too (their
+    /// recorded outputs would be stale), unless it does not read them.
+    /// The default: it does.
+    fn preview_reads_inputs(&self) -> bool {
+        true
+    }
+
     /// What a create would make inside the resource, from the desired spec
     /// alone (for `plan`; no call), e.g. every resource of a stack's
     /// template. The default shows nothing.

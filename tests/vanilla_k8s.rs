@@ -309,14 +309,35 @@ async fn apply_installs_the_kubernetes_half_from_the_aws_outputs_and_destroy_rem
     for args in [&["plan", "--destroy"][..], &["destroy", "--auto-approve"]] {
         let err = d.fails(args);
         assert!(
-            err.contains("pods still mount its PersistentVolumeClaim")
+            err.contains("pods still mount a PersistentVolumeClaim this change deletes")
                 && err.contains(&format!("{USER_NS}/trainer-0 (claim efs-claim)")),
             "{args:?}: {err}"
         );
     }
+    // Moving the users' namespace prunes the claim with the old namespace:
+    // refused the same way while the pod mounts it.
+    d.write_config(&format!(
+        "{}[options]\nuser_namespace = \"team-ml\"\n",
+        kubeflow_config()
+    ));
+    let err = d.fails(&["plan"]);
+    assert!(
+        err.contains("pods still mount a PersistentVolumeClaim this change deletes")
+            && err.contains(&format!("{USER_NS}/trainer-0 (claim efs-claim)")),
+        "{err}"
+    );
     pods.delete("trainer-0", &DeleteParams::default().grace_period(0))
         .await
         .unwrap();
+    // Without it the plan goes through and says what the prune takes with it.
+    let moved = d.planned_changes();
+    assert!(
+        moved.contains(&format!(
+            "- {USER_NS} (Namespace)  # deletes everything in the namespace, whoever created it"
+        )) && moved.contains("+ team-ml (Namespace)"),
+        "{moved}"
+    );
+    d.write_config(&kubeflow_config());
 
     let ids = applyset_ids(&d);
     assert_eq!(ids.len(), 5, "one ApplySet per bundle");

@@ -405,16 +405,10 @@ impl ManifestsResource {
         Ok(Cow::Owned(bundle))
     }
 
-    /// Refuses, at plan, the delete of a bundle whose PersistentVolumeClaim
-    /// a pod still mounts: Kubernetes keeps a claim in use until every pod
-    /// using it is gone (the `kubernetes.io/pvc-protection` finalizer;
-    /// Kubernetes docs, "Storage Object in Use Protection"), so the destroy
-    /// would wait out its deadline and fail. Such pods belong to others (a
-    /// `kfaws train` PyTorchJob, a notebook), which kfaws does not delete.
-    async fn claims_in_use(&self) -> Result<(), ResourceError> {
-        use k8s_openapi::api::core::v1::Pod;
-        let bundle = self.bundle(None)?;
-        let claims: Vec<(String, String)> = bundle
+    /// The PersistentVolumeClaims of the bundle as `(namespace, name)`.
+    fn claims(&self) -> Result<Vec<(String, String)>, ResourceError> {
+        Ok(self
+            .bundle(None)?
             .objects
             .iter()
             .filter(|m| m.kind == "PersistentVolumeClaim" && m.group().is_empty())
@@ -424,7 +418,19 @@ impl ManifestsResource {
                     m.name.clone(),
                 )
             })
-            .collect();
+            .collect())
+    }
+
+    /// Refuses, at plan, a change that deletes PersistentVolumeClaims a pod
+    /// still mounts (the bundle's delete, or an update that drops them,
+    /// e.g. a changed `user_namespace`): Kubernetes keeps a claim in use
+    /// until every pod using it is gone (the `kubernetes.io/pvc-protection`
+    /// finalizer; Kubernetes docs, "Storage Object in Use Protection"), so
+    /// the apply would wait out its deadline and fail. Such pods belong to
+    /// others (a `kfaws train` PyTorchJob, a notebook), which kfaws does
+    /// not delete. `claims` are `(namespace, name)`.
+    async fn claims_in_use(&self, claims: &[(String, String)]) -> Result<(), ResourceError> {
+        use k8s_openapi::api::core::v1::Pod;
         if claims.is_empty() {
             return Ok(());
         }
@@ -432,7 +438,7 @@ impl ManifestsResource {
             return Ok(());
         };
         let mut users = Vec::new();
-        for (namespace, claim) in &claims {
+        for (namespace, claim) in claims {
             let pods = kube::Api::<Pod>::namespaced(client.clone(), namespace)
                 .list(&kube::api::ListParams::default())
                 .await
@@ -470,9 +476,9 @@ impl ManifestsResource {
             return Ok(());
         }
         Err(ResourceError::msg(format!(
-            "bundle {:?}: pods still mount its PersistentVolumeClaim: {}; Kubernetes deletes a \
-             claim only once no pod uses it (Storage Object in Use Protection), so the destroy \
-             would wait and fail. Stop them first (e.g. `kubectl delete pytorchjob NAME -n \
+            "bundle {:?}: pods still mount a PersistentVolumeClaim this change deletes: {}; \
+             Kubernetes deletes a claim only once no pod uses it (Storage Object in Use \
+             Protection), so kfaws would wait for it and fail. Stop them first (e.g. `kubectl delete pytorchjob NAME -n \
              NAMESPACE` for a kfaws train job), then run the command again",
             self.bundle,
             users.join(", ")
@@ -858,6 +864,19 @@ fn item_label(fields: &serde_json::Map<String, Value>) -> String {
     }
 }
 
+/// The PersistentVolumeClaims recorded in a state entry that `bundle` no
+/// longer holds, as `(namespace, name)`: what an update prunes.
+fn dropped_claims(recorded: &ResourceState, bundle: &Bundle) -> Vec<(String, String)> {
+    let desired: BTreeSet<String> = bundle.objects.iter().map(manifest_key).collect();
+    recorded_objects(recorded)
+        .iter()
+        .filter(|k| !desired.contains(*k))
+        .filter_map(|k| k.strip_prefix("PersistentVolumeClaim "))
+        .filter_map(|nn| nn.split_once('/'))
+        .map(|(ns, name)| (ns.to_string(), name.to_string()))
+        .collect()
+}
+
 /// The objects recorded in a state entry's spec.
 fn recorded_objects(recorded: &ResourceState) -> Vec<String> {
     recorded
@@ -1059,7 +1078,7 @@ impl Resource for ManifestsResource {
     async fn check(&self, check: &Check<'_>) -> Result<(), ResourceError> {
         use crate::plan::Action;
         if matches!(check.action, Action::Delete) {
-            return self.claims_in_use().await;
+            return self.claims_in_use(&self.claims()?).await;
         }
         // Before the cluster exists there is nothing to check against (and
         // nothing applied that an update could prune); the API versions
@@ -1071,12 +1090,19 @@ impl Resource for ManifestsResource {
         let bundle = self.bundle(None)?;
         if let (Action::Update, Some(recorded)) = (check.action, check.recorded) {
             self.prunes_used_namespaces(recorded, &bundle)?;
+            self.claims_in_use(&dropped_claims(recorded, &bundle))
+                .await?;
         }
         let applier = self.applier(client);
         boxed_check(&applier, &bundle)
             .await
             .map_err(|e| ResourceError::msg(e.to_string()))?;
         self.refuse_foreign(&applier, &bundle).await
+    }
+
+    /// The added and removed objects are known from names alone.
+    fn preview_reads_inputs(&self) -> bool {
+        false
     }
 
     async fn preview_update(

@@ -59,10 +59,9 @@ pub async fn preview(
         .enumerate()
         .filter(|(_, c)| c.action == Action::Update)
         .filter(|(_, c)| {
-            !handles[&c.address]
-                .dependencies()
-                .iter()
-                .any(|d| changing.contains(d))
+            let handle = &handles[&c.address];
+            !handle.preview_reads_inputs()
+                || !handle.dependencies().iter().any(|d| changing.contains(d))
         })
         .map(|(i, _)| i)
         .collect();
