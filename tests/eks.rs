@@ -916,6 +916,7 @@ async fn a_version_upgrade_and_endpoint_access_drift_are_updated_in_place() {
         plan.contains("~ Kubernetes 1.33 (UpdateClusterVersion)"),
         "{plan}"
     );
+
     d.stdout(&["apply", "--auto-approve"]);
     let after = eks.describe_cluster().name(&d.name).send().await.unwrap();
     let after = after.cluster().unwrap();
@@ -1000,7 +1001,22 @@ async fn a_version_upgrade_and_endpoint_access_drift_are_updated_in_place() {
     let plan = d.stdout(&["plan"]);
     assert!(!plan.contains("Changed outside kfaws"), "{plan}");
     d.kfaws(&["plan", "--detailed-exitcode"]).assert().code(0);
-    // The next upgrade is the config's change, not drift.
+    // The next upgrade is the config's change, not drift. Someone else's
+    // cluster update is in progress (12 s: the lifecycle scale at their call;
+    // later transitions are instant again): EKS runs one update at a time,
+    // and the plan says the apply waits for it first.
+    d.lifecycle(r#"{"scale": 0.02}"#);
+    eks.update_cluster_config()
+        .name(&d.name)
+        .resources_vpc_config(
+            aws_sdk_eks::types::VpcConfigRequest::builder()
+                .endpoint_private_access(true)
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    d.lifecycle(r#"{"scale": 0}"#);
     d.write_config("kubernetes_version = \"1.35\"");
     let plan = d.stdout(&["plan"]);
     assert!(
@@ -1008,6 +1024,18 @@ async fn a_version_upgrade_and_endpoint_access_drift_are_updated_in_place() {
             && plan.contains("~ kubernetes_version: \"1.34\" -> \"1.35\"\n"),
         "{plan}"
     );
+    assert!(
+        plan.contains("... status UPDATING (Cluster)  # an operation is in progress")
+            && plan.contains("~ Kubernetes 1.35 (UpdateClusterVersion)"),
+        "{plan}"
+    );
+    for _ in 0..300 {
+        let status = eks.describe_cluster().name(&d.name).send().await.unwrap();
+        if status.cluster().unwrap().status() == Some(&aws_sdk_eks::types::ClusterStatus::Active) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
 
     // EKS cannot downgrade: the plan refuses, naming the versions, and
     // nothing is called.

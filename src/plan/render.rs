@@ -35,6 +35,8 @@ fn detail_symbol(d: &Detail) -> &str {
         ("Modify", Some("True")) => "-/+",
         ("Modify", _) => "~",
         ("Remove", _) => "-",
+        // A wait before the calls (an EKS operation in progress).
+        ("Wait", _) => "...",
         (other, _) => other,
     }
 }

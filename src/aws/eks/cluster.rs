@@ -651,10 +651,10 @@ impl Resource for ClusterResource {
         let path = upgrade_path(live.version().unwrap_or_default(), &self.kubernetes_version)
             .map_err(|m| ResourceError::msg(format!("cluster {}: {m}", self.name)))?;
         let steps = path.len();
-        Ok(path
+        let waits = super::waits_for_status("Cluster", live.status().map(ClusterStatus::as_str));
+        Ok(waits
             .into_iter()
-            .enumerate()
-            .map(|(i, version)| Detail {
+            .chain(path.into_iter().enumerate().map(|(i, version)| Detail {
                 action: "Modify".into(),
                 name: format!("Kubernetes {version}"),
                 kind: "UpdateClusterVersion".into(),
@@ -666,7 +666,7 @@ impl Resource for ClusterResource {
                          for"
                     )
                 }),
-            })
+            }))
             .collect())
     }
 

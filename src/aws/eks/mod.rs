@@ -20,7 +20,7 @@ use aws_sdk_eks::types::{Update, UpdateStatus};
 use super::stack::{DEPLOYMENT_TAG, LINEAGE_TAG};
 use super::wait::{wait_until, Backoff, Poll};
 use crate::address::Address;
-use crate::resource::ResourceError;
+use crate::resource::{Detail, ResourceError};
 
 /// The tag naming the graph address that made a resource.
 pub const ADDRESS_TAG: &str = "kfaws:address";
@@ -137,6 +137,28 @@ pub fn update_poll(update: &Update) -> Poll<()> {
     }
 }
 
+/// The plan line for a cluster or node group whose live status is
+/// `status` (EKS's `ClusterStatus`/`NodegroupStatus`, e.g. `UPDATING`):
+/// `None` when `ACTIVE`; otherwise it says the apply first waits for the
+/// operation in progress, since EKS runs one update at a time and refuses
+/// another meanwhile (`ResourceInUseException`; EKS API reference,
+/// UpdateClusterVersion).
+pub fn waits_for_status(kind: &str, status: Option<&str>) -> Option<Detail> {
+    let status = status.filter(|s| *s != "ACTIVE")?;
+    Some(Detail {
+        action: "Wait".into(),
+        name: format!("status {status}"),
+        kind: kind.into(),
+        replacement: None,
+        condition: None,
+        note: Some(
+            "an operation is in progress; apply waits until it is ACTIVE before making the \
+             calls below"
+                .into(),
+        ),
+    })
+}
+
 /// Waits until the EKS update `update`, as the call named `call`
 /// (`UpdateClusterVersion`, …) answered it, succeeds, polling
 /// `DescribeUpdate` of the cluster (and node group, if any).
@@ -197,6 +219,17 @@ pub async fn wait_for_update(
 mod tests {
     use super::*;
     use aws_sdk_eks::types::{ErrorCode, ErrorDetail};
+
+    #[test]
+    fn the_plan_says_it_waits_for_an_operation_in_progress() {
+        assert_eq!(waits_for_status("Nodegroup", Some("ACTIVE")), None);
+        let d = waits_for_status("Nodegroup", Some("UPDATING")).unwrap();
+        assert_eq!(
+            (d.action.as_str(), d.name.as_str(), d.kind.as_str()),
+            ("Wait", "status UPDATING", "Nodegroup")
+        );
+        assert!(d.note.unwrap().contains("waits until it is ACTIVE"));
+    }
 
     #[test]
     fn ownership_needs_both_deployment_and_lineage() {

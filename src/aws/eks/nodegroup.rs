@@ -766,7 +766,10 @@ impl Resource for NodegroupResource {
         let Some(live) = self.ours().await? else {
             return Ok(vec![]);
         };
-        let mut details = Vec::new();
+        let mut details: Vec<Detail> =
+            super::waits_for_status("Nodegroup", live.status().map(NodegroupStatus::as_str))
+                .into_iter()
+                .collect();
         let live_desired = live.scaling_config().and_then(|s| s.desired_size());
         let desired = self.wanted_scaling(recorded, &live).desired_size();
         if let (Some(from), Some(to)) = (live_desired, desired) {
