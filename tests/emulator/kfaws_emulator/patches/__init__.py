@@ -15,6 +15,7 @@ import importlib
 MODULES = (
     "cfn_managed_policy_arns",
     "cfn_drift_detection",
+    "cfn_role_trust_update",
     # after the two above: a replacing update creates through their wrappers
     "cfn_role_replacement",
     "cfn_ec2_deletion",
@@ -24,6 +25,8 @@ MODULES = (
     "cfn_s3_bucket_settings",
     "cfn_update_no_changes",
     "cfn_change_set_parameters",
+    # after the one above: marks the changes its diff lists
+    "cfn_change_set_replacement",
     "cfn_list_parameters",
     "cfn_s3_bucket_policy",
     "cfn_unsupported_types",
