@@ -240,6 +240,12 @@ async fn renaming_a_role_or_the_bucket_to_one_someone_else_holds_fails_the_plan(
     // under the new name with its policies, then deletes the old one.
     let renamed = format!("{}-renamed", d.name);
     d.write_config(&format!("[options]\nsagemaker_role_name = {renamed:?}\n"));
+    // CloudFormation's change set says so (Replacement: True), and the plan shows it.
+    let plan = d.planned_changes();
+    assert!(
+        plan.contains("-/+ SageMakerRole (AWS::IAM::Role)"),
+        "{plan}"
+    );
     d.stdout(&["apply", "--auto-approve"]);
     let gone = aws.iam().get_role().role_name("sagemakerrole").send().await;
     assert!(gone.is_err(), "{gone:?}");
