@@ -129,33 +129,39 @@ async fn refuse_while_jobs_run(
 
 /// What in `plan` running SageMaker training jobs of the deployment
 /// forbid, worded as the end of [`refuse_while_jobs_run`]'s message: a
-/// destroy, or a rename of the execution role (CloudFormation replaces a
-/// renamed role: the old one, which running jobs assume, is deleted).
+/// destroy, or a rename of the execution role or of the artifact bucket
+/// (CloudFormation replaces a renamed role or bucket and deletes the old
+/// one, which running jobs assume or write their checkpoints and model
+/// artifact to; resource reference: `RoleName` and `BucketName` "Update
+/// requires: Replacement").
 fn disturbs_running_jobs(plan: &Plan) -> Option<&'static str> {
     if plan.destroy {
         Some("destroy")
-    } else if renames_sagemaker_role(plan) {
+    } else if renames(plan, "SageMakerRoleName") {
         Some(
             "rename options.sagemaker_role_name (CloudFormation replaces the role and deletes the \
              old one, which the jobs run as)",
+        )
+    } else if renames(plan, "BucketName") {
+        Some(
+            "rename options.artifact_bucket (CloudFormation replaces the bucket and deletes the old \
+             one, which the jobs write their checkpoints and model artifacts to)",
         )
     } else {
         None
     }
 }
 
-/// Whether the plan changes the SageMaker execution role's name (the
-/// `SageMakerRoleName` parameter of the IAM stack).
-fn renames_sagemaker_role(plan: &Plan) -> bool {
+/// Whether the plan changes the stack parameter `key` (`SageMakerRoleName`
+/// of the IAM stack, `BucketName` of the storage stack) of a stack it keeps.
+fn renames(plan: &Plan, key: &str) -> bool {
     plan.changes
         .iter()
         .filter(|c| c.action.is_change() && c.action != Action::Delete)
         .flat_map(|c| &c.fields)
         .filter(|f| f.field == "parameters")
         .any(|f| {
-            let name = |v: &Option<serde_json::Value>| {
-                v.as_ref().and_then(|p| p.get("SageMakerRoleName")).cloned()
-            };
+            let name = |v: &Option<serde_json::Value>| v.as_ref().and_then(|p| p.get(key)).cloned();
             let (before, after) = (name(&f.before), name(&f.after));
             before.is_some() && after.is_some() && before != after
         })
@@ -311,7 +317,17 @@ pub async fn apply_saved(
     .await??;
     let handles = plan::handles(&built.resources, built.provider.as_ref(), store.state())?;
     plan::file::check(&saved, &id.account, store.state(), &handles)?;
-    // Jobs may have started since the plan was made.
+    // What the plan-time checks guard against may have appeared since the
+    // plan was made: a pod mounting a claim the plan deletes, an object in
+    // a bucket it deletes, something else in the VPC; jobs may have started.
+    let checking = plan::check::check(
+        &saved.changes,
+        &handles,
+        store.state(),
+        &saved.delete_options,
+        usize::from(parallelism),
+    );
+    interruptible(cancel, checking).await??;
     if let Some(what) = disturbs_running_jobs(&saved) {
         refuse_while_jobs_run(&aws, &config, store.state(), what, cancel).await?;
     }
@@ -432,5 +448,78 @@ fn finish(plan: &Plan, report: &ApplyReport, state_path: &Path) -> anyhow::Resul
              {what}; fix the cause and run the command again to resume."
         )?;
         Ok(1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use kfaws::config::{ConfigFile, Overrides};
+    use kfaws::plan::{Change, FieldChange, PLAN_FORMAT_VERSION};
+    use serde_json::json;
+
+    use super::*;
+
+    /// A plan whose one change updates `address`'s stack parameters from
+    /// `before` to `after`.
+    fn parameters_plan(address: &str, before: serde_json::Value, after: serde_json::Value) -> Plan {
+        let config = ConfigFile::parse(Path::new("k"), "name = \"ml\"\nregion = \"us-east-1\"")
+            .unwrap()
+            .resolve(&Overrides::default(), None)
+            .unwrap();
+        let change: Change = serde_json::from_value(json!({
+            "address": address, "kind": "aws_cloudformation_stack", "action": "update",
+            "reason": "config changed: parameters", "drift": false, "fields": [],
+            "dependencies": [], "spec_hash": null, "resume_token": null,
+        }))
+        .unwrap();
+        let mut change = change;
+        change.fields.push(FieldChange {
+            field: "parameters".into(),
+            before: Some(before),
+            after: Some(after),
+            forces_replacement: false,
+            drift: false,
+            recorded: None,
+        });
+        Plan {
+            format_version: PLAN_FORMAT_VERSION,
+            destroy: false,
+            config,
+            state_serial: 3,
+            state_lineage: uuid::Uuid::nil(),
+            targets: vec![],
+            account_id: None,
+            delete_options: Default::default(),
+            changes: vec![change],
+        }
+    }
+
+    #[test]
+    fn renaming_the_role_or_the_bucket_disturbs_running_jobs_other_parameters_do_not() {
+        let role = parameters_plan(
+            "stack.iam",
+            json!({"SageMakerRoleName": "a", "NodeRolePolicies": ""}),
+            json!({"SageMakerRoleName": "b", "NodeRolePolicies": ""}),
+        );
+        assert!(disturbs_running_jobs(&role)
+            .unwrap()
+            .starts_with("rename options.sagemaker_role_name"));
+        let bucket = parameters_plan(
+            "stack.storage",
+            json!({"BucketName": "kfaws-ml-us-east-1-artifacts"}),
+            json!({"BucketName": "ml-other"}),
+        );
+        assert!(disturbs_running_jobs(&bucket)
+            .unwrap()
+            .starts_with("rename options.artifact_bucket"));
+        let other = parameters_plan(
+            "stack.iam",
+            json!({"SageMakerRoleName": "a", "NodeRolePolicies": ""}),
+            json!({"SageMakerRoleName": "a", "NodeRolePolicies": "arn:aws:iam::aws:policy/X"}),
+        );
+        assert_eq!(disturbs_running_jobs(&other), None);
+        let mut destroy = other.clone();
+        destroy.destroy = true;
+        assert_eq!(disturbs_running_jobs(&destroy), Some("destroy"));
     }
 }
