@@ -232,7 +232,7 @@ fn a_held_lock_refuses_apply_and_unlock_breaks_it() {
     let state_dir = d.dir.path().join(".kfaws");
     let held = kfaws::state::lock::StateLock::acquire(&state_dir, &d.name, "apply").unwrap();
     let id = held.info().id.to_string();
-    std::mem::forget(held); // as if its process died
+    std::mem::forget(held); // never released; its holder is this test's process
     d.kfaws(&["apply", "--auto-approve"])
         .assert()
         .failure()
@@ -240,7 +240,14 @@ fn a_held_lock_refuses_apply_and_unlock_breaks_it() {
             predicate::str::contains("the state is locked by")
                 .and(predicate::str::contains(id.as_str())),
         );
-    d.kfaws(&["state", "unlock", &id]).assert().success();
+    // The holder's pid runs on this host: unlock refuses unless forced.
+    d.kfaws(&["state", "unlock", &id])
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("which is still running `apply`"));
+    d.kfaws(&["state", "unlock", &id, "--force"])
+        .assert()
+        .success();
     d.kfaws(&["plan"]).assert().success();
 }
 

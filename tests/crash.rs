@@ -159,7 +159,8 @@ fn kill_9_at_20_random_moments_then_reapply_converges_with_each_resource_created
         // A killed apply leaves its lock behind; a person breaks it with
         // `kfaws state unlock ID`.
         if let Some(info) = lock::current(&dir.path().join("state"), "ml").unwrap() {
-            lock::force_unlock(&dir.path().join("state"), "ml", &info.id.to_string()).unwrap();
+            lock::force_unlock(&dir.path().join("state"), "ml", &info.id.to_string(), false)
+                .unwrap();
         }
     }
     assert!(

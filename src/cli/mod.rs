@@ -342,6 +342,10 @@ enum StateCommand {
     Unlock {
         /// The lock ID printed by the refused command.
         id: String,
+        /// Remove it even though its pid runs on this host (a pid reused by
+        /// another program).
+        #[arg(long)]
+        force: bool,
     },
 }
 
@@ -516,7 +520,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::State(StateCommand::List) => state::list(&g),
         Command::State(StateCommand::Show { address }) => state::show(&g, &address),
         Command::State(StateCommand::Rm { address }) => state::rm(&g, &address),
-        Command::State(StateCommand::Unlock { id }) => state::unlock(&g, &id),
+        Command::State(StateCommand::Unlock { id, force }) => state::unlock(&g, &id, force),
         Command::Kubeconfig { kubeconfig, alias } => {
             eks::kubeconfig(&g, kubeconfig.as_deref(), alias.as_deref())
         }

@@ -81,11 +81,18 @@ pub fn rm(g: &Global, address: &Address) -> anyhow::Result<u8> {
     store.write(move |s| {
         s.resources.remove(&a);
     })?;
+    // Kubernetes bundles are not imported: applying them again takes their
+    // objects back (server-side apply, same field manager and ApplySet).
+    let again = if r.kind == "kubernetes_manifests" {
+        "While it is in the config, the next apply applies its manifests again (the plan shows a \
+         create; server-side apply takes the live objects back, nothing is made twice)"
+    } else {
+        "While it carries this deployment's tags and it is in the config, the next apply imports \
+         it again (the plan says \"will be imported\")"
+    };
     outln!(
         "Removed {address} from the state. kfaws no longer manages it; it still exists{}. \
-         While it carries this deployment's tags and it is in the config, the next apply imports \
-         it again (the plan says \"will be imported\"); to let it go for good, remove it from \
-         the config or delete it by hand.",
+         {again}; to let it go for good, remove it from the config or delete it by hand.",
         r.physical_id
             .map(|id| format!(" ({id})"))
             .unwrap_or_default()
@@ -94,9 +101,9 @@ pub fn rm(g: &Global, address: &Address) -> anyhow::Result<u8> {
 }
 
 /// `kfaws state unlock ID`.
-pub fn unlock(g: &Global, id: &str) -> anyhow::Result<u8> {
+pub fn unlock(g: &Global, id: &str, force: bool) -> anyhow::Result<u8> {
     let (name, state_dir) = context::deployment(g)?;
-    let info = lock::force_unlock(&state_dir, &name, id)?;
+    let info = lock::force_unlock(&state_dir, &name, id, force)?;
     outln!(
         "Removed the lock {} held by {} (pid {}) for `{}` since {}.",
         info.id,

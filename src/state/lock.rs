@@ -6,7 +6,9 @@
 //! information. A lock whose process died stays until `kfaws state unlock
 //! ID` removes it -- the holder may have been killed in the middle of a
 //! write to AWS, and only a person can tell that it is safe (Terraform's
-//! `force-unlock` rule).
+//! `force-unlock` rule). A lock whose process still runs on this host is
+//! not removed without `--force`: unlocking it would let a second command
+//! write the state beside the first.
 
 use std::fs;
 use std::io::Write;
@@ -59,6 +61,15 @@ pub enum LockError {
         /// What went wrong.
         message: String,
     },
+    /// `state unlock` of a lock whose process still runs on this host.
+    #[error(
+        "the lock {} is held by pid {} on this host, which is still running `{}` (since {}); \
+         removing it would let another command write the state beside it. Wait for it to end, or \
+         stop it (Ctrl-C lets it record what it did); pass --force only if that process is not \
+         kfaws",
+        .0.id, .0.pid, .0.operation, .0.created.to_rfc3339()
+    )]
+    Alive(Box<LockInfo>),
     /// `state unlock` was given an id that does not match.
     #[error("lock ID {given} does not match the current lock {}", .current.id)]
     WrongId {
@@ -81,14 +92,20 @@ pub enum LockError {
 }
 
 fn liveness(info: &LockInfo) -> &'static str {
-    if info.host != host() {
-        return "";
+    match running_here(info) {
+        Some(false) => ", which is no longer running",
+        _ => "",
     }
-    if cfg!(target_os = "linux") && !Path::new(&format!("/proc/{}", info.pid)).exists() {
-        ", which is no longer running"
-    } else {
-        ""
+}
+
+/// Whether the holder runs: `Some` only for a lock taken on this host,
+/// where its pid can be looked up (`/proc/<pid>` on Linux); `None`
+/// elsewhere. A reused pid reads as running (hence `--force`).
+fn running_here(info: &LockInfo) -> Option<bool> {
+    if info.host != host() || !cfg!(target_os = "linux") {
+        return None;
     }
+    Some(Path::new(&format!("/proc/{}", info.pid)).exists())
 }
 
 /// `uid N` of this process, for a `who` when no user name is in the environment.
@@ -261,12 +278,19 @@ pub fn current(state_dir: &Path, deployment: &str) -> Result<Option<LockInfo>, L
     read(&lock_path(state_dir, deployment))
 }
 
-/// Breaks the lock whose id is `id` (`kfaws state unlock ID`). An unreadable
-/// lock file can be broken with the id `unreadable`.
+/// Breaks the lock whose id is `id` (`kfaws state unlock ID`); a lock whose
+/// process still runs on this host only with `force`. An unreadable lock
+/// file can be broken with the id `unreadable`.
 ///
 /// # Errors
-/// [`LockError::NotLocked`], [`LockError::WrongId`], [`LockError::Io`].
-pub fn force_unlock(state_dir: &Path, deployment: &str, id: &str) -> Result<LockInfo, LockError> {
+/// [`LockError::NotLocked`], [`LockError::WrongId`], [`LockError::Alive`],
+/// [`LockError::Io`].
+pub fn force_unlock(
+    state_dir: &Path,
+    deployment: &str,
+    id: &str,
+    force: bool,
+) -> Result<LockInfo, LockError> {
     let path = lock_path(state_dir, deployment);
     let current = read(&path)?.ok_or(LockError::NotLocked)?;
     if current.id.to_string() != id {
@@ -274,6 +298,9 @@ pub fn force_unlock(state_dir: &Path, deployment: &str, id: &str) -> Result<Lock
             given: id.to_string(),
             current: Box::new(current),
         });
+    }
+    if !force && running_here(&current) == Some(true) {
+        return Err(LockError::Alive(Box::new(current)));
     }
     fs::remove_file(&path).map_err(|source| LockError::Io { path, source })?;
     Ok(current)
@@ -356,11 +383,16 @@ mod tests {
         let stale = StateLock::acquire(dir.path(), "ml", "apply").unwrap();
         let id = stale.info().id.to_string();
         assert!(matches!(
-            force_unlock(dir.path(), "ml", "not-the-id"),
+            force_unlock(dir.path(), "ml", "not-the-id", true),
             Err(LockError::WrongId { .. })
         ));
+        // Its holder (this test's process) runs: refused without --force.
+        let err = force_unlock(dir.path(), "ml", &id, false).unwrap_err();
+        assert!(matches!(err, LockError::Alive(_)), "{err}");
+        assert!(err.to_string().contains("still running `apply`"), "{err}");
+        assert!(current(dir.path(), "ml").unwrap().is_some(), "kept");
         assert_eq!(
-            force_unlock(dir.path(), "ml", &id).unwrap().id,
+            force_unlock(dir.path(), "ml", &id, true).unwrap().id,
             stale.info().id
         );
         let newer = StateLock::acquire(dir.path(), "ml", "apply").unwrap();
@@ -371,7 +403,7 @@ mod tests {
         );
         drop(newer);
         assert!(matches!(
-            force_unlock(dir.path(), "ml", &id),
+            force_unlock(dir.path(), "ml", &id, true),
             Err(LockError::NotLocked)
         ));
     }
