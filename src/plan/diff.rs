@@ -219,17 +219,33 @@ fn diff_one(
                     c
                 }
             } else {
-                let names: Vec<&str> = fields.iter().map(|f| f.field.as_str()).collect();
-                let what = if drift {
-                    "drift: changed outside kfaws"
-                } else {
-                    "config changed"
-                };
-                change(Action::Update, &format!("{what}: {}", names.join(", ")))
+                change(Action::Update, &update_reason(&fields))
             };
             c.drift = drift;
             c.fields = fields;
             c
+        }
+    }
+}
+
+/// Why an update: the fields the config changed, then those changed
+/// outside kfaws, e.g. `config changed: kubernetes_version; drift: changed
+/// outside kfaws: scaling`.
+fn update_reason(fields: &[FieldChange]) -> String {
+    let names = |drift: bool| {
+        fields
+            .iter()
+            .filter(|f| f.drift == drift)
+            .map(|f| f.field.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let (config, drifted) = (names(false), names(true));
+    match (config.is_empty(), drifted.is_empty()) {
+        (_, true) => format!("config changed: {config}"),
+        (true, false) => format!("drift: changed outside kfaws: {drifted}"),
+        (false, false) => {
+            format!("config changed: {config}; drift: changed outside kfaws: {drifted}")
         }
     }
 }
@@ -616,6 +632,54 @@ mod tests {
         assert!(by["stack.storage"].conditional);
         assert!(!by["stack.network"].conditional);
         assert_eq!(by["far"].action, Action::NoOp);
+    }
+
+    #[test]
+    fn a_config_change_beside_drift_names_each_kind() {
+        let want = json!({"cidr": "10.0.0.0/16", "tags": {"a": "2"}, "size": 1});
+        let rec = json!({"cidr": "10.0.0.0/16", "tags": {"a": "1"}, "size": 1});
+        let live = json!({"cidr": "10.0.0.0/16", "tags": {"a": "1"}, "size": 3});
+        let c = one(
+            Some(want),
+            Some(recorded(Status::Created, rec)),
+            Some(present(live)),
+        );
+        assert_eq!(c.action, Action::Update);
+        assert_eq!(
+            c.reason,
+            "config changed: tags; drift: changed outside kfaws: size"
+        );
+    }
+
+    #[test]
+    fn a_conditional_update_still_refreshes_what_changed_outside_kfaws() {
+        // The network's tags change in the config; the storage stack depends
+        // on it, and its own tags were set outside kfaws to what the config
+        // now says.
+        let net: Arc<dyn Resource> = fake(json!({"cidr": "10.0.0.0/16", "tags": {"a": "9"}}));
+        let wanted = json!({"cidr": "10.0.0.0/16", "tags": {"a": "2"}});
+        let storage: Arc<dyn Resource> = Arc::new(Fake {
+            address: Address::new("stack.storage").unwrap(),
+            spec: wanted.clone(),
+            mode: Mode::Managed,
+            deps: vec![addr()],
+        });
+        let mut state = State::new("ml");
+        let mut observed = BTreeMap::new();
+        state
+            .resources
+            .insert(addr(), recorded(Status::Created, SPEC()));
+        observed.insert(addr(), present(SPEC()));
+        let st = Address::new("stack.storage").unwrap();
+        state
+            .resources
+            .insert(st.clone(), recorded(Status::Created, SPEC()));
+        observed.insert(st.clone(), present(wanted));
+        let changes = diff_apply(&[net, storage], &state, &observed);
+        let c = changes.iter().find(|c| c.address == st).unwrap();
+        assert!(c.conditional && c.action == Action::Update, "{c:?}");
+        assert_eq!(c.refreshed.len(), 1, "{c:?}");
+        assert_eq!(c.refreshed[0].field, "tags");
     }
 
     #[test]

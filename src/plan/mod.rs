@@ -222,12 +222,13 @@ impl Plan {
         self.changes.iter().any(|c| c.action.is_change())
     }
 
-    /// The no-op changes whose state entry apply refreshes with live values
-    /// ([`Change::refreshed`]).
+    /// The changes whose state entry apply refreshes with live values
+    /// ([`Change::refreshed`]): no-ops, and conditional updates (no field
+    /// of their own changes; they run only if a dependency's outputs do).
     pub fn refreshes(&self) -> impl Iterator<Item = &Change> {
         self.changes
             .iter()
-            .filter(|c| c.action == Action::NoOp && !c.refreshed.is_empty())
+            .filter(|c| (c.action == Action::NoOp || c.conditional) && !c.refreshed.is_empty())
     }
 
     /// The graph of the plan's changes in execution order: for an apply,

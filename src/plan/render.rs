@@ -521,11 +521,20 @@ mod tests {
             alone.ends_with("No changes. The infrastructure matches the configuration.\n"),
             "{alone}"
         );
-        let with_changes = human(&plan(vec![refreshed, change("b", Action::Update)]));
+        let with_changes = human(&plan(vec![refreshed.clone(), change("b", Action::Update)]));
         let note = with_changes.find("# eks.cluster").unwrap();
         let actions = with_changes.find("kfaws will perform").unwrap();
         assert!(note < actions, "{with_changes}");
         assert!(with_changes.ends_with("Plan: 0 to add, 1 to change, 0 to destroy.\n"));
+        // Also when a dependency's change makes it a conditional update.
+        let mut conditional = refreshed;
+        conditional.action = Action::Update;
+        conditional.conditional = true;
+        let text = human(&plan(vec![conditional, change("b", Action::Update)]));
+        assert!(
+            text.starts_with("Changed outside kfaws since the last apply"),
+            "{text}"
+        );
     }
 
     #[test]
