@@ -46,43 +46,51 @@ impl JobName {
     /// Checks `name` against both runtimes' rules.
     ///
     /// # Errors
-    /// [`JobNameError`] naming the first rule broken.
+    /// [`JobNameError`] naming every rule broken, so that one fix suffices.
     pub fn parse(name: &str) -> Result<Self, JobNameError> {
-        let err = |rule: String| JobNameError {
-            name: name.to_string(),
-            rule,
-        };
         if name.is_empty() {
-            return Err(err("is empty".into()));
+            return Err(JobNameError {
+                name: String::new(),
+                rule: "is empty".into(),
+            });
         }
+        let mut broken = Vec::new();
         if name.len() > Self::MAX_LEN {
-            return Err(err(format!(
+            broken.push(format!(
                 "is {} characters long; at most {} are allowed, so that the training operator's \
                  replica names (`<job>-worker-<i>`) stay valid RFC 1035 labels of at most 63",
                 name.len(),
                 Self::MAX_LEN
-            )));
+            ));
         }
-        if let Some(c) = name
+        let mut bad: Vec<char> = name
             .chars()
-            .find(|c| !(c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '-'))
-        {
-            return Err(err(format!(
-                "contains {c:?}; only lowercase letters, digits and '-' are allowed (RFC 1035 \
-                 label, as Kubernetes names Services; SageMaker also forbids '_' and '.')"
-            )));
+            .filter(|c| !(c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '-'))
+            .collect();
+        bad.sort_unstable();
+        bad.dedup();
+        if !bad.is_empty() {
+            let listed: Vec<String> = bad.iter().map(|c| format!("{c:?}")).collect();
+            broken.push(format!(
+                "contains {}; only lowercase letters, digits and '-' are allowed (RFC 1035 \
+                 label, as Kubernetes names Services; SageMaker also forbids '_' and '.')",
+                listed.join(", ")
+            ));
         }
         if !name.starts_with(|c: char| c.is_ascii_lowercase()) {
-            return Err(err(
-                "must start with a lowercase letter (RFC 1035 label)".into()
-            ));
+            broken.push("must start with a lowercase letter (RFC 1035 label)".into());
         }
         if name.ends_with('-') {
-            return Err(err(
-                "must end with a letter or digit (RFC 1035 label)".into()
-            ));
+            broken.push("must end with a letter or digit (RFC 1035 label)".into());
         }
-        Ok(Self(name.to_string()))
+        if broken.is_empty() {
+            Ok(Self(name.to_string()))
+        } else {
+            Err(JobNameError {
+                name: name.to_string(),
+                rule: broken.join("; it also "),
+            })
+        }
     }
 
     /// A new name `<prefix>-YYYYMMDD-HHMMSS-<4 random hex>`, as the SageMaker
@@ -163,5 +171,25 @@ mod tests {
             let e = JobName::parse(name).unwrap_err().to_string();
             assert!(e.contains(rule), "{name}: {e}");
         }
+    }
+
+    #[test]
+    fn every_rule_a_name_breaks_is_named_at_once() {
+        // Case C19: a name from another tool, too long and with '_'.
+        let name = "health_and_personal_care_inter_title-2018-09-06-05-57-49-470";
+        let e = JobName::parse(name).unwrap_err().to_string();
+        assert!(
+            e.contains("is 60 characters long")
+                && e.contains("; it also contains '_'")
+                && !e.contains("start with"),
+            "{e}"
+        );
+        let e = JobName::parse("My_Job.-").unwrap_err().to_string();
+        assert!(
+            e.contains("contains '.', 'J', 'M', '_'")
+                && e.contains("must start with a lowercase letter")
+                && e.contains("must end with a letter or digit"),
+            "{e}"
+        );
     }
 }
