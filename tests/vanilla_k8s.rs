@@ -329,6 +329,21 @@ async fn apply_installs_the_kubernetes_half_from_the_aws_outputs_and_destroy_rem
     pods.delete("trainer-0", &DeleteParams::default().grace_period(0))
         .await
         .unwrap();
+    // A plan saved while no pod mounts it is checked again when applied: a
+    // pod that started since holds the claim.
+    d.stdout(&["plan", "--out", "ns.plan"]);
+    let mut later = pod.clone();
+    later.metadata.name = Some("trainer-1".into());
+    pods.create(&Default::default(), &later).await.unwrap();
+    let err = d.fails(&["apply", "ns.plan"]);
+    assert!(
+        err.contains("pods still mount a PersistentVolumeClaim this change deletes")
+            && err.contains(&format!("{USER_NS}/trainer-1 (claim efs-claim)")),
+        "{err}"
+    );
+    pods.delete("trainer-1", &DeleteParams::default().grace_period(0))
+        .await
+        .unwrap();
     // Without it the plan goes through and says what the prune takes with it.
     let moved = d.planned_changes();
     assert!(
@@ -339,10 +354,38 @@ async fn apply_installs_the_kubernetes_half_from_the_aws_outputs_and_destroy_rem
     );
     d.write_config(&kubeflow_config());
 
+    // A Profile someone made by hand: the destroy deletes it with its CRD,
+    // and the plan says so, by name.
+    let served = Served::fetch(&client).await.unwrap();
+    let (profile_ar, _) = served.get("kubeflow.org", "v1", "Profile").unwrap();
+    let profiles: Api<DynamicObject> = Api::all_with(client.clone(), profile_ar);
+    let mine: DynamicObject = serde_json::from_value(serde_json::json!({
+        "apiVersion": "kubeflow.org/v1", "kind": "Profile",
+        "metadata": {"name": "mine"},
+        "spec": {"owner": {"kind": "User", "name": "me@example.com"}},
+    }))
+    .unwrap();
+    profiles.create(&Default::default(), &mine).await.unwrap();
+    let plan = d.stdout(&["plan", "--destroy"]);
+    assert!(
+        plan.contains(
+            "- mine (Profile.kubeflow.org)  # made outside kfaws; deleted with CRD \
+             profiles.kubeflow.org"
+        ),
+        "{plan}"
+    );
+    assert!(!plan.contains("- kubeflow-user-example-com (Profile.kubeflow.org)  # made outside"));
+
     let ids = applyset_ids(&d);
     assert_eq!(ids.len(), 5, "one ApplySet per bundle");
     assert!(!labelled(&client, &ids).await.is_empty());
     d.stdout(&["destroy", "--auto-approve"]);
+    // With its CRD (so the Profile's API is not served any more).
+    assert!(Api::<CustomResourceDefinition>::all(client.clone())
+        .get_opt("profiles.kubeflow.org")
+        .await
+        .unwrap()
+        .is_none());
     assert_eq!(labelled(&client, &ids).await, Vec::<String>::new());
     assert!(
         d.aws().await.leftovers().await.is_empty(),

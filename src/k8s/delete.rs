@@ -351,8 +351,11 @@ fn crd_resource(crd: &CustomResourceDefinition) -> Option<ApiResource> {
 
 /// The custom resources of CRD `name` in every namespace, with the
 /// resource they were listed through; `None` when the CRD or its API is
-/// gone.
-async fn crd_instances(
+/// gone. Transient errors are retried until `deadline`.
+///
+/// # Errors
+/// [`RetryError`] when the CRD or its custom resources cannot be read.
+pub async fn crd_instances(
     client: &Client,
     name: &str,
     deadline: Instant,
@@ -443,7 +446,7 @@ async fn instances_of_deleted_crds(
     Ok(out)
 }
 
-/// Seconds allowed for finding what holds the objects left, after the
+/// The time allowed for finding what holds the objects left, after the
 /// deletion deadline has passed.
 const HOLDERS_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -469,7 +472,10 @@ async fn with_holders(
                 _ => vec![],
             }
         } else if let (true, Some(served)) = (is_namespace(&r.object.gk), &served) {
-            finalized_in(client, served, &r.object.name, concurrency).await
+            let listing = finalized_in(client, served, &r.object.name, concurrency);
+            tokio::time::timeout_at(deadline, listing)
+                .await
+                .unwrap_or_default()
         } else {
             vec![]
         };

@@ -485,6 +485,84 @@ impl ManifestsResource {
         )))
     }
 
+    /// For the CRDs among `removed` (object keys), their custom resources
+    /// that are not among `known` (made outside kfaws: a user's PyTorchJob),
+    /// which the delete removes too ([`super::delete`]); each with its
+    /// finalizers, whose controller must still run to remove them. At most
+    /// [`super::delete::MAX_HOLDERS`] per CRD, the rest counted. Best effort
+    /// for a plan: without a cluster, or when a list fails (logged), none.
+    async fn unlisted_custom_resources(&self, removed: &[String], known: &[String]) -> Vec<Detail> {
+        const CRD_KIND: &str = "CustomResourceDefinition.apiextensions.k8s.io ";
+        let crds: Vec<&str> = removed
+            .iter()
+            .filter_map(|k| k.strip_prefix(CRD_KIND))
+            .collect();
+        if crds.is_empty() {
+            return vec![];
+        }
+        let Ok(Some(client)) = self.connector.connect().await else {
+            return vec![];
+        };
+        let known: BTreeSet<&str> = known.iter().map(String::as_str).collect();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        let mut details = Vec::new();
+        for crd in crds {
+            let (resource, items) = match super::delete::crd_instances(&client, crd, deadline).await
+            {
+                Ok(Some(found)) => found,
+                Ok(None) => continue,
+                Err(e) => {
+                    tracing::warn!(crd, error = %e, "cannot list the custom resources of a CRD the plan deletes");
+                    continue;
+                }
+            };
+            let gk = GroupKind::new(&resource.group, &resource.kind);
+            let others: Vec<Detail> = items
+                .iter()
+                .filter_map(|meta| {
+                    let name = meta.name.as_deref()?;
+                    let k = key(&gk, meta.namespace.as_deref(), name);
+                    if known.contains(k.as_str()) {
+                        return None;
+                    }
+                    let finalizers = meta.finalizers.clone().unwrap_or_default();
+                    let mut note = format!("made outside kfaws; deleted with CRD {crd}");
+                    if !finalizers.is_empty() {
+                        note.push_str(&format!(
+                            "; finalizers {} (their controller must still run to remove them)",
+                            finalizers.join(", ")
+                        ));
+                    }
+                    let (kind, object) = k.split_once(' ').unwrap_or((&k, ""));
+                    Some(Detail {
+                        action: "Remove".into(),
+                        name: object.to_string(),
+                        kind: kind.to_string(),
+                        replacement: None,
+                        condition: None,
+                        note: Some(note),
+                    })
+                })
+                .collect();
+            let cap = super::delete::MAX_HOLDERS;
+            if others.len() > cap {
+                let more = others.len() - cap;
+                details.extend(others.into_iter().take(cap));
+                details.push(Detail {
+                    action: "Remove".into(),
+                    name: format!("{more} more"),
+                    kind: gk.to_string(),
+                    replacement: None,
+                    condition: None,
+                    note: Some(format!("made outside kfaws; deleted with CRD {crd}")),
+                });
+            } else {
+                details.extend(others);
+            }
+        }
+        details
+    }
+
     /// `Kind.group namespace/name` of every object, sorted: the spec's
     /// `objects` (names never depend on dependencies' outputs).
     pub fn objects(&self) -> Vec<String> {
@@ -1121,14 +1199,17 @@ impl Resource for ManifestsResource {
                 .difference(&after)
                 .map(|k| object_detail("Remove", k)),
         );
+        let removed: Vec<String> = before.difference(&after).cloned().collect();
+        let known: Vec<String> = before.into_iter().collect();
+        details.extend(self.unlisted_custom_resources(&removed, &known).await);
         Ok(details)
     }
 
     async fn preview_delete(&self, recorded: &ResourceState) -> Result<Vec<Detail>, ResourceError> {
-        Ok(recorded_objects(recorded)
-            .iter()
-            .map(|k| object_detail("Remove", k))
-            .collect())
+        let objects = recorded_objects(recorded);
+        let mut details: Vec<Detail> = objects.iter().map(|k| object_detail("Remove", k)).collect();
+        details.extend(self.unlisted_custom_resources(&objects, &objects).await);
+        Ok(details)
     }
 }
 
