@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kfaws::k8s::applyset::{self, ApplySet};
 use kfaws::k8s::bundle::BundleError;
-use kfaws::k8s::delete::DeleteError;
+use kfaws::k8s::delete::{DeleteError, Remaining};
 use kfaws::k8s::discovery::Served;
 use kfaws::k8s::{Applier, ApplyError, ApplyOptions, Bundle, ObjectRef, Outcome};
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
@@ -436,6 +436,26 @@ async fn drop_finalizers(api: &Api<DynamicObject>, name: &str) {
     .unwrap();
 }
 
+/// Destroys `b` with a deadline of `after`, expecting it to run out: the
+/// step that did not finish, what was left, and the error's text.
+async fn destroy_times_out(
+    client: &Client,
+    b: &Bundle,
+    after: Duration,
+) -> (&'static str, Vec<Remaining>, String) {
+    let err = applier(client, after).destroy(b).await.unwrap_err();
+    let ApplyError::Delete {
+        source: DeleteError::StillPresent {
+            step, remaining, ..
+        },
+        ..
+    } = &err
+    else {
+        panic!("expected a deletion timeout, got {err}");
+    };
+    (step, remaining.clone(), err.to_string())
+}
+
 #[tokio::test]
 async fn c6_destroy_deletes_custom_resources_users_made_while_their_controller_runs() {
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -452,21 +472,9 @@ async fn c6_destroy_deletes_custom_resources_users_made_while_their_controller_r
     user_object(&gadgets, "Gadget", "held", &["c6.kfaws.test/cleanup"]).await;
     user_object(&gadgets, "Gadget", "plain", &[]).await;
 
-    let err = applier(&client, Duration::from_secs(5))
-        .destroy(&b)
-        .await
-        .unwrap_err();
-    let ApplyError::Delete {
-        source: DeleteError::StillPresent {
-            step, remaining, ..
-        },
-        ..
-    } = &err
-    else {
-        panic!("expected a deletion timeout, got {err}");
-    };
+    let (step, remaining, _) = destroy_times_out(&client, &b, Duration::from_secs(5)).await;
     // The users' Gadgets went first, not with the CRD after the controller.
-    assert_eq!(*step, "custom resources");
+    assert_eq!(step, "custom resources");
     let left: Vec<String> = remaining.iter().map(ToString::to_string).collect();
     assert_eq!(
         left,
@@ -492,10 +500,12 @@ async fn c6_destroy_deletes_custom_resources_users_made_while_their_controller_r
     let unlisted: Vec<String> = report.unlisted.iter().map(ToString::to_string).collect();
     assert_eq!(unlisted, ["Gadget c6-gadgets/later"]);
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let gone = crds.get_opt("gadgets.c6.kfaws.test").await.unwrap();
     assert!(
-        gone.is_none() || gone.unwrap().metadata.deletion_timestamp.is_some(),
-        "the CRD is deleted"
+        crds.get_opt("gadgets.c6.kfaws.test")
+            .await
+            .unwrap()
+            .is_none(),
+        "the CRD step waits until it is gone"
     );
     Api::<Namespace>::all(client.clone())
         .delete("c6-gadgets", &Default::default())
@@ -516,20 +526,8 @@ async fn c6_a_namespace_held_by_a_users_object_names_that_object() {
     let widgets: Api<DynamicObject> = Api::namespaced_with(client.clone(), "c6-users", ar);
     user_object(&widgets, "Widget", "stuck", &["c6.kfaws.test/cleanup"]).await;
 
-    let err = applier(&client, Duration::from_secs(15))
-        .destroy(&ns)
-        .await
-        .unwrap_err();
-    let ApplyError::Delete {
-        source: DeleteError::StillPresent {
-            step, remaining, ..
-        },
-        ..
-    } = &err
-    else {
-        panic!("expected a deletion timeout, got {err}");
-    };
-    assert_eq!(*step, "namespaces");
+    let (step, remaining, err) = destroy_times_out(&client, &ns, Duration::from_secs(15)).await;
+    assert_eq!(step, "namespaces");
     assert_eq!(remaining.len(), 1, "{err}");
     assert_eq!(remaining[0].object.to_string(), "Namespace c6-users");
     let holders: Vec<String> = remaining[0]
@@ -542,8 +540,7 @@ async fn c6_a_namespace_held_by_a_users_object_names_that_object() {
         ["Widget c6-users/stuck (finalizers: c6.kfaws.test/cleanup)"]
     );
     assert!(
-        err.to_string()
-            .contains("held by Widget c6-users/stuck (finalizers: c6.kfaws.test/cleanup)"),
+        err.contains("held by Widget c6-users/stuck (finalizers: c6.kfaws.test/cleanup)"),
         "{err}"
     );
 
@@ -556,31 +553,20 @@ async fn c6_a_namespace_held_by_a_users_object_names_that_object() {
 async fn c6_destroy_names_the_object_and_the_finalizer_holding_it() {
     let client = client().await;
     let b = bundle("c6", "c6-finalizer.yaml");
-    let a = applier(&client, Duration::from_secs(5));
     applier(&client, Duration::from_secs(120))
         .apply(&b)
         .await
         .unwrap();
 
-    let err = a.destroy(&b).await.unwrap_err();
-    let ApplyError::Delete {
-        source: DeleteError::StillPresent {
-            step, remaining, ..
-        },
-        ..
-    } = &err
-    else {
-        panic!("expected a deletion timeout, got {err}");
-    };
-    assert_eq!(*step, "custom resources");
+    let (step, remaining, err) = destroy_times_out(&client, &b, Duration::from_secs(5)).await;
+    assert_eq!(step, "custom resources");
     assert_eq!(remaining.len(), 1);
     assert_eq!(
         remaining[0].to_string(),
         "Sprocket c6/held (finalizers: c6.kfaws.test/cleanup)"
     );
     assert!(
-        err.to_string()
-            .contains("Sprocket c6/held (finalizers: c6.kfaws.test/cleanup)"),
+        err.contains("Sprocket c6/held (finalizers: c6.kfaws.test/cleanup)"),
         "{err}"
     );
     // Custom resources go before their controllers: the controller is still there.
