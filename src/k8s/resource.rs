@@ -598,16 +598,11 @@ impl ManifestsResource {
     }
 
     /// The refusal of an update that prunes a Namespace object other
-    /// bundles use ([`ManifestsResource::used_elsewhere`]). Pure.
-    fn prunes_used_namespaces(
-        &self,
-        recorded: &ResourceState,
-        bundle: &Bundle,
-    ) -> Result<(), ResourceError> {
-        let desired: BTreeSet<String> = bundle.objects.iter().map(manifest_key).collect();
-        let problems: Vec<String> = recorded_objects(recorded)
+    /// bundles use ([`ManifestsResource::used_elsewhere`]); `pruned` as
+    /// [`pruned`] returns it. Pure.
+    fn prunes_used_namespaces(&self, pruned: &[String]) -> Result<(), ResourceError> {
+        let problems: Vec<String> = pruned
             .iter()
-            .filter(|k| !desired.contains(*k))
             .filter_map(|k| k.strip_prefix("Namespace "))
             .filter_map(|ns| {
                 let user = self.used_elsewhere.get(ns)?;
@@ -942,13 +937,21 @@ fn item_label(fields: &serde_json::Map<String, Value>) -> String {
     }
 }
 
-/// The PersistentVolumeClaims recorded in a state entry that `bundle` no
-/// longer holds, as `(namespace, name)`: what an update prunes.
-fn dropped_claims(recorded: &ResourceState, bundle: &Bundle) -> Vec<(String, String)> {
+/// The object keys recorded in a state entry that `bundle` no longer
+/// holds: what an update prunes.
+fn pruned(recorded: &ResourceState, bundle: &Bundle) -> Vec<String> {
     let desired: BTreeSet<String> = bundle.objects.iter().map(manifest_key).collect();
     recorded_objects(recorded)
+        .into_iter()
+        .filter(|k| !desired.contains(k))
+        .collect()
+}
+
+/// The PersistentVolumeClaims among `pruned` object keys, as
+/// `(namespace, name)`.
+fn dropped_claims(pruned: &[String]) -> Vec<(String, String)> {
+    pruned
         .iter()
-        .filter(|k| !desired.contains(*k))
         .filter_map(|k| k.strip_prefix("PersistentVolumeClaim "))
         .filter_map(|nn| nn.split_once('/'))
         .map(|(ns, name)| (ns.to_string(), name.to_string()))
@@ -1167,9 +1170,9 @@ impl Resource for ManifestsResource {
         };
         let bundle = self.bundle(None)?;
         if let (Action::Update, Some(recorded)) = (check.action, check.recorded) {
-            self.prunes_used_namespaces(recorded, &bundle)?;
-            self.claims_in_use(&dropped_claims(recorded, &bundle))
-                .await?;
+            let pruned = pruned(recorded, &bundle);
+            self.prunes_used_namespaces(&pruned)?;
+            self.claims_in_use(&dropped_claims(&pruned)).await?;
         }
         let applier = self.applier(client);
         boxed_check(&applier, &bundle)
