@@ -60,6 +60,35 @@ fn metric(text: &str, key: &str) -> Option<f64> {
         .ok()
 }
 
+/// The trainer's metrics in the order every runtime's `Final metrics:` line
+/// prints them (README, "Training").
+const FINAL_METRICS: [&str; 6] = [
+    "epoch",
+    "train_loss",
+    "train_acc",
+    "test_loss",
+    "test_acc",
+    "images_per_sec",
+];
+
+/// The names of the `name=value` pairs on the `Final metrics:` line of a
+/// `kfaws train` output, in order; every value must be a number.
+fn final_metric_names(text: &str) -> Vec<String> {
+    let line = text
+        .lines()
+        .find_map(|l| l.strip_prefix("Final metrics: "))
+        .unwrap_or_else(|| panic!("no final metrics: {text}"));
+    line.split(' ')
+        .map(|pair| {
+            let (name, value) = pair
+                .split_once('=')
+                .unwrap_or_else(|| panic!("{pair:?} is not name=value: {line}"));
+            assert!(value.parse::<f64>().is_ok(), "{pair:?} in {line}");
+            name.to_string()
+        })
+        .collect()
+}
+
 /// Copies the dataset onto the deployment's EFS file system as the
 /// emulator keeps it locally (the part a DataSync task or a pod would do
 /// on AWS).
@@ -116,6 +145,7 @@ fn local_runtime_trains_two_ranks_and_writes_the_model() {
         serde_json::from_slice(&std::fs::read(model.join("model.json")).unwrap()).unwrap();
     assert_eq!(json["dataset"], "fashion-mnist", "{json}");
     assert!(metric(&stdout, "test_acc").is_some(), "{stdout}");
+    assert_eq!(final_metric_names(&stdout), FINAL_METRICS, "{stdout}");
 
     // The same name again would resume its checkpoints and overwrite its model.
     let again = local_train(dir.path(), "local-two-ranks", &[])
@@ -628,15 +658,9 @@ async fn demo_path_trains_on_both_runtimes_serves_the_model_and_destroys_everyth
         "demo-k8s",
     ]);
     assert!(k8s.contains("Training job demo-k8s succeeded"), "{k8s}");
-    // The master's last metric line, as for the other runtimes.
-    let final_line = k8s
-        .lines()
-        .find_map(|l| l.strip_prefix("Final metrics: "))
-        .unwrap_or_else(|| panic!("no final metrics: {k8s}"));
-    assert!(
-        final_line.starts_with("epoch=1 ") && final_line.contains("test_acc="),
-        "{k8s}"
-    );
+    // The master's last metric line, printed as the other runtimes print theirs.
+    assert_eq!(final_metric_names(&k8s), FINAL_METRICS, "{k8s}");
+    assert!(k8s.contains("Final metrics: epoch=1 "), "{k8s}");
     let root: serde_json::Value =
         serde_json::from_str(&control("efs/local-root", "GET", "")).unwrap();
     let model_json = Path::new(root["root"].as_str().unwrap())
@@ -766,6 +790,8 @@ async fn demo_path_trains_on_both_runtimes_serves_the_model_and_destroys_everyth
     let sm_acc = metric(&sm, "test_acc").unwrap_or_else(|| panic!("no test_acc: {sm}"));
     assert!(sm_acc >= 0.80, "SageMaker accuracy {sm_acc}: {sm}");
     assert!(sm.contains("model.tar.gz"), "{sm}");
+    // SageMaker's FinalMetricDataList, printed as the other runtimes print theirs.
+    assert_eq!(final_metric_names(&sm), FINAL_METRICS, "{sm}");
 
     // The endpoint classifies a test image it never trained on.
     d.stdout(&["endpoint", "deploy", "--job", "demo-sm"]);

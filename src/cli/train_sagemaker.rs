@@ -220,13 +220,6 @@ async fn upload_dir(
     Ok(files.len())
 }
 
-/// A metric as the trainer printed it: SageMaker reports f32 values as
-/// doubles (`0.8664000034332275`), so round to the trainer's 4 decimals.
-fn metric_value(v: f64) -> String {
-    let s = format!("{v:.4}");
-    s.trim_end_matches('0').trim_end_matches('.').to_string()
-}
-
 fn say(line: &str) {
     use std::io::Write as _;
     let _ = writeln!(std::io::stdout().lock(), "{line}");
@@ -426,13 +419,9 @@ pub async fn train(
                     .as_deref()
                     .unwrap_or("(none reported)")
             ));
-            if !outcome.final_metrics.is_empty() {
-                let m: Vec<String> = outcome
-                    .final_metrics
-                    .iter()
-                    .map(|(k, v)| format!("{k}={}", metric_value(*v)))
-                    .collect();
-                say(&format!("Final metrics: {}", m.join(" ")));
+            let metrics = kfaws::train::FinalMetrics::from(outcome.final_metrics.clone());
+            if !metrics.is_empty() {
+                say(&format!("Final metrics: {metrics}"));
             }
             Ok(0)
         }

@@ -45,8 +45,8 @@ pub struct LocalOutcome {
     pub exit_codes: Vec<Option<i32>>,
     /// Where rank 0 wrote the model.
     pub model_dir: PathBuf,
-    /// Rank 0's last metric line (`epoch=… test_acc=…;`), if any.
-    pub last_metrics: Option<String>,
+    /// The metrics of rank 0's last metric line (`epoch=… test_acc=…;`), if any.
+    pub last_metrics: Option<super::FinalMetrics>,
     /// Whether the run was interrupted (SIGTERM sent to every rank).
     pub interrupted: bool,
     /// The newest checkpoint in the job's `checkpoints/` once every rank exited, if any.
@@ -259,7 +259,11 @@ pub async fn run(
         checkpoint: newest_checkpoint(&job.job_dir),
         model_dir: job.job_dir.join("model"),
         // Rank 0's stdout pump is the first.
-        last_metrics: metrics.into_iter().next().flatten(),
+        last_metrics: metrics
+            .into_iter()
+            .next()
+            .flatten()
+            .map(|l| super::FinalMetrics::from_line(&l)),
         interrupted,
     })
 }

@@ -5,18 +5,15 @@
 
 pub mod data;
 pub mod local;
+pub mod metrics;
 pub mod name;
 pub mod pytorchjob;
+
+pub use metrics::{is_metrics_line, FinalMetrics};
 
 use std::collections::BTreeMap;
 use std::fmt;
 
-/// Whether `line` is one of the trainer's per-epoch metric lines
-/// (`epoch=2 train_loss=0.4123; … test_acc=0.8634; …`), the stable format
-/// SageMaker metric definitions match (issue #4).
-pub fn is_metrics_line(line: &str) -> bool {
-    line.starts_with("epoch=") && line.contains("test_acc=")
-}
 use std::path::{Path, PathBuf};
 
 /// Where a training job runs.

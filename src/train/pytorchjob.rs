@@ -395,9 +395,15 @@ const FINAL_LOG_LINES: i64 = 200;
 
 /// The last metric line ([`super::is_metrics_line`]) in the master
 /// replica's log (`<job>-master-0`, container `pytorch`, its last
-/// [`FINAL_LOG_LINES`] lines): the job's final metrics. `None` when the log
-/// cannot be read (no kubelet serves it, the Pod is gone) or holds none.
-pub async fn final_metrics(client: &Client, namespace: &str, job: &str) -> Option<String> {
+/// [`FINAL_LOG_LINES`] lines): the job's final metrics, read as SageMaker's
+/// metric definitions read them ([`super::FinalMetrics::from_line`]).
+/// `None` when the log cannot be read (no kubelet serves it, the Pod is
+/// gone) or holds none.
+pub async fn final_metrics(
+    client: &Client,
+    namespace: &str,
+    job: &str,
+) -> Option<super::FinalMetrics> {
     let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
     let params = LogParams {
         container: Some("pytorch".into()),
@@ -408,7 +414,7 @@ pub async fn final_metrics(client: &Client, namespace: &str, job: &str) -> Optio
     log.lines()
         .rev()
         .find(|l| super::is_metrics_line(l))
-        .map(str::to_string)
+        .map(super::FinalMetrics::from_line)
 }
 
 /// Streams the master replica's log (`<job>-master-0`, container
