@@ -108,7 +108,16 @@ fn delete_change(
     why: &str,
 ) -> Change {
     let gone = matches!(observed, Some(Observed::Gone));
+    // Only a resource kfaws saw created can have been deleted by someone
+    // else; an unfinished create or delete that left nothing is kfaws's own.
+    let drift = gone && matches!(recorded.status, Status::Created | Status::Tainted);
     let reason = match (gone, recorded.status) {
+        (true, Status::Creating) => {
+            format!("{why}; its create never finished and made nothing, only removed from state")
+        }
+        (true, Status::Deleting) => {
+            format!("{why}; its interrupted delete finished, only removed from state")
+        }
         (true, _) => format!("{why}; already gone outside kfaws, only removed from state"),
         (false, Status::Creating) => {
             format!("{why}; its create never finished, deleting what it made")
@@ -122,7 +131,7 @@ fn delete_change(
         kind: recorded.kind.clone(),
         action: Action::Delete,
         reason,
-        drift: gone,
+        drift,
         fields: Vec::new(),
         dependencies: recorded.dependencies.clone(),
         spec_hash: None,
@@ -747,5 +756,34 @@ mod tests {
         assert!(changes.iter().all(|c| c.action == Action::Delete));
         assert!(changes[0].reason.contains("already gone"));
         assert!(changes[1].reason.contains("create never finished"));
+    }
+
+    #[test]
+    fn unfinished_operations_that_left_nothing_are_not_drift() {
+        let mut state = State::new("ml");
+        let deleting = Address::new("d").unwrap();
+        state
+            .resources
+            .insert(addr(), recorded(Status::Creating, SPEC()));
+        state
+            .resources
+            .insert(deleting.clone(), recorded(Status::Deleting, SPEC()));
+        let observed =
+            BTreeMap::from([(addr(), Observed::Gone), (deleting.clone(), Observed::Gone)]);
+        let changes = diff_destroy(&state, &observed);
+        assert!(changes
+            .iter()
+            .all(|c| c.action == Action::Delete && !c.drift));
+        let reason = |a: &Address| &changes.iter().find(|c| &c.address == a).unwrap().reason;
+        let created = reason(&addr());
+        assert!(
+            created.contains("made nothing") && !created.contains("outside"),
+            "{created}"
+        );
+        let deleted = reason(&deleting);
+        assert!(
+            deleted.contains("interrupted delete finished") && !deleted.contains("outside"),
+            "{deleted}"
+        );
     }
 }
