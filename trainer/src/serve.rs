@@ -6,10 +6,19 @@
 //! `0..=255`, channel-major) and answers `{"score": [[p0, …, p9], …], "label": "…", "index": N,
 //! "labels": […], "indices": […]}` (`label`/`index` for the first instance, scores are
 //! softmax probabilities).
+//!
+//! `/ping` is answered by the thread that accepts requests, which never reads a body;
+//! invocations go to a bounded queue served by `--workers` threads, so a slow invocation (or a
+//! client slow to send its body) never delays the health check SageMaker polls. An invocation
+//! that finds the queue full is answered 503 by a thread of its own (answering means reading
+//! the rest of its body first, which a slow client could make take long).
 
 use std::io::Read;
+use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Sender, SyncSender, TrySendError};
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use burn::module::Module;
@@ -34,7 +43,25 @@ pub struct ServeArgs {
     /// Largest request body accepted, in bytes (SageMaker real-time endpoints cap payloads at 6 MB).
     #[arg(long, env = "TRAINER_MAX_BODY_BYTES", default_value_t = 6 * 1024 * 1024)]
     pub max_body_bytes: u64,
+    /// Largest image accepted, in pixels (width × height), checked from the image's header
+    /// before it is decoded: the body limit bounds only the compressed size, and a 400 KB PNG
+    /// can declare 20000×20000 pixels. Larger images get 413.
+    #[arg(long, env = "TRAINER_MAX_IMAGE_PIXELS", default_value_t = DEFAULT_MAX_IMAGE_PIXELS,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_image_pixels: u64,
+    /// Invocations classified at once, each on its own thread [default: the number of CPUs].
+    /// Up to 4 more per worker wait in a queue; beyond that a request gets 503.
+    #[arg(long, env = "TRAINER_SERVE_WORKERS")]
+    pub workers: Option<NonZeroUsize>,
 }
+
+/// The default `--max-image-pixels`: 16,777,216 (4096 × 4096), which takes a 12-megapixel
+/// camera photo (4032 × 3024) and bounds a decoded image to 64 MiB as RGBA with 8 bits per
+/// channel.
+pub const DEFAULT_MAX_IMAGE_PIXELS: u64 = 4096 * 4096;
+
+/// Invocations that may wait per worker before the server answers 503.
+const QUEUED_PER_WORKER: usize = 4;
 
 /// Why the server could not start.
 #[derive(Debug, thiserror::Error)]
@@ -53,6 +80,7 @@ pub struct Classifier {
     net: Net,
     info: ModelInfo,
     device: Device,
+    max_image_pixels: u64,
 }
 
 /// The answer to one invocation.
@@ -106,7 +134,20 @@ impl Classifier {
         let net = Net::new(info.input_shape, &device)
             .try_load_file(&weights)
             .map_err(|e| model_err(&weights, e.to_string()))?;
-        Ok(Self { net, info, device })
+        Ok(Self {
+            net,
+            info,
+            device,
+            max_image_pixels: DEFAULT_MAX_IMAGE_PIXELS,
+        })
+    }
+
+    /// Refuses images of more than `pixels` pixels (width × height) with 413
+    /// ([`DEFAULT_MAX_IMAGE_PIXELS`] unless set).
+    #[must_use]
+    pub fn with_max_image_pixels(mut self, pixels: u64) -> Self {
+        self.max_image_pixels = pixels;
+        self
     }
 
     /// The model's description.
@@ -118,7 +159,8 @@ impl Classifier {
     ///
     /// # Errors
     /// 415 for a content type other than `application/x-image`, `image/png`, `image/jpeg` or
-    /// `application/json`; 400 for an undecodable image or malformed JSON.
+    /// `application/json`; 400 for an undecodable image or malformed JSON; 413 for an image
+    /// of more pixels than the limit ([`Classifier::with_max_image_pixels`]).
     pub fn invoke(&self, content_type: &str, body: &[u8]) -> Result<Prediction, Rejection> {
         let media = content_type
             .split(';')
@@ -139,10 +181,29 @@ impl Classifier {
         Ok(self.predict(&instances))
     }
 
-    /// An image of any size and colour type → `C×H×W` pixels of the model's input.
+    /// An image of any size and colour type → `C×H×W` pixels of the model's input. Its size
+    /// is read from its header and checked before anything is decoded.
     fn decode_image(&self, body: &[u8]) -> Result<Vec<u8>, Rejection> {
-        let image = image::load_from_memory(body)
-            .map_err(|e| reject(400, format!("cannot decode the image: {e}")))?;
+        let undecodable =
+            |e: image::ImageError| reject(400, format!("cannot decode the image: {e}"));
+        let reader = || {
+            image::ImageReader::new(std::io::Cursor::new(body))
+                .with_guessed_format()
+                .expect("reading from memory cannot fail")
+        };
+        let (width, height) = reader().into_dimensions().map_err(undecodable)?;
+        let pixels = u64::from(width) * u64::from(height);
+        if pixels > self.max_image_pixels {
+            return Err(reject(
+                413,
+                format!(
+                    "the image is {width}×{height} = {pixels} pixels; at most {} are accepted \
+                     (--max-image-pixels)",
+                    self.max_image_pixels
+                ),
+            ));
+        }
+        let image = reader().decode().map_err(undecodable)?;
         let [c, h, w] = self.info.input_shape;
         let resized = image.resize_exact(w as u32, h as u32, image::imageops::FilterType::Triangle);
         Ok(if c == 1 {
@@ -238,7 +299,8 @@ impl Classifier {
     }
 }
 
-/// Serves `classifier` until `stop` is set (SIGTERM or SIGINT), then returns after the request in hand.
+/// Serves `classifier` until `stop` is set (SIGTERM or SIGINT), then returns once the
+/// invocations in hand and queued are answered.
 ///
 /// # Errors
 /// [`ServeError::Bind`].
@@ -257,29 +319,76 @@ pub fn serve(
         .server_addr()
         .to_ip()
         .map_or(addr, |bound| bound.to_string());
-    tracing::info!(%addr, dataset = classifier.info.dataset.name(), "serving");
-    while !stop.load(Ordering::SeqCst) {
-        // Poll so SIGTERM is noticed within 200 ms even when idle.
-        match server.recv_timeout(Duration::from_millis(200)) {
-            Ok(Some(request)) => handle(classifier, args.max_body_bytes, request),
-            Ok(None) => {}
-            Err(e) => tracing::warn!("accepting a request failed: {e}"),
+    let workers = args.workers.map_or_else(
+        || std::thread::available_parallelism().map_or(1, NonZeroUsize::get),
+        NonZeroUsize::get,
+    );
+    tracing::info!(%addr, workers, dataset = classifier.info.dataset.name(), "serving");
+    let (queue, invocations) = mpsc::sync_channel::<Request>(QUEUED_PER_WORKER * workers);
+    let invocations = Mutex::new(invocations);
+    let (overflow, shed) = mpsc::channel::<Request>();
+    std::thread::scope(|scope| {
+        scope.spawn(move || {
+            for request in shed {
+                let busy = reject(
+                    503,
+                    "every worker is busy and the queue is full; retry (--workers sets how \
+                     many invocations run at once)",
+                );
+                respond(request, Err(busy));
+            }
+        });
+        for _ in 0..workers {
+            scope.spawn(|| loop {
+                let next = invocations
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .recv();
+                // Closed: the server is stopping and the queue is drained.
+                let Ok(mut request) = next else { break };
+                let result = invocation(classifier, args.max_body_bytes, &mut request);
+                respond(request, result);
+            });
         }
-    }
+        while !stop.load(Ordering::SeqCst) {
+            // Poll so SIGTERM is noticed within 200 ms even when idle.
+            match server.recv_timeout(Duration::from_millis(200)) {
+                Ok(Some(request)) => dispatch(request, &queue, &overflow),
+                Ok(None) => {}
+                Err(e) => tracing::warn!("accepting a request failed: {e}"),
+            }
+        }
+        drop(queue);
+        drop(overflow);
+    });
     tracing::info!("stop signal (SIGTERM or SIGINT): stopped serving");
     Ok(())
 }
 
-fn handle(classifier: &Classifier, max_body: u64, mut request: Request) {
-    let result = match (request.method(), request.url()) {
-        (Method::Get, "/ping") => Ok(String::new()),
-        (Method::Post, "/invocations") => invocation(classifier, max_body, &mut request),
-        (_, "/ping" | "/invocations") => Err(reject(405, "method not allowed")),
-        _ => Err(reject(
+/// Queues an invocation for the workers, or for the 503 answer when their queue is full;
+/// answers anything else (a body-less request: nothing to wait for).
+fn dispatch(request: Request, queue: &SyncSender<Request>, overflow: &Sender<Request>) {
+    let answer = match (request.method(), request.url()) {
+        (Method::Post, "/invocations") => None,
+        (Method::Get, "/ping") => Some(Ok(String::new())),
+        (_, "/ping" | "/invocations") => Some(Err(reject(405, "method not allowed"))),
+        _ => Some(Err(reject(
             404,
             "not found: the endpoints are GET /ping and POST /invocations",
-        )),
+        ))),
     };
+    if let Some(result) = answer {
+        return respond(request, result);
+    }
+    if let Err(TrySendError::Full(request) | TrySendError::Disconnected(request)) =
+        queue.try_send(request)
+    {
+        // Only fails once the 503 thread is gone, i.e. never while serving.
+        let _ = overflow.send(request);
+    }
+}
+
+fn respond(request: Request, result: Result<String, Rejection>) {
     let response = match result {
         Ok(body) => Response::from_string(body).with_header(
             Header::from_bytes("Content-Type", "application/json").expect("valid header"),
@@ -417,6 +526,22 @@ mod tests {
             .message
             .contains("outside 0..=255"));
         assert_eq!(c.invoke("application/json", b"{}").unwrap_err().status, 400);
+    }
+
+    #[test]
+    fn images_over_the_pixel_limit_get_413() {
+        let (_dir, c) = classifier();
+        let c = c.with_max_image_pixels(100 * 100);
+        assert!(c.invoke("image/png", &png(100, 100)).is_ok());
+        assert!(c.invoke("image/png", &png(400, 25)).is_ok());
+        let big = c.invoke("image/png", &png(101, 100)).unwrap_err();
+        assert_eq!(big.status, 413);
+        assert!(
+            big.message
+                .contains("101×100 = 10100 pixels; at most 10000"),
+            "{}",
+            big.message
+        );
     }
 
     #[test]

@@ -29,6 +29,51 @@ fn sagemaker_root(dir: &Path, hyperparameters: &str) -> std::path::PathBuf {
     root
 }
 
+/// The signature, `IHDR` chunk and an empty `IDAT` chunk of a PNG of `width`×`height` 8-bit
+/// grey pixels: what a decoder reads to learn the size, without the image data (PNG
+/// specification, 3rd edition, 5.2–5.3 and 11.2.1).
+fn png_header(width: u32, height: u32) -> Vec<u8> {
+    let chunk = |kind: &[u8], data: &[u8]| {
+        let mut typed = kind.to_vec();
+        typed.extend(data);
+        let mut crc = flate2::Crc::new();
+        crc.update(&typed);
+        let mut out = u32::try_from(data.len()).unwrap().to_be_bytes().to_vec();
+        out.extend(typed);
+        out.extend(crc.sum().to_be_bytes());
+        out
+    };
+    let mut ihdr = width.to_be_bytes().to_vec();
+    ihdr.extend(height.to_be_bytes());
+    ihdr.extend([8, 0, 0, 0, 0]);
+    let mut png = b"\x89PNG\r\n\x1a\n".to_vec();
+    png.extend(chunk(b"IHDR", &ihdr));
+    png.extend(chunk(b"IDAT", &[]));
+    png
+}
+
+/// Sends the head of an invocation whose 50,000-byte body never follows; returns the open
+/// connection and the response, if one came within 3 s (a queued invocation gets none).
+fn stalled_invocation(port: u16) -> (std::net::TcpStream, Option<String>) {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream
+        .write_all(
+            b"POST /invocations HTTP/1.1\r\nHost: localhost\r\nContent-Type: image/png\r\n\
+              Content-Length: 50000\r\n\r\n",
+        )
+        .unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(3)))
+        .unwrap();
+    let mut buf = [0u8; 512];
+    let answer = match stream.read(&mut buf) {
+        Ok(n) if n > 0 => Some(String::from_utf8_lossy(&buf[..n]).into_owned()),
+        _ => None,
+    };
+    (stream, answer)
+}
+
 /// Train in a SageMaker layout, then `serve` the model it wrote and classify a real
 /// Fashion-MNIST test image sent as PNG.
 #[test]
@@ -64,7 +109,7 @@ fn sagemaker_layout_trains_then_serves_a_real_test_image() {
         dir.path(),
         &root.join("model"),
         port,
-        &["--max-body-bytes=100000"],
+        &["--max-body-bytes=100000", "--workers=1"],
     );
     wait_for_ping(port, Duration::from_secs(60));
     let test = load_dir(&fashion_mnist(), Some(DatasetKind::FashionMnist))
@@ -127,6 +172,43 @@ fn sagemaker_layout_trains_then_serves_a_real_test_image() {
         .0,
         413
     );
+    // A small PNG whose header declares 20000×20000 pixels is refused before decoding.
+    let (status, body) = http(
+        port,
+        "POST",
+        "/invocations",
+        "image/png",
+        &png_header(20_000, 20_000),
+    )
+    .unwrap();
+    assert_eq!(status, 413, "{body}");
+    assert!(body.contains("20000×20000"), "{body}");
+    // Invocations whose bodies never come hold the one worker and fill the queue (4 per
+    // worker); the next is shed with 503 at once, and /ping is answered all the while.
+    let mut stalled = Vec::new();
+    let shed = loop {
+        let (stream, answer) = stalled_invocation(port);
+        stalled.push(stream);
+        if let Some(answer) = answer {
+            break answer;
+        }
+        assert!(
+            stalled.len() < 6,
+            "no 503 after {} invocations",
+            stalled.len()
+        );
+    };
+    assert!(shed.starts_with("HTTP/1.1 503"), "{shed}");
+    assert!(
+        (5..=6).contains(&stalled.len()),
+        "503 after {} waiting invocations (1 worker + 4 queued)",
+        stalled.len()
+    );
+    assert_eq!(
+        http(port, "GET", "/ping", "text/plain", b"").unwrap().0,
+        200
+    );
+    drop(stalled);
     assert!(std::process::Command::new("kill")
         .args(["-TERM", &server.child.id().to_string()])
         .status()
