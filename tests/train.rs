@@ -827,6 +827,25 @@ async fn demo_path_trains_on_both_runtimes_serves_the_model_and_destroys_everyth
         answer.contains(&format!(": {label} (class")),
         "truth {truth}: {answer}"
     );
+    // JSON instances: every one is classified and printed.
+    let instances = d.dir.path().join("instances.json");
+    std::fs::write(
+        &instances,
+        serde_json::json!({ "instances": [vec![0; 784], vec![255; 784]] }).to_string(),
+    )
+    .unwrap();
+    let answer = d.stdout(&[
+        "endpoint",
+        "invoke",
+        "demo-sm",
+        "--json",
+        instances.to_str().unwrap(),
+    ]);
+    assert_eq!(answer.matches("scores: [").count(), 2, "{answer}");
+    assert!(
+        answer.contains("instances.json[0]: ") && answer.contains("instances.json[1]: "),
+        "{answer}"
+    );
     assert!(
         d.state()["endpoints"]["demo-sm"].is_object(),
         "recorded in state"
@@ -854,8 +873,68 @@ async fn demo_path_trains_on_both_runtimes_serves_the_model_and_destroys_everyth
     assert!(d
         .stdout(&["state", "list"])
         .contains("SageMaker endpoint demo-sm-2"));
+    // A targeted destroy deletes the endpoints only when it deletes what they use.
+    let endpoints_go =
+        "SageMaker endpoint(s) deployed with `kfaws endpoint deploy` will be deleted";
+    let elsewhere = d.stdout(&["plan", "--destroy", "--target", "k8s.efs-storage"]);
+    assert!(
+        elsewhere.contains("k8s.efs-storage") && !elsewhere.contains(endpoints_go),
+        "{elsewhere}"
+    );
+    let role = d.stdout(&["plan", "--destroy", "--target", "stack.iam"]);
+    assert!(
+        role.contains(&format!("2 {endpoints_go}")) && role.contains("demo-sm, demo-sm-2"),
+        "{role}"
+    );
     d.stdout(&["endpoint", "delete", "demo-sm-2"]);
     assert!(d.state()["endpoints"].get("demo-sm-2").is_none());
+    // A model of the same spec made outside kfaws (no kfaws:deployment tag)
+    // is neither adopted nor recorded: a destroy would delete it.
+    let sm_client = d.aws().await.sagemaker();
+    let job = sm_client
+        .describe_training_job()
+        .training_job_name("demo-sm")
+        .send()
+        .await
+        .unwrap();
+    sm_client
+        .create_model()
+        .model_name("someone-elses")
+        .execution_role_arn(job.role_arn().unwrap())
+        .primary_container(
+            aws_sdk_sagemaker::types::ContainerDefinition::builder()
+                .image(
+                    job.algorithm_specification()
+                        .unwrap()
+                        .training_image()
+                        .unwrap(),
+                )
+                .model_data_url(job.model_artifacts().unwrap().s3_model_artifacts().unwrap())
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let err = d.fails(&[
+        "endpoint",
+        "deploy",
+        "--job",
+        "demo-sm",
+        "--endpoint-name",
+        "someone-elses",
+    ]);
+    assert!(
+        err.contains("model \"someone-elses\" exists")
+            && err.contains("kfaws:deployment tag: none"),
+        "{err}"
+    );
+    assert!(d.state()["endpoints"].get("someone-elses").is_none());
+    assert!(sm_client
+        .describe_model()
+        .model_name("someone-elses")
+        .send()
+        .await
+        .is_ok());
 
     // A plan saved before the next job starts, renaming the execution role.
     d.write_config(&format!(
@@ -920,7 +999,6 @@ async fn demo_path_trains_on_both_runtimes_serves_the_model_and_destroys_everyth
             && err.contains("rename options.sagemaker_role_name"),
         "{err}"
     );
-    let sm_client = d.aws().await.sagemaker();
     sm_client
         .stop_training_job()
         .training_job_name("demo-long")
@@ -955,6 +1033,20 @@ async fn demo_path_trains_on_both_runtimes_serves_the_model_and_destroys_everyth
         destroyed.contains("sagemaker endpoint demo-sm: deleting"),
         "{destroyed}"
     );
+    // Someone else's model of the refused deploy is theirs to delete.
+    assert!(!destroyed.contains("someone-elses"), "{destroyed}");
+    let left = d.aws().await.leftovers().await;
+    assert_eq!(
+        left,
+        ["sagemaker model someone-elses"],
+        "left behind: {left:?}"
+    );
+    sm_client
+        .delete_model()
+        .model_name("someone-elses")
+        .send()
+        .await
+        .unwrap();
     let left = d.aws().await.leftovers().await;
     assert!(left.is_empty(), "left behind: {left:?}");
 }

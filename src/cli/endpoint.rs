@@ -64,9 +64,15 @@ pub async fn deploy(
         role_arn,
         instance_type: instance_type.to_string(),
         instance_count,
-        tags: vec![("kfaws:deployment".into(), d.loaded.config.name.clone())],
+        tags: vec![(
+            endpoint::DEPLOYMENT_TAG.into(),
+            d.loaded.config.name.clone(),
+        )],
     };
     endpoint::validate(&spec)?;
+    // Someone else's model, configuration or endpoint of that name is neither
+    // adopted nor recorded (a destroy would delete it).
+    endpoint::check_ownership(&sm, &spec).await?;
     if let Some(r) = d.state.endpoints.get(name) {
         let same = r.model_data_url == model_data_url
             && r.image == image
@@ -145,17 +151,48 @@ pub async fn invoke(
     let answer = endpoint::invoke(&rt, name, content_type, body).await?;
     let v: serde_json::Value = serde_json::from_slice(&answer)
         .with_context(|| format!("endpoint {name} answered something other than JSON"))?;
-    let label = v.get("label").and_then(|l| l.as_str()).unwrap_or("?");
-    let index = v.get("index").map(ToString::to_string).unwrap_or_default();
-    say(&format!("{}: {label} (class {index})", path.display()));
-    if let Some(scores) = v.pointer("/score/0").and_then(|s| s.as_array()) {
-        let s: Vec<String> = scores
-            .iter()
-            .map(|x| x.as_f64().map_or("?".into(), |f| format!("{f:.3}")))
-            .collect();
-        say(&format!("scores: [{}]", s.join(", ")));
+    for line in classification_lines(&path.display().to_string(), &v) {
+        say(&line);
     }
     Ok(0)
+}
+
+/// The lines `endpoint invoke` prints for the container's answer `v`
+/// (`{"score": [[…], …], "label", "index", "labels": […], "indices": […]}`, see
+/// `kfaws-trainer serve`): `SOURCE: LABEL (class N)` and the instance's scores, once
+/// per instance; with several instances (JSON), each line names its instance (`SOURCE[i]`).
+fn classification_lines(source: &str, v: &serde_json::Value) -> Vec<String> {
+    let scores = v.get("score").and_then(|s| s.as_array());
+    let labels = v.get("labels").and_then(|l| l.as_array());
+    let indices = v.get("indices").and_then(|l| l.as_array());
+    let count = scores.map_or(0, Vec::len).max(1);
+    let mut lines = Vec::new();
+    for i in 0..count {
+        let label = labels
+            .and_then(|l| l.get(i))
+            .or_else(|| (i == 0).then(|| v.get("label")).flatten())
+            .and_then(|l| l.as_str())
+            .unwrap_or("?");
+        let index = indices
+            .and_then(|l| l.get(i))
+            .or_else(|| (i == 0).then(|| v.get("index")).flatten())
+            .map(ToString::to_string)
+            .unwrap_or_else(|| "?".into());
+        let name = if count == 1 {
+            source.to_string()
+        } else {
+            format!("{source}[{i}]")
+        };
+        lines.push(format!("{name}: {label} (class {index})"));
+        if let Some(row) = scores.and_then(|s| s.get(i)).and_then(|r| r.as_array()) {
+            let s: Vec<String> = row
+                .iter()
+                .map(|x| x.as_f64().map_or("?".into(), |f| format!("{f:.3}")))
+                .collect();
+            lines.push(format!("scores: [{}]", s.join(", ")));
+        }
+    }
+    lines
 }
 
 /// Deletes endpoint `name` (with its config and model) and forgets it.
@@ -209,6 +246,21 @@ fn recorded(state: &kfaws::state::State) -> String {
     }
 }
 
+/// What a deployed endpoint uses: the SageMaker execution role (`stack.iam`) and the bucket
+/// holding its model artifact (`stack.storage`).
+pub const USES: [&str; 2] = ["stack.iam", "stack.storage"];
+
+/// Whether destroy plan `plan` deletes the endpoints recorded in the state first: a whole
+/// destroy does; a targeted one (`--target`) only when it deletes something they use
+/// ([`USES`]), as it deletes the dependants of its targets and nothing else.
+pub fn destroy_deletes_endpoints(plan: &kfaws::plan::Plan) -> bool {
+    plan.destroy
+        && (plan.targets.is_empty()
+            || plan.changes.iter().any(|c| {
+                c.action == kfaws::plan::Action::Delete && USES.contains(&c.address.as_str())
+            }))
+}
+
 /// Deletes every endpoint recorded in `store` (destroy, before the graph).
 ///
 /// # Errors
@@ -222,4 +274,37 @@ pub async fn delete_recorded(aws: &SdkConfig, store: &mut StateStore) -> anyhow:
         delete_one(aws, store, name).await?;
     }
     Ok(names.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_instance_prints_its_class_and_scores() {
+        let v = serde_json::json!({"score": [[0.1, 0.9]], "label": "Sandal", "index": 5,
+            "labels": ["Sandal"], "indices": [5]});
+        assert_eq!(
+            classification_lines("shoe.png", &v),
+            ["shoe.png: Sandal (class 5)", "scores: [0.100, 0.900]"]
+        );
+    }
+
+    #[test]
+    fn every_instance_is_printed() {
+        let v = serde_json::json!({"score": [[1.0, 0.0], [0.0, 1.0], [0.5, 0.5]],
+            "label": "Sandal", "index": 5, "labels": ["Sandal", "Shirt", "Shirt"],
+            "indices": [5, 6, 6]});
+        assert_eq!(
+            classification_lines("j.json", &v),
+            [
+                "j.json[0]: Sandal (class 5)",
+                "scores: [1.000, 0.000]",
+                "j.json[1]: Shirt (class 6)",
+                "scores: [0.000, 1.000]",
+                "j.json[2]: Shirt (class 6)",
+                "scores: [0.500, 0.500]",
+            ]
+        );
+    }
 }

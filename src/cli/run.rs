@@ -170,7 +170,7 @@ fn renames(plan: &Plan, key: &str) -> bool {
 /// Says which SageMaker endpoints a destroy deletes before the graph.
 fn endpoints_note(p: &Planned) -> anyhow::Result<()> {
     let endpoints = &p.store.state().endpoints;
-    if p.plan.destroy && !endpoints.is_empty() {
+    if super::endpoint::destroy_deletes_endpoints(&p.plan) && !endpoints.is_empty() {
         outln!(
             "\nFirst, {} SageMaker endpoint(s) deployed with `kfaws endpoint deploy` will be deleted \
              (with their endpoint configs and models): {}",
@@ -371,7 +371,7 @@ async fn run(p: Planned, parallelism: usize, cancel: &CancellationToken) -> anyh
             s.profile = Some(config.profile);
         })
         .context("recording the deployment's account and region in the state")?;
-    if plan.destroy && !store.state().endpoints.is_empty() {
+    if super::endpoint::destroy_deletes_endpoints(&plan) && !store.state().endpoints.is_empty() {
         // Endpoints use the execution role and the bucket: they go first.
         super::endpoint::delete_recorded(&aws, &mut store).await?;
     }

@@ -320,6 +320,89 @@ pub async fn deploy(
     wait_in_service(client, name, timeout, on_event).await
 }
 
+/// The tag whose value names the kfaws deployment that made a resource;
+/// [`deploy`]'s callers put it in [`EndpointSpec::tags`].
+pub const DEPLOYMENT_TAG: &str = "kfaws:deployment";
+
+/// Refuses a deploy of `spec` when its model, endpoint configuration or
+/// endpoint exists without the tag [`DEPLOYMENT_TAG`] of `spec.tags`:
+/// someone else's (or another deployment's) resources, which a deploy would
+/// otherwise adopt when their spec matches, and a later `kfaws destroy`
+/// delete. Run before recording the endpoint in the state. Reads only
+/// (DescribeModel, DescribeEndpointConfig, DescribeEndpoint, ListTags); a
+/// spec without the tag is not checked.
+///
+/// # Errors
+/// [`SageMakerError::NotOurs`] for the first resource made elsewhere;
+/// [`SageMakerError::Api`] for a failed call.
+pub async fn check_ownership(client: &Client, spec: &EndpointSpec) -> Result<(), SageMakerError> {
+    let Some((_, deployment)) = spec.tags.iter().find(|(k, _)| k == DEPLOYMENT_TAG) else {
+        return Ok(());
+    };
+    let name = spec.name.as_str();
+    let model = match client.describe_model().model_name(name).send().await {
+        Ok(m) => m.model_arn().map(str::to_string),
+        Err(e) if is_not_found(&e) => None,
+        Err(e) => return Err(SageMakerError::api("DescribeModel", name, &e)),
+    };
+    let config = match client
+        .describe_endpoint_config()
+        .endpoint_config_name(name)
+        .send()
+        .await
+    {
+        Ok(c) => c.endpoint_config_arn().map(str::to_string),
+        Err(e) if is_not_found(&e) => None,
+        Err(e) => return Err(SageMakerError::api("DescribeEndpointConfig", name, &e)),
+    };
+    let endpoint = describe(client, name)
+        .await?
+        .and_then(|d| d.endpoint_arn().map(str::to_string));
+    for (kind, arn) in [
+        (Kind::Model, model),
+        (Kind::EndpointConfig, config),
+        (Kind::Endpoint, endpoint),
+    ] {
+        let Some(arn) = arn else { continue };
+        let owner = tag_value(client, &arn, DEPLOYMENT_TAG).await?;
+        if owner.as_deref() != Some(deployment.as_str()) {
+            return Err(SageMakerError::NotOurs {
+                kind,
+                name: name.to_string(),
+                arn,
+                owner,
+                deployment: deployment.clone(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The value of tag `key` on the resource `arn` (ListTags, every page).
+async fn tag_value(
+    client: &Client,
+    arn: &str,
+    key: &str,
+) -> Result<Option<String>, SageMakerError> {
+    let mut next = None;
+    loop {
+        let page = client
+            .list_tags()
+            .resource_arn(arn)
+            .set_next_token(next)
+            .send()
+            .await
+            .map_err(|e| SageMakerError::api("ListTags", arn, &e))?;
+        if let Some(t) = page.tags().iter().find(|t| t.key() == Some(key)) {
+            return Ok(t.value().map(str::to_string));
+        }
+        next = page.next_token().map(str::to_string);
+        if next.is_none() {
+            return Ok(None);
+        }
+    }
+}
+
 async fn describe(
     client: &Client,
     name: &str,

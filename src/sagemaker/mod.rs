@@ -136,6 +136,25 @@ pub enum SageMakerError {
         /// resource; empty when it was created with the same spec.
         differences: Vec<String>,
     },
+    /// A resource of the name exists but another deployment, or no kfaws,
+    /// made it: its `kfaws:deployment` tag is not this deployment's.
+    #[error(
+        "{kind} {name:?} exists as {arn} but deployment {deployment:?} did not make it (its \
+         kfaws:deployment tag: {}); kfaws neither adopts nor deletes it: use another name",
+        owner.as_deref().map_or_else(|| "none".to_string(), |o| format!("{o:?}"))
+    )]
+    NotOurs {
+        /// What exists.
+        kind: Kind,
+        /// Its name.
+        name: String,
+        /// Its ARN.
+        arn: String,
+        /// The deployment its tag names, if any.
+        owner: Option<String>,
+        /// This deployment.
+        deployment: String,
+    },
     /// The resource does not exist.
     #[error("{kind} {name:?} does not exist")]
     NotFound {

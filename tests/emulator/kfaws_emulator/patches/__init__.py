@@ -46,6 +46,7 @@ MODULES = (
     # after lifecycle_efs: a file system's directory goes when DeleteFileSystem succeeds
     "efs_local_root",
     "sagemaker_training_runner",
+    "sagemaker_create_existing",
     "sagemaker_endpoint_runner",
 )
 
