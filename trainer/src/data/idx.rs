@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::{read_maybe_gz, DataError, Split};
+use super::{open_maybe_gz, DataError, Split};
 
 /// Magic number of an IDX file of `u8` images with 3 dimensions (count, rows, columns).
 pub const IDX_IMAGES_MAGIC: u32 = 0x0000_0803;
@@ -72,24 +72,41 @@ fn find(dir: &Path, stem: &str, found: &[String]) -> Result<PathBuf, DataError> 
 }
 
 /// Reads an IDX file, checking the magic number and that the data is exactly as long as the
-/// dimensions say. Returns the dimensions and the data bytes.
+/// dimensions say. Returns the dimensions and the data bytes. The file is read (and
+/// decompressed) only up to the size its header declares, plus one byte to tell a longer file:
+/// a gzip file that decompresses to gigabytes is refused without holding them in memory.
 fn read_idx(
     path: &Path,
     magic: u32,
     what: &'static str,
 ) -> Result<(Vec<usize>, Vec<u8>), DataError> {
-    let bytes = read_maybe_gz(path)?;
-    let be_u32 = |at: usize| {
-        bytes
-            .get(at..at + 4)
-            .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+    use std::io::Read;
+    let io = |source| DataError::Io {
+        path: path.to_path_buf(),
+        source,
     };
-    let truncated = |expected: String| DataError::WrongSize {
+    let wrong_size = |expected: String, found: usize| DataError::WrongSize {
         path: path.to_path_buf(),
         expected,
-        found: bytes.len() as u64,
+        found: found as u64,
     };
-    let found = be_u32(0).ok_or_else(|| truncated("at least a 4-byte IDX header".into()))?;
+    let mut reader = open_maybe_gz(path)?;
+    let mut read_up_to = |limit: usize| -> Result<Vec<u8>, DataError> {
+        let mut out = Vec::new();
+        (&mut reader)
+            .take(limit as u64)
+            .read_to_end(&mut out)
+            .map_err(io)?;
+        Ok(out)
+    };
+    let start = read_up_to(4)?;
+    let Ok(start4) = <[u8; 4]>::try_from(start.as_slice()) else {
+        return Err(wrong_size(
+            "at least a 4-byte IDX header".into(),
+            start.len(),
+        ));
+    };
+    let found = u32::from_be_bytes(start4);
     if found != magic {
         return Err(DataError::BadMagic {
             path: path.to_path_buf(),
@@ -100,19 +117,40 @@ fn read_idx(
     }
     let rank = (magic & 0xff) as usize;
     let header = 4 + 4 * rank;
-    let dims = (0..rank)
-        .map(|d| be_u32(4 + 4 * d).map(|v| v as usize))
-        .collect::<Option<Vec<_>>>()
-        .ok_or_else(|| truncated(format!("at least a {header}-byte IDX header")))?;
-    let expected = header + dims.iter().product::<usize>();
-    if bytes.len() != expected {
-        return Err(truncated(format!(
-            "{expected} ({header}-byte header + {} data bytes for dimensions {dims:?}; \
-             truncated or corrupt file?)",
-            expected - header
-        )));
+    let dims_bytes = read_up_to(4 * rank)?;
+    if dims_bytes.len() != 4 * rank {
+        return Err(wrong_size(
+            format!("at least a {header}-byte IDX header"),
+            4 + dims_bytes.len(),
+        ));
     }
-    Ok((dims, bytes[header..].to_vec()))
+    let dims: Vec<usize> = dims_bytes
+        .chunks_exact(4)
+        .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as usize)
+        .collect();
+    let data_len = dims
+        .iter()
+        .try_fold(1usize, |n, &d| n.checked_mul(d))
+        .filter(|n| n.checked_add(header).is_some())
+        .ok_or_else(|| wrong_size(format!("dimensions {dims:?} that fit in memory"), header))?;
+    let data = read_up_to(data_len.saturating_add(1))?;
+    if data.len() != data_len {
+        // Longer than declared: count the rest without keeping it.
+        let rest = if data.len() > data_len {
+            std::io::copy(&mut reader, &mut std::io::sink()).map_err(io)? as usize
+        } else {
+            0
+        };
+        return Err(wrong_size(
+            format!(
+                "{} ({header}-byte header + {data_len} data bytes for dimensions {dims:?}; \
+                 truncated or corrupt file?)",
+                header + data_len
+            ),
+            header + data.len() + rest,
+        ));
+    }
+    Ok((dims, data))
 }
 
 #[cfg(test)]
@@ -240,6 +278,22 @@ mod tests {
         let err = load_dir(dir.path(), None).unwrap_err().to_string();
         assert!(err.contains("train-images-idx3-ubyte"), "{err}");
         assert!(err.contains("expected 2368"), "{err}");
+    }
+
+    #[test]
+    fn a_gzip_file_longer_than_its_header_is_refused_with_its_size() {
+        let dir = tempfile::tempdir().unwrap();
+        write_dataset(dir.path(), true);
+        // Labels for 3 images, then a megabyte more.
+        let mut labels = idx(0x0000_0801, &[3], &[1, 2, 3]);
+        labels.extend(vec![0u8; 1 << 20]);
+        std::fs::write(dir.path().join("train-labels-idx1-ubyte.gz"), gz(&labels)).unwrap();
+        let err = load_dir(dir.path(), None).unwrap_err().to_string();
+        assert!(err.contains("train-labels-idx1-ubyte.gz"), "{err}");
+        assert!(
+            err.contains(&format!("{} bytes, expected 11", 11 + (1 << 20))),
+            "{err}"
+        );
     }
 
     #[test]

@@ -278,21 +278,32 @@ fn list_dir(dir: &Path) -> Result<Vec<String>, DataError> {
     Ok(names)
 }
 
-/// Reads a whole file, decompressing gzip (by its magic bytes, not its name).
-fn read_maybe_gz(path: &Path) -> Result<Vec<u8>, DataError> {
-    use std::io::Read;
+/// Opens a file for reading, decompressing gzip (by its magic bytes, not its name) as it is
+/// read, so that a reader can stop at the size a header declares.
+fn open_maybe_gz(path: &Path) -> Result<Box<dyn std::io::Read>, DataError> {
+    use std::io::BufRead;
     let io = |source| DataError::Io {
         path: path.to_path_buf(),
         source,
     };
-    let raw = std::fs::read(path).map_err(io)?;
-    if raw.starts_with(&[0x1f, 0x8b]) {
-        let mut out = Vec::new();
-        flate2::read::GzDecoder::new(&raw[..])
-            .read_to_end(&mut out)
-            .map_err(io)?;
-        Ok(out)
+    let mut file = std::io::BufReader::new(std::fs::File::open(path).map_err(io)?);
+    let gzip = file.fill_buf().map_err(io)?.starts_with(&[0x1f, 0x8b]);
+    Ok(if gzip {
+        Box::new(flate2::bufread::GzDecoder::new(file))
     } else {
-        Ok(raw)
-    }
+        Box::new(file)
+    })
+}
+
+/// Reads a whole file, decompressing gzip (by its magic bytes, not its name).
+fn read_maybe_gz(path: &Path) -> Result<Vec<u8>, DataError> {
+    use std::io::Read;
+    let mut out = Vec::new();
+    open_maybe_gz(path)?
+        .read_to_end(&mut out)
+        .map_err(|source| DataError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+    Ok(out)
 }
