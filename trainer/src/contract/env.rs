@@ -45,19 +45,18 @@ pub fn from_env(
         if values.iter().all(Option::is_none) {
             continue;
         }
-        let missing: Vec<&str> = names
-            .iter()
-            .zip(&values)
-            .filter(|(_, v)| v.is_none())
-            .map(|(n, _)| *n)
-            .collect();
+        let (set, missing): (Vec<_>, Vec<_>) =
+            names.iter().zip(&values).partition(|(_, v)| v.is_some());
+        let set: Vec<&str> = set.into_iter().map(|(n, _)| *n).collect();
+        let missing: Vec<&str> = missing.into_iter().map(|(n, _)| *n).collect();
         if !missing.is_empty() {
             return Err(ConfigError::Contract {
                 source_name: format!("{launcher:?} environment"),
                 detail: format!(
-                    "{} set but {} missing",
-                    names.join(", "),
-                    missing.join(", ")
+                    "{} set but {} missing (all of {} are needed)",
+                    set.join(", "),
+                    missing.join(", "),
+                    names.join(", ")
                 ),
             });
         }

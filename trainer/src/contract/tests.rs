@@ -194,7 +194,10 @@ fn partial_or_malformed_environment_names_the_variable() {
     let err = resolve(&args, &env_of(&[("MASTER_ADDR", "m"), ("WORLD_SIZE", "2")]))
         .unwrap_err()
         .to_string();
-    assert!(err.contains("MASTER_PORT, RANK missing"), "{err}");
+    assert!(
+        err.contains("MASTER_ADDR, WORLD_SIZE set but MASTER_PORT, RANK missing"),
+        "{err}"
+    );
     let env = env_of(&[
         ("MASTER_ADDR", "m"),
         ("MASTER_PORT", "x"),
