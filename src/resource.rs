@@ -185,6 +185,17 @@ pub trait Resource: Send + Sync {
         &[]
     }
 
+    /// Whether a resource tainted by a failed create is repaired by an update
+    /// rather than replaced. The default, as Terraform's taint, replaces:
+    /// deletes what the failed create left, then creates it again. A resource
+    /// whose update converges from any partial state (server-side apply of a
+    /// manifest bundle) answers `true`: replacing it would first delete what
+    /// the failed apply did make, and with a CRD every custom resource of it,
+    /// whoever made them.
+    fn repairs_taint_in_place(&self) -> bool {
+        false
+    }
+
     /// Expected wall time of a create, used for the critical path.
     fn estimate(&self) -> Duration;
 

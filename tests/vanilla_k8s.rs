@@ -510,6 +510,79 @@ async fn a_bundle_that_left_the_config_is_deleted_by_its_applyset() {
     );
 }
 
+/// Shared cases C1 and C3: a bundle whose apply failed half way (a Service
+/// the API server refuses, after its CRD was applied) is tainted; once the
+/// manifests are fixed, the next apply applies it again in place instead of
+/// replacing it, so the CRD stays, and with it a custom resource someone
+/// made meanwhile.
+#[tokio::test]
+async fn a_bundle_that_failed_half_way_is_applied_again_in_place() {
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/kubeflow");
+    let operator = std::fs::read_to_string(fixtures.join("training-operator.yaml")).unwrap();
+    let d = Deployment::new(&kubeflow_config());
+    d.lifecycle(FAST);
+    let broken = d.dir.path().join("training-operator-broken.yaml");
+    std::fs::write(
+        &broken,
+        format!(
+            "{operator}---\napiVersion: v1\nkind: Service\nmetadata: {{name: broken, namespace: \
+             kubeflow}}\nspec:\n  ports:\n    - port: 70000\n"
+        ),
+    )
+    .unwrap();
+    d.write_config(&format!(
+        "[kubeflow]\nmanifests = {:?}\ntraining_operator = {:?}\n",
+        fixtures.join("platform.yaml").display().to_string(),
+        broken.display().to_string()
+    ));
+    let failed = d.kfaws(&["apply", "--auto-approve"]).output().unwrap();
+    let report = format!(
+        "{}{}",
+        String::from_utf8_lossy(&failed.stdout),
+        String::from_utf8_lossy(&failed.stderr)
+    );
+    assert_eq!(failed.status.code(), Some(1), "{report}");
+    assert!(
+        report.contains("k8s.training-operator") && report.contains("70000"),
+        "{report}"
+    );
+    assert_eq!(
+        d.state()["resources"]["k8s.training-operator"]["status"],
+        "tainted",
+        "{report}"
+    );
+    let client = d.cluster().client().await;
+    let job_type = kube::discovery::ApiResource {
+        group: "kubeflow.org".into(),
+        version: "v1".into(),
+        api_version: "kubeflow.org/v1".into(),
+        kind: "PyTorchJob".into(),
+        plural: "pytorchjobs".into(),
+    };
+    let jobs = Api::<DynamicObject>::namespaced_with(client.clone(), USER_NS, &job_type);
+    let mut job = DynamicObject::new("someones-job", &job_type);
+    job.data = serde_json::json!({"spec": {"pytorchReplicaSpecs": {}}});
+    jobs.create(&Default::default(), &job).await.unwrap();
+
+    d.write_config(&kubeflow_config());
+    let planned = d.stdout(&["plan"]);
+    assert!(
+        planned.contains("~ k8s.training-operator")
+            && !planned.contains("-/+ k8s.training-operator"),
+        "{planned}"
+    );
+    assert!(planned.contains("applied again in place"), "{planned}");
+    d.stdout(&["apply", "--auto-approve"]);
+    assert_eq!(
+        d.state()["resources"]["k8s.training-operator"]["status"],
+        "created"
+    );
+    jobs.get("someones-job")
+        .await
+        .expect("the custom resource made meanwhile is still there");
+    d.stdout(&["destroy", "--auto-approve"]);
+}
+
 #[tokio::test]
 async fn manifests_that_break_a_rule_fail_before_any_call() {
     let d = Deployment::new("");

@@ -1186,6 +1186,14 @@ impl Resource for ManifestsResource {
         false
     }
 
+    /// Server-side apply converges from whatever a failed apply left; a
+    /// replacement would delete the bundle's objects first (its CRDs with
+    /// every custom resource of them: shared case C1, "apply again resumes
+    /// from the failed node").
+    fn repairs_taint_in_place(&self) -> bool {
+        true
+    }
+
     async fn preview_update(
         &self,
         recorded: &ResourceState,

@@ -183,6 +183,11 @@ fn diff_one(
         (Status::Tainted, Some(Observed::Gone)) => {
             change(Action::Create, "tainted by a failed apply, and gone")
         }
+        (Status::Tainted, _) if r.repairs_taint_in_place() => change(
+            Action::Update,
+            "tainted by a failed apply; applied again in place, not replaced (a replacement \
+             would delete what it made first)",
+        ),
         (Status::Tainted, _) => change(Action::Replace, "tainted by a failed apply"),
         (Status::Deleting, Some(Observed::Gone)) => change(
             Action::Create,
@@ -316,6 +321,7 @@ mod tests {
         spec: Value,
         mode: Mode,
         deps: Vec<Address>,
+        repairs_in_place: bool,
     }
 
     #[async_trait]
@@ -337,6 +343,9 @@ mod tests {
         }
         fn replace_fields(&self) -> &[&str] {
             &["cidr"]
+        }
+        fn repairs_taint_in_place(&self) -> bool {
+            self.repairs_in_place
         }
         fn estimate(&self) -> Duration {
             Duration::from_secs(1)
@@ -365,6 +374,7 @@ mod tests {
             spec,
             mode: Mode::Managed,
             deps: vec![],
+            repairs_in_place: false,
         })
     }
 
@@ -572,6 +582,25 @@ mod tests {
     }
 
     #[test]
+    fn tainted_is_an_update_for_resources_that_repair_in_place() {
+        let r: Arc<dyn Resource> = Arc::new(Fake {
+            address: addr(),
+            spec: SPEC(),
+            mode: Mode::Managed,
+            deps: vec![],
+            repairs_in_place: true,
+        });
+        let mut state = State::new("ml");
+        state
+            .resources
+            .insert(addr(), recorded(Status::Tainted, SPEC()));
+        let observed = BTreeMap::from([(addr(), present(SPEC()))]);
+        let c = diff_apply(&[r], &state, &observed).remove(0);
+        assert_eq!(c.action, Action::Update);
+        assert!(c.reason.contains("not replaced"), "{}", c.reason);
+    }
+
+    #[test]
     fn interrupted_delete_of_a_desired_resource_is_replace_or_create() {
         let c = one(
             Some(SPEC()),
@@ -615,12 +644,14 @@ mod tests {
             spec: SPEC(),
             mode: Mode::Managed,
             deps: vec![addr()],
+            repairs_in_place: false,
         });
         let far: Arc<dyn Resource> = Arc::new(Fake {
             address: Address::new("far").unwrap(),
             spec: SPEC(),
             mode: Mode::Managed,
             deps: vec![],
+            repairs_in_place: false,
         });
         let mut state = State::new("ml");
         let mut observed = BTreeMap::new();
@@ -672,6 +703,7 @@ mod tests {
             spec: wanted.clone(),
             mode: Mode::Managed,
             deps: vec![addr()],
+            repairs_in_place: false,
         });
         let mut state = State::new("ml");
         let mut observed = BTreeMap::new();
@@ -698,6 +730,7 @@ mod tests {
             spec: SPEC(),
             mode: Mode::Managed,
             deps: vec![addr()],
+            repairs_in_place: false,
         });
         let mut state = State::new("ml");
         let mut net = recorded(Status::Created, SPEC());
@@ -736,6 +769,7 @@ mod tests {
             spec: json!({}),
             mode: Mode::Data,
             deps: vec![],
+            repairs_in_place: false,
         });
         let changes = diff_apply(&[r], &State::new("ml"), &BTreeMap::new());
         assert_eq!(changes[0].action, Action::Read);
