@@ -426,7 +426,9 @@ pub async fn interruptible<T>(
 
 fn init_logging(verbose: u8) {
     let default = match verbose {
-        0 => "warn",
+        // kube's client logs every failed response at ERROR; kfaws retries
+        // or reports them with their context itself (-v shows them).
+        0 => "warn,kube_client=off",
         1 => "kfaws=debug,info",
         // The AWS SDK's trace logs hold raw response bodies (ECR tokens, STS
         // credentials): never at -vv; RUST_LOG can still ask for them.

@@ -903,9 +903,15 @@ impl Run<'_> {
                 let api: Api<Deployment> = Api::namespaced(client.clone(), ns);
                 match api.get_opt(&d.name).await {
                     Ok(Some(dep)) if wait::deployment_available(&dep) => {}
-                    Ok(Some(dep)) if dep.status.as_ref().is_none_or(|s| s.observed_generation.is_none()) => {
+                    Ok(Some(dep))
+                        if dep
+                            .status
+                            .as_ref()
+                            .is_none_or(|s| s.observed_generation.is_none()) =>
+                    {
                         missing.push(format!(
-                            "{d} is not Available (no controller has reported on it: is kube-controller-manager running?)"
+                            "{d} is not Available (its status has no observedGeneration: the \
+                             deployment controller has not seen it yet)"
                         ))
                     }
                     Ok(Some(_)) => missing.push(format!("{d} is not Available")),
@@ -916,14 +922,22 @@ impl Run<'_> {
             for s in &gate.services {
                 let ns = s.namespace.as_deref().unwrap_or("default");
                 let api: Api<EndpointSlice> = Api::namespaced(client.clone(), ns);
-                let lp = ListParams::default().labels(&format!("kubernetes.io/service-name={}", s.name));
+                let lp =
+                    ListParams::default().labels(&format!("kubernetes.io/service-name={}", s.name));
                 match api.list(&lp).await {
                     Ok(list) if wait::has_ready_endpoint(&list.items) => {}
                     Ok(_) => missing.push(format!("{s} has no ready endpoint (EndpointSlices)")),
-                    Err(e) => missing.push(format!("listing the EndpointSlices of {s}: {}", retry::message(&e))),
+                    Err(e) => missing.push(format!(
+                        "listing the EndpointSlices of {s}: {}",
+                        retry::message(&e)
+                    )),
                 }
             }
-            Ok(if missing.is_empty() { Ok(()) } else { Err(missing.join("; ")) })
+            Ok(if missing.is_empty() {
+                Ok(())
+            } else {
+                Err(missing.join("; "))
+            })
         })
         .await
     }
