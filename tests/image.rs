@@ -235,6 +235,21 @@ fn bad_input_is_refused_before_anything_is_written() {
         .clone();
     let err = String::from_utf8(err).unwrap();
     assert!(err.contains("not a 64-bit ELF file"), "{err}");
+    // An executable that is not the trainer: every training job would fail.
+    let err = Command::cargo_bin("kfaws")
+        .unwrap()
+        .current_dir(dir.path())
+        .args(["image", "build", "--trainer", "/bin/ls"])
+        .assert()
+        .code(1)
+        .get_output()
+        .stderr
+        .clone();
+    let err = String::from_utf8(err).unwrap();
+    assert!(
+        err.contains("/bin/ls is not the kfaws trainer") && err.contains("ls (GNU coreutils)"),
+        "{err}"
+    );
     let err = Command::cargo_bin("kfaws")
         .unwrap()
         .current_dir(dir.path())

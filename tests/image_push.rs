@@ -359,11 +359,17 @@ fn an_immutable_tag_is_not_moved_to_another_image() {
     // Another binary under the same tag: ECR would refuse the manifest
     // (ImageTagAlreadyExistsException); kfaws says so before uploading.
     let second = tempfile::tempdir().unwrap();
+    // Another build of the trainer: the same binary with a byte appended.
+    let other = second.path().join("kfaws-trainer");
+    let mut bytes = std::fs::read(trainer()).unwrap();
+    bytes.push(0);
+    std::fs::write(&other, bytes).unwrap();
+    std::fs::set_permissions(&other, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     Command::cargo_bin("kfaws")
         .unwrap()
         .current_dir(second.path())
         .args(["image", "build", "--tag", "trainer:v1", "--trainer"])
-        .arg(assert_cmd::cargo::cargo_bin("kfaws"))
+        .arg(&other)
         .assert()
         .success();
     let (ok, _, err) = push(second.path(), &account, &["--repository", &repo]);

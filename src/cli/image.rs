@@ -35,6 +35,41 @@ fn check_tag(tag: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Refuses a binary that is not the kfaws trainer (`--trainer /bin/ls`
+/// would make an image every training job fails in): runs `BINARY
+/// --version`, which the trainer answers `kfaws-trainer VERSION`. A binary
+/// this machine cannot run (another CPU architecture: exec format error)
+/// is let through with a warning.
+fn check_is_trainer(trainer: &Path) -> anyhow::Result<()> {
+    let output = match std::process::Command::new(trainer)
+        .arg("--version")
+        .stdin(std::process::Stdio::null())
+        .output()
+    {
+        Ok(output) => output,
+        // ENOEXEC, "Exec format error" (errno 8 on Linux, asm-generic/errno-base.h).
+        Err(e) if e.raw_os_error() == Some(8) => {
+            tracing::warn!(
+                "{} cannot run on this machine ({e}); not checked to be the kfaws trainer",
+                trainer.display()
+            );
+            return Ok(());
+        }
+        Err(e) => {
+            return Err(e).with_context(|| format!("running {} --version", trainer.display()))
+        }
+    };
+    let version = String::from_utf8_lossy(&output.stdout);
+    anyhow::ensure!(
+        output.status.success() && version.starts_with("kfaws-trainer "),
+        "{} is not the kfaws trainer: `--version` answered {:?} (expected \"kfaws-trainer \
+         VERSION\"); pass the kfaws-trainer binary built with `cargo build --workspace --bins`",
+        trainer.display(),
+        version.lines().next().unwrap_or_default()
+    );
+    Ok(())
+}
+
 /// `kfaws image build`: builds, writes both forms, prints the digest.
 pub fn build(trainer: Option<&Path>, output: &Path, tag: Option<&str>) -> anyhow::Result<u8> {
     let tag = tag.map_or_else(default_tag, str::to_string);
@@ -51,6 +86,7 @@ pub fn build(trainer: Option<&Path>, output: &Path, tag: Option<&str>) -> anyhow
         trainer.display()
     );
     let image = Image::build(&trainer, Path::new("/"))?;
+    check_is_trainer(&trainer)?;
     let oci = output.join("oci");
     let archive = output.join("image.tar");
     layout::write_oci_layout(&oci, &image, tag.rsplit_once(':').map_or("", |(_, t)| t))?;
