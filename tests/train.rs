@@ -935,6 +935,51 @@ async fn demo_path_trains_on_both_runtimes_serves_the_model_and_destroys_everyth
         .send()
         .await
         .is_ok());
+    // Nor one that carries this deployment's name but not its lineage (another
+    // state of the same name, or a hand-made tag) and other model data.
+    sm_client
+        .create_model()
+        .model_name("same-name-tag")
+        .execution_role_arn(job.role_arn().unwrap())
+        .primary_container(
+            aws_sdk_sagemaker::types::ContainerDefinition::builder()
+                .image(
+                    job.algorithm_specification()
+                        .unwrap()
+                        .training_image()
+                        .unwrap(),
+                )
+                .model_data_url("s3://elsewhere/model.tar.gz")
+                .build(),
+        )
+        .tags(
+            aws_sdk_sagemaker::types::Tag::builder()
+                .key("kfaws:deployment")
+                .value(&d.name)
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let err = d.fails(&[
+        "endpoint",
+        "deploy",
+        "--job",
+        "demo-sm",
+        "--endpoint-name",
+        "same-name-tag",
+    ]);
+    assert!(
+        err.contains("model \"same-name-tag\" exists") && err.contains("did not make it"),
+        "{err}"
+    );
+    assert!(d.state()["endpoints"].get("same-name-tag").is_none());
+    sm_client
+        .delete_model()
+        .model_name("same-name-tag")
+        .send()
+        .await
+        .unwrap();
 
     // A plan saved before the next job starts, renaming the execution role.
     d.write_config(&format!(

@@ -64,15 +64,15 @@ pub async fn deploy(
         role_arn,
         instance_type: instance_type.to_string(),
         instance_count,
-        tags: vec![(
-            endpoint::DEPLOYMENT_TAG.into(),
-            d.loaded.config.name.clone(),
-        )],
+        tags: vec![
+            (
+                endpoint::DEPLOYMENT_TAG.into(),
+                d.loaded.config.name.clone(),
+            ),
+            (endpoint::LINEAGE_TAG.into(), d.state.lineage.to_string()),
+        ],
     };
     endpoint::validate(&spec)?;
-    // Someone else's model, configuration or endpoint of that name is neither
-    // adopted nor recorded (a destroy would delete it).
-    endpoint::check_ownership(&sm, &spec).await?;
     if let Some(r) = d.state.endpoints.get(name) {
         let same = r.model_data_url == model_data_url
             && r.image == image
@@ -89,6 +89,9 @@ pub async fn deploy(
             );
         }
     }
+    // Someone else's model, configuration or endpoint of that name, or one
+    // that differs, is neither adopted nor recorded (a delete would remove it).
+    endpoint::check_existing(&sm, &spec, d.state.endpoints.contains_key(name)).await?;
     // Recorded before the first call: a crash leaves it known to destroy.
     let record = EndpointRecord {
         job: job.to_string(),

@@ -23,6 +23,8 @@ use std::cell::RefCell;
 use std::time::Duration;
 
 use aws_sdk_sagemaker::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_sagemaker::operation::describe_endpoint_config::DescribeEndpointConfigOutput;
+use aws_sdk_sagemaker::operation::describe_model::DescribeModelOutput;
 use aws_sdk_sagemaker::types::{
     ContainerDefinition, EndpointStatus, ProductionVariant, ProductionVariantInstanceType,
 };
@@ -157,6 +159,36 @@ fn exists_with(
     })
 }
 
+/// What of `spec` an existing model differs in (empty: the same).
+fn model_differences(model: &DescribeModelOutput, spec: &EndpointSpec) -> Vec<String> {
+    let container = model.primary_container();
+    let mut differences = Vec::new();
+    if container.and_then(|c| c.image()) != Some(spec.image.as_str()) {
+        differences.push("image".to_string());
+    }
+    if container.and_then(|c| c.model_data_url()) != Some(spec.model_data_url.as_str()) {
+        differences.push("model data URL".to_string());
+    }
+    if model.execution_role_arn() != Some(spec.role_arn.as_str()) {
+        differences.push("role".to_string());
+    }
+    differences
+}
+
+/// What of `spec` an existing endpoint configuration differs in (empty: the same).
+fn config_differences(config: &DescribeEndpointConfigOutput, spec: &EndpointSpec) -> Vec<String> {
+    let variants = config.production_variants();
+    let same = variants.len() == 1
+        && variants[0].model_name() == Some(spec.name.as_str())
+        && variants[0].instance_type().map(|t| t.as_str()) == Some(spec.instance_type.as_str())
+        && variants[0].initial_instance_count() == Some(spec.instance_count);
+    if same {
+        vec![]
+    } else {
+        vec!["production variant (model, instance type or count)".to_string()]
+    }
+}
+
 async fn create_model(client: &Client, spec: &EndpointSpec) -> Result<bool, SageMakerError> {
     let container = ContainerDefinition::builder()
         .image(&spec.image)
@@ -179,18 +211,12 @@ async fn create_model(client: &Client, spec: &EndpointSpec) -> Result<bool, Sage
                 .send()
                 .await
                 .map_err(|e| SageMakerError::api("DescribeModel", &spec.name, &e))?;
-            let container = model.primary_container();
-            let mut differences = Vec::new();
-            if container.and_then(|c| c.image()) != Some(spec.image.as_str()) {
-                differences.push("image".to_string());
-            }
-            if container.and_then(|c| c.model_data_url()) != Some(spec.model_data_url.as_str()) {
-                differences.push("model data URL".to_string());
-            }
-            if model.execution_role_arn() != Some(spec.role_arn.as_str()) {
-                differences.push("role".to_string());
-            }
-            exists_with(Kind::Model, &spec.name, model.model_arn(), differences)?;
+            exists_with(
+                Kind::Model,
+                &spec.name,
+                model.model_arn(),
+                model_differences(&model, spec),
+            )?;
             Ok(false)
         }
         Err(e) => Err(SageMakerError::api("CreateModel", &spec.name, &e)),
@@ -223,22 +249,11 @@ async fn create_config(client: &Client, spec: &EndpointSpec) -> Result<bool, Sag
                 .send()
                 .await
                 .map_err(|e| SageMakerError::api("DescribeEndpointConfig", &spec.name, &e))?;
-            let variants = config.production_variants();
-            let same = variants.len() == 1
-                && variants[0].model_name() == Some(spec.name.as_str())
-                && variants[0].instance_type().map(|t| t.as_str())
-                    == Some(spec.instance_type.as_str())
-                && variants[0].initial_instance_count() == Some(spec.instance_count);
-            let differences = if same {
-                vec![]
-            } else {
-                vec!["production variant (model, instance type or count)".to_string()]
-            };
             exists_with(
                 Kind::EndpointConfig,
                 &spec.name,
                 config.endpoint_config_arn(),
-                differences,
+                config_differences(&config, spec),
             )?;
             Ok(false)
         }
@@ -324,56 +339,95 @@ pub async fn deploy(
 /// [`deploy`]'s callers put it in [`EndpointSpec::tags`].
 pub const DEPLOYMENT_TAG: &str = "kfaws:deployment";
 
-/// Refuses a deploy of `spec` when its model, endpoint configuration or
-/// endpoint exists without the tag [`DEPLOYMENT_TAG`] of `spec.tags`:
-/// someone else's (or another deployment's) resources, which a deploy would
-/// otherwise adopt when their spec matches, and a later `kfaws destroy`
-/// delete. Run before recording the endpoint in the state. Reads only
-/// (DescribeModel, DescribeEndpointConfig, DescribeEndpoint, ListTags); a
-/// spec without the tag is not checked.
+/// The tag whose value is the state lineage of the deployment that made a
+/// resource (two states of one deployment name have different lineages).
+pub const LINEAGE_TAG: &str = "kfaws:lineage";
+
+/// Refuses a deploy of `spec` before anything is created or recorded when
+/// its model, endpoint configuration or endpoint exists and either another
+/// deployment made it — its [`DEPLOYMENT_TAG`] and [`LINEAGE_TAG`] are not
+/// those of `spec.tags` (a missing lineage tag is accepted when `recorded`:
+/// the state records this endpoint, deployed before kfaws tagged lineages) —
+/// or it differs from `spec` (it would be kept, not changed, and a later
+/// delete would remove it). Someone else's resources are thus never adopted
+/// nor deleted. Reads only (Describe*, ListTags); with no deployment tag in
+/// `spec.tags` only the spec is compared.
 ///
 /// # Errors
-/// [`SageMakerError::NotOurs`] for the first resource made elsewhere;
-/// [`SageMakerError::Api`] for a failed call.
-pub async fn check_ownership(client: &Client, spec: &EndpointSpec) -> Result<(), SageMakerError> {
-    let Some((_, deployment)) = spec.tags.iter().find(|(k, _)| k == DEPLOYMENT_TAG) else {
-        return Ok(());
-    };
+/// [`SageMakerError::NotOurs`] or [`SageMakerError::AlreadyExists`] for the
+/// first resource refused; [`SageMakerError::Api`] for a failed call.
+pub async fn check_existing(
+    client: &Client,
+    spec: &EndpointSpec,
+    recorded: bool,
+) -> Result<(), SageMakerError> {
     let name = spec.name.as_str();
-    let model = match client.describe_model().model_name(name).send().await {
-        Ok(m) => m.model_arn().map(str::to_string),
-        Err(e) if is_not_found(&e) => None,
+    let mut found: Vec<(Kind, String, Vec<String>)> = Vec::new();
+    match client.describe_model().model_name(name).send().await {
+        Ok(m) => found.extend(
+            m.model_arn()
+                .map(|arn| (Kind::Model, arn.to_string(), model_differences(&m, spec))),
+        ),
+        Err(e) if is_not_found(&e) => {}
         Err(e) => return Err(SageMakerError::api("DescribeModel", name, &e)),
-    };
-    let config = match client
+    }
+    match client
         .describe_endpoint_config()
         .endpoint_config_name(name)
         .send()
         .await
     {
-        Ok(c) => c.endpoint_config_arn().map(str::to_string),
-        Err(e) if is_not_found(&e) => None,
+        Ok(c) => found.extend(c.endpoint_config_arn().map(|arn| {
+            (
+                Kind::EndpointConfig,
+                arn.to_string(),
+                config_differences(&c, spec),
+            )
+        })),
+        Err(e) if is_not_found(&e) => {}
         Err(e) => return Err(SageMakerError::api("DescribeEndpointConfig", name, &e)),
-    };
-    let endpoint = describe(client, name)
-        .await?
-        .and_then(|d| d.endpoint_arn().map(str::to_string));
-    for (kind, arn) in [
-        (Kind::Model, model),
-        (Kind::EndpointConfig, config),
-        (Kind::Endpoint, endpoint),
-    ] {
-        let Some(arn) = arn else { continue };
-        let owner = tag_value(client, &arn, DEPLOYMENT_TAG).await?;
-        if owner.as_deref() != Some(deployment.as_str()) {
-            return Err(SageMakerError::NotOurs {
-                kind,
-                name: name.to_string(),
-                arn,
-                owner,
-                deployment: deployment.clone(),
-            });
+    }
+    if let Some(d) = describe(client, name).await? {
+        let differences = if d.endpoint_config_name() == Some(name) {
+            vec![]
+        } else {
+            vec![format!(
+                "endpoint configuration ({})",
+                d.endpoint_config_name().unwrap_or("none")
+            )]
+        };
+        found.extend(
+            d.endpoint_arn()
+                .map(|arn| (Kind::Endpoint, arn.to_string(), differences)),
+        );
+    }
+    let wanted = |key: &str| spec.tags.iter().find(|(k, _)| k == key).map(|(_, v)| v);
+    for (kind, arn, differences) in found {
+        if let Some(deployment) = wanted(DEPLOYMENT_TAG) {
+            let owner = tag_value(client, &arn, DEPLOYMENT_TAG).await?;
+            let lineage = match wanted(LINEAGE_TAG) {
+                Some(_) => tag_value(client, &arn, LINEAGE_TAG).await?,
+                None => None,
+            };
+            let lineage_ok = match (wanted(LINEAGE_TAG), lineage.as_ref()) {
+                (None, _) => true,
+                (Some(w), Some(l)) => w == l,
+                (Some(_), None) => recorded,
+            };
+            if owner.as_deref() != Some(deployment.as_str()) || !lineage_ok {
+                return Err(SageMakerError::NotOurs {
+                    kind,
+                    name: name.to_string(),
+                    arn,
+                    owner: owner.map(|o| match lineage {
+                        Some(l) => format!("{o}, lineage {l}"),
+                        None => o,
+                    }),
+                    deployment: deployment.clone(),
+                });
+            }
         }
+        exists_with(kind, name, Some(&arn), differences)?;
     }
     Ok(())
 }

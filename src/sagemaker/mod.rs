@@ -137,7 +137,8 @@ pub enum SageMakerError {
         differences: Vec<String>,
     },
     /// A resource of the name exists but another deployment, or no kfaws,
-    /// made it: its `kfaws:deployment` tag is not this deployment's.
+    /// made it: its `kfaws:deployment` (or `kfaws:lineage`) tag is not this
+    /// deployment's.
     #[error(
         "{kind} {name:?} exists as {arn} but deployment {deployment:?} did not make it (its \
          kfaws:deployment tag: {}); kfaws neither adopts nor deletes it: use another name",
@@ -150,7 +151,7 @@ pub enum SageMakerError {
         name: String,
         /// Its ARN.
         arn: String,
-        /// The deployment its tag names, if any.
+        /// The deployment its tag names (with its lineage tag, if any).
         owner: Option<String>,
         /// This deployment.
         deployment: String,
