@@ -9,9 +9,10 @@
 //!
 //! `/ping` is answered by the thread that accepts requests, which never reads a body;
 //! invocations go to a bounded queue served by `--workers` threads, so a slow invocation (or a
-//! client slow to send its body) never delays the health check SageMaker polls. An invocation
-//! that finds the queue full is answered 503 by a thread of its own (answering means reading
-//! the rest of its body first, which a slow client could make take long).
+//! client slow to send its body) never delays the health check SageMaker polls. A request with
+//! a body that the workers do not take (an invocation that finds the queue full: 503; a body
+//! sent to another path: 404/405) is answered by a thread of its own, since answering means
+//! reading the rest of its body first, which a slow client could make take long.
 
 use std::io::Read;
 use std::num::NonZeroUsize;
@@ -300,7 +301,7 @@ impl Classifier {
 }
 
 /// Serves `classifier` until `stop` is set (SIGTERM or SIGINT), then returns once the
-/// invocations in hand and queued are answered.
+/// requests received so far are answered (invocations beyond the queue's room get 503).
 ///
 /// # Errors
 /// [`ServeError::Bind`].
@@ -326,16 +327,12 @@ pub fn serve(
     tracing::info!(%addr, workers, dataset = classifier.info.dataset.name(), "serving");
     let (queue, invocations) = mpsc::sync_channel::<Request>(QUEUED_PER_WORKER * workers);
     let invocations = Mutex::new(invocations);
-    let (overflow, shed) = mpsc::channel::<Request>();
+    // Answers that may first have to read a body, off the accepting thread.
+    let (answers, answering) = mpsc::channel::<(Request, Answer)>();
     std::thread::scope(|scope| {
         scope.spawn(move || {
-            for request in shed {
-                let busy = reject(
-                    503,
-                    "every worker is busy and the queue is full; retry (--workers sets how \
-                     many invocations run at once)",
-                );
-                respond(request, Err(busy));
+            for (request, answer) in answering {
+                respond(request, answer);
             }
         });
         for _ in 0..workers {
@@ -353,21 +350,29 @@ pub fn serve(
         while !stop.load(Ordering::SeqCst) {
             // Poll so SIGTERM is noticed within 200 ms even when idle.
             match server.recv_timeout(Duration::from_millis(200)) {
-                Ok(Some(request)) => dispatch(request, &queue, &overflow),
+                Ok(Some(request)) => dispatch(request, &queue, &answers),
                 Ok(None) => {}
                 Err(e) => tracing::warn!("accepting a request failed: {e}"),
             }
         }
+        // Requests already received but not yet taken are answered too.
+        while let Ok(Some(request)) = server.try_recv() {
+            dispatch(request, &queue, &answers);
+        }
         drop(queue);
-        drop(overflow);
+        drop(answers);
     });
     tracing::info!("stop signal (SIGTERM or SIGINT): stopped serving");
     Ok(())
 }
 
-/// Queues an invocation for the workers, or for the 503 answer when their queue is full;
-/// answers anything else (a body-less request: nothing to wait for).
-fn dispatch(request: Request, queue: &SyncSender<Request>, overflow: &Sender<Request>) {
+/// A response body, or the refusal.
+type Answer = Result<String, Rejection>;
+
+/// Queues an invocation for the workers (503 when their queue is full) and answers anything
+/// else. Only a request without a body is answered here: tiny_http reads the rest of a body
+/// before it answers, which a slow client can stretch, so those go to the answering thread.
+fn dispatch(request: Request, queue: &SyncSender<Request>, answers: &Sender<(Request, Answer)>) {
     let answer = match (request.method(), request.url()) {
         (Method::Post, "/invocations") => None,
         (Method::Get, "/ping") => Some(Ok(String::new())),
@@ -377,18 +382,35 @@ fn dispatch(request: Request, queue: &SyncSender<Request>, overflow: &Sender<Req
             "not found: the endpoints are GET /ping and POST /invocations",
         ))),
     };
-    if let Some(result) = answer {
-        return respond(request, result);
-    }
-    if let Err(TrySendError::Full(request) | TrySendError::Disconnected(request)) =
-        queue.try_send(request)
-    {
-        // Only fails once the 503 thread is gone, i.e. never while serving.
-        let _ = overflow.send(request);
-    }
+    let (request, answer) = match answer {
+        Some(answer) if !has_body(&request) => return respond(request, answer),
+        Some(answer) => (request, answer),
+        None => match queue.try_send(request) {
+            Ok(()) => return,
+            Err(TrySendError::Full(request) | TrySendError::Disconnected(request)) => {
+                let busy = reject(
+                    503,
+                    "every worker is busy and the queue is full; retry (--workers sets how \
+                     many invocations run at once)",
+                );
+                (request, Err(busy))
+            }
+        },
+    };
+    // Only fails once the answering thread is gone, i.e. never while serving.
+    let _ = answers.send((request, answer));
 }
 
-fn respond(request: Request, result: Result<String, Rejection>) {
+/// Whether `request` declares a body (`Content-Length` above 0, or `Transfer-Encoding`).
+fn has_body(request: &Request) -> bool {
+    request.body_length().is_some_and(|n| n > 0)
+        || request
+            .headers()
+            .iter()
+            .any(|h| h.field.equiv("Transfer-Encoding"))
+}
+
+fn respond(request: Request, result: Answer) {
     let response = match result {
         Ok(body) => Response::from_string(body).with_header(
             Header::from_bytes("Content-Type", "application/json").expect("valid header"),

@@ -52,15 +52,18 @@ fn png_header(width: u32, height: u32) -> Vec<u8> {
     png
 }
 
-/// Sends the head of an invocation whose 50,000-byte body never follows; returns the open
+/// Sends the head of a `POST path` whose 50,000-byte body never follows; returns the open
 /// connection and the response, if one came within 3 s (a queued invocation gets none).
-fn stalled_invocation(port: u16) -> (std::net::TcpStream, Option<String>) {
+fn stalled_post(port: u16, path: &str) -> (std::net::TcpStream, Option<String>) {
     use std::io::{Read, Write};
     let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
     stream
         .write_all(
-            b"POST /invocations HTTP/1.1\r\nHost: localhost\r\nContent-Type: image/png\r\n\
-              Content-Length: 50000\r\n\r\n",
+            format!(
+                "POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: image/png\r\n\
+                 Content-Length: 50000\r\n\r\n"
+            )
+            .as_bytes(),
         )
         .unwrap();
     stream
@@ -183,11 +186,25 @@ fn sagemaker_layout_trains_then_serves_a_real_test_image() {
     .unwrap();
     assert_eq!(status, 413, "{body}");
     assert!(body.contains("20000×20000"), "{body}");
+    // A body sent where none is taken is answered (and then waited for) off the thread that
+    // answers /ping.
+    let (wrong, answer) = stalled_post(port, "/ping");
+    assert!(
+        answer
+            .as_deref()
+            .is_some_and(|a| a.starts_with("HTTP/1.1 405")),
+        "{answer:?}"
+    );
+    assert_eq!(
+        http(port, "GET", "/ping", "text/plain", b"").unwrap().0,
+        200
+    );
+    drop(wrong);
     // Invocations whose bodies never come hold the one worker and fill the queue (4 per
     // worker); the next is shed with 503 at once, and /ping is answered all the while.
     let mut stalled = Vec::new();
     let shed = loop {
-        let (stream, answer) = stalled_invocation(port);
+        let (stream, answer) = stalled_post(port, "/invocations");
         stalled.push(stream);
         if let Some(answer) = answer {
             break answer;
