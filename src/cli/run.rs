@@ -441,7 +441,8 @@ fn finish(plan: &Plan, report: &ApplyReport, state_path: &Path) -> anyhow::Resul
         let what = if plan.destroy {
             "Failed deletes stay recorded (status deleting)"
         } else {
-            "Failed creates are tainted and will be replaced, failed updates are planned again"
+            "Failed creates are tainted (replaced by the next apply; a Kubernetes bundle is \
+             applied again in place), failed updates are planned again"
         };
         outln!(
             "{verb} failed after {added} added, {changed} changed, {destroyed} destroyed. \
