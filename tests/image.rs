@@ -218,49 +218,44 @@ fn skopeo_reads_the_docker_archive() {
     );
 }
 
+/// `kfaws image build ARGS` in `dir`, which must exit 1; its stderr.
+fn build_refused(dir: &Path, args: &[&std::ffi::OsStr]) -> String {
+    let err = Command::cargo_bin("kfaws")
+        .unwrap()
+        .current_dir(dir)
+        .args(["image", "build"])
+        .args(args)
+        .assert()
+        .code(1)
+        .get_output()
+        .stderr
+        .clone();
+    String::from_utf8(err).unwrap()
+}
+
 #[test]
 fn bad_input_is_refused_before_anything_is_written() {
     let dir = tempfile::tempdir().unwrap();
     let text = dir.path().join("not-a-binary");
     std::fs::write(&text, "#!/bin/sh\necho hi\n").unwrap();
-    let err = Command::cargo_bin("kfaws")
-        .unwrap()
-        .current_dir(dir.path())
-        .args(["image", "build", "--trainer"])
-        .arg(&text)
-        .assert()
-        .code(1)
-        .get_output()
-        .stderr
-        .clone();
-    let err = String::from_utf8(err).unwrap();
+    let err = build_refused(dir.path(), &["--trainer".as_ref(), text.as_os_str()]);
     assert!(err.contains("not a 64-bit ELF file"), "{err}");
     // An executable that is not the trainer: every training job would fail.
-    let err = Command::cargo_bin("kfaws")
-        .unwrap()
-        .current_dir(dir.path())
-        .args(["image", "build", "--trainer", "/bin/ls"])
-        .assert()
-        .code(1)
-        .get_output()
-        .stderr
-        .clone();
-    let err = String::from_utf8(err).unwrap();
+    let err = build_refused(dir.path(), &["--trainer".as_ref(), "/bin/ls".as_ref()]);
     assert!(
         err.contains("/bin/ls is not the kfaws trainer") && err.contains("ls (GNU coreutils)"),
         "{err}"
     );
-    let err = Command::cargo_bin("kfaws")
-        .unwrap()
-        .current_dir(dir.path())
-        .args(["image", "build", "--tag", "Trainer_X:1", "--trainer"])
-        .arg(trainer())
-        .assert()
-        .code(1)
-        .get_output()
-        .stderr
-        .clone();
-    let err = String::from_utf8(err).unwrap();
+    let trainer = trainer();
+    let err = build_refused(
+        dir.path(),
+        &[
+            "--tag".as_ref(),
+            "Trainer_X:1".as_ref(),
+            "--trainer".as_ref(),
+            trainer.as_os_str(),
+        ],
+    );
     assert!(err.contains("--tag \"Trainer_X:1\" is invalid"), "{err}");
     assert!(!dir.path().join("kfaws-trainer-image").exists());
 }

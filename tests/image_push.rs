@@ -152,8 +152,14 @@ fn count(account: &Account, operation: &str) -> u64 {
         .sum()
 }
 
+/// Held by the tests that upload blobs: the registry's request counters, which
+/// `push_creates_the_repository_and_the_registry_serves_the_same_image` reads
+/// to prove that a second push uploads nothing, count every repository's.
+static UPLOADS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 #[tokio::test(flavor = "multi_thread")]
 async fn push_creates_the_repository_and_the_registry_serves_the_same_image() {
+    let _uploads = UPLOADS.lock().await;
     let dir = tempfile::tempdir().unwrap();
     build(dir.path(), "kfaws-trainer:push-e2e");
     let image = dir.path().join("kfaws-trainer-image");
@@ -350,6 +356,7 @@ fn a_refused_token_call_is_reported_and_nothing_is_pushed() {
 
 #[test]
 fn an_immutable_tag_is_not_moved_to_another_image() {
+    let _uploads = UPLOADS.blocking_lock();
     let account = fresh_account();
     let repo = format!("kfaws-moved-{account}");
     let first = tempfile::tempdir().unwrap();
