@@ -580,9 +580,10 @@ async fn an_endpoint_that_cannot_start_fails_with_the_reason_and_deletes_cleanly
 #[tokio::test]
 async fn deleting_an_endpoint_that_never_existed_succeeds() {
     let c = clients().await;
-    endpoint::delete(&c.sagemaker, "never-deployed")
+    let deleted = endpoint::delete(&c.sagemaker, "never-deployed")
         .await
         .unwrap();
+    assert!(deleted.is_empty(), "nothing existed: {deleted:?}");
     assert_eq!(c.sagemaker_calls("DeleteEndpoint"), 1);
     assert_eq!(c.sagemaker_calls("DeleteModel"), 1);
 }

@@ -886,7 +886,11 @@ async fn demo_path_trains_on_both_runtimes_serves_the_model_and_destroys_everyth
         role.contains(&format!("2 {endpoints_go}")) && role.contains("demo-sm, demo-sm-2"),
         "{role}"
     );
-    d.stdout(&["endpoint", "delete", "demo-sm-2"]);
+    let deleted = d.stdout(&["endpoint", "delete", "demo-sm-2"]);
+    assert!(
+        deleted.contains("Deleted endpoint demo-sm-2: endpoint, endpoint configuration, model."),
+        "{deleted}"
+    );
     assert!(d.state()["endpoints"].get("demo-sm-2").is_none());
     // A model of the same spec made outside kfaws (no kfaws:deployment tag)
     // is neither adopted nor recorded: a destroy would delete it.

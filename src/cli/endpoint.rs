@@ -91,7 +91,9 @@ pub async fn deploy(
     }
     // Someone else's model, configuration or endpoint of that name, or one
     // that differs, is neither adopted nor recorded (a delete would remove it).
-    endpoint::check_existing(&sm, &spec, d.state.endpoints.contains_key(name)).await?;
+    endpoint::check_existing(&sm, &spec, d.state.endpoints.contains_key(name))
+        .await
+        .map_err(|e| anyhow::anyhow!("{e} (--endpoint-name NAME deploys under another name)"))?;
     // Recorded before the first call: a crash leaves it known to destroy.
     let record = EndpointRecord {
         job: job.to_string(),
@@ -198,16 +200,26 @@ fn classification_lines(source: &str, v: &serde_json::Value) -> Vec<String> {
     lines
 }
 
-/// Deletes endpoint `name` (with its config and model) and forgets it.
-async fn delete_one(aws: &SdkConfig, store: &mut StateStore, name: &str) -> anyhow::Result<()> {
+/// Deletes endpoint `name` (with its config and model) and forgets it;
+/// returns what existed and was deleted, e.g. `endpoint, endpoint
+/// configuration, model`.
+async fn delete_one(aws: &SdkConfig, store: &mut StateStore, name: &str) -> anyhow::Result<String> {
     let sm = aws_sdk_sagemaker::Client::new(aws);
-    endpoint::delete(&sm, name)
+    let deleted = endpoint::delete(&sm, name)
         .await
         .with_context(|| format!("deleting endpoint {name}"))?;
     store.write(|s| {
         s.endpoints.remove(name);
     })?;
-    Ok(())
+    Ok(if deleted.is_empty() {
+        "nothing: none of them existed any more".to_string()
+    } else {
+        deleted
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(", ")
+    })
 }
 
 /// `kfaws endpoint delete NAME`.
@@ -229,10 +241,8 @@ pub async fn delete(g: &Global, name: &str) -> anyhow::Result<u8> {
         );
     }
     let aws = context::aws(g, &d.loaded.config).await;
-    delete_one(&aws, &mut store, name).await?;
-    say(&format!(
-        "Deleted endpoint {name} (and its endpoint config and model)."
-    ));
+    let deleted = delete_one(&aws, &mut store, name).await?;
+    say(&format!("Deleted endpoint {name}: {deleted}."));
     Ok(0)
 }
 
@@ -274,7 +284,8 @@ pub async fn delete_recorded(aws: &SdkConfig, store: &mut StateStore) -> anyhow:
         say(&format!(
             "sagemaker endpoint {name}: deleting (deployed by `kfaws endpoint deploy`)"
         ));
-        delete_one(aws, store, name).await?;
+        let deleted = delete_one(aws, store, name).await?;
+        say(&format!("sagemaker endpoint {name}: deleted {deleted}"));
     }
     Ok(names.len())
 }

@@ -23,6 +23,7 @@ use std::cell::RefCell;
 use std::time::Duration;
 
 use aws_sdk_sagemaker::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_sagemaker::operation::describe_endpoint::DescribeEndpointOutput;
 use aws_sdk_sagemaker::operation::describe_endpoint_config::DescribeEndpointConfigOutput;
 use aws_sdk_sagemaker::operation::describe_model::DescribeModelOutput;
 use aws_sdk_sagemaker::types::{
@@ -307,8 +308,8 @@ pub async fn deploy(
         Ok(_) => on_event(&format!("CreateEndpoint {name}")),
         Err(e) if already_exists(&e) => {
             let existing = describe(client, name).await?;
-            let config = existing.as_ref().and_then(|d| d.endpoint_config_name());
-            if config != Some(name) {
+            let differences = endpoint_differences(existing.as_ref(), name);
+            if !differences.is_empty() {
                 return Err(SageMakerError::AlreadyExists {
                     kind: Kind::Endpoint,
                     name: name.to_string(),
@@ -320,10 +321,7 @@ pub async fn deploy(
                         .as_ref()
                         .and_then(|d| d.endpoint_status())
                         .map(|s| s.as_str().to_string()),
-                    differences: vec![format!(
-                        "endpoint configuration ({})",
-                        config.unwrap_or("none")
-                    )],
+                    differences,
                 });
             }
             on_event(&format!(
@@ -388,14 +386,7 @@ pub async fn check_existing(
         Err(e) => return Err(SageMakerError::api("DescribeEndpointConfig", name, &e)),
     }
     if let Some(d) = describe(client, name).await? {
-        let differences = if d.endpoint_config_name() == Some(name) {
-            vec![]
-        } else {
-            vec![format!(
-                "endpoint configuration ({})",
-                d.endpoint_config_name().unwrap_or("none")
-            )]
-        };
+        let differences = endpoint_differences(Some(&d), name);
         found.extend(
             d.endpoint_arn()
                 .map(|arn| (Kind::Endpoint, arn.to_string(), differences)),
@@ -404,11 +395,9 @@ pub async fn check_existing(
     let wanted = |key: &str| spec.tags.iter().find(|(k, _)| k == key).map(|(_, v)| v);
     for (kind, arn, differences) in found {
         if let Some(deployment) = wanted(DEPLOYMENT_TAG) {
-            let owner = tag_value(client, &arn, DEPLOYMENT_TAG).await?;
-            let lineage = match wanted(LINEAGE_TAG) {
-                Some(_) => tag_value(client, &arn, LINEAGE_TAG).await?,
-                None => None,
-            };
+            let tags = tags_of(client, &arn).await?;
+            let owner = tags.get(DEPLOYMENT_TAG).cloned();
+            let lineage = tags.get(LINEAGE_TAG).cloned();
             let lineage_ok = match (wanted(LINEAGE_TAG), lineage.as_ref()) {
                 (None, _) => true,
                 (Some(w), Some(l)) => w == l,
@@ -432,12 +421,12 @@ pub async fn check_existing(
     Ok(())
 }
 
-/// The value of tag `key` on the resource `arn` (ListTags, every page).
-async fn tag_value(
+/// The tags of the resource `arn` (ListTags, every page), by key.
+async fn tags_of(
     client: &Client,
     arn: &str,
-    key: &str,
-) -> Result<Option<String>, SageMakerError> {
+) -> Result<std::collections::BTreeMap<String, String>, SageMakerError> {
+    let mut tags = std::collections::BTreeMap::new();
     let mut next = None;
     loop {
         let page = client
@@ -447,23 +436,38 @@ async fn tag_value(
             .send()
             .await
             .map_err(|e| SageMakerError::api("ListTags", arn, &e))?;
-        if let Some(t) = page.tags().iter().find(|t| t.key() == Some(key)) {
-            return Ok(t.value().map(str::to_string));
-        }
+        tags.extend(page.tags().iter().filter_map(|t| {
+            Some((
+                t.key()?.to_string(),
+                t.value().unwrap_or_default().to_string(),
+            ))
+        }));
         next = page.next_token().map(str::to_string);
         if next.is_none() {
-            return Ok(None);
+            return Ok(tags);
         }
+    }
+}
+
+/// What an existing endpoint named `name` differs in from the one a deploy
+/// makes (its endpoint configuration is the one of its name); `existing` is
+/// DescribeEndpoint's answer, `None` when it could not be read.
+fn endpoint_differences(existing: Option<&DescribeEndpointOutput>, name: &str) -> Vec<String> {
+    let config = existing.and_then(|d| d.endpoint_config_name());
+    if config == Some(name) {
+        vec![]
+    } else {
+        vec![format!(
+            "endpoint configuration ({})",
+            config.unwrap_or("none")
+        )]
     }
 }
 
 async fn describe(
     client: &Client,
     name: &str,
-) -> Result<
-    Option<aws_sdk_sagemaker::operation::describe_endpoint::DescribeEndpointOutput>,
-    SageMakerError,
-> {
+) -> Result<Option<DescribeEndpointOutput>, SageMakerError> {
     match client.describe_endpoint().endpoint_name(name).send().await {
         Ok(out) => Ok(Some(out)),
         Err(e) if is_not_found(&e) => Ok(None),
@@ -608,17 +612,19 @@ pub async fn invoke(
 /// Deletes endpoint `name`, waits (up to [`DELETE_TIMEOUT`]) until it is
 /// gone, then deletes its endpoint configuration and model (both named
 /// `name`). Each one that does not exist counts as deleted, so a delete
-/// can be repeated after an interruption.
+/// can be repeated after an interruption. Returns the kinds that existed
+/// and were deleted, in that order.
 ///
 /// # Errors
 /// - [`SageMakerError::InvalidName`] before any call;
 /// - [`SageMakerError::TimedOut`] when the endpoint is still there after
 ///   [`DELETE_TIMEOUT`];
 /// - [`SageMakerError::Api`] for a failed call.
-pub async fn delete(client: &Client, name: &str) -> Result<(), SageMakerError> {
+pub async fn delete(client: &Client, name: &str) -> Result<Vec<Kind>, SageMakerError> {
     validate_name(Kind::Endpoint, name)?;
+    let mut deleted = Vec::new();
     match client.delete_endpoint().endpoint_name(name).send().await {
-        Ok(_) => {}
+        Ok(_) => deleted.push(Kind::Endpoint),
         Err(e) if is_not_found(&e) => {}
         Err(e) => return Err(SageMakerError::api("DeleteEndpoint", name, &e)),
     }
@@ -665,15 +671,16 @@ pub async fn delete(client: &Client, name: &str) -> Result<(), SageMakerError> {
         .send()
         .await
     {
-        Ok(_) => {}
+        Ok(_) => deleted.push(Kind::EndpointConfig),
         Err(e) if is_not_found(&e) => {}
         Err(e) => return Err(SageMakerError::api("DeleteEndpointConfig", name, &e)),
     }
     match client.delete_model().model_name(name).send().await {
-        Ok(_) => Ok(()),
-        Err(e) if is_not_found(&e) => Ok(()),
-        Err(e) => Err(SageMakerError::api("DeleteModel", name, &e)),
+        Ok(_) => deleted.push(Kind::Model),
+        Err(e) if is_not_found(&e) => {}
+        Err(e) => return Err(SageMakerError::api("DeleteModel", name, &e)),
     }
+    Ok(deleted)
 }
 
 #[cfg(test)]
