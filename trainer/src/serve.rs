@@ -254,7 +254,16 @@ impl Classifier {
                             .contains(&p)
                             .then_some(p.round() as u8)
                             .ok_or_else(|| {
-                                reject(400, format!("instance {i}: pixel {p} is outside 0..=255"))
+                                // 1e308 in scientific notation, not 309 digits.
+                                let shown = if p.abs() < 1e6 {
+                                    format!("{p}")
+                                } else {
+                                    format!("{p:e}")
+                                };
+                                reject(
+                                    400,
+                                    format!("instance {i}: pixel {shown} is outside 0..=255"),
+                                )
                             })
                     })
                     .collect()
@@ -546,7 +555,13 @@ mod tests {
             .invoke("application/json", body.as_bytes())
             .unwrap_err()
             .message
-            .contains("outside 0..=255"));
+            .contains("pixel 300 is outside 0..=255"));
+        let huge = serde_json::json!({ "instances": [vec![1e308; 784]] }).to_string();
+        let message = c
+            .invoke("application/json", huge.as_bytes())
+            .unwrap_err()
+            .message;
+        assert!(message.contains("pixel 1e308 is outside"), "{message}");
         assert_eq!(c.invoke("application/json", b"{}").unwrap_err().status, 400);
     }
 
