@@ -277,6 +277,12 @@ async fn train_local(
     local_room(args.workers)?;
     let job_dir = local::job_dir(&args.output_dir, req.job.as_str());
     match (job_dir.exists(), args.resume) {
+        (true, _) if local::is_running(&job_dir) => bail!(
+            "a local job named {} is running now (another kfaws holds {}); wait for it to end, \
+             or pick another --job-name",
+            req.job,
+            job_dir.join(local::LOCK_FILE).display()
+        ),
         (true, false) => bail!(
             "{} exists: a local job named {} ran before; pass --resume to continue it from its \
              newest checkpoint (and overwrite its model), another --job-name, or remove the \

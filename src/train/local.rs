@@ -360,6 +360,15 @@ impl JobRecord {
     }
 }
 
+/// Whether a kfaws runs the job in `job_dir` now: it holds [`LOCK_FILE`]
+/// (probed with a non-blocking lock, released at once).
+pub fn is_running(job_dir: &Path) -> bool {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(job_dir.join(LOCK_FILE))
+        .is_ok_and(|f| matches!(f.try_lock(), Err(std::fs::TryLockError::WouldBlock)))
+}
+
 /// Takes the job's directory for this process: creates it, locks
 /// [`LOCK_FILE`], then writes the job's [`JobRecord`] (a new job) or checks
 /// the recorded one against it (`resume`; a directory without a record, from
@@ -466,6 +475,18 @@ pub fn remove_if_empty(job_dir: &Path) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_job_is_running_while_its_lock_is_held() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(!is_running(dir.path()), "no lock file");
+        let lock = std::fs::File::create(dir.path().join(LOCK_FILE)).unwrap();
+        assert!(!is_running(dir.path()), "a lock file nobody holds");
+        lock.lock().unwrap();
+        assert!(is_running(dir.path()));
+        drop(lock);
+        assert!(!is_running(dir.path()));
+    }
 
     #[test]
     fn local_processes_split_the_cores_between_them() {
