@@ -161,7 +161,7 @@ fn run_serve(args: &ServeArgs) -> ExitCode {
     let stop = stop_flag();
     let served = Classifier::load(&args.model_dir).and_then(|classifier| {
         let classifier = classifier.with_max_image_pixels(args.max_image_pixels);
-        serve::serve(&classifier, args, &stop)
+        serve::serve(classifier, args, &stop)
     });
     match served {
         Ok(()) => ExitCode::SUCCESS,

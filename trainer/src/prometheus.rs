@@ -1,7 +1,14 @@
 //! The Prometheus endpoint of `--metrics-port`: `GET /metrics` returns the figures of the
 //! metrics line in the text exposition format (prometheus.io/docs/instrumenting/exposition_formats).
 
+use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
+
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Request, StatusCode};
+use hyper_util::rt::TokioIo;
 
 use crate::metrics::EpochMetrics;
 
@@ -54,29 +61,49 @@ pub fn render(metrics: Option<&EpochMetrics>) -> String {
 /// # Errors
 /// The bind error, as text.
 pub fn spawn(port: u16, latest: Latest) -> Result<std::net::SocketAddr, String> {
-    let server = tiny_http::Server::http(("0.0.0.0", port))
+    let listener = std::net::TcpListener::bind(("0.0.0.0", port))
+        .and_then(|l| l.set_nonblocking(true).map(|()| l))
         .map_err(|e| format!("metrics port {port}: {e}"))?;
-    let addr = server
-        .server_addr()
-        .to_ip()
-        .ok_or("metrics server has no IP address")?;
-    std::thread::spawn(move || {
-        for request in server.incoming_requests() {
-            let response = if request.url() == "/metrics" {
+    let addr = listener
+        .local_addr()
+        .map_err(|e| format!("metrics port {port}: {e}"))?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("metrics port {port}: cannot start the I/O runtime: {e}"))?;
+    std::thread::spawn(move || runtime.block_on(serve(listener, latest)));
+    Ok(addr)
+}
+
+async fn serve(listener: std::net::TcpListener, latest: Latest) {
+    let listener = tokio::net::TcpListener::from_std(listener).expect("inside a runtime");
+    loop {
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                tracing::debug!("metrics: accepting a connection failed: {e}");
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let latest = Arc::clone(&latest);
+        let service = service_fn(move |request: Request<Incoming>| {
+            let answer = if request.uri().path() == "/metrics" {
                 let body = render(latest.lock().expect("metrics lock").as_ref());
-                let header =
-                    tiny_http::Header::from_bytes("Content-Type", "text/plain; version=0.0.4")
-                        .expect("valid header");
-                tiny_http::Response::from_string(body).with_header(header)
+                (StatusCode::OK, "text/plain; version=0.0.4", body)
             } else {
-                tiny_http::Response::from_string("not found").with_status_code(404)
+                let body = "not found: GET /metrics".to_string();
+                (StatusCode::NOT_FOUND, "text/plain; charset=utf-8", body)
             };
-            if let Err(e) = request.respond(response) {
+            std::future::ready(Ok::<_, Infallible>(crate::serve::response(answer)))
+        });
+        let connection = http1::Builder::new().serve_connection(TokioIo::new(stream), service);
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
                 tracing::debug!("metrics client went away: {e}");
             }
-        }
-    });
-    Ok(addr)
+        });
+    }
 }
 
 #[cfg(test)]

@@ -7,24 +7,33 @@
 //! "labels": […], "indices": […]}` (`label`/`index` for the first instance, scores are
 //! softmax probabilities).
 //!
-//! `/ping` is answered by the thread that accepts requests, which never reads a body;
-//! invocations go to a bounded queue served by `--workers` threads, so a slow invocation (or a
-//! client slow to send its body) never delays the health check SageMaker polls. A request with
-//! a body that the workers do not take (an invocation that finds the queue full: 503; a body
-//! sent to another path: 404/405) is answered by a thread of its own, since answering means
-//! reading the rest of its body first, which a slow client could make take long.
+//! HTTP/1.1 by hyper on one asynchronous thread, which answers `/ping` and receives bodies;
+//! classification runs on `--workers` blocking threads, so a slow invocation (or a client slow
+//! to send its body) never delays the health check SageMaker polls. At most `--workers` × 5
+//! invocations are admitted at once (running, waiting for a worker, or receiving their body);
+//! the next gets 503 without its body being read. A client has `--body-timeout-secs` to send
+//! its headers, then as long again for its body (408), so a client that stops sending frees its
+//! place.
 
-use std::io::Read;
+use std::convert::Infallible;
 use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{self, Sender, SyncSender, TrySendError};
-use std::sync::{Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use burn::module::Module;
 use burn::tensor::{Device, Tensor, TensorData};
-use tiny_http::{Header, Method, Request, Response};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
+use hyper::body::Incoming;
+use hyper::header::{self, HeaderValue};
+use hyper::service::service_fn;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
 
 use crate::model::Net;
 use crate::ModelInfo;
@@ -54,6 +63,11 @@ pub struct ServeArgs {
     /// Up to 4 more per worker wait in a queue; beyond that a request gets 503.
     #[arg(long, env = "TRAINER_SERVE_WORKERS")]
     pub workers: Option<NonZeroUsize>,
+    /// Seconds a client has to send a request's headers, and then its body; a body that has
+    /// not arrived by then gets 408 and frees its place in the queue.
+    #[arg(long, env = "TRAINER_BODY_TIMEOUT", default_value_t = DEFAULT_BODY_TIMEOUT_SECS,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub body_timeout_secs: u64,
 }
 
 /// The default `--max-image-pixels`: 16,777,216 (4096 × 4096), which takes a 12-megapixel
@@ -63,6 +77,14 @@ pub const DEFAULT_MAX_IMAGE_PIXELS: u64 = 4096 * 4096;
 
 /// Invocations that may wait per worker before the server answers 503.
 const QUEUED_PER_WORKER: usize = 4;
+
+/// How long a stop signal leaves the requests in progress to finish: `docker stop`'s default
+/// wait before it kills a container (10 s).
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
+/// The default `--body-timeout-secs`: SageMaker real-time endpoints give a container 60 s to
+/// answer an invocation, so a body still arriving after that has no one waiting for it.
+pub const DEFAULT_BODY_TIMEOUT_SECS: u64 = 60;
 
 /// Why the server could not start.
 #[derive(Debug, thiserror::Error)]
@@ -309,155 +331,210 @@ impl Classifier {
     }
 }
 
-/// Serves `classifier` until `stop` is set (SIGTERM or SIGINT), then returns once the
-/// requests received so far are answered (invocations beyond the queue's room get 503).
+/// Serves `classifier` until `stop` is set (SIGTERM or SIGINT), then stops accepting
+/// connections and returns once the requests in progress are answered, or after
+/// [`SHUTDOWN_GRACE`].
 ///
 /// # Errors
 /// [`ServeError::Bind`].
 pub fn serve(
-    classifier: &Classifier,
+    classifier: Classifier,
+    args: &ServeArgs,
+    stop: &AtomicBool,
+) -> Result<(), ServeError> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| ServeError::Bind {
+            addr: format!("{}:{}", args.bind_addr, args.port),
+            detail: format!("cannot start the I/O runtime: {e}"),
+        })?;
+    runtime.block_on(serve_async(classifier, args, stop))
+}
+
+/// What the request handlers share.
+struct Shared {
+    classifier: Classifier,
+    max_body: u64,
+    body_timeout: Duration,
+    /// Invocations admitted: running, waiting for a worker, or still receiving their body.
+    admitted: Arc<Semaphore>,
+    /// Invocations classifying at once (`--workers`).
+    running: Semaphore,
+}
+
+async fn serve_async(
+    classifier: Classifier,
     args: &ServeArgs,
     stop: &AtomicBool,
 ) -> Result<(), ServeError> {
     let addr = format!("{}:{}", args.bind_addr, args.port);
-    let server = tiny_http::Server::http(&addr).map_err(|e| ServeError::Bind {
-        addr: addr.clone(),
-        detail: e.to_string(),
-    })?;
+    let listener = TcpListener::bind(&addr)
+        .await
+        .map_err(|e| ServeError::Bind {
+            addr: addr.clone(),
+            detail: e.to_string(),
+        })?;
     // The bound address: with port 0 the system picked one.
-    let addr = server
-        .server_addr()
-        .to_ip()
+    let addr = listener
+        .local_addr()
         .map_or(addr, |bound| bound.to_string());
     let workers = args.workers.map_or_else(
         || std::thread::available_parallelism().map_or(1, NonZeroUsize::get),
         NonZeroUsize::get,
     );
+    let body_timeout = Duration::from_secs(args.body_timeout_secs);
     tracing::info!(%addr, workers, dataset = classifier.info.dataset.name(), "serving");
-    let (queue, invocations) = mpsc::sync_channel::<Request>(QUEUED_PER_WORKER * workers);
-    let invocations = Mutex::new(invocations);
-    // Answers that may first have to read a body, off the accepting thread.
-    let (answers, answering) = mpsc::channel::<(Request, Answer)>();
-    std::thread::scope(|scope| {
-        scope.spawn(move || {
-            for (request, answer) in answering {
-                respond(request, answer);
-            }
-        });
-        for _ in 0..workers {
-            scope.spawn(|| loop {
-                let next = invocations
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .recv();
-                // Closed: the server is stopping and the queue is drained.
-                let Ok(mut request) = next else { break };
-                let result = invocation(classifier, args.max_body_bytes, &mut request);
-                respond(request, result);
-            });
-        }
-        while !stop.load(Ordering::SeqCst) {
-            // Poll so SIGTERM is noticed within 200 ms even when idle.
-            match server.recv_timeout(Duration::from_millis(200)) {
-                Ok(Some(request)) => dispatch(request, &queue, &answers),
-                Ok(None) => {}
-                Err(e) => tracing::warn!("accepting a request failed: {e}"),
-            }
-        }
-        // Requests already received but not yet taken are answered too.
-        while let Ok(Some(request)) = server.try_recv() {
-            dispatch(request, &queue, &answers);
-        }
-        drop(queue);
-        drop(answers);
+    let shared = Arc::new(Shared {
+        classifier,
+        max_body: args.max_body_bytes,
+        body_timeout,
+        admitted: Arc::new(Semaphore::new(workers * (1 + QUEUED_PER_WORKER))),
+        running: Semaphore::new(workers),
     });
-    tracing::info!("stop signal (SIGTERM or SIGINT): stopped serving");
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(body_timeout);
+    let connections = GracefulShutdown::new();
+    // Poll so SIGTERM is noticed within 200 ms even when idle.
+    let mut tick = tokio::time::interval(Duration::from_millis(200));
+    while !stop.load(Ordering::SeqCst) {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    let shared = Arc::clone(&shared);
+                    let service = service_fn(move |request| {
+                        let shared = Arc::clone(&shared);
+                        async move { Ok::<_, Infallible>(handle(request, &shared).await) }
+                    });
+                    let connection = http.serve_connection(TokioIo::new(stream), service);
+                    let connection = connections.watch(connection);
+                    tokio::spawn(async move {
+                        if let Err(e) = connection.await {
+                            tracing::debug!("connection ended: {e}");
+                        }
+                    });
+                }
+                // Out of file descriptors and the like: keep serving the connections we have.
+                Err(e) => {
+                    tracing::warn!("accepting a connection failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            },
+            _ = tick.tick() => {}
+        }
+    }
+    drop(listener);
+    tracing::info!("stop signal (SIGTERM or SIGINT): finishing the requests in progress");
+    if tokio::time::timeout(SHUTDOWN_GRACE, connections.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!("requests still in progress after {SHUTDOWN_GRACE:?} were dropped");
+    }
+    tracing::info!("stopped serving");
     Ok(())
 }
 
-/// A response body, or the refusal.
+/// The answer to a request: a JSON body, or the refusal.
 type Answer = Result<String, Rejection>;
 
-/// Queues an invocation for the workers (503 when their queue is full) and answers anything
-/// else. Only a request without a body is answered here: tiny_http reads the rest of a body
-/// before it answers, which a slow client can stretch, so those go to the answering thread.
-fn dispatch(request: Request, queue: &SyncSender<Request>, answers: &Sender<(Request, Answer)>) {
-    let answer = match (request.method(), request.url()) {
-        (Method::Post, "/invocations") => None,
-        (Method::Get, "/ping") => Some(Ok(String::new())),
-        (_, "/ping" | "/invocations") => Some(Err(reject(405, "method not allowed"))),
-        _ => Some(Err(reject(
+async fn handle(request: Request<Incoming>, shared: &Arc<Shared>) -> Response<Full<Bytes>> {
+    let answer = match (request.method(), request.uri().path()) {
+        (&Method::GET, "/ping") => Ok(String::new()),
+        (&Method::POST, "/invocations") => invocation(request, shared).await,
+        (_, path @ ("/ping" | "/invocations")) => {
+            let allow = if path == "/ping" { "GET" } else { "POST" };
+            let mut response = respond(Err(reject(405, "method not allowed")));
+            response
+                .headers_mut()
+                .insert(header::ALLOW, HeaderValue::from_static(allow));
+            return response;
+        }
+        _ => Err(reject(
             404,
             "not found: the endpoints are GET /ping and POST /invocations",
-        ))),
+        )),
     };
-    let (request, answer) = match answer {
-        Some(answer) if !has_body(&request) => return respond(request, answer),
-        Some(answer) => (request, answer),
-        None => match queue.try_send(request) {
-            Ok(()) => return,
-            Err(TrySendError::Full(request) | TrySendError::Disconnected(request)) => {
-                let busy = reject(
-                    503,
-                    "every worker is busy and the queue is full; retry (--workers sets how \
-                     many invocations run at once)",
-                );
-                (request, Err(busy))
-            }
-        },
-    };
-    // Only fails once the answering thread is gone, i.e. never while serving.
-    let _ = answers.send((request, answer));
+    respond(answer)
 }
 
-/// Whether `request` declares a body (`Content-Length` above 0, or `Transfer-Encoding`).
-fn has_body(request: &Request) -> bool {
-    request.body_length().is_some_and(|n| n > 0)
-        || request
-            .headers()
-            .iter()
-            .any(|h| h.field.equiv("Transfer-Encoding"))
-}
-
-fn respond(request: Request, result: Answer) {
-    let response = match result {
-        Ok(body) => Response::from_string(body).with_header(
-            Header::from_bytes("Content-Type", "application/json").expect("valid header"),
+fn respond(answer: Answer) -> Response<Full<Bytes>> {
+    response(match answer {
+        Ok(body) => (StatusCode::OK, "application/json", body),
+        Err(r) => (
+            StatusCode::from_u16(r.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+            "text/plain; charset=utf-8",
+            r.message,
         ),
-        Err(r) => Response::from_string(r.message).with_status_code(r.status),
-    };
-    if let Err(e) = request.respond(response) {
-        tracing::debug!("client went away: {e}");
-    }
+    })
 }
 
-fn invocation(
-    classifier: &Classifier,
-    max_body: u64,
-    request: &mut Request,
-) -> Result<String, Rejection> {
+/// A response of `status` with a `Content-Type` and a body (also the metrics endpoint's).
+pub(crate) fn response(
+    (status, content_type, body): (StatusCode, &'static str, String),
+) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() = status;
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    response
+}
+
+/// Admits the invocation (503 when `--workers` and their queue are taken), receives its body
+/// (413 over the limit, 408 when it does not arrive within the body timeout), then classifies
+/// it on a blocking thread once a worker is free.
+async fn invocation(request: Request<Incoming>, shared: &Arc<Shared>) -> Answer {
+    let Ok(admitted) = Arc::clone(&shared.admitted).try_acquire_owned() else {
+        return Err(reject(
+            503,
+            "every worker is busy and the queue is full; retry (--workers sets how many \
+             invocations run at once)",
+        ));
+    };
+    let max_body = shared.max_body;
     let too_large = || reject(413, format!("request body exceeds {max_body} bytes"));
-    if request.body_length().is_some_and(|n| n as u64 > max_body) {
+    let declared = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > max_body) {
         return Err(too_large());
     }
     let content_type = request
         .headers()
-        .iter()
-        .find(|h| h.field.equiv("Content-Type"))
-        .map(|h| h.value.as_str().to_string())
-        .unwrap_or_default();
-    let mut body = Vec::new();
-    // A chunked body has no length up front: read one byte past the limit to detect it.
-    request
-        .as_reader()
-        .take(max_body + 1)
-        .read_to_end(&mut body)
-        .map_err(|e| reject(400, format!("reading the body: {e}")))?;
-    if body.len() as u64 > max_body {
-        return Err(too_large());
-    }
-    let prediction = classifier.invoke(&content_type, &body)?;
-    Ok(serde_json::to_string(&prediction).expect("serialisable"))
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string();
+    let limit = usize::try_from(max_body).unwrap_or(usize::MAX);
+    let body = Limited::new(request.into_body(), limit).collect();
+    let body = match tokio::time::timeout(shared.body_timeout, body).await {
+        Ok(Ok(collected)) => collected.to_bytes(),
+        Ok(Err(e)) if e.is::<LengthLimitError>() => return Err(too_large()),
+        Ok(Err(e)) => return Err(reject(400, format!("reading the body: {e}"))),
+        Err(_) => {
+            return Err(reject(
+                408,
+                format!(
+                    "the request body did not arrive within {} s (--body-timeout-secs)",
+                    shared.body_timeout.as_secs()
+                ),
+            ))
+        }
+    };
+    let worker = shared.running.acquire().await.expect("never closed");
+    let job = Arc::clone(shared);
+    let classified = tokio::task::spawn_blocking(move || {
+        job.classifier
+            .invoke(&content_type, &body)
+            .map(|prediction| serde_json::to_string(&prediction).expect("serialisable"))
+    })
+    .await;
+    drop((worker, admitted));
+    classified.unwrap_or_else(|e| Err(reject(500, format!("the invocation failed: {e}"))))
 }
 
 #[cfg(test)]

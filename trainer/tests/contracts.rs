@@ -53,9 +53,9 @@ fn png_header(width: u32, height: u32) -> Vec<u8> {
 }
 
 /// Sends the head of a `POST path` whose 50,000-byte body never follows; returns the open
-/// connection and the response, if one came within 3 s (a queued invocation gets none).
-fn stalled_post(port: u16, path: &str) -> (std::net::TcpStream, Option<String>) {
-    use std::io::{Read, Write};
+/// connection and the response, if one came within `wait` (an admitted invocation gets none).
+fn stalled_post(port: u16, path: &str, wait: Duration) -> (std::net::TcpStream, Option<String>) {
+    use std::io::Write;
     let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
     stream
         .write_all(
@@ -66,16 +66,24 @@ fn stalled_post(port: u16, path: &str) -> (std::net::TcpStream, Option<String>) 
             .as_bytes(),
         )
         .unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(3)))
-        .unwrap();
-    let mut buf = [0u8; 512];
-    let answer = match stream.read(&mut buf) {
-        Ok(n) if n > 0 => Some(String::from_utf8_lossy(&buf[..n]).into_owned()),
-        _ => None,
-    };
+    let answer = read_answer(&mut stream, wait);
     (stream, answer)
 }
+
+/// The first bytes `stream` receives within `wait`, if any.
+fn read_answer(stream: &mut std::net::TcpStream, wait: Duration) -> Option<String> {
+    use std::io::Read;
+    stream.set_read_timeout(Some(wait)).unwrap();
+    let mut buf = [0u8; 512];
+    match stream.read(&mut buf) {
+        Ok(n) if n > 0 => Some(String::from_utf8_lossy(&buf[..n]).into_owned()),
+        _ => None,
+    }
+}
+
+/// `serve --body-timeout-secs` in the serving test: longer than sending 6 stalled invocations
+/// takes (at most 2 s each while none is answered).
+const BODY_TIMEOUT_SECS: u64 = 15;
 
 /// Train in a SageMaker layout, then `serve` the model it wrote and classify a real
 /// Fashion-MNIST test image sent as PNG.
@@ -112,7 +120,11 @@ fn sagemaker_layout_trains_then_serves_a_real_test_image() {
         dir.path(),
         &root.join("model"),
         port,
-        &["--max-body-bytes=100000", "--workers=1"],
+        &[
+            "--max-body-bytes=100000",
+            "--workers=1",
+            &format!("--body-timeout-secs={BODY_TIMEOUT_SECS}"),
+        ],
     );
     wait_for_ping(port, Duration::from_secs(60));
     let test = load_dir(&fashion_mnist(), Some(DatasetKind::FashionMnist))
@@ -186,13 +198,12 @@ fn sagemaker_layout_trains_then_serves_a_real_test_image() {
     .unwrap();
     assert_eq!(status, 413, "{body}");
     assert!(body.contains("20000×20000"), "{body}");
-    // A body sent where none is taken is answered (and then waited for) off the thread that
-    // answers /ping.
-    let (wrong, answer) = stalled_post(port, "/ping");
+    // A body sent where none is taken is answered at once, without waiting for it.
+    let (wrong, answer) = stalled_post(port, "/ping", Duration::from_secs(3));
     assert!(
-        answer
-            .as_deref()
-            .is_some_and(|a| a.starts_with("HTTP/1.1 405")),
+        answer.as_deref().is_some_and(
+            |a| a.starts_with("HTTP/1.1 405") && a.to_ascii_lowercase().contains("allow: get")
+        ),
         "{answer:?}"
     );
     assert_eq!(
@@ -200,31 +211,44 @@ fn sagemaker_layout_trains_then_serves_a_real_test_image() {
         200
     );
     drop(wrong);
-    // Invocations whose bodies never come hold the one worker and fill the queue (4 per
-    // worker); the next is shed with 503 at once, and /ping is answered all the while.
+    // Invocations whose bodies never come are admitted up to the one worker plus its queue of
+    // 4; the 6th is shed with 503 at once, and /ping is answered all the while.
+    let started = std::time::Instant::now();
     let mut stalled = Vec::new();
     let shed = loop {
-        let (stream, answer) = stalled_post(port, "/invocations");
-        stalled.push(stream);
+        let (stream, answer) = stalled_post(port, "/invocations", Duration::from_secs(2));
         if let Some(answer) = answer {
             break answer;
         }
+        stalled.push(stream);
         assert!(
-            stalled.len() < 6,
+            stalled.len() <= 5,
             "no 503 after {} invocations",
             stalled.len()
         );
     };
     assert!(shed.starts_with("HTTP/1.1 503"), "{shed}");
+    assert_eq!(stalled.len(), 5, "503 after 1 worker + 4 queued");
     assert!(
-        (5..=6).contains(&stalled.len()),
-        "503 after {} waiting invocations (1 worker + 4 queued)",
-        stalled.len()
+        started.elapsed() < Duration::from_secs(BODY_TIMEOUT_SECS),
+        "the test's own timing: raise BODY_TIMEOUT_SECS"
     );
     assert_eq!(
         http(port, "GET", "/ping", "text/plain", b"").unwrap().0,
         200
     );
+    // Each gets 408 once --body-timeout-secs has passed, which frees its place.
+    for stream in &mut stalled {
+        let answer = read_answer(stream, Duration::from_secs(BODY_TIMEOUT_SECS + 10));
+        assert!(
+            answer
+                .as_deref()
+                .is_some_and(|a| a.starts_with("HTTP/1.1 408")),
+            "{answer:?}"
+        );
+    }
+    let (status, body) = http(port, "POST", "/invocations", "image/png", &png(0, 28)).unwrap();
+    assert_eq!(status, 200, "{body}");
     drop(stalled);
     assert!(std::process::Command::new("kill")
         .args(["-TERM", &server.child.id().to_string()])
