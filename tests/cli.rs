@@ -291,6 +291,34 @@ fn unknown_and_unavailable_profiles_are_refused() {
 }
 
 #[test]
+fn a_bad_value_from_an_environment_variable_names_the_variable() {
+    let d = Deployment::new("");
+    d.kfaws(&["train", "--data", "efs:/datasets/fashion-mnist"])
+        .env("KFAWS_TRAINING_RUNTIME", "k8s")
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains(
+            "invalid value 'k8s' for '--runtime",
+        ))
+        .stderr(predicate::str::contains(
+            "the value came from the environment variable KFAWS_TRAINING_RUNTIME",
+        ));
+    // Typed on the command line, the flag is the culprit and the variable is not named.
+    d.kfaws(&[
+        "train",
+        "--runtime",
+        "k8s",
+        "--data",
+        "efs:/datasets/fashion-mnist",
+    ])
+    .env("KFAWS_TRAINING_RUNTIME", "local")
+    .assert()
+    .code(1)
+    .stderr(predicate::str::contains("invalid value 'k8s'"))
+    .stderr(predicate::str::contains("environment variable").not());
+}
+
+#[test]
 fn graph_prints_dot_with_every_resource() {
     let d = Deployment::new("");
     let dot = d.stdout(&["graph"]);

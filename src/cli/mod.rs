@@ -35,7 +35,7 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, Parser, Subcommand};
 use kfaws::address::Address;
 use kfaws::config::ProfileName;
 use kfaws::engine::interrupt::{cancel_on_signals, EXIT_INTERRUPTED, STOPPING_CHANGES};
@@ -353,10 +353,14 @@ enum StateCommand {
 pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
     // Usage errors exit 1, not clap's 2: `plan --detailed-exitcode` uses 2
     // for "changes present", and a script must not mistake one for the other.
-    let cli = match Cli::try_parse_from(args) {
+    let args: Vec<OsString> = args.into_iter().collect();
+    let cli = match Cli::try_parse_from(&args) {
         Ok(cli) => cli,
         Err(e) => {
             let _ = e.print();
+            if let Some(variable) = bad_value_from_environment(&e, &args) {
+                eprintln!("note: the value came from the environment variable {variable}");
+            }
             return ExitCode::from(if e.use_stderr() { 1 } else { 0 });
         }
     };
@@ -384,6 +388,48 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+/// The environment variable that gave the value a usage error refuses, when
+/// the flag is not on the command line: clap's message names only the flag
+/// (`invalid value 'k8s' for '--runtime <RUNTIME>'`), which a user who never
+/// typed it cannot find.
+fn bad_value_from_environment(error: &clap::Error, args: &[OsString]) -> Option<String> {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    if !matches!(
+        error.kind(),
+        ErrorKind::InvalidValue | ErrorKind::ValueValidation
+    ) {
+        return None;
+    }
+    let Some(ContextValue::String(arg)) = error.get(ContextKind::InvalidArg) else {
+        return None;
+    };
+    // "--runtime <RUNTIME>" → "--runtime"
+    let flag = arg.split_whitespace().next()?;
+    let typed = args
+        .iter()
+        .filter_map(|a| a.to_str())
+        .any(|a| a == flag || a.strip_prefix(flag).is_some_and(|v| v.starts_with('=')));
+    if typed || !flag.starts_with("--") {
+        return None;
+    }
+    let variable = environment_of(&Cli::command(), &flag[2..])?;
+    std::env::var_os(&variable).is_some().then_some(variable)
+}
+
+/// The `env` of the flag `--long` in `command` or any of its subcommands.
+fn environment_of(command: &clap::Command, long: &str) -> Option<String> {
+    command
+        .get_arguments()
+        .find(|a| a.get_long() == Some(long))
+        .and_then(|a| a.get_env())
+        .map(|v| v.to_string_lossy().into_owned())
+        .or_else(|| {
+            command
+                .get_subcommands()
+                .find_map(|sub| environment_of(sub, long))
+        })
 }
 
 /// The error and its causes, leaving out a cause whose text the message
