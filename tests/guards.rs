@@ -208,7 +208,8 @@ async fn renaming_a_role_or_the_bucket_to_one_someone_else_holds_fails_the_plan(
     let err = d.fails(&["apply", "--auto-approve"]);
     assert!(
         err.contains(&format!(
-            "stack.storage: S3 bucket {taken:?} (options.artifact_bucket)"
+            "stack.storage: S3 bucket {taken:?} (options.artifact_bucket) already exists in \
+             another AWS account (HeadBucket: 403 Forbidden)"
         )),
         "{err}"
     );
@@ -287,7 +288,8 @@ async fn a_bucket_name_held_elsewhere_fails_the_plan() {
     let err = d.fails(&["plan"]);
     assert!(
         err.contains(&format!(
-            "stack.storage: S3 bucket {bucket:?} (options.artifact_bucket)"
+            "stack.storage: S3 bucket {bucket:?} (options.artifact_bucket) already exists in \
+             another AWS account (HeadBucket: 403 Forbidden)"
         )),
         "{err}"
     );

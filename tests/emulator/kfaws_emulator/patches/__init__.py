@@ -48,6 +48,7 @@ MODULES = (
     "sagemaker_training_runner",
     "sagemaker_create_existing",
     "sagemaker_endpoint_runner",
+    "s3_cross_account_access",
 )
 
 _applied = False
