@@ -901,22 +901,34 @@ async fn demo_path_trains_on_both_runtimes_serves_the_model_and_destroys_everyth
         .send()
         .await
         .unwrap();
-    sm_client
-        .create_model()
-        .model_name("someone-elses")
-        .execution_role_arn(job.role_arn().unwrap())
-        .primary_container(
-            aws_sdk_sagemaker::types::ContainerDefinition::builder()
-                .image(
-                    job.algorithm_specification()
-                        .unwrap()
-                        .training_image()
-                        .unwrap(),
-                )
-                .model_data_url(job.model_artifacts().unwrap().s3_model_artifacts().unwrap())
-                .build(),
-        )
-        .send()
+    // A model made outside kfaws through the SDK: the job's role and image,
+    // the given model data, and the given kfaws:deployment tag if any.
+    let foreign_model = |name: &str, data: &str, deployment: Option<&str>| {
+        let image = job
+            .algorithm_specification()
+            .and_then(|a| a.training_image())
+            .unwrap()
+            .to_string();
+        sm_client
+            .create_model()
+            .model_name(name)
+            .execution_role_arn(job.role_arn().unwrap())
+            .primary_container(
+                aws_sdk_sagemaker::types::ContainerDefinition::builder()
+                    .image(image)
+                    .model_data_url(data)
+                    .build(),
+            )
+            .set_tags(deployment.map(|value| {
+                vec![aws_sdk_sagemaker::types::Tag::builder()
+                    .key("kfaws:deployment")
+                    .value(value)
+                    .build()]
+            }))
+            .send()
+    };
+    let artifact = job.model_artifacts().unwrap().s3_model_artifacts().unwrap();
+    foreign_model("someone-elses", artifact, None)
         .await
         .unwrap();
     let err = d.fails(&[
@@ -941,30 +953,13 @@ async fn demo_path_trains_on_both_runtimes_serves_the_model_and_destroys_everyth
         .is_ok());
     // Nor one that carries this deployment's name but not its lineage (another
     // state of the same name, or a hand-made tag) and other model data.
-    sm_client
-        .create_model()
-        .model_name("same-name-tag")
-        .execution_role_arn(job.role_arn().unwrap())
-        .primary_container(
-            aws_sdk_sagemaker::types::ContainerDefinition::builder()
-                .image(
-                    job.algorithm_specification()
-                        .unwrap()
-                        .training_image()
-                        .unwrap(),
-                )
-                .model_data_url("s3://elsewhere/model.tar.gz")
-                .build(),
-        )
-        .tags(
-            aws_sdk_sagemaker::types::Tag::builder()
-                .key("kfaws:deployment")
-                .value(&d.name)
-                .build(),
-        )
-        .send()
-        .await
-        .unwrap();
+    foreign_model(
+        "same-name-tag",
+        "s3://elsewhere/model.tar.gz",
+        Some(&d.name),
+    )
+    .await
+    .unwrap();
     let err = d.fails(&[
         "endpoint",
         "deploy",

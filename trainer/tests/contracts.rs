@@ -250,13 +250,43 @@ fn sagemaker_layout_trains_then_serves_a_real_test_image() {
     let (status, body) = http(port, "POST", "/invocations", "image/png", &png(0, 28)).unwrap();
     assert_eq!(status, 200, "{body}");
     drop(stalled);
-    assert!(std::process::Command::new("kill")
-        .args(["-TERM", &server.child.id().to_string()])
-        .status()
-        .unwrap()
-        .success());
+    // A request in progress at the stop signal is still answered: half its body is sent
+    // before SIGTERM, the rest after; then the server exits 0.
+    let image = png(0, 28);
+    let (head, tail) = image.split_at(image.len() / 2);
+    let mut pending = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    {
+        use std::io::Write;
+        pending
+            .write_all(
+                format!(
+                    "POST /invocations HTTP/1.1\r\nHost: localhost\r\nContent-Type: image/png\r\n\
+                     Content-Length: {}\r\n\r\n",
+                    image.len()
+                )
+                .as_bytes(),
+            )
+            .unwrap();
+        pending.write_all(head).unwrap();
+        std::thread::sleep(Duration::from_secs(1));
+        assert!(std::process::Command::new("kill")
+            .args(["-TERM", &server.child.id().to_string()])
+            .status()
+            .unwrap()
+            .success());
+        std::thread::sleep(Duration::from_millis(500));
+        pending.write_all(tail).unwrap();
+    }
+    let answer = read_answer(&mut pending, Duration::from_secs(10));
+    assert!(
+        answer
+            .as_deref()
+            .is_some_and(|a| a.starts_with("HTTP/1.1 200")),
+        "{answer:?}\n{}",
+        server.stderr()
+    );
     assert_eq!(
-        server.wait(Duration::from_secs(10)),
+        server.wait(Duration::from_secs(15)),
         0,
         "graceful exit on SIGTERM\n{}",
         server.stderr()
