@@ -846,6 +846,33 @@ async fn demo_path_trains_on_both_runtimes_serves_the_model_and_destroys_everyth
         answer.contains("instances.json[0]: ") && answer.contains("instances.json[1]: "),
         "{answer}"
     );
+    // Invoking needs only the region: from a directory without kfaws.toml, with --region.
+    let elsewhere = tempfile::tempdir().unwrap();
+    let invoke_elsewhere = |region: Option<&str>| {
+        let mut cmd = d.process(&["endpoint", "invoke", "demo-sm", "--json"]);
+        cmd.arg(&instances).current_dir(elsewhere.path());
+        if let Some(region) = region {
+            cmd.args(["--region", region]);
+        }
+        cmd.env_remove("AWS_REGION")
+            .env_remove("AWS_DEFAULT_REGION")
+            .output()
+            .unwrap()
+    };
+    let out = invoke_elsewhere(Some("us-east-1"));
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout)
+            .matches("scores: [")
+            .count(),
+        2
+    );
+    let out = invoke_elsewhere(None);
+    assert!(
+        !out.status.success()
+            && String::from_utf8_lossy(&out.stderr).contains("region is not set: pass --region"),
+        "{out:?}"
+    );
     assert!(
         d.state()["endpoints"]["demo-sm"].is_object(),
         "recorded in state"

@@ -21,7 +21,7 @@ pub struct Loaded {
     pub state_dir: PathBuf,
 }
 
-fn env_region() -> Option<String> {
+pub fn env_region() -> Option<String> {
     std::env::var("AWS_REGION")
         .or_else(|_| std::env::var("AWS_DEFAULT_REGION"))
         .ok()

@@ -150,8 +150,8 @@ pub async fn invoke(
         _ => bail!("pass exactly one of --image FILE or --json FILE"),
     };
     let body = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-    let d = Deployment::load(g)?;
-    let aws = context::aws(g, &d.loaded.config).await;
+    let region = invoke_region(g)?;
+    let aws = kfaws::aws::sdk_config(&region, g.aws_profile.as_deref()).await;
     let rt = aws_sdk_sagemakerruntime::Client::new(&aws);
     let answer = endpoint::invoke(&rt, name, content_type, body).await?;
     let v: serde_json::Value = serde_json::from_slice(&answer)
@@ -160,6 +160,30 @@ pub async fn invoke(
         say(&line);
     }
     Ok(0)
+}
+
+/// The region `endpoint invoke` calls. Invoking an endpoint needs nothing else of a
+/// deployment (as `aws sagemaker-runtime invoke-endpoint`), so without a deployment name
+/// (`--name`, `name` in kfaws.toml) the region is `--region`, the file's `region`, or
+/// `AWS_REGION`; with one, the deployment's. A kfaws.toml that does not parse is still an error.
+fn invoke_region(g: &Global) -> anyhow::Result<String> {
+    let (file, _) = context::read_file(g)?;
+    if g.name.is_some() || file.name.is_some() {
+        return Ok(context::load(g, None)?.config.region);
+    }
+    let region = g
+        .region
+        .clone()
+        .or(file.region)
+        .or_else(context::env_region)
+        .context(
+            "region is not set: pass --region, export AWS_REGION, or run the command beside the \
+             deployment's kfaws.toml",
+        )?;
+    if !kfaws::naming::KNOWN_REGIONS.contains(&region.as_str()) {
+        bail!("region {region:?} is invalid: not an AWS region kfaws knows");
+    }
+    Ok(region)
 }
 
 /// The lines `endpoint invoke` prints for the container's answer `v`
