@@ -324,6 +324,38 @@ fn local_runtime_stops_the_job_when_its_output_is_closed() {
     );
 }
 
+/// `kfaws train … 2>&1 | grep -m1 step=10`: stderr is the closed pipe too, so
+/// the notice about the stopped job cannot be written; kfaws still stops the
+/// job with a checkpoint and exits 141, without a panic (exit 101) on the
+/// failed write.
+#[test]
+fn local_runtime_with_stderr_on_the_closed_pipe_exits_141() {
+    let dir = tempfile::tempdir().unwrap();
+    let kfaws = bin("kfaws");
+    let out = std::process::Command::new("bash")
+        .current_dir(dir.path())
+        .arg("-c")
+        .arg(format!(
+            "'{}' train --runtime local --data {FASHION_MNIST} --workers 1 --epochs 1 \
+             --hp log-interval=10 2>&1 | grep -m1 step=10; exit \"${{PIPESTATUS[0]}}\"",
+            kfaws.display()
+        ))
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(shown.contains("step=10"), "{shown}");
+    assert_eq!(out.status.code(), Some(141), "{shown}");
+    let jobs: Vec<_> = std::fs::read_dir(dir.path().join("kfaws-jobs"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(jobs.len(), 1, "{jobs:?}");
+    let checkpoints = std::fs::read_dir(jobs[0].join("checkpoints"))
+        .unwrap()
+        .count();
+    assert!(checkpoints >= 1, "no checkpoint in {}", jobs[0].display());
+}
+
 /// Runs `cmd`, reads the first line of its output and closes the pipe, as
 /// `cmd | head -1` would; returns that line, the exit code and stderr.
 fn first_line_then_close(mut cmd: std::process::Command) -> (String, Option<i32>, String) {

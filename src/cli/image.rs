@@ -141,7 +141,7 @@ pub async fn push(
         "no AWS region: pass --region or set AWS_REGION"
     );
     let pushed = p::push(&sdk, &image, repository, &tag).await?;
-    eprintln!(
+    errln!(
         "Pushed {repository}:{tag}: {} blob(s) uploaded, {} already in the registry{}{}",
         pushed.uploaded,
         pushed.skipped,

@@ -11,6 +11,17 @@ macro_rules! outln {
     }};
 }
 
+/// `eprintln!` that never panics: when stderr is a closed pipe too
+/// (`kfaws train … 2>&1 | head`), the message is dropped and the command
+/// goes on to its exit status (141 for a closed stdout) instead of exiting
+/// 101 with "failed printing to stderr".
+macro_rules! errln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr().lock(), $($arg)*);
+    }};
+}
+
 /// `print!` counterpart of `outln!`.
 macro_rules! out {
     ($($arg:tt)*) => {{
@@ -359,7 +370,7 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
         Err(e) => {
             let _ = e.print();
             if let Some(variable) = bad_value_from_environment(&e, &args) {
-                eprintln!("note: the value came from the environment variable {variable}");
+                errln!("note: the value came from the environment variable {variable}");
             }
             return ExitCode::from(if e.use_stderr() { 1 } else { 0 });
         }
@@ -380,11 +391,11 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
             ExitCode::from(141)
         }
         Err(e) if e.is::<Interrupted>() => {
-            eprintln!("Interrupted before any change was made; the state is unchanged.");
+            errln!("Interrupted before any change was made; the state is unchanged.");
             ExitCode::from(EXIT_INTERRUPTED as u8)
         }
         Err(e) => {
-            eprintln!("Error: {}", render_error(&e));
+            errln!("Error: {}", render_error(&e));
             ExitCode::from(1)
         }
     }

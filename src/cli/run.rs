@@ -20,7 +20,7 @@ use super::{interruptible, Global, PlanFlags};
 
 fn warn_targets(flags: &PlanFlags) {
     if !flags.target.is_empty() {
-        eprintln!(
+        errln!(
             "Warning: resource targeting is in effect. The plan may be incomplete: only the \
              targets and their dependencies (apply) or dependants (destroy) are considered. \
              --target is for exceptional situations such as recovering from errors, not for \

@@ -377,13 +377,13 @@ async fn train_local(
     };
     if progress.is_closed() {
         if outcome.succeeded() {
-            eprintln!(
+            errln!(
                 "Standard output was closed; training job {} completed. Model: {}",
                 req.job,
                 outcome.model_dir.display()
             );
         } else if outcome.checkpoint.is_some() {
-            eprintln!(
+            errln!(
                 "Standard output was closed (its reader went away): training job {} was stopped \
                  as on Ctrl-C ({}){}.",
                 req.job,
@@ -392,7 +392,7 @@ async fn train_local(
             );
         } else {
             let removed = local::remove_if_empty(&job.job_dir);
-            eprintln!(
+            errln!(
                 "Standard output was closed (its reader went away): training job {} was stopped \
                  before any checkpoint was written ({}){}.",
                 req.job,
@@ -593,7 +593,7 @@ async fn train_kubernetes(
         tokio::spawn(async move {
             let print = |l: &str| progress.line(&format!("  [master-0] {l}"));
             if let Err(e) = pytorchjob::follow_master_log(&client, &ns, &name, print).await {
-                eprintln!("Warning: --follow: {e}");
+                errln!("Warning: --follow: {e}");
             }
         })
     });
@@ -610,7 +610,7 @@ async fn train_kubernetes(
             if let Some(f) = following {
                 f.abort();
             }
-            eprintln!(
+            errln!(
                 "Standard output was closed: stopped waiting. The job keeps running; watch it \
                  with: kubectl -n {ns} get pytorchjob {name}; delete it with: kubectl -n {ns} \
                  delete pytorchjob {name}",

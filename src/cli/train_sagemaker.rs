@@ -366,7 +366,7 @@ pub async fn train(
                 training::stop_training_job(&sm, job.as_str()).await?;
             }
             () = output_closed.cancelled(), if !stopping => {
-                eprintln!(
+                errln!(
                     "Standard output was closed: stopped waiting. Training job {job} keeps \
                      running; check it with `aws sagemaker describe-training-job \
                      --training-job-name {job}`, stop it with `aws sagemaker stop-training-job \

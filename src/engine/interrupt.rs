@@ -35,16 +35,24 @@ pub fn cancel_on_signals(first: &'static str) -> CancellationToken {
             _ = term.recv() => {}
             _ = hup.recv() => {}
         }
-        eprintln!("\n{first}");
+        say(&format!("\n{first}"));
         t.cancel();
         tokio::select! {
             _ = int.recv() => {}
             _ = term.recv() => {}
             _ = hup.recv() => {}
         }
-        eprintln!("Second interrupt: exiting now.");
+        say("Second interrupt: exiting now.");
         crate::state::lock::release_held();
         std::process::exit(EXIT_INTERRUPTED);
     });
     token
+}
+
+/// Writes `line` to stderr, ignoring a failed write: a panic here (stderr a
+/// closed pipe, or the terminal gone after SIGHUP) would end the task that
+/// cancels the token and exits on the second signal.
+fn say(line: &str) {
+    use std::io::Write as _;
+    let _ = writeln!(std::io::stderr().lock(), "{line}");
 }

@@ -147,7 +147,7 @@ fn run_sample(args: &SampleArgs) -> ExitCode {
     })();
     match written {
         Ok(line) => {
-            println!("{line}");
+            emit(&line);
             ExitCode::SUCCESS
         }
         Err(e) => {
@@ -219,12 +219,12 @@ fn run_train(args: &TrainArgs) -> ExitCode {
         }
         let outcome = train::train(&config, &dataset, &stop, |metrics| {
             if is_rank0 {
-                println!("{}", metrics.line());
+                emit(&metrics.line());
                 *latest.lock().expect("metrics lock") = Some(*metrics);
             }
         })?;
         if let (Some(summary), true) = (outcome.evaluated, is_rank0) {
-            println!("{}", summary.line());
+            emit(&summary.line());
         }
         Ok(outcome)
     });
@@ -232,6 +232,15 @@ fn run_train(args: &TrainArgs) -> ExitCode {
         Ok(_) => ExitCode::SUCCESS,
         Err(e) => fail(&e, config.failure_file.as_deref()),
     }
+}
+
+/// Prints a result or metric line on stdout, ignoring a failed write: the
+/// model, not stdout, is what training produces, so a reader that went away
+/// (`kfaws-trainer train | head`) must not end the run with a panic (exit
+/// 101, no checkpoint, which an `ExitCode` restart policy would not retry).
+fn emit(line: &str) {
+    use std::io::Write as _;
+    let _ = writeln!(std::io::stdout().lock(), "{line}");
 }
 
 /// Logs the error, writes it where SageMaker reads the failure reason, and maps the exit code.

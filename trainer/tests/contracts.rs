@@ -330,6 +330,38 @@ fn missing_dataset_exits_1_naming_the_directory() {
     );
 }
 
+/// `kfaws-trainer train | head`: a closed stdout loses the metric lines, not the run. The
+/// trainer finishes, writes its model and exits 0 (a panic on the failed write would exit 101
+/// with no model).
+#[test]
+fn closed_stdout_does_not_stop_training() {
+    let data = fashion_mnist();
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("model");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_kfaws-trainer"))
+        .arg("train")
+        .arg(format!("--data-dir={}", data.display()))
+        .arg(format!("--model-dir={}", model.display()))
+        .args(["--hp=epochs=1", "--hp=max-train-samples=640"])
+        .args(["--hp=test-batch-size=1000", "--hp=log-interval=1"])
+        .env("TRAINER_SAGEMAKER_ROOT", dir.path().join("no-sagemaker"))
+        .env_remove("MASTER_ADDR")
+        .env_remove("WORLD_SIZE")
+        .env_remove("PET_NNODES")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The reader goes away before the first line is written.
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(model.join("model.json").is_file(), "{err}");
+}
+
 /// Flags that do not parse, and thread settings that cannot work, are configuration errors:
 /// exit 1 naming the flag, before any data is read.
 #[test]
