@@ -528,6 +528,117 @@ async fn a_template_edited_outside_kfaws_is_drift_and_apply_restores_it() {
     d.stdout(&["destroy", "--auto-approve"]);
 }
 
+/// The artifact bucket's settings weakened outside kfaws (public access
+/// block deleted, versioning suspended, default encryption deleted), and
+/// then the bucket deleted: each is drift in the plan, and apply puts the
+/// template's settings back (and the bucket, with its tags).
+#[tokio::test]
+async fn artifact_bucket_settings_changed_outside_kfaws_are_drift_and_apply_restores_them() {
+    use aws_sdk_s3::types::{BucketVersioningStatus, VersioningConfiguration};
+
+    let d = Deployment::new("");
+    let target = ["--target", "stack.storage"];
+    d.stdout(&[&["apply", "--auto-approve"][..], &target].concat());
+    let bucket = format!("kfaws-{}-us-east-1-artifacts", d.name);
+    let s3 = d.aws().await.s3();
+    s3.delete_public_access_block()
+        .bucket(&bucket)
+        .send()
+        .await
+        .unwrap();
+    s3.put_bucket_versioning()
+        .bucket(&bucket)
+        .versioning_configuration(
+            VersioningConfiguration::builder()
+                .status(BucketVersioningStatus::Suspended)
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    s3.delete_bucket_encryption()
+        .bucket(&bucket)
+        .send()
+        .await
+        .unwrap();
+    let plan = d.stdout(&[&["plan"][..], &target].concat());
+    assert!(
+        plan.contains("drift: changed outside kfaws: artifact_bucket"),
+        "{plan}"
+    );
+    assert!(
+        plan.contains("Suspended") && plan.contains("BlockPublicAcls"),
+        "{plan}"
+    );
+    d.stdout(&[&["apply", "--auto-approve"][..], &target].concat());
+    let block = s3
+        .get_public_access_block()
+        .bucket(&bucket)
+        .send()
+        .await
+        .unwrap();
+    let block = block.public_access_block_configuration().unwrap();
+    assert_eq!(
+        [
+            block.block_public_acls(),
+            block.ignore_public_acls(),
+            block.block_public_policy(),
+            block.restrict_public_buckets()
+        ],
+        [Some(true); 4]
+    );
+    let versioning = s3
+        .get_bucket_versioning()
+        .bucket(&bucket)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(versioning.status(), Some(&BucketVersioningStatus::Enabled));
+    let encryption = s3
+        .get_bucket_encryption()
+        .bucket(&bucket)
+        .send()
+        .await
+        .unwrap();
+    let rule = &encryption
+        .server_side_encryption_configuration()
+        .unwrap()
+        .rules()[0];
+    assert_eq!(
+        rule.apply_server_side_encryption_by_default()
+            .unwrap()
+            .sse_algorithm()
+            .as_str(),
+        "AES256"
+    );
+    d.kfaws(&[&["plan", "--detailed-exitcode"][..], &target].concat())
+        .assert()
+        .code(0);
+
+    // Deleted outside kfaws: CloudFormation would not make it again.
+    s3.delete_bucket().bucket(&bucket).send().await.unwrap();
+    let plan = d.stdout(&[&["plan"][..], &target].concat());
+    assert!(plan.contains("deleted outside kfaws"), "{plan}");
+    d.stdout(&[&["apply", "--auto-approve"][..], &target].concat());
+    let tags = s3
+        .get_bucket_tagging()
+        .bucket(&bucket)
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        tags.tag_set()
+            .iter()
+            .any(|t| t.key() == "kfaws:deployment" && t.value() == d.name),
+        "{tags:?}"
+    );
+    d.kfaws(&[&["plan", "--detailed-exitcode"][..], &target].concat())
+        .assert()
+        .code(0);
+    d.stdout(&["destroy", "--auto-approve"]);
+    assert!(d.aws().await.leftovers().await.is_empty());
+}
+
 fn control(path: &str, method: &str, body: &str) -> String {
     let url = format!(
         "{}/{path}",

@@ -8,13 +8,26 @@
 //! through a destroy. kfaws counts the versions before anything is deleted,
 //! and empties the bucket only when asked (`--force-destroy-buckets`).
 //!
+//! Its protective settings (default encryption, the public access block,
+//! versioning) are drift when changed outside kfaws: CloudFormation's update
+//! leaves a resource whose template did not change as it is, so kfaws reads
+//! them ([`settings`]) and puts them back ([`put_settings`]).
+//!
 //! Calls: HeadBucket, GetBucketTagging, ListObjectVersions, DeleteObjects
-//! (at most 1,000 keys per request), from the Amazon S3 API Reference.
+//! (at most 1,000 keys per request), GetBucketEncryption,
+//! GetPublicAccessBlock, GetBucketVersioning and their Put counterparts,
+//! CreateBucket, PutBucketTagging, from the Amazon S3 API Reference.
 
 use aws_config::SdkConfig;
 use aws_sdk_s3::error::ProvideErrorMetadata;
-use aws_sdk_s3::types::{Delete, ObjectIdentifier};
+use aws_sdk_s3::types::{
+    BucketLocationConstraint, BucketVersioningStatus, CreateBucketConfiguration, Delete,
+    ObjectIdentifier, PublicAccessBlockConfiguration, ServerSideEncryption,
+    ServerSideEncryptionByDefault, ServerSideEncryptionConfiguration, ServerSideEncryptionRule,
+    Tag, Tagging, VersioningConfiguration,
+};
 use aws_sdk_s3::Client;
+use serde_json::{json, Value};
 
 use super::error_message;
 
@@ -186,6 +199,188 @@ pub async fn empty(s3: &Client, name: &str) -> Result<usize, String> {
             deleted += batch.len();
         }
     }
+}
+
+/// The four settings of an S3 public access block, in the API's order
+/// (PublicAccessBlockConfiguration, S3 API Reference).
+pub const PUBLIC_ACCESS_BLOCK: [&str; 4] = [
+    "BlockPublicAcls",
+    "IgnorePublicAcls",
+    "BlockPublicPolicy",
+    "RestrictPublicBuckets",
+];
+
+/// The artifact bucket's protective settings as `stacks/storage.yaml`
+/// declares them, in the shape [`settings`] reads: default encryption
+/// SSE-S3 (`AES256`), every public access block setting on, versioning
+/// `Enabled`.
+pub fn desired_settings() -> Value {
+    json!({
+        "encryption": ServerSideEncryption::Aes256.as_str(),
+        "public_access_block": PUBLIC_ACCESS_BLOCK
+            .iter()
+            .map(|k| (k.to_string(), json!(true)))
+            .collect::<serde_json::Map<_, _>>(),
+        "versioning": BucketVersioningStatus::Enabled.as_str(),
+    })
+}
+
+/// The live settings of bucket `name`, in [`desired_settings`]' shape:
+/// `encryption` the default algorithm or `null` (none), each public access
+/// block setting (`false` when there is no block), `versioning` `Enabled`,
+/// `Suspended` or `null` (never enabled). `None` when the bucket does not
+/// exist (HeadBucket: 404).
+///
+/// # Errors
+/// The SDK's message for a failed call.
+pub async fn settings(s3: &Client, name: &str) -> Result<Option<Value>, String> {
+    if let Err(e) = s3.head_bucket().bucket(name).send().await {
+        if e.raw_response().map(|r| r.status().as_u16()) == Some(404) {
+            return Ok(None);
+        }
+        return Err(format!("HeadBucket {name}: {}", error_message(&e)));
+    }
+    let encryption = match s3.get_bucket_encryption().bucket(name).send().await {
+        Ok(out) => out
+            .server_side_encryption_configuration()
+            .and_then(|c| c.rules().first())
+            .and_then(|r| r.apply_server_side_encryption_by_default())
+            .map(|d| d.sse_algorithm().as_str().to_string()),
+        Err(e) if e.code() == Some("NoSuchBucket") => return Ok(None),
+        Err(e) if e.code() == Some("ServerSideEncryptionConfigurationNotFoundError") => None,
+        Err(e) => return Err(format!("GetBucketEncryption {name}: {}", error_message(&e))),
+    };
+    let block = match s3.get_public_access_block().bucket(name).send().await {
+        Ok(out) => out.public_access_block_configuration().cloned(),
+        Err(e) if e.code() == Some("NoSuchBucket") => return Ok(None),
+        Err(e) if e.code() == Some("NoSuchPublicAccessBlockConfiguration") => None,
+        Err(e) => {
+            return Err(format!(
+                "GetPublicAccessBlock {name}: {}",
+                error_message(&e)
+            ))
+        }
+    };
+    let block = block.unwrap_or_else(|| PublicAccessBlockConfiguration::builder().build());
+    let flags = [
+        block.block_public_acls(),
+        block.ignore_public_acls(),
+        block.block_public_policy(),
+        block.restrict_public_buckets(),
+    ];
+    let versioning = match s3.get_bucket_versioning().bucket(name).send().await {
+        Ok(out) => out.status().map(|s| s.as_str().to_string()),
+        Err(e) if e.code() == Some("NoSuchBucket") => return Ok(None),
+        Err(e) => return Err(format!("GetBucketVersioning {name}: {}", error_message(&e))),
+    };
+    Ok(Some(json!({
+        "encryption": encryption,
+        "public_access_block": PUBLIC_ACCESS_BLOCK
+            .iter()
+            .zip(flags)
+            .map(|(k, on)| (k.to_string(), json!(on.unwrap_or(false))))
+            .collect::<serde_json::Map<_, _>>(),
+        "versioning": versioning,
+    })))
+}
+
+/// Puts [`desired_settings`] back on bucket `name`: PutBucketEncryption,
+/// PutPublicAccessBlock and PutBucketVersioning, each only where `live`
+/// (as [`settings`] read it) differs.
+///
+/// # Errors
+/// The SDK's message for the first failed call.
+pub async fn put_settings(s3: &Client, name: &str, live: &Value) -> Result<(), String> {
+    let desired = desired_settings();
+    if live["encryption"] != desired["encryption"] {
+        let rule = ServerSideEncryptionRule::builder()
+            .apply_server_side_encryption_by_default(
+                ServerSideEncryptionByDefault::builder()
+                    .sse_algorithm(ServerSideEncryption::Aes256)
+                    .build()
+                    .map_err(|e| e.to_string())?,
+            )
+            .build();
+        let config = ServerSideEncryptionConfiguration::builder()
+            .rules(rule)
+            .build()
+            .map_err(|e| e.to_string())?;
+        s3.put_bucket_encryption()
+            .bucket(name)
+            .server_side_encryption_configuration(config)
+            .send()
+            .await
+            .map_err(|e| format!("PutBucketEncryption {name}: {}", error_message(&e)))?;
+    }
+    if live["public_access_block"] != desired["public_access_block"] {
+        let block = PublicAccessBlockConfiguration::builder()
+            .block_public_acls(true)
+            .ignore_public_acls(true)
+            .block_public_policy(true)
+            .restrict_public_buckets(true)
+            .build();
+        s3.put_public_access_block()
+            .bucket(name)
+            .public_access_block_configuration(block)
+            .send()
+            .await
+            .map_err(|e| format!("PutPublicAccessBlock {name}: {}", error_message(&e)))?;
+    }
+    if live["versioning"] != desired["versioning"] {
+        let versioning = VersioningConfiguration::builder()
+            .status(BucketVersioningStatus::Enabled)
+            .build();
+        s3.put_bucket_versioning()
+            .bucket(name)
+            .versioning_configuration(versioning)
+            .send()
+            .await
+            .map_err(|e| format!("PutBucketVersioning {name}: {}", error_message(&e)))?;
+    }
+    Ok(())
+}
+
+/// Creates bucket `name` in `region` with `tags` (`(key, value)`), for a
+/// bucket deleted outside kfaws: CreateBucket (a `LocationConstraint` outside
+/// `us-east-1`, where S3 refuses one), then PutBucketTagging. The settings
+/// follow with [`put_settings`].
+///
+/// # Errors
+/// The SDK's message for a failed call.
+pub async fn recreate(
+    s3: &Client,
+    name: &str,
+    region: &str,
+    tags: &[(String, String)],
+) -> Result<(), String> {
+    let mut create = s3.create_bucket().bucket(name);
+    if region != "us-east-1" {
+        create = create.create_bucket_configuration(
+            CreateBucketConfiguration::builder()
+                .location_constraint(BucketLocationConstraint::from(region))
+                .build(),
+        );
+    }
+    create
+        .send()
+        .await
+        .map_err(|e| format!("CreateBucket {name}: {}", error_message(&e)))?;
+    let tag_set = tags
+        .iter()
+        .map(|(k, v)| Tag::builder().key(k).value(v).build())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| e.to_string())?;
+    let tagging = Tagging::builder()
+        .set_tag_set(Some(tag_set))
+        .build()
+        .map_err(|e| e.to_string())?;
+    s3.put_bucket_tagging()
+        .bucket(name)
+        .tagging(tagging)
+        .send()
+        .await
+        .map_err(|e| format!("PutBucketTagging {name}: {}", error_message(&e)))?;
+    Ok(())
 }
 
 #[cfg(test)]

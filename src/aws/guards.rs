@@ -181,7 +181,9 @@ impl Guard for RolesGuard {
 }
 
 /// Guards the artifact bucket: its name before a create, its contents
-/// before a delete.
+/// before a delete, and its protective settings (encryption, public access
+/// block, versioning) against changes made outside kfaws, which it reports
+/// as drift under [`BUCKET_FIELD`] and puts back on apply.
 pub struct BucketGuard {
     /// The S3 client ([`bucket::client`]).
     pub s3: aws_sdk_s3::Client,
@@ -190,6 +192,14 @@ pub struct BucketGuard {
     /// Whose tags mark the bucket as ours.
     pub owner: Owner,
 }
+
+/// The spec field holding the artifact bucket's settings
+/// ([`bucket::desired_settings`]), or [`BUCKET_DELETED`].
+pub const BUCKET_FIELD: &str = "artifact_bucket";
+
+/// What [`BUCKET_FIELD`] observes when the bucket was deleted outside kfaws
+/// (CloudFormation does not recreate it in an update; the repair does).
+pub const BUCKET_DELETED: &str = "deleted outside kfaws";
 
 impl BucketGuard {
     /// The recorded stack's bucket: its output, else the desired name.
@@ -276,6 +286,55 @@ impl Guard for BucketGuard {
             }
         }
         Ok(())
+    }
+
+    fn desired(&self) -> serde_json::Map<String, serde_json::Value> {
+        serde_json::Map::from_iter([(BUCKET_FIELD.to_string(), bucket::desired_settings())])
+    }
+
+    async fn observe(
+        &self,
+        recorded: &ResourceState,
+        _parameters: &BTreeMap<String, String>,
+    ) -> Result<serde_json::Map<String, serde_json::Value>, ResourceError> {
+        let name = self.recorded_bucket(Some(recorded));
+        let live = bucket::settings(&self.s3, &name)
+            .await
+            .map_err(ResourceError::msg)?
+            .unwrap_or_else(|| serde_json::Value::from(BUCKET_DELETED));
+        Ok(serde_json::Map::from_iter([(
+            BUCKET_FIELD.to_string(),
+            live,
+        )]))
+    }
+
+    async fn repair(&self, parameters: &BTreeMap<String, String>) -> Result<(), ResourceError> {
+        let name = parameters.get("BucketName").unwrap_or(&self.bucket);
+        let live = match bucket::settings(&self.s3, name)
+            .await
+            .map_err(ResourceError::msg)?
+        {
+            Some(live) => live,
+            None => {
+                let region = self
+                    .s3
+                    .config()
+                    .region()
+                    .map_or("us-east-1", |r| r.as_ref());
+                let tags = [
+                    (DEPLOYMENT_TAG.to_string(), self.owner.deployment.clone()),
+                    (LINEAGE_TAG.to_string(), self.owner.lineage.clone()),
+                ];
+                bucket::recreate(&self.s3, name, region, &tags)
+                    .await
+                    .map_err(ResourceError::msg)?;
+                tracing::info!(bucket = %name, "recreated the bucket deleted outside kfaws");
+                serde_json::Value::Null
+            }
+        };
+        bucket::put_settings(&self.s3, name, &live)
+            .await
+            .map_err(ResourceError::msg)
     }
 
     async fn before_delete(

@@ -49,6 +49,7 @@ MODULES = (
     "sagemaker_create_existing",
     "sagemaker_endpoint_runner",
     "s3_cross_account_access",
+    "s3_get_bucket_versioning",
 )
 
 _applied = False
