@@ -268,6 +268,25 @@ async fn push_creates_the_repository_and_the_registry_serves_the_same_image() {
     assert_eq!(count(&account, "CreateRepository"), 1);
     assert_eq!(count(&account, "DescribeRepositories"), 3); // two pushes, one check here
     assert_eq!(count(&account, "GetAuthorizationToken"), 3);
+
+    // The token never reaches the log, even at RUST_LOG=trace (the SDK's
+    // TRACE events carry raw response bodies).
+    let traced = Command::cargo_bin("kfaws")
+        .unwrap()
+        .current_dir(dir.path())
+        .env("AWS_ACCESS_KEY_ID", &id)
+        .env("RUST_LOG", "trace")
+        .args(["image", "push", "--repository", &repository])
+        .output()
+        .unwrap();
+    let log = String::from_utf8_lossy(&traced.stderr);
+    assert!(traced.status.success(), "{log}");
+    assert!(log.contains("GetAuthorizationToken"), "traced: {log}");
+    let password = String::from_utf8_lossy(&decoded[4..]).into_owned();
+    assert!(
+        !log.contains(token) && !log.contains(&password),
+        "the ECR token is in the trace log"
+    );
 }
 
 #[test]

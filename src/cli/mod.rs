@@ -96,7 +96,9 @@ pub struct Global {
     /// Directory of deployment state [default: `state_dir` in kfaws.toml, else .kfaws beside it].
     #[arg(long, global = true, value_name = "DIR")]
     state_dir: Option<PathBuf>,
-    /// More logs: -v for debug, -vv for trace (RUST_LOG overrides).
+    /// More logs: -v for debug, -vv for trace (RUST_LOG overrides). The AWS
+    /// SDK's own TRACE events (raw bodies: tokens, credentials) are left out
+    /// unless RUST_LOG names their targets (aws_smithy_runtime, ...).
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     verbose: u8,
 }
@@ -481,23 +483,58 @@ pub async fn interruptible<T>(
     }
 }
 
+/// The AWS SDK's targets whose TRACE events hold raw request and response
+/// bodies (ECR authorization tokens, STS credentials): dropped under `-vv`
+/// and under a `RUST_LOG` that does not name them itself.
+const SDK_WIRE_TARGETS: [&str; 3] = [
+    "aws_smithy_runtime",
+    "aws_smithy_runtime_api",
+    "aws_smithy_http_client",
+];
+
+/// Whether `target` is one of [`SDK_WIRE_TARGETS`] or a module under one.
+fn is_sdk_wire_target(target: &str) -> bool {
+    SDK_WIRE_TARGETS.iter().any(|t| {
+        target
+            .strip_prefix(t)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with("::"))
+    })
+}
+
 fn init_logging(verbose: u8) {
+    use tracing_subscriber::filter::{filter_fn, FilterExt as _};
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    use tracing_subscriber::Layer as _;
+
     let default = match verbose {
         // kube's client logs every failed response at ERROR; kfaws retries
         // or reports them with their context itself (-v shows them).
         0 => "warn,kube_client=off",
         1 => "kfaws=debug,info",
-        // The AWS SDK's trace logs hold raw response bodies (ECR tokens, STS
-        // credentials): never at -vv; RUST_LOG can still ask for them.
-        _ => "trace,aws_smithy_runtime=debug,aws_smithy_runtime_api=debug,aws_smithy_http_client=debug",
+        _ => "trace",
     };
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        // Colour only for a terminal: a log file or CI output stays plain.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+    let from_env = std::env::var("RUST_LOG")
+        .ok()
+        .filter(|v| !v.trim().is_empty());
+    // Only a RUST_LOG that names an SDK target asks for its bodies.
+    let wire_asked = from_env
+        .as_deref()
+        .is_some_and(|v| SDK_WIRE_TARGETS.iter().any(|t| v.contains(t)));
+    let filter = from_env
+        .and_then(|v| tracing_subscriber::EnvFilter::try_new(v).ok())
+        .unwrap_or_else(|| tracing_subscriber::EnvFilter::new(default));
+    let no_wire = filter_fn(move |meta| {
+        wire_asked || *meta.level() != tracing::Level::TRACE || !is_sdk_wire_target(meta.target())
+    });
+    tracing_subscriber::registry()
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                // Colour only for a terminal: a log file or CI output stays plain.
+                .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+                .with_filter(filter.and(no_wire)),
+        )
         .init();
 }
 
@@ -618,5 +655,22 @@ async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
             endpoint::invoke(&g, &name, image.as_deref(), json.as_deref()).await
         }
         Command::Endpoint(EndpointCommand::Delete { name }) => endpoint::delete(&g, &name).await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_sdk_wire_target;
+
+    #[test]
+    fn sdk_wire_targets_match_their_modules_only() {
+        assert!(is_sdk_wire_target("aws_smithy_runtime"));
+        assert!(is_sdk_wire_target(
+            "aws_smithy_runtime::client::orchestrator"
+        ));
+        assert!(is_sdk_wire_target("aws_smithy_http_client::hyper_014"));
+        assert!(!is_sdk_wire_target("aws_smithy_runtime_x"));
+        assert!(!is_sdk_wire_target("aws_config::imds"));
+        assert!(!is_sdk_wire_target("kfaws::aws::stack"));
     }
 }
