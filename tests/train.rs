@@ -382,7 +382,15 @@ fn local_checkpoint_count(dir: &Path) -> usize {
 async fn bad_input_is_refused_before_any_job_is_created() {
     let d = Deployment::new("");
     let data = FASHION_MNIST;
+    // One byte over InvokeEndpoint's 6 MiB (a sparse file).
+    let big = tempfile::NamedTempFile::new().unwrap();
+    big.as_file().set_len(6_291_457).unwrap();
+    let big = big.path().to_str().unwrap().to_string();
     for (args, expected) in [
+        (
+            vec!["endpoint", "invoke", "demo", "--region", "us-east-1", "--image", &big],
+            "is 6291457 bytes; InvokeEndpoint takes at most 6291456 bytes",
+        ),
         (
             vec!["train", "--runtime", "docker", "--data", data],
             "invalid value 'docker'",
@@ -481,7 +489,7 @@ async fn bad_input_is_refused_before_any_job_is_created() {
                 "--hp",
                 "epochs=3",
             ],
-            "conflicts with the --epochs flag",
+            "--hp epochs=… is not accepted: kfaws passes epochs to the trainer from its --epochs flag",
         ),
         (
             vec!["train", "--runtime", "local", "--data", data, "--no-wait"],
@@ -582,6 +590,7 @@ async fn bad_input_is_refused_before_any_job_is_created() {
     );
     d.write_config("");
     assert_eq!(d.calls("CreateTrainingJob"), 0);
+    assert_eq!(d.calls("InvokeEndpoint"), 0);
     assert!(
         !d.dir.path().join("kfaws-jobs").exists(),
         "no local job started"
@@ -667,6 +676,7 @@ async fn demo_path_trains_on_both_runtimes_serves_the_model_and_destroys_everyth
         assert!(err.contains(expected), "{args:?}: {err}");
     }
     assert_eq!(d.calls("CreateTrainingJob"), 0);
+    assert_eq!(d.calls("InvokeEndpoint"), 0);
     assert_eq!(
         d.calls("PutObject"),
         0,

@@ -149,7 +149,14 @@ pub async fn invoke(
         (None, Some(p)) => (p, "application/json"),
         _ => bail!("pass exactly one of --image FILE or --json FILE"),
     };
-    let body = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    let size = tokio::fs::metadata(path)
+        .await
+        .with_context(|| format!("reading {}", path.display()))?
+        .len();
+    endpoint::check_body_size(&path.display().to_string(), size)?;
+    let body = tokio::fs::read(path)
+        .await
+        .with_context(|| format!("reading {}", path.display()))?;
     let region = invoke_region(g)?;
     let aws = kfaws::aws::sdk_config(&region, g.aws_profile.as_deref()).await;
     let rt = aws_sdk_sagemakerruntime::Client::new(&aws);

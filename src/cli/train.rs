@@ -164,9 +164,10 @@ fn request(args: &TrainArgs, runtime: Runtime) -> anyhow::Result<Request> {
         .iter()
         .find(|(k, _)| kfaws::train::FLAG_KEYS.contains(&k.replace('_', "-").as_str()))
     {
+        let flag = k.replace('_', "-");
         bail!(
-            "--hp {k}=… conflicts with the --{} flag; set it with the flag",
-            k.replace('_', "-")
+            "--hp {k}=… is not accepted: kfaws passes {flag} to the trainer from its --{flag} \
+             flag (which has a default); use --{flag} instead"
         );
     }
     if runtime == Runtime::Sagemaker

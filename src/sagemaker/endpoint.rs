@@ -564,11 +564,37 @@ async fn wait_in_service(
     }
 }
 
+/// Refuses a request body of `bytes` over [`MAX_INVOKE_BODY_BYTES`];
+/// `what` names it in the error (e.g. the file it comes from).
+///
+/// # Errors
+/// [`SageMakerError::Invalid`] naming `what`, its size and the limit.
+pub fn check_body_size(what: &str, bytes: u64) -> Result<(), SageMakerError> {
+    if bytes > MAX_INVOKE_BODY_BYTES {
+        return Err(SageMakerError::Invalid {
+            field: what.to_string(),
+            reason: format!(
+                "it is {bytes} bytes; InvokeEndpoint takes at most {MAX_INVOKE_BODY_BYTES} bytes \
+                 (6 MiB, Amazon SageMaker Runtime API Reference, InvokeEndpoint); send a smaller \
+                 image"
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// The largest request body InvokeEndpoint takes, in bytes (6 MiB: `Body`,
+/// "Maximum length of 6291456", Amazon SageMaker Runtime API Reference,
+/// InvokeEndpoint).
+pub const MAX_INVOKE_BODY_BYTES: u64 = 6_291_456;
+
 /// Sends `body` (of media type `content_type`) to endpoint `name`
 /// (InvokeEndpoint) and returns the container's answer.
 ///
 /// # Errors
 /// - [`SageMakerError::InvalidName`] before the call;
+/// - [`SageMakerError::Invalid`] before the call for a body over
+///   [`MAX_INVOKE_BODY_BYTES`];
 /// - [`SageMakerError::Model`] when the container answered with an error
 ///   (`ModelError`: its HTTP status and message, and its log stream);
 /// - [`SageMakerError::Api`] for any other failure (no such endpoint,
@@ -580,6 +606,7 @@ pub async fn invoke(
     body: Vec<u8>,
 ) -> Result<Vec<u8>, SageMakerError> {
     validate_name(Kind::Endpoint, name)?;
+    check_body_size("the request body", body.len() as u64)?;
     match rt
         .invoke_endpoint()
         .endpoint_name(name)
