@@ -436,7 +436,7 @@ async fn leftover_enis_and_load_balancer_groups_of_the_cluster_are_removed_befor
         (&lb, "security group"),
     ] {
         assert!(
-            plan.contains(&format!("- {id} ({kind})  # left in the VPC for cluster")),
+            plan.contains(&format!("- {id} ({kind})  # made for cluster")),
             "{id} not in:\n{plan}"
         );
     }

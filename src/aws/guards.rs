@@ -511,8 +511,8 @@ impl Guard for VpcGuard {
             replacement: None,
             condition: None,
             note: Some(format!(
-                "left in the VPC for cluster {} by Kubernetes, not created by kfaws; deleted \
-                 before the VPC",
+                "made for cluster {} outside kfaws' stacks (by EKS or a Kubernetes controller); \
+                 deleted before the VPC if still there once the cluster is gone",
                 self.cluster
             )),
         };

@@ -60,7 +60,8 @@ pub struct ResourceResult {
 pub struct ApplyReport {
     /// One entry per planned change, in address order.
     pub results: Vec<ResourceResult>,
-    /// Whether an interrupt stopped the run.
+    /// Whether an interrupt (SIGINT, SIGTERM, SIGHUP) arrived during the run;
+    /// a run that still succeeded in full is reported as succeeded.
     pub interrupted: bool,
     /// Wall time of the whole walk.
     pub elapsed: Duration,
@@ -189,7 +190,9 @@ pub async fn execute(
         .collect();
     Ok(ApplyReport {
         results,
-        interrupted: result.cancelled && cancel.is_cancelled(),
+        // Also when every job had started before the signal: a job that
+        // then failed (a delete waiting out its deadline) was interrupted too.
+        interrupted: cancel.is_cancelled(),
         elapsed: started.elapsed(),
         refreshed,
     })
