@@ -95,6 +95,9 @@ pub enum ServeError {
     /// The port could not be bound.
     #[error("cannot listen on {addr}: {detail}")]
     Bind { addr: String, detail: String },
+    /// The asynchronous I/O runtime (tokio) could not start: no file descriptor or thread left.
+    #[error("cannot start the I/O runtime: {0}")]
+    Runtime(String),
 }
 
 /// A loaded model ready to classify.
@@ -336,7 +339,7 @@ impl Classifier {
 /// [`SHUTDOWN_GRACE`].
 ///
 /// # Errors
-/// [`ServeError::Bind`].
+/// [`ServeError::Runtime`], [`ServeError::Bind`].
 pub fn serve(
     classifier: Classifier,
     args: &ServeArgs,
@@ -345,10 +348,7 @@ pub fn serve(
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|e| ServeError::Bind {
-            addr: format!("{}:{}", args.bind_addr, args.port),
-            detail: format!("cannot start the I/O runtime: {e}"),
-        })?;
+        .map_err(|e| ServeError::Runtime(e.to_string()))?;
     runtime.block_on(serve_async(classifier, args, stop))
 }
 
@@ -441,7 +441,7 @@ type Answer = Result<String, Rejection>;
 
 async fn handle(request: Request<Incoming>, shared: &Arc<Shared>) -> Response<Full<Bytes>> {
     let answer = match (request.method(), request.uri().path()) {
-        (&Method::GET, "/ping") => Ok(String::new()),
+        (&Method::GET, "/ping") => Ok(r#"{"status":"healthy"}"#.to_string()),
         (&Method::POST, "/invocations") => invocation(request, shared).await,
         (_, path @ ("/ping" | "/invocations")) => {
             let allow = if path == "/ping" { "GET" } else { "POST" };

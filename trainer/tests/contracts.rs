@@ -206,10 +206,11 @@ fn sagemaker_layout_trains_then_serves_a_real_test_image() {
         ),
         "{answer:?}"
     );
-    assert_eq!(
-        http(port, "GET", "/ping", "text/plain", b"").unwrap().0,
-        200
-    );
+    // /ping's body is JSON, as its content type says.
+    let (status, body) = http(port, "GET", "/ping", "text/plain", b"").unwrap();
+    assert_eq!(status, 200, "{body}");
+    let ping: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(ping["status"], "healthy", "{body}");
     drop(wrong);
     // Invocations whose bodies never come are admitted up to the one worker plus its queue of
     // 4; the 6th is shed with 503 at once, and /ping is answered all the while.
