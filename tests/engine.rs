@@ -589,3 +589,43 @@ async fn a_saved_plan_is_refused_once_the_state_moved() {
     let err = kfaws::plan::file::check(&loaded, "123456789012", &state, &handles).unwrap_err();
     assert!(err.to_string().contains("stale"), "{err}");
 }
+
+/// An interrupt while every job has already started: a job that then fails
+/// makes the run interrupted (exit 130), one that succeeds leaves it
+/// succeeded.
+#[tokio::test]
+async fn an_interrupt_after_every_job_started_is_reported_only_when_one_then_fails() {
+    for fails in [true, false] {
+        let env = Env::new();
+        let desired: Vec<Arc<dyn Resource>> = vec![Arc::new(TestResource::new(
+            &env.world,
+            "slow",
+            &[],
+            Duration::from_millis(400),
+        ))];
+        if fails {
+            env.world.set_faults(&Faults {
+                fail_create: ["slow".to_string()].into(),
+                ..Faults::default()
+            });
+        }
+        let cancel = CancellationToken::new();
+        let signal = cancel.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            signal.cancel();
+        });
+        let report = common::plan_and_apply(
+            &env.world,
+            &desired,
+            &env.store,
+            false,
+            1,
+            Arc::new(kfaws::engine::progress::Silent),
+            cancel,
+        )
+        .await;
+        assert_eq!(report.interrupted, fails, "fails: {fails}");
+        assert_eq!(report.succeeded(), !fails, "fails: {fails}");
+    }
+}

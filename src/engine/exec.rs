@@ -60,8 +60,9 @@ pub struct ResourceResult {
 pub struct ApplyReport {
     /// One entry per planned change, in address order.
     pub results: Vec<ResourceResult>,
-    /// Whether an interrupt (SIGINT, SIGTERM, SIGHUP) arrived during the run;
-    /// a run that still succeeded in full is reported as succeeded.
+    /// Whether an interrupt (SIGINT, SIGTERM, SIGHUP) arrived during the run
+    /// and something did not succeed (not started, or failed after it); a
+    /// run that still succeeded in full is not interrupted.
     pub interrupted: bool,
     /// Wall time of the whole walk.
     pub elapsed: Duration,
@@ -175,7 +176,7 @@ pub async fn execute(
     .await;
     let elapsed = elapsed.lock().expect("not poisoned").clone();
     let skipped = skipped.lock().expect("not poisoned").clone();
-    let results = changes
+    let results: Vec<ResourceResult> = changes
         .values()
         .map(|c| ResourceResult {
             address: c.address.clone(),
@@ -188,11 +189,13 @@ pub async fn execute(
             elapsed: elapsed.get(&c.address).copied(),
         })
         .collect();
+    // Also when every job had started before the signal: a job that then
+    // failed (a delete waiting out its deadline) was interrupted too.
+    let interrupted =
+        cancel.is_cancelled() && results.iter().any(|r| r.outcome != Outcome::Succeeded);
     Ok(ApplyReport {
         results,
-        // Also when every job had started before the signal: a job that
-        // then failed (a delete waiting out its deadline) was interrupted too.
-        interrupted: cancel.is_cancelled(),
+        interrupted,
         elapsed: started.elapsed(),
         refreshed,
     })
