@@ -531,6 +531,9 @@ fn init_logging(verbose: u8) {
         .with(
             tracing_subscriber::fmt::layer()
                 .with_writer(std::io::stderr)
+                // A failed write would be reported with `eprintln!`, which
+                // panics (exit 101) when stderr is a closed pipe.
+                .log_internal_errors(false)
                 // Colour only for a terminal: a log file or CI output stays plain.
                 .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
                 .with_filter(filter.and(no_wire)),

@@ -49,6 +49,9 @@ struct SampleArgs {
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        // A failed write would be reported with `eprintln!`, which panics (exit 101) when
+        // stderr is the closed pipe: the log line is lost, the exit code is kept.
+        .log_internal_errors(false)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),

@@ -363,6 +363,25 @@ fn closed_stdout_does_not_stop_training() {
     assert!(model.join("model.json").is_file(), "{err}");
 }
 
+/// A configuration error logged to a closed stderr keeps exit 1 (not a panic's 101, which the
+/// ExitCode restart policy would read as a crash): the log writer's own failure is not reported
+/// with a panicking `eprintln!`.
+#[test]
+fn a_configuration_error_on_a_closed_stderr_still_exits_1() {
+    let dir = tempfile::tempdir().unwrap();
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_kfaws-trainer"))
+        .args(["train", "--hp=lr=-1"])
+        .env("TRAINER_SAGEMAKER_ROOT", dir.path().join("no-sagemaker"))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(writer)
+        .status()
+        .unwrap();
+    assert_eq!(status.code(), Some(1));
+}
+
 /// Flags that do not parse, and thread settings that cannot work, are configuration errors:
 /// exit 1 naming the flag, before any data is read.
 #[test]
