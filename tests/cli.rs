@@ -318,6 +318,27 @@ fn a_bad_value_from_an_environment_variable_names_the_variable() {
     .stderr(predicate::str::contains("environment variable").not());
 }
 
+/// An error reported to a closed stderr (`kfaws … 2>&1 | head` after
+/// `head` exited) keeps its exit status: 1, not a panic's 101. At -vv the
+/// log lines go to the closed pipe too.
+#[test]
+fn an_error_on_a_closed_stderr_still_exits_1() {
+    let d = Deployment::new("");
+    for verbose in [None, Some("-vv")] {
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let mut args = vec!["validate", "--name", "test-k8_cluster01"];
+        args.extend(verbose);
+        let status = d
+            .process(&args)
+            .stdout(std::process::Stdio::null())
+            .stderr(writer)
+            .status()
+            .unwrap();
+        assert_eq!(status.code(), Some(1), "{verbose:?}");
+    }
+}
+
 #[test]
 fn graph_prints_dot_with_every_resource() {
     let d = Deployment::new("");
@@ -637,6 +658,46 @@ async fn artifact_bucket_settings_changed_outside_kfaws_are_drift_and_apply_rest
         .code(0);
     d.stdout(&["destroy", "--auto-approve"]);
     assert!(d.aws().await.leftovers().await.is_empty());
+}
+
+/// `plan -out` writes only regular files: through a symbolic link (the
+/// link stays), never over a FIFO (or a device such as /dev/null), and not
+/// into a directory that does not exist (Terraform refuses it too).
+#[tokio::test]
+async fn plan_out_follows_links_and_refuses_what_is_not_a_regular_file() {
+    use std::os::unix::fs::FileTypeExt as _;
+
+    let d = Deployment::new("");
+    let dir = tempfile::tempdir().unwrap();
+    let real = dir.path().join("real.plan");
+    std::fs::write(&real, "old").unwrap();
+    let link = dir.path().join("link.plan");
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    d.stdout(&["plan", "-out", link.to_str().unwrap()]);
+    assert!(std::fs::symlink_metadata(&link)
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    let saved: serde_json::Value = serde_json::from_slice(&std::fs::read(&real).unwrap()).unwrap();
+    assert!(saved.is_object(), "{saved}");
+
+    let fifo = dir.path().join("fifo");
+    assert!(std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    let err = d.fails(&["plan", "-out", fifo.to_str().unwrap()]);
+    assert!(err.contains("is not a regular file"), "{err}");
+    assert!(std::fs::symlink_metadata(&fifo)
+        .unwrap()
+        .file_type()
+        .is_fifo());
+
+    let missing = dir.path().join("missing/p.plan");
+    let err = d.fails(&["plan", "-out", missing.to_str().unwrap()]);
+    assert!(err.contains("No such file or directory"), "{err}");
+    assert!(!dir.path().join("missing").exists());
 }
 
 fn control(path: &str, method: &str, body: &str) -> String {

@@ -21,7 +21,6 @@
 //! `read_from`, which would rewrite them to absolute paths).
 
 use std::collections::BTreeMap;
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use kube::config::{
@@ -289,15 +288,10 @@ pub fn write(path: &Path, config: &Kubeconfig) -> Result<(), KubeconfigError> {
         std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
         builder.create(&dir).map_err(io(&dir))?;
     }
-    // tempfile creates the file with mode 0600 on Unix.
-    let mut tmp = tempfile::NamedTempFile::new_in(&dir).map_err(io(&dir))?;
-    tmp.write_all(yaml.as_bytes()).map_err(io(path))?;
-    tmp.as_file().sync_all().map_err(io(path))?;
-    tmp.persist(path).map_err(|e| io(path)(e.error))?;
-    if let Ok(d) = std::fs::File::open(&dir) {
-        let _ = d.sync_all();
-    }
-    Ok(())
+    // Mode 0600; a symbolic link (`~/.kube/config` kept in a dotfiles
+    // repository) is followed and kept, as kubectl does.
+    crate::state::replace::replace_file(path, yaml.as_bytes(), ".kubeconfig-")
+        .map_err(|(p, source)| KubeconfigError::Io { path: p, source })
 }
 
 #[cfg(test)]

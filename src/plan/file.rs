@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 
 use super::{Handles, Plan, PLAN_FORMAT_VERSION};
 use crate::address::Address;
-use crate::state::{spec_hash, store::write_atomic, State};
+use crate::state::replace::replace_file;
+use crate::state::{spec_hash, State};
 
 /// Why a saved plan cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -63,23 +64,22 @@ fn made_against(serial: u64, lineage: &uuid::Uuid) -> String {
     }
 }
 
-/// Writes `plan` to `path` (JSON, mode 0600).
+/// Writes `plan` to `path` (JSON, mode 0600) atomically
+/// ([`crate::state::replace`]: a symbolic link is followed, anything but a
+/// regular file refused, a missing directory is an error, as Terraform's
+/// `plan -out`).
 ///
 /// # Errors
 /// [`PlanFileError::Io`].
 pub fn save(plan: &Plan, path: &Path) -> Result<(), PlanFileError> {
     let bytes = serde_json::to_vec_pretty(plan).expect("a plan serializes");
-    write_atomic(path, &bytes).map_err(|e| PlanFileError::Io {
+    replace_file(path, &bytes, ".plan-").map_err(|(p, source)| PlanFileError::Io {
         path: path.to_path_buf(),
-        message: match e {
-            // The error of the file itself, or of the directory it goes in.
-            crate::state::store::StateError::Io { path: p, source } if p == path => {
-                source.to_string()
-            }
-            crate::state::store::StateError::Io { path: p, source } => {
-                format!("{}: {source}", p.display())
-            }
-            other => other.to_string(),
+        // The error of the file itself, or of the directory it goes in.
+        message: if p == path {
+            source.to_string()
+        } else {
+            format!("{}: {source}", p.display())
         },
     })
 }

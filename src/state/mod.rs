@@ -12,6 +12,7 @@
 //! endpoints in their outputs.
 
 pub mod lock;
+pub mod replace;
 pub mod store;
 
 use std::collections::BTreeMap;

@@ -7,7 +7,6 @@
 //! document, never a torn one (POSIX `rename(2)` atomicity).
 
 use std::fs;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
@@ -172,8 +171,9 @@ pub fn upgrade(version: u64, value: Value) -> Result<Value, String> {
     }
 }
 
-/// Writes `bytes` to `path` atomically with mode 0600, creating the
-/// directory with mode 0700 when needed.
+/// Writes `bytes` to `path` atomically with mode 0600 ([`super::replace`]:
+/// a symbolic link is followed, anything but a regular file refused),
+/// creating the directory with mode 0700 when needed.
 ///
 /// # Errors
 /// [`StateError::Io`] naming the path that failed.
@@ -183,25 +183,14 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), StateError> {
         _ => Path::new("."),
     };
     create_private_dir(dir)?;
-    // tempfile creates the file with mode 0600 on Unix.
-    let mut tmp = tempfile::Builder::new()
-        .prefix(".state-")
-        .suffix(".tmp")
-        .tempfile_in(dir)
-        .map_err(io(dir))?;
-    tmp.write_all(bytes).map_err(io(tmp.path()))?;
-    tmp.as_file().sync_all().map_err(io(path))?;
-    tmp.persist(path).map_err(|e| io(path)(e.error))?;
-    fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(io(dir))?;
-    Ok(())
+    super::replace::replace_file(path, bytes, ".state-")
+        .map_err(|(path, source)| StateError::Io { path, source })
 }
 
-/// Creates `dir` (and parents) with mode 0700 on Unix.
+/// Creates `dir` and its missing parents with mode 0700.
 ///
 /// # Errors
-/// [`StateError::Io`].
+/// [`StateError::Io`] naming `dir`.
 pub fn create_private_dir(dir: &Path) -> Result<(), StateError> {
     let mut builder = fs::DirBuilder::new();
     builder.recursive(true);
