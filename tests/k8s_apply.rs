@@ -220,6 +220,45 @@ async fn an_object_edited_by_someone_else_is_reapplied_not_skipped() {
     );
 }
 
+/// A Secret written with `stringData`, whose value someone else changed, is
+/// applied again and gets its value back (the plan-level drift report of the
+/// same edit is in tests/vanilla_k8s.rs).
+#[tokio::test]
+async fn a_secret_value_from_string_data_changed_by_someone_else_is_reapplied() {
+    use k8s_openapi::api::core::v1::Secret;
+
+    let client = client().await;
+    let b = Bundle::from_sources(
+        "secret-drift",
+        [(
+            PathBuf::from("secret.yaml"),
+            "apiVersion: v1\nkind: Secret\nmetadata: {name: db-creds, namespace: default}\n\
+             stringData: {password: first-value}\n"
+                .to_string(),
+        )],
+    )
+    .unwrap();
+    let a = applier(&client, Duration::from_secs(60));
+    a.apply(&b).await.unwrap();
+    let api: Api<Secret> = Api::namespaced(client.clone(), "default");
+    let value = |s: Secret| s.data.unwrap()["password"].0.clone();
+    assert_eq!(value(api.get("db-creds").await.unwrap()), b"first-value");
+    api.patch(
+        "db-creds",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"stringData": {"password": "changed-by-hand"}})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        value(api.get("db-creds").await.unwrap()),
+        b"changed-by-hand"
+    );
+    let report = a.apply(&b).await.unwrap();
+    assert_eq!(report.objects[0].1, Outcome::Updated);
+    assert_eq!(value(api.get("db-creds").await.unwrap()), b"first-value");
+}
+
 #[tokio::test]
 async fn an_object_removed_from_the_bundle_is_pruned() {
     let client = client().await;
@@ -369,6 +408,35 @@ async fn c10_a_removed_api_version_fails_before_anything_is_applied() {
         parent.get_opt("c10").await.unwrap().is_none(),
         "no inventory written"
     );
+}
+
+/// A ConfigMap written without a namespace and again with `namespace:
+/// default` is one object: refused before anything is applied (applying
+/// both would flip its data on every apply).
+#[tokio::test]
+async fn one_object_written_with_and_without_its_default_namespace_is_refused() {
+    let client = client().await;
+    let b = Bundle::from_sources(
+        "twice",
+        [(
+            std::path::PathBuf::from("twice.yaml"),
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: twice-cm\ndata: {a: '1'}\n---\n\
+             apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: twice-cm\n  namespace: default\n\
+             data: {a: '2'}\n"
+                .to_string(),
+        )],
+    )
+    .unwrap();
+    let a = applier(&client, Duration::from_secs(60));
+    let err = a.check(&b).await.unwrap_err();
+    assert!(matches!(err, ApplyError::SameObject(_)), "{err}");
+    let msg = a.apply(&b).await.unwrap_err().to_string();
+    assert!(
+        msg.contains("ConfigMap default/twice-cm is written twice, at twice.yaml document 1"),
+        "{msg}"
+    );
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    assert!(cms.get_opt("twice-cm").await.unwrap().is_none());
 }
 
 #[tokio::test]

@@ -246,6 +246,31 @@ async fn apply_installs_the_kubernetes_half_from_the_aws_outputs_and_destroy_rem
     );
     d.kfaws(&["plan", "--detailed-exitcode"]).assert().code(0);
 
+    // A Secret written with stringData: a value changed by someone else is
+    // drift too (kfaws applies it as the data it becomes).
+    let secrets = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), "kubeflow");
+    let password = |s: k8s_openapi::api::core::v1::Secret| s.data.unwrap()["password"].0.clone();
+    secrets
+        .patch(
+            "mysql-secret",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(serde_json::json!({"stringData": {"password": "by-hand"}})),
+        )
+        .await
+        .unwrap();
+    let edited = d.planned_changes();
+    assert!(
+        edited.contains("- \"Secret kubeflow/mysql-secret: data.password\""),
+        "{edited}"
+    );
+    d.stdout(&["apply", "--auto-approve"]);
+    assert_eq!(
+        password(secrets.get("mysql-secret").await.unwrap()),
+        b"demo-only",
+        "apply restored the password"
+    );
+    d.kfaws(&["plan", "--detailed-exitcode"]).assert().code(0);
+
     // `kubectl set image` on the controller: a field inside a container (an
     // entry of a keyed list) moved to another manager is drift too.
     let deployments = Api::<K8sDeployment>::namespaced(client.clone(), "kube-system");

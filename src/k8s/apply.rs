@@ -41,7 +41,7 @@ use tokio::time::Instant;
 use super::applyset::{self, ApplySet, Inventory, InventoryError, Member};
 use super::bundle::{Bundle, Origin};
 use super::delete::{self, DeleteError, DeleteReport};
-use super::discovery::{self, resolve, Served, Target, Unserved};
+use super::discovery::{self, resolve, SameObject, Served, Target, Unserved};
 use super::object::ObjectRef;
 use super::phases::{self, Gate, Phases};
 use super::retry::{self, RetryError};
@@ -143,12 +143,58 @@ impl fmt::Display for ObjectFailure {
     }
 }
 
+/// Moves a core `Secret`'s `stringData` into `data`, base64-encoded, as the
+/// API server does on write ("All keys and values are merged into the data
+/// field on write, overwriting any existing values. The stringData field is
+/// never output when reading from the API", Kubernetes API reference,
+/// Secret v1). Applied as written, kfaws' field manager would own
+/// `stringData` fields no read ever shows, so a value changed outside kfaws
+/// would never be seen as drift; owning `data` fields, it is.
+pub(crate) fn secret_string_data_to_data(object: &mut Value) {
+    use base64::Engine as _;
+
+    if object["apiVersion"] != "v1" || object["kind"] != "Secret" {
+        return;
+    }
+    let Some(map) = object.as_object_mut() else {
+        return;
+    };
+    let Some(Value::Object(strings)) = map.remove("stringData") else {
+        return;
+    };
+    let data = map.entry("data").or_insert_with(|| json!({}));
+    if !data.is_object() {
+        *data = json!({});
+    }
+    for (key, value) in strings {
+        // A value that is not a string is left for the API server to refuse.
+        let encoded = match &value {
+            Value::String(text) => json!(base64::engine::general_purpose::STANDARD.encode(text)),
+            _ => value,
+        };
+        data[key] = encoded;
+    }
+}
+
+/// [`resolve`] then [`discovery::distinct`]: every object served, none
+/// written twice.
+// ApplyError, as every Applier method returns (their futures are as large).
+#[allow(clippy::result_large_err)]
+fn resolved(bundle: &Bundle, served: &Served) -> Result<Vec<Target>, ApplyError> {
+    let targets = resolve(bundle, served)?;
+    discovery::distinct(bundle, &targets)?;
+    Ok(targets)
+}
+
 /// Why an apply or destroy failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ApplyError {
     /// Objects use APIs the cluster does not serve (plan time, nothing applied).
     #[error(transparent)]
     Unserved(#[from] Unserved),
+    /// Two documents name the same object (plan time, nothing applied).
+    #[error(transparent)]
+    SameObject(#[from] Box<SameObject>),
     /// Discovery failed.
     #[error("cannot discover the API server's resources: {}", retry::message(.0))]
     Discovery(#[source] kube::Error),
@@ -254,7 +300,7 @@ impl Applier {
         let served = Served::fetch(&self.client)
             .await
             .map_err(ApplyError::Discovery)?;
-        Ok(resolve(bundle, &served)?)
+        resolved(bundle, &served)
     }
 
     /// The objects of `bundle` that exist in the cluster without this
@@ -272,7 +318,7 @@ impl Applier {
         let served = Served::fetch(&self.client)
             .await
             .map_err(ApplyError::Discovery)?;
-        let targets = resolve(bundle, &served)?;
+        let targets = resolved(bundle, &served)?;
         let set = self.applyset(&bundle.name);
         let ours = set.id.as_str();
         let reads: Vec<_> = targets
@@ -344,7 +390,7 @@ impl Applier {
         let served = Served::fetch(&self.client)
             .await
             .map_err(ApplyError::Discovery)?;
-        let targets = resolve(bundle, &served)?;
+        let targets = resolved(bundle, &served)?;
         let set = self.applyset(&bundle.name);
         let resolved = self.desired(bundle, targets, &set);
         let phases = phases::plan(bundle, &resolved.targets, &resolved.objects);
@@ -524,6 +570,7 @@ impl Applier {
                     }
                 }
             }
+            secret_string_data_to_data(&mut o);
             applyset::label(&mut o, &set.id);
             let hash = hex::encode(Sha256::digest(serde_json::to_vec(&o).unwrap_or_default()));
             if let Some(meta) = o.get_mut("metadata").and_then(Value::as_object_mut) {
@@ -954,6 +1001,24 @@ fn quoted(names: &[String]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn secret_string_data_becomes_base64_data_overriding_the_same_key() {
+        let mut o = json!({
+            "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"},
+            "data": {"user": "YWRtaW4=", "password": "b2xk"},
+            "stringData": {"password": "new"},
+        });
+        secret_string_data_to_data(&mut o);
+        assert_eq!(o["data"], json!({"user": "YWRtaW4=", "password": "bmV3"}));
+        assert!(o.get("stringData").is_none());
+        // Not a core Secret: left as written.
+        let mut other =
+            json!({"apiVersion": "x.test/v1", "kind": "Secret", "stringData": {"a": "b"}});
+        let before = other.clone();
+        secret_string_data_to_data(&mut other);
+        assert_eq!(other, before);
+    }
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, Time};
 
     fn entry(manager: &str, op: &str, secs: i64, sub: Option<&str>) -> ManagedFieldsEntry {

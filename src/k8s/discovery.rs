@@ -196,6 +196,53 @@ pub struct Unserved {
     pub objects: Vec<UnservedObject>,
 }
 
+/// Two documents of a bundle that name the same object once their namespace
+/// is resolved: a namespaced object written without `metadata.namespace`
+/// goes to `default`, so it is the same object as one written with
+/// `namespace: default` (the parse-time check compares namespaces as
+/// written). Applying both would make each apply overwrite the other.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "bundle {bundle:?}: {object} is written twice, at {first} and at {second} (a namespaced object \
+     without metadata.namespace goes to \"default\"); keep one of them"
+)]
+pub struct SameObject {
+    /// The bundle.
+    pub bundle: String,
+    /// `Kind namespace/name`, the namespace resolved.
+    pub object: String,
+    /// Where the first document is.
+    pub first: Origin,
+    /// Where the second is.
+    pub second: Origin,
+}
+
+/// Refuses two `targets` of `bundle` with the same resolved [`ObjectRef`].
+///
+/// # Errors
+/// [`SameObject`] for the first such pair, in bundle order (boxed: it
+/// carries two origins).
+pub fn distinct(bundle: &Bundle, targets: &[Target]) -> Result<(), Box<SameObject>> {
+    let mut seen: BTreeMap<&ObjectRef, usize> = BTreeMap::new();
+    for t in targets {
+        if let Some(&first) = seen.get(&t.object) {
+            let m = &bundle.objects[t.index];
+            let object = match &t.object.namespace {
+                Some(ns) => format!("{} {ns}/{}", m.kind, m.name),
+                None => format!("{} {}", m.kind, m.name),
+            };
+            return Err(Box::new(SameObject {
+                bundle: bundle.name.clone(),
+                object,
+                first: bundle.objects[first].origin.clone(),
+                second: m.origin.clone(),
+            }));
+        }
+        seen.insert(&t.object, t.index);
+    }
+    Ok(())
+}
+
 /// A kind defined by a CRD of the bundle.
 #[derive(Debug, Clone)]
 struct BundleKind {
@@ -458,5 +505,33 @@ mod tests {
             bundle("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: a\n  namespace: ignored\n");
         let t = resolve(&b, &served()).unwrap();
         assert_eq!(t[0].object.namespace, None);
+    }
+
+    #[test]
+    fn an_object_without_namespace_and_the_same_in_default_are_one_object() {
+        let b = bundle(
+            "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: ns-a\n\
+             ---\napiVersion: v1\nkind: Namespace\nmetadata:\n  name: ns-a\n  namespace: x\n",
+        );
+        // Parse time compares namespaces as written; resolved, both are the cluster-scoped ns-a.
+        let t = resolve(&b, &served()).unwrap();
+        let err = distinct(&b, &t).unwrap_err();
+        assert_eq!(err.object, "Namespace ns-a");
+        assert_eq!((err.first.document, err.second.document), (1, 2));
+        let msg = err.to_string();
+        assert!(msg.contains("is written twice, at t.yaml"), "{msg}");
+        // A namespaced object without namespace goes to "default".
+        let b = bundle(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c\ndata: {a: '1'}\n\
+             ---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c\n  namespace: default\ndata: {a: '2'}\n",
+        );
+        let t = resolve(&b, &served()).unwrap();
+        assert_eq!(distinct(&b, &t).unwrap_err().object, "ConfigMap default/c");
+        let b = bundle(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c\n\
+             ---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c\n  namespace: other\n",
+        );
+        let t = resolve(&b, &served()).unwrap();
+        assert!(distinct(&b, &t).is_ok());
     }
 }

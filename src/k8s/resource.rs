@@ -1101,10 +1101,15 @@ impl Resource for ManifestsResource {
         // Objects of the bundle whose fields someone else changed or removed
         // since kfaws applied them (C13): see [`edited`].
         let desired = self.bundle(None)?;
-        let manifests: std::collections::HashMap<String, &Value> = desired
+        // As applied: a Secret's stringData as the data it becomes.
+        let manifests: std::collections::HashMap<String, Value> = desired
             .objects
             .iter()
-            .map(|m| (manifest_key(m), &m.object))
+            .map(|m| {
+                let mut object = m.object.clone();
+                super::apply::secret_string_data_to_data(&mut object);
+                (manifest_key(m), object)
+            })
             .collect();
         let field_manager = applier.options().field_manager.clone();
         // Each entry names the object and the fields it lost, e.g.
