@@ -660,6 +660,63 @@ async fn artifact_bucket_settings_changed_outside_kfaws_are_drift_and_apply_rest
     assert!(d.aws().await.leftovers().await.is_empty());
 }
 
+/// The NFS security group opened to the world outside kfaws (and its own
+/// rule revoked) is drift in the plan; apply revokes what the template does
+/// not declare and puts its rule back.
+#[tokio::test]
+async fn nfs_security_group_rules_changed_outside_kfaws_are_drift_and_apply_restores_them() {
+    use aws_sdk_ec2::types::{IpPermission, IpRange};
+
+    let d = Deployment::new("");
+    let target = ["--target", "stack.network"];
+    d.stdout(&[&["apply", "--auto-approve"][..], &target].concat());
+    let group = d.output("stack.network", "NfsSecurityGroupId");
+    let ec2 = d.aws().await.ec2();
+    let rule = |protocol: &str, port: Option<i32>, cidr: &str| {
+        IpPermission::builder()
+            .ip_protocol(protocol)
+            .set_from_port(port)
+            .set_to_port(port)
+            .ip_ranges(IpRange::builder().cidr_ip(cidr).build())
+            .build()
+    };
+    ec2.authorize_security_group_ingress()
+        .group_id(&group)
+        .ip_permissions(rule("-1", None, "0.0.0.0/0"))
+        .send()
+        .await
+        .unwrap();
+    ec2.revoke_security_group_ingress()
+        .group_id(&group)
+        .ip_permissions(rule("tcp", Some(2049), "10.0.0.0/16"))
+        .send()
+        .await
+        .unwrap();
+    let plan = d.stdout(&[&["plan"][..], &target].concat());
+    assert!(
+        plan.contains("drift: changed outside kfaws: nfs_ingress")
+            && plan.contains("all from 0.0.0.0/0")
+            && plan.contains("tcp 2049 from 10.0.0.0/16"),
+        "{plan}"
+    );
+    d.stdout(&[&["apply", "--auto-approve"][..], &target].concat());
+    let described = ec2
+        .describe_security_groups()
+        .group_ids(&group)
+        .send()
+        .await
+        .unwrap();
+    let permissions = described.security_groups()[0].ip_permissions();
+    assert_eq!(permissions.len(), 1, "{permissions:?}");
+    assert_eq!(permissions[0].ip_protocol(), Some("tcp"));
+    assert_eq!(permissions[0].from_port(), Some(2049));
+    assert_eq!(permissions[0].ip_ranges()[0].cidr_ip(), Some("10.0.0.0/16"));
+    d.kfaws(&[&["plan", "--detailed-exitcode"][..], &target].concat())
+        .assert()
+        .code(0);
+    d.stdout(&["destroy", "--auto-approve"]);
+}
+
 /// `plan -out` writes only regular files: through a symbolic link (the
 /// link stays), never over a FIFO (or a device such as /dev/null), and not
 /// into a directory that does not exist (Terraform refuses it too).

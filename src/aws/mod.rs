@@ -13,6 +13,7 @@ pub mod drift;
 pub mod eks;
 pub mod guards;
 pub mod identity;
+pub mod ingress;
 pub mod oidc;
 pub mod stack;
 pub mod token;

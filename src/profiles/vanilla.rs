@@ -31,6 +31,7 @@ use crate::address::Address;
 use crate::aws::eks::cluster::ClusterResource;
 use crate::aws::eks::nodegroup::NodegroupResource;
 use crate::aws::guards::{BucketGuard, FixedRole, Kept, Owner, RolesGuard, VpcGuard};
+use crate::aws::ingress::IngressGuard;
 use crate::aws::oidc::OidcProviderResource;
 use crate::aws::stack::{InputParameter, StackResource};
 use crate::aws::trust::{aws_managed_policy, TrustGuard, TrustedRole, Trustee};
@@ -308,14 +309,24 @@ fn guards(
             .into(),
     };
     match part {
-        "network" => vec![Arc::new(VpcGuard {
-            ec2: aws_sdk_ec2::Client::new(aws),
-            cloudformation: aws_sdk_cloudformation::Client::new(aws),
-            stacks: PARTS.iter().map(|p| config.stack_name(p)).collect(),
-            cluster: config.name.clone(),
-            deadline: RELEASE_WAIT,
-            kept: kept(config),
-        })],
+        "network" => vec![
+            Arc::new(VpcGuard {
+                ec2: aws_sdk_ec2::Client::new(aws),
+                cloudformation: aws_sdk_cloudformation::Client::new(aws),
+                stacks: PARTS.iter().map(|p| config.stack_name(p)).collect(),
+                cluster: config.name.clone(),
+                deadline: RELEASE_WAIT,
+                kept: kept(config),
+            }),
+            Arc::new(IngressGuard {
+                ec2: aws_sdk_ec2::Client::new(aws),
+                vpc_cidr: config.options.vpc_cidr.clone(),
+                output: "NfsSecurityGroupId",
+                cloudformation: aws_sdk_cloudformation::Client::new(aws),
+                stack: config.stack_name("network"),
+                logical_id: "NfsSecurityGroup",
+            }),
+        ],
         "iam" => vec![
             Arc::new(RolesGuard {
                 iam: aws_sdk_iam::Client::new(aws),
