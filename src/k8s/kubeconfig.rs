@@ -152,11 +152,25 @@ pub fn default_path() -> Result<PathBuf, KubeconfigError> {
         .ok_or(KubeconfigError::NoPath)
 }
 
-/// Reads `path`; a missing or empty file is an empty kubeconfig.
+/// Reads `path`; a missing or empty file is an empty kubeconfig. Anything
+/// but a regular file (through a symbolic link too) is refused before it is
+/// opened: opening a FIFO would block until a writer came.
 ///
 /// # Errors
 /// [`KubeconfigError::Io`], [`KubeconfigError::Parse`].
 pub fn read(path: &Path) -> Result<Kubeconfig, KubeconfigError> {
+    if let Ok(meta) = std::fs::metadata(path) {
+        if !meta.is_file() {
+            return Err(KubeconfigError::Io {
+                path: path.to_path_buf(),
+                source: std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    "not a regular file (a directory, device, FIFO or socket); kfaws reads and \
+                     writes only regular kubeconfig files",
+                ),
+            });
+        }
+    }
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Kubeconfig::default()),
@@ -298,6 +312,20 @@ pub fn write(path: &Path, config: &Kubeconfig) -> Result<(), KubeconfigError> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_fifo_is_refused_without_being_opened() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("config");
+        assert!(std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success());
+        // Opening it for reading would block this test forever.
+        let err = read(&fifo).unwrap_err().to_string();
+        assert!(err.contains("not a regular file"), "{err}");
+    }
 
     fn access() -> ClusterAccess {
         ClusterAccess::from_outputs(
