@@ -159,18 +159,10 @@ pub fn default_path() -> Result<PathBuf, KubeconfigError> {
 /// # Errors
 /// [`KubeconfigError::Io`], [`KubeconfigError::Parse`].
 pub fn read(path: &Path) -> Result<Kubeconfig, KubeconfigError> {
-    if let Ok(meta) = std::fs::metadata(path) {
-        if !meta.is_file() {
-            return Err(KubeconfigError::Io {
-                path: path.to_path_buf(),
-                source: std::io::Error::new(
-                    std::io::ErrorKind::InvalidInput,
-                    "not a regular file (a directory, device, FIFO or socket); kfaws reads and \
-                     writes only regular kubeconfig files",
-                ),
-            });
-        }
-    }
+    crate::state::replace::ensure_regular(path).map_err(|source| KubeconfigError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Kubeconfig::default()),

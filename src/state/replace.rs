@@ -47,6 +47,28 @@ pub fn replace_file(path: &Path, bytes: &[u8], prefix: &str) -> Result<(), (Path
         .map_err(|e| (dir, e))
 }
 
+/// Refuses `path` when it exists (through a symbolic link too) and is not a
+/// regular file, without opening it (opening a FIFO blocks until a writer
+/// comes). A missing `path` passes.
+///
+/// # Errors
+/// `InvalidInput` naming what `path` resolves to; any other metadata error.
+pub fn ensure_regular(path: &Path) -> io::Result<()> {
+    match fs::metadata(path) {
+        Ok(meta) if !meta.is_file() => Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "{} is not a regular file (a directory, device, FIFO or socket); kfaws reads and \
+                 writes only regular files, replacing them atomically",
+                path.display()
+            ),
+        )),
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
 /// The file a write to `path` must replace: `path` itself, or the file a
 /// symbolic link at `path` resolves to.
 fn destination(path: &Path) -> io::Result<PathBuf> {
@@ -61,19 +83,8 @@ fn destination(path: &Path) -> io::Result<PathBuf> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(path.to_path_buf()),
         Err(e) => return Err(e),
     };
-    match fs::metadata(&target) {
-        Ok(meta) if !meta.is_file() => Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!(
-                "{} is not a regular file (a directory, device, FIFO or socket); kfaws writes \
-                 only regular files, replacing them atomically",
-                target.display()
-            ),
-        )),
-        Ok(_) => Ok(target),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(target),
-        Err(e) => Err(e),
-    }
+    ensure_regular(&target)?;
+    Ok(target)
 }
 
 #[cfg(test)]
