@@ -321,6 +321,30 @@ pub enum ConfigError {
     /// One or more derived names break their service's rule.
     #[error("{}", render_names(.0))]
     Names(Vec<NameError>),
+    /// More than one value breaks a rule: every one of them, in the order
+    /// the fields are checked, so that one run shows all there is to fix.
+    #[error("{}", render_several(.0))]
+    Several(Vec<ConfigError>),
+}
+
+/// `N problems in the config:` and one `\n  - problem` line per problem
+/// (per derived name of [`ConfigError::Names`]).
+fn render_several(errors: &[ConfigError]) -> String {
+    let lines: Vec<String> = errors
+        .iter()
+        .flat_map(|e| {
+            e.to_string()
+                .lines()
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let mut out = format!("{} problems in the config:", lines.len());
+    for line in lines {
+        out.push_str("\n  - ");
+        out.push_str(&line);
+    }
+    out
 }
 
 /// One line per broken name; names that break the same rule for the same
@@ -562,16 +586,20 @@ impl Config {
     /// Validates values and derived names; reports every broken name at once.
     ///
     /// # Errors
-    /// [`ConfigError::Invalid`] for the first bad value, else
-    /// [`ConfigError::Names`] listing every derived name that breaks a rule.
+    /// [`ConfigError::Invalid`] for a bad value, [`ConfigError::Names`]
+    /// listing every derived name that breaks a rule, or
+    /// [`ConfigError::Several`] with each of those when there is more than
+    /// one (the derived names are not checked in an unknown region).
     pub fn validate(&self) -> Result<(), ConfigError> {
         let invalid = |field: &str, value: &str, problem: String| ConfigError::Invalid {
             field: field.to_string(),
             value: value.to_string(),
             problem,
         };
-        if !naming::KNOWN_REGIONS.contains(&self.region.as_str()) {
-            return Err(invalid(
+        let mut errors = Vec::new();
+        let region_known = naming::KNOWN_REGIONS.contains(&self.region.as_str());
+        if !region_known {
+            errors.push(invalid(
                 "region",
                 &self.region,
                 "not an AWS Region kfaws knows (AWS General Reference, \"AWS Regions\"); \
@@ -585,42 +613,43 @@ impl Config {
             .and_then(|m| m.parse::<u32>().ok())
             .filter(|_| !kv.ends_with('.'));
         match minor {
-            None => {
-                return Err(invalid(
-                    "kubernetes_version",
-                    kv,
-                    "must be MAJOR.MINOR such as \"1.33\" (EKS CreateCluster, version)".into(),
-                ))
-            }
-            Some(m) if !SUPPORTED_MINORS.contains(&m) => {
-                return Err(invalid(
-                    "kubernetes_version",
-                    kv,
-                    format!(
-                        "EKS offers Kubernetes 1.{}..=1.{} (standard and extended support, \
+            None => errors.push(invalid(
+                "kubernetes_version",
+                kv,
+                "must be MAJOR.MINOR such as \"1.33\" (EKS CreateCluster, version)".into(),
+            )),
+            Some(m) if !SUPPORTED_MINORS.contains(&m) => errors.push(invalid(
+                "kubernetes_version",
+                kv,
+                format!(
+                    "EKS offers Kubernetes 1.{}..=1.{} (standard and extended support, \
                          Amazon EKS User Guide, \"Kubernetes version lifecycle\")",
-                        SUPPORTED_MINORS.start(),
-                        SUPPORTED_MINORS.end()
-                    ),
-                ))
-            }
+                    SUPPORTED_MINORS.start(),
+                    SUPPORTED_MINORS.end()
+                ),
+            )),
             Some(_) => {}
         }
-        check_cidr(&self.options.vpc_cidr)
-            .map_err(|p| invalid("options.vpc_cidr", &self.options.vpc_cidr, p))?;
-        if let Some(zones) = &self.options.availability_zones {
-            check_zones(zones, &self.region)
-                .map_err(|p| invalid("options.availability_zones", &zones.join(", "), p))?;
+        if let Err(p) = check_cidr(&self.options.vpc_cidr) {
+            errors.push(invalid("options.vpc_cidr", &self.options.vpc_cidr, p));
         }
-        check_policy_arns(&self.options.node_role_policies, &self.region).map_err(|p| {
-            invalid(
-                "options.node_role_policies",
-                &self.options.node_role_policies.join(", "),
-                p,
-            )
-        })?;
+        // Zones, policy ARNs (partition) and derived names follow the region.
+        if region_known {
+            if let Some(zones) = &self.options.availability_zones {
+                if let Err(p) = check_zones(zones, &self.region) {
+                    errors.push(invalid("options.availability_zones", &zones.join(", "), p));
+                }
+            }
+            if let Err(p) = check_policy_arns(&self.options.node_role_policies, &self.region) {
+                errors.push(invalid(
+                    "options.node_role_policies",
+                    &self.options.node_role_policies.join(", "),
+                    p,
+                ));
+            }
+        }
         if self.node_groups.is_empty() {
-            return Err(invalid(
+            errors.push(invalid(
                 "node_groups",
                 "{}",
                 "at least one node group is required".into(),
@@ -634,7 +663,7 @@ impl Config {
             .iter()
             .find(|p| self.role_name(p).eq_ignore_ascii_case(sagemaker))
         {
-            return Err(invalid(
+            errors.push(invalid(
                 "options.sagemaker_role_name",
                 sagemaker,
                 format!(
@@ -645,7 +674,7 @@ impl Config {
             ));
         }
         if RESERVED_NAMESPACES.contains(&self.options.user_namespace.as_str()) {
-            return Err(invalid(
+            errors.push(invalid(
                 "options.user_namespace",
                 &self.options.user_namespace,
                 "is a namespace of Kubernetes or of the Kubeflow components; choose a namespace of \
@@ -658,7 +687,7 @@ impl Config {
             // The group name becomes an address segment (eks.nodegroup.<group>)
             // and a Kubernetes label value.
             if let Some(problem) = naming::DNS1123_LABEL.violation(group) {
-                return Err(invalid(
+                errors.push(invalid(
                     "node_groups",
                     group,
                     format!(
@@ -667,14 +696,14 @@ impl Config {
                 ));
             }
             if ng.max_size < 1 {
-                return Err(invalid(
+                errors.push(invalid(
                     &field("max_size"),
                     &ng.max_size.to_string(),
                     "must be at least 1 (EKS NodegroupScalingConfig, maxSize)".into(),
                 ));
             }
             if !(ng.min_size <= ng.desired_size && ng.desired_size <= ng.max_size) {
-                return Err(invalid(
+                errors.push(invalid(
                     &field("desired_size"),
                     &ng.desired_size.to_string(),
                     format!(
@@ -693,14 +722,14 @@ impl Config {
                         c.is_ascii_lowercase() || c.is_ascii_digit() || c == '.' || c == '-'
                     })
             }) {
-                return Err(invalid(
+                errors.push(invalid(
                     &field("instance_type"),
                     it,
                     "must be an EC2 instance type such as m5.xlarge (family.size)".into(),
                 ));
             }
             if !(20..=16384).contains(&ng.disk_size_gib) {
-                return Err(invalid(
+                errors.push(invalid(
                     &field("disk_size_gib"),
                     &ng.disk_size_gib.to_string(),
                     "must be 20..=16384 GiB (EKS CreateNodegroup diskSize; gp3 volume limit)"
@@ -717,7 +746,7 @@ impl Config {
         ] {
             if let Some(path) = path {
                 if !path.exists() {
-                    return Err(invalid(
+                    errors.push(invalid(
                         field,
                         &path.display().to_string(),
                         "no such file or directory: name a `kustomize build` output or a \
@@ -728,11 +757,18 @@ impl Config {
                 }
             }
         }
-        let errors = naming::check_all(&self.derived_names());
-        if errors.is_empty() {
-            Ok(())
+        let names = if region_known {
+            naming::check_all(&self.derived_names())
         } else {
-            Err(ConfigError::Names(errors))
+            Vec::new()
+        };
+        if !names.is_empty() {
+            errors.push(ConfigError::Names(names));
+        }
+        match errors.len() {
+            0 => Ok(()),
+            1 => Err(errors.remove(0)),
+            _ => Err(ConfigError::Several(errors)),
         }
     }
 }
@@ -1074,6 +1110,53 @@ mod tests {
                 other => panic!("{toml}: expected Invalid {field}, got {other:?}"),
             }
         }
+    }
+
+    #[test]
+    fn every_bad_field_is_reported_in_one_run() {
+        let e = resolve(
+            "name = \"ml\"\nregion = \"us-east-1\"\nkubernetes_version = \"2.0\"\n\
+             [options]\nvpc_cidr = \"10.0.0.0/30\"\n\
+             [node_groups.cpu]\ninstance_type = \"m5\"\ndisk_size_gib = 10",
+        )
+        .unwrap_err();
+        let ConfigError::Several(errors) = &e else {
+            panic!("expected Several, got {e:?}");
+        };
+        let fields: Vec<&str> = errors
+            .iter()
+            .map(|e| match e {
+                ConfigError::Invalid { field, .. } => field.as_str(),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            fields,
+            [
+                "kubernetes_version",
+                "options.vpc_cidr",
+                "node_groups.cpu.instance_type",
+                "node_groups.cpu.disk_size_gib"
+            ]
+        );
+        let text = e.to_string();
+        assert!(
+            text.starts_with("4 problems in the config:\n  - kubernetes_version \"2.0\""),
+            "{text}"
+        );
+        assert_eq!(text.lines().count(), 5, "{text}");
+    }
+
+    #[test]
+    fn an_unknown_region_is_not_followed_by_the_checks_that_depend_on_it() {
+        let e = resolve(
+            "name = \"ml\"\nregion = \"moon-1\"\n[options]\navailability_zones = [\"moon-1a\"]",
+        )
+        .unwrap_err();
+        assert!(
+            matches!(&e, ConfigError::Invalid { field, .. } if field == "region"),
+            "{e:?}"
+        );
     }
 
     #[test]
