@@ -34,7 +34,19 @@ pub fn replace_file(path: &Path, bytes: &[u8], prefix: &str) -> Result<(), (Path
         .prefix(prefix)
         .suffix(".tmp")
         .tempfile_in(&dir)
-        .map_err(|e| (dir.clone(), e))?;
+        .map_err(|e| {
+            // tempfile's error names the temporary file, which was never
+            // made; say what is wrong with the directory instead.
+            let e = if e.kind() == io::ErrorKind::NotFound {
+                io::Error::new(io::ErrorKind::NotFound, "no such directory")
+            } else {
+                io::Error::new(
+                    e.kind(),
+                    format!("cannot create a file in it: {}", e.kind()),
+                )
+            };
+            (dir.clone(), e)
+        })?;
     tmp.write_all(bytes)
         .map_err(|e| (tmp.path().to_path_buf(), e))?;
     tmp.as_file()
@@ -133,6 +145,11 @@ mod tests {
         let (failed, e) = replace_file(&path, b"x", ".t-").unwrap_err();
         assert_eq!(failed, dir.path().join("missing"));
         assert_eq!(e.kind(), std::io::ErrorKind::NotFound);
+        assert_eq!(
+            e.to_string(),
+            "no such directory",
+            "not the temporary file's path"
+        );
         assert!(!dir.path().join("missing").exists());
     }
 
