@@ -3,14 +3,20 @@
 //! broadcasts them so every rank resumes from identical state.
 //!
 //! File `checkpoint-EEEEEE-SSSSSSSS.bin` (epoch, steps done in it), little-endian:
-//! magic `KFAWSCKP`, format version `u32`, epoch `u64`, step `u64`, parameter count `u64`,
-//! parameters `f32 × count`, momentum length `u64` (0 or count), momentum `f32 × length`.
+//! magic `KFAWSCKP`, format version `u32`, epoch `u64`, step `u64`, dataset name length `u8`
+//! and the name (UTF-8, [`DatasetKind::name`]), parameter count `u64`, parameters
+//! `f32 × count`, momentum length `u64` (0 or count), momentum `f32 × length`. Version 1
+//! files, written before the dataset was recorded, are read with an unknown dataset.
+//!
+//! [`DatasetKind::name`]: kfaws_trainer_contract::DatasetKind::name
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
 const MAGIC: &[u8; 8] = b"KFAWSCKP";
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
+/// The format without the dataset name, still read.
+const VERSION_WITHOUT_DATASET: u32 = 1;
 /// Checkpoints kept besides the newest, so a crash while writing never leaves none.
 const KEEP: usize = 2;
 
@@ -21,6 +27,10 @@ pub struct Checkpoint {
     pub epoch: u64,
     /// Steps of `epoch` already done (0: the epoch starts afresh).
     pub step: u64,
+    /// The dataset trained on (`mnist`, `fashion-mnist`, `cifar10`); empty when a version 1
+    /// file did not record it. MNIST and Fashion-MNIST models have the same parameter count,
+    /// so only this tells their checkpoints apart.
+    pub dataset: String,
     /// Flat model parameters.
     pub params: Vec<f32>,
     /// Flat momentum buffer, empty before the first step.
@@ -50,6 +60,17 @@ pub enum CheckpointError {
         expected: usize,
         found: usize,
     },
+    /// Written while training on another dataset of the same shape.
+    #[error(
+        "checkpoint {path} was written while training on {found}, but this run trains on \
+         {expected}: resuming would carry on from the other dataset's model; remove it or \
+         choose another checkpoint directory"
+    )]
+    WrongDataset {
+        path: PathBuf,
+        expected: String,
+        found: String,
+    },
 }
 
 impl Checkpoint {
@@ -73,6 +94,10 @@ impl Checkpoint {
         bytes.extend(VERSION.to_le_bytes());
         bytes.extend(self.epoch.to_le_bytes());
         bytes.extend(self.step.to_le_bytes());
+        let dataset = self.dataset.as_bytes();
+        let len = u8::try_from(dataset.len()).expect("dataset names are short");
+        bytes.push(len);
+        bytes.extend(dataset);
         for part in [&self.params, &self.velocity] {
             bytes.extend((part.len() as u64).to_le_bytes());
             bytes.extend(part.iter().flat_map(|v| v.to_le_bytes()));
@@ -90,13 +115,16 @@ impl Checkpoint {
     }
 
     /// The newest checkpoint in `dir` (none if the directory is absent or empty), checked
-    /// against the model's parameter count.
+    /// against the model's parameter count and the dataset's name (a version 1 file, which
+    /// does not record it, is taken on its parameter count alone).
     ///
     /// # Errors
-    /// [`CheckpointError`] when the newest file cannot be read, is corrupt or is for another model.
+    /// [`CheckpointError`] when the newest file cannot be read, is corrupt, or is for another
+    /// model or dataset.
     pub fn load_newest(
         dir: &Path,
         param_count: usize,
+        dataset: &str,
     ) -> Result<Option<(Self, PathBuf)>, CheckpointError> {
         let files = list(dir).map_err(|source| CheckpointError::Io {
             path: dir.to_path_buf(),
@@ -120,6 +148,13 @@ impl Checkpoint {
                 found: checkpoint.params.len(),
             });
         }
+        if !checkpoint.dataset.is_empty() && checkpoint.dataset != dataset {
+            return Err(CheckpointError::WrongDataset {
+                path: path.clone(),
+                expected: dataset.to_string(),
+                found: checkpoint.dataset,
+            });
+        }
         Ok(Some((checkpoint, path.clone())))
     }
 
@@ -136,14 +171,21 @@ impl Checkpoint {
             return Err("not a kfaws-trainer checkpoint (bad magic)".into());
         }
         let version = u32::from_le_bytes(take(4)?.try_into().expect("4"));
-        if version != VERSION {
+        if version != VERSION && version != VERSION_WITHOUT_DATASET {
             return Err(format!(
-                "format version {version}, this trainer reads {VERSION}"
+                "format version {version}, this trainer reads {VERSION_WITHOUT_DATASET} and \
+                 {VERSION}"
             ));
         }
         let mut u64_ =
             || -> Result<u64, String> { Ok(u64::from_le_bytes(take(8)?.try_into().expect("8"))) };
         let (epoch, step) = (u64_()?, u64_()?);
+        let dataset = if version == VERSION_WITHOUT_DATASET {
+            String::new()
+        } else {
+            let len = usize::from(take(1)?[0]);
+            String::from_utf8(take(len)?.to_vec()).map_err(|_| "dataset name is not UTF-8")?
+        };
         let mut floats = || -> Result<Vec<f32>, String> {
             let n = u64::from_le_bytes(take(8)?.try_into().expect("8")) as usize;
             let raw = take(n.checked_mul(4).ok_or("length overflow")?)?;
@@ -157,6 +199,7 @@ impl Checkpoint {
         Ok(Self {
             epoch,
             step,
+            dataset,
             params,
             velocity,
         })
@@ -191,6 +234,7 @@ mod tests {
         Checkpoint {
             epoch,
             step,
+            dataset: "fashion-mnist".into(),
             params: vec![1.5, -2.0, epoch as f32],
             velocity: vec![0.25, 0.0, -1.0],
         }
@@ -199,14 +243,20 @@ mod tests {
     #[test]
     fn round_trips_and_picks_the_newest() {
         let dir = tempfile::tempdir().unwrap();
-        assert!(Checkpoint::load_newest(dir.path(), 3).unwrap().is_none());
-        assert!(Checkpoint::load_newest(&dir.path().join("absent"), 3)
+        assert!(Checkpoint::load_newest(dir.path(), 3, "fashion-mnist")
             .unwrap()
             .is_none());
+        assert!(
+            Checkpoint::load_newest(&dir.path().join("absent"), 3, "fashion-mnist")
+                .unwrap()
+                .is_none()
+        );
         for (epoch, step) in [(2, 0), (10, 0), (10, 7), (3, 5)] {
             sample(epoch, step).save(dir.path()).unwrap();
         }
-        let (newest, path) = Checkpoint::load_newest(dir.path(), 3).unwrap().unwrap();
+        let (newest, path) = Checkpoint::load_newest(dir.path(), 3, "fashion-mnist")
+            .unwrap()
+            .unwrap();
         assert_eq!(newest, sample(10, 7));
         assert!(path.ends_with("checkpoint-000010-00000007.bin"));
         // Older ones beyond KEEP + 1 are pruned; no temporary file is left.
@@ -226,7 +276,10 @@ mod tests {
         };
         c.save(dir.path()).unwrap();
         assert_eq!(
-            Checkpoint::load_newest(dir.path(), 3).unwrap().unwrap().0,
+            Checkpoint::load_newest(dir.path(), 3, "fashion-mnist")
+                .unwrap()
+                .unwrap()
+                .0,
             c
         );
     }
@@ -235,7 +288,7 @@ mod tests {
     fn corrupt_and_foreign_checkpoints_are_errors_naming_the_file() {
         let dir = tempfile::tempdir().unwrap();
         let path = sample(1, 0).save(dir.path()).unwrap();
-        let err = Checkpoint::load_newest(dir.path(), 4)
+        let err = Checkpoint::load_newest(dir.path(), 4, "fashion-mnist")
             .unwrap_err()
             .to_string();
         assert!(
@@ -244,12 +297,53 @@ mod tests {
         );
         let bytes = std::fs::read(&path).unwrap();
         std::fs::write(&path, &bytes[..bytes.len() - 3]).unwrap();
-        let err = Checkpoint::load_newest(dir.path(), 3)
+        let err = Checkpoint::load_newest(dir.path(), 3, "fashion-mnist")
             .unwrap_err()
             .to_string();
         assert!(
             err.contains("checkpoint-000001-00000000.bin is corrupt"),
             "{err}"
+        );
+    }
+
+    #[test]
+    fn a_checkpoint_of_another_dataset_of_the_same_shape_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        sample(2, 0).save(dir.path()).unwrap();
+        let err = Checkpoint::load_newest(dir.path(), 3, "mnist").unwrap_err();
+        assert!(
+            matches!(&err, CheckpointError::WrongDataset { expected, found, .. }
+                if expected == "mnist" && found == "fashion-mnist"),
+            "{err}"
+        );
+        assert!(
+            err.to_string().contains("checkpoint-000002-00000000.bin"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_version_1_file_is_read_without_a_dataset() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = sample(3, 1);
+        let mut bytes = MAGIC.to_vec();
+        bytes.extend(VERSION_WITHOUT_DATASET.to_le_bytes());
+        bytes.extend(c.epoch.to_le_bytes());
+        bytes.extend(c.step.to_le_bytes());
+        for part in [&c.params, &c.velocity] {
+            bytes.extend((part.len() as u64).to_le_bytes());
+            bytes.extend(part.iter().flat_map(|v| v.to_le_bytes()));
+        }
+        std::fs::write(dir.path().join(c.file_name()), bytes).unwrap();
+        let (read, _) = Checkpoint::load_newest(dir.path(), 3, "mnist")
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            read,
+            Checkpoint {
+                dataset: String::new(),
+                ..c
+            }
         );
     }
 }

@@ -62,7 +62,9 @@ impl TrainError {
             Self::Config(_) | Self::Data(_) => EXIT_CONFIG,
             Self::CheckpointMismatch { .. } | Self::Diverged { .. } => EXIT_CONFIG,
             Self::Checkpoint(
-                CheckpointError::WrongModel { .. } | CheckpointError::Corrupt { .. },
+                CheckpointError::WrongModel { .. }
+                | CheckpointError::WrongDataset { .. }
+                | CheckpointError::Corrupt { .. },
             ) => EXIT_CONFIG,
             Self::Comm(e) if !e.is_transient() => EXIT_CONFIG,
             Self::Comm(_) | Self::Checkpoint(_) | Self::ModelOutput { .. } => EXIT_TRANSIENT,

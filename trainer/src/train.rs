@@ -110,7 +110,7 @@ pub fn train(
     let rank = comm.rank();
     let world_size = comm.world_size();
 
-    let (start, params, sgd) = initial_state(&mut comm, &model, config)?;
+    let (start, params, sgd) = initial_state(&mut comm, &model, config, dataset.kind)?;
     let mut learner = Learner::new(
         model,
         params,
@@ -149,7 +149,7 @@ pub fn train(
             // step, and rank 0's checkpoint is not cut short by a peer that left first.
             if stopping {
                 if rank == 0 {
-                    let checkpoint = learner.checkpoint(epoch, step as u64);
+                    let checkpoint = learner.checkpoint(epoch, step as u64, dataset.kind);
                     let path = checkpoint.save(&config.checkpoint_dir)?;
                     tracing::warn!(path = %path.display(), "stopping: checkpoint written");
                 }
@@ -209,7 +209,7 @@ pub fn train(
         outcome.epochs.push(metrics);
         if rank == 0 {
             learner
-                .checkpoint(epoch + 1, 0)
+                .checkpoint(epoch + 1, 0, dataset.kind)
                 .save(&config.checkpoint_dir)?;
         }
     }
@@ -378,11 +378,12 @@ impl Learner {
         })
     }
 
-    /// A checkpoint of the current state, positioned at `epoch`/`step`.
-    pub fn checkpoint(&self, epoch: u64, step: u64) -> Checkpoint {
+    /// A checkpoint of the current state, positioned at `epoch`/`step`, of training on `dataset`.
+    pub fn checkpoint(&self, epoch: u64, step: u64, dataset: data::DatasetKind) -> Checkpoint {
         Checkpoint {
             epoch,
             step,
+            dataset: dataset.name().to_string(),
             params: self.params.clone(),
             velocity: self.sgd.velocity.clone(),
         }
@@ -431,13 +432,16 @@ fn initial_state(
     comm: &mut Communicator,
     model: &Net,
     config: &RunConfig,
+    dataset: data::DatasetKind,
 ) -> Result<(Start, Vec<f32>, Sgd), TrainError> {
     let n = model.num_params();
     let mut params = flatten_params(model);
     let mut sgd = Sgd::new(config.hp.lr, config.hp.momentum);
     let mut header = [1.0f32, 0.0, 0.0];
     if comm.rank() == 0 {
-        if let Some((checkpoint, path)) = Checkpoint::load_newest(&config.checkpoint_dir, n)? {
+        if let Some((checkpoint, path)) =
+            Checkpoint::load_newest(&config.checkpoint_dir, n, dataset.name())?
+        {
             tracing::info!(path = %path.display(), epoch = checkpoint.epoch, step = checkpoint.step, "resuming from checkpoint");
             header = [
                 checkpoint.epoch as f32,
@@ -793,6 +797,7 @@ mod tests {
         crate::checkpoint::Checkpoint {
             epoch: 1,
             step: 40,
+            dataset: dataset.kind.name().to_string(),
             params: outcome.params.clone(),
             velocity: Vec::new(),
         }

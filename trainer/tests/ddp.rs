@@ -72,9 +72,10 @@ fn two_ranks_reach_85_percent_on_fashion_mnist_in_two_epochs() {
     );
 }
 
-/// Final parameters of a run, from the checkpoint rank 0 wrote after the last epoch.
+/// Final parameters of a Fashion-MNIST run, from the checkpoint rank 0 wrote after the last
+/// epoch.
 fn final_params(dir: &std::path::Path, param_count: usize) -> Vec<f32> {
-    Checkpoint::load_newest(&dir.join("ckpt-0"), param_count)
+    Checkpoint::load_newest(&dir.join("ckpt-0"), param_count, "fashion-mnist")
         .unwrap()
         .unwrap()
         .0
