@@ -1,6 +1,6 @@
 //! `kfaws-trainer serve`: the SageMaker inference container contract
 //! (docs.aws.amazon.com/sagemaker, "Use Your Own Inference Code with Hosting Services"):
-//! `GET /ping` answers 200 once the model is loaded; `POST /invocations` classifies
+//! `GET /ping` (and `HEAD`) answers 200 once the model is loaded; `POST /invocations` classifies
 //! `application/x-image` (PNG or JPEG of any size, resized to the model's input) or
 //! `application/json` (`{"instances": [[pixel, …], …]}`, each instance `C×H×W` pixel values in
 //! `0..=255`, channel-major) and answers `{"score": [[p0, …, p9], …], "label": "…", "index": N,
@@ -441,10 +441,11 @@ type Answer = Result<String, Rejection>;
 
 async fn handle(request: Request<Incoming>, shared: &Arc<Shared>) -> Response<Full<Bytes>> {
     let answer = match (request.method(), request.uri().path()) {
-        (&Method::GET, "/ping") => Ok(r#"{"status":"healthy"}"#.to_string()),
+        // HEAD wherever GET (RFC 9110 §9.3.2); hyper sends its headers without the body.
+        (&Method::GET | &Method::HEAD, "/ping") => Ok(r#"{"status":"healthy"}"#.to_string()),
         (&Method::POST, "/invocations") => invocation(request, shared).await,
         (_, path @ ("/ping" | "/invocations")) => {
-            let allow = if path == "/ping" { "GET" } else { "POST" };
+            let allow = if path == "/ping" { "GET, HEAD" } else { "POST" };
             let mut response = respond(Err(reject(405, "method not allowed")));
             response
                 .headers_mut()

@@ -211,6 +211,11 @@ fn sagemaker_layout_trains_then_serves_a_real_test_image() {
     assert_eq!(status, 200, "{body}");
     let ping: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(ping["status"], "healthy", "{body}");
+    // HEAD as GET, without the body (RFC 9110 §9.3.2).
+    assert_eq!(
+        http(port, "HEAD", "/ping", "text/plain", b"").unwrap(),
+        (200, String::new())
+    );
     drop(wrong);
     // Invocations whose bodies never come are admitted up to the one worker plus its queue of
     // 4; the 6th is shed with 503 at once, and /ping is answered all the while.
