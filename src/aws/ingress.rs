@@ -61,38 +61,42 @@ fn rules(permission: &IpPermission) -> Vec<(String, IpPermission)> {
             .set_from_port(permission.from_port())
             .set_to_port(permission.to_port())
     };
-    let mut out = Vec::new();
-    for r in permission.ip_ranges() {
-        let Some(cidr) = r.cidr_ip() else { continue };
-        let one = base()
-            .ip_ranges(IpRange::builder().cidr_ip(cidr).build())
-            .build();
-        out.push((format!("{name}{ports} from {cidr}"), one));
-    }
-    for r in permission.ipv6_ranges() {
-        let Some(cidr) = r.cidr_ipv6() else { continue };
-        let one = base()
-            .ipv6_ranges(Ipv6Range::builder().cidr_ipv6(cidr).build())
-            .build();
-        out.push((format!("{name}{ports} from {cidr}"), one));
-    }
-    for g in permission.user_id_group_pairs() {
-        let Some(id) = g.group_id() else { continue };
-        let one = base()
-            .user_id_group_pairs(UserIdGroupPair::builder().group_id(id).build())
-            .build();
-        out.push((format!("{name}{ports} from {id}"), one));
-    }
-    for p in permission.prefix_list_ids() {
-        let Some(id) = p.prefix_list_id() else {
-            continue;
-        };
-        let one = base()
-            .prefix_list_ids(PrefixListId::builder().prefix_list_id(id).build())
-            .build();
-        out.push((format!("{name}{ports} from {id}"), one));
-    }
-    out
+    // One entry per source, whichever kind: a CIDR, an IPv6 CIDR, a
+    // security group or a prefix list.
+    let cidrs = permission.ip_ranges().iter().filter_map(|r| {
+        let cidr = r.cidr_ip()?;
+        Some((
+            cidr,
+            base().ip_ranges(IpRange::builder().cidr_ip(cidr).build()),
+        ))
+    });
+    let cidrs_v6 = permission.ipv6_ranges().iter().filter_map(|r| {
+        let cidr = r.cidr_ipv6()?;
+        Some((
+            cidr,
+            base().ipv6_ranges(Ipv6Range::builder().cidr_ipv6(cidr).build()),
+        ))
+    });
+    let groups = permission.user_id_group_pairs().iter().filter_map(|g| {
+        let id = g.group_id()?;
+        Some((
+            id,
+            base().user_id_group_pairs(UserIdGroupPair::builder().group_id(id).build()),
+        ))
+    });
+    let prefix_lists = permission.prefix_list_ids().iter().filter_map(|p| {
+        let id = p.prefix_list_id()?;
+        Some((
+            id,
+            base().prefix_list_ids(PrefixListId::builder().prefix_list_id(id).build()),
+        ))
+    });
+    cidrs
+        .chain(cidrs_v6)
+        .chain(groups)
+        .chain(prefix_lists)
+        .map(|(source, one)| (format!("{name}{ports} from {source}"), one.build()))
+        .collect()
 }
 
 impl IngressGuard {
