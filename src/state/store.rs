@@ -67,7 +67,13 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> StateError + '_ {
 pub struct StateStore {
     path: PathBuf,
     state: State,
+    /// The file's bytes as opened, until the first write has copied them to
+    /// [`StateStore::backup_path`]; `None` for a new state, or once copied.
+    unsaved_backup: Option<Vec<u8>>,
 }
+
+/// The name of the backup beside `state.json`.
+pub const BACKUP_FILE: &str = "state.json.backup";
 
 /// The directory holding one deployment's state and lock.
 pub fn deployment_dir(state_dir: &Path, deployment: &str) -> PathBuf {
@@ -82,7 +88,7 @@ impl StateStore {
     /// [`StateError`] for unreadable, malformed, newer-format or foreign files.
     pub fn open(state_dir: &Path, deployment: &str) -> Result<Self, StateError> {
         let path = deployment_dir(state_dir, deployment).join("state.json");
-        let state = match fs::read(&path) {
+        let (state, unsaved_backup) = match fs::read(&path) {
             Ok(bytes) => {
                 let state = decode(&path, &bytes)?;
                 if state.deployment != deployment {
@@ -92,12 +98,22 @@ impl StateStore {
                         expected: deployment.to_string(),
                     });
                 }
-                state
+                (state, Some(bytes))
             }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => State::new(deployment),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => (State::new(deployment), None),
             Err(e) => return Err(io(&path)(e)),
         };
-        Ok(Self { path, state })
+        Ok(Self {
+            path,
+            state,
+            unsaved_backup,
+        })
+    }
+
+    /// Where the state as opened is kept before the first write:
+    /// [`BACKUP_FILE`] beside the state file.
+    pub fn backup_path(&self) -> PathBuf {
+        self.path.with_file_name(BACKUP_FILE)
     }
 
     /// The state file's path.
@@ -117,11 +133,18 @@ impl StateStore {
 
     /// Applies `change` to a copy of the state, increments the serial and
     /// writes it atomically; the in-memory state changes only once the write
-    /// succeeded. Blocking: call from `spawn_blocking` in async code.
+    /// succeeded. The first write of a store opened from a file first keeps
+    /// that file's content as [`StateStore::backup_path`]. Blocking: call
+    /// from `spawn_blocking` in async code.
     ///
     /// # Errors
-    /// [`StateError::Io`] when the file cannot be written.
+    /// [`StateError::Io`] when the backup or the file cannot be written
+    /// (nothing is changed when the backup fails).
     pub fn write(&mut self, change: impl FnOnce(&mut State)) -> Result<(), StateError> {
+        if let Some(before) = &self.unsaved_backup {
+            write_atomic(&self.backup_path(), before)?;
+            self.unsaved_backup = None;
+        }
         let mut next = self.state.clone();
         change(&mut next);
         next.serial = self.state.serial + 1;
@@ -276,6 +299,44 @@ mod tests {
         std::env::set_current_dir(cwd).unwrap();
         result.unwrap();
         assert_eq!(fs::read(file).unwrap(), b"{}");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn the_first_write_keeps_the_state_as_opened_as_a_0600_backup() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = StateStore::open(dir.path(), "ml").unwrap();
+        sample(&mut store);
+        assert!(
+            !store.backup_path().exists(),
+            "a new state has nothing to back up"
+        );
+        let serial_of = |p: &Path| decode(p, &fs::read(p).unwrap()).unwrap().serial;
+
+        let mut store = StateStore::open(dir.path(), "ml").unwrap();
+        let opened = fs::read(store.path()).unwrap();
+        sample(&mut store);
+        sample(&mut store);
+        assert_eq!(fs::read(store.backup_path()).unwrap(), opened);
+        assert_eq!(
+            serial_of(&store.backup_path()),
+            1,
+            "not the intermediate write"
+        );
+        assert_eq!(serial_of(store.path()), 3);
+        let mode = fs::metadata(store.backup_path())
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777;
+        assert_eq!(mode, 0o600);
+
+        // The next command's first write replaces it with the state it opened.
+        let mut store = StateStore::open(dir.path(), "ml").unwrap();
+        sample(&mut store);
+        assert_eq!(serial_of(&store.backup_path()), 3);
+        assert_eq!(store.backup_path(), dir.path().join("ml").join(BACKUP_FILE));
     }
 
     #[test]
