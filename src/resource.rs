@@ -196,6 +196,16 @@ pub trait Resource: Send + Sync {
         false
     }
 
+    /// Whether `--replace` may replace the resource while resources that
+    /// depend on it exist ([`crate::plan::replace`]): `true` when their own
+    /// objects do not live in it and they keep working across its delete and
+    /// create. The default refuses: deleting a network stack under a cluster
+    /// fails half-way. A replacement the diff forces (a changed
+    /// replace-only field) is not asked.
+    fn replaceable_under_dependants(&self) -> bool {
+        false
+    }
+
     /// Expected wall time of a create, used for the critical path.
     fn estimate(&self) -> Duration;
 

@@ -609,6 +609,83 @@ async fn a_bundle_that_failed_half_way_is_applied_again_in_place() {
 }
 
 #[tokio::test]
+async fn replace_recreates_a_bundle_and_a_node_group_and_refuses_what_others_depend_on() {
+    let d = Deployment::new(&kubeflow_config());
+    d.lifecycle(FAST);
+    d.stdout(&["apply", "--auto-approve"]);
+    let before = d.state();
+
+    // The network stack is under the cluster: refused before any change.
+    let refused = d.fails(&["apply", "--auto-approve", "--replace", "stack.network"]);
+    assert!(
+        refused.contains("--replace stack.network")
+            && refused.contains("eks.cluster")
+            && refused.contains("kfaws destroy --target stack.network"),
+        "{refused}"
+    );
+    let refused = d.fails(&["plan", "--replace", "k8s.nowhere"]);
+    assert!(refused.contains("no such resource"), "{refused}");
+    assert_eq!(d.state()["serial"], before["serial"], "nothing was written");
+
+    // A bundle: its objects are deleted (the CRD with every PyTorchJob) and
+    // applied again, where an apply without --replace would keep them.
+    let client = d.cluster().client().await;
+    let job_type = kube::discovery::ApiResource {
+        group: "kubeflow.org".into(),
+        version: "v1".into(),
+        api_version: "kubeflow.org/v1".into(),
+        kind: "PyTorchJob".into(),
+        plural: "pytorchjobs".into(),
+    };
+    let jobs = Api::<DynamicObject>::namespaced_with(client.clone(), USER_NS, &job_type);
+    let mut job = DynamicObject::new("someones-job", &job_type);
+    job.data = serde_json::json!({"spec": {"pytorchReplicaSpecs": {}}});
+    jobs.create(&Default::default(), &job).await.unwrap();
+    let crds = Api::<CustomResourceDefinition>::all(client.clone());
+    let crd_uid = |crd: CustomResourceDefinition| crd.metadata.uid.unwrap();
+    let old_uid = crd_uid(crds.get("pytorchjobs.kubeflow.org").await.unwrap());
+    let planned = d.stdout(&["plan", "--replace", "k8s.training-operator"]);
+    assert!(
+        planned.contains("-/+ k8s.training-operator")
+            && planned.contains("replacement requested with --replace"),
+        "{planned}"
+    );
+    let applied = d.stdout(&[
+        "apply",
+        "--auto-approve",
+        "--replace",
+        "k8s.training-operator",
+    ]);
+    assert!(
+        applied.contains("Resources: 1 added, 0 changed, 1 destroyed."),
+        "{applied}"
+    );
+    let new_uid = crd_uid(crds.get("pytorchjobs.kubeflow.org").await.unwrap());
+    assert_ne!(new_uid, old_uid, "the CRD was deleted and created again");
+    assert!(
+        jobs.get_opt("someones-job").await.unwrap().is_none(),
+        "the custom resource went with its CRD"
+    );
+
+    // A node group may be replaced under the bundles that run on it.
+    let deletes = d.calls("DeleteNodegroup");
+    let token =
+        |s: &serde_json::Value| s["resources"]["eks.nodegroup.cpu"]["idempotency_token"].clone();
+    let applied = d.stdout(&["apply", "--auto-approve", "--replace", "eks.nodegroup.cpu"]);
+    assert!(applied.contains("-/+ eks.nodegroup.cpu"), "{applied}");
+    assert_eq!(d.calls("DeleteNodegroup"), deletes + 1);
+    let after = d.state();
+    assert_ne!(
+        token(&after),
+        token(&before),
+        "created again with a new token"
+    );
+    assert_eq!(after["resources"]["eks.nodegroup.cpu"]["status"], "created");
+    assert_eq!(after["resources"]["k8s.kubeflow"]["status"], "created");
+    d.stdout(&["destroy", "--auto-approve"]);
+}
+
+#[tokio::test]
 async fn manifests_that_break_a_rule_fail_before_any_call() {
     let d = Deployment::new("");
     let bad = d.dir.path().join("kubeflow.yaml");

@@ -59,6 +59,7 @@ pub async fn graph(
             state: store.state(),
             destroy: false,
             targets: &[],
+            replace: &[],
             parallelism: 10,
             delete_options: Default::default(),
         });

@@ -135,8 +135,11 @@ enum Command {
         #[command(flatten)]
         plan: PlanFlags,
         /// Plan a destroy instead.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "replace")]
         destroy: bool,
+        /// Replace this resource although nothing about it changed (see apply); repeatable.
+        #[arg(long, value_name = "ADDR")]
+        replace: Vec<Address>,
         /// With --destroy: delete every object version of the artifact bucket first (see destroy).
         #[arg(long, requires = "destroy")]
         force_destroy_buckets: bool,
@@ -163,6 +166,12 @@ enum Command {
         plan_file: Option<PathBuf>,
         #[command(flatten)]
         plan: PlanFlags,
+        /// Replace this resource although nothing about it changed: delete it, then
+        /// create it (Terraform's -replace); repeatable. Refused for a resource that
+        /// others in the state depend on, except a node group: destroy it with
+        /// --target, then apply.
+        #[arg(long, value_name = "ADDR")]
+        replace: Vec<Address>,
         /// Do not ask for confirmation.
         #[arg(long)]
         auto_approve: bool,
@@ -558,6 +567,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::Plan {
             plan,
             destroy,
+            replace,
             force_destroy_buckets,
             out,
             json,
@@ -571,6 +581,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
                     delete_options: DeleteOptions {
                         force_destroy_buckets,
                     },
+                    replace: &replace,
                 },
                 out.as_deref(),
                 json,
@@ -582,11 +593,13 @@ async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::Apply {
             plan_file: Some(file),
             plan,
+            replace,
             ..
         } => {
-            if !plan.target.is_empty() || plan.profile.is_some() {
+            if !plan.target.is_empty() || !replace.is_empty() || plan.profile.is_some() {
                 anyhow::bail!(
-                    "--target and --profile cannot change a saved plan; run `kfaws plan` again"
+                    "--target, --replace and --profile cannot change a saved plan; run `kfaws \
+                     plan` again"
                 );
             }
             run::apply_saved(&g, &file, plan.parallelism, cancel).await
@@ -594,11 +607,13 @@ async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::Apply {
             plan_file: None,
             plan,
+            replace,
             auto_approve,
         } => {
             let goal = run::Goal {
                 destroy: false,
                 delete_options: DeleteOptions::default(),
+                replace: &replace,
             };
             run::apply(&g, &plan, goal, auto_approve, cancel).await
         }
@@ -612,6 +627,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
                 delete_options: DeleteOptions {
                     force_destroy_buckets,
                 },
+                replace: &[],
             };
             run::apply(&g, &plan, goal, auto_approve, cancel).await
         }

@@ -39,19 +39,22 @@ struct Planned {
     aws: aws_config::SdkConfig,
 }
 
-/// What a plan is made for: apply, or destroy with its choices.
+/// What a plan is made for: apply with its `--replace` addresses, or
+/// destroy with its choices.
 #[derive(Debug, Clone, Copy)]
-pub struct Goal {
+pub struct Goal<'a> {
     /// Plan a destroy.
     pub destroy: bool,
     /// The destroy's choices.
     pub delete_options: DeleteOptions,
+    /// Resources to replace although nothing about them changed.
+    pub replace: &'a [kfaws::address::Address],
 }
 
 async fn make(
     g: &Global,
     flags: &PlanFlags,
-    goal: Goal,
+    goal: Goal<'_>,
     operation: &str,
     cancel: &CancellationToken,
 ) -> anyhow::Result<Planned> {
@@ -78,6 +81,7 @@ async fn make(
         state: store.state(),
         destroy: goal.destroy,
         targets: &flags.target,
+        replace: goal.replace,
         parallelism: usize::from(flags.parallelism),
         delete_options: goal.delete_options,
     });
@@ -185,7 +189,7 @@ fn endpoints_note(p: &Planned) -> anyhow::Result<()> {
 pub async fn plan(
     g: &Global,
     flags: &PlanFlags,
-    goal: Goal,
+    goal: Goal<'_>,
     out: Option<&Path>,
     json: bool,
     detailed_exitcode: bool,
@@ -244,7 +248,7 @@ async fn confirm(destroy: bool, cancel: &CancellationToken) -> anyhow::Result<bo
 pub async fn apply(
     g: &Global,
     flags: &PlanFlags,
-    goal: Goal,
+    goal: Goal<'_>,
     auto_approve: bool,
     cancel: &CancellationToken,
 ) -> anyhow::Result<u8> {

@@ -16,21 +16,25 @@ use crate::state::{inputs_hash, spec_hash, ResourceState, State, Status};
 /// recorded resource that left the config. Sorted by address.
 ///
 /// `observed` holds the refreshed view of every resource in `state` (and
-/// of nothing else: resources not in state are not read).
+/// of nothing else: resources not in state are not read). Each address of
+/// `replace` that exists is replaced whatever its diff
+/// (`--replace`, checked beforehand by [`super::replace::check`]).
 pub fn diff_apply(
     desired: &[Arc<dyn Resource>],
     state: &State,
     observed: &BTreeMap<Address, Observed>,
+    replace: &BTreeSet<Address>,
 ) -> Vec<Change> {
     let mut changes: Vec<Change> = desired
         .iter()
         .map(|r| {
-            diff_one(
-                r.as_ref(),
-                state,
-                state.resources.get(r.address()),
-                observed.get(r.address()),
-            )
+            let recorded = state.resources.get(r.address());
+            let live = observed.get(r.address());
+            let mut c = diff_one(r.as_ref(), state, recorded, live);
+            if replace.contains(r.address()) {
+                force_replacement(&mut c, recorded, live);
+            }
+            c
         })
         .collect();
     propagate_input_changes(desired, &mut changes);
@@ -48,6 +52,26 @@ pub fn diff_apply(
     }
     changes.sort_by(|a, b| a.address.cmp(&b.address));
     changes
+}
+
+/// Turns `c` into a replacement requested with `--replace` when the
+/// resource exists: created (or tainted, which a Kubernetes bundle would
+/// otherwise repair in place) and not gone. An unfinished create or delete,
+/// or a resource deleted outside kfaws, keeps its diff: it is made again
+/// anyway.
+fn force_replacement(c: &mut Change, recorded: Option<&ResourceState>, live: Option<&Observed>) {
+    let exists = recorded.is_some_and(|r| matches!(r.status, Status::Created | Status::Tainted))
+        && !matches!(live, Some(Observed::Gone));
+    if !exists || c.action == Action::Replace {
+        return;
+    }
+    c.action = Action::Replace;
+    c.conditional = false;
+    c.reason = if c.fields.is_empty() {
+        "replacement requested with --replace".to_string()
+    } else {
+        format!("replacement requested with --replace ({})", c.reason)
+    };
 }
 
 /// A resource consumes its dependencies' outputs; when a dependency is
@@ -309,19 +333,21 @@ fn field_changes(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::resource::{Applied, Inputs, ResourceError};
     use async_trait::async_trait;
     use serde_json::json;
     use std::time::Duration;
 
-    struct Fake {
-        address: Address,
-        spec: Value,
-        mode: Mode,
-        deps: Vec<Address>,
-        repairs_in_place: bool,
+    /// A resource whose answers the test sets; it is never called.
+    pub(crate) struct Fake {
+        pub(crate) address: Address,
+        pub(crate) spec: Value,
+        pub(crate) mode: Mode,
+        pub(crate) deps: Vec<Address>,
+        pub(crate) repairs_in_place: bool,
+        pub(crate) replaceable: bool,
     }
 
     #[async_trait]
@@ -346,6 +372,9 @@ mod tests {
         }
         fn repairs_taint_in_place(&self) -> bool {
             self.repairs_in_place
+        }
+        fn replaceable_under_dependants(&self) -> bool {
+            self.replaceable
         }
         fn estimate(&self) -> Duration {
             Duration::from_secs(1)
@@ -375,10 +404,12 @@ mod tests {
             mode: Mode::Managed,
             deps: vec![],
             repairs_in_place: false,
+
+            replaceable: false,
         })
     }
 
-    fn recorded(status: Status, spec: Value) -> ResourceState {
+    pub(crate) fn recorded(status: Status, spec: Value) -> ResourceState {
         ResourceState {
             kind: "fake".into(),
             status,
@@ -393,7 +424,7 @@ mod tests {
         }
     }
 
-    fn present(spec: Value) -> Observed {
+    pub(crate) fn present(spec: Value) -> Observed {
         Observed::Present {
             physical_id: Some("p-1".into()),
             spec: spec.as_object().unwrap().clone(),
@@ -411,7 +442,7 @@ mod tests {
             observed.insert(addr(), o);
         }
         let desired: Vec<_> = desired.into_iter().map(fake).collect();
-        let mut changes = diff_apply(&desired, &state, &observed);
+        let mut changes = diff_apply(&desired, &state, &observed, &BTreeSet::new());
         assert_eq!(changes.len(), 1);
         changes.remove(0)
     }
@@ -589,13 +620,15 @@ mod tests {
             mode: Mode::Managed,
             deps: vec![],
             repairs_in_place: true,
+
+            replaceable: false,
         });
         let mut state = State::new("ml");
         state
             .resources
             .insert(addr(), recorded(Status::Tainted, SPEC()));
         let observed = BTreeMap::from([(addr(), present(SPEC()))]);
-        let c = diff_apply(&[r], &state, &observed).remove(0);
+        let c = diff_apply(&[r], &state, &observed, &BTreeSet::new()).remove(0);
         assert_eq!(c.action, Action::Update);
         assert!(c.reason.contains("not replaced"), "{}", c.reason);
     }
@@ -645,6 +678,8 @@ mod tests {
             mode: Mode::Managed,
             deps: vec![addr()],
             repairs_in_place: false,
+
+            replaceable: false,
         });
         let far: Arc<dyn Resource> = Arc::new(Fake {
             address: Address::new("far").unwrap(),
@@ -652,6 +687,8 @@ mod tests {
             mode: Mode::Managed,
             deps: vec![],
             repairs_in_place: false,
+
+            replaceable: false,
         });
         let mut state = State::new("ml");
         let mut observed = BTreeMap::new();
@@ -661,7 +698,7 @@ mod tests {
                 .insert(Address::new(a).unwrap(), recorded(Status::Created, SPEC()));
             observed.insert(Address::new(a).unwrap(), present(SPEC()));
         }
-        let changes = diff_apply(&[net, storage, far], &state, &observed);
+        let changes = diff_apply(&[net, storage, far], &state, &observed, &BTreeSet::new());
         let by: BTreeMap<&str, &Change> = changes.iter().map(|c| (c.address.as_str(), c)).collect();
         assert_eq!(by["stack.network"].action, Action::Replace);
         assert_eq!(by["stack.storage"].action, Action::Update);
@@ -672,6 +709,77 @@ mod tests {
         assert!(by["stack.storage"].conditional);
         assert!(!by["stack.network"].conditional);
         assert_eq!(by["far"].action, Action::NoOp);
+    }
+
+    #[test]
+    fn replace_forces_a_replacement_of_what_exists_and_moves_its_dependants() {
+        let bundle = |name: &str, deps: Vec<Address>| -> Arc<dyn Resource> {
+            Arc::new(Fake {
+                address: Address::new(name).unwrap(),
+                spec: SPEC(),
+                mode: Mode::Managed,
+                deps,
+                repairs_in_place: true,
+                replaceable: false,
+            })
+        };
+        let (ops, users) = (
+            Address::new("k8s.ops").unwrap(),
+            Address::new("k8s.users").unwrap(),
+        );
+        let gone = Address::new("k8s.gone").unwrap();
+        let desired = [
+            bundle("k8s.ops", vec![]),
+            bundle("k8s.users", vec![ops.clone()]),
+            bundle("k8s.gone", vec![]),
+        ];
+        let mut state = State::new("ml");
+        let mut observed = BTreeMap::new();
+        for a in [&ops, &users, &gone] {
+            state
+                .resources
+                .insert(a.clone(), recorded(Status::Created, SPEC()));
+            observed.insert(a.clone(), present(SPEC()));
+        }
+        // Deleted outside kfaws: created again, as without --replace.
+        observed.insert(gone.clone(), Observed::Gone);
+        let replace = BTreeSet::from([ops.clone(), gone.clone()]);
+        let changes = diff_apply(&desired, &state, &observed, &replace);
+        let by: BTreeMap<&str, &Change> = changes.iter().map(|c| (c.address.as_str(), c)).collect();
+        assert_eq!(
+            (by["k8s.ops"].action, by["k8s.ops"].reason.as_str()),
+            (Action::Replace, "replacement requested with --replace")
+        );
+        assert!(!by["k8s.ops"].conditional);
+        assert_eq!(by["k8s.users"].action, Action::Update);
+        assert!(by["k8s.users"].conditional);
+        assert_eq!(by["k8s.gone"].action, Action::Create);
+        assert!(by["k8s.gone"].drift);
+
+        // A tainted bundle is repaired in place unless --replace asks.
+        state.resources.get_mut(&ops).unwrap().status = Status::Tainted;
+        let repaired = diff_apply(&desired, &state, &observed, &BTreeSet::new());
+        assert_eq!(repaired[1].address, ops);
+        assert_eq!(repaired[1].action, Action::Update);
+        let replaced = diff_apply(&desired, &state, &observed, &BTreeSet::from([ops.clone()]));
+        assert_eq!(replaced[1].action, Action::Replace);
+    }
+
+    #[test]
+    fn replace_keeps_the_fields_a_replacement_also_changes() {
+        let want = json!({"cidr": "10.0.0.0/16", "tags": {"a": "2"}});
+        let mut state = State::new("ml");
+        state
+            .resources
+            .insert(addr(), recorded(Status::Created, SPEC()));
+        let observed = BTreeMap::from([(addr(), present(SPEC()))]);
+        let c = diff_apply(&[fake(want)], &state, &observed, &BTreeSet::from([addr()])).remove(0);
+        assert_eq!(c.action, Action::Replace);
+        assert_eq!(
+            c.reason,
+            "replacement requested with --replace (config changed: tags)"
+        );
+        assert_eq!(c.fields.len(), 1);
     }
 
     #[test]
@@ -704,6 +812,8 @@ mod tests {
             mode: Mode::Managed,
             deps: vec![addr()],
             repairs_in_place: false,
+
+            replaceable: false,
         });
         let mut state = State::new("ml");
         let mut observed = BTreeMap::new();
@@ -716,7 +826,7 @@ mod tests {
             .resources
             .insert(st.clone(), recorded(Status::Created, SPEC()));
         observed.insert(st.clone(), present(wanted));
-        let changes = diff_apply(&[net, storage], &state, &observed);
+        let changes = diff_apply(&[net, storage], &state, &observed, &BTreeSet::new());
         let c = changes.iter().find(|c| c.address == st).unwrap();
         assert!(c.conditional && c.action == Action::Update, "{c:?}");
         assert_eq!(c.refreshed.len(), 1, "{c:?}");
@@ -731,6 +841,8 @@ mod tests {
             mode: Mode::Managed,
             deps: vec![addr()],
             repairs_in_place: false,
+
+            replaceable: false,
         });
         let mut state = State::new("ml");
         let mut net = recorded(Status::Created, SPEC());
@@ -743,7 +855,12 @@ mod tests {
             .resources
             .insert(Address::new("stack.storage").unwrap(), st);
         let observed = BTreeMap::from([(Address::new("stack.storage").unwrap(), present(SPEC()))]);
-        let unchanged = diff_apply(std::slice::from_ref(&storage), &state, &observed);
+        let unchanged = diff_apply(
+            std::slice::from_ref(&storage),
+            &state,
+            &observed,
+            &BTreeSet::new(),
+        );
         assert_eq!(unchanged[1].action, Action::NoOp, "{unchanged:?}");
         // The network was updated, the storage update failed: the record of
         // the network has new outputs, the storage's inputs are the old ones.
@@ -753,7 +870,7 @@ mod tests {
             .unwrap()
             .outputs
             .insert("subnet".into(), json!("subnet-new"));
-        let changes = diff_apply(&[storage], &state, &observed);
+        let changes = diff_apply(&[storage], &state, &observed, &BTreeSet::new());
         let c = changes
             .iter()
             .find(|c| c.address.as_str() == "stack.storage")
@@ -770,8 +887,10 @@ mod tests {
             mode: Mode::Data,
             deps: vec![],
             repairs_in_place: false,
+
+            replaceable: false,
         });
-        let changes = diff_apply(&[r], &State::new("ml"), &BTreeMap::new());
+        let changes = diff_apply(&[r], &State::new("ml"), &BTreeMap::new(), &BTreeSet::new());
         assert_eq!(changes[0].action, Action::Read);
     }
 

@@ -13,6 +13,7 @@ pub mod file;
 pub mod preview;
 pub mod refresh;
 pub mod render;
+pub mod replace;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -273,6 +274,9 @@ pub enum PlanError {
     /// Some resources could not be read.
     #[error(transparent)]
     Refresh(#[from] refresh::RefreshError),
+    /// A `--replace` address cannot be replaced.
+    #[error(transparent)]
+    Replace(#[from] replace::ReplaceError),
     /// Plan-time checks found changes that could not finish.
     #[error(transparent)]
     Check(#[from] check::CheckError),
@@ -315,6 +319,8 @@ pub struct PlanRequest<'a> {
     pub destroy: bool,
     /// `--target` addresses.
     pub targets: &'a [Address],
+    /// `--replace` addresses (apply only).
+    pub replace: &'a [Address],
     /// At most this many reads at once.
     pub parallelism: usize,
     /// The destroy's choices.
@@ -334,12 +340,25 @@ pub async fn make_plan(req: PlanRequest<'_>) -> Result<(Plan, Handles), PlanErro
             .iter()
             .map(|r| (r.address().clone(), r.dependencies())),
     )?;
+    if !req.destroy {
+        let targeted = match req.targets {
+            [] => None,
+            targets => Some(desired_graph.select(targets, Closure::Dependencies)?),
+        };
+        replace::check(req.replace, req.desired, req.state, targeted.as_ref())?;
+    }
     let handles = handles(req.desired, req.provider, req.state)?;
     let observed = refresh::refresh(&handles, req.state, req.parallelism).await?;
     let mut changes = if req.destroy {
         diff::diff_destroy(req.state, &observed)
     } else {
-        diff::diff_apply(req.desired, req.state, &observed)
+        replace::check_dependants(req.replace, req.desired, req.state, &observed)?;
+        diff::diff_apply(
+            req.desired,
+            req.state,
+            &observed,
+            &replace::set(req.replace),
+        )
     };
     if !req.targets.is_empty() {
         let keep = if req.destroy {

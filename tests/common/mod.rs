@@ -334,6 +334,7 @@ pub async fn plan(
         state,
         destroy,
         targets,
+        replace: &[],
         parallelism: 10,
         delete_options: Default::default(),
     })

@@ -588,6 +588,13 @@ impl Resource for NodegroupResource {
         })
     }
 
+    /// The bundles that depend on a node group keep their objects in the
+    /// cluster's API server, not on the nodes: their pods are pending while
+    /// no node runs and are scheduled onto the new nodes.
+    fn replaceable_under_dependants(&self) -> bool {
+        true
+    }
+
     fn replace_fields(&self) -> &[&str] {
         &[
             "nodegroup_name",
