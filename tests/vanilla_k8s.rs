@@ -686,6 +686,29 @@ async fn replace_recreates_a_bundle_and_a_node_group_and_refuses_what_others_dep
 }
 
 #[tokio::test]
+async fn an_unreachable_cluster_fails_the_refresh_naming_it_and_the_way_out() {
+    let d = Deployment::new("");
+    d.lifecycle(FAST);
+    d.stdout(&["apply", "--auto-approve"]);
+    let server = d.cluster();
+    // Nothing listens on port 9 (discard): the connection is refused.
+    d.set_cluster_endpoint(server, "https://127.0.0.1:9");
+    let err = d.fails(&["plan"]);
+    assert!(
+        err.contains("refresh failed for k8s.efs-csi")
+            && err.contains(&format!(
+                "reading from the API server of EKS cluster {}",
+                d.name
+            ))
+            && err.contains("kfaws state rm ADDRESS"),
+        "{err}"
+    );
+    d.set_cluster_endpoint(server, &server.ready.endpoint);
+    d.kfaws(&["plan", "--detailed-exitcode"]).assert().code(0);
+    d.stdout(&["destroy", "--auto-approve"]);
+}
+
+#[tokio::test]
 async fn manifests_that_break_a_rule_fail_before_any_call() {
     let d = Deployment::new("");
     let bad = d.dir.path().join("kubeflow.yaml");

@@ -1077,7 +1077,12 @@ impl Resource for ManifestsResource {
         };
         let applier = self.applier(client.clone());
         let set = applier.applyset(&self.bundle);
-        let err = |e: &dyn std::fmt::Display| ResourceError::msg(e.to_string());
+        let err = |e: &dyn std::fmt::Display| {
+            ResourceError::msg(format!(
+                "reading from the API server of EKS cluster {}: {e}",
+                self.connector.cluster_name
+            ))
+        };
         let Some(inventory) = set.read(&client).await.map_err(|e| err(&e))? else {
             return Ok(Observed::Gone);
         };

@@ -11,7 +11,13 @@ use crate::state::State;
 
 /// Reads that failed, by address.
 #[derive(Debug, thiserror::Error)]
-#[error("refresh failed for {}", super::render_failures(.failures))]
+#[error(
+    "refresh failed for {}; every recorded resource is read before a plan: fix what stops the \
+     read (credentials, network, the cluster's endpoint) and run again; a resource that can no \
+     longer be read at all (its cluster deleted by hand) can be forgotten, not deleted, with \
+     `kfaws state rm ADDRESS`",
+    super::render_failures(.failures)
+)]
 pub struct RefreshError {
     /// `(address, message)` for each failed read.
     pub failures: Vec<(Address, String)>,

@@ -432,15 +432,22 @@ impl Deployment {
             let server = ApiServer::start(&Options {
                 eks: Some((endpoint(), self.name.clone())),
             });
-            let ca = base64::engine::general_purpose::STANDARD.encode(server.ca_pem());
-            let body = serde_json::json!({
-                "endpoint": server.ready.endpoint,
-                "certificate_authority_data": ca,
-                "account_id": self.account,
-            });
-            control("eks/cluster-endpoint", "PUT", &body.to_string());
+            self.set_cluster_endpoint(&server, &server.ready.endpoint);
             server
         })
+    }
+
+    /// Makes the emulator answer DescribeCluster for this account's
+    /// clusters with `endpoint` and the CA of `server` (the harness's
+    /// endpoint, or one where nothing listens).
+    pub fn set_cluster_endpoint(&self, server: &ApiServer, endpoint: &str) {
+        let ca = base64::engine::general_purpose::STANDARD.encode(server.ca_pem());
+        let body = serde_json::json!({
+            "endpoint": endpoint,
+            "certificate_authority_data": ca,
+            "account_id": self.account,
+        });
+        control("eks/cluster-endpoint", "PUT", &body.to_string());
     }
 
     /// `kfaws ARGS` in the deployment's directory and account. An `apply`
