@@ -396,6 +396,10 @@ async fn bad_input_is_refused_before_any_job_is_created() {
             "invalid value 'docker'",
         ),
         (
+            vec!["train", "--runtime", "local", "--data", data, "--epochs", "-1"],
+            "invalid value '-1' for '--epochs <EPOCHS>'",
+        ),
+        (
             vec![
                 "train",
                 "--runtime",

@@ -29,13 +29,15 @@ pub struct TrainArgs {
     #[arg(long, value_enum, env = "KFAWS_TRAINING_RUNTIME")]
     pub runtime: Option<Runtime>,
     /// Total replicas (processes, pods or instances), each one rank.
-    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..i64::from(MAX_REPLICAS)))]
+    // allow_negative_numbers: `--workers -1` is a value the range refuses,
+    // naming the flag, not an unknown flag `-1`.
+    #[arg(long, default_value_t = 2, allow_negative_numbers = true, value_parser = clap::value_parser!(u32).range(1..i64::from(MAX_REPLICAS)))]
     pub workers: u32,
     /// Epochs.
-    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, default_value_t = 2, allow_negative_numbers = true, value_parser = clap::value_parser!(u32).range(1..))]
     pub epochs: u32,
     /// Batch size per rank (the trainer's default for Fashion-MNIST).
-    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, default_value_t = 32, allow_negative_numbers = true, value_parser = clap::value_parser!(u32).range(1..))]
     pub batch_size: u32,
     /// Learning rate (SGD with momentum 0.9 unless --hp momentum=…).
     #[arg(long, default_value_t = 0.02, allow_negative_numbers = true)]
@@ -91,8 +93,9 @@ pub struct TrainArgs {
     #[arg(long, value_name = "DIR", default_value = "kfaws-jobs")]
     pub output_dir: PathBuf,
     /// Run a local job that ran before again, in its directory: the trainer resumes from its
-    /// newest checkpoint (same --workers, --batch-size and data; other hyperparameters may
-    /// change) and overwrites its model (local).
+    /// newest checkpoint (same --workers, --batch-size, data, seed and max-train-samples: they
+    /// fix each epoch's shards; epochs, lr and momentum may change) and overwrites its model
+    /// (local).
     #[arg(long, requires = "job_name")]
     pub resume: bool,
 }
