@@ -82,8 +82,27 @@ where
                 }
             }
         }
-        None => aws_sdk_sts::error::DisplayErrorContext(e).to_string(),
+        None => error_chain(e),
     }
+}
+
+/// `error: cause: cause …` on one line from the `source()` chain, each
+/// error by its `Display`, a cause whose text the line already holds left
+/// out. The SDK's `DisplayErrorContext` also appends the whole error's
+/// `Debug` (`DispatchFailure(DispatchFailure { source: ConnectorError {
+/// … }})`), which tells a user nothing more.
+pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let text = c.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        cause = c.source();
+    }
+    out
 }
 
 /// Loads the SDK configuration for `region`, optionally from a named profile.
@@ -112,6 +131,30 @@ mod tests {
                 aws_smithy_types::body::SdkBody::from("<html>500</html>"),
             ),
         )
+    }
+
+    #[tokio::test]
+    async fn a_refused_connection_is_one_line_of_causes_without_debug_output() {
+        // A port nothing listens on (9, discard), one attempt.
+        let config = aws_sdk_sts::Config::builder()
+            .behavior_version(aws_config::BehaviorVersion::latest())
+            .region(Region::new("us-east-1"))
+            .endpoint_url("http://127.0.0.1:9")
+            .credentials_provider(aws_sdk_sts::config::Credentials::for_tests())
+            .retry_config(RetryConfig::disabled())
+            .build();
+        let e = aws_sdk_sts::Client::from_conf(config)
+            .get_caller_identity()
+            .send()
+            .await
+            .unwrap_err();
+        let text = error_message(&e);
+        assert!(
+            text.starts_with("dispatch failure") && text.contains("Connection refused"),
+            "{text}"
+        );
+        assert!(!text.contains("DispatchFailure {"), "{text}");
+        assert!(!text.contains('\n'), "{text}");
     }
 
     #[test]

@@ -248,9 +248,10 @@ pub async fn get_token(sdk: &SdkConfig, cluster: &str) -> Result<EksToken, Token
     let provider = sdk.credentials_provider().ok_or_else(|| {
         TokenError::Credentials("the SDK config has no credentials provider".into())
     })?;
-    let credentials = provider.provide_credentials().await.map_err(|e| {
-        TokenError::Credentials(aws_sdk_sts::error::DisplayErrorContext(&e).to_string())
-    })?;
+    let credentials = provider
+        .provide_credentials()
+        .await
+        .map_err(|e| TokenError::Credentials(super::error_chain(&e)))?;
     let now = SystemTime::now();
     let mut until = now + TOKEN_LIFETIME;
     if let Some(expiry) = credentials.expiry() {

@@ -214,7 +214,7 @@ async fn upload_dir(
             .body(body)
             .send()
             .await
-            .map_err(|e| anyhow::anyhow!(aws_sdk_s3::error::DisplayErrorContext(e)))
+            .map_err(|e| anyhow::anyhow!(kfaws::aws::error_message(&e)))
             .with_context(|| format!("uploading {} to s3://{bucket}/{key}", f.display()))?;
     }
     Ok(files.len())
