@@ -792,6 +792,15 @@ async fn demo_path_trains_on_both_runtimes_serves_the_model_and_destroys_everyth
         let limits = &job.data["spec"]["pytorchReplicaSpecs"][replica]["template"]["spec"]
             ["containers"][0]["resources"]["limits"];
         assert_eq!(limits["nvidia.com/gpu"], 1, "{replica}: {limits}");
+        // Case C17: no Istio sidecar, by label and by annotation, as the
+        // API server stored the template.
+        let metadata = &job.data["spec"]["pytorchReplicaSpecs"][replica]["template"]["metadata"];
+        for key in ["labels", "annotations"] {
+            assert_eq!(
+                metadata[key]["sidecar.istio.io/inject"], "false",
+                "{replica}: {metadata}"
+            );
+        }
     }
 
     // SageMaker: 2 instances, the local directory uploaded to the bucket.

@@ -69,9 +69,16 @@ impl PyTorchJobSpec {
         if self.gpu {
             limits["nvidia.com/gpu"] = json!(1);
         }
+        // Istio reads `sidecar.istio.io/inject` from a pod's labels (which
+        // its documentation recommends, "Installing the Sidecar": controlling
+        // the injection policy) and, deprecated, from its annotations: both,
+        // so that any Istio release leaves the ranks without a sidecar.
         let template = json!({
             "metadata": {
-                "labels": {"app.kubernetes.io/managed-by": "kfaws"},
+                "labels": {
+                    "app.kubernetes.io/managed-by": "kfaws",
+                    "sidecar.istio.io/inject": "false",
+                },
                 "annotations": {"sidecar.istio.io/inject": "false"},
             },
             "spec": {
@@ -500,6 +507,10 @@ mod tests {
             let pod = &r[t]["template"];
             assert_eq!(
                 pod["metadata"]["annotations"]["sidecar.istio.io/inject"],
+                "false"
+            );
+            assert_eq!(
+                pod["metadata"]["labels"]["sidecar.istio.io/inject"],
                 "false"
             );
             let c = &pod["spec"]["containers"][0];
