@@ -667,12 +667,22 @@ async fn replace_recreates_a_bundle_and_a_node_group_and_refuses_what_others_dep
         "the custom resource went with its CRD"
     );
 
-    // A node group may be replaced under the bundles that run on it.
+    // A node group may be replaced under the bundles that run on it, also
+    // through a saved plan, which a later --replace cannot change.
     let deletes = d.calls("DeleteNodegroup");
     let token =
         |s: &serde_json::Value| s["resources"]["eks.nodegroup.cpu"]["idempotency_token"].clone();
-    let applied = d.stdout(&["apply", "--auto-approve", "--replace", "eks.nodegroup.cpu"]);
-    assert!(applied.contains("-/+ eks.nodegroup.cpu"), "{applied}");
+    let planned = d.stdout(&[
+        "plan",
+        "--replace",
+        "eks.nodegroup.cpu",
+        "-out",
+        "nodes.plan",
+    ]);
+    assert!(planned.contains("-/+ eks.nodegroup.cpu"), "{planned}");
+    let refused = d.fails(&["apply", "nodes.plan", "--replace", "k8s.kubeflow"]);
+    assert!(refused.contains("cannot change a saved plan"), "{refused}");
+    d.stdout(&["apply", "nodes.plan"]);
     assert_eq!(d.calls("DeleteNodegroup"), deletes + 1);
     let after = d.state();
     assert_ne!(
