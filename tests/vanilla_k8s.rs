@@ -66,6 +66,23 @@ async fn labelled(client: &Client, ids: &[String]) -> Vec<String> {
     out
 }
 
+/// Creates the PyTorchJob `someones-job` in the user namespace, as a user
+/// of the cluster would; returns the API of its kind there.
+async fn someones_job(client: &Client) -> Api<DynamicObject> {
+    let job_type = kube::discovery::ApiResource {
+        group: "kubeflow.org".into(),
+        version: "v1".into(),
+        api_version: "kubeflow.org/v1".into(),
+        kind: "PyTorchJob".into(),
+        plural: "pytorchjobs".into(),
+    };
+    let jobs = Api::<DynamicObject>::namespaced_with(client.clone(), USER_NS, &job_type);
+    let mut job = DynamicObject::new("someones-job", &job_type);
+    job.data = serde_json::json!({"spec": {"pytorchReplicaSpecs": {}}});
+    jobs.create(&Default::default(), &job).await.unwrap();
+    jobs
+}
+
 fn applyset_ids(d: &Deployment) -> Vec<String> {
     let state = d.state();
     state["resources"]
@@ -577,17 +594,7 @@ async fn a_bundle_that_failed_half_way_is_applied_again_in_place() {
         "{report}"
     );
     let client = d.cluster().client().await;
-    let job_type = kube::discovery::ApiResource {
-        group: "kubeflow.org".into(),
-        version: "v1".into(),
-        api_version: "kubeflow.org/v1".into(),
-        kind: "PyTorchJob".into(),
-        plural: "pytorchjobs".into(),
-    };
-    let jobs = Api::<DynamicObject>::namespaced_with(client.clone(), USER_NS, &job_type);
-    let mut job = DynamicObject::new("someones-job", &job_type);
-    job.data = serde_json::json!({"spec": {"pytorchReplicaSpecs": {}}});
-    jobs.create(&Default::default(), &job).await.unwrap();
+    let jobs = someones_job(&client).await;
 
     d.write_config(&kubeflow_config());
     let planned = d.stdout(&["plan"]);
@@ -630,17 +637,7 @@ async fn replace_recreates_a_bundle_and_a_node_group_and_refuses_what_others_dep
     // A bundle: its objects are deleted (the CRD with every PyTorchJob) and
     // applied again, where an apply without --replace would keep them.
     let client = d.cluster().client().await;
-    let job_type = kube::discovery::ApiResource {
-        group: "kubeflow.org".into(),
-        version: "v1".into(),
-        api_version: "kubeflow.org/v1".into(),
-        kind: "PyTorchJob".into(),
-        plural: "pytorchjobs".into(),
-    };
-    let jobs = Api::<DynamicObject>::namespaced_with(client.clone(), USER_NS, &job_type);
-    let mut job = DynamicObject::new("someones-job", &job_type);
-    job.data = serde_json::json!({"spec": {"pytorchReplicaSpecs": {}}});
-    jobs.create(&Default::default(), &job).await.unwrap();
+    let jobs = someones_job(&client).await;
     let crds = Api::<CustomResourceDefinition>::all(client.clone());
     let crd_uid = |crd: CustomResourceDefinition| crd.metadata.uid.unwrap();
     let old_uid = crd_uid(crds.get("pytorchjobs.kubeflow.org").await.unwrap());
