@@ -276,6 +276,34 @@ fn invalid_names_fail_before_any_api_call() {
         .stderr(predicate::str::contains("region \"us-east1\" is invalid"));
 }
 
+/// With nothing listening at the endpoint, the SDK retries the first call
+/// for up to a minute; kfaws says so at the first refused attempt instead of
+/// staying silent until the error.
+#[test]
+fn an_unreachable_endpoint_is_reported_while_the_first_call_is_retried() {
+    use std::io::BufRead as _;
+    let d = Deployment::new("");
+    let mut child = d
+        .process(&["plan"])
+        .env("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    std::io::BufReader::new(child.stderr.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(
+        first.contains("cannot reach http://127.0.0.1:9")
+            && first.contains("Connection refused")
+            && first.contains("retrying, up to 8 attempts"),
+        "{first}"
+    );
+}
+
 #[test]
 fn unknown_and_unavailable_profiles_are_refused() {
     let d = Deployment::new("");
