@@ -5,7 +5,7 @@
 //! Kubernetes bundle to re-create from scratch.
 //!
 //! A replacement deletes the resource, then creates it again
-//! ([`crate::engine`]), so the request is checked before any plan is made:
+//! ([`crate::engine`]), so the request is checked before a plan is returned:
 //! the address must be in the configuration and in the state, be managed
 //! (not a data source), and have no dependants in the state whose own
 //! objects live in it (a VPC stack under an EKS cluster cannot be deleted
