@@ -340,11 +340,17 @@ pub async fn make_plan(req: PlanRequest<'_>) -> Result<(Plan, Handles), PlanErro
             .iter()
             .map(|r| (r.address().clone(), r.dependencies())),
     )?;
+    // --target: the targets with their dependencies (apply) or dependants
+    // (destroy), selected before the refresh, so an unknown address fails
+    // before any call.
+    let targeted = match req.targets {
+        [] => None,
+        targets if req.destroy => {
+            Some(state_graph(req.state)?.select(targets, Closure::Dependants)?)
+        }
+        targets => Some(desired_graph.select(targets, Closure::Dependencies)?),
+    };
     if !req.destroy {
-        let targeted = match req.targets {
-            [] => None,
-            targets => Some(desired_graph.select(targets, Closure::Dependencies)?),
-        };
         replace::check(req.replace, req.desired, req.state, targeted.as_ref())?;
     }
     let handles = handles(req.desired, req.provider, req.state)?;
@@ -360,12 +366,7 @@ pub async fn make_plan(req: PlanRequest<'_>) -> Result<(Plan, Handles), PlanErro
             &replace::set(req.replace),
         )
     };
-    if !req.targets.is_empty() {
-        let keep = if req.destroy {
-            state_graph(req.state)?.select(req.targets, Closure::Dependants)?
-        } else {
-            desired_graph.select(req.targets, Closure::Dependencies)?
-        };
+    if let Some(keep) = &targeted {
         changes.retain(|c| keep.contains(&c.address));
     }
     check::check(
