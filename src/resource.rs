@@ -153,6 +153,8 @@ pub struct Check<'a> {
     pub recorded: Option<&'a ResourceState>,
     /// The destroy's choices.
     pub options: &'a DeleteOptions,
+    /// The whole state the plan was made against.
+    pub state: &'a crate::state::State,
 }
 
 /// A node of the graph: its identity, its desired spec and the calls that

@@ -423,6 +423,32 @@ async fn state_rm_forgets_without_deleting_and_apply_adopts_it_again() {
     assert!(d.live_stack_names().await.is_empty());
 }
 
+/// A cluster removed from the state (but not from AWS) sits in the network
+/// destroy would delete: refused at plan, before anything is deleted, and
+/// never its security groups taken for leftovers.
+#[tokio::test]
+async fn destroy_refuses_to_delete_the_network_under_a_cluster_the_state_forgot() {
+    let d = Deployment::new("");
+    d.stdout(&["apply", "--auto-approve", "--target", "eks.cluster"]);
+    d.stdout(&["state", "rm", "eks.cluster"]);
+    let stacks = d.live_stack_names().await;
+    let serial = d.state()["serial"].clone();
+    let err = d.fails(&["destroy", "--auto-approve"]);
+    assert!(
+        err.contains(&format!("EKS cluster {} still exists", d.name))
+            && err.contains("nothing was deleted")
+            && err.contains("`kfaws apply` adopts the cluster again"),
+        "{err}"
+    );
+    assert_eq!(d.live_stack_names().await, stacks);
+    assert_eq!(d.state()["serial"], serial);
+    assert_eq!(calls(&d, "DeleteSecurityGroup"), 0);
+    // The way out the message gives: adopt it, then destroy.
+    d.stdout(&["apply", "--auto-approve", "--target", "eks.cluster"]);
+    d.stdout(&["destroy", "--auto-approve"]);
+    assert!(d.live_stack_names().await.is_empty());
+}
+
 #[tokio::test]
 async fn a_second_state_of_the_same_deployment_does_not_adopt_the_first_ones_stacks() {
     let d = Deployment::new("");

@@ -370,6 +370,11 @@ pub struct VpcGuard {
     pub stacks: Vec<String>,
     /// The EKS cluster name (the `kubernetes.io/cluster/<name>` tag).
     pub cluster: String,
+    /// The EKS client, to see whether the cluster still runs.
+    pub eks: aws_sdk_eks::Client,
+    /// The cluster's address: a cluster the state holds is deleted before
+    /// the network in the same plan.
+    pub cluster_address: crate::address::Address,
     /// How long to wait for the cluster's network interfaces to go.
     pub deadline: Duration,
     /// What the cluster keeps for its lifetime, as [`Kept`] values.
@@ -430,6 +435,36 @@ impl VpcGuard {
         recorded?.outputs.get("VpcId")?.as_str().map(str::to_string)
     }
 
+    /// An error when the EKS cluster still exists: the network goes only
+    /// after it, and what [`vpc::clean`] removes (security groups and
+    /// network interfaces tagged for the cluster) is then in use by it.
+    /// Happens when the cluster left the state (`kfaws state rm`) but not
+    /// AWS.
+    async fn refuse_while_the_cluster_runs(&self, vpc_id: &str) -> Result<(), ResourceError> {
+        let status = match self.eks.describe_cluster().name(&self.cluster).send().await {
+            Ok(out) => out
+                .cluster()
+                .and_then(|c| c.status())
+                .map_or_else(|| "unknown".to_string(), |s| s.as_str().to_string()),
+            Err(e) if super::eks::is_not_found(&e) => return Ok(()),
+            Err(e) => {
+                return Err(ResourceError::msg(format!(
+                    "DescribeCluster {}: {}",
+                    self.cluster,
+                    error_message(&e)
+                )))
+            }
+        };
+        Err(ResourceError::msg(format!(
+            "EKS cluster {} still exists (status {status}) and uses VPC {vpc_id}, but it is not \
+             in this deployment's state (removed with `kfaws state rm`?), so nothing deletes it \
+             first; the network is deleted only once the cluster is gone. `kfaws apply` adopts \
+             the cluster again (it carries this deployment's tags), or delete it yourself; then \
+             destroy again",
+            self.cluster
+        )))
+    }
+
     /// Physical ids of every resource of the deployment's live stacks.
     async fn ours(&self) -> Result<BTreeSet<String>, ResourceError> {
         let mut ours = BTreeSet::new();
@@ -478,6 +513,12 @@ impl Guard for VpcGuard {
         let Some(vpc_id) = Self::vpc_id(check.recorded) else {
             return Ok(());
         };
+        // A cluster in the state is deleted before the network.
+        if !check.state.resources.contains_key(&self.cluster_address) {
+            self.refuse_while_the_cluster_runs(&vpc_id)
+                .await
+                .map_err(|e| ResourceError::msg(format!("{e}; nothing was deleted")))?;
+        }
         let ours = self.ours().await?;
         let survey = vpc::survey(&self.ec2, &vpc_id)
             .await
@@ -537,6 +578,7 @@ impl Guard for VpcGuard {
         let Some(vpc_id) = Self::vpc_id(Some(recorded)) else {
             return Ok(());
         };
+        self.refuse_while_the_cluster_runs(&vpc_id).await?;
         let ours = self.ours().await?;
         let removed = vpc::clean(&self.ec2, &vpc_id, &ours, &self.cluster, self.deadline)
             .await

@@ -53,6 +53,7 @@ pub async fn check(
             action: c.action,
             recorded: state.resources.get(&c.address),
             options,
+            state,
         };
         async move { (c.address.clone(), handle.check(&request).await) }
     });

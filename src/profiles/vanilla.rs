@@ -315,6 +315,8 @@ fn guards(
                 cloudformation: aws_sdk_cloudformation::Client::new(aws),
                 stacks: PARTS.iter().map(|p| config.stack_name(p)).collect(),
                 cluster: config.name.clone(),
+                eks: aws_sdk_eks::Client::new(aws),
+                cluster_address: Address::new(CLUSTER).expect("a valid address"),
                 deadline: RELEASE_WAIT,
                 kept: kept(config),
             }),
