@@ -798,8 +798,16 @@ async fn plan_out_follows_links_and_refuses_what_is_not_a_regular_file() {
         .status()
         .unwrap()
         .success());
-    let err = d.fails(&["plan", "-out", fifo.to_str().unwrap()]);
+    // Refused before planning: nothing of a plan is printed.
+    let refused = d
+        .kfaws(&["plan", "-out", fifo.to_str().unwrap()])
+        .assert()
+        .code(1)
+        .get_output()
+        .clone();
+    let err = String::from_utf8_lossy(&refused.stderr);
     assert!(err.contains("is not a regular file"), "{err}");
+    assert!(refused.stdout.is_empty(), "{:?}", refused.stdout);
     assert!(std::fs::symlink_metadata(&fifo)
         .unwrap()
         .file_type()

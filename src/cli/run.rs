@@ -195,6 +195,9 @@ pub async fn plan(
     detailed_exitcode: bool,
     cancel: &CancellationToken,
 ) -> anyhow::Result<u8> {
+    if let Some(file) = out {
+        plan::file::check_writable(file)?;
+    }
     let mut p = make(g, flags, goal, "plan", cancel).await?;
     // The account the plan was made in: shown by --json, checked by `apply FILE`.
     p.plan.account_id = Some(p.account.clone());

@@ -64,6 +64,27 @@ fn made_against(serial: u64, lineage: &uuid::Uuid) -> String {
     }
 }
 
+/// Checks before planning that [`save`] can write `path`: an existing
+/// `path` (through a link too) is a regular file, and its directory exists.
+/// Planning can take minutes; a path that cannot take the plan is better
+/// refused before it.
+///
+/// # Errors
+/// [`PlanFileError::Io`] naming the path or the missing directory.
+pub fn check_writable(path: &Path) -> Result<(), PlanFileError> {
+    crate::state::replace::ensure_regular(path).map_err(|e| PlanFileError::Io {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    })?;
+    match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() && !dir.is_dir() => Err(PlanFileError::Io {
+            path: path.to_path_buf(),
+            message: format!("{}: no such directory", dir.display()),
+        }),
+        _ => Ok(()),
+    }
+}
+
 /// Writes `plan` to `path` (JSON, mode 0600) atomically
 /// ([`crate::state::replace`]: a symbolic link is followed, anything but a
 /// regular file refused, a missing directory is an error, as Terraform's
