@@ -41,6 +41,7 @@ pub const DELETE_BATCH: usize = 1000;
 pub fn client(aws: &SdkConfig) -> Client {
     let config = aws_sdk_s3::config::Builder::from(aws)
         .force_path_style(aws.endpoint_url().is_some())
+        .interceptor(super::clients::UnreachableNotice)
         .build();
     Client::from_conf(config)
 }

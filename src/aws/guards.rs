@@ -441,20 +441,10 @@ impl VpcGuard {
     /// Happens when the cluster left the state (`kfaws state rm`) but not
     /// AWS.
     async fn refuse_while_the_cluster_runs(&self, vpc_id: &str) -> Result<(), ResourceError> {
-        let status = match self.eks.describe_cluster().name(&self.cluster).send().await {
-            Ok(out) => out
-                .cluster()
-                .and_then(|c| c.status())
-                .map_or_else(|| "unknown".to_string(), |s| s.as_str().to_string()),
-            Err(e) if super::eks::is_not_found(&e) => return Ok(()),
-            Err(e) => {
-                return Err(ResourceError::msg(format!(
-                    "DescribeCluster {}: {}",
-                    self.cluster,
-                    error_message(&e)
-                )))
-            }
+        let Some(cluster) = super::eks::describe_cluster(&self.eks, &self.cluster).await? else {
+            return Ok(());
         };
+        let status = cluster.status().map_or("unknown", |s| s.as_str());
         Err(ResourceError::msg(format!(
             "EKS cluster {} still exists (status {status}) and uses VPC {vpc_id}, but it is not \
              in this deployment's state (removed with `kfaws state rm`?), so nothing deletes it \

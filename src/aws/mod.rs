@@ -9,6 +9,7 @@
 //! standard retry mode with a bounded number of attempts.
 
 pub mod bucket;
+pub mod clients;
 pub mod drift;
 pub mod eks;
 pub mod guards;
@@ -21,6 +22,8 @@ pub mod trust;
 pub mod vpc;
 pub mod wait;
 pub mod zones;
+
+pub use clients::client;
 
 use aws_config::retry::RetryConfig;
 use aws_config::{BehaviorVersion, Region, SdkConfig};

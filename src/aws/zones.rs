@@ -252,7 +252,7 @@ pub async fn offerings(
         region: region.to_string(),
         message: e,
     };
-    let ec2 = aws_sdk_ec2::Client::new(aws);
+    let ec2 = crate::aws::client::<aws_sdk_ec2::Client>(aws);
     let zones = ec2
         .describe_availability_zones()
         .filters(Filter::builder().name("state").values("available").build())

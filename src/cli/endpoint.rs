@@ -43,7 +43,7 @@ pub async fn deploy(
     let d = Deployment::load(g)?;
     let role_arn = d.output("stack.iam", "SageMakerRoleArn", "SageMaker execution role")?;
     let aws = d.aws(g, cancel).await?;
-    let sm = aws_sdk_sagemaker::Client::new(&aws);
+    let sm = kfaws::aws::client::<aws_sdk_sagemaker::Client>(&aws);
     let described = kfaws::sagemaker::training::describe_training_job(&sm, job).await?;
     let status = described.status.as_str();
     let Some(model_data_url) = described
@@ -159,7 +159,7 @@ pub async fn invoke(
         .with_context(|| format!("reading {}", path.display()))?;
     let region = invoke_region(g)?;
     let aws = kfaws::aws::sdk_config(&region, g.aws_profile.as_deref()).await;
-    let rt = aws_sdk_sagemakerruntime::Client::new(&aws);
+    let rt = kfaws::aws::client::<aws_sdk_sagemakerruntime::Client>(&aws);
     let answer = endpoint::invoke(&rt, name, content_type, body).await?;
     let v: serde_json::Value = serde_json::from_slice(&answer)
         .with_context(|| format!("endpoint {name} answered something other than JSON"))?;
@@ -235,7 +235,7 @@ fn classification_lines(source: &str, v: &serde_json::Value) -> Vec<String> {
 /// returns what existed and was deleted, e.g. `endpoint, endpoint
 /// configuration, model`.
 async fn delete_one(aws: &SdkConfig, store: &mut StateStore, name: &str) -> anyhow::Result<String> {
-    let sm = aws_sdk_sagemaker::Client::new(aws);
+    let sm = kfaws::aws::client::<aws_sdk_sagemaker::Client>(aws);
     let deleted = endpoint::delete(&sm, name)
         .await
         .with_context(|| format!("deleting endpoint {name}"))?;

@@ -549,7 +549,7 @@ async fn train_kubernetes(
     let connector = ClusterConnector {
         cluster_name: cluster_name.clone(),
         region: d.loaded.config.region.clone(),
-        eks: aws_sdk_eks::Client::new(&aws),
+        eks: kfaws::aws::client::<aws_sdk_eks::Client>(&aws),
         exec: context::exec_auth(g)?,
     };
     let client = connector

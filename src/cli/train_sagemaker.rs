@@ -38,7 +38,7 @@ pub async fn default_image(aws: &SdkConfig) -> anyhow::Result<String> {
              or pass --image"
         )
     };
-    let ecr = aws_sdk_ecr::Client::new(aws);
+    let ecr = kfaws::aws::client::<aws_sdk_ecr::Client>(aws);
     let repo = ecr
         .describe_repositories()
         .repository_names(REPOSITORY)
@@ -85,7 +85,7 @@ pub async fn running_jobs(
     lineage: &str,
 ) -> anyhow::Result<Vec<String>> {
     use aws_sdk_sagemaker::types::TrainingJobStatus;
-    let sm = aws_sdk_sagemaker::Client::new(aws);
+    let sm = kfaws::aws::client::<aws_sdk_sagemaker::Client>(aws);
     let mut running = Vec::new();
     for status in [TrainingJobStatus::InProgress, TrainingJobStatus::Stopping] {
         let pages = sm
@@ -147,7 +147,7 @@ pub async fn check_image(aws: &SdkConfig, uri: &str) -> anyhow::Result<()> {
             None => (path, id.image_tag("latest")),
         },
     };
-    aws_sdk_ecr::Client::new(aws)
+    kfaws::aws::client::<aws_sdk_ecr::Client>(aws)
         .describe_images()
         .registry_id(account)
         .repository_name(repository)
@@ -312,7 +312,7 @@ pub async fn train(
             dir.display()
         ));
     }
-    let sm = aws_sdk_sagemaker::Client::new(&aws);
+    let sm = kfaws::aws::client::<aws_sdk_sagemaker::Client>(&aws);
     let arn = training::create_training_job(&sm, &spec).await?;
     say(&format!(
         "Training job {job} (sagemaker): {} × {}, image {}\n  {arn}",
@@ -325,7 +325,7 @@ pub async fn train(
         ));
         return Ok(0);
     }
-    let logs = aws_sdk_cloudwatchlogs::Client::new(&aws);
+    let logs = kfaws::aws::client::<aws_sdk_cloudwatchlogs::Client>(&aws);
     let timeout = Duration::from_secs(args.max_runtime + 3600);
     // Not a child of `cancel`: the reader of the output going away (`| head`)
     // stops the waiting, never the job (only a signal to kfaws stops the job).

@@ -906,7 +906,7 @@ pub async fn push(
 ) -> Result<Pushed, PushError> {
     check_repository_name(repository)?;
     check_tag(tag)?;
-    let ecr = aws_sdk_ecr::Client::new(sdk);
+    let ecr = crate::aws::client::<aws_sdk_ecr::Client>(sdk);
     let repo = ensure_repository(&ecr, repository).await?;
     let auth = authorization(&ecr).await?;
     let registry = Registry::new(&auth, repository)?;

@@ -49,8 +49,7 @@ use super::efs;
 use super::kubeconfig::{self, ClusterAccess, ExecAuth};
 use super::object::GroupKind;
 use crate::address::Address;
-use crate::aws::eks::is_not_found;
-use crate::aws::error_message;
+use crate::aws::eks::describe_cluster;
 use crate::resource::{Applied, Check, Detail, Inputs, Observed, Resource, ResourceError};
 use crate::state::ResourceState;
 
@@ -85,24 +84,7 @@ impl ClusterConnector {
     /// [`ResourceError`] when `DescribeCluster` fails or answers a cluster
     /// without endpoint or CA (still creating).
     pub async fn connect(&self) -> Result<Option<Client>, ResourceError> {
-        let out = match self
-            .eks
-            .describe_cluster()
-            .name(&self.cluster_name)
-            .send()
-            .await
-        {
-            Ok(out) => out,
-            Err(e) if is_not_found(&e) => return Ok(None),
-            Err(e) => {
-                return Err(ResourceError::msg(format!(
-                    "DescribeCluster {}: {}",
-                    self.cluster_name,
-                    error_message(&e)
-                )))
-            }
-        };
-        let Some(cluster) = out.cluster() else {
+        let Some(cluster) = describe_cluster(&self.eks, &self.cluster_name).await? else {
             return Ok(None);
         };
         if cluster.status() == Some(&ClusterStatus::Deleting) {

@@ -311,27 +311,27 @@ fn guards(
     match part {
         "network" => vec![
             Arc::new(VpcGuard {
-                ec2: aws_sdk_ec2::Client::new(aws),
-                cloudformation: aws_sdk_cloudformation::Client::new(aws),
+                ec2: crate::aws::client::<aws_sdk_ec2::Client>(aws),
+                cloudformation: crate::aws::client::<aws_sdk_cloudformation::Client>(aws),
                 stacks: PARTS.iter().map(|p| config.stack_name(p)).collect(),
                 cluster: config.name.clone(),
-                eks: aws_sdk_eks::Client::new(aws),
+                eks: crate::aws::client::<aws_sdk_eks::Client>(aws),
                 cluster_address: Address::new(CLUSTER).expect("a valid address"),
                 deadline: RELEASE_WAIT,
                 kept: kept(config),
             }),
             Arc::new(IngressGuard {
-                ec2: aws_sdk_ec2::Client::new(aws),
+                ec2: crate::aws::client::<aws_sdk_ec2::Client>(aws),
                 vpc_cidr: config.options.vpc_cidr.clone(),
                 output: "NfsSecurityGroupId",
-                cloudformation: aws_sdk_cloudformation::Client::new(aws),
+                cloudformation: crate::aws::client::<aws_sdk_cloudformation::Client>(aws),
                 stack: config.stack_name("network"),
                 logical_id: "NfsSecurityGroup",
             }),
         ],
         "iam" => vec![
             Arc::new(RolesGuard {
-                iam: aws_sdk_iam::Client::new(aws),
+                iam: crate::aws::client::<aws_sdk_iam::Client>(aws),
                 roles: vec![
                     derived(config.role_name("eks-cluster"), "ClusterRoleName"),
                     derived(config.role_name("eks-node"), "NodeRoleName"),
@@ -350,16 +350,16 @@ fn guards(
                 owner,
             }),
             Arc::new(TrustGuard {
-                iam: aws_sdk_iam::Client::new(aws),
+                iam: crate::aws::client::<aws_sdk_iam::Client>(aws),
                 roles: service_roles(config),
                 replace_when_gone: false,
-                cfn: aws_sdk_cloudformation::Client::new(aws),
+                cfn: crate::aws::client::<aws_sdk_cloudformation::Client>(aws),
                 stack_name: config.stack_name(part),
             }),
         ],
         "irsa" => vec![Arc::new(TrustGuard {
-            iam: aws_sdk_iam::Client::new(aws),
-            cfn: aws_sdk_cloudformation::Client::new(aws),
+            iam: crate::aws::client::<aws_sdk_iam::Client>(aws),
+            cfn: crate::aws::client::<aws_sdk_cloudformation::Client>(aws),
             stack_name: config.stack_name(part),
             roles: vec![
                 TrustedRole {
@@ -396,7 +396,7 @@ fn guards(
 }
 
 fn stacks(config: &Config, aws: &SdkConfig, lineage: uuid::Uuid) -> Vec<StackResource> {
-    let client = aws_sdk_cloudformation::Client::new(aws);
+    let client = crate::aws::client::<aws_sdk_cloudformation::Client>(aws);
     let stack = |part: &str, template, estimate, parameters: BTreeMap<String, String>, inputs| {
         StackResource {
             address: addr(&format!("stack.{part}")),
@@ -521,7 +521,7 @@ fn cluster(config: &Config, aws: &SdkConfig, lineage: uuid::Uuid) -> ClusterReso
         lineage: lineage.to_string(),
         network: addr("stack.network"),
         iam: addr("stack.iam"),
-        client: aws_sdk_eks::Client::new(aws),
+        client: crate::aws::client::<aws_sdk_eks::Client>(aws),
     }
 }
 
@@ -543,8 +543,8 @@ fn nodegroup(
         cluster: addr(CLUSTER),
         network: addr("stack.network"),
         iam: addr("stack.iam"),
-        eks: aws_sdk_eks::Client::new(aws),
-        ec2: aws_sdk_ec2::Client::new(aws),
+        eks: crate::aws::client::<aws_sdk_eks::Client>(aws),
+        ec2: crate::aws::client::<aws_sdk_ec2::Client>(aws),
     }
 }
 
@@ -554,7 +554,7 @@ fn oidc(config: &Config, aws: &SdkConfig, lineage: uuid::Uuid) -> OidcProviderRe
         cluster: addr(CLUSTER),
         deployment: config.name.clone(),
         lineage: lineage.to_string(),
-        client: aws_sdk_iam::Client::new(aws),
+        client: crate::aws::client::<aws_sdk_iam::Client>(aws),
     }
 }
 
@@ -562,7 +562,7 @@ fn connector(config: &Config, aws: &SdkConfig, exec: &ExecAuth) -> ClusterConnec
     ClusterConnector {
         cluster_name: config.name.clone(),
         region: config.region.clone(),
-        eks: aws_sdk_eks::Client::new(aws),
+        eks: crate::aws::client::<aws_sdk_eks::Client>(aws),
         exec: exec.clone(),
     }
 }
@@ -866,7 +866,7 @@ pub fn stack_from_state(
             parameters: BTreeMap::new(),
             inputs: vec![],
             estimate: Duration::from_secs(60),
-            client: aws_sdk_cloudformation::Client::new(aws),
+            client: crate::aws::client::<aws_sdk_cloudformation::Client>(aws),
             guards: vec![],
         });
     if let Some(name) = recorded.spec.get("stack_name").and_then(|v| v.as_str()) {

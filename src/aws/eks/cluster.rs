@@ -151,15 +151,7 @@ impl ClusterResource {
 
     /// The cluster, unless there is none of our name.
     async fn describe(&self) -> Result<Option<Cluster>, ResourceError> {
-        match self.client.describe_cluster().name(&self.name).send().await {
-            Ok(out) => Ok(out.cluster().cloned()),
-            Err(e) if is_not_found(&e) => Ok(None),
-            Err(e) => Err(ResourceError::msg(format!(
-                "DescribeCluster {}: {}",
-                self.name,
-                error_message(&e)
-            ))),
-        }
+        super::describe_cluster(&self.client, &self.name).await
     }
 
     /// The cluster of our name if this deployment's state made it.

@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use aws_sdk_eks::error::{ProvideErrorMetadata, SdkError};
-use aws_sdk_eks::types::{Update, UpdateStatus};
+use aws_sdk_eks::types::{Cluster, Update, UpdateStatus};
 
 use super::stack::{DEPLOYMENT_TAG, LINEAGE_TAG};
 use super::wait::{wait_until, Backoff, Poll};
@@ -69,6 +69,25 @@ pub fn code<E: ProvideErrorMetadata, R>(e: &SdkError<E, R>) -> Option<&str> {
 /// EKS `ResourceNotFoundException`: the cluster or node group does not exist.
 pub fn is_not_found<E: ProvideErrorMetadata, R>(e: &SdkError<E, R>) -> bool {
     code(e) == Some("ResourceNotFoundException")
+}
+
+/// The cluster `name` as `DescribeCluster` answers it, or `None` when EKS
+/// has no cluster of that name (`ResourceNotFoundException`).
+///
+/// # Errors
+/// [`ResourceError`] naming the call and the cluster for any other failure.
+pub async fn describe_cluster(
+    client: &aws_sdk_eks::Client,
+    name: &str,
+) -> Result<Option<Cluster>, ResourceError> {
+    match client.describe_cluster().name(name).send().await {
+        Ok(out) => Ok(out.cluster().cloned()),
+        Err(e) if is_not_found(&e) => Ok(None),
+        Err(e) => Err(ResourceError::msg(format!(
+            "DescribeCluster {name}: {}",
+            super::error_message(&e)
+        ))),
+    }
 }
 
 /// EKS health issues (`Cluster.health.issues`, `Nodegroup.health.issues`) as

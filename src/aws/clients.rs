@@ -1,0 +1,236 @@
+//! Every AWS service client kfaws uses, made one way: from the shared
+//! [`SdkConfig`] plus what that config cannot carry, the
+//! [`UnreachableNotice`] interceptor (an `SdkConfig` holds no interceptors,
+//! so `Client::new(&config)` would leave it out).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use aws_config::SdkConfig;
+use aws_sdk_sts::config::ConfigBag;
+use aws_smithy_runtime_api::box_error::BoxError;
+use aws_smithy_runtime_api::client::interceptors::context::{
+    BeforeTransmitInterceptorContextRef, FinalizerInterceptorContextRef,
+};
+use aws_smithy_runtime_api::client::interceptors::Intercept;
+use aws_smithy_runtime_api::client::orchestrator::Metadata;
+use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
+use aws_smithy_types::config_bag::{Storable, StoreReplace};
+
+/// A service client made from an [`SdkConfig`] with kfaws's interceptors.
+pub trait Service: Sized {
+    /// The client for `config`, with the [`UnreachableNotice`] interceptor.
+    fn from_sdk(config: &SdkConfig) -> Self;
+}
+
+/// The client of service `C` (`aws_sdk_eks::Client`, …) for `config`: the
+/// region, credentials, endpoint override and retry configuration of
+/// `config`, plus the [`UnreachableNotice`].
+pub fn client<C: Service>(config: &SdkConfig) -> C {
+    C::from_sdk(config)
+}
+
+macro_rules! services {
+    ($($sdk:ident),* $(,)?) => {$(
+        impl Service for $sdk::Client {
+            fn from_sdk(config: &SdkConfig) -> Self {
+                $sdk::Client::from_conf(
+                    $sdk::config::Builder::from(config)
+                        .interceptor(UnreachableNotice)
+                        .build(),
+                )
+            }
+        }
+    )*};
+}
+
+services!(
+    aws_sdk_cloudformation,
+    aws_sdk_cloudwatchlogs,
+    aws_sdk_ec2,
+    aws_sdk_ecr,
+    aws_sdk_eks,
+    aws_sdk_iam,
+    aws_sdk_sagemaker,
+    aws_sdk_sagemakerruntime,
+    aws_sdk_sts,
+);
+
+/// Whether the notice was given since the last attempt that reached AWS.
+/// One flag for the process: after a network failure every client's calls
+/// fail alike, and one line says so.
+static SAID: AtomicBool = AtomicBool::new(false);
+
+/// Says, at the first attempt that cannot reach the endpoint, that the
+/// call is being retried: the SDK's standard retries
+/// ([`super::MAX_ATTEMPTS`] attempts, jittered backoff up to 20 s) are
+/// otherwise up to a minute of silence before the error (a wrong
+/// `AWS_ENDPOINT_URL`, no network, a VPN dropped mid-apply). Said once
+/// until an attempt reaches an endpoint again.
+#[derive(Debug, Clone, Copy)]
+pub struct UnreachableNotice;
+
+/// The endpoint of the attempt in flight, `scheme://authority`, kept for
+/// [`UnreachableNotice`]: once the attempt fails, the request is gone from
+/// the interceptor context.
+#[derive(Debug, Clone)]
+struct Endpoint(String);
+
+impl Storable for Endpoint {
+    type Storer = StoreReplace<Self>;
+}
+
+impl Intercept for UnreachableNotice {
+    fn name(&self) -> &'static str {
+        "kfaws::UnreachableNotice"
+    }
+
+    fn read_before_transmit(
+        &self,
+        context: &BeforeTransmitInterceptorContextRef<'_>,
+        _runtime_components: &RuntimeComponents,
+        cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        if let Some(endpoint) = context
+            .request()
+            .uri()
+            .parse::<http::Uri>()
+            .ok()
+            .and_then(|u| Some(format!("{}://{}", u.scheme_str()?, u.authority()?)))
+        {
+            cfg.interceptor_state().store_put(Endpoint(endpoint));
+        }
+        Ok(())
+    }
+
+    fn read_after_attempt(
+        &self,
+        context: &FinalizerInterceptorContextRef<'_>,
+        _runtime_components: &RuntimeComponents,
+        cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        if context.response().is_some() {
+            // An answer (even an error one) came back: the endpoint is
+            // reachable again.
+            SAID.store(false, Ordering::Relaxed);
+            return Ok(());
+        }
+        let Some(Err(e)) = context.output_or_error() else {
+            return Ok(());
+        };
+        if !(e.as_connector_error().is_some() || e.is_timeout_error())
+            || SAID.swap(true, Ordering::Relaxed)
+        {
+            return Ok(());
+        }
+        let endpoint = cfg
+            .load::<Endpoint>()
+            .map_or("the AWS endpoint", |e| e.0.as_str());
+        let call = cfg
+            .load::<Metadata>()
+            .map_or_else(String::new, |m| format!("{} {}: ", m.service(), m.name()));
+        tracing::warn!(
+            "cannot reach {endpoint} ({call}{}); retrying, up to {} attempts in all",
+            super::error_chain(e),
+            super::MAX_ATTEMPTS
+        );
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+    use std::sync::{Arc, Mutex};
+
+    use aws_config::retry::RetryConfig;
+    use aws_config::{BehaviorVersion, Region};
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    use tracing_subscriber::util::SubscriberInitExt as _;
+
+    use super::*;
+
+    /// Log lines written by the code under test.
+    #[derive(Clone, Default)]
+    struct Lines(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Lines {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn config(endpoint: &str) -> SdkConfig {
+        SdkConfig::builder()
+            .behavior_version(BehaviorVersion::latest())
+            .region(Region::new("us-east-1"))
+            .endpoint_url(endpoint)
+            .credentials_provider(aws_sdk_eks::config::SharedCredentialsProvider::new(
+                aws_sdk_eks::config::Credentials::for_tests(),
+            ))
+            .retry_config(
+                RetryConfig::standard()
+                    .with_max_attempts(3)
+                    .with_initial_backoff(std::time::Duration::from_millis(1)),
+            )
+            .build()
+    }
+
+    /// An endpoint that answers every request with HTTP 500 and no body.
+    async fn answering() -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                let mut buf = [0u8; 4096];
+                let _ = socket.read(&mut buf).await;
+                let _ = socket
+                    .write_all(b"HTTP/1.1 500 Internal Server Error\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+                    .await;
+            }
+        });
+        format!("http://{addr}")
+    }
+
+    #[tokio::test]
+    async fn an_unreachable_endpoint_is_said_once_until_an_answer_comes_back() {
+        let lines = Lines::default();
+        let writer = lines.clone();
+        let _guard = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .set_default();
+        // Port 9 (discard): nothing listens, the connection is refused.
+        let refused = client::<aws_sdk_eks::Client>(&config("http://127.0.0.1:9"));
+        let describe = || refused.describe_cluster().name("ml").send();
+        describe().await.unwrap_err();
+        describe().await.unwrap_err();
+        let answered = client::<aws_sdk_eks::Client>(&config(&answering().await));
+        answered
+            .describe_cluster()
+            .name("ml")
+            .send()
+            .await
+            .unwrap_err();
+        describe().await.unwrap_err();
+
+        let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+        let notices: Vec<&str> = text
+            .lines()
+            .filter(|l| l.contains("cannot reach"))
+            .collect();
+        // Six refused attempts in all: one notice for the first two calls,
+        // one more after the answer.
+        assert_eq!(notices.len(), 2, "{text}");
+        for n in notices {
+            assert!(
+                n.contains("cannot reach http://127.0.0.1:9 (EKS DescribeCluster: ")
+                    && n.contains("retrying, up to 8 attempts in all"),
+                "{n}"
+            );
+        }
+    }
+}
