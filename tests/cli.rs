@@ -536,49 +536,52 @@ fn a_saved_plan_is_refused_in_another_account() {
 }
 
 #[test]
-fn ctrl_c_while_planning_exits_130_and_leaves_no_lock() {
+fn an_interrupt_while_planning_exits_128_plus_the_signal_and_leaves_no_lock() {
     let d = Deployment::new("");
     let control = std::env::var("KFAWS_EMULATOR_CONTROL").expect("run under with_emulator.sh");
-    let rule = format!(
-        r#"{{"service":"sts","operation":"GetCallerIdentity","kind":"latency","latency_ms":4000,"count":1,"account_id":"{}"}}"#,
-        d.account
-    );
-    let added = std::process::Command::new("curl")
-        .args([
-            "-fsS",
-            "-XPOST",
-            &format!("{control}/faults"),
-            "-H",
-            "content-type: application/json",
-            "-d",
-            &rule,
-        ])
-        .output()
-        .unwrap();
-    assert!(added.status.success(), "{added:?}");
-    let child = std::process::Command::new(assert_cmd::cargo::cargo_bin("kfaws"))
-        .arg("plan")
-        .current_dir(d.dir.path())
-        .env("AWS_ACCESS_KEY_ID", &d.account)
-        .env("AWS_SECRET_ACCESS_KEY", "test")
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(1500));
-    let lock = d.dir.path().join(".kfaws").join(&d.name).join("state.lock");
-    assert!(lock.exists(), "plan holds the lock while it waits for STS");
-    std::process::Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(130),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(!lock.exists(), "the lock is released");
+    // The shell convention: 128 + SIGINT (2), 128 + SIGTERM (15).
+    for (signal, status) in [("INT", 130), ("TERM", 143)] {
+        let rule = format!(
+            r#"{{"service":"sts","operation":"GetCallerIdentity","kind":"latency","latency_ms":4000,"count":1,"account_id":"{}"}}"#,
+            d.account
+        );
+        let added = std::process::Command::new("curl")
+            .args([
+                "-fsS",
+                "-XPOST",
+                &format!("{control}/faults"),
+                "-H",
+                "content-type: application/json",
+                "-d",
+                &rule,
+            ])
+            .output()
+            .unwrap();
+        assert!(added.status.success(), "{added:?}");
+        let child = std::process::Command::new(assert_cmd::cargo::cargo_bin("kfaws"))
+            .arg("plan")
+            .current_dir(d.dir.path())
+            .env("AWS_ACCESS_KEY_ID", &d.account)
+            .env("AWS_SECRET_ACCESS_KEY", "test")
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(1500));
+        let lock = d.dir.path().join(".kfaws").join(&d.name).join("state.lock");
+        assert!(lock.exists(), "plan holds the lock while it waits for STS");
+        std::process::Command::new("kill")
+            .args([&format!("-{signal}"), &child.id().to_string()])
+            .status()
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(status),
+            "SIG{signal}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(!lock.exists(), "the lock is released");
+    }
 }
 
 #[tokio::test]

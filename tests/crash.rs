@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{layered, plan_and_apply, World};
-use kfaws::engine::interrupt::{cancel_on_signals, EXIT_INTERRUPTED, STOPPING_CHANGES};
+use kfaws::engine::interrupt::{cancel_on_signals, exit_status, STOPPING_CHANGES};
 use kfaws::engine::progress::Console;
 use kfaws::engine::SharedStore;
 use kfaws::state::lock::{self, StateLock};
@@ -59,7 +59,7 @@ fn child_apply() {
         )
         .await;
         if report.interrupted {
-            EXIT_INTERRUPTED
+            i32::from(exit_status())
         } else if report.succeeded() {
             0
         } else {
@@ -202,7 +202,7 @@ fn ctrl_c_stops_new_work_records_in_flight_calls_and_exits_130() {
         .unwrap();
     assert!(status.success());
     let (code, stderr) = finish(child);
-    assert_eq!(code, Some(EXIT_INTERRUPTED), "{stderr}");
+    assert_eq!(code, Some(130), "{stderr}");
     assert!(stderr.contains("Interrupt received"), "{stderr}");
     let store = StateStore::open(&dir.path().join("state"), "ml").unwrap();
     let state = store.state();

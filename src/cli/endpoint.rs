@@ -118,7 +118,7 @@ pub async fn deploy(
                 "Stopped waiting; endpoint {name} is recorded in the state: `kfaws endpoint delete \
                  {name}` or `kfaws destroy` removes it."
             ));
-            return Ok(kfaws::engine::interrupt::EXIT_INTERRUPTED as u8);
+            return Ok(kfaws::engine::interrupt::exit_status());
         }
     };
     d.record("endpoint deploy", |s| {

@@ -49,7 +49,7 @@ use std::process::ExitCode;
 use clap::{Args, CommandFactory, Parser, Subcommand};
 use kfaws::address::Address;
 use kfaws::config::ProfileName;
-use kfaws::engine::interrupt::{cancel_on_signals, EXIT_INTERRUPTED, STOPPING_CHANGES};
+use kfaws::engine::interrupt::{cancel_on_signals, exit_status, STOPPING_CHANGES};
 use kfaws::resource::DeleteOptions;
 use tokio_util::sync::CancellationToken;
 
@@ -158,7 +158,7 @@ enum Command {
     /// Walks the graph in dependency order with bounded parallelism. A
     /// failure stops its dependants, lets independent resources finish,
     /// marks the failed resource tainted and exits 1; run apply again to
-    /// resume. Ctrl-C stops new work and exits 130 once in-flight calls are
+    /// resume. Ctrl-C stops new work and exits 130 (SIGTERM 143) once in-flight calls are
     /// recorded.
     Apply {
         /// A plan saved by `kfaws plan --out FILE`: apply exactly it, without asking.
@@ -403,7 +403,7 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
         }
         Err(e) if e.is::<Interrupted>() => {
             errln!("Interrupted before any change was made; the state is unchanged.");
-            ExitCode::from(EXIT_INTERRUPTED as u8)
+            ExitCode::from(exit_status())
         }
         Err(e) => {
             errln!("Error: {}", render_error(&e));

@@ -5,7 +5,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::Context as _;
-use kfaws::engine::interrupt::EXIT_INTERRUPTED;
+use kfaws::engine::interrupt::exit_status;
 use kfaws::engine::progress::{report_table, Console};
 use kfaws::engine::{execute, ApplyReport, ExecOptions, Outcome, SharedStore};
 use kfaws::plan::{self, make_plan, render, Action, Plan, PlanRequest};
@@ -443,7 +443,7 @@ fn finish(plan: &Plan, report: &ApplyReport, state_path: &Path) -> anyhow::Resul
              The state ({}) records everything that may exist; run the command again to resume.",
             state_path.display()
         )?;
-        Ok(EXIT_INTERRUPTED as u8)
+        Ok(exit_status())
     } else {
         let what = if plan.destroy {
             "Failed deletes stay recorded (status deleting)"

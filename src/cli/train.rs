@@ -427,7 +427,7 @@ async fn train_local(
                 codes()
             )?,
         }
-        return Ok(kfaws::engine::interrupt::EXIT_INTERRUPTED as u8);
+        return Ok(kfaws::engine::interrupt::exit_status());
     }
     if !outcome.succeeded() {
         let removed = local::remove_if_empty(&job.job_dir);
@@ -629,7 +629,7 @@ async fn train_kubernetes(
                 spec.namespace,
                 spec.name
             )?;
-            return Ok(kfaws::engine::interrupt::EXIT_INTERRUPTED as u8);
+            return Ok(kfaws::engine::interrupt::exit_status());
         }
     };
     if let Some(f) = following {

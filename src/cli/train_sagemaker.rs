@@ -427,7 +427,7 @@ pub async fn train(
         }
         TrainingStatus::Stopped if stopping => {
             say(&format!("Training job {job} stopped."));
-            Ok(kfaws::engine::interrupt::EXIT_INTERRUPTED as u8)
+            Ok(kfaws::engine::interrupt::exit_status())
         }
         status => bail!(
             "training job {job} {status}: {}",

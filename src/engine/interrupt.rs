@@ -1,13 +1,27 @@
 //! Ctrl-C, SIGTERM and SIGHUP: the first stops new work and lets in-flight
 //! calls finish and be recorded (before any change starts, commands stop at
-//! once); the second exits at once with 130, releasing the state lock (the
-//! state already records in-flight creates as `creating` with their tokens).
+//! once); the second exits at once, releasing the state lock (the state
+//! already records in-flight creates as `creating` with their tokens).
+//! Either way the exit status is 128 + the first signal's number, the shell
+//! convention (POSIX `sh`, "Exit Status"): 130 for SIGINT, 143 for SIGTERM,
+//! 129 for SIGHUP.
 
+use std::sync::atomic::{AtomicI32, Ordering};
+
+use nix::sys::signal::Signal;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio_util::sync::CancellationToken;
 
-/// The exit status after an interrupt (128 + SIGINT, the shell convention).
-pub const EXIT_INTERRUPTED: i32 = 130;
+/// The first signal received (SIGINT until one is).
+static FIRST: AtomicI32 = AtomicI32::new(Signal::SIGINT as i32);
+
+/// The exit status of a command stopped by a signal: 128 + the number of
+/// the first SIGINT, SIGTERM or SIGHUP received (130 if none was: a command
+/// that stops on its own for an interrupt stops as Ctrl-C would).
+pub fn exit_status() -> u8 {
+    // Signal numbers are below 32 on every platform nix supports.
+    u8::try_from(128 + FIRST.load(Ordering::Relaxed)).unwrap_or(130)
+}
 
 /// What the first interrupt of a command that changes infrastructure says.
 pub const STOPPING_CHANGES: &str =
@@ -30,11 +44,12 @@ pub fn cancel_on_signals(first: &'static str) -> CancellationToken {
     let mut hup = signal(SignalKind::hangup()).expect("SIGHUP handler installs");
     let t = token.clone();
     tokio::spawn(async move {
-        tokio::select! {
-            _ = int.recv() => {}
-            _ = term.recv() => {}
-            _ = hup.recv() => {}
-        }
+        let got = tokio::select! {
+            _ = int.recv() => Signal::SIGINT,
+            _ = term.recv() => Signal::SIGTERM,
+            _ = hup.recv() => Signal::SIGHUP,
+        };
+        FIRST.store(got as i32, Ordering::Relaxed);
         say(&format!("\n{first}"));
         t.cancel();
         tokio::select! {
@@ -44,7 +59,7 @@ pub fn cancel_on_signals(first: &'static str) -> CancellationToken {
         }
         say("Second interrupt: exiting now.");
         crate::state::lock::release_held();
-        std::process::exit(EXIT_INTERRUPTED);
+        std::process::exit(i32::from(exit_status()));
     });
     token
 }
