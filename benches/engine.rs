@@ -66,6 +66,7 @@ async fn recorded(desired: &[Arc<dyn Resource>]) -> State {
                 spec,
                 outputs: applied.outputs,
                 dependencies: r.dependencies(),
+                updating: None,
                 inputs_hash: None,
                 updated_at: chrono::Utc::now(),
             },

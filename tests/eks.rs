@@ -840,6 +840,76 @@ async fn apply_killed_while_the_cluster_is_creating_reattaches_with_its_token() 
 }
 
 #[tokio::test]
+async fn an_upgrade_killed_midway_is_applied_again_not_taken_for_drift() {
+    let d = Deployment::new("kubernetes_version = \"1.32\"");
+    d.stdout(&["apply", "--auto-approve"]);
+    let eks = aws_sdk_eks::Client::new(&d.sdk().await);
+    let status = |eks: aws_sdk_eks::Client, name: String| async move {
+        let out = eks.describe_cluster().name(name).send().await.unwrap();
+        let c = out.cluster().unwrap();
+        (
+            c.status().unwrap().as_str().to_string(),
+            c.version().unwrap().to_string(),
+        )
+    };
+    // Cluster updates take 6 s; kfaws is killed while EKS runs the upgrade.
+    d.lifecycle(r#"{"scale": 0.01}"#);
+    d.write_config("kubernetes_version = \"1.33\"");
+    let mut child = d.spawn(&["apply", "--auto-approve"]);
+    let started = Instant::now();
+    while status(eks.clone(), d.name.clone()).await.0 != "UPDATING" {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the cluster never reached UPDATING"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let entry = d.state()["resources"]["eks.cluster"].clone();
+    assert_eq!(entry["spec"]["kubernetes_version"], "1.32", "{entry}");
+    assert_eq!(entry["updating"]["kubernetes_version"], "1.33", "{entry}");
+    let lock = d.dir.path().join(".kfaws").join(&d.name).join("state.lock");
+    if let Ok(text) = std::fs::read_to_string(&lock) {
+        let info: Value = serde_json::from_str(&text).unwrap();
+        d.kfaws(&["state", "unlock", info["id"].as_str().unwrap()])
+            .assert()
+            .success();
+    }
+    // EKS finishes the upgrade on its own.
+    d.lifecycle(r#"{"scale": 0}"#);
+    while status(eks.clone(), d.name.clone()).await != ("ACTIVE".into(), "1.33".into()) {
+        assert!(started.elapsed() < Duration::from_secs(120), "never ACTIVE");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // The new version is the interrupted update's, not a change made
+    // outside kfaws: the plan applies the update again.
+    let plan = d.stdout(&["plan"]);
+    assert!(
+        plan.contains(
+            "~ eks.cluster (aws_eks_cluster)\n      reason: an earlier update did not finish \
+             (interrupted or failed); applied again"
+        ),
+        "{plan}"
+    );
+    assert!(!plan.contains("changed outside kfaws"), "{plan}");
+    assert!(plan.contains("~ eks.nodegroup.cpu"), "{plan}");
+    d.stdout(&["apply", "--auto-approve"]);
+    assert_eq!(
+        d.calls("UpdateClusterVersion"),
+        1,
+        "the upgrade is not asked twice"
+    );
+    assert_eq!(d.calls("UpdateNodegroupVersion"), 1);
+    let entry = d.state()["resources"]["eks.cluster"].clone();
+    assert_eq!(entry["spec"]["kubernetes_version"], "1.33", "{entry}");
+    assert!(entry.get("updating").is_none(), "{entry}");
+    d.kfaws(&["plan", "--detailed-exitcode"]).assert().code(0);
+    d.stdout(&["destroy", "--auto-approve"]);
+}
+
+#[tokio::test]
 async fn an_oidc_provider_for_the_issuer_made_by_someone_else_is_refused_and_survives_destroy() {
     let d = Deployment::new("");
     d.stdout(&["apply", "--auto-approve", "--target", "eks.cluster"]);

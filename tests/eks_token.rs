@@ -322,6 +322,7 @@ async fn kubeconfig_from_the_state_lists_namespaces_through_the_exec_plugin() {
                     spec_hash: kfaws::state::spec_hash(&json!({})),
                     outputs,
                     dependencies: vec![],
+                    updating: None,
                     inputs_hash: None,
                     updated_at: chrono::Utc::now(),
                 },

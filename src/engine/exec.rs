@@ -317,6 +317,7 @@ fn entry(job: &Job, status: Status, token: Option<String>) -> ResourceState {
         spec,
         outputs: BTreeMap::new(),
         dependencies: job.handle.dependencies(),
+        updating: None,
         inputs_hash: None,
         updated_at: Utc::now(),
     }
@@ -390,6 +391,17 @@ async fn update(job: &Job) -> Result<Action, Failure> {
             return Ok(Action::NoOp);
         }
     }
+    // Recorded before the calls: if they are cut short, the next plan tells
+    // this update's effects from changes made outside kfaws.
+    let mut marked = current.clone();
+    marked.updating = Some(job.handle.spec());
+    marked.updated_at = Utc::now();
+    let a = address.clone();
+    job.store
+        .persist(move |s| {
+            s.resources.insert(a, marked);
+        })
+        .await?;
     let inputs = inputs(&job.store, job.handle.as_ref());
     let applied = timed(
         job.handle.as_ref(),

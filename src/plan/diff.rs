@@ -228,7 +228,10 @@ fn diff_one(
                 Some(Observed::Present { spec, .. }) => Some(spec),
                 _ => None,
             };
-            let fields = field_changes(&desired, &recorded.spec, live, r.replace_fields());
+            // An unfinished update may have reached some live values: they
+            // are compared with what it wanted, not with the spec before it.
+            let before = recorded.updating.as_ref().unwrap_or(&recorded.spec);
+            let fields = field_changes(&desired, before, live, r.replace_fields());
             let drift = fields.iter().any(|f| f.drift);
             let mut c = if let Some(f) = fields.iter().find(|f| f.forces_replacement) {
                 let why = if f.drift {
@@ -240,6 +243,13 @@ fn diff_one(
                     Action::Replace,
                     &format!("{} {why}, which forces replacement", f.field),
                 )
+            } else if recorded.updating.is_some() {
+                let reason = if fields.is_empty() {
+                    UNFINISHED_UPDATE.to_string()
+                } else {
+                    format!("{UNFINISHED_UPDATE}; {}", update_reason(&fields))
+                };
+                change(Action::Update, &reason)
             } else if fields.is_empty() {
                 let inputs_now = inputs_hash(state, &r.dependencies());
                 if recorded
@@ -265,6 +275,11 @@ fn diff_one(
         }
     }
 }
+
+/// Why a resource whose last update was started and not recorded as done
+/// ([`ResourceState::updating`]) is updated again.
+pub const UNFINISHED_UPDATE: &str =
+    "an earlier update did not finish (interrupted or failed); applied again";
 
 /// Why an update: the fields the config changed, then those changed
 /// outside kfaws, e.g. `config changed: kubernetes_version; drift: changed
@@ -419,6 +434,7 @@ pub(crate) mod tests {
             spec,
             outputs: Default::default(),
             dependencies: vec![],
+            updating: None,
             inputs_hash: None,
             updated_at: chrono::Utc::now(),
         }
@@ -514,6 +530,44 @@ pub(crate) mod tests {
         assert!(!c.drift);
         assert_eq!(c.fields[0].before, Some(json!({"a": "1"})));
         assert_eq!(c.fields[0].after, Some(json!({"a": "2"})));
+    }
+
+    #[test]
+    fn an_unfinished_update_is_applied_again_and_what_it_reached_is_not_drift() {
+        let want = json!({"cidr": "10.0.0.0/16", "tags": {"a": "2"}});
+        let started = || {
+            let mut r = recorded(Status::Created, SPEC());
+            r.updating = Some(want.clone());
+            r
+        };
+        // The update reached AWS before the interrupt.
+        let c = one(
+            Some(want.clone()),
+            Some(started()),
+            Some(present(want.clone())),
+        );
+        assert_eq!(c.action, Action::Update);
+        assert_eq!(c.reason, UNFINISHED_UPDATE);
+        assert!(!c.drift && c.fields.is_empty(), "{c:?}");
+        // It did not: the fields still to change are the config's, not drift.
+        let c = one(Some(want.clone()), Some(started()), Some(present(SPEC())));
+        assert_eq!(c.action, Action::Update);
+        assert_eq!(
+            c.reason,
+            format!("{UNFINISHED_UPDATE}; drift: changed outside kfaws: tags")
+        );
+        // (live differs from what the update wanted: shown as such)
+        assert_eq!(c.fields[0].before, Some(json!({"a": "1"})));
+        assert_eq!(c.fields[0].after, Some(json!({"a": "2"})));
+        // Without the record, the same live values would be taken for a
+        // change made outside kfaws (and only recorded).
+        let c = one(
+            Some(want.clone()),
+            Some(recorded(Status::Created, SPEC())),
+            Some(present(want)),
+        );
+        assert_eq!(c.action, Action::NoOp);
+        assert!(c.refreshed.iter().all(|f| f.drift) && !c.refreshed.is_empty());
     }
 
     #[test]

@@ -1161,6 +1161,7 @@ mod tests {
             spec: gpu.spec(),
             outputs: Default::default(),
             dependencies: gpu.dependencies(),
+            updating: None,
             inputs_hash: None,
             updated_at: chrono::Utc::now(),
         };

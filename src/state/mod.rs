@@ -72,6 +72,14 @@ pub struct ResourceState {
     pub idempotency_token: Option<String>,
     /// The desired spec the resource was created or last updated from.
     pub spec: Value,
+    /// The spec of an update that was started and not recorded as done
+    /// (recorded before the update's calls, removed with the entry that
+    /// records the result): after a crash, an interrupt or a failed update
+    /// the next plan knows the live values it finds may be that update's,
+    /// not changes made outside kfaws, and applies it again (updates
+    /// converge from whatever the last one reached).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub updating: Option<Value>,
     /// SHA-256 (hex) of the canonical JSON of `spec`.
     pub spec_hash: String,
     /// Values other resources and `kfaws output` consume.
@@ -286,6 +294,7 @@ mod tests {
                 spec_hash: spec_hash(&json!({})),
                 outputs: BTreeMap::from([("vpc_id".to_string(), json!("vpc-1"))]),
                 dependencies: vec![],
+                updating: None,
                 inputs_hash: None,
                 updated_at: Utc::now(),
             },

@@ -248,6 +248,7 @@ mod tests {
                         spec_hash: spec_hash(&json!({"cidr": "10.0.0.0/16"})),
                         outputs: Default::default(),
                         dependencies: vec![],
+                        updating: None,
                         inputs_hash: None,
                         updated_at: chrono::Utc::now(),
                     },
