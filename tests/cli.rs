@@ -927,7 +927,6 @@ async fn apply_killed_at_random_moments_then_rerun_creates_each_stack_once() {
     );
     let seed = fastrand::u64(..);
     let mut rng = fastrand::Rng::with_seed(seed);
-    let lock = d.dir.path().join(".kfaws").join(&d.name).join("state.lock");
     for trial in 0..10 {
         let mut child = d.spawn(&["apply", "--auto-approve"]);
         std::thread::sleep(std::time::Duration::from_millis(rng.u64(0..2500)));
@@ -937,12 +936,7 @@ async fn apply_killed_at_random_moments_then_rerun_creates_each_stack_once() {
             status.code().is_none() || status.success(),
             "trial {trial} (seed {seed}): {status:?}"
         );
-        if let Ok(text) = std::fs::read_to_string(&lock) {
-            let info: serde_json::Value = serde_json::from_str(&text).unwrap();
-            d.kfaws(&["state", "unlock", info["id"].as_str().unwrap()])
-                .assert()
-                .success();
-        }
+        d.unlock_after_kill();
     }
     d.stdout(&["apply", "--auto-approve"]);
     d.kfaws(&["plan", "--detailed-exitcode"]).assert().code(0);

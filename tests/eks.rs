@@ -805,13 +805,7 @@ async fn apply_killed_while_the_cluster_is_creating_reattaches_with_its_token() 
     let entry = &state["resources"]["eks.cluster"];
     assert_eq!(entry["status"], "creating", "{entry}");
     let token = entry["idempotency_token"].as_str().unwrap().to_string();
-    let lock = d.dir.path().join(".kfaws").join(&d.name).join("state.lock");
-    if let Ok(text) = std::fs::read_to_string(&lock) {
-        let info: Value = serde_json::from_str(&text).unwrap();
-        d.kfaws(&["state", "unlock", info["id"].as_str().unwrap()])
-            .assert()
-            .success();
-    }
+    d.unlock_after_kill();
 
     let plan = d.stdout(&["plan"]);
     assert!(
@@ -869,13 +863,7 @@ async fn an_upgrade_killed_midway_is_applied_again_not_taken_for_drift() {
     let entry = d.state()["resources"]["eks.cluster"].clone();
     assert_eq!(entry["spec"]["kubernetes_version"], "1.32", "{entry}");
     assert_eq!(entry["updating"]["kubernetes_version"], "1.33", "{entry}");
-    let lock = d.dir.path().join(".kfaws").join(&d.name).join("state.lock");
-    if let Ok(text) = std::fs::read_to_string(&lock) {
-        let info: Value = serde_json::from_str(&text).unwrap();
-        d.kfaws(&["state", "unlock", info["id"].as_str().unwrap()])
-            .assert()
-            .success();
-    }
+    d.unlock_after_kill();
     // EKS finishes the upgrade on its own.
     d.lifecycle(r#"{"scale": 0}"#);
     while status(eks.clone(), d.name.clone()).await != ("ACTIVE".into(), "1.33".into()) {

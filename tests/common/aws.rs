@@ -581,6 +581,23 @@ impl Deployment {
         serde_json::from_slice(&std::fs::read(self.state_file()).unwrap()).unwrap()
     }
 
+    /// Removes, with `kfaws state unlock ID`, the state lock a killed
+    /// kfaws left behind, if it left one.
+    pub fn unlock_after_kill(&self) {
+        let lock = self
+            .dir
+            .path()
+            .join(".kfaws")
+            .join(&self.name)
+            .join("state.lock");
+        if let Ok(text) = std::fs::read_to_string(&lock) {
+            let info: serde_json::Value = serde_json::from_str(&text).unwrap();
+            self.kfaws(&["state", "unlock", info["id"].as_str().unwrap()])
+                .assert()
+                .success();
+        }
+    }
+
     /// A stack output recorded in the state (`kfaws output`).
     pub fn output(&self, address: &str, key: &str) -> String {
         self.stdout(&["output", &format!("{address}.{key}")])
