@@ -261,6 +261,11 @@ pub struct Config {
 /// Amazon EKS User Guide, "Understand the Kubernetes version lifecycle on EKS").
 pub const DEFAULT_KUBERNETES_VERSION: &str = "1.33";
 
+/// The node group made when kfaws.toml has no `[node_groups]` table: one
+/// group of this name with [`NodeGroup::default`]'s settings. A
+/// `[node_groups]` table replaces it entirely.
+pub const DEFAULT_NODE_GROUP: &str = "cpu";
+
 /// Kubernetes minor versions EKS offers in standard or extended support
 /// when this kfaws was released (Amazon EKS User Guide, "Understand the
 /// Kubernetes version lifecycle on EKS").
@@ -478,9 +483,9 @@ impl ConfigFile {
             kubernetes_version: self
                 .kubernetes_version
                 .unwrap_or_else(|| DEFAULT_KUBERNETES_VERSION.to_string()),
-            node_groups: self
-                .node_groups
-                .unwrap_or_else(|| BTreeMap::from([("cpu".to_string(), NodeGroup::default())])),
+            node_groups: self.node_groups.unwrap_or_else(|| {
+                BTreeMap::from([(DEFAULT_NODE_GROUP.to_string(), NodeGroup::default())])
+            }),
             options: self.options,
             kubeflow: self.kubeflow,
         };

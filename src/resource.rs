@@ -399,4 +399,11 @@ pub trait Provider: Send + Sync {
     /// A handle for the recorded resource at `address`, or `None` for a kind
     /// this provider does not know.
     fn handle_for(&self, address: &Address, recorded: &ResourceState) -> Option<Arc<dyn Resource>>;
+
+    /// Why the recorded resource at `address` is no longer in the config,
+    /// when the config's rules say more than "not in the configuration any
+    /// more" (a default that an explicit setting replaced); `None` otherwise.
+    fn why_removed(&self, _address: &Address) -> Option<String> {
+        None
+    }
 }

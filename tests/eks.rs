@@ -692,7 +692,13 @@ async fn node_group_drift_is_repaired_scaling_changes_in_place_and_a_removed_gro
     d.write_config("[node_groups.cpu]\nmin_size = 1\ndesired_size = 2\nmax_size = 3");
     let plan = d.stdout(&["plan"]);
     assert!(plan.contains("~ eks.nodegroup.cpu"), "{plan}");
-    assert!(plan.contains("- eks.nodegroup.gpu"), "{plan}");
+    assert!(
+        plan.contains(
+            "- eks.nodegroup.gpu (aws_eks_nodegroup)\n      reason: not in the configuration any \
+             more: kfaws.toml has no [node_groups.gpu]\n"
+        ),
+        "{plan}"
+    );
     // k8s.efs-csi runs on the node groups: its inputs are now one group's
     // outputs instead of two, so it is re-applied, and what follows it
     // only if its outputs change.

@@ -41,12 +41,11 @@ pub fn diff_apply(
     let wanted: BTreeSet<&Address> = desired.iter().map(|r| r.address()).collect();
     for (address, recorded) in &state.resources {
         if !wanted.contains(address) {
-            let reason = "not in the configuration any more";
             changes.push(delete_change(
                 address,
                 recorded,
                 observed.get(address),
-                reason,
+                NOT_IN_CONFIG,
             ));
         }
     }
@@ -275,6 +274,10 @@ fn diff_one(
         }
     }
 }
+
+/// Why a recorded resource that left the config is deleted (a provider may
+/// say more: [`crate::resource::Provider::why_removed`]).
+pub const NOT_IN_CONFIG: &str = "not in the configuration any more";
 
 /// Why a resource whose last update was started and not recorded as done
 /// ([`ResourceState::updating`]) is updated again.

@@ -366,6 +366,13 @@ pub async fn make_plan(req: PlanRequest<'_>) -> Result<(Plan, Handles), PlanErro
             &replace::set(req.replace),
         )
     };
+    for c in &mut changes {
+        if c.action == Action::Delete && c.reason == diff::NOT_IN_CONFIG {
+            if let Some(why) = req.provider.why_removed(&c.address) {
+                c.reason = why;
+            }
+        }
+    }
     if let Some(keep) = &targeted {
         changes.retain(|c| keep.contains(&c.address));
     }

@@ -117,4 +117,11 @@ impl Provider for AwsProvider {
             _ => None,
         }
     }
+
+    fn why_removed(&self, address: &Address) -> Option<String> {
+        match self.config.profile {
+            ProfileName::Vanilla => vanilla::why_removed(&self.config, address),
+            _ => None,
+        }
+    }
 }

@@ -71,6 +71,27 @@ pub const OIDC: &str = "iam.oidc";
 /// The prefix of the node groups' addresses, `eks.nodegroup.<group>`.
 pub const NODEGROUP_PREFIX: &str = "eks.nodegroup.";
 
+/// Why node group `eks.nodegroup.<group>` left the config: the default
+/// group ([`crate::config::DEFAULT_NODE_GROUP`]) is made only while
+/// kfaws.toml has no `[node_groups]` table, so adding one without it
+/// removes the default group. `None` for other addresses and for groups
+/// still configured.
+pub fn why_removed(config: &Config, address: &Address) -> Option<String> {
+    let group = address.as_str().strip_prefix(NODEGROUP_PREFIX)?;
+    if config.node_groups.contains_key(group) {
+        return None;
+    }
+    let mut why =
+        format!("not in the configuration any more: kfaws.toml has no [node_groups.{group}]");
+    if group == crate::config::DEFAULT_NODE_GROUP {
+        why.push_str(&format!(
+            " (the default group {group} is made only while there is no [node_groups] table; \
+             add [node_groups.{group}] to keep it)"
+        ));
+    }
+    Some(why)
+}
+
 /// The deployment's outputs (`kfaws output`), from the stacks' outputs.
 pub const OUTPUTS: &[super::NamedOutput] = &[
     out("vpc_id", "stack.network", "VpcId"),
@@ -930,6 +951,27 @@ mod tests {
         .unwrap()
         .resolve(&Default::default(), None)
         .unwrap()
+    }
+
+    #[test]
+    fn a_removed_node_group_names_its_table_and_the_default_group_says_why_it_went() {
+        let a = |s: &str| Address::new(s).unwrap();
+        let gpu_only = config("[node_groups.gpu]\ninstance_type = \"g5.xlarge\"");
+        let why = why_removed(&gpu_only, &a("eks.nodegroup.cpu")).unwrap();
+        assert!(
+            why.contains("kfaws.toml has no [node_groups.cpu]")
+                && why.contains("made only while there is no [node_groups] table")
+                && why.contains("add [node_groups.cpu] to keep it"),
+            "{why}"
+        );
+        let why = why_removed(&config(""), &a("eks.nodegroup.gpu")).unwrap();
+        assert!(
+            why.ends_with("kfaws.toml has no [node_groups.gpu]"),
+            "{why}"
+        );
+        assert_eq!(why_removed(&gpu_only, &a("eks.nodegroup.gpu")), None);
+        assert_eq!(why_removed(&config(""), &a("eks.nodegroup.cpu")), None);
+        assert_eq!(why_removed(&gpu_only, &a("stack.iam")), None);
     }
 
     fn exec() -> ExecAuth {
