@@ -373,6 +373,29 @@ async fn apply_makes_an_active_cluster_node_group_oidc_provider_and_irsa_roles_a
     );
     d.kfaws(&["plan", "--detailed-exitcode"]).assert().code(0);
 
+    // A role deleted outside kfaws: the stack is made again, and its
+    // deletion goes through although the role is already gone (as
+    // CloudFormation counts a resource already deleted as deleted).
+    iam.delete_role_policy()
+        .role_name(&efs_role)
+        .policy_name("efs-csi-controller")
+        .send()
+        .await
+        .unwrap();
+    iam.delete_role().role_name(&efs_role).send().await.unwrap();
+    let plan = d.stdout(&["plan"]);
+    assert!(
+        plan.contains("-/+ stack.irsa (aws_cloudformation_stack)")
+            && plan.contains(&format!("\"IAM role(s) {efs_role} deleted outside kfaws\"")),
+        "{plan}"
+    );
+    d.stdout(&["apply", "--auto-approve"]);
+    assert_eq!(
+        inline_document(iam.clone(), efs_role.clone()).await,
+        declared
+    );
+    d.kfaws(&["plan", "--detailed-exitcode"]).assert().code(0);
+
     // The service roles of stack.iam are watched the same way: another
     // account let into the node role's trust, AdministratorAccess attached
     // to it, and the cluster policy detached from the cluster role are

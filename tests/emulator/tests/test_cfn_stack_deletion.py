@@ -11,7 +11,7 @@ VPCEndpoint, NatGateway and EIP.
 import json
 
 from conftest import wait_for
-from templates import network
+from templates import ASSUME_EKS, network
 
 
 def _stack_status(cfn, stack_id):
@@ -67,3 +67,35 @@ def test_resources_are_deleted_in_reverse_dependency_order(aws):
         ("NfsSecurityGroup", "Vpc"),
     ]:
         assert deleted.index(dependent) < deleted.index(dependency), (dependent, dependency)
+
+
+def test_a_resource_deleted_outside_cloudformation_counts_as_deleted(aws):
+    # A delete handler answers NotFound for a resource that no longer exists,
+    # and the stack's deletion goes on (resource type handler contract).
+    cfn, iam = aws("cloudformation"), aws("iam")
+    template = {
+        "Resources": {
+            "Gone": {
+                "Type": "AWS::IAM::Role",
+                "Properties": {"RoleName": "deleted-by-hand", "AssumeRolePolicyDocument": ASSUME_EKS},
+            },
+            "Kept": {
+                "Type": "AWS::IAM::Role",
+                "Properties": {"RoleName": "still-there", "AssumeRolePolicyDocument": ASSUME_EKS},
+            },
+        }
+    }
+    stack_id = cfn.create_stack(
+        StackName="roles", TemplateBody=json.dumps(template), Capabilities=["CAPABILITY_NAMED_IAM"]
+    )["StackId"]
+    wait_for(lambda: _stack_status(cfn, stack_id) == "CREATE_COMPLETE")
+    iam.delete_role(RoleName="deleted-by-hand")
+
+    cfn.delete_stack(StackName=stack_id)
+    final = wait_for(lambda: _stack_status(cfn, stack_id) in ("DELETE_COMPLETE", "DELETE_FAILED") and _stack_status(cfn, stack_id))
+
+    assert final == "DELETE_COMPLETE"
+    roles = [r["RoleName"] for r in iam.list_roles()["Roles"]]
+    assert "still-there" not in roles
+    events = cfn.describe_stack_events(StackName=stack_id)["StackEvents"]
+    assert ("Gone", "DELETE_COMPLETE") in {(e["LogicalResourceId"], e["ResourceStatus"]) for e in events}

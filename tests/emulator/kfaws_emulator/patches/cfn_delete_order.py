@@ -3,9 +3,13 @@
 AWS: a resource that refers to another (``Ref``, ``Fn::GetAtt``, ``Fn::Sub``)
 or names it in ``DependsOn`` is created after it and deleted before it, and
 each deletion is recorded as DELETE_IN_PROGRESS and DELETE_COMPLETE stack
-events for that resource.
+events for that resource. A resource already deleted outside CloudFormation
+counts as deleted: a resource type's delete handler answers ``NotFound`` for
+a resource that no longer exists, and the stack's deletion goes on
+(CloudFormation CLI, "Resource type handler contract", delete handlers).
 https://docs.aws.amazon.com/AWSCloudFormation/latest/TemplateReference/aws-attribute-dependson.html
 https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/view-stack-events.html
+https://docs.aws.amazon.com/cloudformation-cli/latest/userguide/resource-type-test-contract.html
 
 moto 5.2.5 deletes in arbitrary order and retries what fails, which deletes a
 route table before the VPC endpoint that routes through it (and then fails
@@ -24,6 +28,17 @@ from moto.cloudformation.parsing import ResourceMap
 from ._common import wrap
 
 _SUB_REFERENCE = re.compile(r"\$\{([A-Za-z0-9]+)(?:\.[A-Za-z0-9.]+)?\}")
+# Error codes of a resource that does not exist: IAM NoSuchEntity, EC2
+# Invalid*.NotFound, S3 NoSuchBucket, EFS FileSystemNotFound, ...
+_GONE = re.compile(r"NotFound|NoSuch")
+
+
+def already_gone(err: BaseException) -> bool:
+    """Whether ``err`` says the resource being deleted no longer exists."""
+    # moto's REST errors carry the code as ``error_type`` (``code`` is the
+    # HTTP status); its service exceptions (IAM, ...) as ``code``.
+    codes = (getattr(err, "error_type", None), getattr(err, "code", None))
+    return any(isinstance(c, str) and _GONE.search(c) for c in codes)
 
 
 def _references(node, names: set[str], found: set[str]) -> None:
@@ -95,7 +110,11 @@ def apply() -> None:
                     continue
                 resource_type = definition.get("Type", "")
                 _event(stack, logical_id, parsed, resource_type, "DELETE_IN_PROGRESS")
-                self._delete_resource(parsed, definition)
+                try:
+                    self._delete_resource(parsed, definition)
+                except Exception as err:  # noqa: BLE001 - re-raised unless the resource is gone
+                    if not already_gone(err):
+                        raise
                 self._parsed_resources.pop(logical_id)
                 _event(stack, logical_id, parsed, resource_type, "DELETE_COMPLETE")
             # Only retained or never-created resources remain: moto's own pass
