@@ -449,6 +449,57 @@ async fn destroy_refuses_to_delete_the_network_under_a_cluster_the_state_forgot(
     assert!(d.live_stack_names().await.is_empty());
 }
 
+/// A network stack someone tried to delete under the cluster (left
+/// DELETE_FAILED) must be replaced, which the cluster cannot survive:
+/// refused at plan with the way out, instead of deleting the VPC's
+/// contents and failing at the cluster.
+#[tokio::test]
+async fn a_broken_network_under_a_cluster_is_not_replaced_and_the_plan_says_how_to_rebuild() {
+    let d = Deployment::new("");
+    d.stdout(&["apply", "--auto-approve", "--target", "eks.cluster"]);
+    let cfn = d.aws().await.cloudformation();
+    let network = format!("kfaws-{}-network", d.name);
+    cfn.delete_stack()
+        .stack_name(&network)
+        .send()
+        .await
+        .unwrap();
+    let mut status = String::new();
+    for _ in 0..300 {
+        let out = cfn
+            .describe_stacks()
+            .stack_name(&network)
+            .send()
+            .await
+            .unwrap();
+        status = out.stacks()[0].stack_status().unwrap().as_str().to_string();
+        if !status.ends_with("_IN_PROGRESS") {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(status, "DELETE_FAILED", "the cluster holds the VPC");
+    let serial = d.state()["serial"].clone();
+    let deletes = calls(&d, "DeleteStack");
+    for args in [&["plan"][..], &["apply", "--auto-approve"]] {
+        let err = d.fails(args);
+        assert!(
+            err.contains("the network must be replaced, which deletes VPC vpc-")
+                && err.contains(&format!("EKS cluster {} (eks.cluster) runs in it", d.name))
+                && err.contains("nothing was changed")
+                && err.contains("`kfaws destroy --target stack.network`"),
+            "{args:?}: {err}"
+        );
+    }
+    assert_eq!(d.state()["serial"], serial);
+    assert_eq!(calls(&d, "DeleteStack"), deletes);
+    // The way out the message gives.
+    d.stdout(&["destroy", "--auto-approve", "--target", "stack.network"]);
+    assert!(!d.live_stack_names().await.contains(&network));
+    d.stdout(&["destroy", "--auto-approve"]);
+    assert!(d.live_stack_names().await.is_empty());
+}
+
 #[tokio::test]
 async fn a_second_state_of_the_same_deployment_does_not_adopt_the_first_ones_stacks() {
     let d = Deployment::new("");
@@ -948,7 +999,9 @@ async fn apply_killed_at_random_moments_then_rerun_creates_each_stack_once() {
 #[tokio::test]
 async fn a_stack_left_in_delete_failed_is_planned_for_replacement_and_destroy_cleans_up() {
     let d = Deployment::new("");
-    d.stdout(&["apply", "--auto-approve"]);
+    // No cluster: a network under one is not replaced (see
+    // a_broken_network_under_a_cluster_is_not_replaced_and_the_plan_says_how_to_rebuild).
+    d.stdout(&["apply", "--auto-approve", "--target", "stack.storage"]);
     let cfn = d.aws().await.cloudformation();
     let network = format!("kfaws-{}-network", d.name);
     // The storage stack's mount targets are still in the network's subnets,
@@ -973,7 +1026,7 @@ async fn a_stack_left_in_delete_failed_is_planned_for_replacement_and_destroy_cl
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
     assert_eq!(status, "DELETE_FAILED");
-    let plan = d.stdout(&["plan"]);
+    let plan = d.stdout(&["plan", "--target", "stack.storage"]);
     assert!(plan.contains("-/+ stack.network"), "{plan}");
     assert!(
         plan.contains("health changed outside kfaws, which forces replacement"),

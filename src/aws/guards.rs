@@ -375,6 +375,8 @@ pub struct VpcGuard {
     /// The cluster's address: a cluster the state holds is deleted before
     /// the network in the same plan.
     pub cluster_address: crate::address::Address,
+    /// The network's own address (named in the way out of a refusal).
+    pub address: crate::address::Address,
     /// How long to wait for the cluster's network interfaces to go.
     pub deadline: Duration,
     /// What the cluster keeps for its lifetime, as [`Kept`] values.
@@ -440,17 +442,20 @@ impl VpcGuard {
     /// network interfaces tagged for the cluster) is then in use by it.
     /// Happens when the cluster left the state (`kfaws state rm`) but not
     /// AWS.
-    async fn refuse_while_the_cluster_runs(&self, vpc_id: &str) -> Result<(), ResourceError> {
+    /// `why` says why nothing deletes the cluster first ([`NOT_IN_STATE`]
+    /// at plan; at the delete itself the state is not at hand).
+    async fn refuse_while_the_cluster_runs(
+        &self,
+        vpc_id: &str,
+        why: &str,
+    ) -> Result<(), ResourceError> {
         let Some(cluster) = super::eks::describe_cluster(&self.eks, &self.cluster).await? else {
             return Ok(());
         };
         let status = cluster.status().map_or("unknown", |s| s.as_str());
         Err(ResourceError::msg(format!(
-            "EKS cluster {} still exists (status {status}) and uses VPC {vpc_id}, but it is not \
-             in this deployment's state (removed with `kfaws state rm`?), so nothing deletes it \
-             first; the network is deleted only once the cluster is gone. `kfaws apply` adopts \
-             the cluster again (it carries this deployment's tags), or delete it yourself; then \
-             destroy again",
+            "EKS cluster {} still exists (status {status}) and uses VPC {vpc_id}, but {why}; \
+             the network is deleted only once the cluster is gone",
             self.cluster
         )))
     }
@@ -484,6 +489,13 @@ impl VpcGuard {
     }
 }
 
+/// Why a cluster that exists is not deleted before the network: it left
+/// the state.
+const NOT_IN_STATE: &str =
+    "it is not in this deployment's state (removed with `kfaws state rm`?), \
+     so nothing deletes it first. `kfaws apply` adopts the cluster again (it carries this \
+     deployment's tags), or delete it yourself; then run this again";
+
 #[async_trait]
 impl Guard for VpcGuard {
     async fn check(&self, check: &Check<'_>) -> Result<(), ResourceError> {
@@ -494,18 +506,37 @@ impl Guard for VpcGuard {
                 return Err(ResourceError::msg(problems.join("\n")));
             }
         }
-        // A destroy is checked before anything is deleted. A replacement
-        // deletes its dependants (the storage stack with its mount targets)
-        // first, so what they hold is only known at `before_delete`.
-        if check.action != Action::Delete {
-            return Ok(());
-        }
         let Some(vpc_id) = Self::vpc_id(check.recorded) else {
             return Ok(());
         };
+        // A replacement (a network stack left broken, e.g. DELETE_FAILED)
+        // deletes the VPC and makes another, which an EKS cluster cannot
+        // follow: refused while one runs in it. What else the old VPC holds
+        // (the storage stack's mount targets, deleted first) is only known
+        // at `before_delete`.
+        if check.action == Action::Replace {
+            if check.state.resources.contains_key(&self.cluster_address) {
+                return Err(ResourceError::msg(format!(
+                    "the network must be replaced, which deletes VPC {vpc_id}, but EKS cluster \
+                     {} ({}) runs in it and an EKS cluster cannot move to another VPC; nothing \
+                     was changed. To rebuild the network, delete what runs on it first: `kfaws \
+                     destroy --target {}` deletes the cluster, its node groups and Kubernetes \
+                     bundles, then the network; then `kfaws apply`",
+                    self.cluster, self.cluster_address, self.address
+                )));
+            }
+            return self
+                .refuse_while_the_cluster_runs(&vpc_id, NOT_IN_STATE)
+                .await
+                .map_err(|e| ResourceError::msg(format!("{e}; nothing was changed")));
+        }
+        // A destroy is checked before anything is deleted.
+        if check.action != Action::Delete {
+            return Ok(());
+        }
         // A cluster in the state is deleted before the network.
         if !check.state.resources.contains_key(&self.cluster_address) {
-            self.refuse_while_the_cluster_runs(&vpc_id)
+            self.refuse_while_the_cluster_runs(&vpc_id, NOT_IN_STATE)
                 .await
                 .map_err(|e| ResourceError::msg(format!("{e}; nothing was deleted")))?;
         }
@@ -568,7 +599,12 @@ impl Guard for VpcGuard {
         let Some(vpc_id) = Self::vpc_id(Some(recorded)) else {
             return Ok(());
         };
-        self.refuse_while_the_cluster_runs(&vpc_id).await?;
+        self.refuse_while_the_cluster_runs(
+            &vpc_id,
+            "this run did not delete it first (its delete did not finish, or it left the state \
+             since the plan); destroy it first: `kfaws destroy --target eks.cluster`, or plan again",
+        )
+        .await?;
         let ours = self.ours().await?;
         let removed = vpc::clean(&self.ec2, &vpc_id, &ours, &self.cluster, self.deadline)
             .await

@@ -338,6 +338,7 @@ fn guards(
                 cluster: config.name.clone(),
                 eks: crate::aws::client::<aws_sdk_eks::Client>(aws),
                 cluster_address: Address::new(CLUSTER).expect("a valid address"),
+                address: Address::new(format!("stack.{part}")).expect("a valid address"),
                 deadline: RELEASE_WAIT,
                 kept: kept(config),
             }),
