@@ -449,6 +449,41 @@ async fn destroy_refuses_to_delete_the_network_under_a_cluster_the_state_forgot(
     assert!(d.live_stack_names().await.is_empty());
 }
 
+/// A state edited by hand so that two addresses record one stack: every
+/// plan is refused (the extra address would delete the other's stack), and
+/// `state rm` of the wrong one is the way out.
+#[tokio::test]
+async fn two_addresses_recording_one_resource_are_refused_until_one_is_removed() {
+    let d = Deployment::new("");
+    d.stdout(&["apply", "--auto-approve", "--target", "stack.iam"]);
+    let mut state = d.state();
+    let iam = state["resources"]["stack.iam"].clone();
+    state["resources"]["stack.copy"] = iam.clone();
+    std::fs::write(d.state_file(), serde_json::to_vec_pretty(&state).unwrap()).unwrap();
+    let stacks = d.live_stack_names().await;
+    for args in [
+        &["plan"][..],
+        &["apply", "--auto-approve"],
+        &["destroy", "--auto-approve"],
+    ] {
+        let err = d.fails(args);
+        assert!(
+            err.contains(&format!(
+                "stack.copy and stack.iam record the same resource {}",
+                iam["physical_id"].as_str().unwrap()
+            )) && err.contains("`kfaws state rm ADDRESS`"),
+            "{args:?}: {err}"
+        );
+    }
+    assert_eq!(d.live_stack_names().await, stacks, "nothing was deleted");
+    d.stdout(&["state", "rm", "stack.copy"]);
+    d.kfaws(&["plan", "--target", "stack.iam", "--detailed-exitcode"])
+        .assert()
+        .code(0);
+    d.stdout(&["destroy", "--auto-approve"]);
+    assert!(d.live_stack_names().await.is_empty());
+}
+
 /// A network stack someone tried to delete under the cluster (left
 /// DELETE_FAILED) must be replaced, which the cluster cannot survive:
 /// refused at plan with the way out, instead of deleting the VPC's

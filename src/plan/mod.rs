@@ -283,6 +283,22 @@ pub enum PlanError {
     /// The service refused a planned update.
     #[error(transparent)]
     Preview(#[from] preview::PreviewError),
+    /// Two or more addresses of the state record the same resource (a
+    /// state edited by hand, or merged from two copies): whatever one
+    /// address plans (a delete, a replacement) would hit the resource the
+    /// other manages.
+    #[error(
+        "{} record the same resource {physical_id}; one resource is managed from one address. \
+         Remove the wrong one from the state (`kfaws state rm ADDRESS` forgets it and deletes \
+         nothing), then plan again",
+        addresses.iter().map(ToString::to_string).collect::<Vec<_>>().join(" and ")
+    )]
+    SharedResource {
+        /// The resource's id as recorded.
+        physical_id: String,
+        /// The addresses recording it, sorted.
+        addresses: Vec<Address>,
+    },
     /// A recorded resource's kind is unknown to this build.
     #[error(
         "{address} has kind {kind:?}, which this kfaws cannot manage; it cannot be read or deleted"
@@ -335,6 +351,12 @@ pub type Handles = BTreeMap<Address, Arc<dyn Resource>>;
 /// # Errors
 /// [`PlanError`].
 pub async fn make_plan(req: PlanRequest<'_>) -> Result<(Plan, Handles), PlanError> {
+    if let Some((physical_id, addresses)) = req.state.shared_physical_ids().into_iter().next() {
+        return Err(PlanError::SharedResource {
+            physical_id,
+            addresses,
+        });
+    }
     let desired_graph = Dag::new(
         req.desired
             .iter()

@@ -154,6 +154,20 @@ pub struct EndpointRecord {
 }
 
 impl State {
+    /// Physical ids that more than one address records, with those
+    /// addresses (sorted), by id. Empty for any state kfaws itself wrote:
+    /// each create records the id of what it made under its own address.
+    pub fn shared_physical_ids(&self) -> BTreeMap<String, Vec<Address>> {
+        let mut by_id: BTreeMap<String, Vec<Address>> = BTreeMap::new();
+        for (address, r) in &self.resources {
+            if let Some(id) = &r.physical_id {
+                by_id.entry(id.clone()).or_default().push(address.clone());
+            }
+        }
+        by_id.retain(|_, addresses| addresses.len() > 1);
+        by_id
+    }
+
     /// An empty state for a new deployment, serial 0, fresh lineage.
     pub fn new(deployment: &str) -> Self {
         Self {
@@ -300,5 +314,40 @@ mod tests {
             },
         );
         assert_eq!(s.outputs()["stack.network.vpc_id"], json!("vpc-1"));
+    }
+
+    #[test]
+    fn an_id_recorded_under_two_addresses_is_found_with_both() {
+        let entry = |id: Option<&str>| ResourceState {
+            kind: "k".into(),
+            status: Status::Created,
+            physical_id: id.map(str::to_string),
+            idempotency_token: None,
+            spec: json!({}),
+            spec_hash: spec_hash(&json!({})),
+            outputs: BTreeMap::new(),
+            dependencies: vec![],
+            updating: None,
+            inputs_hash: None,
+            updated_at: Utc::now(),
+        };
+        let a = |s: &str| Address::new(s).unwrap();
+        let mut s = State::new("ml");
+        s.resources.insert(a("stack.network"), entry(Some("arn:1")));
+        s.resources.insert(a("stack.iam"), entry(Some("arn:2")));
+        s.resources.insert(a("k8s.x"), entry(None));
+        s.resources.insert(a("k8s.y"), entry(None));
+        assert!(
+            s.shared_physical_ids().is_empty(),
+            "no id is not a shared id"
+        );
+        s.resources.insert(a("stack.bogus"), entry(Some("arn:1")));
+        assert_eq!(
+            s.shared_physical_ids(),
+            BTreeMap::from([(
+                "arn:1".to_string(),
+                vec![a("stack.bogus"), a("stack.network")]
+            )])
+        );
     }
 }
