@@ -94,7 +94,7 @@ fn applyset_ids(d: &Deployment) -> Vec<String> {
         .collect()
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn apply_installs_the_kubernetes_half_from_the_aws_outputs_and_destroy_removes_it() {
     let d = Deployment::new(&kubeflow_config());
     d.lifecycle(FAST);
@@ -220,18 +220,66 @@ async fn apply_installs_the_kubernetes_half_from_the_aws_outputs_and_destroy_rem
     d.kfaws(&["plan", "--detailed-exitcode"]).assert().code(0);
 
     // Drift: the claim deleted out of band is planned as an update of its
-    // bundle and restored by apply.
-    Api::<PersistentVolumeClaim>::namespaced(client.clone(), USER_NS)
+    // bundle and restored by apply, also while a finalizer still holds it
+    // (Terminating, as a claim in use is held by kubernetes.io/pvc-protection):
+    // the plan counts it as gone, and apply waits until it is, then
+    // creates it again (before, both said "No changes" meanwhile).
+    let claims = Api::<PersistentVolumeClaim>::namespaced(client.clone(), USER_NS);
+    let hold = "kfaws.test/hold";
+    let mut finalizers = claims
+        .get("efs-claim")
+        .await
+        .unwrap()
+        .metadata
+        .finalizers
+        .unwrap_or_default();
+    finalizers.push(hold.to_string());
+    let set_finalizers = {
+        let claims = claims.clone();
+        move |finalizers: Vec<String>| {
+            let claims = claims.clone();
+            async move {
+                claims
+                    .patch(
+                        "efs-claim",
+                        &kube::api::PatchParams::default(),
+                        &kube::api::Patch::Merge(
+                            serde_json::json!({"metadata": {"finalizers": finalizers}}),
+                        ),
+                    )
+                    .await
+                    .unwrap();
+            }
+        }
+    };
+    set_finalizers(finalizers.clone()).await;
+    claims
         .delete("efs-claim", &DeleteParams::default())
         .await
         .unwrap();
+    let terminating = claims.get("efs-claim").await.unwrap().metadata;
+    assert!(terminating.deletion_timestamp.is_some());
     let drift = d.planned_changes();
     assert!(drift.contains("~ k8s.user-namespace"), "{drift}");
+    // The finalizer's "controller" lets go while the apply waits.
+    let release = tokio::spawn({
+        let (claims, set_finalizers) = (claims.clone(), set_finalizers.clone());
+        async move {
+            tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+            let now = claims.get("efs-claim").await.unwrap().metadata.finalizers;
+            set_finalizers(now.into_iter().flatten().filter(|f| f != hold).collect()).await;
+        }
+    });
     d.stdout(&["apply", "--auto-approve"]);
-    Api::<PersistentVolumeClaim>::namespaced(client.clone(), USER_NS)
+    release.await.unwrap();
+    let restored = claims
         .get("efs-claim")
         .await
-        .expect("apply restored the claim");
+        .expect("apply restored the claim")
+        .metadata;
+    assert!(restored.deletion_timestamp.is_none());
+    assert_ne!(restored.uid, terminating.uid, "made again");
+    d.kfaws(&["plan", "--detailed-exitcode"]).assert().code(0);
 
     // An edit inside an object (C13): the IRSA annotation removed by
     // another field manager is drift, and apply puts it back.

@@ -775,7 +775,22 @@ impl Run<'_> {
 
     async fn apply_one(&self, pos: usize) -> Result<Outcome, String> {
         let t = &self.resolved.targets[pos];
-        let before = self.live.get(&t.object);
+        let api: Api<DynamicObject> = match &t.object.namespace {
+            Some(ns) => Api::namespaced_with(self.applier.client.clone(), ns, &t.resource),
+            None => Api::all_with(self.applier.client.clone(), &t.resource),
+        };
+        let mut before = self.live.get(&t.object).copied();
+        if let Some(meta) = before.filter(|m| m.deletion_timestamp.is_some()) {
+            // Deleted by someone else and held by finalizers: applying now
+            // would patch an object that then goes. Wait until it is gone
+            // (its finalizers' controllers finish), then create it again.
+            self.wait_gone(&api, &t.object.name, meta.uid.clone())
+                .await
+                .map_err(|e| {
+                    format!("being deleted (outside kfaws); waited to create it again: {e}")
+                })?;
+            before = None;
+        }
         if let Some(meta) = before {
             let options = &self.applier.options;
             // A field removed by someone else leaves no managedFields entry of
@@ -791,10 +806,6 @@ impl Run<'_> {
                 return Ok(Outcome::Skipped);
             }
         }
-        let api: Api<DynamicObject> = match &t.object.namespace {
-            Some(ns) => Api::namespaced_with(self.applier.client.clone(), ns, &t.resource),
-            None => Api::all_with(self.applier.client.clone(), &t.resource),
-        };
         let pp = PatchParams::apply(&self.applier.options.field_manager)
             .force()
             .validation_strict();
@@ -869,6 +880,17 @@ impl Run<'_> {
             Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
             Err(e) => return Err(retry::message(&e)),
         }
+        self.wait_gone(api, name, uid).await
+    }
+
+    /// Waits (until the deadline) until the object `name` with `uid` is
+    /// gone; the error says which finalizers still hold it.
+    async fn wait_gone(
+        &self,
+        api: &Api<DynamicObject>,
+        name: &str,
+        uid: Option<String>,
+    ) -> Result<(), String> {
         wait::until(self.deadline, || async {
             match api.get_opt(name).await {
                 Ok(Some(o)) if o.metadata.uid == uid => Ok(Err(format!(

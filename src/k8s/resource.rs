@@ -1079,10 +1079,12 @@ impl Resource for ManifestsResource {
         .await
         .map_err(|e| err(&e))?;
         // Only what the cluster shows: every live member of the set. An
-        // object of the bundle that is missing (deleted out of band) or a
-        // member that left the bundle makes it differ from the spec.
+        // object of the bundle that is missing (deleted out of band, or
+        // being deleted and only held by its finalizers) or a member that
+        // left the bundle makes it differ from the spec.
         let live: BTreeSet<String> = members
             .iter()
+            .filter(|m| m.meta.deletion_timestamp.is_none())
             .map(|m| key(&m.object.gk, m.object.namespace.as_deref(), &m.object.name))
             .collect();
         // Objects of the bundle whose fields someone else changed or removed
