@@ -507,6 +507,42 @@ async fn bad_input_is_refused_before_any_job_is_created() {
             vec![
                 "train",
                 "--runtime",
+                "local",
+                "--data",
+                data,
+                "--max-runtime",
+                "60",
+            ],
+            "--max-runtime applies to the kubernetes and sagemaker runtimes, not --runtime local",
+        ),
+        (
+            vec![
+                "train",
+                "--runtime",
+                "kubernetes",
+                "--data",
+                "efs:/datasets",
+                "--max-runtime",
+                "0",
+            ],
+            "invalid value '0' for '--max-runtime",
+        ),
+        (
+            vec![
+                "train",
+                "--runtime",
+                "kubernetes",
+                "--data",
+                "efs:/datasets",
+                "--output-dir",
+                "/nonexistent/x",
+            ],
+            "--output-dir applies to the local runtime, not --runtime kubernetes",
+        ),
+        (
+            vec![
+                "train",
+                "--runtime",
                 "kubernetes",
                 "--data",
                 "efs:/datasets",

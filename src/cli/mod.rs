@@ -238,7 +238,7 @@ enum Command {
     /// source, deployment outputs, image, the PyTorchJob CRD) before the job
     /// is created. Ctrl-C stops a SageMaker job (StopTrainingJob) or the
     /// local processes (SIGTERM: the trainer checkpoints).
-    Train(train::TrainArgs),
+    Train(Box<train::TrainArgs>),
     /// SageMaker real-time endpoints for trained models.
     #[command(subcommand)]
     Endpoint(EndpointCommand),

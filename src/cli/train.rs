@@ -3,7 +3,7 @@
 //! training job. Everything is checked before the first job is created.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -68,9 +68,10 @@ pub struct TrainArgs {
     /// Memory request and limit of each replica, a Kubernetes quantity of at least 128Mi (kubernetes) [default: 2Gi].
     #[arg(long)]
     pub memory: Option<String>,
-    /// Longest run in seconds (SageMaker's MaxRuntimeInSeconds; also how long kfaws waits).
-    #[arg(long, default_value_t = 86_400)]
-    pub max_runtime: u64,
+    /// Longest run in seconds (sagemaker: its MaxRuntimeInSeconds; kubernetes: how long kfaws
+    /// waits) [default: 86400].
+    #[arg(long, allow_negative_numbers = true, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_runtime: Option<u64>,
     /// SageMaker: run the containers without network access (VpcConfig still applies).
     #[arg(long)]
     pub network_isolation: bool,
@@ -89,9 +90,9 @@ pub struct TrainArgs {
     /// The kfaws-trainer binary (local) [default: beside this kfaws].
     #[arg(long, value_name = "PATH")]
     pub trainer: Option<PathBuf>,
-    /// Where local jobs write their model and checkpoints (local).
-    #[arg(long, value_name = "DIR", default_value = "kfaws-jobs")]
-    pub output_dir: PathBuf,
+    /// Where local jobs write their model and checkpoints (local) [default: kfaws-jobs].
+    #[arg(long, value_name = "DIR")]
+    pub output_dir: Option<PathBuf>,
     /// Run a local job that ran before again, in its directory: the trainer resumes from its
     /// newest checkpoint (same --workers, --batch-size, data, seed and max-train-samples: they
     /// fix each epoch's shards; epochs, lr and momentum may change) and overwrites its model
@@ -99,6 +100,12 @@ pub struct TrainArgs {
     #[arg(long, requires = "job_name")]
     pub resume: bool,
 }
+
+/// Where local jobs go without `--output-dir`, relative to the working directory.
+const DEFAULT_OUTPUT_DIR: &str = "kfaws-jobs";
+
+/// `--max-runtime` without the flag: one day, in seconds.
+const DEFAULT_MAX_RUNTIME: u64 = 86_400;
 
 impl TrainArgs {
     /// `--instance-type`, or its default.
@@ -108,9 +115,21 @@ impl TrainArgs {
 
     /// The flags given that `runtime` does not use, each with the runtimes
     /// that do: refused rather than silently ignored.
+    /// `--output-dir`, or its default.
+    fn output_dir(&self) -> &Path {
+        self.output_dir
+            .as_deref()
+            .unwrap_or(Path::new(DEFAULT_OUTPUT_DIR))
+    }
+
+    /// `--max-runtime` in seconds, or its default (one day).
+    pub fn max_runtime(&self) -> u64 {
+        self.max_runtime.unwrap_or(DEFAULT_MAX_RUNTIME)
+    }
+
     fn foreign_flags(&self, runtime: Runtime) -> Vec<(&'static str, &'static str)> {
         use Runtime::{Kubernetes, Local, Sagemaker};
-        let given: [(&str, bool, &[Runtime]); 9] = [
+        let given: [(&str, bool, &[Runtime]); 11] = [
             ("--image", self.image.is_some(), &[Kubernetes, Sagemaker]),
             (
                 "--instance-type",
@@ -127,6 +146,12 @@ impl TrainArgs {
             ("--memory", self.memory.is_some(), &[Kubernetes]),
             ("--no-wait", self.no_wait, &[Kubernetes, Sagemaker]),
             ("--trainer", self.trainer.is_some(), &[Local]),
+            ("--output-dir", self.output_dir.is_some(), &[Local]),
+            (
+                "--max-runtime",
+                self.max_runtime.is_some(),
+                &[Kubernetes, Sagemaker],
+            ),
             ("--resume", self.resume, &[Local]),
         ];
         given
@@ -279,7 +304,7 @@ async fn train_local(
         }
     }
     local_room(args.workers)?;
-    let job_dir = local::job_dir(&args.output_dir, req.job.as_str());
+    let job_dir = local::job_dir(args.output_dir(), req.job.as_str());
     match (job_dir.exists(), args.resume) {
         (true, _) if local::is_running(&job_dir) => bail!(
             "a local job named {} is running now (another kfaws holds {}); wait for it to end, \
@@ -297,7 +322,7 @@ async fn train_local(
         (false, true) => bail!(
             "--resume: no local job named {} under {} (no directory {})",
             req.job,
-            args.output_dir.display(),
+            args.output_dir().display(),
             job_dir.display()
         ),
         _ => {}
@@ -605,7 +630,7 @@ async fn train_kubernetes(
         &client,
         &spec.namespace,
         &spec.name,
-        Duration::from_secs(args.max_runtime),
+        Duration::from_secs(args.max_runtime()),
         |e| progress.line(&format!("  {e}")),
     );
     let outcome = match super::interruptible(&stop, waiting).await {
