@@ -419,6 +419,35 @@ async fn state_rm_forgets_without_deleting_and_apply_adopts_it_again() {
     d.kfaws(&["plan", "--target", "stack.iam", "--detailed-exitcode"])
         .assert()
         .code(0);
+    // The state records a stack id that no longer exists (edited by hand,
+    // or the stack made again outside kfaws): the one of our name and tags
+    // is imported too, and the plan and the summary say so.
+    let mut state = d.state();
+    let live_id = state["resources"]["stack.iam"]["physical_id"].clone();
+    let stale = format!(
+        "{}/00000000-0000-0000-0000-000000000000",
+        live_id.as_str().unwrap().rsplit_once('/').unwrap().0
+    );
+    state["resources"]["stack.iam"]["physical_id"] = stale.clone().into();
+    std::fs::write(d.state_file(), serde_json::to_vec_pretty(&state).unwrap()).unwrap();
+    let plan = d.stdout(&["plan", "--target", "stack.iam"]);
+    assert!(
+        plan.contains("# stack.iam will be imported")
+            && plan.contains(&format!(
+                "reason: drift: deleted outside kfaws; {} exists with this state's deployment \
+                 and lineage tags",
+                live_id.as_str().unwrap()
+            ))
+            && plan.contains("Plan: 1 to import, 0 to add, 0 to change, 0 to destroy."),
+        "{plan}"
+    );
+    let out = d.stdout(&["apply", "--auto-approve", "--target", "stack.iam"]);
+    assert!(
+        out.contains("Resources: 1 imported, 0 added, 0 changed, 0 destroyed."),
+        "{out}"
+    );
+    assert_eq!(d.state()["resources"]["stack.iam"]["physical_id"], live_id);
+    assert_eq!(stacks_created(&d), created, "no CreateStack reached AWS");
     d.stdout(&["destroy", "--auto-approve"]);
     assert!(d.live_stack_names().await.is_empty());
 }

@@ -12,7 +12,7 @@ use futures::stream::{self, StreamExt};
 use super::{Action, Change, Handles};
 use crate::address::Address;
 use crate::resource::Inputs;
-use crate::state::State;
+use crate::state::{State, Status};
 
 /// Previews that failed: updates the service refused, or reads of a
 /// delete's preview that failed, by address.
@@ -109,12 +109,20 @@ pub async fn preview(
             Err(e) => failures.push((changes[i].address.clone(), e.to_string())),
         }
     }
-    // Creates of addresses the state does not hold: a live resource with
-    // this state's tags is imported (create re-attaches to it).
+    // Creates of addresses the state does not hold, or whose recorded
+    // resource is gone (deleted outside kfaws, or an id edited by hand): a
+    // live resource with this state's tags is imported (create re-attaches
+    // to it). An unfinished create re-attaches with its token, and says so.
     let lookups = changes
         .iter()
         .enumerate()
-        .filter(|(_, c)| c.action == Action::Create && !state.resources.contains_key(&c.address))
+        .filter(|(_, c)| {
+            c.action == Action::Create
+                && state
+                    .resources
+                    .get(&c.address)
+                    .is_none_or(|r| r.status != Status::Creating)
+        })
         .filter_map(|(i, c)| Some((i, std::sync::Arc::clone(handles.get(&c.address)?))))
         .map(|(i, handle)| async move { (i, handle.importable().await) });
     let found: Vec<_> = stream::iter(lookups)
@@ -124,9 +132,14 @@ pub async fn preview(
     for (i, result) in found {
         match result {
             Ok(Some(id)) => {
+                let why = if state.resources.contains_key(&changes[i].address) {
+                    changes[i].reason.as_str()
+                } else {
+                    "not in state"
+                };
                 changes[i].reason = format!(
-                    "not in state; {id} exists with this state's deployment and lineage tags, and \
-                     the create re-attaches to it instead of making another"
+                    "{why}; {id} exists with this state's deployment and lineage tags, and the \
+                     create re-attaches to it instead of making another"
                 );
                 changes[i].import = Some(id);
             }
