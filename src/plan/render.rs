@@ -17,6 +17,9 @@ fn headline(c: &Change) -> String {
         Action::Create if c.resume_token.is_some() => "will be created (resuming)",
         Action::Create if c.import.is_some() => "will be imported",
         Action::Create => "will be created",
+        Action::Update if c.conditional => {
+            "may be updated in place (only if a dependency's outputs change)"
+        }
         Action::Update => "will be updated in place",
         Action::Replace => "must be replaced",
         Action::Delete => "will be destroyed",
@@ -533,6 +536,14 @@ mod tests {
         let text = human(&plan(vec![conditional, change("b", Action::Update)]));
         assert!(
             text.starts_with("Changed outside kfaws since the last apply"),
+            "{text}"
+        );
+        // Its headline says the update may not happen; a plain one will.
+        assert!(
+            text.contains(
+                "  # eks.cluster may be updated in place (only if a dependency's outputs \
+                 change)\n"
+            ) && text.contains("  # b will be updated in place\n"),
             "{text}"
         );
     }
