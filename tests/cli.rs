@@ -79,6 +79,12 @@ async fn plan_apply_noop_plan_outputs_and_destroy() {
         d.stdout(&["output", "bucket_name"]).trim(),
         format!("kfaws-{n}-us-east-1-artifacts")
     );
+    let err = d.fails(&["output", "stack.network.NoSuchKey"]);
+    assert!(
+        err.contains("no output \"stack.network.NoSuchKey\"")
+            && err.contains("`kfaws state show ADDRESS` a resource's outputs"),
+        "{err}"
+    );
 
     let list = d.stdout(&["state", "list"]);
     assert!(

@@ -135,7 +135,9 @@ pub fn output(g: &Global, name: Option<&str>, json: bool) -> anyhow::Result<u8> 
                 .or_else(|| raw.get(n))
                 .with_context(|| {
                     format!(
-                        "no output {n:?} in deployment {deployment:?}; `kfaws output` lists them"
+                        "no output {n:?} in deployment {deployment:?}; `kfaws output` lists the \
+                         named ones, `kfaws state show ADDRESS` a resource's outputs (asked for \
+                         as ADDRESS.KEY)"
                     )
                 })?;
             match (json, v.as_str()) {
