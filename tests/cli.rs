@@ -529,25 +529,7 @@ async fn a_broken_network_under_a_cluster_is_not_replaced_and_the_plan_says_how_
     d.stdout(&["apply", "--auto-approve", "--target", "eks.cluster"]);
     let cfn = d.aws().await.cloudformation();
     let network = format!("kfaws-{}-network", d.name);
-    cfn.delete_stack()
-        .stack_name(&network)
-        .send()
-        .await
-        .unwrap();
-    let mut status = String::new();
-    for _ in 0..300 {
-        let out = cfn
-            .describe_stacks()
-            .stack_name(&network)
-            .send()
-            .await
-            .unwrap();
-        status = out.stacks()[0].stack_status().unwrap().as_str().to_string();
-        if !status.ends_with("_IN_PROGRESS") {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
+    let status = delete_stack_by_hand(&cfn, &network).await;
     assert_eq!(status, "DELETE_FAILED", "the cluster holds the VPC");
     let serial = d.state()["serial"].clone();
     let deletes = calls(&d, "DeleteStack");
@@ -1066,6 +1048,22 @@ async fn apply_killed_at_random_moments_then_rerun_creates_each_stack_once() {
     assert!(d.live_stack_names().await.is_empty());
 }
 
+/// DeleteStack of `name` outside kfaws; the status it settles in
+/// (`DELETE_COMPLETE`, or `DELETE_FAILED` when something holds its
+/// resources), within 30 s.
+async fn delete_stack_by_hand(cfn: &aws_sdk_cloudformation::Client, name: &str) -> String {
+    cfn.delete_stack().stack_name(name).send().await.unwrap();
+    for _ in 0..300 {
+        let out = cfn.describe_stacks().stack_name(name).send().await.unwrap();
+        let status = out.stacks()[0].stack_status().unwrap().as_str().to_string();
+        if !status.ends_with("_IN_PROGRESS") {
+            return status;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    panic!("stack {name} still deleting after 30 s");
+}
+
 #[tokio::test]
 async fn a_stack_left_in_delete_failed_is_planned_for_replacement_and_destroy_cleans_up() {
     let d = Deployment::new("");
@@ -1076,25 +1074,7 @@ async fn a_stack_left_in_delete_failed_is_planned_for_replacement_and_destroy_cl
     let network = format!("kfaws-{}-network", d.name);
     // The storage stack's mount targets are still in the network's subnets,
     // so deleting the network stack out of band fails (DependencyViolation).
-    cfn.delete_stack()
-        .stack_name(&network)
-        .send()
-        .await
-        .unwrap();
-    let mut status = String::new();
-    for _ in 0..50 {
-        let out = cfn
-            .describe_stacks()
-            .stack_name(&network)
-            .send()
-            .await
-            .unwrap();
-        status = out.stacks()[0].stack_status().unwrap().as_str().to_string();
-        if !status.ends_with("_IN_PROGRESS") {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
+    let status = delete_stack_by_hand(&cfn, &network).await;
     assert_eq!(status, "DELETE_FAILED");
     let plan = d.stdout(&["plan", "--target", "stack.storage"]);
     assert!(plan.contains("-/+ stack.network"), "{plan}");
