@@ -25,7 +25,11 @@ pub enum StateError {
         source: std::io::Error,
     },
     /// The file is not a state document.
-    #[error("state file {path} is not valid state JSON: {message}")]
+    #[error(
+        "state file {path} is not valid state JSON: {message}. The state a command started from \
+         is kept beside it as {BACKUP_FILE} before its first write: compare the two, and copy the \
+         backup over the state (while no kfaws runs) to go back to it"
+    )]
     Malformed {
         /// The file.
         path: PathBuf,
@@ -360,6 +364,11 @@ mod tests {
         assert!(err.to_string().contains("never existed"), "{err}");
         let err = decode(Path::new("s.json"), b"{\n  \"serial\": ").unwrap_err();
         assert!(err.to_string().contains("line 2"), "{err}");
+        assert!(
+            err.to_string()
+                .contains("kept beside it as state.json.backup"),
+            "the way back is named: {err}"
+        );
         let err = decode(Path::new("s.json"), br#"{"serial": 1}"#).unwrap_err();
         assert!(err.to_string().contains("format_version"), "{err}");
     }
