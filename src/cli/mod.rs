@@ -552,12 +552,27 @@ fn init_logging(verbose: u8) {
 
 async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
     // Before anything takes the state lock: no signal may leave it behind.
-    let cancel = cancel_on_signals(match cli.command {
-        Command::Train(_) => {
-            "Interrupt received: stopping the training job (local: every rank checkpoints and \
-             exits; sagemaker: StopTrainingJob; kubernetes: kfaws stops waiting, the PyTorchJob \
-             keeps running). Interrupt again to exit at once."
-        }
+    let cancel = cancel_on_signals(match &cli.command {
+        Command::Train(args) => match args.runtime {
+            Some(kfaws::train::Runtime::Local) => {
+                "Interrupt received: stopping the training job: every rank checkpoints and \
+                 exits. Interrupt again to exit at once."
+            }
+            Some(kfaws::train::Runtime::Sagemaker) => {
+                "Interrupt received: stopping the training job (StopTrainingJob; the trainer \
+                 checkpoints). Interrupt again to exit at once."
+            }
+            Some(kfaws::train::Runtime::Kubernetes) => {
+                "Interrupt received: kfaws stops waiting; the PyTorchJob keeps running. \
+                 Interrupt again to exit at once."
+            }
+            // The runtime comes from kfaws.toml, read later.
+            None => {
+                "Interrupt received: stopping the training job (local: every rank checkpoints \
+                 and exits; sagemaker: StopTrainingJob; kubernetes: kfaws stops waiting, the \
+                 PyTorchJob keeps running). Interrupt again to exit at once."
+            }
+        },
         _ => STOPPING_CHANGES,
     });
     let cancel = &cancel;
