@@ -105,6 +105,26 @@ fn stage_on_efs(file_system_id: &str, path: &str) {
     }
 }
 
+/// Fashion-MNIST with `train-images-idx3-ubyte` cut to its header and 1000 images, while the
+/// header still declares 60000: 16 + 1000 × 784 = 784016 bytes of 16 + 60000 × 784.
+fn truncated_fashion_mnist() -> tempfile::TempDir {
+    use std::io::Read as _;
+    let dir = tempfile::tempdir().unwrap();
+    for e in std::fs::read_dir(FASHION_MNIST).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), dir.path().join(e.file_name())).unwrap();
+    }
+    let gz = dir.path().join("train-images-idx3-ubyte.gz");
+    let mut images = Vec::new();
+    flate2::read::GzDecoder::new(std::fs::File::open(&gz).unwrap())
+        .take(16 + 1000 * 784)
+        .read_to_end(&mut images)
+        .unwrap();
+    std::fs::remove_file(&gz).unwrap();
+    std::fs::write(dir.path().join("train-images-idx3-ubyte"), images).unwrap();
+    dir
+}
+
 /// `kfaws train --runtime local --data FASHION_MNIST --job-name JOB` in `dir`, then `extra`.
 fn local_train(dir: &Path, job: &str, extra: &[&str]) -> std::process::Command {
     let mut c = std::process::Command::new(bin("kfaws"));
@@ -262,18 +282,28 @@ fn local_runtime_ctrl_c_checkpoints_and_resume_continues() {
     assert_eq!(mismatch.status.code(), Some(1), "{err}");
     assert!(err.contains("the job ran with batch-size 32"), "{err}");
 
-    // Fails in the trainer (the files are IDX, not CIFAR-10) before writing anything.
-    let failed = local_train(
-        dir.path(),
-        "wrong-dataset",
-        &["--workers", "2", "--hp", "dataset=cifar10"],
+    // Ranks that fail before writing anything (a trainer that reads the data,
+    // then exits 1 at start) leave no directory: the name is free again.
+    let failing = dir.path().join("failing-trainer");
+    std::fs::write(
+        &failing,
+        "#!/bin/sh\nif [ \"$1\" = check-data ]; then\n  echo 'dataset=fashion-mnist train=60000 \
+         test=10000 shape=1x28x28'\n  exit 0\nfi\necho 'cannot start' >&2\nexit 1\n",
     )
-    .output()
     .unwrap();
+    std::fs::set_permissions(
+        &failing,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let failed = local_train(dir.path(), "failing", &["--workers", "2", "--trainer"])
+        .arg(&failing)
+        .output()
+        .unwrap();
     let err = String::from_utf8_lossy(&failed.stderr);
     assert_eq!(failed.status.code(), Some(1), "{err}");
     assert!(err.contains("its directory was removed"), "{err}");
-    assert!(!dir.path().join("kfaws-jobs/wrong-dataset").exists());
+    assert!(!dir.path().join("kfaws-jobs/failing").exists());
 }
 
 /// `kfaws train … | head`: when the reader of the output goes away, kfaws
@@ -386,6 +416,13 @@ async fn bad_input_is_refused_before_any_job_is_created() {
     let big = tempfile::NamedTempFile::new().unwrap();
     big.as_file().set_len(6_291_457).unwrap();
     let big = big.path().to_str().unwrap().to_string();
+    // Directories the trainer would refuse: no dataset at all; a Fashion-MNIST copy whose
+    // training images are cut short (the IDX header still says 60000).
+    let stray = tempfile::tempdir().unwrap();
+    std::fs::write(stray.path().join("notes.txt"), "not a dataset").unwrap();
+    let stray = stray.path().to_str().unwrap().to_string();
+    let truncated_dir = truncated_fashion_mnist();
+    let truncated = truncated_dir.path().to_str().unwrap().to_string();
     for (args, expected) in [
         (
             vec!["endpoint", "invoke", "demo", "--region", "us-east-1", "--image", &big],
@@ -599,6 +636,27 @@ async fn bad_input_is_refused_before_any_job_is_created() {
             ],
             "--backend nccl is not in this trainer build",
         ),
+        // The trainer's own reading of the directory, before any rank starts.
+        (
+            vec!["train", "--runtime", "local", "--data", &stray],
+            "no dataset found in",
+        ),
+        (
+            vec!["train", "--runtime", "local", "--data", &truncated],
+            "train-images-idx3-ubyte: 784016 bytes, expected 47040016",
+        ),
+        (
+            vec![
+                "train",
+                "--runtime",
+                "local",
+                "--data",
+                data,
+                "--hp",
+                "dataset=cifar10",
+            ],
+            "the dataset hyperparameter says cifar10, but",
+        ),
     ] {
         let err = d.fails(&args);
         assert!(err.contains(expected), "{args:?}: {err}");
@@ -621,6 +679,11 @@ async fn bad_input_is_refused_before_any_job_is_created() {
             "{err}"
         );
     }
+    let err = d.fails(&["train", "--runtime", "local", "--data", &truncated]);
+    assert!(
+        err.starts_with(&format!("Error: --data {truncated}: ")),
+        "{err}"
+    );
     // The runtime from kfaws.toml is checked when the file is parsed (case C18).
     d.write_config("training_runtime = \"k8s\"\n");
     let err = d.fails(&["train", "--data", data]);
@@ -679,7 +742,18 @@ async fn demo_path_trains_on_both_runtimes_serves_the_model_and_destroys_everyth
     // What would only fail once the job ran is checked before it is created.
     let bucket = d.output("stack.storage", "BucketName");
     let (repo, _) = image.split_once('@').unwrap();
+    let truncated = truncated_fashion_mnist();
     for (args, expected) in [
+        // A local directory is read by the trainer before anything is uploaded.
+        (
+            vec![
+                "--data".to_string(),
+                truncated.path().to_str().unwrap().into(),
+                "--image".into(),
+                image.clone(),
+            ],
+            "train-images-idx3-ubyte: 784016 bytes, expected 47040016",
+        ),
         (
             vec![
                 "--data".to_string(),
@@ -859,6 +933,13 @@ async fn demo_path_trains_on_both_runtimes_serves_the_model_and_destroys_everyth
         "--follow",
     ]);
     assert!(sm.contains("Training job demo-sm completed"), "{sm}");
+    assert!(
+        sm.contains(&format!(
+            "Dataset in {FASHION_MNIST}: fashion-mnist (60000 training and 10000 test images of \
+             1x28x28)"
+        )),
+        "{sm}"
+    );
     let s3_calls: Vec<_> = d
         .aws()
         .await

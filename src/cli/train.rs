@@ -304,6 +304,12 @@ async fn train_local(
         }
     }
     local_room(args.workers)?;
+    let dataset = kfaws::train::data::check_local(
+        &trainer,
+        &data_dir,
+        req.hyperparameters.get("dataset").map(String::as_str),
+    )
+    .await?;
     let job_dir = local::job_dir(args.output_dir(), req.job.as_str());
     match (job_dir.exists(), args.resume) {
         (true, _) if local::is_running(&job_dir) => bail!(
@@ -345,10 +351,11 @@ async fn train_local(
         }
     };
     if let Err(e) = outln!(
-        "Training job {} (local): {} process(es) on this machine, data {}",
+        "Training job {} (local): {} process(es) on this machine, data {}{}",
         req.job,
         job.workers,
-        job.data_dir.display()
+        job.data_dir.display(),
+        dataset.map_or(String::new(), |d| format!(": {d}"))
     ) {
         // Nobody reads the job's output: start nothing, keep the name free.
         local::remove_if_empty(&job.job_dir);

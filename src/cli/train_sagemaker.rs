@@ -226,6 +226,23 @@ fn say(line: &str) {
 }
 
 /// `kfaws train --runtime sagemaker`.
+/// A local directory is read by the trainer beside this kfaws (as its `train` would) before
+/// anything is uploaded: a directory the job would refuse costs no upload and no instance
+/// time. Without a trainer binary beside kfaws the check is skipped; the job reports the data.
+async fn check_local_data(dir: &Path, dataset: Option<&String>) -> anyhow::Result<()> {
+    let exe = std::env::current_exe().context("cannot locate the kfaws executable")?;
+    let Ok(trainer) = kfaws::train::trainer_binary(None, &exe) else {
+        tracing::debug!("no kfaws-trainer beside kfaws: --data is not checked before upload");
+        return Ok(());
+    };
+    if let Some(found) =
+        kfaws::train::data::check_local(&trainer, dir, dataset.map(String::as_str)).await?
+    {
+        say(&format!("Dataset in {}: {found}", dir.display()));
+    }
+    Ok(())
+}
+
 pub async fn train(
     g: &Global,
     args: &TrainArgs,
@@ -235,6 +252,9 @@ pub async fn train(
     cancel: &CancellationToken,
 ) -> anyhow::Result<u8> {
     let d = Deployment::load(g)?;
+    if let DataSource::Local(dir) = &data {
+        check_local_data(dir, hyperparameters.get("dataset")).await?;
+    }
     // Everything the job needs from the deployment, before any call.
     let role_arn = d.output("stack.iam", "SageMakerRoleArn", "SageMaker execution role")?;
     let bucket = d.output("stack.storage", "BucketName", "artifact bucket")?;

@@ -50,6 +50,120 @@ pub enum DataError {
         /// Why, and what to do instead.
         why: &'static str,
     },
+    /// The trainer would refuse the directory's contents (`kfaws-trainer check-data`).
+    #[error("--data {value}: {reason}")]
+    Unreadable {
+        /// The value given.
+        value: String,
+        /// The trainer's reason: the file missing, truncated or with the wrong magic number.
+        reason: String,
+    },
+}
+
+/// What `kfaws-trainer check-data` found in a local directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LocalDataset {
+    /// The dataset's name (`fashion-mnist`, `mnist`, `cifar10`).
+    pub name: String,
+    /// Training examples.
+    pub train: usize,
+    /// Test examples.
+    pub test: usize,
+    /// `CxHxW`, as the trainer prints it.
+    pub shape: String,
+}
+
+impl LocalDataset {
+    /// Parses the trainer's line `dataset=NAME train=N test=N shape=CxHxW`; `None` for anything
+    /// else.
+    pub fn parse(line: &str) -> Option<Self> {
+        let mut fields = std::collections::HashMap::new();
+        for pair in line.split_whitespace() {
+            let (k, v) = pair.split_once('=')?;
+            fields.insert(k, v);
+        }
+        Some(Self {
+            name: fields.get("dataset")?.to_string(),
+            train: fields.get("train")?.parse().ok()?,
+            test: fields.get("test")?.parse().ok()?,
+            shape: fields.get("shape")?.to_string(),
+        })
+    }
+}
+
+impl fmt::Display for LocalDataset {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} ({} training and {} test images of {})",
+            self.name, self.train, self.test, self.shape
+        )
+    }
+}
+
+/// Has the trainer binary read `dir` as its `train` would (`kfaws-trainer check-data`), so a
+/// directory it would refuse is refused before any rank starts or any file is uploaded.
+/// `dataset` is the job's `dataset` hyperparameter, if given.
+///
+/// `Ok(None)` when the trainer is a build without `check-data` (an older `--trainer`): its
+/// ranks will report the data themselves.
+///
+/// # Errors
+/// [`DataError::Unreadable`] with the trainer's reason (which names the file and the expected
+/// size or magic number); an I/O error running the binary is reported the same way.
+pub async fn check_local(
+    trainer: &Path,
+    dir: &Path,
+    dataset: Option<&str>,
+) -> Result<Option<LocalDataset>, DataError> {
+    let unreadable = |reason: String| DataError::Unreadable {
+        value: dir.display().to_string(),
+        reason,
+    };
+    let mut command = tokio::process::Command::new(trainer);
+    command.arg("check-data").arg("--data-dir").arg(dir);
+    if let Some(d) = dataset {
+        command.arg("--dataset").arg(d);
+    }
+    let out = command
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .map_err(|e| unreadable(format!("cannot run {} check-data: {e}", trainer.display())))?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let mut lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    // On failure the last line is the reason; what comes before (or everything, on success)
+    // are the trainer's warnings, such as how it told MNIST from Fashion-MNIST.
+    let reason = match out.status.success() {
+        true => None,
+        false => lines.pop(),
+    };
+    for warning in &lines {
+        tracing::warn!("kfaws-trainer check-data: {}", warning.trim());
+    }
+    if out.status.success() {
+        return LocalDataset::parse(stdout.trim()).map(Some).ok_or_else(|| {
+            unreadable(format!(
+                "{} check-data printed {:?}, not dataset=… train=… test=… shape=…",
+                trainer.display(),
+                stdout.trim()
+            ))
+        });
+    }
+    // clap's answer to a subcommand this build does not have.
+    if stderr.contains("unrecognized subcommand 'check-data'") {
+        tracing::warn!(
+            trainer = %trainer.display(),
+            "this trainer build cannot check a dataset before training (no check-data); its \
+             ranks will report any problem with the data"
+        );
+        return Ok(None);
+    }
+    Err(unreadable(match reason {
+        Some(reason) => reason.trim().to_string(),
+        None => format!("{} check-data failed ({})", trainer.display(), out.status),
+    }))
 }
 
 impl DataSource {
@@ -183,6 +297,33 @@ mod tests {
         ] {
             let e = DataSource::parse(value).unwrap_err().to_string();
             assert!(e.contains(rule), "{value}: {e}");
+        }
+    }
+
+    #[test]
+    fn the_trainers_dataset_line_parses_and_anything_else_does_not() {
+        let d = LocalDataset::parse("dataset=fashion-mnist train=60000 test=10000 shape=1x28x28")
+            .unwrap();
+        assert_eq!(
+            d,
+            LocalDataset {
+                name: "fashion-mnist".into(),
+                train: 60000,
+                test: 10000,
+                shape: "1x28x28".into()
+            }
+        );
+        assert_eq!(
+            d.to_string(),
+            "fashion-mnist (60000 training and 10000 test images of 1x28x28)"
+        );
+        for bad in [
+            "",
+            "dataset=mnist train=x test=1 shape=1x28x28",
+            "dataset=mnist test=1 shape=1x28x28",
+            "loaded fine",
+        ] {
+            assert_eq!(LocalDataset::parse(bad), None, "{bad:?}");
         }
     }
 

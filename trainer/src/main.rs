@@ -30,6 +30,20 @@ enum Command {
     Serve(ServeArgs),
     /// Write one test-split image of a dataset as PNG and print its class, to try an endpoint with.
     Sample(SampleArgs),
+    /// Read a dataset directory as `train` would, without training: prints
+    /// `dataset=NAME train=N test=N shape=CxHxW`, or the reason `train` would refuse it (exit 1).
+    CheckData(CheckDataArgs),
+}
+
+/// `kfaws-trainer check-data` flags.
+#[derive(Debug, clap::Args)]
+struct CheckDataArgs {
+    /// Directory holding the dataset (as for `train`).
+    #[arg(long)]
+    data_dir: std::path::PathBuf,
+    /// The `dataset` hyperparameter the job will be given, if any: mnist, fashion-mnist, cifar10.
+    #[arg(long)]
+    dataset: Option<String>,
 }
 
 /// `kfaws-trainer sample` flags.
@@ -47,16 +61,6 @@ struct SampleArgs {
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        // A failed write would be reported with `eprintln!`, which panics (exit 101) when
-        // stderr is the closed pipe: the log line is lost, the exit code is kept.
-        .log_internal_errors(false)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .init();
     // Flags that do not parse are configuration errors like any other: exit 1 (clap's own
     // usage code is 2), so PyTorchJob's ExitCode policy and SageMaker see one code for them.
     let cli = match Cli::try_parse() {
@@ -70,10 +74,30 @@ fn main() -> ExitCode {
             };
         }
     };
+    let log = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        // A failed write would be reported with `eprintln!`, which panics (exit 101) when
+        // stderr is the closed pipe: the log line is lost, the exit code is kept.
+        .log_internal_errors(false)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
+    let filter = |default: &str| {
+        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| default.into())
+    };
+    if let Command::CheckData(_) = cli.command {
+        // `kfaws train` relays these lines as they are: warnings only, without time or level.
+        log.without_time()
+            .with_level(false)
+            .with_target(false)
+            .with_env_filter(filter("warn"))
+            .init();
+    } else {
+        log.with_env_filter(filter("info")).init();
+    }
     match cli.command {
         Command::Train(args) => run_train(&args),
         Command::Serve(args) => run_serve(&args),
         Command::Sample(args) => run_sample(&args),
+        Command::CheckData(args) => run_check_data(&args),
     }
 }
 
@@ -155,6 +179,41 @@ fn run_sample(args: &SampleArgs) -> ExitCode {
         }
         Err(e) => {
             tracing::error!("{e}");
+            ExitCode::from(kfaws_trainer::error::EXIT_CONFIG as u8)
+        }
+    }
+}
+
+/// Loads the dataset exactly as `train` does (every file read whole, so a truncated file or a
+/// wrong magic number is found) and prints one line describing it. The error, if any, goes to
+/// stderr as one plain line (no log prefix): `kfaws train` shows it as the reason it refuses
+/// `--data` before starting ranks or uploading.
+fn run_check_data(args: &CheckDataArgs) -> ExitCode {
+    use std::io::Write as _;
+    let checked = (|| -> Result<String, String> {
+        let hint = match &args.dataset {
+            Some(name) => Some(kfaws_trainer_contract::DatasetKind::parse(name).ok_or_else(
+                || format!("--dataset {name}: not one of mnist, fashion-mnist, cifar10"),
+            )?),
+            None => None,
+        };
+        let dataset =
+            kfaws_trainer::data::load_dir(&args.data_dir, hint).map_err(|e| e.to_string())?;
+        let [c, h, w] = dataset.train.shape;
+        Ok(format!(
+            "dataset={} train={} test={} shape={c}x{h}x{w}",
+            dataset.kind.name(),
+            dataset.train.len(),
+            dataset.test.len()
+        ))
+    })();
+    match checked {
+        Ok(line) => {
+            emit(&line);
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            let _ = writeln!(std::io::stderr().lock(), "{e}");
             ExitCode::from(kfaws_trainer::error::EXIT_CONFIG as u8)
         }
     }

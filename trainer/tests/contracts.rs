@@ -539,3 +539,56 @@ fn sigterm_while_waiting_for_peers_exits_within_the_grace() {
         p.stderr()
     );
 }
+
+/// `kfaws-trainer check-data` reads a directory as `train` does and says what it holds, or
+/// why `train` would refuse it as one plain line (kfaws shows it as its reason to refuse
+/// `--data` before starting ranks or uploading).
+#[test]
+fn check_data_reads_the_directory_as_train_does() {
+    let check = |dir: &Path, extra: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_kfaws-trainer"))
+            .arg("check-data")
+            .arg("--data-dir")
+            .arg(dir)
+            .args(extra)
+            .env_remove("RUST_LOG")
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, stdout, stderr) = check(&fashion_mnist(), &[]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(
+        stdout,
+        "dataset=fashion-mnist train=60000 test=10000 shape=1x28x28\n"
+    );
+    assert_eq!(stderr, "", "no log lines below warnings");
+
+    let (code, stdout, stderr) = check(&fashion_mnist(), &["--dataset", "cifar10"]);
+    assert_eq!(code, Some(1));
+    assert_eq!(stdout, "");
+    assert!(
+        stderr.starts_with("the dataset hyperparameter says cifar10, but")
+            && stderr.lines().count() == 1,
+        "{stderr}"
+    );
+
+    // A directory of 25 unrelated files: the error lists 20 names and counts the rest.
+    let dir = tempfile::tempdir().unwrap();
+    for i in 0..25 {
+        std::fs::write(dir.path().join(format!("file{i:02}.txt")), "x").unwrap();
+    }
+    let (code, _, stderr) = check(dir.path(), &[]);
+    assert_eq!(code, Some(1));
+    assert!(
+        stderr.starts_with(&format!("no dataset found in {}", dir.path().display()))
+            && stderr.contains("file00.txt, ")
+            && stderr.contains("file19.txt, … 5 more]")
+            && !stderr.contains("file20.txt"),
+        "{stderr}"
+    );
+}

@@ -52,7 +52,7 @@ fn read_batch(dir: &Path, name: &str, found: &[String], into: &mut Split) -> Res
         return Err(DataError::MissingFile {
             path,
             dataset: "CIFAR-10 binary",
-            found: found.join(", "),
+            found: super::found_list(found),
         });
     }
     let bytes = read_maybe_gz(&path)?;

@@ -70,7 +70,7 @@ fn read_batch(dir: &Path, name: &str, found: &[String], into: &mut Split) -> Res
         return Err(DataError::MissingFile {
             path,
             dataset: "CIFAR-10 python",
-            found: found.join(", "),
+            found: super::found_list(found),
         });
     }
     let bytes = read_maybe_gz(&path)?;

@@ -67,7 +67,7 @@ fn find(dir: &Path, stem: &str, found: &[String]) -> Result<PathBuf, DataError> 
     path.ok_or_else(|| DataError::MissingFile {
         path: dir.join(format!("{stem}[.gz]")),
         dataset: "IDX (MNIST/Fashion-MNIST)",
-        found: found.join(", "),
+        found: super::found_list(found),
     })
 }
 

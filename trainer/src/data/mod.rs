@@ -236,9 +236,26 @@ pub fn load_dir(dir: &Path, hint: Option<DatasetKind>) -> Result<Dataset, DataEr
     }
     Err(DataError::NotFound {
         dir: dir.to_path_buf(),
-        found: found.join(", "),
+        found: found_list(&found),
     })
 }
+
+/// The names of a directory's files for an error message: all of them up to
+/// [`FOUND_LIST_MAX`], then the first ones and how many more (a dataset
+/// pointed at `/etc` must not print a screenful).
+pub(crate) fn found_list(found: &[String]) -> String {
+    if found.len() <= FOUND_LIST_MAX {
+        return found.join(", ");
+    }
+    format!(
+        "{}, … {} more",
+        found[..FOUND_LIST_MAX].join(", "),
+        found.len() - FOUND_LIST_MAX
+    )
+}
+
+/// At most this many file names are listed in an error.
+const FOUND_LIST_MAX: usize = 20;
 
 /// MNIST or Fashion-MNIST, told apart by the mean pixel value of (up to)
 /// the first 10,000 training images: 33.3 for MNIST and 72.9 for
