@@ -126,6 +126,19 @@ fn every_descriptor_matches_its_blob_with_docker_schema_2_media_types() {
     );
     assert_eq!(config["architecture"], "amd64");
     assert_eq!(config["os"], "linux");
+    // The trainer's collective backends, as its --version names them, are a label that
+    // `kfaws train --backend` reads back from the registry.
+    let version = std::process::Command::new(trainer())
+        .arg("--version")
+        .output()
+        .unwrap();
+    let version = String::from_utf8(version.stdout).unwrap();
+    let (_, backends) = version.split_once("(backends: ").expect(&version);
+    let (backends, _) = backends.split_once(')').unwrap();
+    assert_eq!(
+        config["config"]["Labels"]["io.kfaws.trainer.backends"], backends,
+        "{config}"
+    );
 
     // Every entry root-owned, at the epoch; the binary executable.
     let mut entries = tar::Archive::new(tar.as_slice());

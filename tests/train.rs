@@ -743,7 +743,24 @@ async fn demo_path_trains_on_both_runtimes_serves_the_model_and_destroys_everyth
     let bucket = d.output("stack.storage", "BucketName");
     let (repo, _) = image.split_once('@').unwrap();
     let truncated = truncated_fashion_mnist();
+    let built_without_nccl = format!(
+        "--backend nccl: the trainer in image {image} was built without it (backends: gloo)"
+    );
     for (args, expected) in [
+        // The image's label says its trainer is a CPU build.
+        (
+            vec![
+                "--data".to_string(),
+                FASHION_MNIST.into(),
+                "--image".into(),
+                image.clone(),
+                "--backend".into(),
+                "nccl".into(),
+                "--instance-type".into(),
+                "ml.g5.xlarge".into(),
+            ],
+            built_without_nccl.as_str(),
+        ),
         // A local directory is read by the trainer before anything is uploaded.
         (
             vec![
@@ -884,10 +901,21 @@ async fn demo_path_trains_on_both_runtimes_serves_the_model_and_destroys_everyth
         err.contains("the dataset hyperparameter says cifar10"),
         "{err}"
     );
-    // backend=nccl: every replica asks for one NVIDIA GPU, and this CPU build
-    // of the trainer refuses the backend at start (exit 1), naming the feature.
-    let err = failing_job("demo-nccl", &["--backend", "nccl"]);
-    assert!(err.contains("--features cuda"), "{err}");
+    // backend=nccl with the image of this CPU build: its label says so, and
+    // the job is refused before it is created (every replica would ask for a
+    // GPU, then refuse the backend at start).
+    let err = d.fails(&[
+        "train",
+        "--runtime",
+        "kubernetes",
+        "--data",
+        "efs:/datasets/fashion-mnist",
+        "--backend",
+        "nccl",
+        "--job-name",
+        "demo-nccl",
+    ]);
+    assert!(err.contains(&built_without_nccl), "{err}");
     let pytorchjobs: kube::Api<kube::api::DynamicObject> = kube::Api::namespaced_with(
         d.cluster().client().await,
         USER_NS,
@@ -897,11 +925,9 @@ async fn demo_path_trains_on_both_runtimes_serves_the_model_and_destroys_everyth
             "PyTorchJob",
         )),
     );
-    let job = pytorchjobs.get("demo-nccl").await.unwrap();
+    assert!(pytorchjobs.get_opt("demo-nccl").await.unwrap().is_none());
+    let job = pytorchjobs.get("demo-bad").await.unwrap();
     for replica in ["Master", "Worker"] {
-        let limits = &job.data["spec"]["pytorchReplicaSpecs"][replica]["template"]["spec"]
-            ["containers"][0]["resources"]["limits"];
-        assert_eq!(limits["nvidia.com/gpu"], 1, "{replica}: {limits}");
         // Case C17: no Istio sidecar, by label and by annotation, as the
         // API server stored the template.
         let metadata = &job.data["spec"]["pytorchReplicaSpecs"][replica]["template"]["metadata"];

@@ -37,10 +37,11 @@ fn check_tag(tag: &str) -> anyhow::Result<()> {
 
 /// Refuses a binary that is not the kfaws trainer (`--trainer /bin/ls`
 /// would make an image every training job fails in): runs `BINARY
-/// --version`, which the trainer answers `kfaws-trainer VERSION`. A binary
-/// this machine cannot run (another CPU architecture: exec format error)
-/// is let through with a warning.
-fn check_is_trainer(trainer: &Path) -> anyhow::Result<()> {
+/// --version`, which the trainer answers `kfaws-trainer VERSION (backends:
+/// gloo …)`, and returns those backends. A binary this machine cannot run
+/// (another CPU architecture: exec format error) is let through with a
+/// warning, and its backends are not known (`None`).
+fn check_is_trainer(trainer: &Path) -> anyhow::Result<Option<Vec<String>>> {
     let output = match std::process::Command::new(trainer)
         .arg("--version")
         .stdin(std::process::Stdio::null())
@@ -53,7 +54,7 @@ fn check_is_trainer(trainer: &Path) -> anyhow::Result<()> {
                 "{} cannot run on this machine ({e}); not checked to be the kfaws trainer",
                 trainer.display()
             );
-            return Ok(());
+            return Ok(None);
         }
         Err(e) => {
             return Err(e).with_context(|| format!("running {} --version", trainer.display()))
@@ -67,7 +68,7 @@ fn check_is_trainer(trainer: &Path) -> anyhow::Result<()> {
         trainer.display(),
         version.lines().next().unwrap_or_default()
     );
-    Ok(())
+    Ok(kfaws::train::trainer_backends(&version))
 }
 
 /// `kfaws image build`: builds, writes both forms, prints the digest.
@@ -85,8 +86,10 @@ pub fn build(trainer: Option<&Path>, output: &Path, tag: Option<&str>) -> anyhow
         "no trainer binary at {}: build it (`cargo build --workspace --bins`) or pass --trainer PATH",
         trainer.display()
     );
-    let image = Image::build(&trainer, Path::new("/"))?;
-    check_is_trainer(&trainer)?;
+    let mut image = Image::build(&trainer, Path::new("/"))?;
+    if let Some(backends) = check_is_trainer(&trainer)? {
+        image = image.with_backends(&backends);
+    }
     let oci = output.join("oci");
     let archive = output.join("image.tar");
     layout::write_oci_layout(&oci, &image, tag.rsplit_once(':').map_or("", |(_, t)| t))?;

@@ -527,18 +527,23 @@ impl Deployment {
         Ok(aws)
     }
 
-    /// `--image`, else the image `kfaws image push` pushed by default.
+    /// `--image`, else the image `kfaws image push` pushed by default;
+    /// refused when its config says its trainer lacks `backend`
+    /// ([`check_image_backend`]).
     pub async fn image(
         aws: &aws_config::SdkConfig,
         explicit: Option<&String>,
+        backend: &str,
     ) -> anyhow::Result<String> {
-        match explicit {
+        let image = match explicit {
             Some(i) => {
                 super::train_sagemaker::check_image(aws, i).await?;
-                Ok(i.clone())
+                i.clone()
             }
-            None => super::train_sagemaker::default_image(aws).await,
-        }
+            None => super::train_sagemaker::default_image(aws).await?,
+        };
+        check_image_backend(aws, &image, backend).await?;
+        Ok(image)
     }
 
     /// A recorded output (`stack.iam`, `SageMakerRoleArn`), or an error saying
@@ -562,6 +567,46 @@ impl Deployment {
                  `kfaws apply` first",
                 self.loaded.config.name
             ),
+        }
+    }
+}
+
+/// Refuses `--backend` other than gloo (which every trainer build has) with
+/// an image whose config label says its trainer was built without it
+/// ([`kfaws::image::inspect::trainer_backends`]): the job would fail in
+/// every replica after its pods or instances started. An image that does
+/// not say, or whose config cannot be read, is let through with a warning.
+async fn check_image_backend(
+    aws: &aws_config::SdkConfig,
+    image: &str,
+    backend: &str,
+) -> anyhow::Result<()> {
+    if backend == "gloo" {
+        return Ok(());
+    }
+    match kfaws::image::inspect::trainer_backends(aws, image).await {
+        Ok(Some(backends)) if !backends.iter().any(|b| b == backend) => bail!(
+            "--backend {backend}: the trainer in image {image} was built without it (backends: \
+             {}); build kfaws-trainer with --features cuda, then `kfaws image build --trainer \
+             PATH` and `kfaws image push`, and pass that image, or use --backend gloo",
+            backends.join(" ")
+        ),
+        Ok(Some(_)) => Ok(()),
+        Ok(None) => {
+            tracing::warn!(
+                "image {image} does not say which collective backends its trainer has (no \
+                 {} label: not built by this kfaws's `kfaws image build`); --backend {backend} \
+                 is not checked against it",
+                kfaws::image::manifest::BACKENDS_LABEL
+            );
+            Ok(())
+        }
+        Err(e) => {
+            tracing::warn!(
+                "cannot read the config of image {image} ({e}); --backend {backend} is not \
+                 checked against it"
+            );
+            Ok(())
         }
     }
 }
@@ -591,7 +636,7 @@ async fn train_kubernetes(
         .with_context(|| format!("EKS cluster {cluster_name} does not exist: run `kfaws apply`"))?;
     let namespace = d.loaded.config.options.user_namespace.clone();
     pytorchjob::preflight(&client, &namespace).await?;
-    let image = Deployment::image(&aws, args.image.as_ref()).await?;
+    let image = Deployment::image(&aws, args.image.as_ref(), &args.backend).await?;
     let spec = PyTorchJobSpec {
         name: req.job.to_string(),
         namespace,

@@ -131,26 +131,18 @@ pub async fn running_jobs(
 /// # Errors
 /// When the repository or the image does not exist, or the call fails.
 pub async fn check_image(aws: &SdkConfig, uri: &str) -> anyhow::Result<()> {
-    let Some((host, path)) = uri.split_once('/') else {
-        return Ok(());
-    };
-    let mut parts = host.split('.');
-    let (Some(account), Some("dkr"), Some("ecr")) = (parts.next(), parts.next(), parts.next())
-    else {
+    let Some(image) = kfaws::image::inspect::EcrImage::parse(uri) else {
         return Ok(());
     };
     let id = aws_sdk_ecr::types::ImageIdentifier::builder();
-    let (repository, id) = match path.split_once('@') {
-        Some((repo, digest)) => (repo, id.image_digest(digest)),
-        None => match path.rsplit_once(':') {
-            Some((repo, tag)) => (repo, id.image_tag(tag)),
-            None => (path, id.image_tag("latest")),
-        },
+    let id = match image.reference.starts_with("sha256:") {
+        true => id.image_digest(&image.reference),
+        false => id.image_tag(&image.reference),
     };
     kfaws::aws::client::<aws_sdk_ecr::Client>(aws)
         .describe_images()
-        .registry_id(account)
-        .repository_name(repository)
+        .registry_id(&image.account)
+        .repository_name(&image.repository)
         .image_ids(id.build())
         .send()
         .await
@@ -282,7 +274,7 @@ pub async fn train(
         _ => None,
     };
     let aws = d.aws(g, cancel).await?;
-    let image = Deployment::image(&aws, args.image.as_ref()).await?;
+    let image = Deployment::image(&aws, args.image.as_ref(), &args.backend).await?;
     // A local directory is uploaded only once the job is known to be valid:
     // a refused job leaves nothing in the bucket.
     let mut upload = None;

@@ -17,6 +17,11 @@ pub const CONFIG_MEDIA_TYPE: &str = "application/vnd.docker.container.image.v1+j
 /// The layer's media type (gzip-compressed tar).
 pub const LAYER_MEDIA_TYPE: &str = "application/vnd.docker.image.rootfs.diff.tar.gzip";
 
+/// The image label naming the trainer's collective backends, space-separated
+/// (`gloo nccl`). Reverse-DNS as the OCI image spec asks of label keys
+/// ("Annotations": "SHOULD be namespaced with a reverse domain notation").
+pub const BACKENDS_LABEL: &str = "io.kfaws.trainer.backends";
+
 /// `created` of the config and its history: the epoch, for reproducibility.
 const CREATED: &str = "1970-01-01T00:00:00Z";
 
@@ -27,7 +32,20 @@ const CREATED: &str = "1970-01-01T00:00:00Z";
 /// SageMaker runs your training image" / "... inference code"), which
 /// become `kfaws-trainer train` and `kfaws-trainer serve`; the PyTorchJob
 /// gives the same arguments. Port 8080 is the inference contract's.
-pub fn config(diff_id: &str) -> Vec<u8> {
+///
+/// `backends` is the trainer's collective backends, from its `--version`
+/// (`["gloo"]`, or `["gloo", "nccl"]` for a CUDA build), recorded as the
+/// label [`BACKENDS_LABEL`] (space-separated) so `kfaws train` can refuse
+/// `--backend nccl` with an image that lacks it before a job is created;
+/// `None` (a binary this machine cannot run) records no label.
+pub fn config(diff_id: &str, backends: Option<&[String]>) -> Vec<u8> {
+    let mut labels = json!({
+        "org.opencontainers.image.title": "kfaws-trainer",
+        "org.opencontainers.image.version": env!("CARGO_PKG_VERSION"),
+    });
+    if let Some(b) = backends {
+        labels[BACKENDS_LABEL] = json!(b.join(" "));
+    }
     let config = json!({
         "architecture": "amd64",
         "os": "linux",
@@ -37,10 +55,7 @@ pub fn config(diff_id: &str) -> Vec<u8> {
             "Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],
             "WorkingDir": "/",
             "ExposedPorts": {"8080/tcp": {}},
-            "Labels": {
-                "org.opencontainers.image.title": "kfaws-trainer",
-                "org.opencontainers.image.version": env!("CARGO_PKG_VERSION"),
-            },
+            "Labels": labels,
         },
         "history": [{"created": CREATED, "created_by": "kfaws image build"}],
         "rootfs": {"type": "layers", "diff_ids": [diff_id]},

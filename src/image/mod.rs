@@ -17,8 +17,10 @@
 //! | [`manifest`] | the image config and the schema-2 manifest, with their digests |
 //! | [`layout`] | the OCI layout directory and the `docker load` tarball |
 //! | [`push`] | `kfaws image push`: the ECR repository, its token, and the blobs and manifest over the registry API |
+//! | [`inspect`] | a pushed image's config read back from ECR: the trainer backends it was built with |
 
 pub mod elf;
+pub mod inspect;
 pub mod layer;
 pub mod layout;
 pub mod manifest;
@@ -103,7 +105,7 @@ impl Image {
             entries.push(layer::Entry::file(&f.image_path, &f.host_path, 0o755));
         }
         let built = layer::build(&entries)?;
-        let config = manifest::config(&built.diff_id);
+        let config = manifest::config(&built.diff_id, None);
         let manifest = manifest::manifest(&config, &built.gzip);
         Ok(Self {
             layer: built.gzip,
@@ -111,6 +113,20 @@ impl Image {
             config,
             manifest,
         })
+    }
+
+    /// The same image with the trainer's collective `backends` recorded as
+    /// a label of its config ([`manifest::config`]); the config and manifest
+    /// (hence the digest) change, the layer does not.
+    #[must_use]
+    pub fn with_backends(self, backends: &[String]) -> Self {
+        let config = manifest::config(&self.diff_id, Some(backends));
+        let manifest = manifest::manifest(&config, &self.layer);
+        Self {
+            config,
+            manifest,
+            ..self
+        }
     }
 
     /// The manifest digest, `sha256:<hex>`: the image's identity

@@ -683,9 +683,12 @@ impl Registry {
         }
     }
 
-    /// Sends one request; `path_and_query` is relative to the endpoint.
-    /// The whole exchange, answer body included, is bounded by
-    /// [`request_timeout`].
+    /// Sends one request; `path_and_query` is relative to the endpoint, or
+    /// an absolute `http(s)://` URL on another host (where a registry
+    /// redirects a blob download: ECR to a pre-signed S3 URL), which is sent
+    /// without the registry's credentials and shown in errors without its
+    /// query (the pre-signed signature). The whole exchange, answer body
+    /// included, is bounded by [`request_timeout`].
     async fn call(
         &self,
         method: &'static str,
@@ -693,28 +696,36 @@ impl Registry {
         content_type: Option<&str>,
         body: Vec<u8>,
     ) -> Result<Reply, PushError> {
-        let fail = |problem: String| self.fail(method, path_and_query, problem);
+        let absolute =
+            path_and_query.starts_with("https://") || path_and_query.starts_with("http://");
+        let shown = match absolute {
+            true => path_and_query.split('?').next().unwrap_or_default(),
+            false => path_and_query,
+        };
+        let fail = |problem: String| self.fail(method, shown, problem);
         let verb = http::Method::from_bytes(method.as_bytes())
             .map_err(|e| fail(format!("method: {e}")))?;
-        let uri: http::Uri = format!("{}{path_and_query}", self.endpoint)
-            .parse()
-            .map_err(|e| fail(format!("path: {e}")))?;
+        let target = match absolute {
+            true => path_and_query.to_string(),
+            false => format!("{}{path_and_query}", self.endpoint),
+        };
+        let uri: http::Uri = target.parse().map_err(|e| fail(format!("path: {e}")))?;
         let value = |name: &str, value: &str| {
             HeaderValue::from_str(value).map_err(|e| fail(format!("header {name}: {e}")))
         };
-        let mut authorization = value("authorization", &self.authorization)?;
-        authorization.set_sensitive(true);
-        let mut request = http::Request::builder()
-            .method(verb)
-            .uri(uri)
-            .header(header::AUTHORIZATION, authorization)
-            .header(
-                header::ACCEPT,
-                value(
-                    "accept",
-                    "application/vnd.docker.distribution.manifest.v2+json, application/json",
-                )?,
-            );
+        let mut request = http::Request::builder().method(verb).uri(uri);
+        if !absolute {
+            let mut authorization = value("authorization", &self.authorization)?;
+            authorization.set_sensitive(true);
+            request = request.header(header::AUTHORIZATION, authorization);
+        }
+        let mut request = request.header(
+            header::ACCEPT,
+            value(
+                "accept",
+                "application/vnd.docker.distribution.manifest.v2+json, application/json",
+            )?,
+        );
         if let Some(ct) = content_type {
             request = request.header(header::CONTENT_TYPE, value("content-type", ct)?);
         }
@@ -760,12 +771,7 @@ impl Registry {
                 limit.as_secs()
             ))
         })??;
-        tracing::debug!(
-            method,
-            path = path_and_query,
-            status = reply.status,
-            "registry"
-        );
+        tracing::debug!(method, path = shown, status = reply.status, "registry");
         Ok(reply)
     }
 
@@ -851,6 +857,76 @@ impl Registry {
             404 => Ok(None),
             _ => Err(self.fail("HEAD", &path, reply.problem())),
         }
+    }
+
+    /// The manifest `reference` (a tag or `sha256:` digest) names, if it
+    /// exists (`GET /v2/<name>/manifests/<reference>`, asking for Docker v2
+    /// schema 2); a digest reference is checked against the bytes.
+    ///
+    /// # Errors
+    /// [`PushError::Registry`] for an answer other than 200 or 404, or
+    /// bytes that do not have the digest asked for.
+    pub async fn manifest(&self, reference: &str) -> Result<Option<Vec<u8>>, PushError> {
+        let path = format!("/v2/{}/manifests/{reference}", self.repository);
+        let reply = self.call("GET", &path, None, Vec::new()).await?;
+        match reply.status {
+            200 => {
+                self.check_digest(&path, reference, &reply.body)?;
+                Ok(Some(reply.body))
+            }
+            404 => Ok(None),
+            _ => Err(self.fail("GET", &path, reply.problem())),
+        }
+    }
+
+    /// Blob `digest` (`GET /v2/<name>/blobs/<digest>`), following one
+    /// redirect (ECR answers 307 with a pre-signed S3 URL; OCI Distribution
+    /// Specification, "Pulling blobs"), checked against its digest.
+    ///
+    /// # Errors
+    /// [`PushError::Registry`] when refused, redirected more than once, or
+    /// the bytes do not have `digest`.
+    pub async fn blob(&self, digest: &str) -> Result<Vec<u8>, PushError> {
+        let path = format!("/v2/{}/blobs/{digest}", self.repository);
+        let mut reply = self.call("GET", &path, None, Vec::new()).await?;
+        if matches!(reply.status, 301 | 302 | 303 | 307 | 308) {
+            let location = reply.location.clone().ok_or_else(|| {
+                self.fail(
+                    "GET",
+                    &path,
+                    format!("HTTP {} without a Location header", reply.status),
+                )
+            })?;
+            let base = url::Url::parse(&self.endpoint)
+                .map_err(|e| self.fail("GET", &path, e.to_string()))?;
+            let target = base
+                .join(&location)
+                .map_err(|e| self.fail("GET", &path, format!("Location: {e}")))?;
+            // The registry's own host gets the credentials again; another host does not.
+            let next = match target.origin() == base.origin() {
+                true => target[url::Position::BeforePath..].to_string(),
+                false => target.to_string(),
+            };
+            reply = self.call("GET", &next, None, Vec::new()).await?;
+        }
+        if reply.status != 200 {
+            return Err(self.fail("GET", &path, reply.problem()));
+        }
+        self.check_digest(&path, digest, &reply.body)?;
+        Ok(reply.body)
+    }
+
+    /// Checks `bytes` against `reference` when it is a `sha256:` digest.
+    fn check_digest(&self, path: &str, reference: &str, bytes: &[u8]) -> Result<(), PushError> {
+        let actual = digest(bytes);
+        if reference.starts_with("sha256:") && actual != reference {
+            return Err(self.fail(
+                "GET",
+                path,
+                format!("the registry answered bytes of digest {actual}"),
+            ));
+        }
+        Ok(())
     }
 
     /// Puts `manifest` (Docker v2 schema 2) under `tag` (201); returns the
@@ -1048,5 +1124,94 @@ mod tests {
         assert!(shown.contains("client error (Connect): "), "{shown}");
         assert!(shown.contains("Connection refused"), "{shown}");
         assert!(!shown.contains("QVdTOnNlY3JldA"), "{shown}");
+    }
+
+    /// Answers one HTTP request on `listener` with `response` (a whole
+    /// HTTP/1.1 answer); returns the request's head.
+    async fn answer_once(
+        listener: tokio::net::TcpListener,
+        response: String,
+    ) -> tokio::task::JoinHandle<String> {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        tokio::spawn(async move {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") {
+                stream.read_exact(&mut byte).await.unwrap();
+                head.push(byte[0]);
+            }
+            stream.write_all(response.as_bytes()).await.unwrap();
+            stream.shutdown().await.unwrap();
+            String::from_utf8(head).unwrap().to_ascii_lowercase()
+        })
+    }
+
+    /// ECR answers a blob GET with 307 and a pre-signed S3 URL (OCI
+    /// Distribution Specification, "Pulling blobs"). The CNCF registry the
+    /// emulator runs serves blobs itself, so this branch is proven against
+    /// two loopback listeners: the registry's token goes to the registry
+    /// only, and the pre-signed query never reaches an error message.
+    #[tokio::test]
+    async fn a_blob_redirected_to_another_host_is_fetched_without_the_registry_token() {
+        let bind = || async { tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap() };
+        let (ecr, s3) = (bind().await, bind().await);
+        let s3_url = format!("http://{}", s3.local_addr().unwrap());
+        let auth = Authorization {
+            endpoint: format!("http://{}", ecr.local_addr().unwrap()),
+            token: "QVdTOnNlY3JldA==".into(),
+        };
+        let registry = Registry::new(&auth, "kfaws-trainer").unwrap();
+        let blob = b"{\"config\":{}}".to_vec();
+        let redirect = |to: &str| {
+            format!("HTTP/1.1 307 Temporary Redirect\r\nLocation: {to}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+        };
+        let location = format!("{s3_url}/layers/x?X-Amz-Signature=presigned-secret");
+        let ecr_seen = answer_once(ecr, redirect(&location)).await;
+        let s3_seen = answer_once(
+            s3,
+            format!(
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{}",
+                blob.len(),
+                String::from_utf8(blob.clone()).unwrap()
+            ),
+        )
+        .await;
+        assert_eq!(registry.blob(&digest(&blob)).await.unwrap(), blob);
+        let ecr_head = ecr_seen.await.unwrap();
+        assert!(
+            ecr_head.contains("authorization: basic qvdtonnly3jlda=="),
+            "{ecr_head}"
+        );
+        let s3_head = s3_seen.await.unwrap();
+        assert!(
+            s3_head.starts_with("get /layers/x?x-amz-signature="),
+            "{s3_head}"
+        );
+        assert!(!s3_head.contains("authorization"), "{s3_head}");
+
+        // The other host refuses: the error names it without the pre-signed query.
+        let (ecr, s3) = (bind().await, bind().await);
+        let auth = Authorization {
+            endpoint: format!("http://{}", ecr.local_addr().unwrap()),
+            token: "QVdTOnNlY3JldA==".into(),
+        };
+        let registry = Registry::new(&auth, "kfaws-trainer").unwrap();
+        let location = format!(
+            "http://{}/layers/x?X-Amz-Signature=presigned-secret",
+            s3.local_addr().unwrap()
+        );
+        let _ecr = answer_once(ecr, redirect(&location)).await;
+        let _s3 = answer_once(
+            s3,
+            "HTTP/1.1 403 Forbidden\r\nContent-Length: 13\r\nConnection: close\r\n\r\nAccessDenied.".into(),
+        )
+        .await;
+        let err = registry.blob(&digest(&blob)).await.unwrap_err().to_string();
+        assert!(
+            err.contains("HTTP 403") && err.contains("AccessDenied"),
+            "{err}"
+        );
+        assert!(!err.contains("presigned-secret"), "{err}");
     }
 }
