@@ -513,6 +513,19 @@ async fn bad_input_is_refused_before_any_job_is_created() {
             "run `kfaws apply` first",
         ),
         (
+            vec![
+                "train",
+                "--runtime",
+                "sagemaker",
+                "--data",
+                data,
+                "--image",
+                "ghcr.io/example/kfaws-trainer:1",
+            ],
+            "image \"ghcr.io/example/kfaws-trainer:1\" is invalid: SageMaker pulls images from \
+             Amazon ECR",
+        ),
+        (
             vec!["train", "--runtime", "kubernetes", "--data", data],
             "efs:/path",
         ),

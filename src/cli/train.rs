@@ -218,6 +218,9 @@ fn request(args: &TrainArgs, runtime: Runtime) -> anyhow::Result<Request> {
         };
         bail!("{flag} applies to {runtimes}, not --runtime {runtime}{why}");
     }
+    if let (Runtime::Sagemaker, Some(image)) = (runtime, &args.image) {
+        kfaws::sagemaker::validate_image(image, "AlgorithmSpecification, TrainingImage")?;
+    }
     if let Some(v) = &args.cpu {
         kfaws::train::parse_quantity(v).map_err(|e| anyhow::anyhow!("--cpu {e}"))?;
     }

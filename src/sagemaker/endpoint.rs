@@ -93,14 +93,7 @@ pub fn validate(spec: &EndpointSpec) -> Result<(), SageMakerError> {
     validate_name(Kind::Endpoint, &spec.name)?;
     super::validate_role_arn(&spec.role_arn)?;
     super::validate_tags(&spec.tags)?;
-    // ContainerDefinition.Image: at most 255 characters, `[\S]+`.
-    if spec.image.is_empty() || spec.image.len() > 255 || spec.image.contains(char::is_whitespace) {
-        return Err(invalid(
-            format!("image {:?}", spec.image),
-            "SageMaker expects an image URI of 1 to 255 characters without spaces \
-             (ContainerDefinition, Image)",
-        ));
-    }
+    super::validate_image(&spec.image, "ContainerDefinition, Image")?;
     // ContainerDefinition.ModelDataUrl: `^(https|s3)://([^/]+)/?(.*)$`, at
     // most 1024 characters; kfaws sends only the s3:// form.
     let bucket = spec

@@ -286,6 +286,36 @@ fn tags(pairs: &[(String, String)]) -> Vec<aws_sdk_sagemaker::types::Tag> {
 /// items").
 pub const MAX_TAGS: usize = 50;
 
+/// Checks an image URI as CreateTrainingJob (`AlgorithmSpecification.
+/// TrainingImage`) and CreateModel (`ContainerDefinition.Image`) take it from
+/// kfaws: 1 to 255 characters matching `[\S]+`, and in Amazon ECR. SageMaker
+/// pulls from another registry only in VPC access mode
+/// (`TrainingImageConfig` / `ImageConfig.RepositoryAccessMode = Vpc`, SageMaker
+/// Developer Guide, "Use a private Docker registry for training"), which
+/// kfaws does not set. `api_field` names the parameter in the message.
+///
+/// # Errors
+/// [`SageMakerError::Invalid`] naming the image and the rule.
+pub fn validate_image(image: &str, api_field: &str) -> Result<(), SageMakerError> {
+    let invalid = |reason: String| SageMakerError::Invalid {
+        field: format!("image {image:?}"),
+        reason,
+    };
+    if image.is_empty() || image.len() > 255 || image.contains(char::is_whitespace) {
+        return Err(invalid(format!(
+            "SageMaker expects an image URI of 1 to 255 characters without spaces ({api_field})"
+        )));
+    }
+    if crate::image::inspect::EcrImage::parse(image).is_none() {
+        return Err(invalid(format!(
+            "SageMaker pulls images from Amazon ECR (ACCOUNT.dkr.ecr.REGION.amazonaws.com/NAME; \
+             {api_field}; another registry needs VPC access mode, which kfaws does not set): \
+             push the image with `kfaws image push` and pass the URI it prints"
+        )));
+    }
+    Ok(())
+}
+
 fn validate_tags(pairs: &[(String, String)]) -> Result<(), SageMakerError> {
     if pairs.len() > MAX_TAGS {
         return Err(SageMakerError::Invalid {

@@ -235,14 +235,7 @@ pub fn validate(spec: &TrainingJobSpec) -> Result<(), SageMakerError> {
     validate_hyperparameters(&spec.hyperparameters)?;
     super::validate_role_arn(&spec.role_arn)?;
     super::validate_tags(&spec.tags)?;
-    // AlgorithmSpecification.TrainingImage: at most 255 characters, `[\S]+`.
-    if spec.image.is_empty() || spec.image.len() > 255 || spec.image.contains(char::is_whitespace) {
-        return Err(invalid(
-            &format!("image {:?}", spec.image),
-            "SageMaker expects an image URI of 1 to 255 characters without spaces \
-             (AlgorithmSpecification, TrainingImage)",
-        ));
-    }
+    super::validate_image(&spec.image, "AlgorithmSpecification, TrainingImage")?;
     // ResourceConfig.InstanceType is an enum of the API model; the SDK
     // lists its values.
     let known = aws_sdk_sagemaker::types::TrainingInstanceType::values();
@@ -1067,6 +1060,13 @@ mod tests {
                     ..spec()
                 },
                 "image \"a b\"",
+            ),
+            (
+                TrainingJobSpec {
+                    image: "docker.io/library/kfaws-trainer:0.1.0".into(),
+                    ..spec()
+                },
+                "SageMaker pulls images from Amazon ECR",
             ),
             (
                 TrainingJobSpec {
