@@ -735,7 +735,13 @@ async fn bad_input_is_refused_before_any_job_is_created() {
 
 #[tokio::test]
 async fn demo_path_trains_on_both_runtimes_serves_the_model_and_destroys_everything() {
-    let d = Deployment::new(&kubeflow_config(true));
+    // The default CPU group, and an empty GPU group a --backend nccl replica fits on.
+    let d = Deployment::new(&format!(
+        "{}[node_groups.cpu]\ninstance_type = \"m5.xlarge\"\nmin_size = 1\ndesired_size = 2\n\
+         max_size = 4\n[node_groups.gpu]\ninstance_type = \"g5.xlarge\"\nmin_size = 0\n\
+         desired_size = 0\nmax_size = 1\n",
+        kubeflow_config(true)
+    ));
     d.lifecycle(FAST);
     d.kfaws(&["apply", "--auto-approve"]).assert().success();
 
@@ -914,6 +920,34 @@ async fn demo_path_trains_on_both_runtimes_serves_the_model_and_destroys_everyth
         err.contains("the dataset hyperparameter says cifar10"),
         "{err}"
     );
+    // A replica larger than a whole node of every group (EC2's sizes of
+    // m5.xlarge and g5.xlarge): its pods would stay Pending. Refused.
+    for (extra, asks) in [
+        (&["--cpu", "1000000"][..], "--cpu 1000000 and --memory 2Gi,"),
+        (
+            &["--memory", "100Gi", "--backend", "nccl"][..],
+            "--cpu 1, --memory 100Gi and 1 NVIDIA GPU (--backend nccl),",
+        ),
+    ] {
+        let mut args = vec![
+            "train",
+            "--runtime",
+            "kubernetes",
+            "--data",
+            "efs:/datasets/fashion-mnist",
+            "--job-name",
+            "demo-huge",
+        ];
+        args.extend_from_slice(extra);
+        let err = d.fails(&args);
+        assert!(
+            err.contains(&format!(
+                "one replica asks for {asks} more than a whole node"
+            )) && err.contains("cpu (m5.xlarge: 4 vCPUs, 16384 MiB, no NVIDIA GPU)")
+                && err.contains("gpu (g5.xlarge: 4 vCPUs, 16384 MiB, 1 NVIDIA GPU(s))"),
+            "{err}"
+        );
+    }
     // backend=nccl with the image of this CPU build: its label says so, and
     // the job is refused before it is created (every replica would ask for a
     // GPU, then refuse the backend at start).
@@ -938,7 +972,9 @@ async fn demo_path_trains_on_both_runtimes_serves_the_model_and_destroys_everyth
             "PyTorchJob",
         )),
     );
-    assert!(pytorchjobs.get_opt("demo-nccl").await.unwrap().is_none());
+    for refused in ["demo-nccl", "demo-huge"] {
+        assert!(pytorchjobs.get_opt(refused).await.unwrap().is_none());
+    }
     let job = pytorchjobs.get("demo-bad").await.unwrap();
     for replica in ["Master", "Worker"] {
         // Case C17: no Istio sidecar, by label and by annotation, as the

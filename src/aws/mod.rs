@@ -15,6 +15,7 @@ pub mod eks;
 pub mod guards;
 pub mod identity;
 pub mod ingress;
+pub mod instance_types;
 pub mod oidc;
 pub mod stack;
 pub mod token;

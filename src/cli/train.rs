@@ -12,6 +12,7 @@ use clap::Args;
 use kfaws::k8s::resource::ClusterConnector;
 use kfaws::state::store::StateStore;
 use kfaws::state::State;
+use kfaws::train::capacity::{NodeGroupSize, ReplicaRequest};
 use kfaws::train::data::DataSource;
 use kfaws::train::name::{JobName, MAX_REPLICAS};
 use kfaws::train::pytorchjob::{self, PyTorchJobSpec};
@@ -549,6 +550,44 @@ impl Deployment {
         Ok(image)
     }
 
+    /// Refuses a PyTorchJob replica larger than a whole node of every node
+    /// group the state records ([`kfaws::train::capacity::check_fits`]);
+    /// the sizes come from EC2 DescribeInstanceTypes. When that call fails
+    /// nothing is refused (a warning says the check was skipped).
+    pub async fn check_replica_fits(
+        &self,
+        aws: &aws_config::SdkConfig,
+        replica: &ReplicaRequest,
+    ) -> anyhow::Result<()> {
+        let groups: Vec<(String, String)> = self
+            .state
+            .resources
+            .iter()
+            .filter(|(_, r)| r.kind == "aws_eks_nodegroup")
+            .filter_map(|(a, r)| {
+                let group = a.as_str().rsplit('.').next()?.to_string();
+                Some((group, r.spec.get("instance_type")?.as_str()?.to_string()))
+            })
+            .collect();
+        let types: Vec<String> = groups.iter().map(|(_, t)| t.clone()).collect();
+        let sizes = match kfaws::aws::instance_types::sizes(aws, &types).await {
+            Ok(sizes) => sizes,
+            Err(e) => {
+                tracing::warn!("{e}; not checked that a replica fits on a node");
+                return Ok(());
+            }
+        };
+        let groups: Vec<NodeGroupSize> = groups
+            .into_iter()
+            .map(|(group, instance_type)| NodeGroupSize {
+                size: sizes.get(&instance_type).copied(),
+                group,
+                instance_type,
+            })
+            .collect();
+        kfaws::train::capacity::check_fits(replica, &groups).map_err(anyhow::Error::msg)
+    }
+
     /// A recorded output (`stack.iam`, `SageMakerRoleArn`), or an error saying
     /// to apply first.
     pub fn output(&self, address: &str, key: &str, what: &str) -> anyhow::Result<String> {
@@ -639,6 +678,12 @@ async fn train_kubernetes(
         .with_context(|| format!("EKS cluster {cluster_name} does not exist: run `kfaws apply`"))?;
     let namespace = d.loaded.config.options.user_namespace.clone();
     pytorchjob::preflight(&client, &namespace).await?;
+    let replica = ReplicaRequest {
+        cpu: args.cpu.clone().unwrap_or_else(|| "1".into()),
+        memory: args.memory.clone().unwrap_or_else(|| "2Gi".into()),
+        gpus: u32::from(args.backend == "nccl"),
+    };
+    d.check_replica_fits(&aws, &replica).await?;
     let image = Deployment::image(&aws, args.image.as_ref(), &args.backend).await?;
     let spec = PyTorchJobSpec {
         name: req.job.to_string(),
@@ -647,9 +692,9 @@ async fn train_kubernetes(
         workers: args.workers,
         hyperparameters: req.hyperparameters,
         data_path,
-        cpu: args.cpu.clone().unwrap_or_else(|| "1".into()),
-        memory: args.memory.clone().unwrap_or_else(|| "2Gi".into()),
-        gpu: args.backend == "nccl",
+        cpu: replica.cpu,
+        memory: replica.memory,
+        gpu: replica.gpus > 0,
     };
     pytorchjob::submit(&client, &spec).await?;
     outln!(

@@ -3,6 +3,7 @@
 //! training job. The job name and the hyperparameters are the same for all
 //! three; each runtime module turns them into its contract.
 
+pub mod capacity;
 pub mod data;
 pub mod local;
 pub mod metrics;
