@@ -269,11 +269,16 @@ fn local_runtime_ctrl_c_checkpoints_and_resume_continues() {
         "{seen}"
     );
 
-    let resumed = train(&["--resume"]).output().unwrap();
+    // Resumed with another learning rate: allowed, and said.
+    let resumed = train(&["--resume", "--lr", "0.01"]).output().unwrap();
     let stdout = String::from_utf8_lossy(&resumed.stdout);
     assert!(resumed.status.success(), "{stdout}");
     assert!(
         stdout.contains("resuming from checkpoint") && stdout.contains("completed"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("Changed since the last run: lr 0.02 → 0.01"),
         "{stdout}"
     );
     // Resuming with another batch size would put the checkpoint's step elsewhere in the data.

@@ -345,8 +345,8 @@ async fn train_local(
         hyperparameters: req.hyperparameters,
     };
     // Held until this function returns: a second kfaws on the same job is refused.
-    let _lock = match local::claim_job_dir(req.job.as_str(), &job, args.resume) {
-        Ok(lock) => lock,
+    let claim = match local::claim_job_dir(req.job.as_str(), &job, args.resume) {
+        Ok(claim) => claim,
         Err(e) => {
             if !args.resume && !matches!(e, local::LocalError::Busy { .. }) {
                 local::remove_if_empty(&job.job_dir);
@@ -371,6 +371,14 @@ async fn train_local(
             None => {
                 outln!("No checkpoint in the job's directory: training starts from the beginning")?
             }
+        }
+        if !claim.changed.is_empty() {
+            let changed: Vec<String> = claim
+                .changed
+                .iter()
+                .map(|(k, was, now)| format!("{k} {was} → {now}"))
+                .collect();
+            outln!("Changed since the last run: {}", changed.join(", "))?;
         }
     }
     // The ranks stop (and checkpoint) on a signal to kfaws, or when the reader

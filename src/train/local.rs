@@ -360,6 +360,42 @@ impl JobRecord {
     }
 }
 
+impl JobRecord {
+    /// The hyperparameters `requested` sets to other values than this
+    /// record's run, as `(name, recorded, requested)` sorted by name (keys
+    /// compared with `_` read as `-`, as the trainer reads them; a key only
+    /// one side sets shows `default` on the other). On a resume these are
+    /// the settings that may differ ([`Self::resume_mismatch`] refuses the
+    /// others), e.g. `epochs` or `lr`.
+    pub fn changed(&self, requested: &Self) -> Vec<(String, String, String)> {
+        let canonical = |h: &BTreeMap<String, String>| -> BTreeMap<String, String> {
+            h.iter()
+                .map(|(k, v)| (k.replace('_', "-"), v.clone()))
+                .collect()
+        };
+        let (was, now) = (
+            canonical(&self.hyperparameters),
+            canonical(&requested.hyperparameters),
+        );
+        let keys: std::collections::BTreeSet<&String> = was.keys().chain(now.keys()).collect();
+        let shown = |v: Option<&String>| v.map_or_else(|| "default".to_string(), Clone::clone);
+        keys.into_iter()
+            .filter(|k| was.get(*k) != now.get(*k))
+            .map(|k| (k.clone(), shown(was.get(k)), shown(now.get(k))))
+            .collect()
+    }
+}
+
+/// A job directory held by this process ([`claim_job_dir`]).
+#[derive(Debug)]
+pub struct Claim {
+    /// The locked [`LOCK_FILE`]; the claim ends when it is dropped.
+    pub lock: std::fs::File,
+    /// On a resume, the hyperparameters changed since the recorded run
+    /// ([`JobRecord::changed`]); the record now holds the new values.
+    pub changed: Vec<(String, String, String)>,
+}
+
 /// Whether a kfaws runs the job in `job_dir` now: it holds [`LOCK_FILE`]
 /// (probed with a non-blocking lock, released at once).
 pub fn is_running(job_dir: &Path) -> bool {
@@ -372,18 +408,15 @@ pub fn is_running(job_dir: &Path) -> bool {
 /// Takes the job's directory for this process: creates it, locks
 /// [`LOCK_FILE`], then writes the job's [`JobRecord`] (a new job) or checks
 /// the recorded one against it (`resume`; a directory without a record, from
-/// an older kfaws, is not checked). The lock is held until the returned file
-/// is dropped.
+/// an older kfaws, is not checked) and records the settings of this run,
+/// returning what changed. The lock is held until the returned claim is
+/// dropped. The record is written whole to a temporary file, then renamed.
 ///
 /// # Errors
 /// [`LocalError::Busy`] when another process holds the lock,
 /// [`LocalError::ResumeMismatch`] naming the first setting that differs,
 /// [`LocalError::JobDir`] / [`LocalError::Record`] for I/O.
-pub fn claim_job_dir(
-    name: &str,
-    job: &LocalJob,
-    resume: bool,
-) -> Result<std::fs::File, LocalError> {
+pub fn claim_job_dir(name: &str, job: &LocalJob, resume: bool) -> Result<Claim, LocalError> {
     let dir_err = |source| LocalError::JobDir {
         path: job.job_dir.clone(),
         source,
@@ -412,6 +445,7 @@ pub fn claim_job_dir(
         detail,
     };
     let requested = JobRecord::of(job);
+    let mut changed = Vec::new();
     if resume {
         if let Ok(text) = std::fs::read_to_string(&record_path) {
             let recorded: JobRecord =
@@ -423,12 +457,15 @@ pub fn claim_job_dir(
                     requested,
                 });
             }
-            return Ok(lock);
+            changed = recorded.changed(&requested);
         }
     }
     let json = serde_json::to_string_pretty(&requested).map_err(|e| record_err(e.to_string()))?;
-    std::fs::write(&record_path, json).map_err(|e| record_err(e.to_string()))?;
-    Ok(lock)
+    let partial = job.job_dir.join(format!("{RECORD_FILE}.partial"));
+    std::fs::write(&partial, json)
+        .and_then(|()| std::fs::rename(&partial, &record_path))
+        .map_err(|e| record_err(e.to_string()))?;
+    Ok(Claim { lock, changed })
 }
 
 /// The newest checkpoint of the job in `job_dir`: the last by name of
@@ -547,9 +584,30 @@ mod tests {
         let busy = claim_job_dir("j", &first, true).unwrap_err();
         assert!(matches!(busy, LocalError::Busy { .. }), "{busy}");
         drop(held);
-        // Another learning rate is fine; the same batch size spelt differently too.
+        // Another learning rate is fine, and said; the same batch size spelt differently too.
         let lr = job(root.path(), 2, &[("batch_size", "32"), ("lr", "0.5")]);
-        drop(claim_job_dir("j", &lr, true).unwrap());
+        let claim = claim_job_dir("j", &lr, true).unwrap();
+        assert_eq!(
+            claim.changed,
+            [("lr".to_string(), "0.02".to_string(), "0.5".to_string())]
+        );
+        drop(claim);
+        // The record now holds the resumed run's settings.
+        let again = job(
+            root.path(),
+            2,
+            &[("batch-size", "32"), ("lr", "0.5"), ("momentum", "0.8")],
+        );
+        let claim = claim_job_dir("j", &again, true).unwrap();
+        assert_eq!(
+            claim.changed,
+            [(
+                "momentum".to_string(),
+                "default".to_string(),
+                "0.8".to_string()
+            )]
+        );
+        drop(claim);
         for (other, setting) in [
             (job(root.path(), 1, &[("batch-size", "32")]), "--workers"),
             (job(root.path(), 2, &[("batch-size", "64")]), "batch-size"),
