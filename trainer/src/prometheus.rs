@@ -15,13 +15,18 @@ use crate::metrics::EpochMetrics;
 /// The latest epoch's figures, shared between the training loop and the endpoint.
 pub type Latest = Arc<Mutex<Option<EpochMetrics>>>;
 
-/// Renders `metrics` (nothing before the first epoch ends) as Prometheus gauges.
+/// Help text of the `epoch` gauge, the one gauge served before the first epoch ends.
+const EPOCH_HELP: &str = "Last completed epoch (0 while the first runs).";
+
+/// Renders `metrics` as Prometheus gauges. Before the first epoch ends only
+/// `kfaws_trainer_epoch 0` is served: a scrape then tells a running trainer
+/// from a missing one, and no loss or accuracy is made up.
 pub fn render(metrics: Option<&EpochMetrics>) -> String {
     let Some(m) = metrics else {
-        return String::new();
+        return gauge("epoch", EPOCH_HELP, 0.0);
     };
     let gauges = [
-        ("epoch", "Last completed epoch.", m.epoch as f64),
+        ("epoch", EPOCH_HELP, m.epoch as f64),
         (
             "train_loss",
             "Mean training cross-entropy of the last epoch.",
@@ -50,10 +55,15 @@ pub fn render(metrics: Option<&EpochMetrics>) -> String {
     ];
     gauges
         .iter()
-        .map(|(name, help, value)| {
-            format!("# HELP kfaws_trainer_{name} {help}\n# TYPE kfaws_trainer_{name} gauge\nkfaws_trainer_{name} {value}\n")
-        })
+        .map(|(name, help, value)| gauge(name, help, *value))
         .collect()
+}
+
+/// One gauge in the text exposition format: `# HELP`, `# TYPE`, the sample.
+fn gauge(name: &str, help: &str, value: f64) -> String {
+    format!(
+        "# HELP kfaws_trainer_{name} {help}\n# TYPE kfaws_trainer_{name} gauge\nkfaws_trainer_{name} {value}\n"
+    )
 }
 
 /// Serves `latest` on `0.0.0.0:port` from a background thread for the life of the process.
@@ -123,7 +133,13 @@ mod tests {
             s.read_to_string(&mut out).unwrap();
             out
         };
-        assert!(!get().contains("kfaws_trainer_epoch"));
+        // Before the first epoch ends: the trainer is up, at epoch 0, and nothing else is said.
+        let before = get();
+        assert!(before.contains("kfaws_trainer_epoch 0\n"), "{before}");
+        assert!(
+            !before.contains("accuracy") && !before.contains("loss"),
+            "{before}"
+        );
         *latest.lock().unwrap() = Some(EpochMetrics {
             epoch: 3,
             test_acc: 0.875,
