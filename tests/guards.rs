@@ -524,6 +524,79 @@ async fn something_foreign_in_the_vpc_is_reported_by_id_before_anything_is_delet
     assert_eq!(aws.leftovers().await, Vec::<String>::new());
 }
 
+/// A node of the cluster outside its managed node groups (Karpenter's, a
+/// self-managed group's) outlives the cluster: deleting the cluster does
+/// not terminate it. It is named at plan, before anything is deleted (its
+/// primary network interface with it, not apart); before, destroy deleted
+/// the cluster and then waited for it until the network's deadline.
+#[tokio::test]
+async fn a_node_outside_the_managed_node_groups_stops_destroy_before_anything_is_deleted() {
+    let d = Deployment::new("");
+    d.stdout(&["apply", "--auto-approve"]);
+    let aws = d.aws().await;
+    let vpc = d.output("stack.network", "VpcId");
+    let subnet = d.output("stack.network", "PrivateSubnet1");
+    let ec2 = aws.ec2();
+    let ami = ec2.describe_images().send().await.unwrap().images()[0]
+        .image_id()
+        .unwrap()
+        .to_string();
+    let tags = TagSpecification::builder()
+        .resource_type(ResourceType::Instance)
+        .tags(
+            Tag::builder()
+                .key(format!("kubernetes.io/cluster/{}", d.name))
+                .value("owned")
+                .build(),
+        )
+        .tags(
+            Tag::builder()
+                .key("karpenter.sh/nodepool")
+                .value("default")
+                .build(),
+        )
+        .build();
+    let node = ec2
+        .run_instances()
+        .image_id(ami)
+        .instance_type(aws_sdk_ec2::types::InstanceType::M5Large)
+        .subnet_id(&subnet)
+        .min_count(1)
+        .max_count(1)
+        .tag_specifications(tags)
+        .send()
+        .await
+        .unwrap()
+        .instances()[0]
+        .instance_id()
+        .unwrap()
+        .to_string();
+    let before = d.live_stacks().await;
+
+    for command in [&["plan", "--destroy"][..], &["destroy", "--auto-approve"]] {
+        let err = d.fails(command);
+        assert!(
+            err.contains(&format!("stack.network: VPC {vpc} holds 1 resource"))
+                && err.contains(&format!(
+                    "instance {node} (a node of cluster {} in no EKS managed node group",
+                    d.name
+                ))
+                && err.contains("nothing was deleted"),
+            "{command:?}: {err}"
+        );
+    }
+    assert_eq!(d.live_stacks().await, before);
+    assert!(
+        !aws.mutating_calls().iter().any(|c| c.contains(":Delete")),
+        "{:?}",
+        aws.mutating_calls()
+    );
+
+    // (Terminating it and destroying again is not replayed here: the
+    // emulator keeps a terminated instance's primary network interface,
+    // which EC2 deletes with the instance, DeleteOnTermination.)
+}
+
 #[tokio::test]
 async fn mount_targets_are_gone_before_the_file_system_and_before_the_subnets() {
     let d = Deployment::new("");

@@ -19,11 +19,12 @@
 //!   the cluster), and security groups tagged for the cluster that no stack
 //!   made;
 //! - waiting: network interfaces in use by something of the cluster (nodes,
-//!   control plane, EFS mount targets in our security group) and instances
-//!   tagged for the cluster: they go when the resources deleted before the
-//!   network stack go;
+//!   control plane, EFS mount targets in our security group) and the
+//!   instances of its managed node groups: they go when the resources
+//!   deleted before the network stack go;
 //! - blockers: everything else that would stop DeleteVpc (network
-//!   interfaces, instances, security groups, endpoints, subnets, NAT and
+//!   interfaces, instances — including nodes of the cluster outside its
+//!   managed node groups, such as Karpenter's —, security groups, endpoints, subnets, NAT and
 //!   internet gateways, route tables that no stack of the deployment made).
 //!
 //! The network stack checks at plan time that there are no blockers (so
@@ -43,6 +44,11 @@ use aws_sdk_ec2::Client;
 use super::error_message;
 use super::wait::{wait_until, Backoff, Poll};
 
+/// The tag EKS puts on the instances of a managed node group (Amazon EKS
+/// User Guide, "Managed node groups": `eks:cluster-name` and
+/// `eks:nodegroup-name` on the node group's resources).
+pub const NODEGROUP_TAG: &str = "eks:nodegroup-name";
+
 /// A network interface, as far as the classification needs it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Eni {
@@ -56,6 +62,8 @@ pub struct Eni {
     pub tags: BTreeMap<String, String>,
     /// Its description (who made it, for the report).
     pub description: String,
+    /// The instance it is attached to, if any (`Attachment.InstanceId`).
+    pub instance: Option<String>,
 }
 
 /// A rule of one security group that names another group.
@@ -207,8 +215,12 @@ pub fn classify(survey: &Survey, ours: &BTreeSet<String>, cluster: &str) -> Find
         .filter(|(id, _)| ours.contains(id))
         .flat_map(|(_, enis)| enis)
         .collect();
+    let instances: BTreeSet<&String> = survey.instances.iter().map(|i| &i.id).collect();
     for eni in &survey.enis {
-        if stack_enis.contains(&eni.id) {
+        // An instance's interfaces go with it; the instance is classified below.
+        if stack_enis.contains(&eni.id)
+            || eni.instance.as_ref().is_some_and(|i| instances.contains(i))
+        {
             continue;
         }
         let of_cluster = tagged(&eni.tags) || eni.groups.iter().any(|g| cluster_groups.contains(g));
@@ -237,15 +249,37 @@ pub fn classify(survey: &Survey, ours: &BTreeSet<String>, cluster: &str) -> Find
         }
     }
     for i in &survey.instances {
-        let item = Item {
-            kind: "instance",
-            id: i.id.clone(),
-            detail: i.tags.get("Name").cloned().unwrap_or_default(),
-        };
-        if tagged(&i.tags) {
-            f.waiting.push(item);
-        } else {
-            f.blockers.push(item);
+        let name = i.tags.get("Name").cloned().unwrap_or_default();
+        // EKS refuses DeleteCluster while managed node groups remain, so every
+        // node of one (tagged `eks:nodegroup-name` by EKS) is gone before the
+        // network. A node tagged for the cluster but of no managed node group
+        // (Karpenter, a self-managed group) is terminated by nobody once the
+        // cluster is deleted: it blocks, and is named before anything is deleted.
+        match (tagged(&i.tags), i.tags.contains_key(NODEGROUP_TAG)) {
+            (true, true) => f.waiting.push(Item {
+                kind: "instance",
+                id: i.id.clone(),
+                detail: name,
+            }),
+            (true, false) => f.blockers.push(Item {
+                kind: "instance",
+                id: i.id.clone(),
+                detail: format!(
+                    "{}a node of cluster {cluster} in no EKS managed node group, such as \
+                     Karpenter's or a self-managed group's, which deleting the cluster does not \
+                     terminate",
+                    if name.is_empty() {
+                        String::new()
+                    } else {
+                        format!("{name}: ")
+                    }
+                ),
+            }),
+            (false, _) => f.blockers.push(Item {
+                kind: "instance",
+                id: i.id.clone(),
+                detail: name,
+            }),
         }
     }
     for g in &survey.groups {
@@ -328,6 +362,10 @@ pub async fn survey(ec2: &Client, vpc_id: &str) -> Result<Survey, String> {
                     .collect(),
                 tags: tags_of(n.tag_set()),
                 description: n.description().unwrap_or_default().to_string(),
+                instance: n
+                    .attachment()
+                    .and_then(|a| a.instance_id())
+                    .map(str::to_string),
             });
         }
     }
@@ -595,6 +633,7 @@ mod tests {
             groups: groups.iter().map(|g| g.to_string()).collect(),
             tags: tags(t),
             description: String::new(),
+            instance: None,
         }
     }
 
@@ -708,15 +747,40 @@ mod tests {
     }
 
     #[test]
-    fn nodes_of_the_cluster_wait_rather_than_block() {
+    fn nodes_of_a_managed_node_group_wait_other_nodes_of_the_cluster_block() {
         let mut s = survey();
         s.instances.push(Instance {
             id: "i-node".into(),
-            tags: tags(&[("eks:cluster-name", "ml")]),
+            tags: tags(&[("eks:cluster-name", "ml"), ("eks:nodegroup-name", "ml-cpu")]),
         });
         let f = classify(&s, &ours(), "ml");
         assert!(f.waiting.iter().any(|i| i.id == "i-node"));
         assert!(f.blockers.is_empty());
+        // Karpenter's node: tagged for the cluster, in no managed node group. Its
+        // primary interface (the default group, untagged) is part of it, not reported apart.
+        s.enis.push(Eni {
+            instance: Some("i-karpenter".into()),
+            ..eni("eni-karpenter", "in-use", &["sg-default"], &[])
+        });
+        s.instances.push(Instance {
+            id: "i-karpenter".into(),
+            tags: tags(&[
+                ("kubernetes.io/cluster/ml", "owned"),
+                ("karpenter.sh/nodepool", "default"),
+            ]),
+        });
+        let f = classify(&s, &ours(), "ml");
+        let message = blocked("vpc-1", &f.blockers);
+        assert!(
+            message.contains(
+                "instance i-karpenter (a node of cluster ml in no EKS managed node group, such \
+                 as Karpenter's or a self-managed group's, which deleting the cluster does not \
+                 terminate)"
+            ),
+            "{message}"
+        );
+        assert!(f.waiting.iter().all(|i| i.id != "i-karpenter"));
+        assert_eq!(f.blockers.len(), 1, "{message}");
     }
 
     #[test]
