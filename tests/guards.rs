@@ -159,6 +159,33 @@ async fn a_foreign_sagemakerrole_fails_the_plan_and_nothing_is_created() {
     d.kfaws(&["plan", "--detailed-exitcode"]).assert().code(2);
 }
 
+/// C21 for the IRSA roles, whose names derive from the deployment name and
+/// region: one held by someone else fails the plan, naming it, before any
+/// stack is created (the stack would fail with EntityAlreadyExists after
+/// the cluster was made).
+#[tokio::test]
+async fn a_foreign_role_with_an_irsa_role_name_fails_the_plan() {
+    let d = Deployment::new("");
+    let aws = d.aws().await;
+    let name = format!("kfaws-{}-us-east-1-irsa-pipelines", d.name);
+    aws.iam()
+        .create_role()
+        .role_name(&name)
+        .assume_role_policy_document(SAGEMAKER_TRUST)
+        .send()
+        .await
+        .unwrap();
+    let err = d.fails(&["plan"]);
+    assert!(
+        err.contains(&format!(
+            "stack.irsa: IAM role \"{name}\" (name) already exists in this account and it was \
+             not created by kfaws"
+        )),
+        "{err}"
+    );
+    assert!(no_stack_calls(&aws), "{:?}", aws.mutating_calls());
+}
+
 /// C21 on the update path: a role renamed in the config to a name someone
 /// else holds would be taken over by the stack (and deleted by its
 /// destroy); the plan refuses it as it refuses a create.

@@ -379,35 +379,48 @@ fn guards(
                 stack_name: config.stack_name(part),
             }),
         ],
-        "irsa" => vec![Arc::new(TrustGuard {
-            iam: crate::aws::client::<aws_sdk_iam::Client>(aws),
-            cfn: crate::aws::client::<aws_sdk_cloudformation::Client>(aws),
-            stack_name: config.stack_name(part),
-            roles: vec![
-                TrustedRole {
-                    resource: "EfsCsiControllerRole",
-                    parameter: "EfsCsiRoleName",
-                    name: config.role_name("irsa-efs-csi-controller"),
-                    trustee: Trustee::ServiceAccount(
-                        "system:serviceaccount:kube-system:efs-csi-controller-sa".into(),
+        "irsa" => vec![
+            Arc::new(RolesGuard {
+                iam: crate::aws::client::<aws_sdk_iam::Client>(aws),
+                roles: vec![
+                    derived(
+                        config.role_name("irsa-efs-csi-controller"),
+                        "EfsCsiRoleName",
                     ),
-                    inline: vec!["efs-csi-controller"],
-                    managed: vec![],
-                },
-                TrustedRole {
-                    resource: "PipelinesRole",
-                    parameter: "PipelinesRoleName",
-                    name: config.role_name("irsa-pipelines"),
-                    trustee: Trustee::ServiceAccount(format!(
-                        "system:serviceaccount:{}:default-editor",
-                        config.options.user_namespace
-                    )),
-                    inline: vec!["sagemaker"],
-                    managed: vec![],
-                },
-            ],
-            replace_when_gone: true,
-        })],
+                    derived(config.role_name("irsa-pipelines"), "PipelinesRoleName"),
+                ],
+                owner,
+            }),
+            Arc::new(TrustGuard {
+                iam: crate::aws::client::<aws_sdk_iam::Client>(aws),
+                cfn: crate::aws::client::<aws_sdk_cloudformation::Client>(aws),
+                stack_name: config.stack_name(part),
+                roles: vec![
+                    TrustedRole {
+                        resource: "EfsCsiControllerRole",
+                        parameter: "EfsCsiRoleName",
+                        name: config.role_name("irsa-efs-csi-controller"),
+                        trustee: Trustee::ServiceAccount(
+                            "system:serviceaccount:kube-system:efs-csi-controller-sa".into(),
+                        ),
+                        inline: vec!["efs-csi-controller"],
+                        managed: vec![],
+                    },
+                    TrustedRole {
+                        resource: "PipelinesRole",
+                        parameter: "PipelinesRoleName",
+                        name: config.role_name("irsa-pipelines"),
+                        trustee: Trustee::ServiceAccount(format!(
+                            "system:serviceaccount:{}:default-editor",
+                            config.options.user_namespace
+                        )),
+                        inline: vec!["sagemaker"],
+                        managed: vec![],
+                    },
+                ],
+                replace_when_gone: true,
+            }),
+        ],
         "storage" => vec![Arc::new(BucketGuard {
             s3: crate::aws::bucket::client(aws),
             bucket: config.bucket_name(),
@@ -514,6 +527,7 @@ fn stacks(config: &Config, aws: &SdkConfig, lineage: uuid::Uuid) -> Vec<StackRes
             IRSA,
             60,
             params(&[
+                ("Deployment", config.name.clone()),
                 (
                     "EfsCsiRoleName",
                     config.role_name("irsa-efs-csi-controller"),
