@@ -546,10 +546,19 @@ impl Config {
         ] {
             names.push(named("name", n, self.role_name(purpose), &naming::IAM_ROLE));
         }
+        // `{name}-{group}`: the group key is blamed unless `name` alone leaves
+        // it no room (or is empty), which only a shorter name can fix.
+        let room = naming::EKS_NODEGROUP
+            .max_len
+            .saturating_sub(n.chars().count() + 1);
         for group in self.node_groups.keys() {
+            let (field, input) = match room == 0 || n.is_empty() {
+                true => ("name".to_string(), n),
+                false => (format!("node_groups.{group}"), group.as_str()),
+            };
             names.push(named(
-                &format!("node_groups.{group}"),
-                group,
+                &field,
+                input,
                 self.nodegroup_name(group),
                 &naming::EKS_NODEGROUP,
             ));
@@ -1287,6 +1296,23 @@ mod tests {
         assert_eq!(errs[0].field, format!("node_groups.{group}"));
         assert_eq!(errs[0].value, format!("ml-{group}"));
         assert_eq!(errs[0].what, "EKS node group name");
+        // A name that leaves the group key no room is the name's fault: it is
+        // named, with the length that would fit beside "-cpu".
+        let name = "n".repeat(62);
+        let errs = names_error(&format!("name = \"{name}\"\nregion = \"us-east-1\""));
+        let e = errs
+            .iter()
+            .find(|e| e.what == "EKS node group name")
+            .expect("the node group name breaks its rule");
+        assert_eq!(
+            (e.field.as_str(), e.input.as_str()),
+            ("name", name.as_str())
+        );
+        assert!(
+            e.to_string()
+                .ends_with("name may be at most 59 characters here"),
+            "{e}"
+        );
     }
 
     #[test]
