@@ -112,6 +112,7 @@ where
             Poll::Failed(message) => return Err(WaitError::Failed { message, history }),
             Poll::Pending(status) => {
                 if history.0.last().map(|(_, s)| s) != Some(&status) {
+                    crate::engine::progress::report_status(&status);
                     history.0.push((start.elapsed(), status));
                 }
             }

@@ -150,7 +150,11 @@ pub async fn execute(
             async move {
                 let t0 = Instant::now();
                 job.progress.started(&job.change.address, job.change.action);
-                let result = run(&job).await;
+                let status: Arc<dyn Fn(&str) + Send + Sync> = {
+                    let (progress, address) = (Arc::clone(&job.progress), address.clone());
+                    Arc::new(move |s: &str| progress.status(&address, s))
+                };
+                let result = super::progress::STATUS.scope(status, run(&job)).await;
                 let performed = match &result {
                     Ok(action) => *action,
                     Err(_) => job.change.action,

@@ -28,6 +28,23 @@ pub trait Progress: Send + Sync {
         result: &Result<(), String>,
         elapsed: Duration,
     );
+    /// What a running resource's job waits for changed (`CREATING`,
+    /// `DELETE_IN_PROGRESS`, `waiting for instance i-… to go`): see
+    /// [`report_status`].
+    fn status(&self, _address: &Address, _status: &str) {}
+}
+
+tokio::task_local! {
+    /// Where [`report_status`] sends a status: set by the executor around
+    /// each resource's job, to that resource's [`Progress::status`].
+    pub static STATUS: Arc<dyn Fn(&str) + Send + Sync>;
+}
+
+/// Reports what the current resource job is waiting for to its progress
+/// display (the executor scopes [`STATUS`] around each job). Outside a job,
+/// or in a task the job spawned, it does nothing.
+pub fn report_status(status: &str) {
+    let _ = STATUS.try_with(|report| report(status));
 }
 
 /// Discards every event (tests, `--quiet` callers).
@@ -65,9 +82,18 @@ fn done(action: Action) -> &'static str {
 /// (Terraform's "Still creating... [10s elapsed]" lines, at its interval).
 pub const STILL_EVERY: Duration = Duration::from_secs(10);
 
-/// Running resources of a plain-line console: the action, when it started
-/// and how many [`STILL_EVERY`] intervals have been reported.
-type Running = Mutex<BTreeMap<Address, (Action, Instant, u64)>>;
+/// A running resource: the action, when it started, how many
+/// [`STILL_EVERY`] intervals a plain-line console has reported, and the
+/// last status its job reported.
+struct Run {
+    action: Action,
+    started: Instant,
+    reported: u64,
+    status: Option<String>,
+}
+
+/// The running resources, by address.
+type Running = Mutex<BTreeMap<Address, Run>>;
 
 /// Prints progress to stdout: spinners on a terminal, lines otherwise.
 pub struct Console {
@@ -90,15 +116,18 @@ fn still_lines(running: &Running, now: Instant) -> Vec<String> {
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     running
         .iter_mut()
-        .filter_map(|(address, (action, started, reported))| {
-            let elapsed = now.saturating_duration_since(*started);
+        .filter_map(|(address, run)| {
+            let elapsed = now.saturating_duration_since(run.started);
             let due = elapsed.as_secs() / STILL_EVERY.as_secs();
-            (due > *reported).then(|| {
-                *reported = due;
+            (due > run.reported).then(|| {
+                run.reported = due;
                 format!(
-                    "{address}: Still {}... [{}s elapsed]",
-                    doing(*action).to_lowercase(),
-                    due * STILL_EVERY.as_secs()
+                    "{address}: Still {}... [{}s elapsed]{}",
+                    doing(run.action).to_lowercase(),
+                    due * STILL_EVERY.as_secs(),
+                    run.status
+                        .as_ref()
+                        .map_or(String::new(), |s| format!(" ({s})"))
                 )
             })
         })
@@ -149,6 +178,18 @@ impl Default for Console {
 
 impl Progress for Console {
     fn started(&self, address: &Address, action: Action) {
+        self.running
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(
+                address.clone(),
+                Run {
+                    action,
+                    started: Instant::now(),
+                    reported: 0,
+                    status: None,
+                },
+            );
         match &self.bars {
             Some((multi, bars)) => {
                 let bar = multi.add(ProgressBar::new_spinner());
@@ -163,12 +204,22 @@ impl Progress for Console {
                     .expect("not poisoned")
                     .insert(address.clone(), bar);
             }
-            None => {
-                self.running
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .insert(address.clone(), (action, Instant::now(), 0));
-                self.line(format!("{address}: {}...", doing(action)));
+            None => self.line(format!("{address}: {}...", doing(action))),
+        }
+    }
+
+    fn status(&self, address: &Address, status: &str) {
+        let mut running = self
+            .running
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let Some(run) = running.get_mut(address) else {
+            return;
+        };
+        run.status = Some(status.to_string());
+        if let Some((_, bars)) = &self.bars {
+            if let Some(bar) = bars.lock().expect("not poisoned").get(address) {
+                bar.set_message(format!("{} ({status})", doing(run.action)));
             }
         }
     }
@@ -253,10 +304,15 @@ mod tests {
         let running = Running::default();
         let t0 = Instant::now();
         let address: Address = "k8s.kubeflow".parse().unwrap();
-        running
-            .lock()
-            .unwrap()
-            .insert(address, (Action::Update, t0, 0));
+        running.lock().unwrap().insert(
+            address.clone(),
+            Run {
+                action: Action::Update,
+                started: t0,
+                reported: 0,
+                status: None,
+            },
+        );
         assert!(still_lines(&running, t0 + Duration::from_secs(9)).is_empty());
         assert_eq!(
             still_lines(&running, t0 + Duration::from_secs(10)),
@@ -268,5 +324,28 @@ mod tests {
             still_lines(&running, t0 + Duration::from_secs(31)),
             ["k8s.kubeflow: Still modifying... [30s elapsed]"]
         );
+        // What the job waits for, once it says, is on the line.
+        running.lock().unwrap().get_mut(&address).unwrap().status =
+            Some("waiting for instance i-1 to go".into());
+        assert_eq!(
+            still_lines(&running, t0 + Duration::from_secs(40)),
+            ["k8s.kubeflow: Still modifying... [40s elapsed] (waiting for instance i-1 to go)"]
+        );
+    }
+
+    /// A status reported inside a job reaches that job's resource; outside
+    /// any job it goes nowhere.
+    #[tokio::test]
+    async fn a_status_reported_in_a_job_reaches_its_resource() {
+        let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+        let sink = Arc::clone(&seen);
+        report_status("nobody listens");
+        STATUS
+            .scope(
+                Arc::new(move |s: &str| sink.lock().unwrap().push(s.to_string())),
+                async { report_status("CREATING") },
+            )
+            .await;
+        assert_eq!(*seen.lock().unwrap(), ["CREATING"]);
     }
 }
