@@ -603,7 +603,7 @@ impl Config {
     /// [`ConfigError::Invalid`] for a bad value, [`ConfigError::Names`]
     /// listing every derived name that breaks a rule, or
     /// [`ConfigError::Several`] with each of those when there is more than
-    /// one (the derived names are not checked in an unknown region).
+    /// one (in an unknown region, only the derived names that do not embed it).
     pub fn validate(&self) -> Result<(), ConfigError> {
         let invalid = |field: &str, value: &str, problem: String| ConfigError::Invalid {
             field: field.to_string(),
@@ -771,11 +771,13 @@ impl Config {
                 }
             }
         }
-        let names = if region_known {
-            naming::check_all(&self.derived_names())
-        } else {
-            Vec::new()
-        };
+        // In an unknown region, the names that do not embed it are still checked.
+        let names: Vec<naming::DerivedName> = self
+            .derived_names()
+            .into_iter()
+            .filter(|d| region_known || !d.value.contains(self.region.as_str()))
+            .collect();
+        let names = naming::check_all(&names);
         if !names.is_empty() {
             errors.push(ConfigError::Names(names));
         }
@@ -1170,6 +1172,23 @@ mod tests {
         assert!(
             matches!(&e, ConfigError::Invalid { field, .. } if field == "region"),
             "{e:?}"
+        );
+        // What does not depend on the region is still checked: the user
+        // namespace and the SageMaker role name here, with the region.
+        let e = resolve(
+            "name = \"ml\"\nregion = \"moon-1\"\n[options]\nuser_namespace = \"Team_A\"\n\
+             sagemaker_role_name = \"sage maker\"",
+        )
+        .unwrap_err();
+        let ConfigError::Several(all) = &e else {
+            panic!("{e:?}")
+        };
+        let text = e.to_string();
+        assert!(
+            matches!(&all[0], ConfigError::Invalid { field, .. } if field == "region")
+                && text.contains("options.user_namespace \"Team_A\"")
+                && text.contains("options.sagemaker_role_name \"sage maker\""),
+            "{text}"
         );
     }
 
