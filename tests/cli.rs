@@ -454,6 +454,33 @@ async fn state_rm_forgets_without_deleting_and_apply_adopts_it_again() {
     );
     assert_eq!(d.state()["resources"]["stack.iam"]["physical_id"], live_id);
     assert_eq!(stacks_created(&d), created, "no CreateStack reached AWS");
+
+    // A destroy deletes only what the state holds, and names what it leaves:
+    // the forgotten stack, found by its tags.
+    d.stdout(&["apply", "--auto-approve", "--target", "stack.network"]);
+    d.kfaws(&["state", "rm", "stack.iam"]).assert().success();
+    for command in [&["plan", "--destroy"][..], &["destroy", "--auto-approve"]] {
+        let out = d.stdout(command);
+        assert!(
+            out.contains(&format!(
+                "Warning: not destroyed: 1 resource(s) carry this deployment's tags but are not \
+                 in its state (removed with `kfaws state rm`, or left by an interrupted apply): \
+                 stack.iam ({})",
+                live_id.as_str().unwrap()
+            )),
+            "{command:?}: {out}"
+        );
+    }
+    let out = d.stdout(&["destroy", "--auto-approve"]);
+    assert!(out.contains("No resources to destroy"), "{out}");
+    assert_eq!(
+        d.live_stack_names().await,
+        [format!("kfaws-{}-iam", d.name)],
+        "the network went, the forgotten stack stayed"
+    );
+    // The remedy the warning names: imported, then destroyed.
+    let out = d.stdout(&["apply", "--auto-approve", "--target", "stack.iam"]);
+    assert!(out.contains("1 imported"), "{out}");
     d.stdout(&["destroy", "--auto-approve"]);
     assert!(d.live_stack_names().await.is_empty());
 }

@@ -37,6 +37,10 @@ struct Planned {
     handles: plan::Handles,
     account: String,
     aws: aws_config::SdkConfig,
+    /// For a destroy: resources of the config that the state does not hold
+    /// but that exist with this state's tags (removed with `state rm`, or
+    /// left by an earlier interrupted apply), as `(address, id)`.
+    untracked: Vec<(kfaws::address::Address, String)>,
 }
 
 /// What a plan is made for: apply with its `--replace` addresses, or
@@ -86,6 +90,16 @@ async fn make(
         delete_options: goal.delete_options,
     });
     let (plan, handles) = interruptible(cancel, planning).await??;
+    let untracked = match goal.destroy && flags.target.is_empty() {
+        true => {
+            interruptible(
+                cancel,
+                find_untracked(&built.resources, store.state(), flags),
+            )
+            .await?
+        }
+        false => Vec::new(),
+    };
     // A destroy was checked above, before planning it.
     if let (false, Some(what)) = (goal.destroy, disturbs_running_jobs(&plan)) {
         refuse_while_jobs_run(&aws, config, store.state(), what, cancel).await?;
@@ -99,7 +113,62 @@ async fn make(
         handles,
         account: id.account,
         aws,
+        untracked,
     })
+}
+
+/// The resources of `desired` the state does not hold that exist with
+/// this state's tags (each resource's own import lookup, as a plan for
+/// apply makes it): a destroy leaves them, and says so. A failed lookup is
+/// logged and skipped: this is a warning, never a reason to stop.
+async fn find_untracked(
+    desired: &[std::sync::Arc<dyn kfaws::resource::Resource>],
+    state: &kfaws::state::State,
+    flags: &PlanFlags,
+) -> Vec<(kfaws::address::Address, String)> {
+    use futures::StreamExt as _;
+    let lookups = desired
+        .iter()
+        .filter(|r| !state.resources.contains_key(r.address()))
+        .map(|r| async move { (r.address().clone(), r.importable().await) });
+    let mut found: Vec<_> = futures::stream::iter(lookups)
+        .buffer_unordered(usize::from(flags.parallelism).max(1))
+        .filter_map(|(address, result)| async move {
+            match result {
+                Ok(Some(id)) => Some((address, id)),
+                Ok(None) => None,
+                Err(e) => {
+                    tracing::warn!("{address}: cannot look for it outside the state: {e}");
+                    None
+                }
+            }
+        })
+        .collect()
+        .await;
+    found.sort();
+    found
+}
+
+/// Names what a destroy leaves: resources with this state's tags that the
+/// state does not hold ([`find_untracked`]).
+fn untracked_note(p: &Planned) -> anyhow::Result<()> {
+    if p.untracked.is_empty() {
+        return Ok(());
+    }
+    let list: Vec<String> = p
+        .untracked
+        .iter()
+        .map(|(address, id)| format!("{address} ({id})"))
+        .collect();
+    outln!(
+        "\nWarning: not destroyed: {} resource(s) carry this deployment's tags but are not in \
+         its state (removed with `kfaws state rm`, or left by an interrupted apply): {}. kfaws \
+         deletes only what its state records; bring one back with `kfaws apply --target \
+         ADDRESS` (it is imported, with what it depends on), then destroy, or delete it by hand.",
+        list.len(),
+        list.join(", ")
+    )?;
+    Ok(())
 }
 
 /// Fails when SageMaker training jobs this deployment started are still
@@ -206,6 +275,7 @@ pub async fn plan(
     } else {
         out!("{}", render::human(&p.plan))?;
         endpoints_note(&p)?;
+        untracked_note(&p)?;
     }
     if let Some(file) = out {
         plan::file::save(&p.plan, file)?;
@@ -261,13 +331,18 @@ pub async fn apply(
         let (name, state_dir) = context::deployment(g)?;
         let store = StateStore::open(&state_dir, &name)?;
         if store.state().resources.is_empty() {
-            outln!("No resources to destroy: deployment {name:?} has nothing in its state.")?;
+            outln!(
+                "No resources to destroy: deployment {name:?} has nothing in its state. (Nothing \
+                 outside it is looked for: resources removed with `kfaws state rm` stay; `kfaws \
+                 plan` lists those it would import.)"
+            )?;
             return Ok(0);
         }
     }
     let p = make(g, flags, goal, operation, cancel).await?;
     out!("{}", render::human(&p.plan))?;
     endpoints_note(&p)?;
+    untracked_note(&p)?;
     if !p.plan.has_changes() {
         // Nothing to ask about: only the state learns what the services report.
         return if p.plan.refreshes().next().is_some() {
@@ -351,6 +426,7 @@ pub async fn apply_saved(
             handles,
             account: id.account,
             aws,
+            untracked: Vec::new(),
         },
         usize::from(parallelism),
         cancel,
@@ -367,6 +443,7 @@ async fn run(p: Planned, parallelism: usize, cancel: &CancellationToken) -> anyh
         handles,
         account,
         aws,
+        untracked,
     } = p;
     let config = loaded.config;
     // Everything that can refuse the plan runs before the first state write.
@@ -402,7 +479,15 @@ async fn run(p: Planned, parallelism: usize, cancel: &CancellationToken) -> anyh
             names.join(", ")
         )?;
     }
-    finish(&plan, &report, &state_path)
+    let code = finish(&plan, &report, &state_path)?;
+    if !untracked.is_empty() {
+        let left: Vec<String> = untracked.iter().map(|(a, _)| a.to_string()).collect();
+        outln!(
+            "Left (with this deployment's tags, not in its state; see the warning above): {}",
+            left.join(", ")
+        )?;
+    }
+    Ok(code)
 }
 
 fn finish(plan: &Plan, report: &ApplyReport, state_path: &Path) -> anyhow::Result<u8> {
