@@ -952,6 +952,13 @@ async fn demo_path_trains_on_both_runtimes_serves_the_model_and_destroys_everyth
                 && err.contains("gpu (g5.xlarge: 4 vCPUs, 16384 MiB, 1 NVIDIA GPU(s))"),
             "{err}"
         );
+        // With NCCL, the CPU-only image is the second problem, told in the same run.
+        if extra.contains(&"nccl") {
+            assert!(
+                err.contains("2 problems:") && err.contains(&built_without_nccl),
+                "{err}"
+            );
+        }
     }
     // backend=nccl with the image of this CPU build: its label says so, and
     // the job is refused before it is created (every replica would ask for a

@@ -691,8 +691,17 @@ async fn train_kubernetes(
         memory: args.memory.clone().unwrap_or_else(|| "2Gi".into()),
         gpus: u32::from(args.backend == "nccl"),
     };
-    d.check_replica_fits(&aws, &replica).await?;
-    let image = Deployment::image(&aws, args.image.as_ref(), &args.backend).await?;
+    // Both checks, so a job with two problems (no GPU node and a CPU-only
+    // image, say) is told both at once.
+    let fits = d.check_replica_fits(&aws, &replica).await;
+    let image = match (
+        fits,
+        Deployment::image(&aws, args.image.as_ref(), &args.backend).await,
+    ) {
+        (Ok(()), image) => image?,
+        (Err(fits), Ok(_)) => return Err(fits),
+        (Err(fits), Err(image)) => bail!("2 problems:\n  - {fits:#}\n  - {image:#}"),
+    };
     let spec = PyTorchJobSpec {
         name: req.job.to_string(),
         namespace,
