@@ -894,7 +894,7 @@ impl Run<'_> {
         wait::until(self.deadline, || async {
             match api.get_opt(name).await {
                 Ok(Some(o)) if o.metadata.uid == uid => Ok(Err(format!(
-                    "still present (finalizers: {})",
+                    "{name} still present (finalizers: {})",
                     o.metadata.finalizers.unwrap_or_default().join(", ")
                 ))),
                 Ok(_) => Ok(Ok(())),
@@ -918,7 +918,7 @@ impl Run<'_> {
                     let established = wait::until(self.deadline, || async {
                         match api.get(name).await {
                             Ok(crd) if wait::crd_established(&crd) => Ok(Ok(())),
-                            Ok(_) => Ok(Err("not Established yet".to_string())),
+                            Ok(_) => Ok(Err(format!("CRD {name} not Established yet"))),
                             Err(e) if retry::is_transient(&e) => Ok(Err(retry::message(&e))),
                             Err(e) => Err(retry::message(&e)),
                         }

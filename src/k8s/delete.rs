@@ -299,11 +299,21 @@ pub async fn delete_in_order(
         let gone = wait::until(deadline, || async {
             let still = present(client, &batch, concurrency).await;
             let n = still.len();
+            let first: Vec<String> = still.iter().take(3).map(|r| r.object.to_string()).collect();
             *left.lock().unwrap_or_else(|p| p.into_inner()) = still;
             Ok(if n == 0 {
                 Ok(())
             } else {
-                Err(format!("{n} left"))
+                let more = n.saturating_sub(first.len());
+                Err(format!(
+                    "waiting for {n} {step} to go: {}{}",
+                    first.join(", "),
+                    if more > 0 {
+                        format!(", … {more} more")
+                    } else {
+                        String::new()
+                    }
+                ))
             })
         })
         .await;

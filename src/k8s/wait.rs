@@ -79,6 +79,7 @@ where
     Fut: Future<Output = Result<Result<T, String>, String>>,
 {
     let mut delays = backon::BackoffBuilder::build(super::retry::schedule());
+    let mut said = String::new();
     loop {
         let seen = match tokio::time::timeout_at(deadline, check()).await {
             Ok(Ok(Ok(v))) => return Ok(v),
@@ -86,6 +87,11 @@ where
             Ok(Err(e)) => return Err(e),
             Err(_) => return Err("no answer before the deadline".into()),
         };
+        // What the wait sees goes to the resource's progress line, once per change.
+        if seen != said {
+            crate::engine::progress::report_status(&seen);
+            said.clone_from(&seen);
+        }
         let delay = delays.next().unwrap_or(std::time::Duration::from_secs(5));
         if Instant::now() + delay >= deadline {
             tokio::time::sleep_until(deadline).await;
