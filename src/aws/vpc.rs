@@ -180,6 +180,14 @@ fn tags_of(tags: &[aws_sdk_ec2::types::Tag]) -> BTreeMap<String, String> {
 
 fn describe(eni: &Eni) -> String {
     let mut parts = vec![eni.status.clone()];
+    if let Some(instance) = &eni.instance {
+        // Reported apart only when the instance is not in the survey
+        // (terminated): EC2 deletes its primary interface with it.
+        parts.push(format!(
+            "attached to instance {instance}, terminated or outside the VPC; EC2 deletes a \
+             terminated instance's primary interface"
+        ));
+    }
     if !eni.groups.is_empty() {
         parts.push(format!("security groups {}", eni.groups.join(", ")));
     }
@@ -781,6 +789,14 @@ mod tests {
         );
         assert!(f.waiting.iter().all(|i| i.id != "i-karpenter"));
         assert_eq!(f.blockers.len(), 1, "{message}");
+        // The interface of an instance no longer in the VPC (terminated) says whose it was.
+        s.instances.clear();
+        let f = classify(&s, &ours(), "ml");
+        let message = blocked("vpc-1", &f.blockers);
+        assert!(
+            message.contains("eni-karpenter (in-use, attached to instance i-karpenter, terminated"),
+            "{message}"
+        );
     }
 
     #[test]
