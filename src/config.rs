@@ -617,7 +617,8 @@ impl Config {
                 "region",
                 &self.region,
                 "not an AWS Region kfaws knows (AWS General Reference, \"AWS Regions\"); \
-                 e.g. us-east-1, eu-west-1, ap-southeast-1"
+                 e.g. us-east-1, eu-west-1, ap-southeast-1 (the names that embed the region, \
+                 availability zones and policy ARNs are checked once it is known)"
                     .into(),
             ));
         }

@@ -240,7 +240,7 @@ impl fmt::Display for NameError {
         if self.value != self.input {
             write!(f, "the derived {} {:?}", self.what, self.value)?;
         } else {
-            write!(f, "as {}", self.what)?;
+            write!(f, "this {}", self.what)?;
         }
         write!(
             f,

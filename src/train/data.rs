@@ -218,6 +218,11 @@ impl DataSource {
             return Ok(Self::Efs(format!("/{}", parts.join("/"))));
         }
         let path = PathBuf::from(value);
+        if path.is_file() {
+            return Err(bad(
+                "is a file; --data names the directory that holds the dataset's files",
+            ));
+        }
         if !path.is_dir() {
             return Err(bad("no such local directory"));
         }
@@ -294,6 +299,7 @@ mod tests {
             ("efs:datasets", "absolute"),
             ("efs:/a/../../etc", "'..'"),
             ("/no/such/dir/kfaws", "no such local directory"),
+            ("/etc/hostname", "is a file; --data names the directory"),
         ] {
             let e = DataSource::parse(value).unwrap_err().to_string();
             assert!(e.contains(rule), "{value}: {e}");
