@@ -3,7 +3,7 @@
 //! A plan is data before it is text: [`make_plan`] refreshes every recorded
 //! resource live (in parallel), diffs desired vs recorded vs live
 //! ([`diff`]), applies `--target`, and returns a [`Plan`]; [`render`] turns
-//! it into Terraform-style text or JSON; [`file`] saves it so that `kfaws
+//! it into Terraform-style text or JSON; [`file`](mod@file) saves it so that `kfaws
 //! apply FILE` applies exactly it. Before a plan is returned, every change
 //! passes its resource's plan-time [`check`].
 

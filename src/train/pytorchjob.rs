@@ -402,7 +402,7 @@ const FINAL_LOG_LINES: i64 = 200;
 
 /// The last metric line ([`super::is_metrics_line`]) in the master
 /// replica's log (`<job>-master-0`, container `pytorch`, its last
-/// [`FINAL_LOG_LINES`] lines): the job's final metrics, read as SageMaker's
+/// `FINAL_LOG_LINES` lines): the job's final metrics, read as SageMaker's
 /// metric definitions read them ([`super::FinalMetrics::from_line`]).
 /// `None` when the log cannot be read (no kubelet serves it, the Pod is
 /// gone) or holds none.
