@@ -126,25 +126,22 @@ async fn find_untracked(
     state: &kfaws::state::State,
     flags: &PlanFlags,
 ) -> Vec<(kfaws::address::Address, String)> {
-    use futures::StreamExt as _;
-    let lookups = desired
+    let outside = desired
         .iter()
         .filter(|r| !state.resources.contains_key(r.address()))
-        .map(|r| async move { (r.address().clone(), r.importable().await) });
-    let mut found: Vec<_> = futures::stream::iter(lookups)
-        .buffer_unordered(usize::from(flags.parallelism).max(1))
-        .filter_map(|(address, result)| async move {
-            match result {
-                Ok(Some(id)) => Some((address, id)),
-                Ok(None) => None,
-                Err(e) => {
-                    tracing::warn!("{address}: cannot look for it outside the state: {e}");
-                    None
-                }
+        .map(|r| (r.address().clone(), std::sync::Arc::clone(r)));
+    let parallelism = usize::from(flags.parallelism);
+    let mut found: Vec<_> = plan::preview::lookup_imports(outside, parallelism)
+        .await
+        .into_iter()
+        .filter_map(|(address, result)| match result {
+            Ok(found) => found.map(|id| (address, id)),
+            Err(e) => {
+                tracing::warn!("{address}: cannot look for it outside the state: {e}");
+                None
             }
         })
-        .collect()
-        .await;
+        .collect();
     found.sort();
     found
 }

@@ -123,13 +123,8 @@ pub async fn preview(
                     .get(&c.address)
                     .is_none_or(|r| r.status != Status::Creating)
         })
-        .filter_map(|(i, c)| Some((i, std::sync::Arc::clone(handles.get(&c.address)?))))
-        .map(|(i, handle)| async move { (i, handle.importable().await) });
-    let found: Vec<_> = stream::iter(lookups)
-        .buffer_unordered(parallelism.max(1))
-        .collect()
-        .await;
-    for (i, result) in found {
+        .filter_map(|(i, c)| Some((i, std::sync::Arc::clone(handles.get(&c.address)?))));
+    for (i, result) in lookup_imports(lookups, parallelism).await {
         match result {
             Ok(Some(id)) => {
                 let why = if state.resources.contains_key(&changes[i].address) {
@@ -153,4 +148,22 @@ pub async fn preview(
         failures.sort();
         Err(PreviewError { failures })
     }
+}
+
+/// Runs the import lookup ([`crate::resource::Resource::importable`]) of
+/// each resource, at most `parallelism` at once, and returns each result
+/// under the key it came with (in completion order): a live resource with
+/// this state's tags, by id, or `None`. Used by the plan for creates, and
+/// by a destroy to name what the state does not hold.
+pub async fn lookup_imports<K>(
+    resources: impl IntoIterator<Item = (K, std::sync::Arc<dyn crate::resource::Resource>)>,
+    parallelism: usize,
+) -> Vec<(K, Result<Option<String>, crate::resource::ResourceError>)> {
+    let lookups = resources
+        .into_iter()
+        .map(|(key, resource)| async move { (key, resource.importable().await) });
+    stream::iter(lookups)
+        .buffer_unordered(parallelism.max(1))
+        .collect()
+        .await
 }
