@@ -43,7 +43,7 @@ pub struct Outcome {
 pub fn device_for(backend: &str) -> Result<Device, ConfigError> {
     match backend {
         #[cfg(feature = "cuda")]
-        "nccl" => Ok(Device::cuda(0)),
+        "nccl" => cuda_device(),
         "gloo" => Ok(Device::flex()),
         other => Err(ConfigError::Hyperparameter(HyperparameterError::Invalid {
             key: "backend".into(),
@@ -52,6 +52,37 @@ pub fn device_for(backend: &str) -> Result<Device, ConfigError> {
             rule: crate::contract::NCCL_NEEDS_CUDA.into(),
         })),
     }
+}
+
+/// CUDA device 0, once the NVIDIA driver library (`libcuda.so.1`, from the driver, not the
+/// toolkit) loads and `cuDeviceGetCount` sees a device. Without this check burn's CUDA runtime
+/// panics in its own thread on a machine without either, and the trainer exits 101 with a
+/// backtrace instead of a configuration error (exit 1, not retried by the `ExitCode` policy).
+///
+/// # Errors
+/// [`ConfigError::Device`] naming what is missing.
+#[cfg(feature = "cuda")]
+fn cuda_device() -> Result<Device, ConfigError> {
+    let error = |detail: String| ConfigError::Device {
+        backend: "nccl".into(),
+        detail,
+    };
+    // SAFETY: only dlopen()s the driver library by its usual names and closes it again.
+    if !unsafe { cudarc::driver::sys::is_culib_present() } {
+        return Err(error(
+            "the NVIDIA driver library libcuda.so.1 is not on this machine (a GPU node has it; \
+             in a container the NVIDIA container runtime mounts it: on Kubernetes request \
+             nvidia.com/gpu, on SageMaker use a GPU instance type)"
+                .into(),
+        ));
+    }
+    let count = cudarc::driver::result::init()
+        .and_then(|()| cudarc::driver::result::device::get_count())
+        .map_err(|e| error(format!("the NVIDIA driver does not start: {e:?}")))?;
+    if count < 1 {
+        return Err(error("the NVIDIA driver sees no CUDA device".into()));
+    }
+    Ok(Device::cuda(0))
 }
 
 /// Loads the dataset of `config`, trimmed to `max-train-samples`.

@@ -350,6 +350,7 @@ fn closed_stdout_does_not_stop_training() {
         .arg(format!("--model-dir={}", model.display()))
         .args(["--hp=epochs=1", "--hp=max-train-samples=640"])
         .args(["--hp=test-batch-size=1000", "--hp=log-interval=1"])
+        .args(backend_args())
         .env("TRAINER_SAGEMAKER_ROOT", dir.path().join("no-sagemaker"))
         .env_remove("MASTER_ADDR")
         .env_remove("WORLD_SIZE")

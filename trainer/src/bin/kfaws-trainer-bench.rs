@@ -8,7 +8,6 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use burn::tensor::Device;
 use clap::Parser;
 use kfaws_trainer::data::{self, DatasetKind};
 use kfaws_trainer::dist::{Agreement, AllReduce, Communicator, Rendezvous};
@@ -17,7 +16,7 @@ use kfaws_trainer::optim::Sgd;
 use kfaws_trainer::params::flatten_params;
 use kfaws_trainer::replicas::Parallelism;
 use kfaws_trainer::serve::Classifier;
-use kfaws_trainer::train::{write_model, Learner};
+use kfaws_trainer::train::{device_for, write_model, Learner};
 
 /// Benchmarks of the trainer.
 #[derive(Debug, Parser)]
@@ -43,6 +42,10 @@ struct Args {
     /// Threads in all (default: `RAYON_NUM_THREADS`, else all CPUs).
     #[arg(long)]
     threads: Option<usize>,
+    /// Compute device, as the `backend` hyperparameter: `gloo` (burn's flex CPU backend) or
+    /// `nccl` (CUDA device 0; needs a `--features cuda` build).
+    #[arg(long, default_value = "gloo")]
+    backend: String,
     /// Model replicas the batch is split across (default as `kfaws-trainer train`).
     #[arg(long)]
     replicas: Option<usize>,
@@ -88,7 +91,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// Training throughput and inference latency.
 fn train_and_serve(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     let dataset = data::load_dir(&args.data_dir, Some(DatasetKind::FashionMnist))?;
-    let device = Device::flex().autodiff();
+    let device = device_for(&args.backend)?.autodiff();
     device.seed(1);
     let model = Net::new(dataset.kind.shape(), &device);
     let params = flatten_params(&model);
@@ -96,7 +99,7 @@ fn train_and_serve(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         args.threads,
         args.replicas,
         args.batch_size,
-        true,
+        args.backend == "gloo",
         &|name| std::env::var(name).ok(),
     )?;
     parallelism.build_global_pool()?;
@@ -125,7 +128,8 @@ fn train_and_serve(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     }
     let secs = started.elapsed().as_secs_f64();
     println!(
-        "bench=train_throughput batch_size={} steps={} threads={} replicas={} images_per_sec={:.0}",
+        "bench=train_throughput backend={} batch_size={} steps={} threads={} replicas={} images_per_sec={:.0}",
+        args.backend,
         args.batch_size,
         args.steps,
         parallelism.threads,

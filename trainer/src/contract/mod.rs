@@ -34,6 +34,10 @@ pub enum ConfigError {
     /// A required setting was given by no source.
     #[error("{0}")]
     Missing(String),
+    /// The compute device the `backend` asks for is not on this machine (no NVIDIA driver, or
+    /// no CUDA device): not retryable on the same node.
+    #[error("backend={backend}: {detail}")]
+    Device { backend: String, detail: String },
 }
 
 /// `kfaws-trainer train` flags. Each also reads the `TRAINER_*` variable shown in `--help`.

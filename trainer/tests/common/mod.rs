@@ -19,6 +19,17 @@ pub fn fashion_mnist() -> PathBuf {
     dir
 }
 
+/// `--hp=backend=…` from `KFAWS_TRAINER_TEST_BACKEND`, appended after a test's own flags so
+/// the same tests run on a GPU: `KFAWS_TRAINER_TEST_BACKEND=nccl` with a `--features cuda`
+/// build trains on CUDA device 0 (see trainer/README.md, "GPU"). Unset: none, the trainer's
+/// default (`gloo`, the CPU).
+pub fn backend_args() -> Vec<String> {
+    match std::env::var("KFAWS_TRAINER_TEST_BACKEND") {
+        Ok(backend) if !backend.is_empty() => vec![format!("--hp=backend={backend}")],
+        _ => Vec::new(),
+    }
+}
+
 /// A loopback port free right now.
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
@@ -98,7 +109,7 @@ pub fn spawn_train(dir: &Path, name: &str, args: &[String], envs: &[(&str, Strin
     let stdout = dir.join(format!("{name}.out"));
     let stderr = dir.join(format!("{name}.err"));
     let mut command = Command::new(env!("CARGO_BIN_EXE_kfaws-trainer"));
-    command.arg("train").args(args);
+    command.arg("train").args(args).args(backend_args());
     for var in [
         "MASTER_ADDR",
         "MASTER_PORT",
