@@ -1140,3 +1140,95 @@ async fn a_version_upgrade_and_endpoint_access_drift_are_updated_in_place() {
     assert_eq!(d.calls("UpdateClusterVersion"), updates);
     d.stdout(&["destroy", "--auto-approve"]);
 }
+
+/// C21's other side: a cluster and OIDC provider the state records, whose kfaws tags someone
+/// changed by hand, are neither taken for gone (a create that fails on the name and taints the
+/// entry, then a replacement of the live resource once the tags are back) nor adopted: the plan
+/// stops, names the live and expected tags and both ways on, and the state is untouched.
+#[tokio::test]
+async fn a_recorded_cluster_or_oidc_provider_retagged_by_hand_stops_the_plan_and_is_kept() {
+    let d = Deployment::new("");
+    d.stdout(&["apply", "--auto-approve", "--target", "iam.oidc"]);
+    let before = d.state();
+    let eks = aws_sdk_eks::Client::new(&d.sdk().await);
+    let iam = aws_sdk_iam::Client::new(&d.sdk().await);
+    let cluster = eks.describe_cluster().name(&d.name).send().await.unwrap();
+    let cluster = cluster.cluster().unwrap();
+    let arn = cluster.arn().unwrap().to_string();
+    let ours = cluster.tags().unwrap().clone();
+
+    eks.tag_resource()
+        .resource_arn(&arn)
+        .tags("kfaws:deployment", "other")
+        .tags("kfaws:lineage", "zzz")
+        .send()
+        .await
+        .unwrap();
+    for command in [
+        &["plan"][..],
+        &["apply", "--auto-approve"],
+        &["destroy", "--auto-approve"],
+    ] {
+        let err = d.fails(command);
+        assert!(
+            err.contains(&format!("EKS cluster {} ({arn})", d.name))
+                && err.contains("no longer carries this deployment's tags")
+                && err.contains("kfaws:deployment is \"other\"")
+                && err.contains("kfaws state rm eks.cluster"),
+            "{command:?}: {err}"
+        );
+    }
+    assert_eq!(
+        d.state()["resources"]["eks.cluster"],
+        before["resources"]["eks.cluster"],
+        "the cluster's entry is untouched (not tainted)"
+    );
+    let live = eks.describe_cluster().name(&d.name).send().await.unwrap();
+    assert_eq!(live.cluster().unwrap().arn(), Some(arn.as_str()));
+
+    // Tags put back: the plan is clean again, nothing is replaced.
+    eks.tag_resource()
+        .resource_arn(&arn)
+        .set_tags(Some(ours))
+        .send()
+        .await
+        .unwrap();
+    let plan = d.stdout(&["plan", "--target", "iam.oidc"]);
+    assert!(
+        !plan.contains("eks.cluster") && !plan.contains("iam.oidc"),
+        "{plan}"
+    );
+
+    // The OIDC provider's tags removed by hand: the same refusal.
+    let provider = d.stdout(&["output", "iam.oidc.arn"]);
+    let provider = provider.trim();
+    iam.untag_open_id_connect_provider()
+        .open_id_connect_provider_arn(provider)
+        .tag_keys("kfaws:deployment")
+        .tag_keys("kfaws:lineage")
+        .send()
+        .await
+        .unwrap();
+    let err = d.fails(&["plan"]);
+    assert!(
+        err.contains(&format!("IAM OIDC provider ({provider})"))
+            && err.contains("kfaws:deployment is (none)")
+            && err.contains("kfaws state rm iam.oidc"),
+        "{err}"
+    );
+    assert!(iam
+        .get_open_id_connect_provider()
+        .open_id_connect_provider_arn(provider)
+        .send()
+        .await
+        .is_ok());
+    // `state rm` lets go of it: the next destroy leaves it alone.
+    d.stdout(&["state", "rm", "iam.oidc"]);
+    d.stdout(&["destroy", "--auto-approve"]);
+    assert!(iam
+        .get_open_id_connect_provider()
+        .open_id_connect_provider_arn(provider)
+        .send()
+        .await
+        .is_ok());
+}

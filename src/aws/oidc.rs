@@ -173,7 +173,17 @@ impl OidcProviderResource {
         recorded: Option<&ResourceState>,
     ) -> Result<Option<Found>, ResourceError> {
         match recorded.and_then(|r| r.physical_id.as_deref()) {
-            Some(arn) => Ok(self.get(arn).await?.filter(|f| self.owned(&f.tags))),
+            Some(arn) => match self.get(arn).await? {
+                Some(found) if !self.owned(&found.tags) => Err(super::eks::retagged(
+                    "IAM OIDC provider",
+                    arn,
+                    &self.address,
+                    found.tags.iter().map(|t| (t.key(), t.value())),
+                    &self.deployment,
+                    &self.lineage,
+                )),
+                found => Ok(found),
+            },
             None => self.find_by_tags().await,
         }
     }

@@ -488,10 +488,28 @@ impl Resource for ClusterResource {
         Duration::from_secs(40 * 60)
     }
 
-    async fn read(&self, _recorded: Option<&ResourceState>) -> Result<Observed, ResourceError> {
-        let Some(cluster) = self.ours().await? else {
+    async fn read(&self, recorded: Option<&ResourceState>) -> Result<Observed, ResourceError> {
+        let Some(cluster) = self.describe().await? else {
             return Ok(Observed::Gone);
         };
+        if !owned(cluster.tags(), &self.deployment, &self.lineage) {
+            let arn = cluster.arn().unwrap_or_default();
+            if recorded.and_then(|r| r.physical_id.as_deref()) == Some(arn) {
+                return Err(super::retagged(
+                    &format!("EKS cluster {}", self.name),
+                    arn,
+                    &self.address,
+                    cluster
+                        .tags()
+                        .into_iter()
+                        .flatten()
+                        .map(|(k, v)| (k.as_str(), v.as_str())),
+                    &self.deployment,
+                    &self.lineage,
+                ));
+            }
+            return Ok(Observed::Gone);
+        }
         let applied = Self::applied(&cluster);
         Ok(Observed::Present {
             physical_id: Some(applied.physical_id),

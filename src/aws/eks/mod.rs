@@ -61,6 +61,39 @@ pub fn foreign(
     ResourceError::msg(format!("{what} already exists: {why}"))
 }
 
+/// The refusal for a resource the state records that still exists at its recorded ARN but no
+/// longer carries this deployment's ownership tags: they were changed outside kfaws (or the
+/// resource was replaced by another of the same name, which EKS cluster and IAM OIDC provider
+/// ARNs do not tell apart). Reading it as gone would plan a create that fails on the name and
+/// taints the entry, and once the tags were put back the tainted entry would replace the live
+/// resource; adopting it would take over what the new tags claim for someone else. So the read
+/// fails, the plan stops before any change, and the message says both ways on.
+///
+/// `what` names the resource (`EKS cluster demo`); `tags` are its live tags.
+pub fn retagged<'a>(
+    what: &str,
+    arn: &str,
+    address: &Address,
+    tags: impl IntoIterator<Item = (&'a str, &'a str)>,
+    deployment: &str,
+    lineage: &str,
+) -> ResourceError {
+    let tags: HashMap<&str, &str> = tags.into_iter().collect();
+    let live = |key: &str| {
+        tags.get(key)
+            .map_or("(none)".to_string(), |v| format!("{v:?}"))
+    };
+    ResourceError::msg(format!(
+        "{what} ({arn}), recorded in the state as {address}, no longer carries this \
+         deployment's tags: {DEPLOYMENT_TAG} is {} and {LINEAGE_TAG} is {} (this state's: \
+         {deployment:?}, {lineage:?}). They were changed outside kfaws; nothing was changed. \
+         Put them back (tag the resource {DEPLOYMENT_TAG}={deployment} \
+         {LINEAGE_TAG}={lineage}), or run `kfaws state rm {address}` to stop managing it",
+        live(DEPLOYMENT_TAG),
+        live(LINEAGE_TAG),
+    ))
+}
+
 /// The service's error code of a failed call, if the service answered.
 pub fn code<E: ProvideErrorMetadata, R>(e: &SdkError<E, R>) -> Option<&str> {
     e.as_service_error().and_then(ProvideErrorMetadata::code)
@@ -248,6 +281,24 @@ mod tests {
             ("Wait", "status UPDATING", "Nodegroup")
         );
         assert!(d.note.unwrap().contains("waits until it is ACTIVE"));
+    }
+
+    #[test]
+    fn retagged_names_the_live_and_expected_tags_and_both_ways_on() {
+        let address: Address = "eks.cluster".parse().unwrap();
+        let e = retagged(
+            "EKS cluster demo",
+            "arn:aws:eks:us-east-1:123456789012:cluster/demo",
+            &address,
+            [(DEPLOYMENT_TAG, "other")],
+            "demo",
+            "l1",
+        )
+        .to_string();
+        assert!(e.contains("kfaws:deployment is \"other\""), "{e}");
+        assert!(e.contains("kfaws:lineage is (none)"), "{e}");
+        assert!(e.contains("kfaws:deployment=demo kfaws:lineage=l1"), "{e}");
+        assert!(e.contains("kfaws state rm eks.cluster"), "{e}");
     }
 
     #[test]

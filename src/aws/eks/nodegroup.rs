@@ -618,9 +618,27 @@ impl Resource for NodegroupResource {
     }
 
     async fn read(&self, recorded: Option<&ResourceState>) -> Result<Observed, ResourceError> {
-        let Some(group) = self.ours().await? else {
+        let Some(group) = self.describe().await? else {
             return Ok(Observed::Gone);
         };
+        if !owned(group.tags(), &self.deployment, &self.lineage) {
+            let arn = group.nodegroup_arn().unwrap_or_default();
+            if recorded.and_then(|r| r.physical_id.as_deref()) == Some(arn) {
+                return Err(super::retagged(
+                    &self.what(),
+                    arn,
+                    &self.address,
+                    group
+                        .tags()
+                        .into_iter()
+                        .flatten()
+                        .map(|(k, v)| (k.as_str(), v.as_str())),
+                    &self.deployment,
+                    &self.lineage,
+                ));
+            }
+            return Ok(Observed::Gone);
+        }
         let mut spec = self.launch_template_spec(&group).await?;
         spec.insert("nodegroup_name".into(), json!(group.nodegroup_name()));
         spec.insert("kubernetes_version".into(), json!(group.version()));
