@@ -735,6 +735,24 @@ async fn bad_input_is_refused_before_any_job_is_created() {
             && err.contains("training_operator"),
         "{err}"
     );
+    // The config asks for the operator, but its CRD is not in the cluster (not applied yet,
+    // or deleted by hand): kfaws says to plan and apply, not to set what is set.
+    d.write_config(&kubeflow_config(true));
+    let err = d.fails(&[
+        "train",
+        "--runtime",
+        "kubernetes",
+        "--data",
+        "efs:/datasets/x",
+        "--image",
+        "1.dkr.ecr.us-east-1.amazonaws.com/x@sha256:00",
+    ]);
+    assert!(
+        err.contains("although kubeflow.training_operator is set in kfaws.toml")
+            && err.contains("`kfaws apply` puts it back"),
+        "{err}"
+    );
+    d.write_config(&kubeflow_config(false));
     d.kfaws(&["destroy", "--auto-approve"]).assert().success();
 }
 
@@ -872,6 +890,98 @@ async fn demo_path_trains_on_both_runtimes_serves_the_model_and_destroys_everyth
     assert!(k8s_acc >= 0.80, "PyTorchJob accuracy {k8s_acc}: {model}");
     let master_log = d.cluster().replica_log(USER_NS, "demo-k8s-master-0");
     assert!(master_log.contains("world_size=2"), "{master_log}");
+    // The job deleted (as kfaws's "already exists" error suggests) and submitted again under
+    // its name with other settings: it trains afresh in a checkpoint directory of its own,
+    // instead of resuming the deleted job's finished epochs and reporting its figures.
+    let checkpoints = Path::new(root["root"].as_str().unwrap())
+        .join(&fs)
+        .join("checkpoints/demo-k8s");
+    let pytorchjobs_api: kube::Api<kube::api::DynamicObject> = kube::Api::namespaced_with(
+        d.cluster().client().await,
+        USER_NS,
+        &kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(
+            "kubeflow.org",
+            "v1",
+            "PyTorchJob",
+        )),
+    );
+    pytorchjobs_api
+        .delete("demo-k8s", &Default::default())
+        .await
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while pytorchjobs_api.get_opt("demo-k8s").await.unwrap().is_some() {
+        assert!(std::time::Instant::now() < deadline, "demo-k8s not deleted");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    let again = d.stdout(&[
+        "train",
+        "--runtime",
+        "kubernetes",
+        "--workers",
+        "1",
+        "--epochs",
+        "1",
+        "--hp",
+        "max-train-samples=2000",
+        "--data",
+        "efs:/datasets/fashion-mnist",
+        "--job-name",
+        "demo-k8s",
+    ]);
+    assert!(again.contains("Training job demo-k8s succeeded"), "{again}");
+    let master_log = d.cluster().replica_log(USER_NS, "demo-k8s-master-0");
+    assert!(
+        master_log.contains("world_size=1") && !master_log.contains("resuming from checkpoint"),
+        "{master_log}"
+    );
+    let runs = std::fs::read_dir(&checkpoints).unwrap().count();
+    assert_eq!(runs, 2, "one checkpoint directory per submission");
+    // A job deleted while kfaws waits for it: kfaws says so (it printed the API server's 404
+    // Status).
+    let waiting = d
+        .process(&[
+            "train",
+            "--runtime",
+            "kubernetes",
+            "--workers",
+            "1",
+            "--epochs",
+            "50",
+            "--data",
+            "efs:/datasets/fashion-mnist",
+            "--job-name",
+            "demo-gone",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while pytorchjobs_api
+        .get_opt("demo-gone")
+        .await
+        .unwrap()
+        .is_none()
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "demo-gone not created"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    pytorchjobs_api
+        .delete("demo-gone", &Default::default())
+        .await
+        .unwrap();
+    let out = waiting.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("PyTorchJob demo-gone was deleted from namespace")
+            && !err.contains("Status {"),
+        "{err}"
+    );
 
     // `kfaws train … | head -1`: the waiting stops, the PyTorchJob is left to run.
     let (first, code, err) = first_line_then_close(d.process(&[
@@ -1038,6 +1148,33 @@ async fn demo_path_trains_on_both_runtimes_serves_the_model_and_destroys_everyth
         d.calls("PutObject") > 0,
         "the local --data was uploaded: {s3_calls:?}"
     );
+    // The same name again with another directory: refused before anything is uploaded to the
+    // prefix the completed job's channel reads (SageMaker never frees a job's name).
+    let puts = d.calls("PutObject");
+    let other = tempfile::tempdir().unwrap();
+    for e in std::fs::read_dir(FASHION_MNIST).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), other.path().join(e.file_name())).unwrap();
+    }
+    let err = d.fails(&[
+        "train",
+        "--runtime",
+        "sagemaker",
+        "--data",
+        other.path().to_str().unwrap(),
+        "--hp",
+        "dataset=fashion-mnist",
+        "--job-name",
+        "demo-sm",
+        "--image",
+        &image,
+    ]);
+    assert!(
+        err.contains("training job \"demo-sm\" already exists (status Completed)")
+            && err.contains("use another name"),
+        "{err}"
+    );
+    assert_eq!(d.calls("PutObject"), puts, "nothing uploaded: {err}");
     // --follow: the instances' log, then the final status after its last line.
     let last_log = sm
         .rfind("[algo-1] epoch=1")

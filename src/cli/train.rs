@@ -685,7 +685,21 @@ async fn train_kubernetes(
         .map_err(|e| anyhow::anyhow!("{e}"))?
         .with_context(|| format!("EKS cluster {cluster_name} does not exist: run `kfaws apply`"))?;
     let namespace = d.loaded.config.options.user_namespace.clone();
-    pytorchjob::preflight(&client, &namespace).await?;
+    match pytorchjob::preflight(&client, &namespace).await {
+        // Case C9 where kfaws installs the operator: its CRD is missing although the config
+        // asks for it, so it was removed outside kfaws (or never applied).
+        Err(pytorchjob::PyTorchJobError::NotServed(_))
+            if d.loaded.config.kubeflow.training_operator.is_some() =>
+        {
+            bail!(
+                "the cluster does not serve kubeflow.org/v1 PyTorchJob, although \
+                 kubeflow.training_operator is set in kfaws.toml: the training operator's CRD \
+                 was removed outside kfaws, or k8s.training-operator was never applied. `kfaws \
+                 plan` shows what is missing and `kfaws apply` puts it back"
+            )
+        }
+        other => other?,
+    }
     let replica = ReplicaRequest {
         cpu: args.cpu.clone().unwrap_or_else(|| "1".into()),
         memory: args.memory.clone().unwrap_or_else(|| "2Gi".into()),
@@ -712,6 +726,7 @@ async fn train_kubernetes(
         cpu: replica.cpu,
         memory: replica.memory,
         gpu: replica.gpus > 0,
+        run: pytorchjob::run_id(),
     };
     pytorchjob::submit(&client, &spec).await?;
     outln!(

@@ -168,6 +168,62 @@ async fn check_s3_prefix(aws: &SdkConfig, bucket: &str, prefix: &str) -> anyhow:
     Ok(())
 }
 
+/// Deletes the objects under `s3://bucket/prefix/` (a local `--data` upload's prefix, once no
+/// job of its name exists: what is there was left by an attempt whose CreateTrainingJob
+/// failed), so the job's channel holds only this upload. Returns how many were deleted; with
+/// the bucket's versioning their versions stay recoverable.
+async fn clear_prefix(aws: &SdkConfig, bucket: &str, prefix: &str) -> anyhow::Result<usize> {
+    let s3 = kfaws::aws::bucket::client(aws);
+    let mut pages = s3
+        .list_objects_v2()
+        .bucket(bucket)
+        .prefix(format!("{prefix}/"))
+        .into_paginator()
+        .send();
+    let mut deleted = 0;
+    while let Some(page) = pages.next().await {
+        let page = page
+            .map_err(|e| anyhow::anyhow!("{}", kfaws::aws::error_message(&e)))
+            .with_context(|| format!("listing s3://{bucket}/{prefix}/"))?;
+        let ids = page
+            .contents()
+            .iter()
+            .filter_map(|o| o.key())
+            .map(|k| {
+                aws_sdk_s3::types::ObjectIdentifier::builder()
+                    .key(k)
+                    .build()
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        if ids.is_empty() {
+            continue;
+        }
+        let n = ids.len();
+        let out = s3
+            .delete_objects()
+            .bucket(bucket)
+            .delete(
+                aws_sdk_s3::types::Delete::builder()
+                    .set_objects(Some(ids))
+                    .quiet(true)
+                    .build()?,
+            )
+            .send()
+            .await
+            .map_err(|e| anyhow::anyhow!("{}", kfaws::aws::error_message(&e)))
+            .with_context(|| format!("deleting under s3://{bucket}/{prefix}/"))?;
+        if let Some(e) = out.errors().first() {
+            bail!(
+                "deleting s3://{bucket}/{}: {}",
+                e.key().unwrap_or_default(),
+                e.message().unwrap_or("refused")
+            );
+        }
+        deleted += n;
+    }
+    Ok(deleted)
+}
+
 /// Every regular file under `dir`, sorted.
 fn files_under(dir: &Path) -> walkdir::Result<Vec<PathBuf>> {
     walkdir::WalkDir::new(dir)
@@ -317,14 +373,24 @@ pub async fn train(
         ],
     };
     training::validate(&spec)?;
+    let sm = kfaws::aws::client::<aws_sdk_sagemaker::Client>(&aws);
     if let Some((dir, prefix)) = upload {
+        // The name first: the prefix is the job's, and a job of that name (running or done)
+        // reads what is there.
+        training::check_name_free(&sm, &spec).await?;
+        let stale = clear_prefix(&aws, &bucket, &prefix).await?;
+        if stale > 0 {
+            say(&format!(
+                "Removed {stale} file(s) an earlier attempt of job {job} left under \
+                 s3://{bucket}/{prefix}/ (no job of that name exists)"
+            ));
+        }
         let n = upload_dir(&aws, &dir, &bucket, &prefix).await?;
         say(&format!(
             "Uploaded {n} file(s) from {} to s3://{bucket}/{prefix}/",
             dir.display()
         ));
     }
-    let sm = kfaws::aws::client::<aws_sdk_sagemaker::Client>(&aws);
     let arn = training::create_training_job(&sm, &spec).await?;
     say(&format!(
         "Training job {job} (sagemaker): {} × {}, image {}\n  {arn}",

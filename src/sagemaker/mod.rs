@@ -85,6 +85,21 @@ pub fn validate_name(kind: Kind, name: &str) -> Result<(), SageMakerError> {
     }
 }
 
+/// What to do about an existing resource created with the same spec: one still running can be
+/// waited for; a finished training job (`Completed`, `Failed`, `Stopped`) keeps its name for
+/// good (training job names cannot be reused: CreateTrainingJob, SageMaker API Reference).
+fn same_spec_advice(kind: Kind, status: Option<&str>) -> String {
+    match (kind, status) {
+        (Kind::TrainingJob, Some(done @ ("Completed" | "Failed" | "Stopped"))) => format!(
+            "it was created with the same spec by an earlier run and is {done}; its name cannot \
+             be reused: use another name"
+        ),
+        _ => "it was created with the same spec (an earlier run); wait for it or use another \
+              name"
+            .to_string(),
+    }
+}
+
 /// What went wrong in a SageMaker call or wait.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum SageMakerError {
@@ -117,8 +132,7 @@ pub enum SageMakerError {
         status.as_deref().map(|s| format!(" (status {s})")).unwrap_or_default(),
         arn.as_deref().map(|a| format!(" as {a}")).unwrap_or_default(),
         if differences.is_empty() {
-            "it was created with the same spec (an earlier run); wait for it or use another name"
-                .to_string()
+            same_spec_advice(*kind, status.as_deref())
         } else {
             format!("it differs in {}; use another name", differences.join(", "))
         }

@@ -434,17 +434,40 @@ pub async fn create_training_job(
             ) =>
         {
             let existing = describe(client, &spec.name).await?;
-            Err(SageMakerError::AlreadyExists {
-                kind: Kind::TrainingJob,
-                name: spec.name.clone(),
-                arn: existing.training_job_arn().map(str::to_string),
-                status: existing
-                    .training_job_status()
-                    .map(|s| s.as_str().to_string()),
-                differences: differences(spec, &existing),
-            })
+            Err(already_exists(spec, &existing))
         }
         Err(e) => Err(SageMakerError::api("CreateTrainingJob", &spec.name, &e)),
+    }
+}
+
+/// Refuses `spec.name` when a training job of that name exists, with the error
+/// CreateTrainingJob's `ResourceInUse` gets: for a caller that must know before it writes
+/// anything for the job (`kfaws train` uploads a local `--data` directory to a prefix named
+/// after the job). Training job names are unique in an account and Region and cannot be reused
+/// (CreateTrainingJob, SageMaker API Reference).
+///
+/// # Errors
+/// [`SageMakerError::AlreadyExists`], or DescribeTrainingJob's error.
+pub async fn check_name_free(
+    client: &Client,
+    spec: &TrainingJobSpec,
+) -> Result<(), SageMakerError> {
+    match describe(client, &spec.name).await {
+        Ok(existing) => Err(already_exists(spec, &existing)),
+        Err(SageMakerError::NotFound { .. }) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+fn already_exists(spec: &TrainingJobSpec, existing: &DescribeTrainingJobOutput) -> SageMakerError {
+    SageMakerError::AlreadyExists {
+        kind: Kind::TrainingJob,
+        name: spec.name.clone(),
+        arn: existing.training_job_arn().map(str::to_string),
+        status: existing
+            .training_job_status()
+            .map(|s| s.as_str().to_string()),
+        differences: differences(spec, existing),
     }
 }
 

@@ -50,12 +50,33 @@ pub struct PyTorchJobSpec {
     /// NVIDIA device plugin's extended resource `nvidia.com/gpu: 1` in the limits, which
     /// Kubernetes also takes as the request (Kubernetes docs, "Schedule GPUs").
     pub gpu: bool,
+    /// This submission's id ([`run_id`]): the job's checkpoints go to
+    /// `/checkpoints/<name>/<run>`, so the job's own restarts (`restartPolicy: ExitCode`) resume
+    /// them while a later job of the same name, submitted after this one was deleted, starts
+    /// afresh instead of resuming this one's epochs under other settings.
+    pub run: String,
+}
+
+/// A new submission id: the UTC time to the second and 8 random hex digits
+/// (`20261204T190512Z-1a2b3c4d`), sortable by time.
+pub fn run_id() -> String {
+    let random = uuid::Uuid::new_v4().simple().to_string();
+    format!(
+        "{}-{}",
+        chrono::Utc::now().format("%Y%m%dT%H%M%SZ"),
+        &random[..8]
+    )
 }
 
 impl PyTorchJobSpec {
     /// Where rank 0 writes the model, inside the file system.
     pub fn model_path(&self) -> String {
         format!("/models/{}", self.name)
+    }
+
+    /// Where rank 0 checkpoints, inside the file system: one directory per submission.
+    pub fn checkpoint_path(&self) -> String {
+        format!("/checkpoints/{}/{}", self.name, self.run)
     }
 
     /// The `PyTorchJob` object.
@@ -90,7 +111,7 @@ impl PyTorchJobSpec {
                     "env": [
                         {"name": "TRAINER_DATA_DIR", "value": format!("{EFS_MOUNT}{}", self.data_path)},
                         {"name": "TRAINER_MODEL_DIR", "value": format!("{EFS_MOUNT}{}", self.model_path())},
-                        {"name": "TRAINER_CHECKPOINT_DIR", "value": format!("{EFS_MOUNT}/checkpoints/{}", self.name)},
+                        {"name": "TRAINER_CHECKPOINT_DIR", "value": format!("{EFS_MOUNT}{}", self.checkpoint_path())},
                     ],
                     "ports": [{"name": "pytorchjob-port", "containerPort": MASTER_PORT}],
                     "resources": {
@@ -154,6 +175,18 @@ pub enum PyTorchJobError {
     /// A job of that name exists in the namespace.
     #[error("PyTorchJob {name} already exists in namespace {namespace}; pass another --job-name (or delete it: kubectl -n {namespace} delete pytorchjob {name})")]
     AlreadyExists {
+        /// The job.
+        name: String,
+        /// The namespace.
+        namespace: String,
+    },
+    /// The job was deleted while kfaws waited for it.
+    #[error(
+        "PyTorchJob {name} was deleted from namespace {namespace} while kfaws waited for it \
+         (outside kfaws, e.g. `kubectl delete`); its pods went with it, its checkpoints and \
+         any model stay on the file system"
+    )]
+    Deleted {
         /// The job.
         name: String,
         /// The namespace.
@@ -311,10 +344,16 @@ pub async fn wait(
     let started = Instant::now();
     let mut seen = Vec::new();
     loop {
-        let job = api
-            .get(name)
+        let Some(job) = api
+            .get_opt(name)
             .await
-            .map_err(kube_err(format!("reading PyTorchJob {name}")))?;
+            .map_err(kube_err(format!("reading PyTorchJob {name}")))?
+        else {
+            return Err(PyTorchJobError::Deleted {
+                name: name.to_string(),
+                namespace: namespace.to_string(),
+            });
+        };
         let conds = conditions(&job);
         for c in &conds {
             if c.1 == "True" && !seen.contains(c) {
@@ -487,6 +526,7 @@ mod tests {
             cpu: "1".into(),
             memory: "2Gi".into(),
             gpu: false,
+            run: "20261204T190512Z-1a2b3c4d".into(),
         }
     }
 
@@ -529,11 +569,26 @@ mod tests {
                 .collect();
             assert_eq!(env["TRAINER_DATA_DIR"], "/mnt/efs/datasets/fmnist");
             assert_eq!(env["TRAINER_MODEL_DIR"], "/mnt/efs/models/kfaws-train-1");
+            assert_eq!(
+                env["TRAINER_CHECKPOINT_DIR"],
+                "/mnt/efs/checkpoints/kfaws-train-1/20261204T190512Z-1a2b3c4d"
+            );
         }
         let single = spec(1).manifest();
         assert!(single["spec"]["pytorchReplicaSpecs"]
             .get("Worker")
             .is_none());
+    }
+
+    #[test]
+    fn run_ids_are_time_then_random_and_differ() {
+        let (a, b) = (run_id(), run_id());
+        assert_ne!(a, b);
+        let (time, random) = a.split_once('-').unwrap();
+        assert_eq!(time.len(), "20261204T190512Z".len(), "{a}");
+        assert!(time.starts_with("20") && time.ends_with('Z'), "{a}");
+        assert_eq!(random.len(), 8, "{a}");
+        assert!(random.bytes().all(|c| c.is_ascii_hexdigit()), "{a}");
     }
 
     #[test]
