@@ -843,6 +843,46 @@ async fn artifact_bucket_settings_changed_outside_kfaws_are_drift_and_apply_rest
     d.kfaws(&[&["plan", "--detailed-exitcode"][..], &target].concat())
         .assert()
         .code(0);
+
+    // The EFS file system deleted outside kfaws (its mount targets first, as EFS requires):
+    // drift that replaces the stack, not "No changes".
+    let efs = aws_sdk_efs::Client::new(&d.sdk().await);
+    let fs = d.output("stack.storage", "FileSystemId");
+    let targets = efs
+        .describe_mount_targets()
+        .file_system_id(&fs)
+        .send()
+        .await
+        .unwrap();
+    for t in targets.mount_targets() {
+        efs.delete_mount_target()
+            .mount_target_id(t.mount_target_id())
+            .send()
+            .await
+            .unwrap();
+    }
+    efs.delete_file_system()
+        .file_system_id(&fs)
+        .send()
+        .await
+        .unwrap();
+    let plan = d.stdout(&[&["plan"][..], &target].concat());
+    assert!(
+        plan.contains("-/+ stack.storage")
+            && plan.contains(&format!("EFS file system {fs} deleted outside kfaws")),
+        "{plan}"
+    );
+    d.stdout(&[&["apply", "--auto-approve"][..], &target].concat());
+    let new = d.output("stack.storage", "FileSystemId");
+    assert_ne!(new, fs);
+    efs.describe_file_systems()
+        .file_system_id(&new)
+        .send()
+        .await
+        .unwrap();
+    d.kfaws(&[&["plan", "--detailed-exitcode"][..], &target].concat())
+        .assert()
+        .code(0);
     d.stdout(&["destroy", "--auto-approve"]);
     assert!(d.aws().await.leftovers().await.is_empty());
 }

@@ -48,6 +48,7 @@ services!(
     aws_sdk_cloudwatchlogs,
     aws_sdk_ec2,
     aws_sdk_ecr,
+    aws_sdk_efs,
     aws_sdk_eks,
     aws_sdk_iam,
     aws_sdk_sagemaker,

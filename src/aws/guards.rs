@@ -13,6 +13,8 @@
 //!   object versions stops a destroy before anything is deleted, unless
 //!   `--force-destroy-buckets`, and then is emptied right before the stack
 //!   delete.
+//! - [`FileSystemGuard`] (`stack.storage`): the EFS file system deleted
+//!   outside kfaws is drift that replaces the stack.
 //! - [`VpcGuard`] (`stack.network`, case C4): what other actors left in the
 //!   VPC ([`super::vpc`]).
 //!
@@ -356,6 +358,68 @@ impl Guard for BucketGuard {
             Ok(_) => Ok(()),
             Err(e) => Err(ResourceError::msg(e)),
         }
+    }
+}
+
+/// Guards the EFS file system of `stack.storage` (its `FileSystemId` output): one deleted
+/// outside kfaws is drift, reported as the stack's `health`, so the plan replaces the stack
+/// (CloudFormation does not recreate a resource deleted behind its back, and a stack update
+/// leaves it gone) instead of saying the infrastructure matches while every job on `efs:` data
+/// would fail. The replacement deletes the artifact bucket with the stack: [`BucketGuard`]
+/// refuses it while the bucket holds objects, unless `--force-destroy-buckets`.
+pub struct FileSystemGuard {
+    /// The EFS client.
+    pub efs: aws_sdk_efs::Client,
+}
+
+/// The stack output naming the file system (`stacks/storage.yaml`).
+pub const FILE_SYSTEM_OUTPUT: &str = "FileSystemId";
+
+#[async_trait]
+impl Guard for FileSystemGuard {
+    async fn observe(
+        &self,
+        recorded: &ResourceState,
+        _parameters: &BTreeMap<String, String>,
+    ) -> Result<serde_json::Map<String, serde_json::Value>, ResourceError> {
+        let Some(id) = recorded
+            .outputs
+            .get(FILE_SYSTEM_OUTPUT)
+            .and_then(serde_json::Value::as_str)
+        else {
+            return Ok(serde_json::Map::new());
+        };
+        let gone = match self
+            .efs
+            .describe_file_systems()
+            .file_system_id(id)
+            .send()
+            .await
+        {
+            // DescribeFileSystems lists a file system being deleted until it is gone.
+            Ok(out) => out.file_systems().iter().all(|f| {
+                matches!(
+                    f.life_cycle_state(),
+                    aws_sdk_efs::types::LifeCycleState::Deleting
+                        | aws_sdk_efs::types::LifeCycleState::Deleted
+                )
+            }),
+            Err(e) if e.code() == Some("FileSystemNotFound") => true,
+            Err(e) => {
+                return Err(ResourceError::msg(format!(
+                    "DescribeFileSystems {id}: {}",
+                    error_message(&e)
+                )))
+            }
+        };
+        Ok(if gone {
+            serde_json::Map::from_iter([(
+                "health".to_string(),
+                serde_json::json!(format!("EFS file system {id} deleted outside kfaws")),
+            )])
+        } else {
+            serde_json::Map::new()
+        })
     }
 }
 

@@ -30,7 +30,9 @@ use super::{AwsProvider, Built};
 use crate::address::Address;
 use crate::aws::eks::cluster::ClusterResource;
 use crate::aws::eks::nodegroup::NodegroupResource;
-use crate::aws::guards::{BucketGuard, FixedRole, Kept, Owner, RolesGuard, VpcGuard};
+use crate::aws::guards::{
+    BucketGuard, FileSystemGuard, FixedRole, Kept, Owner, RolesGuard, VpcGuard,
+};
 use crate::aws::ingress::IngressGuard;
 use crate::aws::oidc::OidcProviderResource;
 use crate::aws::stack::{InputParameter, StackResource};
@@ -421,11 +423,16 @@ fn guards(
                 replace_when_gone: true,
             }),
         ],
-        "storage" => vec![Arc::new(BucketGuard {
-            s3: crate::aws::bucket::client(aws),
-            bucket: config.bucket_name(),
-            owner,
-        })],
+        "storage" => vec![
+            Arc::new(BucketGuard {
+                s3: crate::aws::bucket::client(aws),
+                bucket: config.bucket_name(),
+                owner,
+            }),
+            Arc::new(FileSystemGuard {
+                efs: crate::aws::client::<aws_sdk_efs::Client>(aws),
+            }),
+        ],
         _ => vec![],
     }
 }
