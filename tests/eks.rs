@@ -1209,6 +1209,13 @@ async fn a_recorded_cluster_or_oidc_provider_retagged_by_hand_stops_the_plan_and
         .send()
         .await
         .unwrap();
+    let exists = || async {
+        iam.get_open_id_connect_provider()
+            .open_id_connect_provider_arn(provider)
+            .send()
+            .await
+            .is_ok()
+    };
     let err = d.fails(&["plan"]);
     assert!(
         err.contains(&format!("IAM OIDC provider ({provider})"))
@@ -1216,19 +1223,9 @@ async fn a_recorded_cluster_or_oidc_provider_retagged_by_hand_stops_the_plan_and
             && err.contains("kfaws state rm iam.oidc"),
         "{err}"
     );
-    assert!(iam
-        .get_open_id_connect_provider()
-        .open_id_connect_provider_arn(provider)
-        .send()
-        .await
-        .is_ok());
+    assert!(exists().await);
     // `state rm` lets go of it: the next destroy leaves it alone.
     d.stdout(&["state", "rm", "iam.oidc"]);
     d.stdout(&["destroy", "--auto-approve"]);
-    assert!(iam
-        .get_open_id_connect_provider()
-        .open_id_connect_provider_arn(provider)
-        .send()
-        .await
-        .is_ok());
+    assert!(exists().await);
 }

@@ -721,15 +721,18 @@ async fn bad_input_is_refused_before_any_job_is_created() {
     d.write_config(&kubeflow_config(false));
     d.lifecycle(FAST);
     d.kfaws(&["apply", "--auto-approve"]).assert().success();
-    let err = d.fails(&[
-        "train",
-        "--runtime",
-        "kubernetes",
-        "--data",
-        "efs:/datasets/x",
-        "--image",
-        "1.dkr.ecr.us-east-1.amazonaws.com/x@sha256:00",
-    ]);
+    let submit = || {
+        d.fails(&[
+            "train",
+            "--runtime",
+            "kubernetes",
+            "--data",
+            "efs:/datasets/x",
+            "--image",
+            "1.dkr.ecr.us-east-1.amazonaws.com/x@sha256:00",
+        ])
+    };
+    let err = submit();
     assert!(
         err.contains("does not serve kubeflow.org/v1 PyTorchJob")
             && err.contains("training_operator"),
@@ -738,15 +741,7 @@ async fn bad_input_is_refused_before_any_job_is_created() {
     // The config asks for the operator, but its CRD is not in the cluster (not applied yet,
     // or deleted by hand): kfaws says to plan and apply, not to set what is set.
     d.write_config(&kubeflow_config(true));
-    let err = d.fails(&[
-        "train",
-        "--runtime",
-        "kubernetes",
-        "--data",
-        "efs:/datasets/x",
-        "--image",
-        "1.dkr.ecr.us-east-1.amazonaws.com/x@sha256:00",
-    ]);
+    let err = submit();
     assert!(
         err.contains("although kubeflow.training_operator is set in kfaws.toml")
             && err.contains("`kfaws apply` puts it back"),

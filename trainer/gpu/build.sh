@@ -16,7 +16,7 @@
 # for: the build links (measured here, 2026-12-04) and the binary refuses cleanly without a
 # GPU, but kernels compiled through it have not been run on a GPU yet (trainer/README.md, "GPU").
 # Output: the binaries' paths, one per line. Needs a target directory of its own (a cold build
-# took about 25 minutes on 2 cores).
+# took about 20 minutes on 2 cores).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 KFAWS_CACHE="${KFAWS_CACHE:-$HOME/.cache/kfaws}"

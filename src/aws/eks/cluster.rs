@@ -492,22 +492,15 @@ impl Resource for ClusterResource {
         let Some(cluster) = self.describe().await? else {
             return Ok(Observed::Gone);
         };
-        if !owned(cluster.tags(), &self.deployment, &self.lineage) {
-            let arn = cluster.arn().unwrap_or_default();
-            if recorded.and_then(|r| r.physical_id.as_deref()) == Some(arn) {
-                return Err(super::retagged(
-                    &format!("EKS cluster {}", self.name),
-                    arn,
-                    &self.address,
-                    cluster
-                        .tags()
-                        .into_iter()
-                        .flatten()
-                        .map(|(k, v)| (k.as_str(), v.as_str())),
-                    &self.deployment,
-                    &self.lineage,
-                ));
-            }
+        if !super::ours_or_retagged(
+            cluster.tags(),
+            cluster.arn().unwrap_or_default(),
+            recorded,
+            &format!("EKS cluster {}", self.name),
+            &self.address,
+            &self.deployment,
+            &self.lineage,
+        )? {
             return Ok(Observed::Gone);
         }
         let applied = Self::applied(&cluster);

@@ -94,6 +94,34 @@ pub fn retagged<'a>(
     ))
 }
 
+/// Whether the live resource at `arn` with `tags` is this deployment's ([`owned`]): `Ok(false)`
+/// for another's, which a read takes for gone, but the [`retagged`] refusal when the state
+/// records this very ARN (`recorded`'s physical id): its tags were changed outside kfaws.
+///
+/// # Errors
+/// [`retagged`].
+pub fn ours_or_retagged(
+    tags: Option<&HashMap<String, String>>,
+    arn: &str,
+    recorded: Option<&crate::state::ResourceState>,
+    what: &str,
+    address: &Address,
+    deployment: &str,
+    lineage: &str,
+) -> Result<bool, ResourceError> {
+    if owned(tags, deployment, lineage) {
+        return Ok(true);
+    }
+    if recorded.and_then(|r| r.physical_id.as_deref()) == Some(arn) {
+        let live = tags
+            .into_iter()
+            .flatten()
+            .map(|(k, v)| (k.as_str(), v.as_str()));
+        return Err(retagged(what, arn, address, live, deployment, lineage));
+    }
+    Ok(false)
+}
+
 /// The service's error code of a failed call, if the service answered.
 pub fn code<E: ProvideErrorMetadata, R>(e: &SdkError<E, R>) -> Option<&str> {
     e.as_service_error().and_then(ProvideErrorMetadata::code)

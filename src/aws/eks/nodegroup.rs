@@ -621,22 +621,15 @@ impl Resource for NodegroupResource {
         let Some(group) = self.describe().await? else {
             return Ok(Observed::Gone);
         };
-        if !owned(group.tags(), &self.deployment, &self.lineage) {
-            let arn = group.nodegroup_arn().unwrap_or_default();
-            if recorded.and_then(|r| r.physical_id.as_deref()) == Some(arn) {
-                return Err(super::retagged(
-                    &self.what(),
-                    arn,
-                    &self.address,
-                    group
-                        .tags()
-                        .into_iter()
-                        .flatten()
-                        .map(|(k, v)| (k.as_str(), v.as_str())),
-                    &self.deployment,
-                    &self.lineage,
-                ));
-            }
+        if !super::ours_or_retagged(
+            group.tags(),
+            group.nodegroup_arn().unwrap_or_default(),
+            recorded,
+            &self.what(),
+            &self.address,
+            &self.deployment,
+            &self.lineage,
+        )? {
             return Ok(Observed::Gone);
         }
         let mut spec = self.launch_template_spec(&group).await?;
