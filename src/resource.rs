@@ -76,6 +76,11 @@ pub struct ResourceError {
     /// The underlying error.
     #[source]
     pub source: Option<Box<dyn std::error::Error + Send + Sync>>,
+    /// The call was refused before anything was changed (a foreign
+    /// resource holds the name): a create failing this way leaves the state
+    /// as it was instead of recording a tainted entry, which a later plan
+    /// would replace by deleting whatever then holds the name.
+    pub unchanged: bool,
 }
 
 impl ResourceError {
@@ -84,6 +89,15 @@ impl ResourceError {
         Self {
             message: message.into(),
             source: None,
+            unchanged: false,
+        }
+    }
+
+    /// A refusal before anything was created or changed ([`Self::unchanged`]).
+    pub fn unchanged(message: impl Into<String>) -> Self {
+        Self {
+            unchanged: true,
+            ..Self::msg(message)
         }
     }
 }

@@ -1224,8 +1224,47 @@ async fn a_recorded_cluster_or_oidc_provider_retagged_by_hand_stops_the_plan_and
         "{err}"
     );
     assert!(exists().await);
-    // `state rm` lets go of it: the next destroy leaves it alone.
+    // `state rm` lets go of it. It keeps the issuer's URL, so plan and apply
+    // refuse to create another (IAM has one provider per URL) before any
+    // call, and record nothing (no tainted entry that a later apply would
+    // replace by deleting it); the destroy leaves it alone.
     d.stdout(&["state", "rm", "iam.oidc"]);
+    let creates = d.calls("CreateOpenIDConnectProvider");
+    for command in [&["plan"][..], &["apply", "--auto-approve"]] {
+        let err = d.fails(command);
+        assert!(
+            err.contains("iam.oidc: an IAM OIDC provider for https://")
+                && err.contains(&format!("already exists ({provider})")),
+            "{command:?}: {err}"
+        );
+    }
+    assert_eq!(d.calls("CreateOpenIDConnectProvider"), creates);
+    assert!(d.state()["resources"].get("iam.oidc").is_none());
+
+    // The same for the cluster: retagged, let go of with `state rm`, and the
+    // plan refuses to create another of its name instead of planning a
+    // create that fails on the name and taints the entry.
+    eks.tag_resource()
+        .resource_arn(&arn)
+        .tags("kfaws:deployment", "other")
+        .send()
+        .await
+        .unwrap();
+    d.stdout(&["state", "rm", "eks.cluster"]);
+    let creates = d.calls("CreateCluster");
+    for command in [&["plan"][..], &["apply", "--auto-approve"]] {
+        let err = d.fails(command);
+        assert!(
+            err.contains(&format!(
+                "eks.cluster: EKS cluster {} already exists",
+                d.name
+            )) && err.contains("not created by kfaws for this deployment"),
+            "{command:?}: {err}"
+        );
+    }
+    assert_eq!(d.calls("CreateCluster"), creates);
+    assert!(d.state()["resources"].get("eks.cluster").is_none());
+    eks.delete_cluster().name(&d.name).send().await.unwrap();
     d.stdout(&["destroy", "--auto-approve"]);
     assert!(exists().await);
 }

@@ -419,6 +419,57 @@ async fn a_tainted_resource_that_exists_is_replaced() {
     );
 }
 
+/// A create refused before anything was made (another holds the name)
+/// records nothing: no tainted entry, which the next plan would replace by
+/// deleting whatever holds the name by then. Refused in a replacement, the
+/// old object is gone and so is its entry.
+#[tokio::test]
+async fn a_create_refused_before_anything_was_made_leaves_no_tainted_entry() {
+    let env = Env::new();
+    let desired: Vec<Arc<dyn Resource>> = vec![
+        Arc::new(TestResource::new(&env.world, "a", &[], Duration::ZERO)),
+        Arc::new(TestResource::new(&env.world, "b", &[], Duration::ZERO)),
+    ];
+    env.world.set_faults(&Faults {
+        refuse_create: ["a".to_string()].into(),
+        ..Faults::default()
+    });
+    let report = env.run(&desired, false, 2).await;
+    assert!(!report.succeeded());
+    assert_eq!(
+        env.status("a"),
+        None,
+        "nothing recorded for the refused create"
+    );
+    assert_eq!(env.status("b"), Some(Status::Created));
+    let (plan, _) = env.plan(&desired, false, &[]).await;
+    assert_eq!(
+        actions(&plan),
+        [("a".into(), Action::Create), ("b".into(), Action::NoOp)]
+    );
+
+    env.world.set_faults(&Faults::default());
+    assert!(env.run(&desired, false, 2).await.succeeded());
+    env.store
+        .persist(|s| s.resources.get_mut(&a("a")).unwrap().status = Status::Tainted)
+        .await
+        .unwrap();
+    env.world.set_faults(&Faults {
+        refuse_create: ["a".to_string()].into(),
+        ..Faults::default()
+    });
+    assert!(!env.run(&desired, false, 2).await.succeeded());
+    assert!(
+        env.world.live(&a("a")).is_empty(),
+        "the tainted object was deleted"
+    );
+    assert_eq!(
+        env.status("a"),
+        None,
+        "and its entry with it; nothing new recorded"
+    );
+}
+
 #[tokio::test]
 async fn drift_is_detected_and_repaired() {
     let env = Env::new();

@@ -29,7 +29,8 @@ use super::eks::ADDRESS_TAG;
 use super::error_message;
 use super::stack::{DEPLOYMENT_TAG, LINEAGE_TAG};
 use crate::address::Address;
-use crate::resource::{Applied, Inputs, Observed, Outputs, Resource, ResourceError};
+use crate::plan::Action;
+use crate::resource::{Applied, Check, Inputs, Observed, Outputs, Resource, ResourceError};
 use crate::state::ResourceState;
 
 /// The audience EKS service account tokens are requested for and the AWS
@@ -256,7 +257,7 @@ impl OidcProviderResource {
                   with the tool that created it"
                 .to_string(),
         };
-        ResourceError::msg(format!(
+        ResourceError::unchanged(format!(
             "an IAM OIDC provider for https://{} already exists ({}): {whose}",
             found.url, found.arn
         ))
@@ -386,6 +387,30 @@ impl Resource for OidcProviderResource {
         }
         self.sync_client_ids(&found).await?;
         Ok(Self::applied(&found))
+    }
+
+    /// A create is refused at plan when the cluster's issuer is already
+    /// known (the cluster is recorded) and an OIDC provider for it exists
+    /// that this state did not make: IAM allows one provider per URL, and
+    /// kfaws does not adopt another's ([`Self::refuse`]). A cluster still to
+    /// be created has no issuer yet; its create refuses then.
+    async fn check(&self, check: &Check<'_>) -> Result<(), ResourceError> {
+        if check.action != Action::Create {
+            return Ok(());
+        }
+        let Some(issuer) = check
+            .state
+            .resources
+            .get(&self.cluster)
+            .and_then(|r| r.outputs.get(ISSUER_OUTPUT))
+            .and_then(Value::as_str)
+        else {
+            return Ok(());
+        };
+        match self.find_by_url(issuer_host_path(issuer)).await? {
+            Some(found) if !self.owned(&found.tags) => Err(self.refuse(&found)),
+            _ => Ok(()),
+        }
     }
 
     async fn delete(&self, recorded: &ResourceState) -> Result<(), ResourceError> {

@@ -232,7 +232,7 @@ impl StackResource {
             ),
             _ => "it was not created by kfaws for this deployment; delete or rename it".into(),
         };
-        ResourceError::msg(format!("stack {} already exists: {why}", self.stack_name))
+        ResourceError::unchanged(format!("stack {} already exists: {why}", self.stack_name))
     }
 
     /// The identifier to reach a recorded stack by: its stack ID when

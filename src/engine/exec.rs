@@ -271,16 +271,35 @@ fn inputs(store: &SharedStore, handle: &dyn Resource) -> Inputs {
     })
 }
 
+/// A failed or timed-out call of a resource, in the engine's words.
+struct Failed {
+    message: String,
+    /// [`crate::resource::ResourceError::unchanged`].
+    unchanged: bool,
+}
+
+impl From<Failed> for Failure {
+    fn from(f: Failed) -> Self {
+        Failure::Resource(f.message)
+    }
+}
+
 async fn timed<T>(
     handle: &dyn Resource,
     verb: &str,
     call: impl std::future::Future<Output = Result<T, crate::resource::ResourceError>>,
-) -> Result<T, String> {
+) -> Result<T, Failed> {
     let limit = handle.timeout();
     match tokio::time::timeout(limit, call).await {
         Ok(Ok(v)) => Ok(v),
-        Ok(Err(e)) => Err(format!("{verb} failed: {e}")),
-        Err(_) => Err(format!("{verb} timed out after {}s", limit.as_secs())),
+        Ok(Err(e)) => Err(Failed {
+            message: format!("{verb} failed: {e}"),
+            unchanged: e.unchanged,
+        }),
+        Err(_) => Err(Failed {
+            message: format!("{verb} timed out after {}s", limit.as_secs()),
+            unchanged: false,
+        }),
     }
 }
 
@@ -331,9 +350,10 @@ async fn create(job: &Job, resume: Option<String>) -> Result<(), Failure> {
     let address = job.change.address.clone();
     let token = resume.unwrap_or_else(|| Uuid::new_v4().to_string());
     let mut pending = entry(job, Status::Creating, Some(token.clone()));
-    if let Some(previous) = recorded(&job.store, &address) {
+    let previous = recorded(&job.store, &address);
+    if let Some(previous) = previous.as_ref() {
         if previous.status == Status::Creating {
-            pending.physical_id = previous.physical_id;
+            pending.physical_id.clone_from(&previous.physical_id);
         }
     }
     let a = address.clone();
@@ -366,7 +386,24 @@ async fn create(job: &Job, resume: Option<String>) -> Result<(), Failure> {
                 .await?;
             Ok(())
         }
-        Err(message) => {
+        // Refused before anything was made: the entry goes back to what it
+        // was (none, or the one a replace's delete just emptied, is none);
+        // a tainted entry would make the next plan delete whatever holds
+        // the name by then.
+        Err(failed) if failed.unchanged => {
+            job.store
+                .persist(move |s| match previous {
+                    Some(p) if p.status != Status::Deleting => {
+                        s.resources.insert(address, p);
+                    }
+                    _ => {
+                        s.resources.remove(&address);
+                    }
+                })
+                .await?;
+            Err(failed.into())
+        }
+        Err(failed) => {
             job.store
                 .persist(move |s| {
                     if let Some(r) = s.resources.get_mut(&address) {
@@ -375,7 +412,7 @@ async fn create(job: &Job, resume: Option<String>) -> Result<(), Failure> {
                     }
                 })
                 .await?;
-            Err(Failure::Resource(message))
+            Err(failed.into())
         }
     }
 }
@@ -413,7 +450,7 @@ async fn update(job: &Job) -> Result<Action, Failure> {
         job.handle.update(&current, &inputs),
     )
     .await
-    .map_err(Failure::Resource)?;
+    .map_err(Failure::from)?;
     let mut next = entry(job, Status::Created, current.idempotency_token);
     next.physical_id = Some(applied.physical_id);
     next.outputs = applied.outputs;
@@ -446,17 +483,17 @@ async fn delete(job: &Job) -> Result<(), Failure> {
         job.handle.before_delete(&current, &job.delete_options),
     )
     .await
-    .map_err(Failure::Resource)?;
+    .map_err(Failure::from)?;
     timed(job.handle.as_ref(), "delete", job.handle.delete(&current))
         .await
-        .map_err(Failure::Resource)
+        .map_err(Failure::from)
 }
 
 async fn read(job: &Job) -> Result<(), Failure> {
     let address = job.change.address.clone();
     let observed = timed(job.handle.as_ref(), "read", job.handle.read(None))
         .await
-        .map_err(Failure::Resource)?;
+        .map_err(Failure::from)?;
     let Observed::Present {
         physical_id,
         outputs,

@@ -40,6 +40,10 @@ pub struct Faults {
     pub fail_create: BTreeSet<String>,
     /// Addresses whose create never returns (until the timeout).
     pub hang_create: BTreeSet<String>,
+    /// Addresses whose create is refused before anything is made
+    /// ([`ResourceError::unchanged`]: another holds the name).
+    #[serde(default)]
+    pub refuse_create: BTreeSet<String>,
 }
 
 /// The world: objects that "exist", by file.
@@ -194,6 +198,11 @@ impl Resource for TestResource {
         }
         if faults.fail_create.contains(self.address.as_str()) {
             return Err(ResourceError::msg("injected failure"));
+        }
+        if faults.refuse_create.contains(self.address.as_str()) {
+            return Err(ResourceError::unchanged(
+                "injected refusal: the name is taken",
+            ));
         }
         let inputs: BTreeMap<String, Value> = inputs
             .0

@@ -682,9 +682,23 @@ impl Resource for ClusterResource {
     /// steps (EKS User Guide, "Update existing cluster to new Kubernetes
     /// version"). The node groups of kfaws follow the control plane in the
     /// same apply ([`super::nodegroup`]).
+    ///
+    /// A create is refused at plan when a cluster of our name exists that
+    /// this state did not make (CreateCluster would fail on the name), as
+    /// stacks, roles and the bucket are ([`super::foreign`]).
     async fn check(&self, check: &Check<'_>) -> Result<(), ResourceError> {
         if matches!(check.action, Action::Delete | Action::Replace) {
             return self.check_delete().await;
+        }
+        if check.action == Action::Create {
+            return match self.describe().await? {
+                Some(c) if !owned(c.tags(), &self.deployment, &self.lineage) => Err(foreign(
+                    &format!("EKS cluster {}", self.name),
+                    c.tags(),
+                    &self.deployment,
+                )),
+                _ => Ok(()),
+            };
         }
         if check.action != Action::Update {
             return Ok(());

@@ -58,7 +58,7 @@ pub fn foreign(
         ),
         _ => "it was not created by kfaws for this deployment; delete or rename it".into(),
     };
-    ResourceError::msg(format!("{what} already exists: {why}"))
+    ResourceError::unchanged(format!("{what} already exists: {why}"))
 }
 
 /// The refusal for a resource the state records that still exists at its recorded ARN but no
@@ -88,7 +88,9 @@ pub fn retagged<'a>(
          deployment's tags: {DEPLOYMENT_TAG} is {} and {LINEAGE_TAG} is {} (this state's: \
          {deployment:?}, {lineage:?}). They were changed outside kfaws; nothing was changed. \
          Put them back (tag the resource {DEPLOYMENT_TAG}={deployment} \
-         {LINEAGE_TAG}={lineage}), or run `kfaws state rm {address}` to stop managing it",
+         {LINEAGE_TAG}={lineage}), or run `kfaws state rm {address}` to stop managing it \
+         (it keeps its name, so plans then refuse to create {address} until it is deleted or \
+         renamed)",
         live(DEPLOYMENT_TAG),
         live(LINEAGE_TAG),
     ))

@@ -58,7 +58,8 @@ use crate::aws::error_message;
 use crate::aws::stack::{DEPLOYMENT_TAG, LINEAGE_TAG};
 use crate::aws::wait::{wait_until, Backoff, Poll};
 use crate::config::NodeGroup;
-use crate::resource::{Applied, Detail, Inputs, Observed, Outputs, Resource, ResourceError};
+use crate::plan::Action;
+use crate::resource::{Applied, Check, Detail, Inputs, Observed, Outputs, Resource, ResourceError};
 use crate::state::ResourceState;
 
 /// The `stack.iam` output with the node role's ARN.
@@ -821,6 +822,20 @@ impl Resource for NodegroupResource {
             )),
         });
         Ok(details)
+    }
+
+    /// A create is refused at plan when a node group of our name exists in
+    /// the cluster that this state did not make ([`foreign`]).
+    async fn check(&self, check: &Check<'_>) -> Result<(), ResourceError> {
+        if check.action != Action::Create {
+            return Ok(());
+        }
+        match self.describe().await? {
+            Some(n) if !owned(n.tags(), &self.deployment, &self.lineage) => {
+                Err(foreign(&self.what(), n.tags(), &self.deployment))
+            }
+            _ => Ok(()),
+        }
     }
 
     async fn delete(&self, _recorded: &ResourceState) -> Result<(), ResourceError> {
