@@ -535,7 +535,7 @@ impl Config {
         };
         let n = self.name.as_str();
         let mut names = vec![named("name", n, n.to_string(), &naming::EKS_CLUSTER)];
-        for part in ["network", "iam", "irsa", "storage"] {
+        for part in ["network", "iam", "irsa", "storage", "efs"] {
             names.push(named("name", n, self.stack_name(part), &naming::CFN_STACK));
         }
         for purpose in [

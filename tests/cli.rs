@@ -18,6 +18,7 @@ async fn plan_apply_noop_plan_outputs_and_destroy() {
         ("stack.network", "aws_cloudformation_stack"),
         ("stack.iam", "aws_cloudformation_stack"),
         ("stack.storage", "aws_cloudformation_stack"),
+        ("stack.efs", "aws_cloudformation_stack"),
         ("stack.irsa", "aws_cloudformation_stack"),
         ("eks.cluster", "aws_eks_cluster"),
         ("eks.nodegroup.cpu", "aws_eks_nodegroup"),
@@ -29,7 +30,7 @@ async fn plan_apply_noop_plan_outputs_and_destroy() {
         assert!(plan.contains(&format!("  + {a} ({kind})")), "{plan}");
     }
     assert!(
-        plan.contains("Plan: 10 to add, 0 to change, 0 to destroy."),
+        plan.contains("Plan: 11 to add, 0 to change, 0 to destroy."),
         "{plan}"
     );
     // A stack's create lists what its template adds.
@@ -41,13 +42,14 @@ async fn plan_apply_noop_plan_outputs_and_destroy() {
 
     let applied = d.stdout(&["apply", "--auto-approve"]);
     assert!(
-        applied.contains("Apply complete! Resources: 10 added, 0 changed, 0 destroyed."),
+        applied.contains("Apply complete! Resources: 11 added, 0 changed, 0 destroyed."),
         "{applied}"
     );
     let n = &d.name;
     assert_eq!(
         d.live_stack_names().await,
         [
+            format!("kfaws-{n}-efs"),
             format!("kfaws-{n}-iam"),
             format!("kfaws-{n}-irsa"),
             format!("kfaws-{n}-network"),
@@ -108,7 +110,7 @@ async fn plan_apply_noop_plan_outputs_and_destroy() {
 
     let destroyed = d.stdout(&["destroy", "--auto-approve"]);
     assert!(
-        destroyed.contains("Destroy complete! Resources: 0 added, 0 changed, 10 destroyed."),
+        destroyed.contains("Destroy complete! Resources: 0 added, 0 changed, 11 destroyed."),
         "{destroyed}"
     );
     assert!(d.live_stack_names().await.is_empty());
@@ -123,10 +125,10 @@ async fn a_stack_deleted_out_of_band_is_drift_and_apply_repairs_it() {
     let d = Deployment::new("");
     d.stdout(&["apply", "--auto-approve"]);
     let cfn = d.aws().await.cloudformation();
-    // The storage stack: nothing depends on it (a new IAM stack would
-    // bring a new secrets key, which an EKS cluster cannot take).
+    // The efs stack: only Kubernetes bundles depend on it (a new IAM stack
+    // would bring a new secrets key, which an EKS cluster cannot take).
     cfn.delete_stack()
-        .stack_name(format!("kfaws-{}-storage", d.name))
+        .stack_name(format!("kfaws-{}-efs", d.name))
         .send()
         .await
         .unwrap();
@@ -152,7 +154,7 @@ async fn a_stack_deleted_out_of_band_is_drift_and_apply_repairs_it() {
     // The new file system is in the StorageClass and the PersistentVolume,
     // whose fields for it are immutable: both were replaced, and the claim
     // bound to the old volume was deleted and created again.
-    let fs = d.output("stack.storage", "FileSystemId");
+    let fs = d.output("stack.efs", "FileSystemId");
     let client = d.cluster().client().await;
     let pv = kube::Api::<k8s_openapi::api::core::v1::PersistentVolume>::all(client.clone())
         .get("efs-pv")
@@ -188,7 +190,7 @@ async fn a_saved_plan_applies_exactly_once_and_is_then_stale() {
     d.kfaws(&["apply", "tf.plan"])
         .assert()
         .success()
-        .stdout(predicate::str::contains("10 added"));
+        .stdout(predicate::str::contains("11 added"));
     d.kfaws(&["apply", "tf.plan"])
         .assert()
         .failure()
@@ -382,6 +384,7 @@ fn graph_prints_dot_with_every_resource() {
         "stack.network",
         "stack.iam",
         "stack.storage",
+        "stack.efs",
         "stack.irsa",
         "eks.cluster",
         "eks.nodegroup.cpu",
@@ -845,9 +848,19 @@ async fn artifact_bucket_settings_changed_outside_kfaws_are_drift_and_apply_rest
         .code(0);
 
     // The EFS file system deleted outside kfaws (its mount targets first, as EFS requires):
-    // drift that replaces the stack, not "No changes".
+    // drift that replaces its stack, not "No changes". The artifact bucket is in another
+    // stack, so the repair neither waits for it to be emptied nor touches what it holds.
+    s3.put_object()
+        .bucket(&bucket)
+        .key("models/kept.txt")
+        .body(b"a model".to_vec().into())
+        .send()
+        .await
+        .unwrap();
+    let target = ["--target", "stack.efs"];
+    d.stdout(&[&["apply", "--auto-approve"][..], &target].concat());
     let efs = aws_sdk_efs::Client::new(&d.sdk().await);
-    let fs = d.output("stack.storage", "FileSystemId");
+    let fs = d.output("stack.efs", "FileSystemId");
     let targets = efs
         .describe_mount_targets()
         .file_system_id(&fs)
@@ -868,22 +881,31 @@ async fn artifact_bucket_settings_changed_outside_kfaws_are_drift_and_apply_rest
         .unwrap();
     let plan = d.stdout(&[&["plan"][..], &target].concat());
     assert!(
-        plan.contains("-/+ stack.storage")
-            && plan.contains(&format!("EFS file system {fs} deleted outside kfaws")),
+        plan.contains("-/+ stack.efs")
+            && plan.contains(&format!("EFS file system {fs} deleted outside kfaws"))
+            && !plan.contains("stack.storage"),
         "{plan}"
     );
     d.stdout(&[&["apply", "--auto-approve"][..], &target].concat());
-    let new = d.output("stack.storage", "FileSystemId");
+    let new = d.output("stack.efs", "FileSystemId");
     assert_ne!(new, fs);
     efs.describe_file_systems()
         .file_system_id(&new)
         .send()
         .await
         .unwrap();
-    d.kfaws(&[&["plan", "--detailed-exitcode"][..], &target].concat())
-        .assert()
-        .code(0);
-    d.stdout(&["destroy", "--auto-approve"]);
+    s3.head_object()
+        .bucket(&bucket)
+        .key("models/kept.txt")
+        .send()
+        .await
+        .expect("the bucket's objects are untouched by the repair");
+    for target in [["--target", "stack.efs"], ["--target", "stack.storage"]] {
+        d.kfaws(&[&["plan", "--detailed-exitcode"][..], &target].concat())
+            .assert()
+            .code(0);
+    }
+    d.stdout(&["destroy", "--auto-approve", "--force-destroy-buckets"]);
     assert!(d.aws().await.leftovers().await.is_empty());
 }
 
@@ -1063,7 +1085,7 @@ async fn apply_and_destroy_finish_with_20_percent_of_calls_of_every_service_thro
     }
     d.stdout(&["apply", "--auto-approve"]);
     d.kfaws(&["plan", "--detailed-exitcode"]).assert().code(0);
-    assert_eq!(stacks_created(&d), 4, "every stack created exactly once");
+    assert_eq!(stacks_created(&d), 5, "every stack created exactly once");
     for operation in [
         "CreateCluster",
         "CreateNodegroup",
@@ -1110,7 +1132,7 @@ async fn apply_killed_at_random_moments_then_rerun_creates_each_stack_once() {
     }
     d.stdout(&["apply", "--auto-approve"]);
     d.kfaws(&["plan", "--detailed-exitcode"]).assert().code(0);
-    assert_eq!(stacks_created(&d), 4, "seed {seed}: no stack created twice");
+    assert_eq!(stacks_created(&d), 5, "seed {seed}: no stack created twice");
     d.stdout(&["destroy", "--auto-approve"]);
     assert!(d.live_stack_names().await.is_empty());
 }
@@ -1136,14 +1158,14 @@ async fn a_stack_left_in_delete_failed_is_planned_for_replacement_and_destroy_cl
     let d = Deployment::new("");
     // No cluster: a network under one is not replaced (see
     // a_broken_network_under_a_cluster_is_not_replaced_and_the_plan_says_how_to_rebuild).
-    d.stdout(&["apply", "--auto-approve", "--target", "stack.storage"]);
+    d.stdout(&["apply", "--auto-approve", "--target", "stack.efs"]);
     let cfn = d.aws().await.cloudformation();
     let network = format!("kfaws-{}-network", d.name);
-    // The storage stack's mount targets are still in the network's subnets,
+    // The efs stack's mount targets are still in the network's subnets,
     // so deleting the network stack out of band fails (DependencyViolation).
     let status = delete_stack_by_hand(&cfn, &network).await;
     assert_eq!(status, "DELETE_FAILED");
-    let plan = d.stdout(&["plan", "--target", "stack.storage"]);
+    let plan = d.stdout(&["plan", "--target", "stack.efs"]);
     assert!(plan.contains("-/+ stack.network"), "{plan}");
     assert!(
         plan.contains("health changed outside kfaws, which forces replacement"),

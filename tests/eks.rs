@@ -106,11 +106,11 @@ async fn apply_makes_an_active_cluster_node_group_oidc_provider_and_irsa_roles_a
         assert!(plan.contains(line), "{line} missing from:\n{plan}");
     }
     assert!(
-        plan.contains("Plan: 10 to add, 0 to change, 0 to destroy."),
+        plan.contains("Plan: 11 to add, 0 to change, 0 to destroy."),
         "{plan}"
     );
     let applied = d.stdout(&["apply", "--auto-approve"]);
-    assert!(applied.contains("Resources: 10 added"), "{applied}");
+    assert!(applied.contains("Resources: 11 added"), "{applied}");
 
     let sdk = d.sdk().await;
     let (eks, iam, ec2) = (
@@ -612,7 +612,7 @@ async fn apply_makes_an_active_cluster_node_group_oidc_provider_and_irsa_roles_a
     // Destroy: the emulator refuses DeleteCluster while a node group
     // exists, so success proves the order.
     let destroyed = d.stdout(&["destroy", "--auto-approve"]);
-    assert!(destroyed.contains("10 destroyed"), "{destroyed}");
+    assert!(destroyed.contains("11 destroyed"), "{destroyed}");
     assert!(eks
         .list_clusters()
         .send()
@@ -940,13 +940,21 @@ async fn an_oidc_provider_for_the_issuer_made_by_someone_else_is_refused_and_sur
         .await
         .unwrap();
     let foreign = foreign.open_id_connect_provider_arn().unwrap().to_string();
-    d.kfaws(&["apply", "--auto-approve", "--target", "iam.oidc"])
-        .assert()
-        .code(1)
-        .stdout(
-            predicate::str::contains("already exists")
-                .and(predicate::str::contains("not created by kfaws")),
-        );
+    // Refused by the plan, before any change: the issuer is known once the
+    // cluster is recorded.
+    for command in [&["plan"][..], &["apply", "--auto-approve"]] {
+        d.kfaws(&[command, &["--target", "iam.oidc"]].concat())
+            .assert()
+            .code(1)
+            .stderr(
+                predicate::str::contains("the plan cannot be carried out")
+                    .and(predicate::str::contains(format!(
+                        "already exists ({foreign})"
+                    )))
+                    .and(predicate::str::contains("not created by kfaws")),
+            );
+    }
+    assert!(d.state()["resources"].get("iam.oidc").is_none());
     d.stdout(&["destroy", "--auto-approve"]);
     let left = iam.list_open_id_connect_providers().send().await.unwrap();
     let left: Vec<&str> = left

@@ -367,8 +367,8 @@ async fn a_bucket_with_objects_stops_destroy_before_anything_is_deleted() {
     );
     assert_eq!(
         before.len(),
-        4,
-        "network, iam, storage and irsa stacks: {before:?}"
+        5,
+        "network, iam, storage, efs and irsa stacks: {before:?}"
     );
     assert!(
         !aws.mutating_calls()
@@ -524,8 +524,8 @@ async fn something_foreign_in_the_vpc_is_reported_by_id_before_anything_is_delet
     assert_eq!(d.live_stacks().await, before);
     assert_eq!(
         before.len(),
-        4,
-        "network, iam, storage and irsa stacks: {before:?}"
+        5,
+        "network, iam, storage, efs and irsa stacks: {before:?}"
     );
     assert!(
         !aws.mutating_calls()
@@ -641,7 +641,7 @@ async fn mount_targets_are_gone_before_the_file_system_and_before_the_subnets() 
             .unwrap()
             .to_string()
     };
-    let (storage, network) = (id("stack.storage"), id("stack.network"));
+    let (storage, network) = (id("stack.efs"), id("stack.network"));
     d.stdout(&["destroy", "--auto-approve"]);
 
     let cfn = d.aws().await.cloudformation();
@@ -694,7 +694,7 @@ async fn mount_targets_are_gone_before_the_file_system_and_before_the_subnets() 
         let i = at(&network_events, subnet, "DELETE_IN_PROGRESS");
         assert!(
             network_events[i].2.as_nanos() >= storage_done.as_nanos(),
-            "{subnet} deleted after the storage stack: {storage_events:?} {network_events:?}"
+            "{subnet} deleted after the efs stack: {storage_events:?} {network_events:?}"
         );
     }
     assert_eq!(d.aws().await.efs_file_systems(), Vec::<String>::new());

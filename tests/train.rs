@@ -852,7 +852,7 @@ async fn demo_path_trains_on_both_runtimes_serves_the_model_and_destroys_everyth
     );
 
     // Kubernetes: a PyTorchJob of 2 replicas reading the dataset from EFS.
-    let fs = d.output("stack.storage", "FileSystemId");
+    let fs = d.output("stack.efs", "FileSystemId");
     stage_on_efs(&fs, "/datasets/fashion-mnist");
     let k8s = d.stdout(&[
         "train",

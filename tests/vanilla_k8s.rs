@@ -110,13 +110,13 @@ async fn apply_installs_the_kubernetes_half_from_the_aws_outputs_and_destroy_rem
     }
     let applied = d.stdout(&["apply", "--auto-approve"]);
     assert!(
-        applied.contains("Resources: 12 added, 0 changed, 0 destroyed."),
+        applied.contains("Resources: 13 added, 0 changed, 0 destroyed."),
         "{applied}"
     );
     let client = d.cluster().client().await;
 
-    // Storage: the file system stack.storage created.
-    let fs = d.output("stack.storage", "FileSystemId");
+    // Storage: the file system stack.efs created.
+    let fs = d.output("stack.efs", "FileSystemId");
     let sc = Api::<StorageClass>::all(client.clone())
         .get("efs-sc")
         .await

@@ -13,7 +13,7 @@
 //!   object versions stops a destroy before anything is deleted, unless
 //!   `--force-destroy-buckets`, and then is emptied right before the stack
 //!   delete.
-//! - [`FileSystemGuard`] (`stack.storage`): the EFS file system deleted
+//! - [`FileSystemGuard`] (`stack.efs`): the EFS file system deleted
 //!   outside kfaws is drift that replaces the stack.
 //! - [`VpcGuard`] (`stack.network`, case C4): what other actors left in the
 //!   VPC ([`super::vpc`]).
@@ -361,18 +361,19 @@ impl Guard for BucketGuard {
     }
 }
 
-/// Guards the EFS file system of `stack.storage` (its `FileSystemId` output): one deleted
+/// Guards the EFS file system of `stack.efs` (its `FileSystemId` output): one deleted
 /// outside kfaws is drift, reported as the stack's `health`, so the plan replaces the stack
 /// (CloudFormation does not recreate a resource deleted behind its back, and a stack update
 /// leaves it gone) instead of saying the infrastructure matches while every job on `efs:` data
-/// would fail. The replacement deletes the artifact bucket with the stack: [`BucketGuard`]
-/// refuses it while the bucket holds objects, unless `--force-destroy-buckets`.
+/// would fail. The stack holds only the file system and its mount targets (the artifact bucket
+/// is in `stack.storage`), so the replacement touches nothing else; `k8s.efs-storage` follows
+/// the new `FileSystemId`.
 pub struct FileSystemGuard {
     /// The EFS client.
     pub efs: aws_sdk_efs::Client,
 }
 
-/// The stack output naming the file system (`stacks/storage.yaml`).
+/// The stack output naming the file system (`stacks/efs.yaml`).
 pub const FILE_SYSTEM_OUTPUT: &str = "FileSystemId";
 
 #[async_trait]
@@ -576,7 +577,7 @@ impl Guard for VpcGuard {
         // A replacement (a network stack left broken, e.g. DELETE_FAILED)
         // deletes the VPC and makes another, which an EKS cluster cannot
         // follow: refused while one runs in it. What else the old VPC holds
-        // (the storage stack's mount targets, deleted first) is only known
+        // (the efs stack's mount targets, deleted first) is only known
         // at `before_delete`.
         if check.action == Action::Replace {
             if check.state.resources.contains_key(&self.cluster_address) {

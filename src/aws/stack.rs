@@ -827,6 +827,7 @@ mod tests {
             ("network", include_str!("../../stacks/network.yaml")),
             ("iam", include_str!("../../stacks/iam.yaml")),
             ("storage", include_str!("../../stacks/storage.yaml")),
+            ("efs", include_str!("../../stacks/efs.yaml")),
             ("irsa", include_str!("../../stacks/irsa.yaml")),
         ] {
             let details = template_resources(template);

@@ -234,7 +234,7 @@ pub fn classify(survey: &Survey, ours: &BTreeSet<String>, cluster: &str) -> Find
         let of_cluster = tagged(&eni.tags) || eni.groups.iter().any(|g| cluster_groups.contains(g));
         // Every group of the interface is already gone. In use, a service
         // keeps it for a resource whose stack lost its group in a failed
-        // delete (an EFS mount target of the storage stack): it goes with that
+        // delete (an EFS mount target of the efs stack): it goes with that
         // resource. Detached (`available`), nothing owns it any more (e.g. one
         // left with the cluster's security group, which went with the
         // cluster): nothing would ever remove it, so it is removed.

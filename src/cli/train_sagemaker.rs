@@ -326,7 +326,7 @@ pub async fn train(
         _ => None,
     };
     let file_system_id = match &data {
-        DataSource::Efs(_) => Some(d.output("stack.storage", "FileSystemId", "EFS file system")?),
+        DataSource::Efs(_) => Some(d.output("stack.efs", "FileSystemId", "EFS file system")?),
         _ => None,
     };
     let aws = d.aws(g, cancel).await?;

@@ -309,9 +309,9 @@ mod tests {
             ("eks.nodegroup.cpu", &["eks.cluster"]),
             ("iam.oidc", &["eks.cluster"]),
             ("stack.irsa", &["iam.oidc"]),
-            ("stack.storage", &["stack.network"]),
+            ("stack.efs", &["stack.network"]),
             ("k8s.efs-csi", &["eks.nodegroup.cpu", "stack.irsa"]),
-            ("k8s.efs-storage", &["k8s.efs-csi", "stack.storage"]),
+            ("k8s.efs-storage", &["k8s.efs-csi", "stack.efs"]),
         ])
         .unwrap()
     }
@@ -348,7 +348,7 @@ mod tests {
         assert_eq!(rev.first().unwrap().as_str(), "k8s.efs-storage");
         let pos = |s: &str| rev.iter().position(|x| x.as_str() == s).unwrap();
         assert!(pos("eks.cluster") > pos("eks.nodegroup.cpu"));
-        assert!(pos("stack.network") > pos("stack.storage"));
+        assert!(pos("stack.network") > pos("stack.efs"));
     }
 
     #[test]
@@ -411,11 +411,9 @@ mod tests {
     #[test]
     fn destroy_target_takes_dependants() {
         let g = vanilla();
-        let sub = g
-            .select(&[a("stack.storage")], Closure::Dependants)
-            .unwrap();
+        let sub = g.select(&[a("stack.efs")], Closure::Dependants).unwrap();
         let nodes: Vec<_> = sub.nodes().map(Address::as_str).collect();
-        assert_eq!(nodes, ["k8s.efs-storage", "stack.storage"]);
+        assert_eq!(nodes, ["k8s.efs-storage", "stack.efs"]);
         assert_eq!(
             g.select(&[a("nope")], Closure::Dependants).unwrap_err(),
             GraphError::UnknownTarget(a("nope"))

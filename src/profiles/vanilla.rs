@@ -6,9 +6,10 @@
 //! eks.nodegroup.<g>    ← eks.cluster (and the subnets and node role it runs with)
 //! iam.oidc             ← eks.cluster
 //! stack.irsa           ← iam.oidc
-//! stack.storage        ← stack.network
+//! stack.storage        (the artifact bucket)
+//! stack.efs            ← stack.network                    (the EFS file system, mount targets)
 //! k8s.efs-csi          ← eks.nodegroup.*, stack.irsa      (manifests/efs-csi.yaml)
-//! k8s.efs-storage      ← k8s.efs-csi, stack.storage       (manifests/efs-storage.yaml)
+//! k8s.efs-storage      ← k8s.efs-csi, stack.efs           (manifests/efs-storage.yaml)
 //! k8s.kubeflow         ← eks.nodegroup.*                  (config kubeflow.manifests)
 //! k8s.training-operator ← k8s.kubeflow                    (config kubeflow.training_operator)
 //! k8s.user-namespace   ← k8s.kubeflow, k8s.efs-storage, stack.irsa (manifests/user-namespace.yaml)
@@ -50,6 +51,7 @@ use crate::state::{ResourceState, State};
 const NETWORK: &str = include_str!("../../stacks/network.yaml");
 const IAM: &str = include_str!("../../stacks/iam.yaml");
 const STORAGE: &str = include_str!("../../stacks/storage.yaml");
+const EFS: &str = include_str!("../../stacks/efs.yaml");
 const IRSA: &str = include_str!("../../stacks/irsa.yaml");
 const EFS_CSI: &str = include_str!("../../manifests/efs-csi.yaml");
 const EFS_STORAGE: &str = include_str!("../../manifests/efs-storage.yaml");
@@ -109,7 +111,7 @@ pub const OUTPUTS: &[super::NamedOutput] = &[
         "stack.network",
         "S3GatewayEndpointId",
     ),
-    out("efs_file_system_id", "stack.storage", "FileSystemId"),
+    out("efs_file_system_id", "stack.efs", "FileSystemId"),
     out("bucket_name", "stack.storage", "BucketName"),
     out("sagemaker_role_arn", "stack.iam", "SageMakerRoleArn"),
     out("cluster_role_arn", "stack.iam", "ClusterRoleArn"),
@@ -164,7 +166,7 @@ const ZONE_PARAMETERS: [&str; zones::ZONE_COUNT] = ["AvailabilityZone1", "Availa
 
 /// The stacks of the deployment, by part (their names in every stack's
 /// [`VpcGuard`]: what any of them made in the VPC is theirs to delete).
-const PARTS: [&str; 4] = ["network", "iam", "irsa", "storage"];
+const PARTS: [&str; 5] = ["network", "iam", "irsa", "storage", "efs"];
 
 /// How long the network stack's delete waits for the cluster's network
 /// interfaces (nodes, control plane, mount targets) to be released: EKS
@@ -423,16 +425,14 @@ fn guards(
                 replace_when_gone: true,
             }),
         ],
-        "storage" => vec![
-            Arc::new(BucketGuard {
-                s3: crate::aws::bucket::client(aws),
-                bucket: config.bucket_name(),
-                owner,
-            }),
-            Arc::new(FileSystemGuard {
-                efs: crate::aws::client::<aws_sdk_efs::Client>(aws),
-            }),
-        ],
+        "storage" => vec![Arc::new(BucketGuard {
+            s3: crate::aws::bucket::client(aws),
+            bucket: config.bucket_name(),
+            owner,
+        })],
+        "efs" => vec![Arc::new(FileSystemGuard {
+            efs: crate::aws::client::<aws_sdk_efs::Client>(aws),
+        })],
         _ => vec![],
     }
 }
@@ -508,20 +508,19 @@ fn stacks(config: &Config, aws: &SdkConfig, lineage: uuid::Uuid) -> Vec<StackRes
         ("ArtifactBucket", config.bucket_name()),
     ]);
     iam_parameters.extend(params(&owner));
-    let mut storage_parameters = params(&[
-        ("ClusterName", config.name.clone()),
-        ("BucketName", config.bucket_name()),
-    ]);
+    let mut storage_parameters = params(&[("BucketName", config.bucket_name())]);
     storage_parameters.extend(params(&owner));
     vec![
         // NAT gateways take minutes to become available.
         stack("network", NETWORK, 240, network_parameters, vec![]),
         stack("iam", IAM, 60, iam_parameters, vec![]),
+        stack("storage", STORAGE, 30, storage_parameters, vec![]),
+        // Mount targets take a minute or two to become available.
         stack(
-            "storage",
-            STORAGE,
+            "efs",
+            EFS,
             120,
-            storage_parameters,
+            params(&[("ClusterName", config.name.clone())]),
             vec![
                 from_network("PrivateSubnet1", "PrivateSubnet1"),
                 from_network("PrivateSubnet2", "PrivateSubnet2"),
@@ -679,7 +678,7 @@ fn bundles(
             EFS_STORAGE_ADDRESS,
             template("manifests/efs-storage.yaml", EFS_STORAGE),
             &[],
-            vec![input("efs_file_system_id", "stack.storage", "FileSystemId")],
+            vec![input("efs_file_system_id", "stack.efs", "FileSystemId")],
             vec![addr(EFS_CSI_ADDRESS)],
             5,
             300,
@@ -929,6 +928,7 @@ mod tests {
                 "stack.network" => NETWORK,
                 "stack.iam" => IAM,
                 "stack.storage" => STORAGE,
+                "stack.efs" => EFS,
                 "stack.irsa" => IRSA,
                 CLUSTER => continue,
                 other => panic!("{other}"),
@@ -1028,7 +1028,8 @@ mod tests {
             [
                 own("stack.network", &[]),
                 own("stack.iam", &[]),
-                own("stack.storage", &["stack.network"]),
+                own("stack.storage", &[]),
+                own("stack.efs", &["stack.network"]),
                 own("stack.irsa", &["iam.oidc"]),
                 own("eks.cluster", &["stack.iam", "stack.network"]),
                 own(
@@ -1040,26 +1041,26 @@ mod tests {
                     "k8s.efs-csi",
                     &["eks.cluster", "eks.nodegroup.cpu", "stack.irsa"]
                 ),
-                own("k8s.efs-storage", &["k8s.efs-csi", "stack.storage"]),
+                own("k8s.efs-storage", &["k8s.efs-csi", "stack.efs"]),
                 own("k8s.user-namespace", &["k8s.efs-storage", "stack.irsa"]),
             ]
         );
         let spec = built.resources[0].spec();
         assert_eq!(spec["stack_name"], "kfaws-ml-network");
         assert_eq!(spec["parameters"]["PrivateSubnet1Cidr"], "10.0.128.0/18");
-        let irsa = built.resources[3].spec();
+        let irsa = built.resources[4].spec();
         assert_eq!(
             irsa["parameters"]["EfsCsiRoleName"],
             "kfaws-ml-us-east-1-irsa-efs-csi-controller"
         );
-        let cluster = built.resources[4].spec();
+        let cluster = built.resources[5].spec();
         assert_eq!(cluster["kubernetes_version"], "1.33");
         assert_eq!(cluster["role_name"], "kfaws-ml-us-east-1-eks-cluster");
-        let group = built.resources[5].spec();
+        let group = built.resources[6].spec();
         assert_eq!(group["nodegroup_name"], "ml-cpu");
         assert_eq!(group["metadata_options"]["http_tokens"], "required");
         assert_eq!(group["disk_size_gib"], 50);
-        let storage = built.resources[8].spec();
+        let storage = built.resources[9].spec();
         assert_eq!(storage["bundle"], "kfaws-ml-efs-storage");
         assert_eq!(
             storage["objects"],
