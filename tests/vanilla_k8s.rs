@@ -813,3 +813,83 @@ async fn manifests_that_break_a_rule_fail_before_any_call() {
     let calls = d.aws().await.mutating_calls();
     assert!(calls.is_empty(), "no call changed anything: {calls:?}");
 }
+
+/// The first interrupt stops a readiness wait instead of letting it run out
+/// its deadline (minutes): here the gate of case C7, a validating webhook
+/// whose Service never gets endpoints, before the object it intercepts. The
+/// apply exits 130 at once, the bundle is recorded (tainted), and the next
+/// plan applies it again in place.
+#[tokio::test]
+async fn the_first_interrupt_stops_a_readiness_wait_and_the_next_apply_checks_again() {
+    use std::io::{BufRead, BufReader, Read};
+    use std::process::Stdio;
+    use std::time::{Duration, Instant};
+
+    let d = Deployment::new("");
+    d.lifecycle(FAST);
+    d.stdout(&["apply", "--auto-approve"]);
+    let webhook =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/manifests/c7-webhook.yaml");
+    d.write_config(&format!(
+        "[kubeflow]\nmanifests = {:?}\n",
+        webhook.display().to_string()
+    ));
+    let mut child = d
+        .process(&["apply", "--auto-approve"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let mut lines = Vec::new();
+    while !lines
+        .iter()
+        .any(|l: &String| l.contains("k8s.kubeflow: Creating..."))
+    {
+        lines.push(
+            rx.recv_timeout(Duration::from_secs(120))
+                .unwrap_or_else(|_| panic!("k8s.kubeflow never started: {lines:#?}")),
+        );
+    }
+    // Into the wait for the webhook's endpoints (the applier's deadline is
+    // minutes away).
+    std::thread::sleep(Duration::from_secs(3));
+    let interrupted = Instant::now();
+    std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    let status = child.wait().unwrap();
+    let took = interrupted.elapsed();
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    lines.extend(rx.iter());
+    let stdout = lines.join("\n");
+    assert_eq!(status.code(), Some(130), "{stdout}\n{stderr}");
+    assert!(
+        took < Duration::from_secs(60),
+        "the interrupt stopped the wait: exited {took:?} after it\n{stdout}\n{stderr}"
+    );
+    assert!(
+        format!("{stdout}{stderr}").contains("stopped waiting: interrupted"),
+        "{stdout}\n{stderr}"
+    );
+    assert_eq!(d.state()["resources"]["k8s.kubeflow"]["status"], "tainted");
+    let planned = d.stdout(&["plan"]);
+    assert!(
+        planned.contains("~ k8s.kubeflow") && planned.contains("applied again in place"),
+        "{planned}"
+    );
+    d.stdout(&["destroy", "--auto-approve"]);
+}

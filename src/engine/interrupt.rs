@@ -7,6 +7,7 @@
 //! 129 for SIGHUP.
 
 use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::LazyLock;
 
 use nix::sys::signal::Signal;
 use tokio::signal::unix::{signal, SignalKind};
@@ -14,6 +15,19 @@ use tokio_util::sync::CancellationToken;
 
 /// The first signal received (SIGINT until one is).
 static FIRST: AtomicI32 = AtomicI32::new(Signal::SIGINT as i32);
+
+/// Cancelled by the first signal of any command ([`cancel_on_signals`]).
+static STOPPING: LazyLock<CancellationToken> = LazyLock::new(CancellationToken::new);
+
+/// A token cancelled once the first SIGINT, SIGTERM or SIGHUP is received:
+/// for waits inside a call that would otherwise outlast the interrupt by
+/// minutes (a Kubernetes object that never becomes ready waits out its
+/// deadline), so that they stop with it. Waits whose stop would lose track
+/// of something keep going instead (an AWS create waited for until it is
+/// recorded). Never cancelled without a signal.
+pub fn stopping() -> CancellationToken {
+    STOPPING.clone()
+}
 
 /// The exit status of a command stopped by a signal: 128 + the number of
 /// the first SIGINT, SIGTERM or SIGHUP received (130 if none was: a command
@@ -26,8 +40,9 @@ pub fn exit_status() -> u8 {
 /// What the first interrupt of a command that changes infrastructure says.
 pub const STOPPING_CHANGES: &str =
     "Interrupt received: stopping. Nothing new will start; calls in \
-    flight finish and are recorded. Interrupt again to exit at once (the state already records \
-    in-flight creates and deletes).";
+    flight finish and are recorded, and waits for Kubernetes objects to become ready or go away \
+    stop (the next apply or destroy checks them again). Interrupt again to exit at once (the \
+    state already records in-flight creates and deletes).";
 
 /// Returns a token cancelled by the first SIGINT, SIGTERM or SIGHUP, and
 /// installs the second-signal exit. `first` is printed on the first signal:
@@ -52,6 +67,7 @@ pub fn cancel_on_signals(first: &'static str) -> CancellationToken {
         FIRST.store(got as i32, Ordering::Relaxed);
         say(&format!("\n{first}"));
         t.cancel();
+        STOPPING.cancel();
         tokio::select! {
             _ = int.recv() => {}
             _ = term.recv() => {}

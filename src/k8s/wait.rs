@@ -67,21 +67,35 @@ pub fn lease_held(lease: &Lease) -> bool {
         .is_ok_and(|until| until > Timestamp::now())
 }
 
-/// Repeats `check` until it returns `Ok(Some(value))` or the deadline passes.
-/// `Ok(None)` means "not yet"; the `String` says what was seen.
+/// Repeats `check` until it returns `Ok(Ok(value))` or the deadline passes.
+/// `Ok(Err(seen))` means "not yet", `seen` saying what was seen. The first
+/// interrupt stops the wait too ([`crate::engine::interrupt::stopping`]).
 ///
 /// # Errors
 /// The last "not yet" description (or the check's own error) when the
-/// deadline passes or the check fails.
+/// deadline passes or the check fails; [`STOPPED`] and what was last seen
+/// when interrupted.
 pub async fn until<T, F, Fut>(deadline: Instant, mut check: F) -> Result<T, String>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<Result<T, String>, String>>,
 {
+    let stopping = crate::engine::interrupt::stopping();
+    let stopped = |seen: &str| {
+        if seen.is_empty() {
+            STOPPED.to_string()
+        } else {
+            format!("{STOPPED} (last seen: {seen})")
+        }
+    };
     let mut delays = backon::BackoffBuilder::build(super::retry::schedule());
     let mut said = String::new();
     loop {
-        let seen = match tokio::time::timeout_at(deadline, check()).await {
+        let answer = tokio::select! {
+            answer = tokio::time::timeout_at(deadline, check()) => answer,
+            () = stopping.cancelled() => return Err(stopped(&said)),
+        };
+        let seen = match answer {
             Ok(Ok(Ok(v))) => return Ok(v),
             Ok(Ok(Err(seen))) => seen,
             Ok(Err(e)) => return Err(e),
@@ -93,13 +107,19 @@ where
             said.clone_from(&seen);
         }
         let delay = delays.next().unwrap_or(std::time::Duration::from_secs(5));
-        if Instant::now() + delay >= deadline {
-            tokio::time::sleep_until(deadline).await;
+        let last = Instant::now() + delay >= deadline;
+        tokio::select! {
+            () = tokio::time::sleep_until(if last { deadline } else { Instant::now() + delay }) => {}
+            () = stopping.cancelled() => return Err(stopped(&seen)),
+        }
+        if last {
             return Err(seen);
         }
-        tokio::time::sleep(delay).await;
     }
 }
+
+/// What an interrupted [`until`] says.
+pub const STOPPED: &str = "stopped waiting: interrupted";
 
 #[cfg(test)]
 mod tests {
