@@ -1276,3 +1276,65 @@ async fn a_recorded_cluster_or_oidc_provider_retagged_by_hand_stops_the_plan_and
     d.stdout(&["destroy", "--auto-approve"]);
     assert!(exists().await);
 }
+
+/// A recorded node group whose ownership tags were changed by hand: the plan
+/// stops naming the live and expected tags (as for the cluster), the entry is
+/// untouched, nothing is deleted; with the tags back, nothing to do.
+#[tokio::test]
+async fn a_recorded_node_group_retagged_by_hand_stops_the_plan_and_is_kept() {
+    let d = Deployment::new("");
+    d.stdout(&["apply", "--auto-approve", "--target", "eks.nodegroup.cpu"]);
+    let before = d.state();
+    let eks = aws_sdk_eks::Client::new(&d.sdk().await);
+    let group = eks
+        .describe_nodegroup()
+        .cluster_name(&d.name)
+        .nodegroup_name(format!("{}-cpu", d.name))
+        .send()
+        .await
+        .unwrap();
+    let group = group.nodegroup().unwrap();
+    let arn = group.nodegroup_arn().unwrap().to_string();
+    let ours = group.tags().unwrap().clone();
+    eks.untag_resource()
+        .resource_arn(&arn)
+        .tag_keys("kfaws:deployment")
+        .tag_keys("kfaws:lineage")
+        .send()
+        .await
+        .unwrap();
+    for command in [
+        &["plan"][..],
+        &["apply", "--auto-approve"],
+        &["destroy", "--auto-approve"],
+    ] {
+        let err = d.fails(command);
+        assert!(
+            err.contains(&format!("({arn})"))
+                && err.contains("no longer carries this deployment's tags")
+                && err.contains("kfaws:deployment is (none)")
+                && err.contains("kfaws:lineage is (none)"),
+            "{command:?}: {err}"
+        );
+    }
+    assert_eq!(
+        d.state()["resources"]["eks.nodegroup.cpu"],
+        before["resources"]["eks.nodegroup.cpu"]
+    );
+    assert_eq!(d.calls("DeleteNodegroup"), 0);
+    eks.tag_resource()
+        .resource_arn(&arn)
+        .set_tags(Some(ours))
+        .send()
+        .await
+        .unwrap();
+    d.kfaws(&[
+        "plan",
+        "--detailed-exitcode",
+        "--target",
+        "eks.nodegroup.cpu",
+    ])
+    .assert()
+    .code(0);
+    d.stdout(&["destroy", "--auto-approve"]);
+}

@@ -35,6 +35,7 @@ MODULES = (
     "eks_cluster_vpc_config",
     "eks_updates",
     "eks_cluster_endpoint",
+    "eks_tagging",
     "efs_already_exists_id",
     "lifecycle_eks",
     "lifecycle_efs",
