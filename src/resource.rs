@@ -76,10 +76,13 @@ pub struct ResourceError {
     /// The underlying error.
     #[source]
     pub source: Option<Box<dyn std::error::Error + Send + Sync>>,
-    /// The call was refused before anything was changed (a foreign
-    /// resource holds the name): a create failing this way leaves the state
-    /// as it was instead of recording a tainted entry, which a later plan
-    /// would replace by deleting whatever then holds the name.
+    /// The call refused what it found, before anything was changed: a
+    /// foreign resource holds the name, or a recorded one's ownership tags
+    /// were changed by hand. A create failing this way leaves the state as
+    /// it was instead of recording a tainted entry, which a later plan would
+    /// replace by deleting whatever then holds the name; a refresh failing
+    /// only this way leaves out its advice for reads that failed (the
+    /// message says the ways on).
     pub unchanged: bool,
 }
 

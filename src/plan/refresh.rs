@@ -11,16 +11,25 @@ use crate::state::State;
 
 /// Reads that failed, by address.
 #[derive(Debug, thiserror::Error)]
-#[error(
-    "refresh failed for {}; every recorded resource is read before a plan: fix what stops the \
-     read (credentials, network, the cluster's endpoint) and run again; a resource that can no \
-     longer be read at all (its cluster deleted by hand) can be forgotten, not deleted, with \
-     `kfaws state rm ADDRESS`",
-    super::render_failures(.failures)
-)]
+#[error("refresh failed for {}{}", super::render_failures(.failures), advice(*.refusals_only))]
 pub struct RefreshError {
     /// `(address, message)` for each failed read.
     pub failures: Vec<(Address, String)>,
+    /// Every read refused what it found ([`crate::resource::ResourceError::unchanged`],
+    /// e.g. ownership tags changed by hand) rather than failing to read: their messages say
+    /// the ways on, and the advice for failed reads is left out.
+    pub refusals_only: bool,
+}
+
+fn advice(refusals_only: bool) -> &'static str {
+    if refusals_only {
+        ""
+    } else {
+        "; every recorded resource is read before a plan: fix what stops the read (credentials, \
+         network, the cluster's endpoint) and run again; a resource that can no longer be read \
+         at all (its cluster deleted by hand) can be forgotten, not deleted, with `kfaws state rm \
+         ADDRESS`"
+    }
 }
 
 /// Reads every resource in `state` through its handle in parallel.
@@ -50,18 +59,25 @@ pub async fn refresh(
         .await;
     let mut observed = BTreeMap::new();
     let mut failures = Vec::new();
+    let mut refusals_only = true;
     for (address, result) in results {
         match result {
             Ok(o) => {
                 observed.insert(address, o);
             }
-            Err(e) => failures.push((address, e.to_string())),
+            Err(e) => {
+                refusals_only &= e.unchanged;
+                failures.push((address, e.to_string()));
+            }
         }
     }
     if failures.is_empty() {
         Ok(observed)
     } else {
         failures.sort();
-        Err(RefreshError { failures })
+        Err(RefreshError {
+            failures,
+            refusals_only,
+        })
     }
 }

@@ -91,8 +91,9 @@ pub fn validate_name(kind: Kind, name: &str) -> Result<(), SageMakerError> {
 fn same_spec_advice(kind: Kind, status: Option<&str>) -> String {
     match (kind, status) {
         (Kind::TrainingJob, Some(done @ ("Completed" | "Failed" | "Stopped"))) => format!(
-            "it was created with the same spec by an earlier run and is {done}; its name cannot \
-             be reused: use another name"
+            "it was created with the same spec by an earlier run and is {done} (a local --data \
+             directory is compared by the S3 prefix it is uploaded to, not by its files); its \
+             name cannot be reused: use another name"
         ),
         _ => "it was created with the same spec (an earlier run); wait for it or use another \
               name"

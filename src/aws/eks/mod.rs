@@ -83,7 +83,7 @@ pub fn retagged<'a>(
         tags.get(key)
             .map_or("(none)".to_string(), |v| format!("{v:?}"))
     };
-    ResourceError::msg(format!(
+    ResourceError::unchanged(format!(
         "{what} ({arn}), recorded in the state as {address}, no longer carries this \
          deployment's tags: {DEPLOYMENT_TAG} is {} and {LINEAGE_TAG} is {} (this state's: \
          {deployment:?}, {lineage:?}). They were changed outside kfaws; nothing was changed. \
