@@ -702,6 +702,32 @@ async fn bad_input_is_refused_before_any_job_is_created() {
         err.starts_with(&format!("Error: --data {truncated}: ")),
         "{err}"
     );
+    // Several problems are reported together, one per line.
+    let err = d.fails(&[
+        "train",
+        "--runtime",
+        "local",
+        "--data",
+        data,
+        "--lr",
+        "-1",
+        "--hp",
+        "epochs=3",
+        "--hp",
+        "batch_size=8",
+        "--max-runtime",
+        "3600",
+    ]);
+    assert!(
+        err.starts_with("Error: 4 problems in the arguments; nothing was created:\n  - ")
+            && err.contains(
+                "\n  - hyperparameter \"lr\" = \"-1e0\" (from --lr) must be a number > 0"
+            )
+            && err.contains("\n  - --hp epochs=… is not accepted")
+            && err.contains("\n  - --hp batch_size=… is not accepted")
+            && err.contains("\n  - --max-runtime applies to the kubernetes and sagemaker runtimes"),
+        "{err}"
+    );
     // The runtime from kfaws.toml is checked when the file is parsed (case C18).
     d.write_config("training_runtime = \"k8s\"\n");
     let err = d.fails(&["train", "--data", data]);

@@ -178,55 +178,75 @@ struct Request {
     hyperparameters: BTreeMap<String, String>,
 }
 
+/// Checks every argument before anything is created, and reports every
+/// problem found at once (one per line), as the config's validation does.
 fn request(args: &TrainArgs, runtime: Runtime) -> anyhow::Result<Request> {
     let job = match &args.job_name {
         Some(j) => j.clone(),
         None => JobName::generate("kfaws-train", chrono::Utc::now())?,
     };
-    let data = DataSource::parse(&args.data)?;
-    data.check_runtime(runtime)?;
-    if !(args.lr.is_finite() && args.lr > 0.0) {
-        bail!("--lr {} must be a positive number", args.lr);
-    }
-    if let Some((k, _)) = args
+    let mut problems: Vec<String> = Vec::new();
+    let data = match DataSource::parse(&args.data) {
+        Ok(data) => {
+            if let Err(e) = data.check_runtime(runtime) {
+                problems.push(e.to_string());
+            }
+            Some(data)
+        }
+        Err(e) => {
+            problems.push(e.to_string());
+            None
+        }
+    };
+    for (k, _) in args
         .hp
         .iter()
-        .find(|(k, _)| kfaws::train::FLAG_KEYS.contains(&k.replace('_', "-").as_str()))
+        .filter(|(k, _)| kfaws::train::FLAG_KEYS.contains(&k.replace('_', "-").as_str()))
     {
         let flag = k.replace('_', "-");
-        bail!(
+        problems.push(format!(
             "--hp {k}=… is not accepted: kfaws passes {flag} to the trainer from its --{flag} \
              flag (which has a default); use --{flag} instead"
-        );
+        ));
     }
     if runtime == Runtime::Sagemaker
         && args.backend == "nccl"
         && !kfaws::train::has_nvidia_gpu(args.instance_type())
     {
-        bail!(
+        problems.push(format!(
             "--backend nccl trains on CUDA, but --instance-type {} has no NVIDIA GPU; pick a P or \
              G instance (ml.g5.xlarge, ml.p3.2xlarge, ...) or --backend gloo",
             args.instance_type()
-        );
+        ));
     }
-    if let Some((flag, runtimes)) = args.foreign_flags(runtime).first() {
-        let why = match *flag {
+    for (flag, runtimes) in args.foreign_flags(runtime) {
+        let why = match flag {
             "--resume" => {
                 " (a PyTorchJob or SageMaker training job of the same name cannot be created again)"
             }
             "--no-wait" => "; a local job runs in this process",
             _ => "",
         };
-        bail!("{flag} applies to {runtimes}, not --runtime {runtime}{why}");
+        problems.push(format!(
+            "{flag} applies to {runtimes}, not --runtime {runtime}{why}"
+        ));
     }
     if let (Runtime::Sagemaker, Some(image)) = (runtime, &args.image) {
-        kfaws::sagemaker::validate_image(image, "AlgorithmSpecification, TrainingImage")?;
+        if let Err(e) =
+            kfaws::sagemaker::validate_image(image, "AlgorithmSpecification, TrainingImage")
+        {
+            problems.push(e.to_string());
+        }
     }
     if let Some(v) = &args.cpu {
-        kfaws::train::parse_quantity(v).map_err(|e| anyhow::anyhow!("--cpu {e}"))?;
+        if let Err(e) = kfaws::train::parse_quantity(v) {
+            problems.push(format!("--cpu {e}"));
+        }
     }
     if let Some(v) = &args.memory {
-        kfaws::train::parse_memory(v).map_err(|e| anyhow::anyhow!("--memory {e}"))?;
+        if let Err(e) = kfaws::train::parse_memory(v) {
+            problems.push(format!("--memory {e}"));
+        }
     }
     let hyperparameters = hyperparameters(
         args.epochs,
@@ -235,13 +255,25 @@ fn request(args: &TrainArgs, runtime: Runtime) -> anyhow::Result<Request> {
         &args.backend,
         &args.hp,
     );
-    kfaws::sagemaker::training::validate_hyperparameters(&hyperparameters)?;
-    kfaws::train::check_hyperparameters(&hyperparameters, &args.hp)?;
-    Ok(Request {
-        job,
-        data,
-        hyperparameters,
-    })
+    if let Err(e) = kfaws::sagemaker::training::validate_hyperparameters(&hyperparameters) {
+        problems.push(e.to_string());
+    }
+    if let Err(e) = kfaws::train::check_hyperparameters(&hyperparameters, &args.hp) {
+        problems.push(e.to_string());
+    }
+    match (data, problems.as_slice()) {
+        (Some(data), []) => Ok(Request {
+            job,
+            data,
+            hyperparameters,
+        }),
+        (_, [one]) => bail!("{one}"),
+        (_, many) => bail!(
+            "{} problems in the arguments; nothing was created:\n  - {}",
+            many.len(),
+            many.join("\n  - ")
+        ),
+    }
 }
 
 /// `kfaws train`.
