@@ -76,32 +76,72 @@ pub struct ResourceError {
     /// The underlying error.
     #[source]
     pub source: Option<Box<dyn std::error::Error + Send + Sync>>,
-    /// The call refused what it found, before anything was changed: a
-    /// foreign resource holds the name, or a recorded one's ownership tags
-    /// were changed by hand. A create failing this way leaves the state as
-    /// it was instead of recording a tainted entry, which a later plan would
-    /// replace by deleting whatever then holds the name; a refresh failing
-    /// only this way leaves out its advice for reads that failed (the
-    /// message says the ways on).
-    pub unchanged: bool,
+    /// How the call ended ([`ErrorKind`]).
+    pub kind: ErrorKind,
+}
+
+/// How a failed call of a resource ended, which decides what the engine records for a create.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// It failed; a create's entry is recorded tainted (replaced by the next apply).
+    Failed,
+    /// It refused what it found, before anything was changed: a foreign resource holds the
+    /// name, or a recorded one's ownership tags were changed by hand. A create refused this way
+    /// leaves the state as it was instead of recording a tainted entry, which a later plan would
+    /// replace by deleting whatever then holds the name; a refresh failing only this way leaves
+    /// out its advice for reads that failed (the message says the ways on).
+    Refused,
+    /// The first interrupt stopped a wait after the change was sent
+    /// ([`crate::engine::interrupt::stopping`]): a create's entry stays `creating` with its
+    /// idempotency token, so the next apply re-attaches to what the call made and waits again.
+    Interrupted,
 }
 
 impl ResourceError {
-    /// An error with a message only.
+    /// An error with a message only ([`ErrorKind::Failed`]).
     pub fn msg(message: impl Into<String>) -> Self {
         Self {
             message: message.into(),
             source: None,
-            unchanged: false,
+            kind: ErrorKind::Failed,
         }
     }
 
-    /// A refusal before anything was created or changed ([`Self::unchanged`]).
-    pub fn unchanged(message: impl Into<String>) -> Self {
+    /// A refusal before anything was created or changed ([`ErrorKind::Refused`]).
+    pub fn refused(message: impl Into<String>) -> Self {
         Self {
-            unchanged: true,
+            kind: ErrorKind::Refused,
             ..Self::msg(message)
         }
+    }
+
+    /// A wait stopped by the first interrupt ([`ErrorKind::Interrupted`]).
+    pub fn interrupted(message: impl Into<String>) -> Self {
+        Self {
+            kind: ErrorKind::Interrupted,
+            ..Self::msg(message)
+        }
+    }
+}
+
+/// Waits for `wait` unless the first interrupt comes first
+/// ([`crate::engine::interrupt::stopping`]); then the wait is dropped (it only polls) and the
+/// result is [`ResourceError::interrupted`], saying `what` was being waited for and that the
+/// next run waits again.
+///
+/// # Errors
+/// The wait's own error, or the interruption.
+pub async fn unless_interrupted<T>(
+    what: &str,
+    wait: impl std::future::Future<Output = Result<T, ResourceError>>,
+) -> Result<T, ResourceError> {
+    let stopping = crate::engine::interrupt::stopping();
+    tokio::select! {
+        result = wait => result,
+        () = stopping.cancelled() => Err(ResourceError::interrupted(format!(
+            "stopped waiting for {what}: interrupted; the request was sent and is recorded, and \
+             the next run waits for it again"
+        ))),
     }
 }
 

@@ -502,7 +502,7 @@ async fn destroy_refuses_to_delete_the_network_under_a_cluster_the_state_forgot(
     assert!(
         err.contains(&format!("EKS cluster {} still exists", d.name))
             && err.contains("nothing was deleted")
-            && err.contains("`kfaws apply` adopts the cluster again"),
+            && err.contains("`kfaws apply` adopts it again"),
         "{err}"
     );
     assert_eq!(d.live_stack_names().await, stacks);

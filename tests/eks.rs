@@ -862,6 +862,73 @@ async fn apply_killed_while_the_cluster_is_creating_reattaches_with_its_token() 
     d.stdout(&["destroy", "--auto-approve"]);
 }
 
+/// The first Ctrl-C while the cluster is creating stops the wait at once
+/// (the CreateCluster request was sent and its token recorded), exits 130,
+/// leaves the entry `creating`, and the next apply re-attaches to the same
+/// cluster instead of creating, tainting or replacing one.
+#[tokio::test]
+async fn the_first_interrupt_stops_the_wait_for_a_creating_cluster_and_the_next_apply_reattaches() {
+    let d = Deployment::new("");
+    // A 60 s cluster; stacks 3 s.
+    d.lifecycle(r#"{"scale": 0.1}"#);
+    let eks = aws_sdk_eks::Client::new(&d.sdk().await);
+    let child = d
+        .process(&["apply", "--auto-approve"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    while eks.describe_cluster().name(&d.name).send().await.is_err() {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the cluster never reached CREATING"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let interrupted = Instant::now();
+    std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let took = interrupted.elapsed();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{stderr}");
+    assert!(
+        took < Duration::from_secs(30),
+        "stopped {took:?} after the interrupt; the cluster takes 60 s: {stderr}"
+    );
+    let entry = &d.state()["resources"]["eks.cluster"];
+    assert_eq!(entry["status"], "creating", "{entry}");
+    assert_eq!(
+        eks.describe_cluster()
+            .name(&d.name)
+            .send()
+            .await
+            .unwrap()
+            .cluster()
+            .unwrap()
+            .status()
+            .unwrap()
+            .as_str(),
+        "CREATING",
+        "the interrupt came before the cluster was ready"
+    );
+    let plan = d.stdout(&["plan"]);
+    assert!(
+        plan.contains("re-attaching with its idempotency token"),
+        "{plan}"
+    );
+    d.stdout(&["apply", "--auto-approve"]);
+    assert_eq!(d.calls("CreateCluster"), 2, "one create, one re-attach");
+    assert_eq!(d.calls("DeleteCluster"), 0);
+    d.kfaws(&["plan", "--detailed-exitcode"]).assert().code(0);
+    d.lifecycle(r#"{"scale": 0}"#);
+    d.stdout(&["destroy", "--auto-approve"]);
+}
+
 #[tokio::test]
 async fn an_upgrade_killed_midway_is_applied_again_not_taken_for_drift() {
     let d = Deployment::new("kubernetes_version = \"1.32\"");

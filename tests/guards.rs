@@ -383,6 +383,61 @@ async fn a_bucket_with_objects_stops_destroy_before_anything_is_deleted() {
     assert_eq!(aws.leftovers().await, Vec::<String>::new());
 }
 
+/// The storage stack deleted outside kfaws with its bucket kept (Amazon S3
+/// deletes only empty buckets): the plan
+/// to make the stack again is refused, naming the bucket and the ways on,
+/// instead of an apply whose CreateStack fails on the name at every run.
+#[tokio::test]
+async fn a_bucket_its_stack_left_behind_fails_the_plan_to_make_the_stack_again() {
+    let d = Deployment::new("");
+    d.stdout(&["apply", "--auto-approve", "--target", "stack.storage"]);
+    let aws = d.aws().await;
+    let bucket = d.output("stack.storage", "BucketName");
+    aws.s3()
+        .put_object()
+        .bucket(&bucket)
+        .key("models/kept.mpk")
+        .body(b"weights".to_vec().into())
+        .send()
+        .await
+        .unwrap();
+    let stack = format!("kfaws-{}-storage", d.name);
+    let cfn = aws.cloudformation();
+    // AWS fails the delete on the bucket that is not empty (DELETE_FAILED)
+    // and a second delete with `--retain-resources ArtifactBucket` completes;
+    // the emulator completes the first and keeps the bucket.
+    cfn.delete_stack().stack_name(&stack).send().await.unwrap();
+    for _ in 0..300 {
+        let gone = match cfn.describe_stacks().stack_name(&stack).send().await {
+            Ok(out) => out.stacks()[0].stack_status().unwrap().as_str() == "DELETE_COMPLETE",
+            Err(_) => true,
+        };
+        if gone {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    aws.s3()
+        .head_bucket()
+        .bucket(&bucket)
+        .send()
+        .await
+        .expect("the bucket was kept");
+    let creates = d.calls("CreateStack");
+    for command in [&["plan"][..], &["apply", "--auto-approve"]] {
+        let err = d.fails(&[command, &["--target", "stack.storage"]].concat());
+        assert!(
+            err.contains(&format!(
+                "stack.storage: S3 bucket {bucket:?} (options.artifact_bucket) exists with this \
+                 deployment's tags but in no stack"
+            )) && err.contains(&format!("aws s3 rb s3://{bucket} --force")),
+            "{command:?}: {err}"
+        );
+    }
+    assert_eq!(d.calls("CreateStack"), creates, "no CreateStack");
+    assert_eq!(d.state()["resources"]["stack.storage"]["status"], "created");
+}
+
 async fn cluster_tagged_group(aws: &Account, vpc: &str, name: &str, cluster: &str) -> String {
     let spec = TagSpecification::builder()
         .resource_type(ResourceType::SecurityGroup)

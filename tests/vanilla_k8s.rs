@@ -817,8 +817,8 @@ async fn manifests_that_break_a_rule_fail_before_any_call() {
 /// The first interrupt stops a readiness wait instead of letting it run out
 /// its deadline (minutes): here the gate of case C7, a validating webhook
 /// whose Service never gets endpoints, before the object it intercepts. The
-/// apply exits 130 at once, the bundle is recorded (tainted), and the next
-/// plan applies it again in place.
+/// apply exits 130 at once, the bundle's create stays recorded as
+/// `creating` (not tainted), and the next plan resumes it.
 #[tokio::test]
 async fn the_first_interrupt_stops_a_readiness_wait_and_the_next_apply_checks_again() {
     use std::io::{BufRead, BufReader, Read};
@@ -885,11 +885,67 @@ async fn the_first_interrupt_stops_a_readiness_wait_and_the_next_apply_checks_ag
         format!("{stdout}{stderr}").contains("stopped waiting: interrupted"),
         "{stdout}\n{stderr}"
     );
-    assert_eq!(d.state()["resources"]["k8s.kubeflow"]["status"], "tainted");
+    assert_eq!(d.state()["resources"]["k8s.kubeflow"]["status"], "creating");
     let planned = d.stdout(&["plan"]);
     assert!(
-        planned.contains("~ k8s.kubeflow") && planned.contains("applied again in place"),
+        planned.contains("+ k8s.kubeflow")
+            && planned.contains("an earlier create did not finish")
+            && !planned.contains("changed outside kfaws"),
         "{planned}"
     );
+    d.stdout(&["destroy", "--auto-approve"]);
+}
+
+/// The Kubernetes bundles touch a cluster only while it carries this
+/// state's tags: with its `kfaws:lineage` tag changed by hand (another state
+/// made a cluster of the same name, say), a targeted destroy of a bundle
+/// refuses instead of deleting objects there, and nothing is deleted.
+#[tokio::test]
+async fn bundles_refuse_a_cluster_that_does_not_carry_this_states_tags() {
+    let d = Deployment::new("");
+    d.lifecycle(FAST);
+    d.stdout(&["apply", "--auto-approve"]);
+    let eks = aws_sdk_eks::Client::new(&d.sdk().await);
+    let arn = eks
+        .describe_cluster()
+        .name(&d.name)
+        .send()
+        .await
+        .unwrap()
+        .cluster()
+        .unwrap()
+        .arn()
+        .unwrap()
+        .to_string();
+    let lineage = d.state()["lineage"].as_str().unwrap().to_string();
+    eks.tag_resource()
+        .resource_arn(&arn)
+        .tags("kfaws:lineage", "someone-elses")
+        .send()
+        .await
+        .unwrap();
+    let err = d.fails(&[
+        "destroy",
+        "--auto-approve",
+        "--target",
+        "k8s.user-namespace",
+    ]);
+    assert!(
+        err.contains("does not carry this deployment's tags")
+            && err.contains("kfaws:lineage is \"someone-elses\"")
+            && err.contains("nothing was changed"),
+        "{err}"
+    );
+    let client = d.cluster().client().await;
+    Api::<Namespace>::all(client)
+        .get(USER_NS)
+        .await
+        .expect("the user namespace is still there");
+    eks.tag_resource()
+        .resource_arn(&arn)
+        .tags("kfaws:lineage", &lineage)
+        .send()
+        .await
+        .unwrap();
     d.stdout(&["destroy", "--auto-approve"]);
 }

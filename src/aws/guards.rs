@@ -193,6 +193,11 @@ pub struct BucketGuard {
     pub bucket: String,
     /// Whose tags mark the bucket as ours.
     pub owner: Owner,
+    /// The CloudFormation client, to tell a bucket of an interrupted create of the stack from
+    /// one its stack left behind.
+    pub cloudformation: aws_sdk_cloudformation::Client,
+    /// The name of the stack that holds the bucket.
+    pub stack_name: String,
 }
 
 /// The spec field holding the artifact bucket's settings
@@ -224,6 +229,30 @@ impl BucketGuard {
              destroy --force-destroy-buckets` to delete every object version and delete marker \
              first (they cannot be recovered), or empty the bucket yourself"
         ))
+    }
+}
+
+impl BucketGuard {
+    /// Whether the stack of [`Self::stack_name`] exists (in any state but `DELETE_COMPLETE`).
+    async fn stack_exists(&self) -> Result<bool, ResourceError> {
+        match self
+            .cloudformation
+            .describe_stacks()
+            .stack_name(&self.stack_name)
+            .send()
+            .await
+        {
+            Ok(out) => Ok(out.stacks().iter().any(|s| {
+                s.stack_status()
+                    != Some(&aws_sdk_cloudformation::types::StackStatus::DeleteComplete)
+            })),
+            Err(e) if e.message().is_some_and(|m| m.contains("does not exist")) => Ok(false),
+            Err(e) => Err(ResourceError::msg(format!(
+                "DescribeStacks {}: {}",
+                self.stack_name,
+                error_message(&e)
+            ))),
+        }
     }
 }
 
@@ -268,9 +297,28 @@ impl Guard for BucketGuard {
                 Ok(Holder::Nobody) => None,
                 Ok(Holder::Visible(tags)) => {
                     let pairs = || tags.iter().map(|(k, v)| (k.as_str(), v.as_str()));
-                    (!self.owner.owns(pairs())).then(|| {
-                        format!("already exists and {}", self.owner.describe_tags(pairs()))
-                    })
+                    if !self.owner.owns(pairs()) {
+                        Some(format!(
+                            "already exists and {}",
+                            self.owner.describe_tags(pairs())
+                        ))
+                    } else if check.action == Action::Create && !self.stack_exists().await? {
+                        // Ours, but its stack is gone (deleted outside kfaws with the
+                        // bucket retained, as a stack delete does when the bucket is not
+                        // empty): CreateStack would fail on the name, again at every apply.
+                        return Err(ResourceError::refused(format!(
+                            "S3 bucket {:?} (options.artifact_bucket) exists with this \
+                             deployment's tags but in no stack: stack {} was deleted outside \
+                             kfaws and the bucket kept. CloudFormation cannot create the stack \
+                             over it, and kfaws does not delete it for you: copy what you need \
+                             from it, then empty and delete it (`aws s3 rb s3://{} --force`; \
+                             versioned objects need their versions deleted too), or set \
+                             options.artifact_bucket = \"<another name>\" in kfaws.toml",
+                            self.bucket, self.stack_name, self.bucket
+                        )));
+                    } else {
+                        None
+                    }
                 }
                 Ok(Holder::OtherAccount) => Some(
                     "already exists in another AWS account (HeadBucket: 403 Forbidden); bucket \
@@ -558,8 +606,9 @@ impl VpcGuard {
 /// the state.
 const NOT_IN_STATE: &str =
     "it is not in this deployment's state (removed with `kfaws state rm`?), \
-     so nothing deletes it first. `kfaws apply` adopts the cluster again (it carries this \
-     deployment's tags), or delete it yourself; then run this again";
+     so nothing deletes it first. If it still carries this deployment's kfaws:deployment and \
+     kfaws:lineage tags, `kfaws apply` adopts it again; otherwise (or if it is not to be kept) \
+     delete it yourself; then run this again";
 
 #[async_trait]
 impl Guard for VpcGuard {

@@ -257,7 +257,7 @@ impl OidcProviderResource {
                   with the tool that created it"
                 .to_string(),
         };
-        ResourceError::unchanged(format!(
+        ResourceError::refused(format!(
             "an IAM OIDC provider for https://{} already exists ({}): {whose}",
             found.url, found.arn
         ))

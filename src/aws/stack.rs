@@ -32,8 +32,8 @@ use super::wait::{wait_until, Backoff, Poll};
 use crate::address::Address;
 use crate::plan::Action;
 use crate::resource::{
-    Applied, Check, DeleteOptions, Detail, Guard, Inputs, Observed, Outputs, Resource,
-    ResourceError,
+    unless_interrupted, Applied, Check, DeleteOptions, Detail, Guard, Inputs, Observed, Outputs,
+    Resource, ResourceError,
 };
 use crate::state::ResourceState;
 
@@ -232,7 +232,7 @@ impl StackResource {
             ),
             _ => "it was not created by kfaws for this deployment; delete or rename it".into(),
         };
-        ResourceError::unchanged(format!("stack {} already exists: {why}", self.stack_name))
+        ResourceError::refused(format!("stack {} already exists: {why}", self.stack_name))
     }
 
     /// The identifier to reach a recorded stack by: its stack ID when
@@ -466,10 +466,13 @@ impl Resource for StackResource {
                 )))
             }
         };
-        let stack = self
-            .wait_for(&id, &[StackStatus::CreateComplete], false)
-            .await?
-            .expect("not gone");
+        let what = format!("stack {} to reach CREATE_COMPLETE", self.stack_name);
+        let stack = unless_interrupted(
+            &what,
+            self.wait_for(&id, &[StackStatus::CreateComplete], false),
+        )
+        .await?
+        .expect("not gone");
         if !self.owned(&stack) {
             return Err(self.foreign(&stack));
         }
@@ -759,7 +762,10 @@ impl StackResource {
                     sdk_message(&e)
                 ))
             })?;
-        self.wait_for(id, &[], true).await.map(|_| ())
+        let what = format!("stack {} to be deleted", self.stack_name);
+        unless_interrupted(&what, self.wait_for(id, &[], true))
+            .await
+            .map(|_| ())
     }
 }
 

@@ -87,8 +87,10 @@ pub fn rm(g: &Global, address: &Address) -> anyhow::Result<u8> {
         "While it is in the config, the next apply applies its manifests again (the plan shows a \
          create; server-side apply takes the live objects back, nothing is made twice)"
     } else {
-        "While it carries this deployment's tags and it is in the config, the next apply imports \
-         it again (the plan says \"will be imported\")"
+        "If it carries this deployment's kfaws:deployment and kfaws:lineage tags and is in the \
+         config, the next apply imports it again (the plan says \"will be imported\"); if its \
+         tags were changed, plans refuse to create another of its name until it is deleted or \
+         renamed"
     };
     outln!(
         "Removed {address} from the state. kfaws no longer manages it; it still exists{}. \

@@ -710,6 +710,7 @@ async fn train_kubernetes(
         region: d.loaded.config.region.clone(),
         eks: kfaws::aws::client::<aws_sdk_eks::Client>(&aws),
         exec: context::exec_auth(g)?,
+        owner: Some((d.loaded.config.name.clone(), d.state.lineage.to_string())),
     };
     let client = connector
         .connect()

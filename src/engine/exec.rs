@@ -25,7 +25,7 @@ use super::walk::{walk, Outcome};
 use crate::address::Address;
 use crate::graph::GraphError;
 use crate::plan::{Action, Change, Handles, Plan};
-use crate::resource::{DeleteOptions, Inputs, Observed, Resource};
+use crate::resource::{DeleteOptions, ErrorKind, Inputs, Observed, Resource};
 use crate::state::{inputs_hash, spec_hash, ResourceState, Status};
 
 /// Executor settings.
@@ -274,8 +274,7 @@ fn inputs(store: &SharedStore, handle: &dyn Resource) -> Inputs {
 /// A failed or timed-out call of a resource, in the engine's words.
 struct Failed {
     message: String,
-    /// [`crate::resource::ResourceError::unchanged`].
-    unchanged: bool,
+    kind: ErrorKind,
 }
 
 impl From<Failed> for Failure {
@@ -294,11 +293,11 @@ async fn timed<T>(
         Ok(Ok(v)) => Ok(v),
         Ok(Err(e)) => Err(Failed {
             message: format!("{verb} failed: {e}"),
-            unchanged: e.unchanged,
+            kind: e.kind,
         }),
         Err(_) => Err(Failed {
             message: format!("{verb} timed out after {}s", limit.as_secs()),
-            unchanged: false,
+            kind: ErrorKind::Failed,
         }),
     }
 }
@@ -390,7 +389,11 @@ async fn create(job: &Job, resume: Option<String>) -> Result<(), Failure> {
         // was (none, or the one a replace's delete just emptied, is none);
         // a tainted entry would make the next plan delete whatever holds
         // the name by then.
-        Err(failed) if failed.unchanged => {
+        // Stopped waiting by the first interrupt after the request was
+        // sent: the `creating` entry keeps its token, and the next apply
+        // re-attaches to what the request made.
+        Err(failed) if failed.kind == ErrorKind::Interrupted => Err(failed.into()),
+        Err(failed) if failed.kind == ErrorKind::Refused => {
             job.store
                 .persist(move |s| match previous {
                     Some(p) if p.status != Status::Deleting => {

@@ -21,10 +21,11 @@ static STOPPING: LazyLock<CancellationToken> = LazyLock::new(CancellationToken::
 
 /// A token cancelled once the first SIGINT, SIGTERM or SIGHUP is received:
 /// for waits inside a call that would otherwise outlast the interrupt by
-/// minutes (a Kubernetes object that never becomes ready waits out its
-/// deadline), so that they stop with it. Waits whose stop would lose track
-/// of something keep going instead (an AWS create waited for until it is
-/// recorded). Never cancelled without a signal.
+/// minutes (an EKS cluster takes 10–15 to become ACTIVE; a Kubernetes object
+/// that never becomes ready waits out its deadline), so that they stop with
+/// it ([`crate::resource::unless_interrupted`]). Only waits after a request
+/// whose idempotency token is recorded stop: the next apply re-attaches.
+/// Never cancelled without a signal.
 pub fn stopping() -> CancellationToken {
     STOPPING.clone()
 }
@@ -40,9 +41,10 @@ pub fn exit_status() -> u8 {
 /// What the first interrupt of a command that changes infrastructure says.
 pub const STOPPING_CHANGES: &str =
     "Interrupt received: stopping. Nothing new will start; calls in \
-    flight finish and are recorded, and waits for Kubernetes objects to become ready or go away \
-    stop (the next apply or destroy checks them again). Interrupt again to exit at once (the \
-    state already records in-flight creates and deletes).";
+    flight finish and are recorded, and waits for what they started (a cluster, node group or \
+    stack to be ready or gone, Kubernetes objects to be ready or gone) stop: the next apply or \
+    destroy waits for them again. Interrupt again to exit at once (the state already records \
+    in-flight creates and deletes).";
 
 /// Returns a token cancelled by the first SIGINT, SIGTERM or SIGHUP, and
 /// installs the second-signal exit. `first` is printed on the first signal:

@@ -710,9 +710,9 @@ impl Run<'_> {
                 Err(why) => failures.push(self.failure(
                     gate.configuration,
                     format!(
-                        "not applied: the backend of its webhook(s) {} is not ready after {}s: {why}",
+                        "not applied: the backend of its webhook(s) {} is not ready {}",
                         quoted(&gate.webhooks),
-                        self.applier.options.timeout.as_secs()
+                        self.waited(why)
                     ),
                 )),
             }
@@ -727,9 +727,9 @@ impl Run<'_> {
                     let gate = &phases.gates[g];
                     let config = &self.resolved.targets[gate.configuration].object;
                     format!(
-                        "webhook {} ({config}) intercepts it and its backend is not ready after {}s: {why}",
+                        "webhook {} ({config}) intercepts it and its backend is not ready {}",
                         quoted(&gate.webhooks),
-                        self.applier.options.timeout.as_secs()
+                        self.waited(why)
                     )
                 })
                 .collect();
@@ -925,7 +925,7 @@ impl Run<'_> {
                     })
                     .await;
                     if let Err(why) = established {
-                        return (pos, Err(format!("not Established after {}s: {why}", self.applier.options.timeout.as_secs())));
+                        return (pos, Err(format!("not Established {}", self.waited(&why))));
                     }
                     for (group, version, kind) in discovery::crd_kinds(&self.resolved.objects[pos]) {
                         let gvk = GroupVersionKind::gvk(&group, &version, &kind);
@@ -940,8 +940,8 @@ impl Run<'_> {
                             return (
                                 pos,
                                 Err(format!(
-                                    "Established, but {group}/{version} {kind} is not served by discovery after {}s: {why}",
-                                    self.applier.options.timeout.as_secs()
+                                    "Established, but {group}/{version} {kind} is not served by discovery {}",
+                                    self.waited(&why)
                                 )),
                             );
                         }
@@ -963,6 +963,16 @@ impl Run<'_> {
 
     /// Waits until a gate's Deployments are Available and its Services have
     /// a ready endpoint.
+    /// How a wait that did not succeed ended: its deadline, or the interrupt
+    /// ([`wait::STOPPED`]), which is not a deadline.
+    fn waited(&self, why: &str) -> String {
+        if why.starts_with(wait::STOPPED) {
+            format!("yet: {why}")
+        } else {
+            format!("after {}s: {why}", self.applier.options.timeout.as_secs())
+        }
+    }
+
     async fn wait_gate(&self, gate: &Gate) -> Result<(), String> {
         let client = &self.applier.client;
         wait::until(self.deadline, || async {

@@ -74,6 +74,11 @@ pub struct ClusterConnector {
     pub eks: aws_sdk_eks::Client,
     /// The credential plugin: this binary's `eks get-token`.
     pub exec: ExecAuth,
+    /// `(deployment, lineage)`: the `kfaws:deployment` and `kfaws:lineage` tags the cluster
+    /// must carry to be this state's ([`crate::aws::eks::owned`]); a cluster of the name
+    /// without them is refused, so that nothing is applied to or deleted from a cluster that
+    /// another state (or no kfaws) made under the same name. `None`: not checked.
+    pub owner: Option<(String, String)>,
 }
 
 impl ClusterConnector {
@@ -89,6 +94,27 @@ impl ClusterConnector {
         };
         if cluster.status() == Some(&ClusterStatus::Deleting) {
             return Ok(None);
+        }
+        if let Some((deployment, lineage)) = &self.owner {
+            if !crate::aws::eks::owned(cluster.tags(), deployment, lineage) {
+                let tag = |key: &str| {
+                    cluster
+                        .tags()
+                        .and_then(|t| t.get(key))
+                        .map_or("(none)".to_string(), |v| format!("{v:?}"))
+                };
+                return Err(ResourceError::refused(format!(
+                    "EKS cluster {} ({}) does not carry this deployment's tags: kfaws:deployment \
+                     is {} and kfaws:lineage is {} (this state's: {deployment:?}, {lineage:?}); \
+                     kfaws neither applies nor deletes Kubernetes objects in a cluster that is not \
+                     this deployment's, and nothing was changed. Put the tags back if it is, or \
+                     `kfaws state rm` the k8s.* entries to let go of them",
+                    self.cluster_name,
+                    cluster.arn().unwrap_or_default(),
+                    tag(crate::aws::stack::DEPLOYMENT_TAG),
+                    tag(crate::aws::stack::LINEAGE_TAG),
+                )));
+            }
         }
         let missing = |what: &str| {
             ResourceError::msg(format!(
@@ -629,7 +655,7 @@ impl ManifestsResource {
         self.refuse_foreign(&applier, &bundle).await?;
         let report = boxed_apply(&applier, &bundle)
             .await
-            .map_err(|e| ResourceError::msg(e.to_string()))?;
+            .map_err(|e| failed(e.to_string()))?;
         for wanted in &self.serves {
             self.wait_served(&client, wanted).await?;
         }
@@ -1147,7 +1173,7 @@ impl Resource for ManifestsResource {
         boxed_destroy(&self.applier(client), bundle)
             .await
             .map(|_| ())
-            .map_err(|e| ResourceError::msg(e.to_string()))
+            .map_err(|e| failed(e.to_string()))
     }
 
     async fn check(&self, check: &Check<'_>) -> Result<(), ResourceError> {
@@ -1215,6 +1241,18 @@ impl Resource for ManifestsResource {
         let mut details: Vec<Detail> = objects.iter().map(|k| object_detail("Remove", k)).collect();
         details.extend(self.unlisted_custom_resources(&objects, &objects).await);
         Ok(details)
+    }
+}
+
+/// A bundle call's error: one that ends after the first interrupt is that
+/// interrupt's ([`ResourceError::interrupted`]), since the bundle's waits stop
+/// on it ([`super::wait::until`]); the entry is then kept as it was (a create
+/// stays `creating` and is applied again by the next apply).
+fn failed(message: String) -> ResourceError {
+    if crate::engine::interrupt::stopping().is_cancelled() {
+        ResourceError::interrupted(message)
+    } else {
+        ResourceError::msg(message)
     }
 }
 

@@ -15,7 +15,7 @@ use crate::state::State;
 pub struct RefreshError {
     /// `(address, message)` for each failed read.
     pub failures: Vec<(Address, String)>,
-    /// Every read refused what it found ([`crate::resource::ResourceError::unchanged`],
+    /// Every read refused what it found ([`crate::resource::ErrorKind::Refused`],
     /// e.g. ownership tags changed by hand) rather than failing to read: their messages say
     /// the ways on, and the advice for failed reads is left out.
     pub refusals_only: bool,
@@ -66,7 +66,7 @@ pub async fn refresh(
                 observed.insert(address, o);
             }
             Err(e) => {
-                refusals_only &= e.unchanged;
+                refusals_only &= e.kind == crate::resource::ErrorKind::Refused;
                 failures.push((address, e.to_string()));
             }
         }

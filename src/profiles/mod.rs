@@ -111,9 +111,14 @@ impl Provider for AwsProvider {
             "aws_eks_cluster" | "aws_eks_nodegroup" | "aws_iam_oidc_provider" => {
                 vanilla::eks_from_state(&self.config, &self.aws, self.lineage, address, recorded)
             }
-            crate::k8s::resource::KIND => {
-                vanilla::bundle_from_state(&self.config, &self.aws, &self.exec, address, recorded)
-            }
+            crate::k8s::resource::KIND => vanilla::bundle_from_state(
+                &self.config,
+                &self.aws,
+                &self.exec,
+                self.lineage,
+                address,
+                recorded,
+            ),
             _ => None,
         }
     }

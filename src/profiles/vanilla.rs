@@ -429,6 +429,8 @@ fn guards(
             s3: crate::aws::bucket::client(aws),
             bucket: config.bucket_name(),
             owner,
+            cloudformation: crate::aws::client::<aws_sdk_cloudformation::Client>(aws),
+            stack_name: config.stack_name("storage"),
         })],
         "efs" => vec![Arc::new(FileSystemGuard {
             efs: crate::aws::client::<aws_sdk_efs::Client>(aws),
@@ -600,12 +602,18 @@ fn oidc(config: &Config, aws: &SdkConfig, lineage: uuid::Uuid) -> OidcProviderRe
     }
 }
 
-fn connector(config: &Config, aws: &SdkConfig, exec: &ExecAuth) -> ClusterConnector {
+fn connector(
+    config: &Config,
+    aws: &SdkConfig,
+    exec: &ExecAuth,
+    lineage: uuid::Uuid,
+) -> ClusterConnector {
     ClusterConnector {
         cluster_name: config.name.clone(),
         region: config.region.clone(),
         eks: crate::aws::client::<aws_sdk_eks::Client>(aws),
         exec: exec.clone(),
+        owner: Some((config.name.clone(), lineage.to_string())),
     }
 }
 
@@ -618,8 +626,9 @@ fn bundles(
     config: &Config,
     aws: &SdkConfig,
     exec: &ExecAuth,
+    lineage: uuid::Uuid,
 ) -> Result<Vec<ManifestsResource>, SourceError> {
-    let connector = connector(config, aws, exec);
+    let connector = connector(config, aws, exec, lineage);
     let nodes: Vec<Address> = std::iter::once(addr(CLUSTER))
         .chain(
             config
@@ -806,7 +815,7 @@ pub fn build(
         resources.push(Arc::new(nodegroup(config, aws, lineage, group, settings)));
     }
     resources.push(Arc::new(oidc(config, aws, lineage)));
-    for b in bundles(config, aws, exec)? {
+    for b in bundles(config, aws, exec, lineage)? {
         resources.push(Arc::new(b));
     }
     Ok(Built {
@@ -826,6 +835,7 @@ pub fn bundle_from_state(
     config: &Config,
     aws: &SdkConfig,
     exec: &ExecAuth,
+    lineage: uuid::Uuid,
     address: &Address,
     recorded: &ResourceState,
 ) -> Option<Arc<dyn Resource>> {
@@ -841,7 +851,7 @@ pub fn bundle_from_state(
         inputs: vec![],
         after: recorded.dependencies.clone(),
         serves: vec![],
-        connector: connector(config, aws, exec),
+        connector: connector(config, aws, exec, lineage),
         estimate: Duration::from_secs(5),
         timeout: Duration::from_secs(600),
         used_elsewhere: BTreeMap::new(),

@@ -200,7 +200,7 @@ impl Resource for TestResource {
             return Err(ResourceError::msg("injected failure"));
         }
         if faults.refuse_create.contains(self.address.as_str()) {
-            return Err(ResourceError::unchanged(
+            return Err(ResourceError::refused(
                 "injected refusal: the name is taken",
             ));
         }

@@ -38,7 +38,9 @@ use crate::address::Address;
 use crate::aws::error_message;
 use crate::aws::wait::{wait_until, Backoff, Poll};
 use crate::plan::Action;
-use crate::resource::{Applied, Check, Detail, Inputs, Observed, Outputs, Resource, ResourceError};
+use crate::resource::{
+    unless_interrupted, Applied, Check, Detail, Inputs, Observed, Outputs, Resource, ResourceError,
+};
 use crate::state::ResourceState;
 
 /// The `stack.network` output with the private subnet ids, comma-separated.
@@ -552,7 +554,8 @@ impl Resource for ClusterResource {
                 ));
             }
         }
-        let cluster = self.wait_active().await?;
+        let what = format!("EKS cluster {} to become ACTIVE", self.name);
+        let cluster = unless_interrupted(&what, self.wait_active()).await?;
         Ok(Self::applied(&cluster))
     }
 
@@ -775,7 +778,8 @@ impl Resource for ClusterResource {
                 }
             }
         }
-        self.wait_gone().await
+        let what = format!("EKS cluster {} to be deleted", self.name);
+        unless_interrupted(&what, self.wait_gone()).await
     }
 }
 

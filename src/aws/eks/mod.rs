@@ -58,7 +58,7 @@ pub fn foreign(
         ),
         _ => "it was not created by kfaws for this deployment; delete or rename it".into(),
     };
-    ResourceError::unchanged(format!("{what} already exists: {why}"))
+    ResourceError::refused(format!("{what} already exists: {why}"))
 }
 
 /// The refusal for a resource the state records that still exists at its recorded ARN but no
@@ -83,7 +83,7 @@ pub fn retagged<'a>(
         tags.get(key)
             .map_or("(none)".to_string(), |v| format!("{v:?}"))
     };
-    ResourceError::unchanged(format!(
+    ResourceError::refused(format!(
         "{what} ({arn}), recorded in the state as {address}, no longer carries this \
          deployment's tags: {DEPLOYMENT_TAG} is {} and {LINEAGE_TAG} is {} (this state's: \
          {deployment:?}, {lineage:?}). They were changed outside kfaws; nothing was changed. \

@@ -59,7 +59,9 @@ use crate::aws::stack::{DEPLOYMENT_TAG, LINEAGE_TAG};
 use crate::aws::wait::{wait_until, Backoff, Poll};
 use crate::config::NodeGroup;
 use crate::plan::Action;
-use crate::resource::{Applied, Check, Detail, Inputs, Observed, Outputs, Resource, ResourceError};
+use crate::resource::{
+    unless_interrupted, Applied, Check, Detail, Inputs, Observed, Outputs, Resource, ResourceError,
+};
 use crate::state::ResourceState;
 
 /// The `stack.iam` output with the node role's ARN.
@@ -708,7 +710,8 @@ impl Resource for NodegroupResource {
                 }
             }
         }
-        let group = self.wait_active().await?;
+        let what = format!("{} to become ACTIVE", self.what());
+        let group = unless_interrupted(&what, self.wait_active()).await?;
         Ok(Self::applied(&group))
     }
 
@@ -860,7 +863,8 @@ impl Resource for NodegroupResource {
                     }
                 }
             }
-            self.wait_gone().await?;
+            let what = format!("{} to be deleted", self.what());
+            unless_interrupted(&what, self.wait_gone()).await?;
         }
         // The template goes after the nodes that boot from it; only ours.
         if let Some((id, found)) = self.find_launch_template().await? {
