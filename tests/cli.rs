@@ -702,10 +702,7 @@ fn an_interrupt_while_planning_exits_128_plus_the_signal_and_leaves_no_lock() {
         std::thread::sleep(std::time::Duration::from_millis(1500));
         let lock = d.dir.path().join(".kfaws").join(&d.name).join("state.lock");
         assert!(lock.exists(), "plan holds the lock while it waits for STS");
-        std::process::Command::new("kill")
-            .args([&format!("-{signal}"), &child.id().to_string()])
-            .status()
-            .unwrap();
+        common::signal(child.id(), signal);
         let out = child.wait_with_output().unwrap();
         assert_eq!(
             out.status.code(),

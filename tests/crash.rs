@@ -196,11 +196,7 @@ fn ctrl_c_stops_new_work_records_in_flight_calls_and_exits_130() {
     let dir = tempfile::tempdir().unwrap();
     let child = spawn_child(dir.path(), 300);
     std::thread::sleep(Duration::from_millis(400));
-    let status = Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
+    common::signal(child.id(), "INT");
     let (code, stderr) = finish(child);
     assert_eq!(code, Some(130), "{stderr}");
     assert!(stderr.contains("Interrupt received"), "{stderr}");

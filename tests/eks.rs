@@ -888,10 +888,7 @@ async fn the_first_interrupt_stops_the_wait_for_a_creating_cluster_and_the_next_
     }
     tokio::time::sleep(Duration::from_secs(1)).await;
     let interrupted = Instant::now();
-    std::process::Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .unwrap();
+    common::signal(child.id(), "INT");
     let out = child.wait_with_output().unwrap();
     let took = interrupted.elapsed();
     let stderr = String::from_utf8_lossy(&out.stderr);

@@ -861,10 +861,7 @@ async fn the_first_interrupt_stops_a_readiness_wait_and_the_next_apply_checks_ag
     // minutes away).
     std::thread::sleep(Duration::from_secs(3));
     let interrupted = Instant::now();
-    std::process::Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .unwrap();
+    common::signal(child.id(), "INT");
     let status = child.wait().unwrap();
     let took = interrupted.elapsed();
     let mut stderr = String::new();

@@ -33,6 +33,19 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
+/// Sends signal `name` (`INT`, `TERM`, ...) to process `pid`, as a terminal's
+/// Ctrl-C or a CI runner's cancel would.
+///
+/// # Panics
+/// If `kill` cannot be run or fails.
+pub fn signal(pid: u32, name: &str) {
+    let status = std::process::Command::new("kill")
+        .args([format!("-{name}"), pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success(), "kill -{name} {pid}: {status}");
+}
+
 /// Fault injection, persisted in the world directory.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Faults {
