@@ -436,6 +436,20 @@ async fn a_bucket_its_stack_left_behind_fails_the_plan_to_make_the_stack_again()
     }
     assert_eq!(d.calls("CreateStack"), creates, "no CreateStack");
     assert_eq!(d.state()["resources"]["stack.storage"]["status"], "created");
+
+    // A destroy deletes no bucket here (the stack is gone): it is neither
+    // refused for the bucket's objects nor empties it, even with
+    // --force-destroy-buckets.
+    d.stdout(&["plan", "--destroy", "--target", "stack.storage"]);
+    d.stdout(&["destroy", "--auto-approve", "--force-destroy-buckets"]);
+    assert_eq!(d.calls("DeleteObjects"), 0);
+    aws.s3()
+        .head_object()
+        .bucket(&bucket)
+        .key("models/kept.mpk")
+        .send()
+        .await
+        .expect("the kept bucket's objects are untouched");
 }
 
 async fn cluster_tagged_group(aws: &Account, vpc: &str, name: &str, cluster: &str) -> String {

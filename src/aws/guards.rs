@@ -259,7 +259,11 @@ impl BucketGuard {
 #[async_trait]
 impl Guard for BucketGuard {
     async fn check(&self, check: &Check<'_>) -> Result<(), ResourceError> {
-        if deletes(check.action) && !check.options.force_destroy_buckets {
+        // A stack already gone (deleted outside kfaws, the bucket kept) deletes no bucket.
+        if deletes(check.action)
+            && !check.options.force_destroy_buckets
+            && self.stack_exists().await?
+        {
             let name = self.recorded_bucket(check.recorded);
             match bucket::contents(&self.s3, &name).await {
                 Ok(Some(c)) if c.count > 0 => return Err(Self::not_empty(&name, c)),
@@ -393,6 +397,13 @@ impl Guard for BucketGuard {
         options: &DeleteOptions,
     ) -> Result<(), ResourceError> {
         let name = self.recorded_bucket(Some(recorded));
+        if !self.stack_exists().await? {
+            // Deleted outside kfaws with the bucket kept: the bucket is in no stack, the
+            // delete removes only the state entry, and nothing empties it (not even
+            // `--force-destroy-buckets`, which is about buckets a plan deletes).
+            tracing::warn!(bucket = %name, "the stack is gone; its bucket is left as it is");
+            return Ok(());
+        }
         if options.force_destroy_buckets {
             let n = bucket::empty(&self.s3, &name)
                 .await
