@@ -1236,21 +1236,20 @@ async fn a_recorded_cluster_or_oidc_provider_retagged_by_hand_stops_the_plan_and
         .send()
         .await
         .unwrap();
-    for command in [
-        &["plan"][..],
-        &["apply", "--auto-approve"],
-        &["destroy", "--auto-approve"],
-    ] {
-        let err = d.fails(command);
-        assert!(
-            err.contains(&format!("EKS cluster {} ({arn})", d.name))
-                && err.contains("no longer carries this deployment's tags")
-                && err.contains("kfaws:deployment is \"other\"")
-                && err.contains("kfaws state rm eks.cluster")
-                && !err.contains("fix what stops the read"),
-            "{command:?}: {err}"
-        );
-    }
+    d.each_fails(
+        &[
+            &["plan"],
+            &["apply", "--auto-approve"],
+            &["destroy", "--auto-approve"],
+        ],
+        &[
+            &format!("EKS cluster {} ({arn})", d.name),
+            "no longer carries this deployment's tags",
+            "kfaws:deployment is \"other\"",
+            "kfaws state rm eks.cluster",
+        ],
+        &["fix what stops the read"],
+    );
     assert_eq!(
         d.state()["resources"]["eks.cluster"],
         before["resources"]["eks.cluster"],
@@ -1368,21 +1367,20 @@ async fn a_recorded_node_group_retagged_by_hand_stops_the_plan_and_is_kept() {
         .send()
         .await
         .unwrap();
-    for command in [
-        &["plan"][..],
-        &["apply", "--auto-approve"],
-        &["destroy", "--auto-approve"],
-    ] {
-        let err = d.fails(command);
-        assert!(
-            err.contains(&format!("({arn})"))
-                && err.contains("no longer carries this deployment's tags")
-                && err.contains("kfaws:deployment is (none)")
-                && err.contains("kfaws:lineage is (none)")
-                && !err.contains("fix what stops the read"),
-            "{command:?}: {err}"
-        );
-    }
+    d.each_fails(
+        &[
+            &["plan"],
+            &["apply", "--auto-approve"],
+            &["destroy", "--auto-approve"],
+        ],
+        &[
+            &format!("({arn})"),
+            "no longer carries this deployment's tags",
+            "kfaws:deployment is (none)",
+            "kfaws:lineage is (none)",
+        ],
+        &["fix what stops the read"],
+    );
     assert_eq!(
         d.state()["resources"]["eks.nodegroup.cpu"],
         before["resources"]["eks.nodegroup.cpu"]

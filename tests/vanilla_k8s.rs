@@ -903,17 +903,7 @@ async fn bundles_refuse_a_cluster_that_does_not_carry_this_states_tags() {
     d.lifecycle(FAST);
     d.stdout(&["apply", "--auto-approve"]);
     let eks = aws_sdk_eks::Client::new(&d.sdk().await);
-    let arn = eks
-        .describe_cluster()
-        .name(&d.name)
-        .send()
-        .await
-        .unwrap()
-        .cluster()
-        .unwrap()
-        .arn()
-        .unwrap()
-        .to_string();
+    let arn = d.cluster_arn().await;
     let lineage = d.state()["lineage"].as_str().unwrap().to_string();
     eks.tag_resource()
         .resource_arn(&arn)

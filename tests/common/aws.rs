@@ -511,6 +511,33 @@ impl Deployment {
         String::from_utf8(out).unwrap()
     }
 
+    /// Runs each of `commands`, asserting that it exits 1 with a standard
+    /// error holding every string of `present` and none of `absent`.
+    pub fn each_fails(&self, commands: &[&[&str]], present: &[&str], absent: &[&str]) {
+        for command in commands {
+            let err = self.fails(command);
+            assert!(
+                present.iter().all(|p| err.contains(p)) && !absent.iter().any(|a| err.contains(a)),
+                "{command:?}: {err}"
+            );
+        }
+    }
+
+    /// The ARN of the deployment's EKS cluster (DescribeCluster).
+    pub async fn cluster_arn(&self) -> String {
+        aws_sdk_eks::Client::new(&self.sdk().await)
+            .describe_cluster()
+            .name(&self.name)
+            .send()
+            .await
+            .unwrap()
+            .cluster()
+            .unwrap()
+            .arn()
+            .unwrap()
+            .to_string()
+    }
+
     /// Clients for the deployment's account.
     pub async fn aws(&self) -> Account {
         Account::new(&self.account).await
