@@ -489,10 +489,11 @@ async fn state_rm_forgets_without_deleting_and_apply_adopts_it_again() {
 }
 
 /// A cluster removed from the state (but not from AWS) sits in the network
-/// destroy would delete: refused at plan, before anything is deleted, and
-/// never its security groups taken for leftovers.
+/// destroy would delete and uses the roles and key of `stack.iam`: both
+/// deletes are refused at plan, before anything is deleted, and never its
+/// security groups taken for leftovers.
 #[tokio::test]
-async fn destroy_refuses_to_delete_the_network_under_a_cluster_the_state_forgot() {
+async fn destroy_refuses_to_delete_the_network_or_the_roles_under_a_cluster_the_state_forgot() {
     let d = Deployment::new("");
     d.stdout(&["apply", "--auto-approve", "--target", "eks.cluster"]);
     d.stdout(&["state", "rm", "eks.cluster"]);
@@ -508,6 +509,18 @@ async fn destroy_refuses_to_delete_the_network_under_a_cluster_the_state_forgot(
     assert_eq!(d.live_stack_names().await, stacks);
     assert_eq!(d.state()["serial"], serial);
     assert_eq!(calls(&d, "DeleteSecurityGroup"), 0);
+    // The roles alone: the cluster's role and its secrets key are in use.
+    let err = d.fails(&["destroy", "--auto-approve", "--target", "stack.iam"]);
+    assert!(
+        err.contains(&format!(
+            "EKS cluster {} (status ACTIVE) still uses its cluster role",
+            d.name
+        )) && err.contains("and its secrets encryption key arn:aws:kms:")
+            && err.contains("nothing was deleted"),
+        "{err}"
+    );
+    assert_eq!(d.live_stack_names().await, stacks);
+    assert_eq!(d.state()["serial"], serial);
     // The way out the message gives: adopt it, then destroy.
     d.stdout(&["apply", "--auto-approve", "--target", "eks.cluster"]);
     d.stdout(&["destroy", "--auto-approve"]);

@@ -17,6 +17,8 @@
 //!   outside kfaws is drift that replaces the stack.
 //! - [`VpcGuard`] (`stack.network`, case C4): what other actors left in the
 //!   VPC ([`super::vpc`]).
+//! - [`InUseGuard`] (`stack.iam`): the cluster role and the secrets key
+//!   are not deleted under a live cluster that left the state.
 //!
 //! "Ours" is decided by the tags every kfaws stack writes
 //! ([`super::stack::DEPLOYMENT_TAG`], [`super::stack::LINEAGE_TAG`]): the
@@ -744,5 +746,107 @@ impl Guard for VpcGuard {
             );
         }
         Ok(())
+    }
+}
+
+/// Refuses to delete `stack.iam` while an EKS cluster outside this state
+/// still uses what the stack made: its cluster role (`ClusterRoleArn`; a
+/// cluster whose role is gone cannot manage its network interfaces or
+/// load balancers) or its secrets key (`SecretsKeyArn`; a KMS key scheduled
+/// for deletion leaves the cluster's Secrets unreadable once it is deleted:
+/// "Deleting a KMS key", AWS KMS Developer Guide). Happens when the cluster
+/// left the state (`kfaws state rm eks.cluster`) but not AWS; a cluster in
+/// the state is deleted before the stack in the same plan.
+pub struct InUseGuard {
+    /// The EKS client.
+    pub eks: aws_sdk_eks::Client,
+    /// The EKS cluster name.
+    pub cluster: String,
+    /// The cluster's address in the state.
+    pub cluster_address: crate::address::Address,
+}
+
+impl InUseGuard {
+    /// What of `recorded` (the stack's outputs) the live cluster uses, as
+    /// phrases; empty when there is no such cluster or it uses none.
+    async fn used(&self, recorded: &ResourceState) -> Result<Vec<String>, ResourceError> {
+        let Some(cluster) = super::eks::describe_cluster(&self.eks, &self.cluster).await? else {
+            return Ok(vec![]);
+        };
+        let output = |key: &str| {
+            recorded
+                .outputs
+                .get(key)
+                .and_then(serde_json::Value::as_str)
+        };
+        let mut used = Vec::new();
+        if let Some(role) = output("ClusterRoleArn").filter(|r| cluster.role_arn() == Some(*r)) {
+            used.push(format!("its cluster role {role}"));
+        }
+        let keys = cluster
+            .encryption_config()
+            .iter()
+            .filter_map(|c| c.provider().and_then(|p| p.key_arn()));
+        if let Some(key) =
+            output(super::eks::cluster::KEY_OUTPUT).filter(|k| keys.clone().any(|used| used == *k))
+        {
+            used.push(format!("its secrets encryption key {key}"));
+        }
+        if used.is_empty() {
+            return Ok(used);
+        }
+        let status = cluster.status().map_or("unknown", |s| s.as_str());
+        used.insert(0, format!("EKS cluster {} (status {status})", self.cluster));
+        Ok(used)
+    }
+
+    fn refusal(used: &[String], why: &str) -> ResourceError {
+        let (cluster, what) = used.split_first().expect("a cluster and what it uses");
+        ResourceError::msg(format!(
+            "{cluster} still uses {} made by this stack, but {why}; the roles and the key are \
+             deleted only once the cluster is gone",
+            what.join(" and ")
+        ))
+    }
+}
+
+#[async_trait]
+impl Guard for InUseGuard {
+    async fn check(&self, check: &Check<'_>) -> Result<(), ResourceError> {
+        let Some(recorded) = check.recorded else {
+            return Ok(());
+        };
+        if !deletes(check.action) || check.state.resources.contains_key(&self.cluster_address) {
+            return Ok(());
+        }
+        let used = self.used(recorded).await?;
+        if used.is_empty() {
+            return Ok(());
+        }
+        Err(ResourceError::msg(format!(
+            "{}; nothing was {}",
+            Self::refusal(&used, NOT_IN_STATE),
+            if check.action == Action::Delete {
+                "deleted"
+            } else {
+                "changed"
+            }
+        )))
+    }
+
+    async fn before_delete(
+        &self,
+        recorded: &ResourceState,
+        _: &DeleteOptions,
+    ) -> Result<(), ResourceError> {
+        let used = self.used(recorded).await?;
+        if used.is_empty() {
+            return Ok(());
+        }
+        Err(Self::refusal(
+            &used,
+            "this run did not delete it first (its delete did not finish, or it left the state \
+             since the plan); destroy it first: `kfaws destroy --target eks.cluster`, or plan again",
+        ))
     }
 }

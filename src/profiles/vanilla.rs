@@ -32,7 +32,7 @@ use crate::address::Address;
 use crate::aws::eks::cluster::ClusterResource;
 use crate::aws::eks::nodegroup::NodegroupResource;
 use crate::aws::guards::{
-    BucketGuard, FileSystemGuard, FixedRole, Kept, Owner, RolesGuard, VpcGuard,
+    BucketGuard, FileSystemGuard, FixedRole, InUseGuard, Kept, Owner, RolesGuard, VpcGuard,
 };
 use crate::aws::ingress::IngressGuard;
 use crate::aws::oidc::OidcProviderResource;
@@ -374,6 +374,11 @@ fn guards(
                     },
                 ],
                 owner,
+            }),
+            Arc::new(InUseGuard {
+                eks: crate::aws::client::<aws_sdk_eks::Client>(aws),
+                cluster: config.name.clone(),
+                cluster_address: Address::new(CLUSTER).expect("a valid address"),
             }),
             Arc::new(TrustGuard {
                 iam: crate::aws::client::<aws_sdk_iam::Client>(aws),
