@@ -715,17 +715,33 @@ async fn bad_input_is_refused_before_any_job_is_created() {
         "epochs=3",
         "--hp",
         "batch_size=8",
+        "--hp",
+        "seed=abc",
         "--max-runtime",
         "3600",
     ]);
     assert!(
-        err.starts_with("Error: 4 problems in the arguments; nothing was created:\n  - ")
-            && err.contains(
-                "\n  - hyperparameter \"lr\" = \"-1e0\" (from --lr) must be a number > 0"
-            )
+        err.starts_with("Error: 5 problems in the arguments; nothing was created:\n  - ")
+            && err.contains("\n  - hyperparameter \"seed\" = \"abc\" (from --hp) must be")
+            && err
+                .contains("\n  - hyperparameter \"lr\" = \"-1\" (from --lr) must be a number > 0")
             && err.contains("\n  - --hp epochs=… is not accepted")
             && err.contains("\n  - --hp batch_size=… is not accepted")
             && err.contains("\n  - --max-runtime applies to the kubernetes and sagemaker runtimes"),
+        "{err}"
+    );
+    // SageMaker's MaxRuntimeInSeconds bound (28 days) holds for every runtime, at parse.
+    let err = d.fails(&[
+        "train",
+        "--runtime",
+        "local",
+        "--data",
+        data,
+        "--max-runtime",
+        "2419201",
+    ]);
+    assert!(
+        err.contains("2419201") && err.contains("--max-runtime") && err.contains("1..=2419200"),
         "{err}"
     );
     // The runtime from kfaws.toml is checked when the file is parsed (case C18).

@@ -69,9 +69,10 @@ pub struct TrainArgs {
     /// Memory request and limit of each replica, a Kubernetes quantity of at least 128Mi (kubernetes) [default: 2Gi].
     #[arg(long)]
     pub memory: Option<String>,
-    /// Longest run in seconds (sagemaker: its MaxRuntimeInSeconds; kubernetes: how long kfaws
-    /// waits) [default: 86400].
-    #[arg(long, allow_negative_numbers = true, value_parser = clap::value_parser!(u64).range(1..))]
+    /// Longest run in seconds, at most 2419200 (28 days, SageMaker's limit for
+    /// StoppingCondition.MaxRuntimeInSeconds) (sagemaker: its MaxRuntimeInSeconds; kubernetes:
+    /// how long kfaws waits) [default: 86400].
+    #[arg(long, allow_negative_numbers = true, value_parser = clap::value_parser!(u64).range(1..=MAX_RUNTIME_LIMIT))]
     pub max_runtime: Option<u64>,
     /// SageMaker: run the containers without network access (VpcConfig still applies).
     #[arg(long)]
@@ -104,6 +105,10 @@ pub struct TrainArgs {
 
 /// Where local jobs go without `--output-dir`, relative to the working directory.
 const DEFAULT_OUTPUT_DIR: &str = "kfaws-jobs";
+
+/// The largest `--max-runtime`: 28 days in seconds, the upper bound of
+/// `StoppingCondition.MaxRuntimeInSeconds` (SageMaker API Reference, `StoppingCondition`).
+const MAX_RUNTIME_LIMIT: u64 = 28 * 24 * 3600;
 
 /// `--max-runtime` without the flag: one day, in seconds.
 const DEFAULT_MAX_RUNTIME: u64 = 86_400;
@@ -258,8 +263,8 @@ fn request(args: &TrainArgs, runtime: Runtime) -> anyhow::Result<Request> {
     if let Err(e) = kfaws::sagemaker::training::validate_hyperparameters(&hyperparameters) {
         problems.push(e.to_string());
     }
-    if let Err(e) = kfaws::train::check_hyperparameters(&hyperparameters, &args.hp) {
-        problems.push(e.to_string());
+    if let Err(all) = kfaws::train::check_hyperparameters(&hyperparameters, &args.hp) {
+        problems.extend(all.iter().map(ToString::to_string));
     }
     match (data, problems.as_slice()) {
         (Some(data), []) => Ok(Request {

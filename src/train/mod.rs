@@ -51,7 +51,7 @@ pub fn hyperparameters(
     extra: &[(String, String)],
 ) -> BTreeMap<String, String> {
     // f64's Display never uses an exponent: 1e300 would be 301 digits.
-    let lr = if (1e-4..1e6).contains(&lr) {
+    let lr = if lr == 0.0 || (1e-4..1e6).contains(&lr.abs()) {
         lr.to_string()
     } else {
         format!("{lr:e}")
@@ -76,17 +76,19 @@ pub const FLAG_KEYS: [&str; 4] = ["epochs", "batch-size", "lr", "backend"];
 /// replica of it (or silently taking one of the values).
 ///
 /// # Errors
-/// The first key the trainer would refuse: given twice in `extra` (in either spelling,
-/// `batch-size` or `batch_size`), unknown (the message lists the known names) or a value
-/// breaking its rule (the message gives the rule), naming the flag it came from.
+/// Every key the trainer would refuse, in key order after a duplicate: a key given twice in
+/// `extra` (in either spelling, `batch-size` or `batch_size`; the first such pair), unknown
+/// (the message lists the known names) or a value breaking its rule (the message gives the
+/// rule), each naming the flag it came from.
 pub fn check_hyperparameters(
     hyperparameters: &BTreeMap<String, String>,
     extra: &[(String, String)],
-) -> Result<(), kfaws_trainer_contract::HyperparameterError> {
+) -> Result<(), Vec<kfaws_trainer_contract::HyperparameterError>> {
+    let mut problems = Vec::new();
     if let Some((first, second)) =
         kfaws_trainer_contract::find_duplicate(extra.iter().map(|(k, _)| k.as_str()))
     {
-        return Err(kfaws_trainer_contract::HyperparameterError::Duplicate {
+        problems.push(kfaws_trainer_contract::HyperparameterError::Duplicate {
             first: first.to_string(),
             second: second.to_string(),
             origin: "--hp".into(),
@@ -99,9 +101,15 @@ pub fn check_hyperparameters(
         } else {
             "--hp".to_string()
         };
-        parsed.set(key, value, &origin)?;
+        if let Err(e) = parsed.set(key, value, &origin) {
+            problems.push(e);
+        }
     }
-    Ok(())
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems)
+    }
 }
 
 /// Whether a SageMaker instance type has NVIDIA GPUs, as `backend=nccl` (CUDA) needs: the P
@@ -403,8 +411,45 @@ mod tests {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
-        check_hyperparameters(&hyperparameters(2, 32, lr, "gloo", &extra), &extra)
-            .map_err(|e| e.to_string())
+        check_hyperparameters(&hyperparameters(2, 32, lr, "gloo", &extra), &extra).map_err(|e| {
+            e.iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+    }
+
+    #[test]
+    fn every_hyperparameter_problem_is_reported_not_only_the_first() {
+        let err = check(
+            -1.0,
+            &[
+                ("seed", "abc"),
+                ("foo", "1"),
+                ("test-batch-size", "8"),
+                ("test_batch_size", "8"),
+            ],
+        )
+        .unwrap_err();
+        let lines: Vec<&str> = err.lines().collect();
+        assert_eq!(lines.len(), 4, "{err}");
+        assert!(
+            lines[0].contains("\"test_batch_size\"") && lines[0].contains("given twice"),
+            "{err}"
+        );
+        assert!(lines[1].contains("unknown hyperparameter \"foo\""), "{err}");
+        assert!(lines[2].contains("\"lr\" = \"-1\" (from --lr)"), "{err}");
+        assert!(lines[3].contains("\"seed\" = \"abc\""), "{err}");
+    }
+
+    #[test]
+    fn a_learning_rate_is_written_without_an_exponent_in_the_usual_range_of_either_sign() {
+        let lr = |v: f64| hyperparameters(1, 1, v, "gloo", &[])["lr"].clone();
+        assert_eq!(lr(0.02), "0.02");
+        assert_eq!(lr(-1.0), "-1");
+        assert_eq!(lr(0.0), "0");
+        assert_eq!(lr(1e-7), "1e-7");
+        assert_eq!(lr(-1e300), "-1e300");
     }
 
     #[test]
