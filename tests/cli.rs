@@ -686,7 +686,12 @@ fn an_interrupt_while_planning_exits_128_plus_the_signal_and_leaves_no_lock() {
     let d = Deployment::new("");
     let control = std::env::var("KFAWS_EMULATOR_CONTROL").expect("run under with_emulator.sh");
     // The shell convention: 128 + SIGINT (2), 128 + SIGTERM (15).
-    for (signal, status) in [("INT", 130), ("TERM", 143)] {
+    // The first line names a signal the user did not type (SIGTERM from a
+    // supervisor); Ctrl-C is an "Interrupt".
+    for (signal, status, said) in [
+        ("INT", 130, "Interrupt received: stopping."),
+        ("TERM", 143, "SIGTERM received: stopping."),
+    ] {
         let rule = format!(
             r#"{{"service":"sts","operation":"GetCallerIdentity","kind":"latency","latency_ms":4000,"count":1,"account_id":"{}"}}"#,
             d.account
@@ -723,6 +728,8 @@ fn an_interrupt_while_planning_exits_128_plus_the_signal_and_leaves_no_lock() {
             "SIG{signal}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(said), "SIG{signal}: {stderr}");
         assert!(!lock.exists(), "the lock is released");
     }
 }

@@ -874,7 +874,7 @@ async fn the_first_interrupt_stops_the_wait_for_a_creating_cluster_and_the_next_
     let eks = aws_sdk_eks::Client::new(&d.sdk().await);
     let child = d
         .process(&["apply", "--auto-approve"])
-        .stdout(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
@@ -896,6 +896,34 @@ async fn the_first_interrupt_stops_the_wait_for_a_creating_cluster_and_the_next_
     assert!(
         took < Duration::from_secs(30),
         "stopped {took:?} after the interrupt; the cluster takes 60 s: {stderr}"
+    );
+    // The summary says the cluster was interrupted, not that it failed, and
+    // what waited on it was not started, not skipped for a failure.
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let row = |address: &str| {
+        stdout
+            .lines()
+            .find(|l| l.starts_with('│') && l.split_whitespace().nth(1) == Some(address))
+            .unwrap_or_else(|| panic!("no row for {address}: {stdout}"))
+            .to_string()
+    };
+    assert!(
+        row("eks.cluster").contains("interrupted (resumes on the next run)"),
+        "{stdout}"
+    );
+    assert!(
+        row("eks.nodegroup.cpu").contains("not started (interrupted)"),
+        "{stdout}"
+    );
+    assert!(
+        !stdout.contains("FAILED") && !stdout.contains("upstream") && !stdout.contains("Error:"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("Interrupted: eks.cluster: create: stopped waiting for")
+            && stdout.contains("eks.cluster: interrupted after ")
+            && !stdout.contains("failed after"),
+        "{stdout}"
     );
     let entry = &d.state()["resources"]["eks.cluster"];
     assert_eq!(entry["status"], "creating", "{entry}");

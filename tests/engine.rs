@@ -110,7 +110,7 @@ impl Progress for Concurrency {
         self.peak.fetch_max(n, Ordering::SeqCst);
         self.order.lock().unwrap().push(address.to_string());
     }
-    fn finished(&self, _: &Address, _: Action, _: &Result<(), String>, _: Duration) {
+    fn finished(&self, _: &Address, _: Action, _: &Outcome, _: Duration) {
         self.now.fetch_sub(1, Ordering::SeqCst);
     }
 }
@@ -170,7 +170,7 @@ struct Finished(Mutex<Vec<(String, Action)>>);
 
 impl Progress for Finished {
     fn started(&self, _: &Address, _: Action) {}
-    fn finished(&self, address: &Address, action: Action, _: &Result<(), String>, _: Duration) {
+    fn finished(&self, address: &Address, action: Action, _: &Outcome, _: Duration) {
         self.0.lock().unwrap().push((address.to_string(), action));
     }
 }

@@ -555,20 +555,20 @@ async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
     let cancel = cancel_on_signals(match &cli.command {
         Command::Train(args) => match args.runtime {
             Some(kfaws::train::Runtime::Local) => {
-                "Interrupt received: stopping the training job: every rank checkpoints and \
+                "stopping the training job: every rank checkpoints and \
                  exits. Interrupt again to exit at once."
             }
             Some(kfaws::train::Runtime::Sagemaker) => {
-                "Interrupt received: stopping the training job (StopTrainingJob; the trainer \
+                "stopping the training job (StopTrainingJob; the trainer \
                  checkpoints). Interrupt again to exit at once."
             }
             Some(kfaws::train::Runtime::Kubernetes) => {
-                "Interrupt received: kfaws stops waiting; the PyTorchJob keeps running. \
+                "kfaws stops waiting; the PyTorchJob keeps running. \
                  Interrupt again to exit at once."
             }
             // The runtime comes from kfaws.toml, read later.
             None => {
-                "Interrupt received: stopping the training job (local: every rank checkpoints \
+                "stopping the training job (local: every rank checkpoints \
                  and exits; sagemaker: StopTrainingJob; kubernetes: kfaws stops waiting, the \
                  PyTorchJob keeps running). Interrupt again to exit at once."
             }

@@ -129,6 +129,7 @@ pub async fn execute(
     let priority = dag.bottom_levels(estimate);
     let elapsed: Arc<Mutex<BTreeMap<Address, Duration>>> = Arc::default();
     let skipped: Arc<Mutex<std::collections::BTreeSet<Address>>> = Arc::default();
+    let stopped: Arc<Mutex<std::collections::BTreeSet<Address>>> = Arc::default();
     let started = Instant::now();
     let abort = cancel.child_token();
     let result = walk(
@@ -146,6 +147,7 @@ pub async fn execute(
             };
             let elapsed = Arc::clone(&elapsed);
             let skipped = Arc::clone(&skipped);
+            let stopped = Arc::clone(&stopped);
             let abort = abort.clone();
             async move {
                 let t0 = Instant::now();
@@ -159,6 +161,12 @@ pub async fn execute(
                     Ok(action) => *action,
                     Err(_) => job.change.action,
                 };
+                if let Err(Failure::Interrupted(_)) = &result {
+                    stopped
+                        .lock()
+                        .expect("not poisoned")
+                        .insert(address.clone());
+                }
                 if performed != job.change.action {
                     skipped
                         .lock()
@@ -168,8 +176,13 @@ pub async fn execute(
                 let took = t0.elapsed();
                 elapsed.lock().expect("not poisoned").insert(address, took);
                 let message = result.as_ref().map(|_| ()).map_err(|e| e.to_string());
+                let outcome = match &result {
+                    Ok(_) => Outcome::Succeeded,
+                    Err(Failure::Interrupted(m)) => Outcome::Interrupted(m.clone()),
+                    Err(e) => Outcome::Failed(e.to_string()),
+                };
                 job.progress
-                    .finished(&job.change.address, performed, &message, took);
+                    .finished(&job.change.address, performed, &outcome, took);
                 if let Err(Failure::State(_)) = &result {
                     abort.cancel();
                 }
@@ -180,6 +193,7 @@ pub async fn execute(
     .await;
     let elapsed = elapsed.lock().expect("not poisoned").clone();
     let skipped = skipped.lock().expect("not poisoned").clone();
+    let stopped = stopped.lock().expect("not poisoned").clone();
     let results: Vec<ResourceResult> = changes
         .values()
         .map(|c| ResourceResult {
@@ -189,7 +203,15 @@ pub async fn execute(
             } else {
                 c.action
             },
-            outcome: result.outcomes[&c.address].clone(),
+            // A job whose wait the interrupt stopped did not fail, and what
+            // waited on it was not started because of the interrupt.
+            outcome: match &result.outcomes[&c.address] {
+                Outcome::Failed(m) if stopped.contains(&c.address) => {
+                    Outcome::Interrupted(m.clone())
+                }
+                Outcome::UpstreamFailed(root) if stopped.contains(root) => Outcome::NotStarted,
+                other => other.clone(),
+            },
             elapsed: elapsed.get(&c.address).copied(),
         })
         .collect();
@@ -251,6 +273,9 @@ async fn record_refreshes(plan: &Plan, handles: &Handles, store: &SharedStore) -
 enum Failure {
     #[error("{0}")]
     Resource(String),
+    /// The first interrupt stopped a wait after the change was sent.
+    #[error("{0}")]
+    Interrupted(String),
     #[error("could not record the change in the state: {0}")]
     State(#[from] PersistError),
 }
@@ -279,7 +304,10 @@ struct Failed {
 
 impl From<Failed> for Failure {
     fn from(f: Failed) -> Self {
-        Failure::Resource(f.message)
+        match f.kind {
+            ErrorKind::Interrupted => Failure::Interrupted(f.message),
+            ErrorKind::Failed | ErrorKind::Refused => Failure::Resource(f.message),
+        }
     }
 }
 
@@ -292,7 +320,11 @@ async fn timed<T>(
     match tokio::time::timeout(limit, call).await {
         Ok(Ok(v)) => Ok(v),
         Ok(Err(e)) => Err(Failed {
-            message: format!("{verb} failed: {e}"),
+            message: if e.kind == ErrorKind::Interrupted {
+                format!("{verb}: {e}")
+            } else {
+                format!("{verb} failed: {e}")
+            },
             kind: e.kind,
         }),
         Err(_) => Err(Failed {

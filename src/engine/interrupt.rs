@@ -39,16 +39,16 @@ pub fn exit_status() -> u8 {
 }
 
 /// What the first interrupt of a command that changes infrastructure says.
-pub const STOPPING_CHANGES: &str =
-    "Interrupt received: stopping. Nothing new will start; calls in \
+pub const STOPPING_CHANGES: &str = "stopping. Nothing new will start; calls in \
     flight finish and are recorded, and waits for what they started (a cluster, node group or \
     stack to be ready or gone, Kubernetes objects to be ready or gone) stop: the next apply or \
     destroy waits for them again. Interrupt again to exit at once (the state already records \
     in-flight creates and deletes).";
 
 /// Returns a token cancelled by the first SIGINT, SIGTERM or SIGHUP, and
-/// installs the second-signal exit. `first` is printed on the first signal:
-/// what the command does when it stops (e.g. [`STOPPING_CHANGES`]). Call it
+/// installs the second-signal exit. `first` is printed on the first signal,
+/// after `<signal> received: `: what the command does when it stops (e.g.
+/// [`STOPPING_CHANGES`]). Call it
 /// before taking the state lock, so no signal can leave the lock behind.
 /// Must be called inside a tokio runtime.
 ///
@@ -67,7 +67,14 @@ pub fn cancel_on_signals(first: &'static str) -> CancellationToken {
             _ = hup.recv() => Signal::SIGHUP,
         };
         FIRST.store(got as i32, Ordering::Relaxed);
-        say(&format!("\n{first}"));
+        // Ctrl-C is an interrupt to its user; the other two are named, as a
+        // user who never pressed a key needs to know what stopped the run.
+        let what = match got {
+            Signal::SIGTERM => "SIGTERM",
+            Signal::SIGHUP => "SIGHUP (the terminal closed)",
+            _ => "Interrupt",
+        };
+        say(&format!("\n{what} received: {first}"));
         t.cancel();
         STOPPING.cancel();
         tokio::select! {

@@ -20,14 +20,9 @@ use crate::plan::Action;
 pub trait Progress: Send + Sync {
     /// A resource's job started.
     fn started(&self, address: &Address, action: Action);
-    /// A resource's job ended after `elapsed`.
-    fn finished(
-        &self,
-        address: &Address,
-        action: Action,
-        result: &Result<(), String>,
-        elapsed: Duration,
-    );
+    /// A resource's job ended after `elapsed`: [`Outcome::Succeeded`],
+    /// [`Outcome::Failed`] or [`Outcome::Interrupted`].
+    fn finished(&self, address: &Address, action: Action, outcome: &Outcome, elapsed: Duration);
     /// What a running resource's job waits for changed (`CREATING`,
     /// `DELETE_IN_PROGRESS`, `waiting for instance i-… to go`): see
     /// [`report_status`].
@@ -53,7 +48,7 @@ pub struct Silent;
 
 impl Progress for Silent {
     fn started(&self, _: &Address, _: Action) {}
-    fn finished(&self, _: &Address, _: Action, _: &Result<(), String>, _: Duration) {}
+    fn finished(&self, _: &Address, _: Action, _: &Outcome, _: Duration) {}
 }
 
 fn doing(action: Action) -> &'static str {
@@ -224,13 +219,7 @@ impl Progress for Console {
         }
     }
 
-    fn finished(
-        &self,
-        address: &Address,
-        action: Action,
-        result: &Result<(), String>,
-        elapsed: Duration,
-    ) {
+    fn finished(&self, address: &Address, action: Action, outcome: &Outcome, elapsed: Duration) {
         if let Some((multi, bars)) = &self.bars {
             if let Some(bar) = bars.lock().expect("not poisoned").remove(address) {
                 bar.finish_and_clear();
@@ -242,9 +231,12 @@ impl Progress for Console {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .remove(address);
         let secs = elapsed.as_secs_f64();
-        match result {
-            Ok(()) => self.line(format!("{address}: {} after {secs:.1}s", done(action))),
-            Err(e) => self.line(format!("{address}: failed after {secs:.1}s: {e}")),
+        match outcome {
+            Outcome::Interrupted(e) => {
+                self.line(format!("{address}: interrupted after {secs:.1}s: {e}"));
+            }
+            Outcome::Failed(e) => self.line(format!("{address}: failed after {secs:.1}s: {e}")),
+            _ => self.line(format!("{address}: {} after {secs:.1}s", done(action))),
         }
     }
 }
@@ -261,6 +253,7 @@ pub fn report_table(report: &ApplyReport) -> String {
             Outcome::Failed(_) => "FAILED".to_string(),
             Outcome::UpstreamFailed(root) => format!("skipped: upstream {root} failed"),
             Outcome::NotStarted => "not started (interrupted)".to_string(),
+            Outcome::Interrupted(_) => "interrupted (resumes on the next run)".to_string(),
         };
         let took = r
             .elapsed
@@ -276,6 +269,9 @@ pub fn report_table(report: &ApplyReport) -> String {
     let mut out = table.to_string();
     out.push('\n');
     for r in &report.results {
+        if let Outcome::Interrupted(e) = &r.outcome {
+            out.push_str(&format!("Interrupted: {}: {e}\n", r.address));
+        }
         if let Outcome::Failed(e) = &r.outcome {
             let skipped: Vec<String> = report
                 .results

@@ -28,6 +28,11 @@ pub enum Outcome {
     UpstreamFailed(Address),
     /// Not run: the walk was cancelled first.
     NotStarted,
+    /// Sent but not seen through: the first interrupt stopped the job's wait
+    /// ([`crate::resource::ErrorKind::Interrupted`]), with its message. The
+    /// walk itself never yields it (a job's error is [`Outcome::Failed`]); the
+    /// executor ([`super::exec`]) tells the two apart.
+    Interrupted(String),
 }
 
 /// Every node's outcome and whether the walk was cancelled.
