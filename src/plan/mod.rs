@@ -313,12 +313,20 @@ pub enum PlanError {
 
 /// `address: message` pairs on one line, for the errors of steps that run
 /// for every resource and report all failures together.
+/// `a: message` for one failure; for several, their count, then one per line (a refusal
+/// runs to several hundred characters, and ten on one line cannot be read).
 fn render_failures(failures: &[(Address, String)]) -> String {
-    failures
-        .iter()
-        .map(|(a, m)| format!("{a}: {m}"))
-        .collect::<Vec<_>>()
-        .join("; ")
+    match failures {
+        [(a, m)] => format!("{a}: {m}"),
+        many => format!(
+            "{} resources:\n  - {}\n",
+            many.len(),
+            many.iter()
+                .map(|(a, m)| format!("{a}: {m}"))
+                .collect::<Vec<_>>()
+                .join("\n  - ")
+        ),
+    }
 }
 
 /// Inputs of [`make_plan`].

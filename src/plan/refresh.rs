@@ -11,7 +11,7 @@ use crate::state::State;
 
 /// Reads that failed, by address.
 #[derive(Debug, thiserror::Error)]
-#[error("refresh failed for {}{}", super::render_failures(.failures), advice(*.refusals_only))]
+#[error("{}", message(.failures, *.refusals_only))]
 pub struct RefreshError {
     /// `(address, message)` for each failed read.
     pub failures: Vec<(Address, String)>,
@@ -21,14 +21,20 @@ pub struct RefreshError {
     pub refusals_only: bool,
 }
 
-fn advice(refusals_only: bool) -> &'static str {
-    if refusals_only {
-        ""
-    } else {
-        "; every recorded resource is read before a plan: fix what stops the read (credentials, \
-         network, the cluster's endpoint) and run again; a resource that can no longer be read \
-         at all (its cluster deleted by hand) can be forgotten, not deleted, with `kfaws state rm \
-         ADDRESS`"
+/// What a failed read of a recorded resource asks of the user (left out when every failure is
+/// a refusal, whose message says the ways on).
+const ADVICE: &str = "every recorded resource is read before a plan: fix what stops the read \
+                      (credentials, network, the cluster's endpoint) and run again; a resource \
+                      that can no longer be read at all (its cluster deleted by hand) can be \
+                      forgotten, not deleted, with `kfaws state rm ADDRESS`";
+
+fn message(failures: &[(Address, String)], refusals_only: bool) -> String {
+    let failed = super::render_failures(failures);
+    match (refusals_only, failures.len()) {
+        (true, _) => format!("refresh failed for {failed}"),
+        // Several failures end with their list's line break.
+        (false, n) if n > 1 => format!("refresh failed for {failed}Note: {ADVICE}"),
+        (false, _) => format!("refresh failed for {failed}; {ADVICE}"),
     }
 }
 
@@ -79,5 +85,42 @@ pub async fn refresh(
             failures,
             refusals_only,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn failure(address: &str) -> (Address, String) {
+        (address.parse().unwrap(), format!("{address} was retagged"))
+    }
+
+    #[test]
+    fn one_failure_is_one_line_and_several_are_one_per_line_with_their_count() {
+        let one = message(&[failure("eks.cluster")], true);
+        assert_eq!(
+            one,
+            "refresh failed for eks.cluster: eks.cluster was retagged"
+        );
+        let many = message(&[failure("eks.cluster"), failure("iam.oidc")], true);
+        assert_eq!(
+            many.lines().collect::<Vec<_>>(),
+            [
+                "refresh failed for 2 resources:",
+                "  - eks.cluster: eks.cluster was retagged",
+                "  - iam.oidc: iam.oidc was retagged",
+            ]
+        );
+        let advised = message(&[failure("eks.cluster"), failure("iam.oidc")], false);
+        assert!(
+            advised.ends_with(&format!("was retagged\nNote: {ADVICE}")),
+            "{advised}"
+        );
+        let advised = message(&[failure("eks.cluster")], false);
+        assert!(
+            advised.ends_with(&format!("retagged; {ADVICE}")),
+            "{advised}"
+        );
     }
 }
