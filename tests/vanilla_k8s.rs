@@ -750,7 +750,9 @@ async fn an_unreachable_cluster_fails_the_refresh_naming_it_and_the_way_out() {
     d.set_cluster_endpoint(server, "https://127.0.0.1:9");
     let err = d.fails(&["plan"]);
     assert!(
-        err.contains("refresh failed for k8s.efs-csi")
+        // Every bundle's read fails, one per line.
+        err.contains("refresh failed for 3 resources:\n  - k8s.efs-csi: ")
+            && err.contains("\n  - k8s.user-namespace: ")
             && err.contains(&format!(
                 "reading from the API server of EKS cluster {}",
                 d.name
