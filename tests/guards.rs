@@ -430,7 +430,7 @@ async fn a_bucket_its_stack_left_behind_fails_the_plan_to_make_the_stack_again()
             err.contains(&format!(
                 "stack.storage: S3 bucket {bucket:?} (options.artifact_bucket) exists with this \
                  deployment's tags but in no stack"
-            )) && err.contains(&format!("aws s3 rb s3://{bucket} --force")),
+            )) && err.contains(&format!("and delete it: `aws s3 rb s3://{bucket}`")),
             "{command:?}: {err}"
         );
     }
@@ -440,7 +440,16 @@ async fn a_bucket_its_stack_left_behind_fails_the_plan_to_make_the_stack_again()
     // A destroy deletes no bucket here (the stack is gone): it is neither
     // refused for the bucket's objects nor empties it, even with
     // --force-destroy-buckets.
-    d.stdout(&["plan", "--destroy", "--target", "stack.storage"]);
+    // The plan names the bucket it leaves, untracked from then on.
+    let plan = d.stdout(&["plan", "--destroy", "--target", "stack.storage"]);
+    assert!(
+        plan.contains(&format!("Keep {bucket} (AWS::S3::Bucket)"))
+            && plan.contains(&format!(
+                "kept when stack {stack} was deleted outside kfaws; it holds 1 object version"
+            ))
+            && plan.contains("not tracked after it"),
+        "{plan}"
+    );
     d.stdout(&["destroy", "--auto-approve", "--force-destroy-buckets"]);
     assert_eq!(d.calls("DeleteObjects"), 0);
     aws.s3()

@@ -258,6 +258,16 @@ impl BucketGuard {
     }
 }
 
+/// How to delete a versioned bucket by hand: `aws s3 rb --force` deletes only current object
+/// versions, so the noncurrent ones and the delete markers keep the bucket from being deleted
+/// (Amazon S3 User Guide, "Emptying a bucket": the console's Empty deletes every version).
+fn empty_and_delete(bucket: &str) -> String {
+    format!(
+        "empty it (the S3 console's Empty deletes every object version; `aws s3 rb --force` does \
+         not, the bucket is versioned) and delete it: `aws s3 rb s3://{bucket}`"
+    )
+}
+
 #[async_trait]
 impl Guard for BucketGuard {
     async fn check(&self, check: &Check<'_>) -> Result<(), ResourceError> {
@@ -317,10 +327,11 @@ impl Guard for BucketGuard {
                              deployment's tags but in no stack: stack {} was deleted outside \
                              kfaws and the bucket kept. CloudFormation cannot create the stack \
                              over it, and kfaws does not delete it for you: copy what you need \
-                             from it, then empty and delete it (`aws s3 rb s3://{} --force`; \
-                             versioned objects need their versions deleted too), or set \
-                             options.artifact_bucket = \"<another name>\" in kfaws.toml",
-                            self.bucket, self.stack_name, self.bucket
+                             from it, then {}; or set options.artifact_bucket = \"<another \
+                             name>\" in kfaws.toml",
+                            self.bucket,
+                            self.stack_name,
+                            empty_and_delete(&self.bucket)
                         )));
                     } else {
                         None
@@ -391,6 +402,50 @@ impl Guard for BucketGuard {
         bucket::put_settings(&self.s3, name, &live)
             .await
             .map_err(ResourceError::msg)
+    }
+
+    /// A bucket its stack left behind (the stack deleted outside kfaws, the bucket kept): the
+    /// destroy does not delete it, and nothing records it afterwards, so the plan says so by
+    /// name. Nothing otherwise (the stack's own delete deletes the bucket).
+    async fn preview_delete(&self, recorded: &ResourceState) -> Result<Vec<Detail>, ResourceError> {
+        if self.stack_exists().await? {
+            return Ok(vec![]);
+        }
+        let name = self.recorded_bucket(Some(recorded));
+        let tags = match bucket::holder(&self.s3, &name)
+            .await
+            .map_err(ResourceError::msg)?
+        {
+            Holder::Visible(tags) => tags,
+            Holder::Nobody | Holder::OtherAccount => return Ok(vec![]),
+        };
+        if !self
+            .owner
+            .owns(tags.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        {
+            return Ok(vec![]);
+        }
+        let contents = match bucket::contents(&self.s3, &name)
+            .await
+            .map_err(ResourceError::msg)?
+        {
+            Some(c) if c.count > 0 => format!("holds {c}"),
+            _ => "is empty".to_string(),
+        };
+        Ok(vec![Detail {
+            action: "Keep".into(),
+            name: name.clone(),
+            kind: "AWS::S3::Bucket".into(),
+            replacement: None,
+            condition: None,
+            note: Some(format!(
+                "kept when stack {} was deleted outside kfaws; it {contents}. Not deleted by \
+                 this destroy (not even with --force-destroy-buckets) and not tracked after it: \
+                 once you have what you need from it, {}",
+                self.stack_name,
+                empty_and_delete(&name)
+            )),
+        }])
     }
 
     async fn before_delete(
