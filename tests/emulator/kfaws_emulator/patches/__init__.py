@@ -37,6 +37,7 @@ MODULES = (
     "eks_cluster_endpoint",
     "eks_tagging",
     "efs_already_exists_id",
+    "efs_mount_target_interface",
     "lifecycle_eks",
     "lifecycle_efs",
     "lifecycle_nat",
