@@ -63,11 +63,11 @@ impl Owner {
         let tags: BTreeMap<&str, &str> = tags.into_iter().collect();
         match (tags.get(DEPLOYMENT_TAG), tags.get(LINEAGE_TAG)) {
             (Some(d), Some(l)) if *d == self.deployment => format!(
-                "it belongs to another kfaws state of deployment {d:?} (lineage {l}), not this one \
-                 (lineage {})",
+                "its tags say it belongs to another kfaws state of deployment {d:?} (lineage {l}), \
+                 not this one (lineage {})",
                 self.lineage
             ),
-            (Some(d), _) => format!("it belongs to kfaws deployment {d:?}"),
+            (Some(d), _) => format!("its tags say it belongs to kfaws deployment {d:?}"),
             _ => "it was not created by kfaws".into(),
         }
     }

@@ -248,8 +248,8 @@ impl OidcProviderResource {
             tag(&found.tags, LINEAGE_TAG),
         ) {
             (Some(d), Some(l)) if d == self.deployment => format!(
-                "it belongs to another kfaws state of deployment {d:?} (lineage {l}); use that \
-                 state, or destroy from it first"
+                "its tags say it belongs to another kfaws state of deployment {d:?} (lineage {l}); \
+                 use that state, or destroy from it first"
             ),
             _ => "it was not created by kfaws for this deployment (eksctl `utils \
                   associate-iam-oidc-provider` or the console make one too); kfaws does not adopt \

@@ -226,9 +226,9 @@ impl StackResource {
             Self::tag(stack, LINEAGE_TAG),
         ) {
             (Some(d), Some(l)) if d == self.deployment => format!(
-                "it belongs to another kfaws state of deployment {d:?} (lineage {l}); another \
-                 copy of this deployment's state is in use elsewhere: use that state, or destroy \
-                 from it first"
+                "its tags say it belongs to another kfaws state of deployment {d:?} (lineage {l}): \
+                 another copy of this deployment's state is in use elsewhere (or the tags were \
+                 edited by hand): use that state, or destroy from it first"
             ),
             _ => "it was not created by kfaws for this deployment; delete or rename it".into(),
         };
