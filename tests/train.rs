@@ -1102,7 +1102,8 @@ async fn demo_path_trains_on_both_runtimes_serves_the_model_and_destroys_everyth
         // With NCCL, the CPU-only image is the second problem, told in the same run.
         if extra.contains(&"nccl") {
             assert!(
-                err.contains("2 problems:") && err.contains(&built_without_nccl),
+                err.contains("2 problems with the job; nothing was created:\n  - ")
+                    && err.contains(&built_without_nccl),
                 "{err}"
             );
         }

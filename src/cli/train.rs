@@ -752,7 +752,9 @@ async fn train_kubernetes(
     ) {
         (Ok(()), image) => image?,
         (Err(fits), Ok(_)) => return Err(fits),
-        (Err(fits), Err(image)) => bail!("2 problems:\n  - {fits:#}\n  - {image:#}"),
+        (Err(fits), Err(image)) => {
+            bail!("2 problems with the job; nothing was created:\n  - {fits:#}\n  - {image:#}")
+        }
     };
     let spec = PyTorchJobSpec {
         name: req.job.to_string(),
