@@ -16,7 +16,7 @@ use std::path::Path;
 use common::aws::Deployment;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment as K8sDeployment};
 use k8s_openapi::api::core::v1::{
-    Namespace, PersistentVolume, PersistentVolumeClaim, ServiceAccount,
+    ConfigMap, Namespace, PersistentVolume, PersistentVolumeClaim, ServiceAccount,
 };
 use k8s_openapi::api::rbac::v1::RoleBinding;
 use k8s_openapi::api::storage::v1::{CSIDriver, StorageClass};
@@ -937,4 +937,60 @@ async fn bundles_refuse_a_cluster_that_does_not_carry_this_states_tags() {
         .await
         .unwrap();
     d.stdout(&["destroy", "--auto-approve"]);
+}
+
+/// An ApplySet parent deleted outside kfaws while its members run (M1): the
+/// bundle is not taken for gone (a destroy would then forget objects that
+/// still exist); the plan names the parent, apply writes it again, and a
+/// destroy without it still deletes every member.
+#[tokio::test]
+async fn an_applyset_parent_deleted_by_hand_is_repaired_and_its_members_are_still_destroyed() {
+    let d = Deployment::new("");
+    d.lifecycle(FAST);
+    d.stdout(&["apply", "--auto-approve"]);
+    let client = d.cluster().client().await;
+    let parents: Api<ConfigMap> = Api::namespaced(client.clone(), "kfaws-system");
+    let parent = format!("kfaws-{}-user-namespace", d.name);
+    let ids = applyset_ids(&d);
+    let before = labelled(&client, &ids).await;
+    assert!(
+        before
+            .iter()
+            .any(|o| o.starts_with("PersistentVolumeClaim ")),
+        "{before:?}"
+    );
+
+    parents
+        .delete(&parent, &DeleteParams::default())
+        .await
+        .unwrap();
+    let plan = d.stdout(&["plan"]);
+    assert!(
+        plan.contains("~ k8s.user-namespace")
+            && plan.contains(&format!(
+                "ApplySet parent ConfigMap kfaws-system/{parent}: deleted outside kfaws"
+            ))
+            && !plan.contains("+ k8s.user-namespace")
+            && !plan.contains("already gone"),
+        "{plan}"
+    );
+    d.stdout(&["apply", "--auto-approve"]);
+    parents
+        .get(&parent)
+        .await
+        .expect("apply wrote the parent again");
+    d.kfaws(&["plan", "--detailed-exitcode"]).assert().code(0);
+
+    parents
+        .delete(&parent, &DeleteParams::default())
+        .await
+        .unwrap();
+    let plan = d.stdout(&["plan", "--destroy"]);
+    assert!(
+        plan.contains("- kubeflow-user-example-com/efs-claim (PersistentVolumeClaim)")
+            && !plan.contains("only removed from state"),
+        "{plan}"
+    );
+    d.stdout(&["destroy", "--auto-approve"]);
+    assert_eq!(labelled(&client, &ids).await, Vec::<String>::new());
 }

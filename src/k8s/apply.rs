@@ -507,17 +507,21 @@ impl Applier {
         self.destroy_with(&bundle.name, &served, hint).await
     }
 
-    /// Like [`Applier::destroy`] for a bundle known only by name: deletes
-    /// the members of the group-kinds its ApplySet parent records.
+    /// Like [`Applier::destroy`] for a bundle known by name: deletes the
+    /// members of the group-kinds its ApplySet parent records and of those
+    /// in `kinds` (where to look when the parent is gone).
     ///
     /// # Errors
     /// As [`Applier::destroy`].
-    pub async fn destroy_named(&self, bundle: &str) -> Result<DeleteReport, ApplyError> {
+    pub async fn destroy_named(
+        &self,
+        bundle: &str,
+        kinds: Inventory,
+    ) -> Result<DeleteReport, ApplyError> {
         let served = Served::fetch(&self.client)
             .await
             .map_err(ApplyError::Discovery)?;
-        self.destroy_with(bundle, &served, Inventory::default())
-            .await
+        self.destroy_with(bundle, &served, kinds).await
     }
 
     async fn destroy_with(

@@ -4,8 +4,9 @@
 //! - `create` and `update` both run [`Applier::apply`]: phased server-side
 //!   apply of the whole bundle, prune of what left it. Idempotent, so a
 //!   create re-run after `kill -9` simply applies again.
-//! - `read` lists the bundle's ApplySet members: no parent means the bundle
-//!   is gone; an object of the bundle missing from the cluster (deleted out
+//! - `read` lists the bundle's ApplySet members: no parent and no member
+//!   left means the bundle is gone (a parent deleted outside kfaws while
+//!   members remain is a difference); an object of the bundle missing from the cluster (deleted out
 //!   of band), a member that left the bundle, or an object a field of which
 //!   another field manager changed or removed ([`edited`], case C13) is a
 //!   difference, repaired by the next apply. Fields other actors add
@@ -754,8 +755,9 @@ fn boxed_foreign<'a>(
 fn boxed_destroy<'a>(
     applier: &'a Applier,
     bundle: &'a str,
+    kinds: super::applyset::Inventory,
 ) -> BoxFuture<'a, Result<super::delete::DeleteReport, super::ApplyError>> {
-    Box::pin(applier.destroy_named(bundle))
+    Box::pin(applier.destroy_named(bundle, kinds))
 }
 
 fn boxed_check<'a>(
@@ -1032,6 +1034,79 @@ fn manifest_key(m: &super::Manifest) -> String {
     )
 }
 
+/// What [`ManifestsResource::read`] records for an ApplySet parent deleted outside kfaws
+/// while members of the set remain, under `edited` (the next apply writes the parent again).
+pub const PARENT_DELETED: &str = "deleted outside kfaws";
+
+impl ManifestsResource {
+    /// The group-kinds to look for members of this bundle's ApplySet in without its parent
+    /// (which lists them): those of the bundle as configured now and as recorded at the last
+    /// apply (`recorded`'s `objects`), so a member whose kind left the manifests since is
+    /// found too.
+    fn member_kinds(
+        &self,
+        recorded: Option<&ResourceState>,
+    ) -> Result<super::applyset::Inventory, ResourceError> {
+        let mut kinds = super::applyset::Inventory::default();
+        for m in &self.bundle(None)?.objects {
+            kinds.group_kinds.insert(GroupKind::new(m.group(), &m.kind));
+        }
+        let recorded_objects = recorded
+            .and_then(|r| r.spec.get("objects"))
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str);
+        for object in recorded_objects {
+            if let Some(gk) = object.split(' ').next().and_then(GroupKind::parse) {
+                kinds.group_kinds.insert(gk);
+            }
+        }
+        Ok(kinds)
+    }
+
+    /// [`Resource::read`] when the bundle's ApplySet parent is missing: gone when no member
+    /// of the set is left either (never applied, or deleted whole); otherwise present, its
+    /// members listed and the parent reported under `edited` as [`PARENT_DELETED`], so the
+    /// plan repairs the parent instead of taking the bundle for gone (a destroy would then
+    /// forget objects that still run).
+    async fn read_without_parent(
+        &self,
+        client: &Client,
+        applier: &Applier,
+        recorded: Option<&ResourceState>,
+    ) -> Result<Observed, Box<dyn std::error::Error + Send + Sync>> {
+        if recorded.is_none() {
+            return Ok(Observed::Gone);
+        }
+        let set = applier.applyset(&self.bundle);
+        let served = Served::fetch(client).await?;
+        let kinds = self.member_kinds(recorded)?;
+        let members =
+            boxed_members(&set, client, &served, &kinds, applier.options().concurrency).await?;
+        let live: BTreeSet<String> = members
+            .iter()
+            .filter(|m| m.meta.deletion_timestamp.is_none())
+            .map(|m| key(&m.object.gk, m.object.namespace.as_deref(), &m.object.name))
+            .collect();
+        if live.is_empty() {
+            return Ok(Observed::Gone);
+        }
+        let parent = format!(
+            "ApplySet parent ConfigMap {}/{}: {PARENT_DELETED}",
+            set.namespace, set.name
+        );
+        let mut spec = serde_json::Map::new();
+        spec.insert("objects".into(), json!(live));
+        spec.insert("edited".into(), json!([parent]));
+        Ok(Observed::Present {
+            physical_id: Some(set.id.clone()),
+            spec,
+            outputs: recorded.map(|r| r.outputs.clone()).unwrap_or_default(),
+        })
+    }
+}
+
 fn key(gk: &GroupKind, namespace: Option<&str>, name: &str) -> String {
     match namespace {
         Some(ns) => format!("{gk} {ns}/{name}"),
@@ -1092,7 +1167,10 @@ impl Resource for ManifestsResource {
             ))
         };
         let Some(inventory) = set.read(&client).await.map_err(|e| err(&e))? else {
-            return Ok(Observed::Gone);
+            return self
+                .read_without_parent(&client, &applier, recorded)
+                .await
+                .map_err(|e| err(&e));
         };
         let served = Served::fetch(&client).await.map_err(|e| err(&e))?;
         let members = boxed_members(
@@ -1170,7 +1248,9 @@ impl Resource for ManifestsResource {
             .get("bundle")
             .and_then(Value::as_str)
             .unwrap_or(&self.bundle);
-        boxed_destroy(&self.applier(client), bundle)
+        // Also the kinds of the bundle: a parent deleted outside kfaws lists none.
+        let kinds = self.member_kinds(Some(recorded))?;
+        boxed_destroy(&self.applier(client), bundle, kinds)
             .await
             .map(|_| ())
             .map_err(|e| failed(e.to_string()))
