@@ -523,6 +523,22 @@ async fn destroy_refuses_to_delete_the_network_or_the_roles_under_a_cluster_the_
     assert_eq!(d.state()["serial"], serial);
     // The way out the message gives: adopt it, then destroy.
     d.stdout(&["apply", "--auto-approve", "--target", "eks.cluster"]);
+    // A replacement of the roles' stack (a tainted entry) under the cluster
+    // in the state is refused too: it would delete the role and key it uses.
+    let mut state = d.state();
+    state["resources"]["stack.iam"]["status"] = "tainted".into();
+    std::fs::write(d.state_file(), serde_json::to_vec_pretty(&state).unwrap()).unwrap();
+    let err = d.fails(&["apply", "--auto-approve", "--target", "eks.cluster"]);
+    assert!(
+        err.contains("the stack must be replaced, which deletes them")
+            && err.contains("nothing was changed")
+            && err.contains("`kfaws destroy --target stack.iam`"),
+        "{err}"
+    );
+    assert_eq!(d.live_stack_names().await, stacks);
+    state["resources"]["stack.iam"]["status"] = "created".into();
+    std::fs::write(d.state_file(), serde_json::to_vec_pretty(&state).unwrap()).unwrap();
+    d.stdout(&["apply", "--auto-approve", "--target", "eks.cluster"]);
     d.stdout(&["destroy", "--auto-approve"]);
     assert!(d.live_stack_names().await.is_empty());
 }

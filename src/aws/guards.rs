@@ -819,6 +819,8 @@ pub struct InUseGuard {
     pub cluster: String,
     /// The cluster's address in the state.
     pub cluster_address: crate::address::Address,
+    /// The stack's own address (named in the way out of a refusal).
+    pub address: crate::address::Address,
 }
 
 impl InUseGuard {
@@ -871,21 +873,38 @@ impl Guard for InUseGuard {
         let Some(recorded) = check.recorded else {
             return Ok(());
         };
-        if !deletes(check.action) || check.state.resources.contains_key(&self.cluster_address) {
+        let in_state = check.state.resources.contains_key(&self.cluster_address);
+        // A destroy deletes a cluster in the state first; a replacement (a
+        // stack left broken) deletes the roles and key under it whatever
+        // records it, and a cluster cannot take another key.
+        let checked = match check.action {
+            Action::Delete => !in_state,
+            Action::Replace => true,
+            _ => false,
+        };
+        if !checked {
             return Ok(());
         }
         let used = self.used(recorded).await?;
         if used.is_empty() {
             return Ok(());
         }
+        if check.action == Action::Delete {
+            return Err(ResourceError::msg(format!(
+                "{}; nothing was deleted",
+                Self::refusal(&used, NOT_IN_STATE)
+            )));
+        }
         Err(ResourceError::msg(format!(
-            "{}; nothing was {}",
-            Self::refusal(&used, NOT_IN_STATE),
-            if check.action == Action::Delete {
-                "deleted"
-            } else {
-                "changed"
-            }
+            "{}; nothing was changed. To rebuild the stack, delete what runs on it first: `kfaws \
+             destroy --target {}` deletes the cluster with everything on it and then the stack; \
+             then `kfaws apply`",
+            Self::refusal(
+                &used,
+                "the stack must be replaced, which deletes them (EKS cannot change a cluster's \
+                 role or secrets key)"
+            ),
+            self.address
         )))
     }
 

@@ -379,6 +379,7 @@ fn guards(
                 eks: crate::aws::client::<aws_sdk_eks::Client>(aws),
                 cluster: config.name.clone(),
                 cluster_address: Address::new(CLUSTER).expect("a valid address"),
+                address: Address::new(format!("stack.{part}")).expect("a valid address"),
             }),
             Arc::new(TrustGuard {
                 iam: crate::aws::client::<aws_sdk_iam::Client>(aws),
