@@ -265,6 +265,13 @@ pub trait Resource: Send + Sync {
         false
     }
 
+    /// What a replacement of the resource interrupts, added to the reason of
+    /// every planned replacement; `None` (the default) when nothing beyond
+    /// the resource itself.
+    fn replace_note(&self) -> Option<&'static str> {
+        None
+    }
+
     /// Expected wall time of a create, used for the critical path.
     fn estimate(&self) -> Duration;
 

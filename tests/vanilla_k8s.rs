@@ -724,7 +724,12 @@ async fn replace_recreates_a_bundle_and_a_node_group_and_refuses_what_others_dep
         "-out",
         "nodes.plan",
     ]);
-    assert!(planned.contains("-/+ eks.nodegroup.cpu"), "{planned}");
+    // The plan says what the replacement interrupts.
+    assert!(
+        planned.contains("-/+ eks.nodegroup.cpu")
+            && planned.contains("the old nodes are deleted before the new ones start"),
+        "{planned}"
+    );
     let refused = d.fails(&["apply", "nodes.plan", "--replace", "k8s.kubeflow"]);
     assert!(refused.contains("cannot change a saved plan"), "{refused}");
     d.stdout(&["apply", "nodes.plan"]);

@@ -34,6 +34,9 @@ pub fn diff_apply(
             if replace.contains(r.address()) {
                 force_replacement(&mut c, recorded, live);
             }
+            if let (Action::Replace, Some(note)) = (c.action, r.replace_note()) {
+                c.reason = format!("{}; {note}", c.reason);
+            }
             c
         })
         .collect();

@@ -598,6 +598,18 @@ impl Resource for NodegroupResource {
         true
     }
 
+    /// The replacement deletes the group, then creates it again: its name
+    /// is unique in the cluster (CreateNodegroup: ResourceInUseException),
+    /// so the new group cannot run beside the old one under it.
+    fn replace_note(&self) -> Option<&'static str> {
+        Some(
+            "the old nodes are deleted before the new ones start (a node group's name is unique \
+             in its cluster), so pods on this group are pending for several minutes; to avoid \
+             that, add a group with the new settings under another name, apply, then remove \
+             this one",
+        )
+    }
+
     fn replace_fields(&self) -> &[&str] {
         &[
             "nodegroup_name",
