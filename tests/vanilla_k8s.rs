@@ -999,3 +999,94 @@ async fn an_applyset_parent_deleted_by_hand_is_repaired_and_its_members_are_stil
     d.stdout(&["destroy", "--auto-approve"]);
     assert_eq!(labelled(&client, &ids).await, Vec::<String>::new());
 }
+
+/// The first interrupt during a bundle delete's wait (a namespace held by
+/// someone else's finalizer) stops it at once and says so, not that the
+/// step's deadline passed; the next destroy deletes and waits again.
+#[tokio::test]
+async fn the_first_interrupt_stops_a_delete_wait_and_says_it_was_interrupted() {
+    use std::io::{BufRead, BufReader, Read};
+    use std::process::Stdio;
+    use std::time::{Duration, Instant};
+
+    let d = Deployment::new("");
+    d.lifecycle(FAST);
+    d.stdout(&["apply", "--auto-approve"]);
+    let client = d.cluster().client().await;
+    let held: Api<ConfigMap> = Api::namespaced(client.clone(), USER_NS);
+    let object: ConfigMap = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "held", "finalizers": ["example.com/hold"]},
+    }))
+    .unwrap();
+    held.create(&Default::default(), &object).await.unwrap();
+
+    let mut child = d
+        .process(&[
+            "destroy",
+            "--auto-approve",
+            "--target",
+            "k8s.user-namespace",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let mut lines = Vec::new();
+    while !lines
+        .iter()
+        .any(|l: &String| l.contains("k8s.user-namespace: Destroying..."))
+    {
+        lines.push(
+            rx.recv_timeout(Duration::from_secs(120))
+                .unwrap_or_else(|_| panic!("the bundle's delete never started: {lines:#?}")),
+        );
+    }
+    // Into the wait for the namespace (the step's deadline is minutes away).
+    std::thread::sleep(Duration::from_secs(4));
+    let interrupted = Instant::now();
+    common::signal(child.id(), "INT");
+    let status = child.wait().unwrap();
+    let took = interrupted.elapsed();
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    lines.extend(rx.iter());
+    let stdout = lines.join("\n");
+    assert_eq!(status.code(), Some(130), "{stdout}\n{stderr}");
+    assert!(
+        took < Duration::from_secs(60),
+        "{took:?}\n{stdout}\n{stderr}"
+    );
+    assert!(
+        stdout.contains(
+            "deleting namespaces: stopped waiting: interrupted; 1 object(s) still present"
+        ) && stdout.contains("interrupted (resumes on the next run)")
+            && !stdout.contains("held by their finalizers (the controller"),
+        "{stdout}\n{stderr}"
+    );
+    assert_eq!(
+        d.state()["resources"]["k8s.user-namespace"]["status"],
+        "deleting"
+    );
+
+    // Once the finalizer is gone, the next destroy finishes the delete.
+    held.patch(
+        "held",
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(serde_json::json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .unwrap();
+    d.stdout(&["destroy", "--auto-approve"]);
+}

@@ -137,6 +137,19 @@ pub enum DeleteError {
         /// What is left.
         remaining: Vec<Remaining>,
     },
+    /// The first interrupt stopped the wait of a step
+    /// ([`super::wait::STOPPED`]); the next run deletes and waits again.
+    #[error("deleting {step}: {}; {} object(s) still present after {}s:\n  {}",
+        super::wait::STOPPED, .remaining.len(), .after.as_secs(),
+        .remaining.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n  "))]
+    Interrupted {
+        /// The step, e.g. "namespaces".
+        step: &'static str,
+        /// How long it had waited.
+        after: Duration,
+        /// What is left.
+        remaining: Vec<Remaining>,
+    },
     /// The API server refused a delete.
     #[error("deleting {object}: {message}")]
     Refused {
@@ -317,12 +330,20 @@ pub async fn delete_in_order(
             })
         })
         .await;
-        if gone.is_err() {
+        if let Err(why) = gone {
             let left = left.into_inner().unwrap_or_else(|p| p.into_inner());
+            let remaining = with_holders(client, left, concurrency).await;
+            if why.starts_with(wait::STOPPED) {
+                return Err(DeleteError::Interrupted {
+                    step,
+                    after: started.elapsed(),
+                    remaining,
+                });
+            }
             return Err(DeleteError::StillPresent {
                 step,
                 after: deadline.saturating_duration_since(started),
-                remaining: with_holders(client, left, concurrency).await,
+                remaining,
             });
         }
         report.deleted.extend(batch.into_iter().map(|m| m.object));
