@@ -671,6 +671,17 @@ async fn node_group_drift_is_repaired_scaling_changes_in_place_and_a_removed_gro
     d.kfaws(&["state", "rm", "eks.nodegroup.cpu"])
         .assert()
         .success();
+    // A destroy would not delete it, and DeleteCluster would refuse half way:
+    // refused at plan, nothing deleted.
+    let deletes = d.calls("DeleteStack");
+    let err = d.fails(&["destroy", "--auto-approve"]);
+    assert!(
+        err.contains(&format!(
+            "node groups {cpu} carry this deployment's tags but are not in its state"
+        )) && err.contains("nothing was deleted"),
+        "{err}"
+    );
+    assert_eq!(d.calls("DeleteStack"), deletes);
     let plan = d.stdout(&["plan"]);
     assert!(
         plan.contains("# eks.nodegroup.cpu will be imported")

@@ -289,31 +289,60 @@ impl ClusterResource {
     /// Refuses, at plan, a delete DeleteCluster would refuse half way
     /// through a destroy: EKS deletes a cluster only once it has no node
     /// groups (DeleteCluster: `ResourceInUseException`), and kfaws deletes
-    /// only its own, so one made outside this deployment's state (by
-    /// eksctl, the console, another state) would stop the destroy after
-    /// everything before the cluster was gone.
-    async fn check_delete(&self) -> Result<(), ResourceError> {
+    /// only the node groups its state records, so one made outside this
+    /// deployment's state (by eksctl, the console, another state), or one
+    /// of its own that left the state (`kfaws state rm`), would stop the
+    /// destroy after everything before the cluster was gone.
+    async fn check_delete(&self, state: &crate::state::State) -> Result<(), ResourceError> {
         if self.ours().await?.is_none() {
             return Ok(());
         }
-        let foreign: Vec<String> = self
-            .nodegroup_versions()
-            .await?
-            .into_iter()
-            .filter(|(_, _, ours)| !ours)
-            .map(|(name, _, _)| name)
+        // By the name in its spec, and in its ARN where one is recorded:
+        // arn:aws:eks:REGION:ACCOUNT:nodegroup/CLUSTER/NAME/UUID (EKS API
+        // Reference, Nodegroup.nodegroupArn).
+        let recorded: BTreeSet<&str> = state
+            .resources
+            .values()
+            .filter(|r| r.kind == "aws_eks_nodegroup")
+            .flat_map(|r| {
+                let by_arn = r.physical_id.as_deref().and_then(|a| a.split('/').nth(2));
+                let by_spec = r.spec.get("nodegroup_name").and_then(Value::as_str);
+                by_arn.into_iter().chain(by_spec)
+            })
             .collect();
-        if foreign.is_empty() {
+        let (mut foreign, mut forgotten) = (Vec::new(), Vec::new());
+        for (name, _, ours) in self.nodegroup_versions().await? {
+            match (ours, recorded.contains(name.as_str())) {
+                (_, true) => {}
+                (true, false) => forgotten.push(name),
+                (false, false) => foreign.push(name),
+            }
+        }
+        let mut problems = Vec::new();
+        if !foreign.is_empty() {
+            problems.push(format!(
+                "node groups {} were not made by this deployment's kfaws state: delete them \
+                 first (`aws eks delete-nodegroup --cluster-name {} --nodegroup-name NAME`)",
+                foreign.join(", "),
+                self.name
+            ));
+        }
+        if !forgotten.is_empty() {
+            problems.push(format!(
+                "node groups {} carry this deployment's tags but are not in its state (removed \
+                 with `kfaws state rm`?), so nothing deletes them first: `kfaws apply` imports \
+                 them again (if they are still in the config), or delete them yourself",
+                forgotten.join(", ")
+            ));
+        }
+        if problems.is_empty() {
             return Ok(());
         }
         Err(ResourceError::msg(format!(
-            "cluster {}: node groups {} were not made by this deployment's kfaws state, and EKS \
-             deletes a cluster only once it has no node groups; nothing was deleted. Delete them \
-             first (`aws eks delete-nodegroup --cluster-name {} --nodegroup-name NAME`), then run \
-             the command again",
+            "cluster {}: EKS deletes a cluster only once it has no node groups, and {}; nothing \
+             was deleted. Then run the command again",
             self.name,
-            foreign.join(", "),
-            self.name
+            problems.join("; and ")
         )))
     }
 
@@ -691,7 +720,7 @@ impl Resource for ClusterResource {
     /// stacks, roles and the bucket are ([`super::foreign`]).
     async fn check(&self, check: &Check<'_>) -> Result<(), ResourceError> {
         if matches!(check.action, Action::Delete | Action::Replace) {
-            return self.check_delete().await;
+            return self.check_delete(check.state).await;
         }
         if check.action == Action::Create {
             return match self.describe().await? {
