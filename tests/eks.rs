@@ -1441,3 +1441,27 @@ async fn a_recorded_node_group_retagged_by_hand_stops_the_plan_and_is_kept() {
     .code(0);
     d.stdout(&["destroy", "--auto-approve"]);
 }
+
+/// An OIDC provider that left the state is imported only for the issuer of
+/// the live cluster: after a destroy (which leaves it and says so) a new
+/// cluster has a new issuer on AWS, so the next plan creates a provider
+/// rather than claiming to import the old one.
+#[tokio::test]
+async fn an_oidc_provider_left_outside_the_state_is_imported_only_for_the_live_clusters_issuer() {
+    let d = Deployment::new("");
+    d.stdout(&["apply", "--auto-approve", "--target", "iam.oidc"]);
+    d.stdout(&["state", "rm", "iam.oidc"]);
+    let plan = d.stdout(&["plan", "--target", "iam.oidc"]);
+    assert!(plan.contains("# iam.oidc will be imported"), "{plan}");
+    let out = d.stdout(&["destroy", "--auto-approve"]);
+    assert!(
+        out.contains("Left (with this deployment's tags, not in its state")
+            && out.contains("iam.oidc"),
+        "{out}"
+    );
+    let plan = d.stdout(&["plan", "--target", "iam.oidc"]);
+    assert!(
+        plan.contains("# iam.oidc will be created") && !plan.contains("will be imported"),
+        "{plan}"
+    );
+}

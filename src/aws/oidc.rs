@@ -61,6 +61,11 @@ pub struct OidcProviderResource {
     pub lineage: String,
     /// The client.
     pub client: Client,
+    /// The EKS client, to read the live cluster's issuer (what an import is
+    /// matched on).
+    pub eks: aws_sdk_eks::Client,
+    /// The EKS cluster's name.
+    pub cluster_name: String,
 }
 
 /// What GetOpenIDConnectProvider says of one provider.
@@ -274,8 +279,30 @@ impl Resource for OidcProviderResource {
         "aws_iam_oidc_provider"
     }
 
+    /// The provider `create` would re-attach to: the one of the live
+    /// cluster's issuer, when it carries this state's tags. A provider with
+    /// our tags for another issuer (left by `kfaws state rm` for a cluster
+    /// since deleted) is not imported: a new cluster has a new issuer, and
+    /// its create makes another provider.
     async fn importable(&self) -> Result<Option<String>, ResourceError> {
-        Ok(self.find_by_tags().await?.map(|f| f.arn))
+        let Some(cluster) = super::eks::describe_cluster(&self.eks, &self.cluster_name).await?
+        else {
+            return Ok(None);
+        };
+        let Some(issuer) = cluster
+            .identity()
+            .and_then(|i| i.oidc())
+            .and_then(|o| o.issuer())
+        else {
+            return Ok(None);
+        };
+        Ok(self
+            .find_by_url(issuer_host_path(issuer))
+            .await?
+            .filter(|f| {
+                self.owned(&f.tags) && tag(&f.tags, ADDRESS_TAG) == Some(self.address.as_str())
+            })
+            .map(|f| f.arn))
     }
 
     fn dependencies(&self) -> Vec<Address> {

@@ -605,6 +605,8 @@ fn oidc(config: &Config, aws: &SdkConfig, lineage: uuid::Uuid) -> OidcProviderRe
         deployment: config.name.clone(),
         lineage: lineage.to_string(),
         client: crate::aws::client::<aws_sdk_iam::Client>(aws),
+        eks: crate::aws::client::<aws_sdk_eks::Client>(aws),
+        cluster_name: config.name.clone(),
     }
 }
 
