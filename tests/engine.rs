@@ -419,6 +419,34 @@ async fn a_tainted_resource_that_exists_is_replaced() {
     );
 }
 
+/// A delete refused before anything was deleted (DeleteCluster with node
+/// groups attached) leaves the entry as it was, not `deleting`: the next
+/// plan must not take a live resource for a half-finished delete, which it
+/// would replace.
+#[tokio::test]
+async fn a_delete_refused_before_anything_was_deleted_keeps_the_entry_as_it_was() {
+    let env = Env::new();
+    let desired: Vec<Arc<dyn Resource>> = vec![Arc::new(TestResource::new(
+        &env.world,
+        "a",
+        &[],
+        Duration::ZERO,
+    ))];
+    assert!(env.run(&desired, false, 2).await.succeeded());
+    env.world.set_faults(&Faults {
+        refuse_delete: ["a".to_string()].into(),
+        ..Faults::default()
+    });
+    assert!(!env.run(&desired, true, 2).await.succeeded());
+    assert_eq!(env.status("a"), Some(Status::Created));
+    assert_eq!(env.world.live(&a("a")).len(), 1, "still there");
+    let (plan, _) = env.plan(&desired, false, &[]).await;
+    assert_eq!(actions(&plan), [("a".into(), Action::NoOp)]);
+    env.world.set_faults(&Faults::default());
+    assert!(env.run(&desired, true, 2).await.succeeded());
+    assert_eq!(env.status("a"), None);
+}
+
 /// A create refused before anything was made (another holds the name)
 /// records nothing: no tainted entry, which the next plan would replace by
 /// deleting whatever holds the name by then. Refused in a replacement, the

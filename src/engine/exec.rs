@@ -503,6 +503,7 @@ async fn delete(job: &Job) -> Result<(), Failure> {
     let Some(mut current) = recorded(&job.store, &address) else {
         return Ok(());
     };
+    let previous = current.clone();
     current.status = Status::Deleting;
     current.updated_at = Utc::now();
     let (a, marked) = (address.clone(), current.clone());
@@ -519,9 +520,21 @@ async fn delete(job: &Job) -> Result<(), Failure> {
     )
     .await
     .map_err(Failure::from)?;
-    timed(job.handle.as_ref(), "delete", job.handle.delete(&current))
-        .await
-        .map_err(Failure::from)
+    match timed(job.handle.as_ref(), "delete", job.handle.delete(&current)).await {
+        Ok(()) => Ok(()),
+        // Refused before anything was deleted (DeleteCluster with node
+        // groups attached): the entry goes back to what it was, so the next
+        // plan does not take a live resource for a half-finished delete.
+        Err(failed) if failed.kind == ErrorKind::Refused => {
+            job.store
+                .persist(move |s| {
+                    s.resources.insert(address, previous);
+                })
+                .await?;
+            Err(failed.into())
+        }
+        Err(failed) => Err(failed.into()),
+    }
 }
 
 async fn read(job: &Job) -> Result<(), Failure> {

@@ -57,6 +57,10 @@ pub struct Faults {
     /// ([`ResourceError::unchanged`]: another holds the name).
     #[serde(default)]
     pub refuse_create: BTreeSet<String>,
+    /// Addresses whose delete is refused before anything is deleted
+    /// ([`ResourceError::refused`]: something still uses it).
+    #[serde(default)]
+    pub refuse_delete: BTreeSet<String>,
 }
 
 /// The world: objects that "exist", by file.
@@ -267,6 +271,14 @@ impl Resource for TestResource {
 
     async fn delete(&self, recorded: &ResourceState) -> Result<(), ResourceError> {
         tokio::time::sleep(self.delay).await;
+        if self
+            .world
+            .faults()
+            .refuse_delete
+            .contains(self.address.as_str())
+        {
+            return Err(ResourceError::refused("injected refusal: still in use"));
+        }
         let Some(token) = recorded.idempotency_token.as_deref() else {
             return Ok(());
         };

@@ -790,10 +790,12 @@ impl Resource for ClusterResource {
                 Err(e) if is_not_found(&e) => return Ok(()),
                 Err(e) if code(&e) == Some("ResourceInUseException") => {
                     let groups = self.nodegroups().await.unwrap_or_default().join(", ");
-                    return Err(ResourceError::msg(format!(
+                    // Nothing was deleted: the entry stays as it was.
+                    return Err(ResourceError::refused(format!(
                         "DeleteCluster {}: {}; node groups still attached: [{groups}] (kfaws \
-                         deletes its own node groups first; delete others with `aws eks \
-                         delete-nodegroup`)",
+                         deletes the node groups its state records first; delete others with \
+                         `aws eks delete-nodegroup`, or `kfaws apply` to import this \
+                         deployment's own again); nothing was deleted",
                         self.name,
                         error_message(&e)
                     )));
