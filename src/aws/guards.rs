@@ -458,7 +458,12 @@ impl Guard for BucketGuard {
             // Deleted outside kfaws with the bucket kept: the bucket is in no stack, the
             // delete removes only the state entry, and nothing empties it (not even
             // `--force-destroy-buckets`, which is about buckets a plan deletes).
-            tracing::warn!(bucket = %name, "the stack is gone; its bucket is left as it is");
+            tracing::warn!(
+                "S3 bucket {name} is left as it is: stack {} was deleted outside kfaws and kept \
+                 it, and kfaws no longer tracks it; delete it yourself once you have what you need \
+                 from it",
+                self.stack_name
+            );
             return Ok(());
         }
         if options.force_destroy_buckets {
