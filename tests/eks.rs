@@ -685,12 +685,18 @@ async fn node_group_drift_is_repaired_scaling_changes_in_place_and_a_removed_gro
     let plan = d.stdout(&["plan"]);
     assert!(
         plan.contains("# eks.nodegroup.cpu will be imported")
-            && plan.contains("Plan: 1 to import, 0 to add"),
+            && plan.contains("Plan: 1 to import, 0 to add, 0 to change")
+            && plan.contains("dependency eks.nodegroup.cpu is not in state"),
         "{plan}"
     );
     let creates = d.calls("CreateNodegroup");
     let out = d.stdout(&["apply", "--auto-approve"]);
-    assert!(out.contains("Resources: 1 imported, 0 added"), "{out}");
+    // The import's outputs are those its dependants were applied with: they
+    // are not re-applied.
+    assert!(
+        out.contains("Resources: 1 imported, 0 added, 0 changed"),
+        "{out}"
+    );
     assert_eq!(d.calls("CreateNodegroup"), creates);
     let arn_before = eks
         .describe_nodegroup()

@@ -259,10 +259,28 @@ fn diff_one(
                     .as_ref()
                     .is_some_and(|h| *h != inputs_now)
                 {
-                    change(
-                        Action::Update,
-                        "its dependencies' outputs changed since it was last applied",
-                    )
+                    // A dependency the state does not hold (removed with
+                    // `kfaws state rm`, to be imported or created) has no
+                    // outputs to compare yet: known after apply.
+                    let deps = r.dependencies();
+                    match deps.iter().find(|d| !state.resources.contains_key(*d)) {
+                        Some(d) => {
+                            let mut c = change(
+                                Action::Update,
+                                &format!(
+                                    "dependency {d} is not in state (to be imported or \
+                                     created); re-applied if its outputs differ from those this \
+                                     was applied with (known after apply)"
+                                ),
+                            );
+                            c.conditional = true;
+                            c
+                        }
+                        None => change(
+                            Action::Update,
+                            "its dependencies' outputs changed since it was last applied",
+                        ),
+                    }
                 } else {
                     let mut c = change(Action::NoOp, "up to date");
                     c.refreshed = refreshed(&desired, &recorded.spec);
