@@ -828,9 +828,7 @@ async fn manifests_that_break_a_rule_fail_before_any_call() {
 /// `creating` (not tainted), and the next plan resumes it.
 #[tokio::test]
 async fn the_first_interrupt_stops_a_readiness_wait_and_the_next_apply_checks_again() {
-    use std::io::{BufRead, BufReader, Read};
-    use std::process::Stdio;
-    use std::time::{Duration, Instant};
+    use std::time::Duration;
 
     let d = Deployment::new("");
     d.lifecycle(FAST);
@@ -841,45 +839,14 @@ async fn the_first_interrupt_stops_a_readiness_wait_and_the_next_apply_checks_ag
         "[kubeflow]\nmanifests = {:?}\n",
         webhook.display().to_string()
     ));
-    let mut child = d
-        .process(&["apply", "--auto-approve"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
-    let mut lines = Vec::new();
-    while !lines
-        .iter()
-        .any(|l: &String| l.contains("k8s.kubeflow: Creating..."))
-    {
-        lines.push(
-            rx.recv_timeout(Duration::from_secs(120))
-                .unwrap_or_else(|_| panic!("k8s.kubeflow never started: {lines:#?}")),
-        );
-    }
     // Into the wait for the webhook's endpoints (the applier's deadline is
     // minutes away).
-    std::thread::sleep(Duration::from_secs(3));
-    let interrupted = Instant::now();
-    common::signal(child.id(), "INT");
-    let status = child.wait().unwrap();
-    let took = interrupted.elapsed();
-    let mut stderr = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut stderr)
-        .unwrap();
-    lines.extend(rx.iter());
-    let stdout = lines.join("\n");
+    let (status, took, stdout, stderr) = interrupt_after(
+        &d,
+        &["apply", "--auto-approve"],
+        "k8s.kubeflow: Creating...",
+        Duration::from_secs(3),
+    );
     assert_eq!(status.code(), Some(130), "{stdout}\n{stderr}");
     assert!(
         took < Duration::from_secs(60),
@@ -1005,9 +972,7 @@ async fn an_applyset_parent_deleted_by_hand_is_repaired_and_its_members_are_stil
 /// step's deadline passed; the next destroy deletes and waits again.
 #[tokio::test]
 async fn the_first_interrupt_stops_a_delete_wait_and_says_it_was_interrupted() {
-    use std::io::{BufRead, BufReader, Read};
-    use std::process::Stdio;
-    use std::time::{Duration, Instant};
+    use std::time::Duration;
 
     let d = Deployment::new("");
     d.lifecycle(FAST);
@@ -1020,49 +985,18 @@ async fn the_first_interrupt_stops_a_delete_wait_and_says_it_was_interrupted() {
     .unwrap();
     held.create(&Default::default(), &object).await.unwrap();
 
-    let mut child = d
-        .process(&[
+    // Into the wait for the namespace (the step's deadline is minutes away).
+    let (status, took, stdout, stderr) = interrupt_after(
+        &d,
+        &[
             "destroy",
             "--auto-approve",
             "--target",
             "k8s.user-namespace",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
-    let mut lines = Vec::new();
-    while !lines
-        .iter()
-        .any(|l: &String| l.contains("k8s.user-namespace: Destroying..."))
-    {
-        lines.push(
-            rx.recv_timeout(Duration::from_secs(120))
-                .unwrap_or_else(|_| panic!("the bundle's delete never started: {lines:#?}")),
-        );
-    }
-    // Into the wait for the namespace (the step's deadline is minutes away).
-    std::thread::sleep(Duration::from_secs(4));
-    let interrupted = Instant::now();
-    common::signal(child.id(), "INT");
-    let status = child.wait().unwrap();
-    let took = interrupted.elapsed();
-    let mut stderr = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut stderr)
-        .unwrap();
-    lines.extend(rx.iter());
-    let stdout = lines.join("\n");
+        ],
+        "k8s.user-namespace: Destroying...",
+        Duration::from_secs(4),
+    );
     assert_eq!(status.code(), Some(130), "{stdout}\n{stderr}");
     assert!(
         took < Duration::from_secs(60),
@@ -1089,4 +1023,58 @@ async fn the_first_interrupt_stops_a_delete_wait_and_says_it_was_interrupted() {
     .await
     .unwrap();
     d.stdout(&["destroy", "--auto-approve"]);
+}
+
+/// Runs kfaws with `args`, sends SIGINT `wait` after its stdout shows a line
+/// containing `marker`, and returns its exit status, how long it took to exit
+/// after the signal, its stdout lines joined, and its stderr.
+fn interrupt_after(
+    d: &Deployment,
+    args: &[&str],
+    marker: &str,
+    wait: std::time::Duration,
+) -> (
+    std::process::ExitStatus,
+    std::time::Duration,
+    String,
+    String,
+) {
+    use std::io::{BufRead, BufReader, Read};
+    use std::process::Stdio;
+    use std::time::{Duration, Instant};
+
+    let mut child = d
+        .process(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let mut lines = Vec::new();
+    while !lines.iter().any(|l: &String| l.contains(marker)) {
+        lines.push(
+            rx.recv_timeout(Duration::from_secs(120))
+                .unwrap_or_else(|_| panic!("no {marker:?} line: {lines:#?}")),
+        );
+    }
+    std::thread::sleep(wait);
+    let interrupted = Instant::now();
+    common::signal(child.id(), "INT");
+    let status = child.wait().unwrap();
+    let took = interrupted.elapsed();
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    lines.extend(rx.iter());
+    (status, took, lines.join("\n"), stderr)
 }

@@ -1084,11 +1084,7 @@ impl ManifestsResource {
         let kinds = self.member_kinds(recorded)?;
         let members =
             boxed_members(&set, client, &served, &kinds, applier.options().concurrency).await?;
-        let live: BTreeSet<String> = members
-            .iter()
-            .filter(|m| m.meta.deletion_timestamp.is_none())
-            .map(|m| key(&m.object.gk, m.object.namespace.as_deref(), &m.object.name))
-            .collect();
+        let live = live_keys(&members);
         if live.is_empty() {
             return Ok(Observed::Gone);
         }
@@ -1105,6 +1101,16 @@ impl ManifestsResource {
             outputs: recorded.map(|r| r.outputs.clone()).unwrap_or_default(),
         })
     }
+}
+
+/// The [`key`]s of the members not being deleted (a member held only by
+/// its finalizers counts as gone).
+fn live_keys(members: &[super::applyset::Member]) -> BTreeSet<String> {
+    members
+        .iter()
+        .filter(|m| m.meta.deletion_timestamp.is_none())
+        .map(|m| key(&m.object.gk, m.object.namespace.as_deref(), &m.object.name))
+        .collect()
 }
 
 fn key(gk: &GroupKind, namespace: Option<&str>, name: &str) -> String {
@@ -1186,11 +1192,7 @@ impl Resource for ManifestsResource {
         // object of the bundle that is missing (deleted out of band, or
         // being deleted and only held by its finalizers) or a member that
         // left the bundle makes it differ from the spec.
-        let live: BTreeSet<String> = members
-            .iter()
-            .filter(|m| m.meta.deletion_timestamp.is_none())
-            .map(|m| key(&m.object.gk, m.object.namespace.as_deref(), &m.object.name))
-            .collect();
+        let live = live_keys(&members);
         // Objects of the bundle whose fields someone else changed or removed
         // since kfaws applied them (C13): see [`edited`].
         let desired = self.bundle(None)?;
