@@ -885,6 +885,38 @@ async fn demo_path_trains_on_both_runtimes_serves_the_model_and_destroys_everyth
         let err = d.fails(&all);
         assert!(err.contains(expected), "{args:?}: {err}");
     }
+    // Every check runs before the job is refused: two problems, one run.
+    let err = d.fails(&[
+        "train",
+        "--runtime",
+        "sagemaker",
+        "--data",
+        &format!("s3://{bucket}/nothing-here/"),
+        "--image",
+        &format!("{repo}:no-such-tag"),
+    ]);
+    assert!(
+        err.contains("2 problems with the job; nothing was created:\n  - ")
+            && err.contains("no object under this prefix")
+            && err.contains("no such image"),
+        "{err}"
+    );
+    // An unknown instance type is named unknown, not one without a GPU.
+    let err = d.fails(&[
+        "train",
+        "--runtime",
+        "sagemaker",
+        "--data",
+        FASHION_MNIST,
+        "--backend",
+        "nccl",
+        "--instance-type",
+        "ml.m5.huge",
+    ]);
+    assert!(
+        err.contains("an unknown SageMaker training instance type") && !err.contains("GPU"),
+        "{err}"
+    );
     assert_eq!(d.calls("CreateTrainingJob"), 0);
     assert_eq!(d.calls("InvokeEndpoint"), 0);
     assert_eq!(
@@ -1108,6 +1140,25 @@ async fn demo_path_trains_on_both_runtimes_serves_the_model_and_destroys_everyth
             );
         }
     }
+    // More replicas than every node at max_size holds (cpu: 4 of 1 vCPU on each of 4
+    // m5.xlarge; gpu: 4 on its one g5.xlarge): the ranks beyond would stay Pending.
+    let err = d.fails(&[
+        "train",
+        "--runtime",
+        "kubernetes",
+        "--data",
+        "efs:/datasets/fashion-mnist",
+        "--workers",
+        "21",
+        "--job-name",
+        "demo-wide",
+    ]);
+    assert!(
+        err.contains("--workers 21: the node groups hold at most 20 replica(s) of --cpu 1")
+            && err.contains("cpu (m5.xlarge): 4 per node × max_size 4")
+            && err.contains("gpu (g5.xlarge): 4 per node × max_size 1"),
+        "{err}"
+    );
     // backend=nccl with the image of this CPU build: its label says so, and
     // the job is refused before it is created (every replica would ask for a
     // GPU, then refuse the backend at start).

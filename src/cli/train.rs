@@ -214,15 +214,22 @@ fn request(args: &TrainArgs, runtime: Runtime) -> anyhow::Result<Request> {
              flag (which has a default); use --{flag} instead"
         ));
     }
-    if runtime == Runtime::Sagemaker
-        && args.backend == "nccl"
-        && !kfaws::train::has_nvidia_gpu(args.instance_type())
-    {
-        problems.push(format!(
-            "--backend nccl trains on CUDA, but --instance-type {} has no NVIDIA GPU; pick a P or \
-             G instance (ml.g5.xlarge, ml.p3.2xlarge, ...) or --backend gloo",
-            args.instance_type()
-        ));
+    if runtime == Runtime::Sagemaker {
+        // An unknown type is named so, not described as one without a GPU.
+        match kfaws::sagemaker::training::validate_instance_type(args.instance_type()) {
+            Err(e) => problems.push(format!("--instance-type: {e}")),
+            Ok(())
+                if args.backend == "nccl"
+                    && !kfaws::train::has_nvidia_gpu(args.instance_type()) =>
+            {
+                problems.push(format!(
+                    "--backend nccl trains on CUDA, but --instance-type {} has no NVIDIA GPU; \
+                     pick a P or G instance (ml.g5.xlarge, ml.p3.2xlarge, ...) or --backend gloo",
+                    args.instance_type()
+                ));
+            }
+            Ok(()) => {}
+        }
     }
     for (flag, runtimes) in args.foreign_flags(runtime) {
         let why = match flag {
@@ -278,6 +285,39 @@ fn request(args: &TrainArgs, runtime: Runtime) -> anyhow::Result<Request> {
             many.len(),
             many.join("\n  - ")
         ),
+    }
+}
+
+/// The problems the checks before a job is created found, so that all are
+/// reported in one run: one problem is the error itself; several are one
+/// per line under "N problems with the job; nothing was created:".
+#[derive(Debug, Default)]
+pub struct Problems(Vec<anyhow::Error>);
+
+impl Problems {
+    /// Keeps `result`'s error, if any; returns its value.
+    pub fn check<T>(&mut self, result: anyhow::Result<T>) -> Option<T> {
+        result.map_err(|e| self.0.push(e)).ok()
+    }
+
+    /// `Ok` when no check failed; else the one error, or all of them (each
+    /// with its context chain).
+    ///
+    /// # Errors
+    /// As above.
+    pub fn finish(mut self) -> anyhow::Result<()> {
+        match self.0.len() {
+            0 => Ok(()),
+            1 => Err(self.0.remove(0)),
+            n => bail!(
+                "{n} problems with the job; nothing was created:\n  - {}",
+                self.0
+                    .iter()
+                    .map(|e| format!("{e:#}"))
+                    .collect::<Vec<_>>()
+                    .join("\n  - ")
+            ),
+        }
     }
 }
 
@@ -595,26 +635,38 @@ impl Deployment {
         Ok(image)
     }
 
-    /// Refuses a PyTorchJob replica larger than a whole node of every node
-    /// group the state records ([`kfaws::train::capacity::check_fits`]);
-    /// the sizes come from EC2 DescribeInstanceTypes. When that call fails
-    /// nothing is refused (a warning says the check was skipped).
+    /// Refuses a PyTorchJob of `workers` replicas that the node groups the
+    /// state records cannot hold: one replica larger than a whole node of
+    /// every group, or more replicas than their nodes at `max_size` hold
+    /// ([`kfaws::train::capacity::check_fits`]); the sizes come from EC2
+    /// DescribeInstanceTypes. When that call fails nothing is refused (a
+    /// warning says the check was skipped).
     pub async fn check_replica_fits(
         &self,
         aws: &aws_config::SdkConfig,
         replica: &ReplicaRequest,
+        workers: u32,
     ) -> anyhow::Result<()> {
-        let groups: Vec<(String, String)> = self
+        let groups: Vec<(String, String, Option<u32>)> = self
             .state
             .resources
             .iter()
             .filter(|(_, r)| r.kind == "aws_eks_nodegroup")
             .filter_map(|(a, r)| {
                 let group = a.as_str().rsplit('.').next()?.to_string();
-                Some((group, r.spec.get("instance_type")?.as_str()?.to_string()))
+                let max_size = r
+                    .spec
+                    .pointer("/scaling/max_size")
+                    .and_then(serde_json::Value::as_u64)
+                    .and_then(|n| u32::try_from(n).ok());
+                Some((
+                    group,
+                    r.spec.get("instance_type")?.as_str()?.to_string(),
+                    max_size,
+                ))
             })
             .collect();
-        let types: Vec<String> = groups.iter().map(|(_, t)| t.clone()).collect();
+        let types: Vec<String> = groups.iter().map(|(_, t, _)| t.clone()).collect();
         let sizes = match kfaws::aws::instance_types::sizes(aws, &types).await {
             Ok(sizes) => sizes,
             Err(e) => {
@@ -624,13 +676,14 @@ impl Deployment {
         };
         let groups: Vec<NodeGroupSize> = groups
             .into_iter()
-            .map(|(group, instance_type)| NodeGroupSize {
+            .map(|(group, instance_type, max_size)| NodeGroupSize {
                 size: sizes.get(&instance_type).copied(),
                 group,
                 instance_type,
+                max_size,
             })
             .collect();
-        kfaws::train::capacity::check_fits(replica, &groups).map_err(anyhow::Error::msg)
+        kfaws::train::capacity::check_fits(replica, workers, &groups).map_err(anyhow::Error::msg)
     }
 
     /// A recorded output (`stack.iam`, `SageMakerRoleArn`), or an error saying
@@ -743,19 +796,17 @@ async fn train_kubernetes(
         memory: args.memory.clone().unwrap_or_else(|| "2Gi".into()),
         gpus: u32::from(args.backend == "nccl"),
     };
-    // Both checks, so a job with two problems (no GPU node and a CPU-only
-    // image, say) is told both at once.
-    let fits = d.check_replica_fits(&aws, &replica).await;
-    let image = match (
-        fits,
-        Deployment::image(&aws, args.image.as_ref(), &args.backend).await,
-    ) {
-        (Ok(()), image) => image?,
-        (Err(fits), Ok(_)) => return Err(fits),
-        (Err(fits), Err(image)) => {
-            bail!("2 problems with the job; nothing was created:\n  - {fits:#}\n  - {image:#}")
-        }
-    };
+    // Every check, so a job with several problems (no GPU node and a
+    // CPU-only image, say) is told all at once.
+    let (fits, image) = tokio::join!(
+        d.check_replica_fits(&aws, &replica, args.workers),
+        Deployment::image(&aws, args.image.as_ref(), &args.backend)
+    );
+    let mut problems = Problems::default();
+    problems.check(fits);
+    let image = problems.check(image);
+    problems.finish()?;
+    let image = image.expect("checked");
     let spec = PyTorchJobSpec {
         name: req.job.to_string(),
         namespace,

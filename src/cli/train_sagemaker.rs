@@ -17,7 +17,7 @@ use kfaws::train::name::JobName;
 use tokio_util::sync::CancellationToken;
 
 use super::progress::Progress;
-use super::train::{Deployment, TrainArgs};
+use super::train::{Deployment, Problems, TrainArgs};
 use super::Global;
 
 /// The ECR repository `kfaws image push` writes by default.
@@ -300,47 +300,61 @@ pub async fn train(
     cancel: &CancellationToken,
 ) -> anyhow::Result<u8> {
     let d = Deployment::load(g)?;
+    // Every check before the first call that creates something, all reported at once.
+    let mut problems = Problems::default();
     if let DataSource::Local(dir) = &data {
-        check_local_data(dir, hyperparameters.get("dataset")).await?;
+        problems.check(check_local_data(dir, hyperparameters.get("dataset")).await);
     }
     // Everything the job needs from the deployment, before any call.
-    let role_arn = d.output("stack.iam", "SageMakerRoleArn", "SageMaker execution role")?;
-    let bucket = d.output("stack.storage", "BucketName", "artifact bucket")?;
-    let vpc = match &data {
-        DataSource::Efs(_) => Some(VpcConfig {
-            subnets: d
-                .output("stack.network", "PrivateSubnetIds", "private subnets")?
-                .split(',')
-                .map(str::to_string)
-                .collect(),
+    let role_arn =
+        problems.check(d.output("stack.iam", "SageMakerRoleArn", "SageMaker execution role"));
+    let bucket = problems.check(d.output("stack.storage", "BucketName", "artifact bucket"));
+    let (vpc, file_system_id) = match &data {
+        DataSource::Efs(_) => {
+            let subnets =
+                problems.check(d.output("stack.network", "PrivateSubnetIds", "private subnets"));
             // The EKS cluster security group: its self-referencing rule lets
             // the instances of a distributed job reach each other (SageMaker
             // requires that of the job's groups), and the mount targets admit
             // NFS from the whole VPC.
-            security_group_ids: vec![d.output(
+            let group = problems.check(d.output(
                 "eks.cluster",
                 "cluster_security_group_id",
                 "cluster security group",
-            )?],
-        }),
-        _ => None,
+            ));
+            let fs = problems.check(d.output("stack.efs", "FileSystemId", "EFS file system"));
+            let vpc = subnets.zip(group).map(|(subnets, group)| VpcConfig {
+                subnets: subnets.split(',').map(str::to_string).collect(),
+                security_group_ids: vec![group],
+            });
+            (vpc, fs)
+        }
+        _ => (None, None),
     };
-    let file_system_id = match &data {
-        DataSource::Efs(_) => Some(d.output("stack.efs", "FileSystemId", "EFS file system")?),
-        _ => None,
-    };
+    problems.finish()?;
+    let (role_arn, bucket) = (role_arn.expect("checked"), bucket.expect("checked"));
     let aws = d.aws(g, cancel).await?;
-    let image = Deployment::image(&aws, args.image.as_ref(), &args.backend).await?;
+    let mut problems = Problems::default();
+    let (image, prefix) = tokio::join!(
+        Deployment::image(&aws, args.image.as_ref(), &args.backend),
+        async {
+            match &data {
+                DataSource::S3 { bucket, prefix } => check_s3_prefix(&aws, bucket, prefix).await,
+                _ => Ok(()),
+            }
+        }
+    );
+    let image = problems.check(image);
+    problems.check(prefix);
+    problems.finish()?;
+    let image = image.expect("checked");
     // A local directory is uploaded only once the job is known to be valid:
     // a refused job leaves nothing in the bucket.
     let mut upload = None;
     let input = match data {
-        DataSource::S3 { bucket, prefix } => {
-            check_s3_prefix(&aws, &bucket, &prefix).await?;
-            ChannelSource::S3 {
-                uri: format!("s3://{bucket}/{prefix}"),
-            }
-        }
+        DataSource::S3 { bucket, prefix } => ChannelSource::S3 {
+            uri: format!("s3://{bucket}/{prefix}"),
+        },
         DataSource::Efs(path) => ChannelSource::Efs {
             file_system_id: file_system_id.expect("read above"),
             directory_path: path,

@@ -224,6 +224,28 @@ fn invalid(field: &str, reason: impl Into<String>) -> SageMakerError {
     }
 }
 
+/// Checks that `instance_type` (e.g. `ml.m5.xlarge`) is a training
+/// instance type: `ResourceConfig.InstanceType` is an enum of the API model,
+/// whose values the SDK this kfaws was built with lists.
+///
+/// # Errors
+/// [`SageMakerError::Invalid`] naming the type as unknown, with the known
+/// types of its family (or of similar names).
+pub fn validate_instance_type(instance_type: &str) -> Result<(), SageMakerError> {
+    let known = aws_sdk_sagemaker::types::TrainingInstanceType::values();
+    if known.contains(&instance_type) {
+        return Ok(());
+    }
+    Err(invalid(
+        &format!("instance type {instance_type:?}"),
+        format!(
+            "an unknown SageMaker training instance type (ResourceConfig InstanceType: the \
+             values of the SDK this kfaws was built with), e.g. ml.m5.xlarge; {}",
+            super::similar(instance_type, known)
+        ),
+    ))
+}
+
 /// Checks everything in `spec` that CreateTrainingJob would refuse, so that
 /// a refused job is refused before any call.
 ///
@@ -236,19 +258,7 @@ pub fn validate(spec: &TrainingJobSpec) -> Result<(), SageMakerError> {
     super::validate_role_arn(&spec.role_arn)?;
     super::validate_tags(&spec.tags)?;
     super::validate_image(&spec.image, "AlgorithmSpecification, TrainingImage")?;
-    // ResourceConfig.InstanceType is an enum of the API model; the SDK
-    // lists its values.
-    let known = aws_sdk_sagemaker::types::TrainingInstanceType::values();
-    if !known.contains(&spec.instance_type.as_str()) {
-        return Err(invalid(
-            &format!("instance type {:?}", spec.instance_type),
-            format!(
-                "not a SageMaker training instance type this kfaws knows (ResourceConfig \
-                 InstanceType: the values of the SDK it was built with), e.g. ml.m5.xlarge; {}",
-                super::similar(&spec.instance_type, known)
-            ),
-        ));
-    }
+    validate_instance_type(&spec.instance_type)?;
     if spec.instance_count < 1 {
         return Err(invalid(
             "instance_count",
@@ -1215,7 +1225,7 @@ mod tests {
             .to_string();
             assert!(
                 e.contains(&format!("instance type {bad:?}"))
-                    && e.contains("not a SageMaker training instance type this kfaws knows"),
+                    && e.contains("an unknown SageMaker training instance type"),
                 "{e}"
             );
         }
