@@ -176,7 +176,31 @@ async fn a_stack_deleted_out_of_band_is_drift_and_apply_repairs_it() {
     assert!(claim.metadata.deletion_timestamp.is_none());
     assert_eq!(claim.spec.unwrap().volume_name.as_deref(), Some("efs-pv"));
     d.kfaws(&["plan", "--detailed-exitcode"]).assert().code(0);
-    d.stdout(&["destroy", "--auto-approve"]);
+    // Deleted out of band again, then destroyed: the stack is only removed
+    // from the state, and counted so, not as destroyed.
+    cfn.delete_stack()
+        .stack_name(format!("kfaws-{}-efs", d.name))
+        .send()
+        .await
+        .unwrap();
+    let plan = d.stdout(&["plan", "--destroy"]);
+    assert!(
+        plan.contains("# stack.efs will be removed from the state (already gone)")
+            && plan.contains(
+                "Plan: 0 to add, 0 to change, 10 to destroy, 1 to remove from the state \
+                 (already gone)."
+            ),
+        "{plan}"
+    );
+    let destroyed = d.stdout(&["destroy", "--auto-approve"]);
+    assert!(
+        destroyed.contains("stack.efs: Removed from the state (already gone) after")
+            && destroyed.contains(
+                "Destroy complete! Resources: 0 added, 0 changed, 10 destroyed, 1 removed from \
+                 the state (already gone)."
+            ),
+        "{destroyed}"
+    );
     assert!(d.live_stack_names().await.is_empty());
 }
 
@@ -474,8 +498,18 @@ async fn state_rm_forgets_without_deleting_and_apply_adopts_it_again() {
             "{command:?}: {out}"
         );
     }
+    // With nothing left in the state, a destroy still looks for them.
     let out = d.stdout(&["destroy", "--auto-approve"]);
-    assert!(out.contains("No resources to destroy"), "{out}");
+    assert!(
+        out.contains("No resources to destroy")
+            && out.contains(&format!(
+                "Warning: not destroyed: 1 resource(s) carry this deployment's tags but are not \
+                 in its state (removed with `kfaws state rm`, or left by an interrupted apply): \
+                 stack.iam ({})",
+                live_id.as_str().unwrap()
+            )),
+        "{out}"
+    );
     assert_eq!(
         d.live_stack_names().await,
         [format!("kfaws-{}-iam", d.name)],

@@ -12,7 +12,7 @@ use common::{layered, Faults, TestResource, World};
 use kfaws::address::Address;
 use kfaws::engine::progress::Progress;
 use kfaws::engine::{ApplyReport, Outcome, SharedStore};
-use kfaws::plan::{Action, Handles, Plan};
+use kfaws::plan::{Action, Handles, Plan, Step};
 use kfaws::resource::Resource;
 use kfaws::state::store::StateStore;
 use kfaws::state::Status;
@@ -105,12 +105,12 @@ struct Concurrency {
 }
 
 impl Progress for Concurrency {
-    fn started(&self, address: &Address, _: Action) {
+    fn started(&self, address: &Address, _: Step) {
         let n = self.now.fetch_add(1, Ordering::SeqCst) + 1;
         self.peak.fetch_max(n, Ordering::SeqCst);
         self.order.lock().unwrap().push(address.to_string());
     }
-    fn finished(&self, _: &Address, _: Action, _: &Outcome, _: Duration) {
+    fn finished(&self, _: &Address, _: Step, _: &Outcome, _: Duration) {
         self.now.fetch_sub(1, Ordering::SeqCst);
     }
 }
@@ -166,12 +166,12 @@ async fn dependants_receive_their_dependencies_outputs() {
 }
 
 #[derive(Default)]
-struct Finished(Mutex<Vec<(String, Action)>>);
+struct Finished(Mutex<Vec<(String, Step)>>);
 
 impl Progress for Finished {
-    fn started(&self, _: &Address, _: Action) {}
-    fn finished(&self, address: &Address, action: Action, _: &Outcome, _: Duration) {
-        self.0.lock().unwrap().push((address.to_string(), action));
+    fn started(&self, _: &Address, _: Step) {}
+    fn finished(&self, address: &Address, step: Step, _: &Outcome, _: Duration) {
+        self.0.lock().unwrap().push((address.to_string(), step));
     }
 }
 
@@ -223,7 +223,7 @@ async fn a_dependant_is_re_applied_only_when_its_dependencies_outputs_change() {
         .0
         .lock()
         .unwrap()
-        .contains(&("cluster".into(), Action::NoOp)));
+        .contains(&("cluster".into(), Step::NoOp)));
 
     // Replacing net gives it a new id: the cluster is re-applied with it.
     let desired = [net("b", 2), cluster.clone()];

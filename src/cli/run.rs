@@ -8,7 +8,7 @@ use anyhow::Context as _;
 use kfaws::engine::interrupt::exit_status;
 use kfaws::engine::progress::{report_table, Console};
 use kfaws::engine::{execute, ApplyReport, ExecOptions, Outcome, SharedStore};
-use kfaws::plan::{self, make_plan, render, Action, Plan, PlanRequest};
+use kfaws::plan::{self, make_plan, render, Action, Plan, PlanRequest, Step};
 use kfaws::profiles;
 use kfaws::resource::DeleteOptions;
 use kfaws::state::lock::StateLock;
@@ -327,16 +327,26 @@ pub async fn apply(
     if destroy {
         let (name, state_dir) = context::deployment(g)?;
         let store = StateStore::open(&state_dir, &name)?;
-        if store.state().resources.is_empty() {
+        // Never written: its lineage is new, so nothing carries its tags.
+        if store.state().serial == 0 {
             outln!(
-                "No resources to destroy: deployment {name:?} has nothing in its state. (Nothing \
-                 outside it is looked for: resources removed with `kfaws state rm` stay; `kfaws \
-                 plan` lists those it would import.)"
+                "No resources to destroy: deployment {name:?} has no state in {} (never applied \
+                 from here).",
+                state_dir.display()
             )?;
             return Ok(0);
         }
     }
     let p = make(g, flags, goal, operation, cancel).await?;
+    if destroy && p.store.state().resources.is_empty() {
+        // Like a non-empty destroy, it names what carries this state's tags outside it.
+        outln!(
+            "No resources to destroy: deployment {:?} has nothing in its state.",
+            p.loaded.config.name
+        )?;
+        untracked_note(&p)?;
+        return Ok(0);
+    }
     out!("{}", render::human(&p.plan))?;
     endpoints_note(&p)?;
     untracked_note(&p)?;
@@ -488,40 +498,33 @@ async fn run(p: Planned, parallelism: usize, cancel: &CancellationToken) -> anyh
 }
 
 fn finish(plan: &Plan, report: &ApplyReport, state_path: &Path) -> anyhow::Result<u8> {
-    let count = |actions: &[Action]| {
+    let count = |steps: &[Step]| {
         report
             .results
             .iter()
-            .filter(|r| r.outcome == Outcome::Succeeded && actions.contains(&r.action))
+            .filter(|r| r.outcome == Outcome::Succeeded && steps.contains(&r.step))
             .count()
     };
-    let imported = report
-        .results
-        .iter()
-        .filter(|r| r.outcome == Outcome::Succeeded && r.action == Action::Create)
-        .filter(|r| {
-            plan.changes
-                .iter()
-                .any(|c| c.address == r.address && c.import.is_some())
-        })
-        .count();
-    let added = count(&[Action::Create, Action::Replace]) - imported;
-    let imported = if imported > 0 {
-        format!("{imported} imported, ")
-    } else {
-        String::new()
+    let imported = match count(&[Step::Import]) {
+        0 => String::new(),
+        n => format!("{n} imported, "),
     };
-    let changed = count(&[Action::Update]);
-    let destroyed = count(&[Action::Delete, Action::Replace]);
+    let added = count(&[Step::Create, Step::Replace]);
+    let changed = count(&[Step::Update]);
+    let forgotten = match count(&[Step::Forget]) {
+        0 => String::new(),
+        n => format!(", {n} removed from the state (already gone)"),
+    };
+    let destroyed = count(&[Step::Delete, Step::Replace]);
     let verb = if plan.destroy { "Destroy" } else { "Apply" };
     if report.succeeded() {
         outln!(
-            "{verb} complete! Resources: {imported}{added} added, {changed} changed, {destroyed} destroyed."
+            "{verb} complete! Resources: {imported}{added} added, {changed} changed, {destroyed} destroyed{forgotten}."
         )?;
         Ok(0)
     } else if report.interrupted {
         outln!(
-            "{verb} interrupted after {added} added, {changed} changed, {destroyed} destroyed. \
+            "{verb} interrupted after {imported}{added} added, {changed} changed, {destroyed} destroyed{forgotten}. \
              The state ({}) records everything that may exist; run the command again to resume.",
             state_path.display()
         )?;
@@ -534,7 +537,7 @@ fn finish(plan: &Plan, report: &ApplyReport, state_path: &Path) -> anyhow::Resul
              applied again in place), failed updates are planned again"
         };
         outln!(
-            "{verb} failed after {added} added, {changed} changed, {destroyed} destroyed. \
+            "{verb} failed after {imported}{added} added, {changed} changed, {destroyed} destroyed{forgotten}. \
              {what}; fix the cause and run the command again to resume."
         )?;
         Ok(1)

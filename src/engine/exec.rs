@@ -24,7 +24,7 @@ use super::store::{PersistError, SharedStore};
 use super::walk::{walk, Outcome};
 use crate::address::Address;
 use crate::graph::GraphError;
-use crate::plan::{Action, Change, Handles, Plan};
+use crate::plan::{Action, Change, Handles, Plan, Step};
 use crate::resource::{DeleteOptions, ErrorKind, Inputs, Observed, Resource};
 use crate::state::{inputs_hash, spec_hash, ResourceState, Status};
 
@@ -49,6 +49,8 @@ pub struct ResourceResult {
     /// The action taken: the planned one, or [`Action::NoOp`] for a
     /// conditional update whose dependencies' outputs did not change.
     pub action: Action,
+    /// The same, with imports and forgets told apart ([`Change::step`]).
+    pub step: Step,
     /// How it ended.
     pub outcome: Outcome,
     /// Wall time of its job, if it ran.
@@ -151,7 +153,7 @@ pub async fn execute(
             let abort = abort.clone();
             async move {
                 let t0 = Instant::now();
-                job.progress.started(&job.change.address, job.change.action);
+                job.progress.started(&job.change.address, job.change.step());
                 let status: Arc<dyn Fn(&str) + Send + Sync> = {
                     let (progress, address) = (Arc::clone(&job.progress), address.clone());
                     Arc::new(move |s: &str| progress.status(&address, s))
@@ -181,8 +183,12 @@ pub async fn execute(
                     Err(Failure::Interrupted(m)) => Outcome::Interrupted(m.clone()),
                     Err(e) => Outcome::Failed(e.to_string()),
                 };
+                let step = match performed == job.change.action {
+                    true => job.change.step(),
+                    false => Step::from(performed),
+                };
                 job.progress
-                    .finished(&job.change.address, performed, &outcome, took);
+                    .finished(&job.change.address, step, &outcome, took);
                 if let Err(Failure::State(_)) = &result {
                     abort.cancel();
                 }
@@ -202,6 +208,11 @@ pub async fn execute(
                 Action::NoOp
             } else {
                 c.action
+            },
+            step: if skipped.contains(&c.address) {
+                Step::NoOp
+            } else {
+                c.step()
             },
             // A job whose wait the interrupt stopped did not fail, and what
             // waited on it was not started because of the interrupt.

@@ -13,16 +13,16 @@ use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use super::exec::ApplyReport;
 use super::walk::Outcome;
 use crate::address::Address;
-use crate::plan::Action;
+use crate::plan::Step;
 
 /// Receives the executor's events. Implementations must be cheap: they are
 /// called from the resource jobs.
 pub trait Progress: Send + Sync {
     /// A resource's job started.
-    fn started(&self, address: &Address, action: Action);
+    fn started(&self, address: &Address, step: Step);
     /// A resource's job ended after `elapsed`: [`Outcome::Succeeded`],
     /// [`Outcome::Failed`] or [`Outcome::Interrupted`].
-    fn finished(&self, address: &Address, action: Action, outcome: &Outcome, elapsed: Duration);
+    fn finished(&self, address: &Address, step: Step, outcome: &Outcome, elapsed: Duration);
     /// What a running resource's job waits for changed (`CREATING`,
     /// `DELETE_IN_PROGRESS`, `waiting for instance i-… to go`): see
     /// [`report_status`].
@@ -47,29 +47,33 @@ pub fn report_status(status: &str) {
 pub struct Silent;
 
 impl Progress for Silent {
-    fn started(&self, _: &Address, _: Action) {}
-    fn finished(&self, _: &Address, _: Action, _: &Outcome, _: Duration) {}
+    fn started(&self, _: &Address, _: Step) {}
+    fn finished(&self, _: &Address, _: Step, _: &Outcome, _: Duration) {}
 }
 
-fn doing(action: Action) -> &'static str {
-    match action {
-        Action::Create => "Creating",
-        Action::Update => "Modifying",
-        Action::Replace => "Replacing",
-        Action::Delete => "Destroying",
-        Action::Read => "Reading",
-        Action::NoOp => "Checking",
+fn doing(step: Step) -> &'static str {
+    match step {
+        Step::Create => "Creating",
+        Step::Import => "Importing",
+        Step::Update => "Modifying",
+        Step::Replace => "Replacing",
+        Step::Delete => "Destroying",
+        Step::Forget => "Removing from the state (already gone)",
+        Step::Read => "Reading",
+        Step::NoOp => "Checking",
     }
 }
 
-fn done(action: Action) -> &'static str {
-    match action {
-        Action::Create => "Creation complete",
-        Action::Update => "Modifications complete",
-        Action::Replace => "Replacement complete",
-        Action::Delete => "Destruction complete",
-        Action::Read => "Read complete",
-        Action::NoOp => "Checked",
+fn done(step: Step) -> &'static str {
+    match step {
+        Step::Create => "Creation complete",
+        Step::Import => "Import complete",
+        Step::Update => "Modifications complete",
+        Step::Replace => "Replacement complete",
+        Step::Delete => "Destruction complete",
+        Step::Forget => "Removed from the state (already gone)",
+        Step::Read => "Read complete",
+        Step::NoOp => "Checked",
     }
 }
 
@@ -77,11 +81,11 @@ fn done(action: Action) -> &'static str {
 /// (Terraform's "Still creating... [10s elapsed]" lines, at its interval).
 pub const STILL_EVERY: Duration = Duration::from_secs(10);
 
-/// A running resource: the action, when it started, how many
+/// A running resource: the step, when it started, how many
 /// [`STILL_EVERY`] intervals a plain-line console has reported, and the
 /// last status its job reported.
 struct Run {
-    action: Action,
+    step: Step,
     started: Instant,
     reported: u64,
     status: Option<String>,
@@ -118,7 +122,7 @@ fn still_lines(running: &Running, now: Instant) -> Vec<String> {
                 run.reported = due;
                 format!(
                     "{address}: Still {}... [{}s elapsed]{}",
-                    doing(run.action).to_lowercase(),
+                    doing(run.step).to_lowercase(),
                     due * STILL_EVERY.as_secs(),
                     run.status
                         .as_ref()
@@ -172,14 +176,14 @@ impl Default for Console {
 }
 
 impl Progress for Console {
-    fn started(&self, address: &Address, action: Action) {
+    fn started(&self, address: &Address, step: Step) {
         self.running
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .insert(
                 address.clone(),
                 Run {
-                    action,
+                    step,
                     started: Instant::now(),
                     reported: 0,
                     status: None,
@@ -193,13 +197,13 @@ impl Progress for Console {
                         .expect("the template is valid"),
                 );
                 bar.set_prefix(address.to_string());
-                bar.set_message(doing(action));
+                bar.set_message(doing(step));
                 bar.enable_steady_tick(Duration::from_millis(120));
                 bars.lock()
                     .expect("not poisoned")
                     .insert(address.clone(), bar);
             }
-            None => self.line(format!("{address}: {}...", doing(action))),
+            None => self.line(format!("{address}: {}...", doing(step))),
         }
     }
 
@@ -214,12 +218,12 @@ impl Progress for Console {
         run.status = Some(status.to_string());
         if let Some((_, bars)) = &self.bars {
             if let Some(bar) = bars.lock().expect("not poisoned").get(address) {
-                bar.set_message(format!("{} ({status})", doing(run.action)));
+                bar.set_message(format!("{} ({status})", doing(run.step)));
             }
         }
     }
 
-    fn finished(&self, address: &Address, action: Action, outcome: &Outcome, elapsed: Duration) {
+    fn finished(&self, address: &Address, step: Step, outcome: &Outcome, elapsed: Duration) {
         if let Some((multi, bars)) = &self.bars {
             if let Some(bar) = bars.lock().expect("not poisoned").remove(address) {
                 bar.finish_and_clear();
@@ -236,12 +240,12 @@ impl Progress for Console {
                 self.line(format!("{address}: interrupted after {secs:.1}s: {e}"));
             }
             Outcome::Failed(e) => self.line(format!("{address}: failed after {secs:.1}s: {e}")),
-            _ => self.line(format!("{address}: {} after {secs:.1}s", done(action))),
+            _ => self.line(format!("{address}: {} after {secs:.1}s", done(step))),
         }
     }
 }
 
-/// The final table: address, action, result and duration of every change,
+/// The final table: address, step, result and duration of every change,
 /// then the errors, each upstream failure reported once with what it skipped.
 pub fn report_table(report: &ApplyReport) -> String {
     let mut table = Table::new();
@@ -261,7 +265,7 @@ pub fn report_table(report: &ApplyReport) -> String {
             .unwrap_or_else(|| "-".into());
         table.add_row([
             r.address.to_string(),
-            r.action.as_str().to_string(),
+            r.step.as_str().to_string(),
             result,
             took,
         ]);
@@ -303,7 +307,7 @@ mod tests {
         running.lock().unwrap().insert(
             address.clone(),
             Run {
-                action: Action::Update,
+                step: Step::Update,
                 started: t0,
                 reported: 0,
                 status: None,

@@ -166,6 +166,7 @@ fn delete_change(
         conditional: false,
         refreshed: Vec::new(),
         import: None,
+        gone,
     }
 }
 
@@ -190,6 +191,7 @@ fn diff_one(
         conditional: false,
         refreshed: Vec::new(),
         import: None,
+        gone: false,
     };
     if r.mode() == Mode::Data {
         return change(Action::Read, "data source, read for its outputs");

@@ -146,6 +146,75 @@ pub struct Change {
     /// imported".
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub import: Option<String>,
+    /// For a delete: the refresh found the resource already gone, so apply
+    /// only removes its entry from the state (Terraform likewise drops an
+    /// object its refresh finds deleted); not counted in "to destroy".
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub gone: bool,
+}
+
+impl Change {
+    /// What applying this change does, in words finer than its
+    /// [`Action`]: an import is a create that re-attaches, a forget is a
+    /// delete of something already gone.
+    pub fn step(&self) -> Step {
+        match self.action {
+            Action::Create if self.import.is_some() => Step::Import,
+            Action::Delete if self.gone => Step::Forget,
+            other => Step::from(other),
+        }
+    }
+}
+
+/// What one resource's job did or does, for progress lines and the final
+/// table: an [`Action`], with an import and a forget told apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Step {
+    /// Create.
+    Create,
+    /// Create that re-attaches to a live resource ([`Change::import`]).
+    Import,
+    /// Change in place.
+    Update,
+    /// Delete, then create.
+    Replace,
+    /// Delete.
+    Delete,
+    /// Remove from the state a resource already gone ([`Change::gone`]).
+    Forget,
+    /// Nothing to do (or a conditional update that found nothing changed).
+    NoOp,
+    /// Read a data source.
+    Read,
+}
+
+impl From<Action> for Step {
+    fn from(action: Action) -> Self {
+        match action {
+            Action::Create => Self::Create,
+            Action::Update => Self::Update,
+            Action::Replace => Self::Replace,
+            Action::Delete => Self::Delete,
+            Action::NoOp => Self::NoOp,
+            Action::Read => Self::Read,
+        }
+    }
+}
+
+impl Step {
+    /// Lower-case name, as the final table shows it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Import => "import",
+            Self::Forget => "forget",
+            Self::Create => Action::Create.as_str(),
+            Self::Update => Action::Update.as_str(),
+            Self::Replace => Action::Replace.as_str(),
+            Self::Delete => Action::Delete.as_str(),
+            Self::NoOp => Action::NoOp.as_str(),
+            Self::Read => Action::Read.as_str(),
+        }
+    }
 }
 
 /// Counts for the summary line.
@@ -165,6 +234,10 @@ pub struct Summary {
     /// counted in `add`.
     #[serde(default)]
     pub import: usize,
+    /// Deletes of resources already gone ([`Change::gone`]): only removed
+    /// from the state, not counted in `destroy`.
+    #[serde(default)]
+    pub forget: usize,
 }
 
 /// A complete plan.
@@ -211,6 +284,7 @@ impl Plan {
                     s.add += 1;
                     s.destroy += 1;
                 }
+                Action::Delete if c.gone => s.forget += 1,
                 Action::Delete => s.destroy += 1,
                 Action::NoOp | Action::Read => {}
             }

@@ -22,6 +22,7 @@ fn headline(c: &Change) -> String {
         }
         Action::Update => "will be updated in place",
         Action::Replace => "must be replaced",
+        Action::Delete if c.gone => "will be removed from the state (already gone)",
         Action::Delete => "will be destroyed",
         Action::Read => "will be read during apply",
         Action::NoOp => "is up to date",
@@ -261,6 +262,13 @@ pub fn human(plan: &Plan) -> String {
             "{} to add, {} to change, {} to destroy",
             s.add, s.change, s.destroy
         );
+        if s.forget > 0 {
+            let _ = write!(
+                out,
+                ", {} to remove from the state (already gone)",
+                s.forget
+            );
+        }
         if s.conditional > 0 {
             let _ = write!(
                 out,
@@ -308,6 +316,7 @@ mod tests {
             conditional: false,
             refreshed: vec![],
             import: None,
+            gone: false,
         }
     }
 
@@ -559,6 +568,26 @@ mod tests {
         );
         assert!(
             text.ends_with("Plan: 1 to import, 1 to add, 0 to change, 0 to destroy.\n"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_delete_of_something_already_gone_reads_as_removed_from_the_state() {
+        let mut gone = change("stack.efs", Action::Delete);
+        gone.gone = true;
+        assert_eq!(gone.step(), crate::plan::Step::Forget);
+        let text = human(&plan(vec![gone, change("stack.iam", Action::Delete)]));
+        assert!(
+            text.contains("  # stack.efs will be removed from the state (already gone)\n")
+                && text.contains("  # stack.iam will be destroyed\n"),
+            "{text}"
+        );
+        assert!(
+            text.ends_with(
+                "Plan: 0 to add, 0 to change, 1 to destroy, 1 to remove from the state (already \
+                 gone).\n"
+            ),
             "{text}"
         );
     }

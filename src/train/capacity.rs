@@ -249,7 +249,10 @@ mod tests {
         );
         // Memory limits first: 6Gi fits twice in 16 GiB; 500m divides 4 vCPUs exactly 8 times.
         let e = check_fits(&ask("1", "6Gi", 0), 9, std::slice::from_ref(&cpu)).unwrap_err();
-        assert!(e.contains("at most 8 replica(s)") && e.contains("2 per node"), "{e}");
+        assert!(
+            e.contains("at most 8 replica(s)") && e.contains("2 per node"),
+            "{e}"
+        );
         check_fits(&ask("500m", "1Gi", 0), 32, std::slice::from_ref(&cpu)).unwrap();
         // The groups add up: a CPU replica runs on either group's nodes.
         check_fits(&ask("1", "2Gi", 0), 32, &[cpu.clone(), gpu.clone()]).unwrap();
