@@ -439,7 +439,33 @@ async fn bad_input_is_refused_before_any_job_is_created() {
         ),
         (
             vec!["train", "--runtime", "local", "--data", data, "--epochs", "-1"],
-            "invalid value '-1' for '--epochs <EPOCHS>'",
+            "--epochs -1: must be at least 1",
+        ),
+        // Out-of-range counts and a bad name are told with the other problems, in one run.
+        (
+            vec![
+                "train",
+                "--runtime",
+                "kubernetes",
+                "--data",
+                "efs:/datasets",
+                "--workers",
+                "1000",
+                "--batch-size",
+                "0",
+                "--job-name",
+                "My_job",
+                "--hp",
+                "momentum=1.5",
+            ],
+            "4 problems in the arguments; nothing was created:\n  - --job-name: job name \"My_job\" \
+             contains 'M', '_'",
+        ),
+        (
+            vec![
+                "train", "--runtime", "local", "--data", data, "--workers", "0",
+            ],
+            "--workers 0: must be from 1 to 999 (one rank per replica)",
         ),
         (
             vec![

@@ -29,17 +29,19 @@ pub struct TrainArgs {
     /// Where the job runs [default: `training_runtime` in kfaws.toml].
     #[arg(long, value_enum, env = "KFAWS_TRAINING_RUNTIME")]
     pub runtime: Option<Runtime>,
-    /// Total replicas (processes, pods or instances), each one rank.
-    // allow_negative_numbers: `--workers -1` is a value the range refuses,
-    // naming the flag, not an unknown flag `-1`.
-    #[arg(long, default_value_t = 2, allow_negative_numbers = true, value_parser = clap::value_parser!(u32).range(1..i64::from(MAX_REPLICAS)))]
-    pub workers: u32,
-    /// Epochs.
-    #[arg(long, default_value_t = 2, allow_negative_numbers = true, value_parser = clap::value_parser!(u32).range(1..))]
-    pub epochs: u32,
-    /// Batch size per rank (the trainer's default for Fashion-MNIST).
-    #[arg(long, default_value_t = 32, allow_negative_numbers = true, value_parser = clap::value_parser!(u32).range(1..))]
-    pub batch_size: u32,
+    /// Total replicas (processes, pods or instances), each one rank: 1 to 999.
+    // The ranges of --workers, --epochs and --batch-size are checked with the
+    // other arguments (`request`), so that every problem is told in one run;
+    // allow_negative_numbers: `--workers -1` is a value out of range, not an
+    // unknown flag `-1`.
+    #[arg(long, default_value_t = 2, allow_negative_numbers = true)]
+    pub workers: i64,
+    /// Epochs (at least 1).
+    #[arg(long, default_value_t = 2, allow_negative_numbers = true)]
+    pub epochs: i64,
+    /// Batch size per rank, at least 1 (the trainer's default for Fashion-MNIST).
+    #[arg(long, default_value_t = 32, allow_negative_numbers = true)]
+    pub batch_size: i64,
     /// Learning rate (SGD with momentum 0.9 unless --hp momentum=…).
     #[arg(long, default_value_t = 0.02, allow_negative_numbers = true)]
     pub lr: f64,
@@ -56,7 +58,7 @@ pub struct TrainArgs {
     pub data: String,
     /// The job name [default: kfaws-train-<UTC time>-<random>].
     #[arg(long, value_name = "NAME")]
-    pub job_name: Option<JobName>,
+    pub job_name: Option<String>,
     /// The trainer image (kubernetes, sagemaker) [default: kfaws-trainer:<this version> in ECR, as `kfaws image push` pushes it].
     #[arg(long, value_name = "URI")]
     pub image: Option<String>,
@@ -177,20 +179,62 @@ impl TrainArgs {
 }
 
 /// A validated request: what every runtime needs.
-struct Request {
-    job: JobName,
-    data: DataSource,
-    hyperparameters: BTreeMap<String, String>,
+pub struct Request {
+    /// `--job-name`, or a generated name.
+    pub job: JobName,
+    /// `--data`.
+    pub data: DataSource,
+    /// `--workers`: 1 to [`MAX_REPLICAS`] − 1.
+    pub workers: u32,
+    /// Every hyperparameter the job passes to the trainer.
+    pub hyperparameters: BTreeMap<String, String>,
+}
+
+/// `value` of `flag` when it lies in `range` (ends included), else the
+/// problem, naming the flag and the range.
+fn in_range(
+    flag: &str,
+    value: i64,
+    range: std::ops::RangeInclusive<i64>,
+    why: &str,
+) -> Result<u32, String> {
+    match range.contains(&value) {
+        true => Ok(u32::try_from(value).expect("the ranges lie in u32")),
+        false if *range.end() == i64::from(u32::MAX) && value < *range.start() => Err(format!(
+            "{flag} {value}: must be at least {}{why}",
+            range.start()
+        )),
+        false => Err(format!(
+            "{flag} {value}: must be from {} to {}{why}",
+            range.start(),
+            range.end()
+        )),
+    }
 }
 
 /// Checks every argument before anything is created, and reports every
 /// problem found at once (one per line), as the config's validation does.
 fn request(args: &TrainArgs, runtime: Runtime) -> anyhow::Result<Request> {
-    let job = match &args.job_name {
-        Some(j) => j.clone(),
-        None => JobName::generate("kfaws-train", chrono::Utc::now())?,
-    };
     let mut problems: Vec<String> = Vec::new();
+    let job = match &args.job_name {
+        Some(j) => JobName::parse(j)
+            .map_err(|e| problems.push(format!("--job-name: {e}")))
+            .ok(),
+        None => Some(JobName::generate("kfaws-train", chrono::Utc::now())?),
+    };
+    let mut count = |flag: &str, value: i64, max: i64, why: &str| {
+        in_range(flag, value, 1..=max, why)
+            .map_err(|e| problems.push(e))
+            .ok()
+    };
+    let workers = count(
+        "--workers",
+        args.workers,
+        i64::from(MAX_REPLICAS) - 1,
+        " (one rank per replica)",
+    );
+    let epochs = count("--epochs", args.epochs, i64::from(u32::MAX), "");
+    let batch_size = count("--batch-size", args.batch_size, i64::from(u32::MAX), "");
     let data = match DataSource::parse(&args.data) {
         Ok(data) => {
             if let Err(e) = data.check_runtime(runtime) {
@@ -261,8 +305,8 @@ fn request(args: &TrainArgs, runtime: Runtime) -> anyhow::Result<Request> {
         }
     }
     let hyperparameters = hyperparameters(
-        args.epochs,
-        args.batch_size,
+        epochs.unwrap_or(1),
+        batch_size.unwrap_or(1),
         args.lr,
         &args.backend,
         &args.hp,
@@ -273,14 +317,15 @@ fn request(args: &TrainArgs, runtime: Runtime) -> anyhow::Result<Request> {
     if let Err(all) = kfaws::train::check_hyperparameters(&hyperparameters, &args.hp) {
         problems.extend(all.iter().map(ToString::to_string));
     }
-    match (data, problems.as_slice()) {
-        (Some(data), []) => Ok(Request {
+    match (data, job, workers, problems.as_slice()) {
+        (Some(data), Some(job), Some(workers), []) => Ok(Request {
             job,
             data,
+            workers,
             hyperparameters,
         }),
-        (_, [one]) => bail!("{one}"),
-        (_, many) => bail!(
+        (.., [one]) => bail!("{one}"),
+        (.., many) => bail!(
             "{} problems in the arguments; nothing was created:\n  - {}",
             many.len(),
             many.join("\n  - ")
@@ -334,10 +379,7 @@ pub async fn train(g: &Global, args: &TrainArgs, cancel: &CancellationToken) -> 
     match runtime {
         Runtime::Local => train_local(args, req, cancel).await,
         Runtime::Kubernetes => train_kubernetes(g, args, req, cancel).await,
-        Runtime::Sagemaker => {
-            super::train_sagemaker::train(g, args, req.job, req.data, req.hyperparameters, cancel)
-                .await
-        }
+        Runtime::Sagemaker => super::train_sagemaker::train(g, args, req, cancel).await,
     }
 }
 
@@ -384,7 +426,7 @@ async fn train_local(
             }
         }
     }
-    local_room(args.workers)?;
+    local_room(req.workers)?;
     let dataset = kfaws::train::data::check_local(
         &trainer,
         &data_dir,
@@ -416,7 +458,7 @@ async fn train_local(
     }
     let job = local::LocalJob {
         trainer,
-        workers: args.workers,
+        workers: req.workers,
         data_dir,
         job_dir,
         hyperparameters: req.hyperparameters,
@@ -799,7 +841,7 @@ async fn train_kubernetes(
     // Every check, so a job with several problems (no GPU node and a
     // CPU-only image, say) is told all at once.
     let (fits, image) = tokio::join!(
-        d.check_replica_fits(&aws, &replica, args.workers),
+        d.check_replica_fits(&aws, &replica, req.workers),
         Deployment::image(&aws, args.image.as_ref(), &args.backend)
     );
     let mut problems = Problems::default();
@@ -811,7 +853,7 @@ async fn train_kubernetes(
         name: req.job.to_string(),
         namespace,
         image,
-        workers: args.workers,
+        workers: req.workers,
         hyperparameters: req.hyperparameters,
         data_path,
         cpu: replica.cpu,
@@ -944,8 +986,11 @@ mod tests {
             .unwrap()
             .train;
         let trainer = kfaws_trainer_contract::Hyperparameters::default();
-        assert_eq!(u64::from(args.epochs), trainer.epochs);
-        assert_eq!(args.batch_size as usize, trainer.batch_size);
+        assert_eq!(u64::try_from(args.epochs).unwrap(), trainer.epochs);
+        assert_eq!(
+            usize::try_from(args.batch_size).unwrap(),
+            trainer.batch_size
+        );
         assert_eq!(args.lr as f32, trainer.lr);
         assert_eq!(args.backend, trainer.backend);
     }

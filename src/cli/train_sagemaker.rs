@@ -4,7 +4,6 @@
 //! directory is uploaded to the bucket first, as the SageMaker Python SDK
 //! does with a local `inputs` path).
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -13,11 +12,10 @@ use aws_config::SdkConfig;
 use kfaws::sagemaker::logs::{follow_logs, follow_logs_from, FollowCursor};
 use kfaws::sagemaker::training::{self, ChannelSource, TrainingJobSpec, TrainingStatus, VpcConfig};
 use kfaws::train::data::DataSource;
-use kfaws::train::name::JobName;
 use tokio_util::sync::CancellationToken;
 
 use super::progress::Progress;
-use super::train::{Deployment, Problems, TrainArgs};
+use super::train::{Deployment, Problems, Request, TrainArgs};
 use super::Global;
 
 /// The ECR repository `kfaws image push` writes by default.
@@ -294,11 +292,15 @@ async fn check_local_data(dir: &Path, dataset: Option<&String>) -> anyhow::Resul
 pub async fn train(
     g: &Global,
     args: &TrainArgs,
-    job: JobName,
-    data: DataSource,
-    hyperparameters: BTreeMap<String, String>,
+    req: Request,
     cancel: &CancellationToken,
 ) -> anyhow::Result<u8> {
+    let Request {
+        job,
+        data,
+        workers,
+        hyperparameters,
+    } = req;
     let d = Deployment::load(g)?;
     // Every check before the first call that creates something, all reported at once.
     let mut problems = Problems::default();
@@ -371,7 +373,7 @@ pub async fn train(
         image,
         role_arn,
         instance_type: args.instance_type().to_string(),
-        instance_count: i32::try_from(args.workers).expect("at most 1000"),
+        instance_count: i32::try_from(workers).expect("at most 999"),
         volume_size_gb: 30,
         hyperparameters,
         input,
