@@ -480,6 +480,9 @@ pub struct Output(#[from] std::io::Error);
 #[error("interrupted")]
 pub struct Interrupted;
 
+/// What the first interrupt of a command that changes nothing says.
+const STOPPING_READS: &str = "stopping; nothing was changed. Interrupt again to exit at once.";
+
 /// Runs `work` unless an interrupt comes first; dropping `work` is safe
 /// because it writes nothing (planning, reading, asking).
 pub async fn interruptible<T>(
@@ -573,6 +576,11 @@ async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
                  PyTorchJob keeps running). Interrupt again to exit at once."
             }
         },
+        // These read, plan or print; they change no infrastructure.
+        Command::Validate { .. }
+        | Command::Plan { .. }
+        | Command::Output { .. }
+        | Command::Graph { .. } => STOPPING_READS,
         _ => STOPPING_CHANGES,
     });
     let cancel = &cancel;

@@ -91,8 +91,8 @@ pub fn check_fits(
         ),
     };
     let change = match request.gpus {
-        0 => "ask for less (--cpu, --memory)",
-        _ => "ask for less (--cpu, --memory), use --backend gloo on CPU nodes",
+        0 => "Ask for less (--cpu, --memory)",
+        _ => "Ask for less (--cpu, --memory), use --backend gloo on CPU nodes",
     };
     Err(format!(
         "one replica asks for {asks}, more than a whole node of any node group holds: {}; its \
