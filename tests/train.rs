@@ -606,7 +606,7 @@ async fn bad_input_is_refused_before_any_job_is_created() {
                 "--max-runtime",
                 "0",
             ],
-            "invalid value '0' for '--max-runtime",
+            "--max-runtime 0: must be from 1 to 2419200 seconds",
         ),
         (
             vec![
@@ -756,18 +756,22 @@ async fn bad_input_is_refused_before_any_job_is_created() {
             && err.contains("\n  - --max-runtime applies to the kubernetes and sagemaker runtimes"),
         "{err}"
     );
-    // SageMaker's MaxRuntimeInSeconds bound (28 days) holds for every runtime, at parse.
+    // SageMaker's MaxRuntimeInSeconds bound (28 days) holds for both runtimes that take it,
+    // checked with the other arguments.
     let err = d.fails(&[
         "train",
         "--runtime",
-        "local",
+        "kubernetes",
         "--data",
-        data,
+        "efs:/datasets",
         "--max-runtime",
         "2419201",
     ]);
     assert!(
-        err.contains("2419201") && err.contains("--max-runtime") && err.contains("1..=2419200"),
+        err.contains(
+            "--max-runtime 2419201: must be from 1 to 2419200 seconds (28 days: SageMaker's \
+             limit for StoppingCondition.MaxRuntimeInSeconds)"
+        ),
         "{err}"
     );
     // The runtime from kfaws.toml is checked when the file is parsed (case C18).

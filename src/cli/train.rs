@@ -74,8 +74,8 @@ pub struct TrainArgs {
     /// Longest run in seconds, at most 2419200 (28 days, SageMaker's limit for
     /// StoppingCondition.MaxRuntimeInSeconds) (sagemaker: its MaxRuntimeInSeconds; kubernetes:
     /// how long kfaws waits) [default: 86400].
-    #[arg(long, allow_negative_numbers = true, value_parser = clap::value_parser!(u64).range(1..=MAX_RUNTIME_LIMIT))]
-    pub max_runtime: Option<u64>,
+    #[arg(long, allow_negative_numbers = true)]
+    pub max_runtime: Option<i64>,
     /// SageMaker: run the containers without network access (VpcConfig still applies).
     #[arg(long)]
     pub network_isolation: bool,
@@ -130,11 +130,6 @@ impl TrainArgs {
             .unwrap_or(Path::new(DEFAULT_OUTPUT_DIR))
     }
 
-    /// `--max-runtime` in seconds, or its default (one day).
-    pub fn max_runtime(&self) -> u64 {
-        self.max_runtime.unwrap_or(DEFAULT_MAX_RUNTIME)
-    }
-
     fn foreign_flags(&self, runtime: Runtime) -> Vec<(&'static str, &'static str)> {
         use Runtime::{Kubernetes, Local, Sagemaker};
         let given: [(&str, bool, &[Runtime]); 11] = [
@@ -186,6 +181,9 @@ pub struct Request {
     pub data: DataSource,
     /// `--workers`: 1 to [`MAX_REPLICAS`] − 1.
     pub workers: u32,
+    /// `--max-runtime` in seconds (1 to [`MAX_RUNTIME_LIMIT`]), or its
+    /// default, one day.
+    pub max_runtime: u64,
     /// Every hyperparameter the job passes to the trainer.
     pub hyperparameters: BTreeMap<String, String>,
 }
@@ -235,6 +233,22 @@ fn request(args: &TrainArgs, runtime: Runtime) -> anyhow::Result<Request> {
     );
     let epochs = count("--epochs", args.epochs, i64::from(u32::MAX), "");
     let batch_size = count("--batch-size", args.batch_size, i64::from(u32::MAX), "");
+    let max_runtime = match args.max_runtime {
+        None => DEFAULT_MAX_RUNTIME,
+        Some(secs) => in_range(
+            "--max-runtime",
+            secs,
+            1..=MAX_RUNTIME_LIMIT as i64,
+            " seconds (28 days: SageMaker's limit for StoppingCondition.MaxRuntimeInSeconds)",
+        )
+        .map_or_else(
+            |e| {
+                problems.push(e);
+                DEFAULT_MAX_RUNTIME
+            },
+            u64::from,
+        ),
+    };
     let data = match DataSource::parse(&args.data) {
         Ok(data) => {
             if let Err(e) = data.check_runtime(runtime) {
@@ -322,6 +336,7 @@ fn request(args: &TrainArgs, runtime: Runtime) -> anyhow::Result<Request> {
             job,
             data,
             workers,
+            max_runtime,
             hyperparameters,
         }),
         (.., [one]) => bail!("{one}"),
@@ -895,7 +910,7 @@ async fn train_kubernetes(
         &client,
         &spec.namespace,
         &spec.name,
-        Duration::from_secs(args.max_runtime()),
+        Duration::from_secs(req.max_runtime),
         |e| progress.line(&format!("  {e}")),
     );
     let outcome = match super::interruptible(&stop, waiting).await {

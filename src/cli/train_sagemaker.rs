@@ -299,6 +299,7 @@ pub async fn train(
         job,
         data,
         workers,
+        max_runtime,
         hyperparameters,
     } = req;
     let d = Deployment::load(g)?;
@@ -379,7 +380,7 @@ pub async fn train(
         input,
         output_s3_uri: format!("s3://{bucket}/kfaws/training"),
         checkpoint_s3_uri: Some(format!("s3://{bucket}/kfaws/checkpoints/{job}")),
-        max_runtime: Duration::from_secs(args.max_runtime()),
+        max_runtime: Duration::from_secs(max_runtime),
         vpc,
         network_isolation: args.network_isolation,
         inter_container_encryption: !args.no_inter_container_encryption,
@@ -420,7 +421,7 @@ pub async fn train(
         return Ok(0);
     }
     let logs = kfaws::aws::client::<aws_sdk_cloudwatchlogs::Client>(&aws);
-    let timeout = Duration::from_secs(args.max_runtime() + 3600);
+    let timeout = Duration::from_secs(max_runtime + 3600);
     // Not a child of `cancel`: the reader of the output going away (`| head`)
     // stops the waiting, never the job (only a signal to kfaws stops the job).
     let output_closed = CancellationToken::new();
