@@ -810,6 +810,12 @@ async fn bad_input_is_refused_before_any_job_is_created() {
             && err.contains("training_operator"),
         "{err}"
     );
+    // The image that is not in ECR is the second problem, told in the same run.
+    assert!(
+        err.contains("2 problems with the job; nothing was created:\n  - ")
+            && err.contains("no such image in ECR"),
+        "{err}"
+    );
     // The config asks for the operator, but its CRD is not in the cluster (not applied yet,
     // or deleted by hand): kfaws says to plan and apply, not to set what is set.
     d.write_config(&kubeflow_config(true));

@@ -833,21 +833,23 @@ async fn train_kubernetes(
         .map_err(|e| anyhow::anyhow!("{e}"))?
         .with_context(|| format!("EKS cluster {cluster_name} does not exist: run `kfaws apply`"))?;
     let namespace = d.loaded.config.options.user_namespace.clone();
-    match pytorchjob::preflight(&client, &namespace).await {
-        // Case C9 where kfaws installs the operator: its CRD is missing although the config
-        // asks for it, so it was removed outside kfaws (or never applied).
-        Err(pytorchjob::PyTorchJobError::NotServed(_))
-            if d.loaded.config.kubeflow.training_operator.is_some() =>
-        {
-            bail!(
-                "the cluster does not serve kubeflow.org/v1 PyTorchJob, although \
-                 kubeflow.training_operator is set in kfaws.toml: the training operator's CRD \
-                 was removed outside kfaws, or k8s.training-operator was never applied. `kfaws \
-                 plan` shows what is missing and `kfaws apply` puts it back"
-            )
+    let served = async {
+        match pytorchjob::preflight(&client, &namespace).await {
+            // Case C9 where kfaws installs the operator: its CRD is missing although the
+            // config asks for it, so it was removed outside kfaws (or never applied).
+            Err(pytorchjob::PyTorchJobError::NotServed(_))
+                if d.loaded.config.kubeflow.training_operator.is_some() =>
+            {
+                bail!(
+                    "the cluster does not serve kubeflow.org/v1 PyTorchJob, although \
+                     kubeflow.training_operator is set in kfaws.toml: the training operator's \
+                     CRD was removed outside kfaws, or k8s.training-operator was never applied. \
+                     `kfaws plan` shows what is missing and `kfaws apply` puts it back"
+                )
+            }
+            other => Ok(other?),
         }
-        other => other?,
-    }
+    };
     let replica = ReplicaRequest {
         cpu: args.cpu.clone().unwrap_or_else(|| "1".into()),
         memory: args.memory.clone().unwrap_or_else(|| "2Gi".into()),
@@ -855,11 +857,13 @@ async fn train_kubernetes(
     };
     // Every check, so a job with several problems (no GPU node and a
     // CPU-only image, say) is told all at once.
-    let (fits, image) = tokio::join!(
+    let (served, fits, image) = tokio::join!(
+        served,
         d.check_replica_fits(&aws, &replica, req.workers),
         Deployment::image(&aws, args.image.as_ref(), &args.backend)
     );
     let mut problems = Problems::default();
+    problems.check(served);
     problems.check(fits);
     let image = problems.check(image);
     problems.finish()?;
