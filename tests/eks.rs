@@ -1471,3 +1471,73 @@ async fn an_oidc_provider_left_outside_the_state_is_imported_only_for_the_live_c
         "{plan}"
     );
 }
+
+/// A cluster deleted outside kfaws comes back from the next apply with a new
+/// OIDC issuer, as on AWS: the IAM OIDC provider of the old issuer goes, one
+/// for the new issuer is made, and the IRSA roles trust the new one.
+#[tokio::test]
+async fn a_cluster_deleted_by_hand_comes_back_with_a_new_issuer_and_the_oidc_provider_and_irsa_trust_follow(
+) {
+    let d = Deployment::new("");
+    d.lifecycle(FAST);
+    d.stdout(&["apply", "--auto-approve", "--target", "stack.irsa"]);
+    let sdk = d.sdk().await;
+    let (eks, iam) = (
+        aws_sdk_eks::Client::new(&sdk),
+        aws_sdk_iam::Client::new(&sdk),
+    );
+    let n = d.name.clone();
+    let issuer = || async {
+        let out = eks.describe_cluster().name(&n).send().await.ok()?;
+        let oidc = out.cluster()?.identity()?.oidc()?;
+        oidc.issuer().map(str::to_string)
+    };
+    let providers = || async {
+        let out = iam.list_open_id_connect_providers().send().await.unwrap();
+        out.open_id_connect_provider_list()
+            .iter()
+            .filter_map(|p| p.arn().map(str::to_string))
+            .collect::<Vec<_>>()
+    };
+    let before = issuer().await.unwrap();
+    eks.delete_cluster().name(&n).send().await.unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while issuer().await.is_some() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the cluster never went"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+
+    let plan = d.stdout(&["plan", "--target", "stack.irsa"]);
+    assert!(
+        plan.contains("+ eks.cluster") && plan.contains("deleted outside kfaws"),
+        "{plan}"
+    );
+    d.stdout(&["apply", "--auto-approve", "--target", "stack.irsa"]);
+    let after = issuer().await.unwrap();
+    assert_ne!(before, after, "a new cluster has a new issuer");
+    let host_path = after.strip_prefix("https://").unwrap();
+    let arns = providers().await;
+    assert_eq!(arns.len(), 1, "the old issuer's provider is gone: {arns:?}");
+    assert!(
+        arns[0].ends_with(&format!(":oidc-provider/{host_path}")),
+        "{arns:?}"
+    );
+    let role = format!("kfaws-{n}-us-east-1-irsa-efs-csi-controller");
+    let policy = trust_policy(&iam, &role).await;
+    let st = &policy["Statement"][0];
+    assert_eq!(st["Principal"]["Federated"], arns[0].as_str(), "{policy}");
+    assert!(
+        st["Condition"]["StringEquals"]
+            .get(format!("{host_path}:sub"))
+            .is_some(),
+        "{policy}"
+    );
+    d.kfaws(&["plan", "--detailed-exitcode", "--target", "stack.irsa"])
+        .assert()
+        .code(0);
+    d.stdout(&["destroy", "--auto-approve"]);
+    assert!(providers().await.is_empty());
+}

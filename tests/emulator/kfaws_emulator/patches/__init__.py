@@ -36,6 +36,7 @@ MODULES = (
     "eks_updates",
     "eks_cluster_endpoint",
     "eks_tagging",
+    "eks_oidc_issuer",
     "efs_already_exists_id",
     "efs_mount_target_interface",
     "lifecycle_eks",
