@@ -166,7 +166,10 @@ fn delete_change(
         conditional: false,
         refreshed: Vec::new(),
         import: None,
-        gone,
+        // kfaws's own interrupted delete that finished is a destroy; what
+        // went outside kfaws, or a create that never made anything, is only
+        // forgotten.
+        gone: gone && recorded.status != Status::Deleting,
     }
 }
 
@@ -1017,6 +1020,28 @@ pub(crate) mod tests {
         assert!(
             deleted.contains("interrupted delete finished") && !deleted.contains("outside"),
             "{deleted}"
+        );
+        // kfaws's own delete that finished counts as destroyed; a create
+        // that made nothing is only forgotten.
+        let gone = |a: &Address| changes.iter().find(|c| &c.address == a).unwrap().gone;
+        assert!(gone(&addr()) && !gone(&deleting));
+    }
+
+    #[test]
+    fn a_resource_gone_outside_kfaws_is_only_forgotten() {
+        let mut state = State::new("ml");
+        let tainted = Address::new("t").unwrap();
+        state
+            .resources
+            .insert(addr(), recorded(Status::Created, SPEC()));
+        state
+            .resources
+            .insert(tainted.clone(), recorded(Status::Tainted, SPEC()));
+        let observed = BTreeMap::from([(addr(), Observed::Gone), (tainted, present(SPEC()))]);
+        let changes = diff_destroy(&state, &observed);
+        assert_eq!(
+            changes.iter().map(|c| (c.gone, c.drift)).collect::<Vec<_>>(),
+            [(true, true), (false, false)]
         );
     }
 }
