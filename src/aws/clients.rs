@@ -1,18 +1,21 @@
 //! Every AWS service client kfaws uses, made one way: from the shared
 //! [`SdkConfig`] plus what that config cannot carry, the
-//! [`UnreachableNotice`] interceptor (an `SdkConfig` holds no interceptors,
-//! so `Client::new(&config)` would leave it out).
+//! [`UnreachableNotice`] interceptor and the [`NoRetryOnceStopping`] retry
+//! classifier (an `SdkConfig` holds neither, so `Client::new(&config)`
+//! would leave them out).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use aws_config::SdkConfig;
 use aws_sdk_sts::config::ConfigBag;
 use aws_smithy_runtime_api::box_error::BoxError;
+use aws_smithy_runtime_api::client::interceptors::context::InterceptorContext;
 use aws_smithy_runtime_api::client::interceptors::context::{
     BeforeTransmitInterceptorContextRef, FinalizerInterceptorContextRef,
 };
 use aws_smithy_runtime_api::client::interceptors::Intercept;
 use aws_smithy_runtime_api::client::orchestrator::Metadata;
+use aws_smithy_runtime_api::client::retries::classifiers::{ClassifyRetry, RetryAction};
 use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
 use aws_smithy_types::config_bag::{Storable, StoreReplace};
 
@@ -36,6 +39,9 @@ macro_rules! services {
                 $sdk::Client::from_conf(
                     $sdk::config::Builder::from(config)
                         .interceptor(UnreachableNotice)
+                        .retry_classifier(NoRetryOnceStopping(
+                            crate::engine::interrupt::stopping(),
+                        ))
                         .build(),
                 )
             }
@@ -55,6 +61,30 @@ services!(
     aws_sdk_sagemakerruntime,
     aws_sdk_sts,
 );
+
+/// Forbids the SDK's retries once `.0` is cancelled: by the first interrupt
+/// ([`crate::engine::interrupt::stopping`]) in kfaws. The attempt in flight
+/// finishes and its answer is the call's, so a call that keeps failing
+/// (up to [`super::MAX_ATTEMPTS`] attempts with backoff, about a minute)
+/// does not hold up the exit after Ctrl-C; an interrupted create or delete
+/// is recorded as in flight and resumed by the next run.
+#[derive(Debug, Clone)]
+pub struct NoRetryOnceStopping(pub tokio_util::sync::CancellationToken);
+
+impl ClassifyRetry for NoRetryOnceStopping {
+    fn classify_retry(&self, _: &InterceptorContext) -> RetryAction {
+        match self.0.is_cancelled() {
+            // Any classifier's RetryForbidden wins over every other verdict
+            // (`ClassifyRetry::priority`, aws-smithy-runtime-api).
+            true => RetryAction::RetryForbidden,
+            false => RetryAction::NoActionIndicated,
+        }
+    }
+
+    fn name(&self) -> &'static str {
+        "kfaws::NoRetryOnceStopping"
+    }
+}
 
 /// Whether the notice was given since the last attempt that reached AWS.
 /// One flag for the process: after a network failure every client's calls
@@ -194,6 +224,49 @@ mod tests {
             }
         });
         format!("http://{addr}")
+    }
+
+    /// An endpoint that answers HTTP 500 to every request, and counts them.
+    async fn failing() -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let count = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let seen = Arc::clone(&count);
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                let mut buf = [0u8; 4096];
+                let _ = socket.read(&mut buf).await;
+                seen.fetch_add(1, Ordering::SeqCst);
+                let _ = socket
+                    .write_all(b"HTTP/1.1 500 Internal Server Error\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+                    .await;
+            }
+        });
+        (format!("http://{addr}"), count)
+    }
+
+    #[tokio::test]
+    async fn no_call_is_retried_once_the_command_is_stopping() {
+        let (endpoint, attempts) = failing().await;
+        let call = |token: tokio_util::sync::CancellationToken| {
+            let config = config(&endpoint);
+            async move {
+                let client = aws_sdk_eks::Client::from_conf(
+                    aws_sdk_eks::config::Builder::from(&config)
+                        .retry_classifier(NoRetryOnceStopping(token))
+                        .build(),
+                );
+                client.list_clusters().send().await.unwrap_err();
+            }
+        };
+        // Not stopping: the standard retries (3 attempts in this config).
+        call(tokio_util::sync::CancellationToken::new()).await;
+        assert_eq!(attempts.swap(0, Ordering::SeqCst), 3);
+        // Stopping: the one attempt, then the error.
+        let stopping = tokio_util::sync::CancellationToken::new();
+        stopping.cancel();
+        call(stopping).await;
+        assert_eq!(attempts.load(Ordering::SeqCst), 1);
     }
 
     #[tokio::test]

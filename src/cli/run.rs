@@ -523,8 +523,18 @@ fn finish(plan: &Plan, report: &ApplyReport, state_path: &Path) -> anyhow::Resul
         )?;
         Ok(0)
     } else if report.interrupted {
+        // A call that failed on its own while the run was stopping is told too.
+        let failed = match report
+            .results
+            .iter()
+            .filter(|r| matches!(r.outcome, Outcome::Failed(_)))
+            .count()
+        {
+            0 => String::new(),
+            n => format!(", {n} failed (see the errors above)"),
+        };
         outln!(
-            "{verb} interrupted after {imported}{added} added, {changed} changed, {destroyed} destroyed{forgotten}. \
+            "{verb} interrupted after {imported}{added} added, {changed} changed, {destroyed} destroyed{forgotten}{failed}. \
              The state ({}) records everything that may exist; run the command again to resume.",
             state_path.display()
         )?;

@@ -1040,7 +1040,10 @@ pub(crate) mod tests {
         let observed = BTreeMap::from([(addr(), Observed::Gone), (tainted, present(SPEC()))]);
         let changes = diff_destroy(&state, &observed);
         assert_eq!(
-            changes.iter().map(|c| (c.gone, c.drift)).collect::<Vec<_>>(),
+            changes
+                .iter()
+                .map(|c| (c.gone, c.drift))
+                .collect::<Vec<_>>(),
             [(true, true), (false, false)]
         );
     }
