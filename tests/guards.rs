@@ -778,6 +778,34 @@ async fn mount_targets_are_gone_before_the_file_system_and_before_the_subnets() 
     assert_eq!(d.aws().await.efs_file_systems(), Vec::<String>::new());
 }
 
+/// The EFS stack removed from the state but not from AWS keeps its mount
+/// targets in the VPC: the network's destroy is refused at plan (it would
+/// wait for their interfaces until its deadline), and the remedy it names
+/// works.
+#[tokio::test]
+async fn mount_targets_of_a_file_system_the_state_forgot_stop_the_network_destroy_at_plan() {
+    let d = Deployment::new("");
+    d.stdout(&["apply", "--auto-approve", "--target", "stack.efs"]);
+    let fs = d.output("stack.efs", "FileSystemId");
+    d.stdout(&["state", "rm", "stack.efs"]);
+    let calls = d.aws().await.mutating_calls();
+    let err = d.fails(&["destroy", "--auto-approve"]);
+    assert!(
+        err.contains(&format!(
+            "holds EFS mount targets of file system(s) {fs} (eni-"
+        )) && err.contains("nothing was deleted")
+            && err.contains("`kfaws apply --target stack.efs` imports it"),
+        "{err}"
+    );
+    assert_eq!(d.aws().await.mutating_calls(), calls, "nothing was deleted");
+    // The remedy: import the stack, then destroy deletes it before the network.
+    let out = d.stdout(&["apply", "--auto-approve", "--target", "stack.efs"]);
+    assert!(out.contains("1 imported"), "{out}");
+    d.stdout(&["destroy", "--auto-approve"]);
+    assert!(d.live_stack_names().await.is_empty());
+    assert_eq!(d.aws().await.efs_file_systems(), Vec::<String>::new());
+}
+
 #[tokio::test]
 async fn destroy_leaves_nothing_and_twice_is_a_no_op() {
     let d = Deployment::new("");

@@ -567,6 +567,9 @@ pub struct VpcGuard {
     pub deadline: Duration,
     /// What the cluster keeps for its lifetime, as [`Kept`] values.
     pub kept: Vec<Kept>,
+    /// The EFS stack's address: its recorded `FileSystemId` is the file
+    /// system whose mount targets go before the network.
+    pub efs_address: crate::address::Address,
 }
 
 /// A network stack parameter that cannot change once the network exists:
@@ -643,6 +646,53 @@ impl VpcGuard {
             "EKS cluster {} still exists (status {status}) and uses VPC {vpc_id}, but {why}; \
              the network is deleted only once the cluster is gone",
             self.cluster
+        )))
+    }
+
+    /// An error when the VPC holds EFS mount targets of a file system that
+    /// the state's EFS stack does not record: nothing in the plan deletes
+    /// them (the stack left the state, or the file system is someone
+    /// else's), and the network's delete would wait for their interfaces
+    /// until its deadline.
+    fn refuse_stray_mount_targets(
+        &self,
+        vpc_id: &str,
+        survey: &vpc::Survey,
+        state: &crate::state::State,
+    ) -> Result<(), ResourceError> {
+        let recorded = state
+            .resources
+            .get(&self.efs_address)
+            .and_then(|r| r.outputs.get("FileSystemId"))
+            .and_then(serde_json::Value::as_str);
+        let mut stray: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+        for eni in &survey.enis {
+            match vpc::mount_target_file_system(eni) {
+                Some(fs) if Some(fs) != recorded => {
+                    stray.entry(fs).or_default().push(&eni.id);
+                }
+                _ => {}
+            }
+        }
+        if stray.is_empty() {
+            return Ok(());
+        }
+        let list: Vec<String> = stray
+            .iter()
+            .map(|(fs, enis)| format!("{fs} ({})", enis.join(", ")))
+            .collect();
+        Err(ResourceError::msg(format!(
+            "VPC {vpc_id} holds EFS mount targets of file system(s) {} that this deployment's \
+             state does not record ({} is not in it, or records another), so nothing deletes \
+             them before the network and its delete would wait for them until its deadline; \
+             nothing was deleted. If the EFS stack left the state (`kfaws state rm {}`) and \
+             still carries this deployment's tags, `kfaws apply --target {}` imports it and \
+             destroy then deletes it; otherwise delete the file system's mount targets \
+             yourself, then run destroy again",
+            list.join(", "),
+            self.efs_address,
+            self.efs_address,
+            self.efs_address
         )))
     }
 
@@ -731,6 +781,7 @@ impl Guard for VpcGuard {
         let survey = vpc::survey(&self.ec2, &vpc_id)
             .await
             .map_err(ResourceError::msg)?;
+        self.refuse_stray_mount_targets(&vpc_id, &survey, check.state)?;
         let findings = vpc::classify(&survey, &ours, &self.cluster);
         if findings.blockers.is_empty() {
             Ok(())

@@ -197,6 +197,15 @@ fn describe(eni: &Eni) -> String {
     parts.join(", ")
 }
 
+/// The file system of an EFS mount target's network interface, read from
+/// the description EFS gives it: `EFS mount target for fs-… (fsmt-…)`
+/// (the interface is requester-managed, so the description is EFS's).
+pub fn mount_target_file_system(eni: &Eni) -> Option<&str> {
+    let rest = eni.description.strip_prefix("EFS mount target for ")?;
+    let fs = rest.split_whitespace().next()?;
+    fs.starts_with("fs-").then_some(fs)
+}
+
 /// Sorts a survey. `ours` holds the physical ids of every resource the
 /// deployment's stacks made; `cluster` is the EKS cluster name.
 pub fn classify(survey: &Survey, ours: &BTreeSet<String>, cluster: &str) -> Findings {
@@ -815,5 +824,26 @@ mod tests {
         );
         assert!(f.waiting.iter().any(|i| i.id == "eni-mount"));
         assert!(f.blockers.is_empty());
+    }
+
+    #[test]
+    fn an_efs_mount_target_interface_names_its_file_system() {
+        let eni = |description: &str| Eni {
+            id: "eni-1".into(),
+            status: "in-use".into(),
+            groups: vec![],
+            tags: BTreeMap::new(),
+            description: description.into(),
+            instance: None,
+        };
+        assert_eq!(
+            mount_target_file_system(&eni("EFS mount target for fs-0123abcd (fsmt-99)")),
+            Some("fs-0123abcd")
+        );
+        assert_eq!(mount_target_file_system(&eni("Amazon EKS demo")), None);
+        assert_eq!(
+            mount_target_file_system(&eni("EFS mount target for x")),
+            None
+        );
     }
 }

@@ -345,6 +345,7 @@ fn guards(
                 address: Address::new(format!("stack.{part}")).expect("a valid address"),
                 deadline: RELEASE_WAIT,
                 kept: kept(config),
+                efs_address: Address::new("stack.efs").expect("a valid address"),
             }),
             Arc::new(IngressGuard {
                 ec2: crate::aws::client::<aws_sdk_ec2::Client>(aws),
