@@ -510,6 +510,13 @@ async fn state_rm_forgets_without_deleting_and_apply_adopts_it_again() {
             )),
         "{out}"
     );
+    // A target the state does not hold is named so, with the way back.
+    let err = d.fails(&["destroy", "--auto-approve", "--target", "stack.iam"]);
+    assert!(
+        err.contains("target stack.iam is not in the state, so there is nothing of it to destroy")
+            && err.contains("`kfaws apply --target stack.iam` imports it"),
+        "{err}"
+    );
     assert_eq!(
         d.live_stack_names().await,
         [format!("kfaws-{}-iam", d.name)],

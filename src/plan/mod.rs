@@ -373,6 +373,14 @@ pub enum PlanError {
         /// The addresses recording it, sorted.
         addresses: Vec<Address>,
     },
+    /// A destroy `--target` names a resource of the configuration that the
+    /// state does not hold: kfaws has nothing of it to delete.
+    #[error(
+        "target {0} is not in the state, so there is nothing of it to destroy (it is in the \
+         configuration; removed with `kfaws state rm`, or never applied). If it exists with \
+         this deployment's tags, `kfaws apply --target {0}` imports it, then destroy deletes it"
+    )]
+    TargetNotInState(Address),
     /// A recorded resource's kind is unknown to this build.
     #[error(
         "{address} has kind {kind:?}, which this kfaws cannot manage; it cannot be read or deleted"
@@ -450,6 +458,12 @@ pub async fn make_plan(req: PlanRequest<'_>) -> Result<(Plan, Handles), PlanErro
     let targeted = match req.targets {
         [] => None,
         targets if req.destroy => {
+            if let Some(t) = targets.iter().find(|t| {
+                !req.state.resources.contains_key(*t)
+                    && req.desired.iter().any(|r| r.address() == *t)
+            }) {
+                return Err(PlanError::TargetNotInState(t.clone()));
+            }
             Some(state_graph(req.state)?.select(targets, Closure::Dependants)?)
         }
         targets => Some(desired_graph.select(targets, Closure::Dependencies)?),
