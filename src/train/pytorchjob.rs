@@ -193,13 +193,14 @@ pub enum PyTorchJobError {
         namespace: String,
     },
     /// A Kubernetes call failed.
-    #[error("{what}: {}", message(source))]
+    #[error("{what}: {}", message(error))]
     Kube {
         /// The call.
         what: String,
-        /// The cause.
-        #[source]
-        source: kube::Error,
+        /// The cause, told in the message (not as a `source`: the API
+        /// server's `Status` would follow it in the error chain again, as
+        /// a debug dump).
+        error: kube::Error,
     },
     /// The job did not finish in time.
     #[error("PyTorchJob {name} did not finish within {timeout:?}; last conditions: {conditions}")]
@@ -224,7 +225,7 @@ fn message(e: &kube::Error) -> String {
 
 fn kube_err(what: impl Into<String>) -> impl FnOnce(kube::Error) -> PyTorchJobError {
     let what = what.into();
-    move |source| PyTorchJobError::Kube { what, source }
+    move |error| PyTorchJobError::Kube { what, error }
 }
 
 fn resource() -> ApiResource {
@@ -611,5 +612,22 @@ mod tests {
             assert_eq!(r["limits"]["nvidia.com/gpu"], 1, "{t}: {r}");
             assert_eq!(r["limits"]["cpu"], "1", "{t}: {r}");
         }
+    }
+
+    #[test]
+    fn an_api_error_is_told_once_without_the_status_debug_dump() {
+        let status = kube::core::Status {
+            code: 403,
+            message: "namespace x is being terminated".into(),
+            reason: "Forbidden".into(),
+            ..Default::default()
+        };
+        let e = kube_err("creating PyTorchJob x/j")(kube::Error::Api(Box::new(status)));
+        assert_eq!(
+            e.to_string(),
+            "creating PyTorchJob x/j: namespace x is being terminated (403 Forbidden)"
+        );
+        // Nothing follows in the chain an edge prints with `{:#}`.
+        assert!(std::error::Error::source(&e).is_none());
     }
 }
