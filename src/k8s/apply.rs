@@ -197,7 +197,7 @@ pub enum ApplyError {
     SameObject(#[from] Box<SameObject>),
     /// Discovery failed.
     #[error("cannot discover the API server's resources: {}", retry::message(.0))]
-    Discovery(#[source] kube::Error),
+    Discovery(kube::Error),
     /// The ApplySet parent could not be read or written.
     #[error(transparent)]
     Inventory(#[from] InventoryError),
@@ -613,7 +613,7 @@ impl Applier {
         .map_err(|e| {
             ApplyError::Inventory(InventoryError::Api {
                 what: format!("applying the ApplySet inventory namespace {ns}"),
-                source: match e {
+                error: match e {
                     RetryError::Failed(k) => k,
                     RetryError::DeadlineExceeded { last } => kube::Error::Api(Box::new(
                         kube::core::Status::failure(&last, "Timeout").with_code(504),

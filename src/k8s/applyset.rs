@@ -114,13 +114,13 @@ pub enum InventoryError {
     #[error(transparent)]
     Foreign(#[from] ForeignParent),
     /// An API call failed.
-    #[error("{what}: {}", super::retry::message(source))]
+    #[error("{what}: {}", super::retry::message(error))]
     Api {
         /// What was being done.
         what: String,
-        /// The error.
-        #[source]
-        source: kube::Error,
+        /// The error, told in the message (not as a `source`: kube's
+        /// `Status` would follow in the error chain as a debug dump).
+        error: kube::Error,
     },
 }
 
@@ -190,12 +190,12 @@ impl ApplySet {
         let Some(cm) = api
             .get_opt(&self.name)
             .await
-            .map_err(|source| InventoryError::Api {
+            .map_err(|error| InventoryError::Api {
                 what: format!(
                     "reading ApplySet parent ConfigMap {}/{}",
                     self.namespace, self.name
                 ),
-                source,
+                error,
             })?
         else {
             return Ok(None);
@@ -260,12 +260,12 @@ impl ApplySet {
             &Patch::Apply(self.parent(inventory)),
         )
         .await
-        .map_err(|source| InventoryError::Api {
+        .map_err(|error| InventoryError::Api {
             what: format!(
                 "writing ApplySet parent ConfigMap {}/{}",
                 self.namespace, self.name
             ),
-            source,
+            error,
         })?;
         Ok(())
     }
@@ -279,12 +279,12 @@ impl ApplySet {
         match api.delete(&self.name, &Default::default()).await {
             Ok(_) => Ok(()),
             Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-            Err(source) => Err(InventoryError::Api {
+            Err(error) => Err(InventoryError::Api {
                 what: format!(
                     "deleting ApplySet parent ConfigMap {}/{}",
                     self.namespace, self.name
                 ),
-                source,
+                error,
             }),
         }
     }
@@ -314,9 +314,9 @@ impl ApplySet {
                 let list = api
                     .list_metadata(&ListParams::default().labels(&selector))
                     .await
-                    .map_err(|source| InventoryError::Api {
+                    .map_err(|error| InventoryError::Api {
                         what: format!("listing {gk} objects labelled {selector}"),
-                        source,
+                        error,
                     })?;
                 Ok::<_, InventoryError>(
                     list.items

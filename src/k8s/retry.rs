@@ -77,9 +77,10 @@ pub fn message(err: &kube::Error) -> String {
 /// Why a retried call failed.
 #[derive(Debug, thiserror::Error)]
 pub enum RetryError {
-    /// A permanent error, or the last transient one when the deadline passed.
+    /// A permanent error, or the last transient one when the deadline passed (told in
+    /// the message, not as a `source`: kube's `Status` would follow as a debug dump).
     #[error("{}", message(.0))]
-    Failed(#[source] kube::Error),
+    Failed(kube::Error),
     /// The deadline passed; the last transient error seen.
     #[error("still failing at the deadline; last error: {last}")]
     DeadlineExceeded {
