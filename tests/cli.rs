@@ -442,6 +442,10 @@ async fn state_rm_forgets_without_deleting_and_apply_adopts_it_again() {
             && plan.contains("Plan: 1 to import, 0 to add, 0 to change, 0 to destroy."),
         "{plan}"
     );
+    assert!(
+        !plan.contains("AWS::IAM::Role"),
+        "an import lists no template resources to add: {plan}"
+    );
     let created = stacks_created(&d);
     let out = d.stdout(&["apply", "--auto-approve", "--target", "stack.iam"]);
     assert!(
@@ -1260,6 +1264,50 @@ async fn a_stack_left_in_delete_failed_is_planned_for_replacement_and_destroy_cl
     assert!(
         plan.contains("~ health: \"DELETE_FAILED\" -> \"healthy\""),
         "{plan}"
+    );
+    d.stdout(&["destroy", "--auto-approve"]);
+    assert!(d.live_stack_names().await.is_empty());
+}
+
+#[tokio::test]
+async fn a_stack_being_deleted_outside_kfaws_is_planned_for_replacement_and_apply_makes_it_again() {
+    let d = Deployment::new("");
+    d.stdout(&["apply", "--auto-approve", "--target", "stack.iam"]);
+    let cfn = d.aws().await.cloudformation();
+    let stack = format!("kfaws-{}-iam", d.name);
+    // Deletes of this account's stacks take 20 s from now on; creates stay instant.
+    control(
+        &format!("lifecycle?account_id={}", d.account),
+        "PUT",
+        r#"{"scale": 1, "durations": {"cloudformation.stack.create": 0, "cloudformation.stack.delete": 20}}"#,
+    );
+    cfn.delete_stack().stack_name(&stack).send().await.unwrap();
+    let plan = d.stdout(&["plan", "--target", "stack.iam"]);
+    assert!(plan.contains("-/+ stack.iam"), "{plan}");
+    assert!(
+        plan.contains("~ health: \"DELETE_IN_PROGRESS\" -> \"healthy\""),
+        "{plan}"
+    );
+    // The replacement waits for the delete someone else started, then creates.
+    let out = d.stdout(&["apply", "--auto-approve", "--target", "stack.iam"]);
+    assert!(out.contains("1 added, 0 changed, 1 destroyed"), "{out}");
+    let status = cfn
+        .describe_stacks()
+        .stack_name(&stack)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        status.stacks()[0].stack_status().unwrap().as_str(),
+        "CREATE_COMPLETE"
+    );
+    d.kfaws(&["plan", "--target", "stack.iam", "--detailed-exitcode"])
+        .assert()
+        .code(0);
+    control(
+        &format!("lifecycle?account_id={}", d.account),
+        "PUT",
+        r#"{"scale": 0}"#,
     );
     d.stdout(&["destroy", "--auto-approve"]);
     assert!(d.live_stack_names().await.is_empty());

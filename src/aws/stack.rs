@@ -52,12 +52,15 @@ const HEALTHY: &str = "healthy";
 /// the states a stack is left in after a failure that only deleting it
 /// resolves (AWS CloudFormation User Guide, "Stack status codes":
 /// `ROLLBACK_COMPLETE` and `ROLLBACK_FAILED` after a failed create,
-/// `DELETE_FAILED`, `UPDATE_ROLLBACK_FAILED`). `UPDATE_ROLLBACK_COMPLETE`
+/// `DELETE_FAILED`, `UPDATE_ROLLBACK_FAILED`), and `DELETE_IN_PROGRESS`: a
+/// delete started outside kfaws cannot be stopped, so the stack is as good as
+/// gone (as the cluster's and node groups' `DELETING`). `UPDATE_ROLLBACK_COMPLETE`
 /// works: the previous template and parameters are back in place.
 pub fn health(status: &str) -> &str {
     match status {
         "ROLLBACK_COMPLETE"
         | "ROLLBACK_FAILED"
+        | "DELETE_IN_PROGRESS"
         | "DELETE_FAILED"
         | "UPDATE_ROLLBACK_FAILED"
         | "CREATE_FAILED" => status,
@@ -807,7 +810,7 @@ mod tests {
     use super::{health, template_resources};
 
     #[test]
-    fn only_stacks_left_broken_by_a_failure_are_unhealthy() {
+    fn only_stacks_left_broken_by_a_failure_or_being_deleted_are_unhealthy() {
         for ok in [
             "CREATE_COMPLETE",
             "UPDATE_COMPLETE",
@@ -820,6 +823,7 @@ mod tests {
         for broken in [
             "ROLLBACK_COMPLETE",
             "ROLLBACK_FAILED",
+            "DELETE_IN_PROGRESS",
             "DELETE_FAILED",
             "UPDATE_ROLLBACK_FAILED",
         ] {

@@ -137,6 +137,8 @@ pub async fn preview(
                      create re-attaches to it instead of making another"
                 );
                 changes[i].import = Some(id);
+                // The resource is re-attached, not made: what a create would make is not news.
+                changes[i].details.clear();
             }
             Ok(None) => {}
             Err(e) => failures.push((changes[i].address.clone(), e.to_string())),
