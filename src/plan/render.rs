@@ -190,7 +190,13 @@ pub fn human(plan: &Plan) -> String {
         .filter(|c| c.action != Action::NoOp)
         .collect();
     refreshes(plan, &mut out);
-    if !plan.has_changes() {
+    if !plan.has_changes() && plan.destroy {
+        // Terraform's words for an empty destroy plan.
+        out.push_str(
+            "No changes. No objects need to be destroyed: the state records none \
+             (never applied, or already destroyed).\n",
+        );
+    } else if !plan.has_changes() {
         out.push_str("No changes. The infrastructure matches the configuration.\n");
     } else {
         out.push_str("kfaws will perform the following actions:\n");
@@ -504,6 +510,18 @@ mod tests {
             human(&p),
             "No changes. The infrastructure matches the configuration.\n"
         );
+    }
+
+    #[test]
+    fn an_empty_destroy_plan_says_nothing_needs_destroying_not_that_the_config_matches() {
+        let mut p = plan(vec![]);
+        p.destroy = true;
+        let text = human(&p);
+        assert!(
+            text.starts_with("No changes. No objects need to be destroyed"),
+            "{text}"
+        );
+        assert!(!text.contains("matches the configuration"), "{text}");
     }
 
     #[test]
