@@ -174,6 +174,7 @@ impl TrainArgs {
 }
 
 /// A validated request: what every runtime needs.
+#[derive(Debug)]
 pub struct Request {
     /// `--job-name`, or a generated name.
     pub job: JobName,
@@ -308,12 +309,13 @@ fn request(args: &TrainArgs, runtime: Runtime) -> anyhow::Result<Request> {
             problems.push(e.to_string());
         }
     }
-    if let Some(v) = &args.cpu {
+    // On another runtime they are refused above as foreign; their values do not matter.
+    if let (Runtime::Kubernetes, Some(v)) = (runtime, &args.cpu) {
         if let Err(e) = kfaws::train::parse_quantity(v) {
             problems.push(format!("--cpu {e}"));
         }
     }
-    if let Some(v) = &args.memory {
+    if let (Runtime::Kubernetes, Some(v)) = (runtime, &args.memory) {
         if let Err(e) = kfaws::train::parse_memory(v) {
             problems.push(format!("--memory {e}"));
         }
@@ -488,12 +490,16 @@ async fn train_local(
             return Err(e.into());
         }
     };
+    // Checked by `check_hyperparameters`; either spelling.
+    let max_train = ["max-train-samples", "max_train_samples"]
+        .iter()
+        .find_map(|k| job.hyperparameters.get(*k)?.parse().ok());
     if let Err(e) = outln!(
         "Training job {} (local): {} process(es) on this machine, data {}{}",
         req.job,
         job.workers,
         job.data_dir.display(),
-        dataset.map_or(String::new(), |d| format!(": {d}"))
+        dataset.map_or(String::new(), |d| format!(": {}", d.describe(max_train)))
     ) {
         // Nobody reads the job's output: start nothing, keep the name free.
         local::remove_if_empty(&job.job_dir);
@@ -1012,5 +1018,27 @@ mod tests {
         );
         assert_eq!(args.lr as f32, trainer.lr);
         assert_eq!(args.backend, trainer.backend);
+    }
+
+    /// A flag of another runtime is one problem, whatever its value.
+    #[test]
+    fn a_foreign_memory_flag_is_refused_once_not_also_for_its_value() {
+        let args = Command::try_parse_from(["kfaws-train", "--data", ".", "--memory", "2"])
+            .unwrap()
+            .train;
+        let err = super::request(&args, super::Runtime::Local)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("--memory applies to the kubernetes runtime"),
+            "{err}"
+        );
+        assert_eq!(err.matches("--memory").count(), 1, "{err}");
+        // On Kubernetes the value itself is checked.
+        let args = Command::try_parse_from(["kfaws-train", "--data", "s3://b/p", "--memory", "2"])
+            .unwrap()
+            .train;
+        let err = super::request(&args, super::Runtime::Kubernetes);
+        assert!(err.is_err_and(|e| e.to_string().contains("--memory \"2\" is 2 bytes")));
     }
 }

@@ -91,6 +91,20 @@ impl LocalDataset {
     }
 }
 
+impl LocalDataset {
+    /// What a run with `max-train-samples` = `max` trains on: the first `max` training
+    /// examples (the trainer's truncation), said as "600 of 60000 training images".
+    pub fn describe(&self, max: Option<usize>) -> String {
+        match max {
+            Some(n) if n < self.train => format!(
+                "{} ({n} of {} training images (max-train-samples) and {} test images of {})",
+                self.name, self.train, self.test, self.shape
+            ),
+            _ => self.to_string(),
+        }
+    }
+}
+
 impl fmt::Display for LocalDataset {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
@@ -323,6 +337,13 @@ mod tests {
             d.to_string(),
             "fashion-mnist (60000 training and 10000 test images of 1x28x28)"
         );
+        assert_eq!(
+            d.describe(Some(600)),
+            "fashion-mnist (600 of 60000 training images (max-train-samples) and 10000 test \
+             images of 1x28x28)"
+        );
+        assert_eq!(d.describe(Some(60000)), d.to_string(), "no limit in effect");
+        assert_eq!(d.describe(None), d.to_string());
         for bad in [
             "",
             "dataset=mnist train=x test=1 shape=1x28x28",

@@ -252,11 +252,13 @@ pub fn trainer_backends(version: &str) -> Option<Vec<String>> {
 /// Parses `KEY=VALUE` (a `--hp` flag).
 ///
 /// # Errors
-/// A message naming the value when it has no `=` or an empty key.
+/// A message saying what is missing when `s` has no `=` or an empty key; it
+/// does not repeat `s`, which clap's error already quotes.
 pub fn parse_hyperparameter(s: &str) -> Result<(String, String), String> {
     match s.split_once('=') {
         Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
-        _ => Err(format!("{s:?} is not KEY=VALUE")),
+        Some(_) => Err("the key before '=' is empty; write KEY=VALUE, e.g. momentum=0.9".into()),
+        None => Err("there is no '=' in it; write KEY=VALUE, e.g. momentum=0.9".into()),
     }
 }
 
@@ -376,8 +378,14 @@ mod tests {
             parse_hyperparameter("seed=7").unwrap(),
             ("seed".into(), "7".into())
         );
-        assert!(parse_hyperparameter("=7").is_err());
-        assert!(parse_hyperparameter("seed").is_err());
+        let empty_key = parse_hyperparameter("=7").unwrap_err();
+        assert!(empty_key.contains("key before '=' is empty"), "{empty_key}");
+        let no_equals = parse_hyperparameter("seed").unwrap_err();
+        assert!(no_equals.contains("no '='"), "{no_equals}");
+        assert!(
+            !no_equals.contains("seed"),
+            "clap quotes the value already: {no_equals}"
+        );
     }
 
     #[test]
