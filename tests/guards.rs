@@ -388,7 +388,8 @@ async fn a_bucket_with_objects_stops_destroy_before_anything_is_deleted() {
 /// to make the stack again is refused, naming the bucket and the ways on,
 /// instead of an apply whose CreateStack fails on the name at every run.
 #[tokio::test]
-async fn a_bucket_its_stack_left_behind_fails_the_plan_to_make_the_stack_again() {
+async fn a_bucket_its_stack_left_behind_fails_the_plan_to_make_the_stack_again_and_destroys_name_it(
+) {
     let d = Deployment::new("");
     d.stdout(&["apply", "--auto-approve", "--target", "stack.storage"]);
     let aws = d.aws().await;
@@ -459,6 +460,18 @@ async fn a_bucket_its_stack_left_behind_fails_the_plan_to_make_the_stack_again()
         .send()
         .await
         .expect("the kept bucket's objects are untouched");
+    // A destroy run again, on the now empty state, names it again: nothing
+    // else will.
+    let again = d.stdout(&["destroy", "--auto-approve"]);
+    assert!(
+        again.contains("has nothing in its state")
+            && again.contains(&format!(
+                "Warning: not destroyed: S3 bucket {bucket}: kept when stack {stack} was \
+                 deleted outside kfaws; it holds 1 object version"
+            ))
+            && again.contains(&format!("aws s3 rb s3://{bucket}")),
+        "{again}"
+    );
 }
 
 async fn cluster_tagged_group(aws: &Account, vpc: &str, name: &str, cluster: &str) -> String {

@@ -235,6 +235,49 @@ impl BucketGuard {
 }
 
 impl BucketGuard {
+    /// Bucket `name` when its stack left it behind: the stack of [`Self::stack_name`] is gone
+    /// (deleted outside kfaws; CloudFormation keeps a bucket that is not empty when the delete
+    /// is retried with `RetainResources`) and the bucket carries [`Self::owner`]'s tags. Says so
+    /// as `kept when stack S was deleted outside kfaws; it holds N object versions …` (or `is
+    /// empty`); `None` while the stack exists or when the bucket is gone or not ours.
+    ///
+    /// # Errors
+    /// A message from DescribeStacks, HeadBucket, GetBucketTagging or ListObjectVersions.
+    pub async fn left_behind(&self, name: &str) -> Result<Option<String>, ResourceError> {
+        if self.stack_exists().await? {
+            return Ok(None);
+        }
+        let tags = match bucket::holder(&self.s3, name)
+            .await
+            .map_err(ResourceError::msg)?
+        {
+            Holder::Visible(tags) => tags,
+            Holder::Nobody | Holder::OtherAccount => return Ok(None),
+        };
+        if !self
+            .owner
+            .owns(tags.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        {
+            return Ok(None);
+        }
+        let contents = match bucket::contents(&self.s3, name)
+            .await
+            .map_err(ResourceError::msg)?
+        {
+            Some(c) if c.count > 0 => format!("holds {c}"),
+            _ => "is empty".to_string(),
+        };
+        Ok(Some(format!(
+            "kept when stack {} was deleted outside kfaws; it {contents}",
+            self.stack_name
+        )))
+    }
+
+    /// How to delete bucket `name` by hand, for a note about a bucket [`Self::left_behind`].
+    pub fn removal(name: &str) -> String {
+        empty_and_delete(name)
+    }
+
     /// Whether the stack of [`Self::stack_name`] exists (in any state but `DELETE_COMPLETE`).
     async fn stack_exists(&self) -> Result<bool, ResourceError> {
         match self
@@ -408,29 +451,9 @@ impl Guard for BucketGuard {
     /// destroy does not delete it, and nothing records it afterwards, so the plan says so by
     /// name. Nothing otherwise (the stack's own delete deletes the bucket).
     async fn preview_delete(&self, recorded: &ResourceState) -> Result<Vec<Detail>, ResourceError> {
-        if self.stack_exists().await? {
-            return Ok(vec![]);
-        }
         let name = self.recorded_bucket(Some(recorded));
-        let tags = match bucket::holder(&self.s3, &name)
-            .await
-            .map_err(ResourceError::msg)?
-        {
-            Holder::Visible(tags) => tags,
-            Holder::Nobody | Holder::OtherAccount => return Ok(vec![]),
-        };
-        if !self
-            .owner
-            .owns(tags.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-        {
+        let Some(kept) = self.left_behind(&name).await? else {
             return Ok(vec![]);
-        }
-        let contents = match bucket::contents(&self.s3, &name)
-            .await
-            .map_err(ResourceError::msg)?
-        {
-            Some(c) if c.count > 0 => format!("holds {c}"),
-            _ => "is empty".to_string(),
         };
         Ok(vec![Detail {
             action: "Keep".into(),
@@ -439,10 +462,8 @@ impl Guard for BucketGuard {
             replacement: None,
             condition: None,
             note: Some(format!(
-                "kept when stack {} was deleted outside kfaws; it {contents}. Not deleted by \
-                 this destroy (not even with --force-destroy-buckets) and not tracked after it: \
-                 once you have what you need from it, {}",
-                self.stack_name,
+                "{kept}. Not deleted by this destroy (not even with --force-destroy-buckets) and \
+                 not tracked after it: once you have what you need from it, {}",
                 empty_and_delete(&name)
             )),
         }])

@@ -41,6 +41,9 @@ struct Planned {
     /// but that exist with this state's tags (removed with `state rm`, or
     /// left by an earlier interrupted apply), as `(address, id)`.
     untracked: Vec<(kfaws::address::Address, String)>,
+    /// For a destroy: what the deployment left outside every resource its
+    /// state records (`profiles::left_behind`), as `(name, note)`.
+    left_behind: Vec<(String, String)>,
 }
 
 /// What a plan is made for: apply with its `--replace` addresses, or
@@ -100,6 +103,16 @@ async fn make(
         }
         false => Vec::new(),
     };
+    let left_behind = match goal.destroy && flags.target.is_empty() {
+        true => {
+            let looking = profiles::left_behind(config, &aws, store.state());
+            interruptible(cancel, looking).await?.unwrap_or_else(|e| {
+                tracing::warn!("cannot look for what the deployment left behind: {e}");
+                Vec::new()
+            })
+        }
+        false => Vec::new(),
+    };
     // A destroy was checked above, before planning it.
     if let (false, Some(what)) = (goal.destroy, disturbs_running_jobs(&plan)) {
         refuse_while_jobs_run(&aws, config, store.state(), what, cancel).await?;
@@ -114,6 +127,7 @@ async fn make(
         account: id.account,
         aws,
         untracked,
+        left_behind,
     })
 }
 
@@ -149,6 +163,9 @@ async fn find_untracked(
 /// Names what a destroy leaves: resources with this state's tags that the
 /// state does not hold ([`find_untracked`]).
 fn untracked_note(p: &Planned) -> anyhow::Result<()> {
+    for (_, note) in &p.left_behind {
+        outln!("\nWarning: not destroyed: {note}")?;
+    }
     if p.untracked.is_empty() {
         return Ok(());
     }
@@ -434,6 +451,7 @@ pub async fn apply_saved(
             account: id.account,
             aws,
             untracked: Vec::new(),
+            left_behind: Vec::new(),
         },
         usize::from(parallelism),
         cancel,
@@ -451,6 +469,7 @@ async fn run(p: Planned, parallelism: usize, cancel: &CancellationToken) -> anyh
         account,
         aws,
         untracked,
+        left_behind,
     } = p;
     let config = loaded.config;
     // Everything that can refuse the plan runs before the first state write.
@@ -487,8 +506,16 @@ async fn run(p: Planned, parallelism: usize, cancel: &CancellationToken) -> anyh
         )?;
     }
     let code = finish(&plan, &report, &state_path)?;
-    if !untracked.is_empty() {
-        let left: Vec<String> = untracked.iter().map(|(a, _)| a.to_string()).collect();
+    let left: Vec<String> = untracked
+        .iter()
+        .map(|(a, _)| a.to_string())
+        .chain(
+            left_behind
+                .iter()
+                .map(|(name, _)| format!("S3 bucket {name}")),
+        )
+        .collect();
+    if !left.is_empty() {
         outln!(
             "Left (with this deployment's tags, not in its state; see the warning above): {}",
             left.join(", ")

@@ -74,6 +74,23 @@ pub async fn prepare(
     }
 }
 
+/// What the deployment left outside every resource its state records (a bucket kept when its
+/// stack was deleted outside kfaws, [`vanilla::left_behind`]), as `(name, note)`: a destroy
+/// names them, since nothing else will.
+///
+/// # Errors
+/// A message from the lookups.
+pub async fn left_behind(
+    config: &Config,
+    aws: &SdkConfig,
+    state: &State,
+) -> Result<Vec<(String, String)>, crate::resource::ResourceError> {
+    match config.profile {
+        ProfileName::Vanilla => vanilla::left_behind(config, aws, state).await,
+        _ => Ok(vec![]),
+    }
+}
+
 /// A named output: what `kfaws output NAME` prints, and which resource
 /// output it is (Terraform's `output` blocks).
 #[derive(Debug, Clone, Copy)]

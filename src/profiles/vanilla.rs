@@ -315,6 +315,53 @@ fn service_roles(config: &Config) -> Vec<TrustedRole> {
     ]
 }
 
+/// The guard of the artifact bucket in `stack.storage`.
+fn bucket_guard(config: &Config, aws: &SdkConfig, owner: Owner) -> BucketGuard {
+    BucketGuard {
+        s3: crate::aws::bucket::client(aws),
+        bucket: config.bucket_name(),
+        owner,
+        cloudformation: crate::aws::client::<aws_sdk_cloudformation::Client>(aws),
+        stack_name: config.stack_name("storage"),
+    }
+}
+
+/// What the deployment left outside every resource the state records: the artifact bucket
+/// when `stack.storage` is no longer in the state and its stack was deleted outside kfaws
+/// with the bucket kept ([`BucketGuard::left_behind`]), as `(name, note)`. While the state
+/// records the stack, its destroy plan names the bucket instead.
+///
+/// # Errors
+/// As [`BucketGuard::left_behind`].
+pub async fn left_behind(
+    config: &Config,
+    aws: &SdkConfig,
+    state: &State,
+) -> Result<Vec<(String, String)>, crate::resource::ResourceError> {
+    if state.resources.contains_key(&addr("stack.storage")) {
+        return Ok(vec![]);
+    }
+    let owner = Owner {
+        deployment: config.name.clone(),
+        lineage: state.lineage.to_string(),
+    };
+    let name = config.bucket_name();
+    let guard = bucket_guard(config, aws, owner);
+    Ok(guard
+        .left_behind(&name)
+        .await?
+        .map(|kept| {
+            let note = format!(
+                "S3 bucket {name}: {kept}; no state records it: once you have what you need \
+                 from it, {}",
+                BucketGuard::removal(&name)
+            );
+            (name, note)
+        })
+        .into_iter()
+        .collect())
+}
+
 fn guards(
     config: &Config,
     aws: &SdkConfig,
@@ -432,13 +479,7 @@ fn guards(
                 replace_when_gone: true,
             }),
         ],
-        "storage" => vec![Arc::new(BucketGuard {
-            s3: crate::aws::bucket::client(aws),
-            bucket: config.bucket_name(),
-            owner,
-            cloudformation: crate::aws::client::<aws_sdk_cloudformation::Client>(aws),
-            stack_name: config.stack_name("storage"),
-        })],
+        "storage" => vec![Arc::new(bucket_guard(config, aws, owner))],
         "efs" => vec![Arc::new(FileSystemGuard {
             efs: crate::aws::client::<aws_sdk_efs::Client>(aws),
         })],
