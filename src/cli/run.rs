@@ -42,7 +42,7 @@ struct Planned {
     /// left by an earlier interrupted apply), as `(address, id)`.
     untracked: Vec<(kfaws::address::Address, String)>,
     /// For a destroy: what the deployment left outside every resource its
-    /// state records (`profiles::left_behind`), as `(name, note)`.
+    /// state records (`profiles::left_behind`), as `(what, note)`.
     left_behind: Vec<(String, String)>,
 }
 
@@ -160,7 +160,8 @@ async fn find_untracked(
     found
 }
 
-/// Names what a destroy leaves: resources with this state's tags that the
+/// Names what a destroy leaves: what the profile left outside every resource
+/// (`profiles::left_behind`), and resources with this state's tags that the
 /// state does not hold ([`find_untracked`]).
 fn untracked_note(p: &Planned) -> anyhow::Result<()> {
     for (_, note) in &p.left_behind {
@@ -509,11 +510,7 @@ async fn run(p: Planned, parallelism: usize, cancel: &CancellationToken) -> anyh
     let left: Vec<String> = untracked
         .iter()
         .map(|(a, _)| a.to_string())
-        .chain(
-            left_behind
-                .iter()
-                .map(|(name, _)| format!("S3 bucket {name}")),
-        )
+        .chain(left_behind.iter().map(|(what, _)| what.clone()))
         .collect();
     if !left.is_empty() {
         outln!(

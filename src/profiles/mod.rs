@@ -75,7 +75,7 @@ pub async fn prepare(
 }
 
 /// What the deployment left outside every resource its state records (a bucket kept when its
-/// stack was deleted outside kfaws, [`vanilla::left_behind`]), as `(name, note)`: a destroy
+/// stack was deleted outside kfaws, [`vanilla::left_behind`]), as `(what, note)`: a destroy
 /// names them, since nothing else will.
 ///
 /// # Errors

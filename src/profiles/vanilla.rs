@@ -328,7 +328,8 @@ fn bucket_guard(config: &Config, aws: &SdkConfig, owner: Owner) -> BucketGuard {
 
 /// What the deployment left outside every resource the state records: the artifact bucket
 /// when `stack.storage` is no longer in the state and its stack was deleted outside kfaws
-/// with the bucket kept ([`BucketGuard::left_behind`]), as `(name, note)`. While the state
+/// with the bucket kept ([`BucketGuard::left_behind`]), as `(what, note)`: `S3 bucket NAME`
+/// and the warning. While the state
 /// records the stack, its destroy plan names the bucket instead.
 ///
 /// # Errors
@@ -356,7 +357,7 @@ pub async fn left_behind(
                  from it, {}",
                 BucketGuard::removal(&name)
             );
-            (name, note)
+            (format!("S3 bucket {name}"), note)
         })
         .into_iter()
         .collect())
