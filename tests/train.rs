@@ -1314,6 +1314,88 @@ async fn demo_path_trains_on_both_runtimes_serves_the_model_and_destroys_everyth
     // SageMaker's FinalMetricDataList, printed as the other runtimes print theirs.
     assert_eq!(final_metric_names(&sm), FINAL_METRICS, "{sm}");
 
+    // --resume-from: a new job continues from demo-sm's checkpoints. A local --data with other
+    // files than the channel demo-sm read, and another world size, are refused together, before
+    // anything is uploaded or created.
+    let bucket = d.output("stack.storage", "BucketName");
+    let mut names: Vec<_> = std::fs::read_dir(other.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    names.sort();
+    let changed = other.path().join(&names[0]);
+    let mut bytes = std::fs::read(&changed).unwrap();
+    bytes.push(0);
+    std::fs::write(&changed, &bytes).unwrap();
+    let creates = d.calls("CreateTrainingJob");
+    let err = d.fails(&[
+        "train",
+        "--runtime",
+        "sagemaker",
+        "--workers",
+        "1",
+        "--epochs",
+        "1",
+        "--data",
+        other.path().to_str().unwrap(),
+        "--hp",
+        "dataset=fashion-mnist",
+        "--job-name",
+        "demo-sm-2",
+        "--image",
+        &image,
+        "--resume-from",
+        "demo-sm",
+    ]);
+    assert!(
+        err.contains("2 problems with the job; nothing was created")
+            && err.contains("ran on 2 instance(s), --workers is 1")
+            && err.contains(&format!(
+                "holds other files than s3://{bucket}/kfaws/datasets/demo-sm/, which it read: {} \
+                 is {} bytes here, {} bytes there",
+                names[0].to_string_lossy(),
+                bytes.len(),
+                bytes.len() - 1
+            )),
+        "{err}"
+    );
+    assert_eq!(d.calls("PutObject"), puts, "nothing uploaded: {err}");
+    assert_eq!(d.calls("CreateTrainingJob"), creates, "{err}");
+    // The same directory, the same settings: its files are not uploaded again, and the new job
+    // starts from demo-sm's last checkpoint (after its only epoch: it evaluates that model).
+    let resumed = d.stdout(&[
+        "train",
+        "--runtime",
+        "sagemaker",
+        "--workers",
+        "2",
+        "--epochs",
+        "1",
+        "--data",
+        FASHION_MNIST,
+        "--hp",
+        "dataset=fashion-mnist",
+        "--job-name",
+        "demo-sm-2",
+        "--image",
+        &image,
+        "--resume-from",
+        "demo-sm",
+        "--follow",
+    ]);
+    assert!(
+        resumed.contains(&format!(
+            "--data {FASHION_MNIST}: the same files as s3://{bucket}/kfaws/datasets/demo-sm/, \
+             which training job demo-sm read: not uploaded again"
+        )) && resumed.contains(&format!(
+            "resumes training job demo-sm (Completed) from its checkpoints in \
+             s3://{bucket}/kfaws/checkpoints/demo-sm\n"
+        )) && resumed.contains("every epoch is already done according to the checkpoint")
+            && resumed.contains("Training job demo-sm-2 completed"),
+        "{resumed}"
+    );
+    assert_eq!(d.calls("PutObject"), puts, "nothing uploaded: {resumed}");
+
     // The endpoint classifies a test image it never trained on.
     d.stdout(&["endpoint", "deploy", "--job", "demo-sm"]);
     let png = d.dir.path().join("sample.png");
@@ -1570,6 +1652,33 @@ async fn demo_path_trains_on_both_runtimes_serves_the_model_and_destroys_everyth
         err.contains("demo-long") && err.contains("still running"),
         "{err}"
     );
+    // Nor can a job resume from it while it runs: both would write its checkpoints.
+    let resume_long = |epochs: &'static str| {
+        vec![
+            "train",
+            "--runtime",
+            "sagemaker",
+            "--workers",
+            "1",
+            "--epochs",
+            epochs,
+            "--data",
+            "efs:/datasets/fashion-mnist",
+            "--job-name",
+            "demo-long-2",
+            "--resume-from",
+            "demo-long",
+            "--follow",
+        ]
+    };
+    let mut args = resume_long("1");
+    args.extend(["--image", &image]);
+    let err = d.fails(&args);
+    assert!(
+        err.contains("--resume-from demo-long: training job demo-long is InProgress")
+            && err.contains("stop-training-job --training-job-name demo-long"),
+        "{err}"
+    );
     d.write_config(&format!(
         "{}[options]\nsagemaker_role_name = \"{}-renamed\"\n",
         kubeflow_config(true),
@@ -1611,6 +1720,17 @@ async fn demo_path_trains_on_both_runtimes_serves_the_model_and_destroys_everyth
         }
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
+    // Stopped (its trainer checkpointed on SIGTERM), it is resumed by a new job that finishes
+    // the epoch it was in.
+    let resumed = d.stdout(&args);
+    assert!(
+        resumed.contains(&format!(
+            "resumes training job demo-long (Stopped) from its checkpoints in \
+             s3://{bucket}/kfaws/checkpoints/demo-long; changed: epochs 50 -> 1"
+        )) && resumed.contains("resuming from checkpoint")
+            && resumed.contains("Training job demo-long-2 completed"),
+        "{resumed}"
+    );
 
     // Destroy removes the endpoint first, then everything else.
     // The bucket holds the training data, checkpoints and model artifacts.

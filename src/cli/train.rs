@@ -103,6 +103,12 @@ pub struct TrainArgs {
     /// (local).
     #[arg(long, requires = "job_name")]
     pub resume: bool,
+    /// Start the new job from the checkpoints of training job JOB (Stopped, Failed or Completed,
+    /// started by this deployment): it gets the same CheckpointConfig S3 URI, so the trainer
+    /// resumes from the newest checkpoint. Same --workers, --batch-size, --data, seed and
+    /// max-train-samples (they fix each epoch's shards); epochs and lr may change (sagemaker).
+    #[arg(long, value_name = "JOB")]
+    pub resume_from: Option<String>,
 }
 
 /// Where local jobs go without `--output-dir`, relative to the working directory.
@@ -132,7 +138,7 @@ impl TrainArgs {
 
     fn foreign_flags(&self, runtime: Runtime) -> Vec<(&'static str, &'static str)> {
         use Runtime::{Kubernetes, Local, Sagemaker};
-        let given: [(&str, bool, &[Runtime]); 11] = [
+        let given: [(&str, bool, &[Runtime]); 12] = [
             ("--image", self.image.is_some(), &[Kubernetes, Sagemaker]),
             (
                 "--instance-type",
@@ -156,6 +162,7 @@ impl TrainArgs {
                 &[Kubernetes, Sagemaker],
             ),
             ("--resume", self.resume, &[Local]),
+            ("--resume-from", self.resume_from.is_some(), &[Sagemaker]),
         ];
         given
             .into_iter()
@@ -292,15 +299,22 @@ fn request(args: &TrainArgs, runtime: Runtime) -> anyhow::Result<Request> {
     }
     for (flag, runtimes) in args.foreign_flags(runtime) {
         let why = match flag {
-            "--resume" => {
-                " (a PyTorchJob or SageMaker training job of the same name cannot be created again)"
+            "--resume" if runtime == Runtime::Sagemaker => {
+                " (a training job name cannot be reused); --resume-from JOB starts a new job from \
+                 JOB's checkpoints"
             }
+            "--resume" => " (a PyTorchJob of the same name cannot be created again)",
             "--no-wait" => "; a local job runs in this process",
             _ => "",
         };
         problems.push(format!(
             "{flag} applies to {runtimes}, not --runtime {runtime}{why}"
         ));
+    }
+    if let (Runtime::Sagemaker, Some(old)) = (runtime, &args.resume_from) {
+        if let Err(e) = kfaws::sagemaker::validate_name(kfaws::sagemaker::Kind::TrainingJob, old) {
+            problems.push(format!("--resume-from: {e}"));
+        }
     }
     if let (Runtime::Sagemaker, Some(image)) = (runtime, &args.image) {
         if let Err(e) =
@@ -360,6 +374,11 @@ impl Problems {
     /// Keeps `result`'s error, if any; returns its value.
     pub fn check<T>(&mut self, result: anyhow::Result<T>) -> Option<T> {
         result.map_err(|e| self.0.push(e)).ok()
+    }
+
+    /// Keeps `error`.
+    pub fn add(&mut self, error: anyhow::Error) {
+        self.0.push(error);
     }
 
     /// `Ok` when no check failed; else the one error, or all of them (each

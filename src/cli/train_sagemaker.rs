@@ -4,12 +4,14 @@
 //! directory is uploaded to the bucket first, as the SageMaker Python SDK
 //! does with a local `inputs` path).
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{bail, Context as _};
 use aws_config::SdkConfig;
 use kfaws::sagemaker::logs::{follow_logs, follow_logs_from, FollowCursor};
+use kfaws::sagemaker::resume::{self, PreviousJob};
 use kfaws::sagemaker::training::{self, ChannelSource, TrainingJobSpec, TrainingStatus, VpcConfig};
 use kfaws::train::data::DataSource;
 use tokio_util::sync::CancellationToken;
@@ -266,6 +268,131 @@ async fn upload_dir(
     Ok(files.len())
 }
 
+/// What `--resume-from` settled: the job resumed, the checkpoints the new job continues from,
+/// and, for a local `--data` directory holding the same files as the channel the resumed job
+/// read, that channel (the files are not uploaded again).
+struct Resume {
+    previous: PreviousJob,
+    checkpoint_s3_uri: String,
+    channel: Option<String>,
+}
+
+/// Every object under an S3 URI's prefix, as path relative to it → size in bytes.
+async fn objects_under(aws: &SdkConfig, uri: &str) -> anyhow::Result<BTreeMap<String, u64>> {
+    let DataSource::S3 { bucket, prefix } = DataSource::parse(uri)? else {
+        bail!("{uri} is not an S3 URI");
+    };
+    let prefix = match prefix.trim_end_matches('/') {
+        "" => String::new(),
+        p => format!("{p}/"),
+    };
+    let mut pages = kfaws::aws::bucket::client(aws)
+        .list_objects_v2()
+        .bucket(&bucket)
+        .prefix(&prefix)
+        .into_paginator()
+        .send();
+    let mut out = BTreeMap::new();
+    while let Some(page) = pages.next().await {
+        let page = page
+            .map_err(|e| anyhow::anyhow!("{}", kfaws::aws::error_message(&e)))
+            .with_context(|| format!("listing {uri}"))?;
+        for o in page.contents() {
+            if let Some(rel) = o.key().and_then(|k| k.strip_prefix(&prefix)) {
+                let size = u64::try_from(o.size().unwrap_or(0)).unwrap_or(0);
+                out.insert(rel.to_string(), size);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Every file under a local directory, as relative path → size in bytes.
+fn files_with_sizes(dir: &Path) -> anyhow::Result<BTreeMap<String, u64>> {
+    let files = files_under(dir).with_context(|| format!("reading {}", dir.display()))?;
+    files
+        .into_iter()
+        .map(|f| {
+            let size = std::fs::metadata(&f)
+                .with_context(|| format!("reading {}", f.display()))?
+                .len();
+            let rel = f.strip_prefix(dir).expect("under dir");
+            Ok((rel.to_string_lossy().replace('\\', "/"), size))
+        })
+        .collect()
+}
+
+/// `--resume-from OLD`: reads training job `OLD` and reports every reason the new job
+/// (`requested`, whose data is `data`) cannot continue from its checkpoints
+/// ([`resume::problems`]), that a local `--data` directory holds other files than the
+/// channel it read, or that its checkpoint prefix is empty.
+async fn resume_from(
+    aws: &SdkConfig,
+    old: &str,
+    data: &DataSource,
+    requested: resume::Requested<'_>,
+) -> Result<Resume, Vec<anyhow::Error>> {
+    let sm = kfaws::aws::client::<aws_sdk_sagemaker::Client>(aws);
+    let previous = resume::previous_job(&sm, old)
+        .await
+        .with_context(|| format!("--resume-from {old}"))
+        .map_err(|e| vec![e])?;
+    let mut problems: Vec<anyhow::Error> = resume::problems(&previous, &requested)
+        .into_iter()
+        .map(anyhow::Error::msg)
+        .collect();
+    let mut channel = None;
+    let (deployment, lineage) = requested.deployment;
+    // Another deployment's channel is not listed: its bucket is not this deployment's.
+    if let (DataSource::Local(dir), true) = (data, previous.started_by(deployment, lineage)) {
+        match &previous.input {
+            Some(ChannelSource::S3 { uri }) => {
+                let compared = async {
+                    let (here, there) = (files_with_sizes(dir)?, objects_under(aws, uri).await?);
+                    anyhow::Ok(resume::first_file_difference(&here, &there))
+                };
+                match compared.await {
+                    Ok(None) => channel = Some(uri.clone()),
+                    Ok(Some(difference)) => problems.push(anyhow::anyhow!(
+                        "--resume-from {old}: --data {} holds other files than {uri}, which it \
+                         read: {difference}; a resumed job reads the same data",
+                        dir.display()
+                    )),
+                    Err(e) => problems.push(e.context(format!("--resume-from {old}"))),
+                }
+            }
+            Some(efs) => problems.push(anyhow::anyhow!(
+                "--resume-from {old}: it read {}, --data is the local directory {}: a resumed \
+                 job reads the same data",
+                resume::describe_source(efs),
+                dir.display()
+            )),
+            None => {}
+        }
+    }
+    let Some(checkpoints) = previous.checkpoint_s3_uri.clone() else {
+        return Err(problems);
+    };
+    if problems.is_empty() {
+        match objects_under(aws, &checkpoints).await {
+            Ok(found) if found.is_empty() => problems.push(anyhow::anyhow!(
+                "--resume-from {old}: no checkpoint under {checkpoints} (the job ended before \
+                 writing one); start a new job without --resume-from"
+            )),
+            Ok(_) => {}
+            Err(e) => problems.push(e.context(format!("--resume-from {old}"))),
+        }
+    }
+    match problems.is_empty() {
+        true => Ok(Resume {
+            previous,
+            checkpoint_s3_uri: checkpoints,
+            channel,
+        }),
+        false => Err(problems),
+    }
+}
+
 fn say(line: &str) {
     use std::io::Write as _;
     let _ = writeln!(std::io::stdout().lock(), "{line}");
@@ -338,17 +465,50 @@ pub async fn train(
     let (role_arn, bucket) = (role_arn.expect("checked"), bucket.expect("checked"));
     let aws = d.aws(g, cancel).await?;
     let mut problems = Problems::default();
-    let (image, prefix) = tokio::join!(
+    // The channel asked for, as the job resumed would show it; a local directory is compared
+    // by its files.
+    let requested_input = match &data {
+        DataSource::S3 { bucket, prefix } => Some(ChannelSource::S3 {
+            uri: format!("s3://{bucket}/{prefix}"),
+        }),
+        DataSource::Efs(path) => file_system_id.clone().map(|fs| ChannelSource::Efs {
+            file_system_id: fs,
+            directory_path: path.clone(),
+        }),
+        DataSource::Local(_) => None,
+    };
+    let lineage = d.state.lineage.to_string();
+    let (image, prefix, resumed) = tokio::join!(
         Deployment::image(&aws, args.image.as_ref(), &args.backend),
         async {
             match &data {
                 DataSource::S3 { bucket, prefix } => check_s3_prefix(&aws, bucket, prefix).await,
                 _ => Ok(()),
             }
+        },
+        async {
+            let Some(old) = &args.resume_from else {
+                return Ok(None);
+            };
+            let requested = resume::Requested {
+                name: job.as_str(),
+                instance_count: i32::try_from(workers).expect("at most 999"),
+                hyperparameters: &hyperparameters,
+                input: requested_input.as_ref(),
+                deployment: (&d.loaded.config.name, &lineage),
+            };
+            resume_from(&aws, old, &data, requested).await.map(Some)
         }
     );
     let image = problems.check(image);
     problems.check(prefix);
+    let resumed = match resumed {
+        Ok(resumed) => resumed,
+        Err(all) => {
+            all.into_iter().for_each(|e| problems.add(e));
+            None
+        }
+    };
     problems.finish()?;
     let image = image.expect("checked");
     // A local directory is uploaded only once the job is known to be valid:
@@ -363,10 +523,20 @@ pub async fn train(
             directory_path: path,
         },
         DataSource::Local(dir) => {
-            let prefix = format!("kfaws/datasets/{job}");
-            let uri = format!("s3://{bucket}/{prefix}/");
-            upload = Some((dir, prefix));
-            ChannelSource::S3 { uri }
+            if let Some(uri) = resumed.as_ref().and_then(|r| r.channel.clone()) {
+                say(&format!(
+                    "--data {}: the same files as {uri}, which training job {} read: not \
+                     uploaded again",
+                    dir.display(),
+                    resumed.as_ref().expect("some").previous.name
+                ));
+                ChannelSource::S3 { uri }
+            } else {
+                let prefix = format!("kfaws/datasets/{job}");
+                let uri = format!("s3://{bucket}/{prefix}/");
+                upload = Some((dir, prefix));
+                ChannelSource::S3 { uri }
+            }
         }
     };
     let spec = TrainingJobSpec {
@@ -379,7 +549,10 @@ pub async fn train(
         hyperparameters,
         input,
         output_s3_uri: format!("s3://{bucket}/kfaws/training"),
-        checkpoint_s3_uri: Some(format!("s3://{bucket}/kfaws/checkpoints/{job}")),
+        checkpoint_s3_uri: Some(resumed.as_ref().map_or_else(
+            || format!("s3://{bucket}/kfaws/checkpoints/{job}"),
+            |r| r.checkpoint_s3_uri.clone(),
+        )),
         max_runtime: Duration::from_secs(max_runtime),
         vpc,
         network_isolation: args.network_isolation,
@@ -413,6 +586,24 @@ pub async fn train(
         "Training job {job} (sagemaker): {} × {}, image {}\n  {arn}",
         spec.instance_count, spec.instance_type, spec.image
     ));
+    if let Some(r) = &resumed {
+        let changed = resume::changed(&r.previous, &spec.hyperparameters);
+        let changed = match changed.is_empty() {
+            true => String::new(),
+            false => format!(
+                "; changed: {}",
+                changed
+                    .iter()
+                    .map(|(k, was, now)| format!("{k} {was} -> {now}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        };
+        say(&format!(
+            "  resumes training job {} ({}) from its checkpoints in {}{changed}",
+            r.previous.name, r.previous.status, r.checkpoint_s3_uri
+        ));
+    }
     if args.no_wait {
         say(&format!(
             "Not waiting (--no-wait). Check it with `aws sagemaker describe-training-job \
@@ -521,7 +712,10 @@ pub async fn train(
             Ok(0)
         }
         TrainingStatus::Stopped if stopping => {
-            say(&format!("Training job {job} stopped."));
+            say(&format!(
+                "Training job {job} stopped. To continue it from its checkpoints, run the same \
+                 `kfaws train` with --resume-from {job} and another --job-name."
+            ));
             Ok(kfaws::engine::interrupt::exit_status())
         }
         status => bail!(

@@ -1,5 +1,5 @@
 //! Amazon SageMaker: training jobs ([`training`]) with their CloudWatch logs
-//! ([`logs`]), and real-time endpoints ([`endpoint`]) serving a trained model.
+//! ([`logs`]), resumed from another job's checkpoints ([`resume`]), and real-time endpoints ([`endpoint`]) serving a trained model.
 //!
 //! Every call checks its input against the rules of the SageMaker API
 //! Reference before anything is sent, so a bad name or hyperparameter is an
@@ -11,6 +11,7 @@
 
 pub mod endpoint;
 pub mod logs;
+pub mod resume;
 pub mod training;
 
 use std::fmt;
