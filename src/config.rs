@@ -337,25 +337,37 @@ pub enum ConfigError {
 fn render_several(errors: &[ConfigError]) -> String {
     let lines: Vec<String> = errors
         .iter()
-        .flat_map(|e| {
-            e.to_string()
-                .lines()
-                .map(str::to_string)
-                .collect::<Vec<_>>()
+        .flat_map(|e| match e {
+            ConfigError::Names(names) => name_lines(names),
+            e => e.to_string().lines().map(str::to_string).collect(),
         })
         .collect();
+    list_problems(&lines)
+}
+
+/// `N problems in the config:` and one `\n  - line` per line.
+fn list_problems(lines: &[String]) -> String {
     let mut out = format!("{} problems in the config:", lines.len());
     for line in lines {
         out.push_str("\n  - ");
-        out.push_str(&line);
+        out.push_str(line);
     }
     out
+}
+
+/// The broken names: one line, or `N problems in the config:` and one line
+/// each ([`name_lines`]).
+fn render_names(errors: &[NameError]) -> String {
+    match name_lines(errors).as_slice() {
+        [one] => one.clone(),
+        lines => list_problems(lines),
+    }
 }
 
 /// One line per broken name; names that break the same rule for the same
 /// reason (the four stack names of an underscored deployment name) share a
 /// line that lists them all.
-fn render_names(errors: &[NameError]) -> String {
+fn name_lines(errors: &[NameError]) -> Vec<String> {
     let mut groups: Vec<(&NameError, Vec<&str>)> = Vec::new();
     for e in errors {
         let same = |g: &NameError| {
@@ -387,8 +399,7 @@ fn render_names(errors: &[NameError]) -> String {
                 e.problem
             )
         })
-        .collect::<Vec<_>>()
-        .join("\n")
+        .collect()
 }
 
 impl ConfigFile {
@@ -1014,6 +1025,12 @@ mod tests {
             panic!("ml_team must be refused")
         };
         let text = e.to_string();
+        // Stack names, bucket name, Kubernetes name: three problems, listed as the config's are.
+        assert!(
+            text.starts_with("3 problems in the config:\n  - name \"ml_team\" is invalid"),
+            "{text}"
+        );
+        assert_eq!(text.lines().count(), 4, "{text}");
         let stack_lines: Vec<&str> = text
             .lines()
             .filter(|l| l.contains("CloudFormation stack name"))

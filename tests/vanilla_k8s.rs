@@ -660,6 +660,41 @@ async fn a_bundle_that_failed_half_way_is_applied_again_in_place() {
     jobs.get("someones-job")
         .await
         .expect("the custom resource made meanwhile is still there");
+
+    // Removed from the state, bundles are found in the cluster by their ApplySet parents: a
+    // destroy names those of its config (one reads no [kubeflow] manifests: the training
+    // operator is not among them), whose objects would go only with the cluster, and a plan
+    // imports them all.
+    let id = |address: &str| {
+        d.state()["resources"][address]["physical_id"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let (operator_id, storage_id) = (id("k8s.training-operator"), id("k8s.efs-storage"));
+    d.stdout(&["state", "rm", "k8s.training-operator"]);
+    d.stdout(&["state", "rm", "k8s.efs-storage"]);
+    let destroying = d.stdout(&["plan", "--destroy"]);
+    assert!(
+        destroying.contains(&format!(
+            "Warning: not destroyed one by one: 1 Kubernetes bundle(s) this deployment applied \
+             are not in its state (removed with `kfaws state rm`): k8s.efs-storage ({storage_id})"
+        )) && !destroying.contains("resource(s) carry this deployment's tags"),
+        "{destroying}"
+    );
+    let planned = d.stdout(&["plan"]);
+    assert!(
+        planned.contains("# k8s.training-operator will be imported")
+            && planned.contains("# k8s.efs-storage will be imported"),
+        "{planned}"
+    );
+    let applied = d.stdout(&["apply", "--auto-approve"]);
+    assert!(applied.contains("2 imported"), "{applied}");
+    assert_eq!(id("k8s.training-operator"), operator_id);
+    assert_eq!(id("k8s.efs-storage"), storage_id);
+    jobs.get("someones-job")
+        .await
+        .expect("the import applied the bundle in place");
     d.stdout(&["destroy", "--auto-approve"]);
 }
 

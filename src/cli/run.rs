@@ -39,11 +39,22 @@ struct Planned {
     aws: aws_config::SdkConfig,
     /// For a destroy: resources of the config that the state does not hold
     /// but that exist with this state's tags (removed with `state rm`, or
-    /// left by an earlier interrupted apply), as `(address, id)`.
-    untracked: Vec<(kfaws::address::Address, String)>,
+    /// left by an earlier interrupted apply).
+    untracked: Vec<Untracked>,
     /// For a destroy: what the deployment left outside every resource its
     /// state records (`profiles::left_behind`), as `(what, note)`.
     left_behind: Vec<(String, String)>,
+}
+
+/// A resource of the config that the state does not hold but that exists with
+/// this state's tags ([`find_untracked`]).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct Untracked {
+    address: kfaws::address::Address,
+    /// Its provider id (a Kubernetes bundle's: its ApplySet id).
+    id: String,
+    /// [`kfaws::resource::Resource::kind`].
+    kind: &'static str,
 }
 
 /// What a plan is made for: apply with its `--replace` addresses, or
@@ -93,25 +104,23 @@ async fn make(
         delete_options: goal.delete_options,
     });
     let (plan, handles) = interruptible(cancel, planning).await??;
-    let untracked = match goal.destroy && flags.target.is_empty() {
+    // A whole destroy names what it leaves: both lookups at once.
+    let (untracked, left_behind) = match goal.destroy && flags.target.is_empty() {
         true => {
-            interruptible(
-                cancel,
-                find_untracked(&built.resources, store.state(), flags),
-            )
-            .await?
-        }
-        false => Vec::new(),
-    };
-    let left_behind = match goal.destroy && flags.target.is_empty() {
-        true => {
-            let looking = profiles::left_behind(config, &aws, store.state());
-            interruptible(cancel, looking).await?.unwrap_or_else(|e| {
+            let looking = async {
+                tokio::join!(
+                    find_untracked(&built.resources, store.state(), flags),
+                    profiles::left_behind(config, &aws, store.state()),
+                )
+            };
+            let (untracked, left_behind) = interruptible(cancel, looking).await?;
+            let left_behind = left_behind.unwrap_or_else(|e| {
                 tracing::warn!("cannot look for what the deployment left behind: {e}");
                 Vec::new()
-            })
+            });
+            (untracked, left_behind)
         }
-        false => Vec::new(),
+        false => (Vec::new(), Vec::new()),
     };
     // A destroy was checked above, before planning it.
     if let (false, Some(what)) = (goal.destroy, disturbs_running_jobs(&plan)) {
@@ -139,17 +148,17 @@ async fn find_untracked(
     desired: &[std::sync::Arc<dyn kfaws::resource::Resource>],
     state: &kfaws::state::State,
     flags: &PlanFlags,
-) -> Vec<(kfaws::address::Address, String)> {
+) -> Vec<Untracked> {
     let outside = desired
         .iter()
         .filter(|r| !state.resources.contains_key(r.address()))
-        .map(|r| (r.address().clone(), std::sync::Arc::clone(r)));
+        .map(|r| ((r.address().clone(), r.kind()), std::sync::Arc::clone(r)));
     let parallelism = usize::from(flags.parallelism);
     let mut found: Vec<_> = plan::preview::lookup_imports(outside, parallelism)
         .await
         .into_iter()
-        .filter_map(|(address, result)| match result {
-            Ok(found) => found.map(|id| (address, id)),
+        .filter_map(|((address, kind), result)| match result {
+            Ok(found) => found.map(|id| Untracked { address, id, kind }),
             Err(e) => {
                 tracing::warn!("{address}: cannot look for it outside the state: {e}");
                 None
@@ -167,14 +176,30 @@ fn untracked_note(p: &Planned) -> anyhow::Result<()> {
     for (_, note) in &p.left_behind {
         outln!("\nWarning: not destroyed: {note}")?;
     }
-    if p.untracked.is_empty() {
-        return Ok(());
-    }
-    let list: Vec<String> = p
+    let (bundles, others): (Vec<&Untracked>, Vec<&Untracked>) = p
         .untracked
         .iter()
-        .map(|(address, id)| format!("{address} ({id})"))
-        .collect();
+        .partition(|u| u.kind == kfaws::k8s::resource::KIND);
+    let list = |of: &[&Untracked]| -> Vec<String> {
+        of.iter()
+            .map(|u| format!("{} ({})", u.address, u.id))
+            .collect()
+    };
+    if !bundles.is_empty() {
+        outln!(
+            "\nWarning: not destroyed one by one: {} Kubernetes bundle(s) this deployment applied \
+             are not in its state (removed with `kfaws state rm`): {}. Their objects go only \
+             with the EKS cluster, and what controllers made in AWS for them (load balancers, \
+             EFS access points) may stay. Bring one back with `kfaws apply --target ADDRESS` \
+             (it is imported), then destroy.",
+            bundles.len(),
+            list(&bundles).join(", ")
+        )?;
+    }
+    if others.is_empty() {
+        return Ok(());
+    }
+    let list = list(&others);
     outln!(
         "\nWarning: not destroyed: {} resource(s) carry this deployment's tags but are not in \
          its state (removed with `kfaws state rm`, or left by an interrupted apply): {}. kfaws \
@@ -507,9 +532,11 @@ async fn run(p: Planned, parallelism: usize, cancel: &CancellationToken) -> anyh
         )?;
     }
     let code = finish(&plan, &report, &state_path)?;
+    // A bundle's objects are not left when the cluster goes; its warning says so.
     let left: Vec<String> = untracked
         .iter()
-        .map(|(a, _)| a.to_string())
+        .filter(|u| u.kind != kfaws::k8s::resource::KIND)
+        .map(|u| u.address.to_string())
         .chain(left_behind.iter().map(|(what, _)| what.clone()))
         .collect();
     if !left.is_empty() {

@@ -1130,6 +1130,31 @@ impl Resource for ManifestsResource {
         KIND
     }
 
+    /// The bundle's ApplySet id when its parent ConfigMap exists in this deployment's ACTIVE
+    /// cluster (one that carries this state's tags, [`ClusterConnector::owner`]): a bundle
+    /// applied before and removed from the state with `kfaws state rm`. Its create is a
+    /// server-side apply, which takes the objects back as they are. A cluster that does not
+    /// exist, or is not ACTIVE yet (no endpoint to reach), holds none.
+    async fn importable(&self) -> Result<Option<String>, ResourceError> {
+        let active = describe_cluster(&self.connector.eks, &self.connector.cluster_name)
+            .await?
+            .is_some_and(|c| c.status() == Some(&ClusterStatus::Active));
+        if !active {
+            return Ok(None);
+        }
+        let Some(client) = self.connector.connect().await? else {
+            return Ok(None);
+        };
+        let set = self.applier(client.clone()).applyset(&self.bundle);
+        let parent = set.read(&client).await.map_err(|e| {
+            ResourceError::msg(format!(
+                "reading from the API server of EKS cluster {}: {e}",
+                self.connector.cluster_name
+            ))
+        })?;
+        Ok(parent.map(|_| set.id.clone()))
+    }
+
     fn dependencies(&self) -> Vec<Address> {
         let mut deps: BTreeSet<Address> = self.after.iter().cloned().collect();
         deps.extend(self.inputs.iter().map(|i| i.from.clone()));

@@ -15,7 +15,10 @@ use crate::DatasetKind;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum HyperparameterError {
     /// A value breaks its key's rule.
-    #[error("hyperparameter \"{key}\" = {value:?} (from {origin}) must be {rule}")]
+    #[error(
+        "hyperparameter \"{key}\" = {} (from {origin}) must be {rule}",
+        shown(value)
+    )]
     Invalid {
         key: String,
         value: String,
@@ -42,6 +45,22 @@ pub enum HyperparameterError {
     /// `hyperparameters.json` is not a JSON object.
     #[error("{origin}: {detail}")]
     Json { origin: String, detail: String },
+}
+
+/// The longest value an error quotes whole, in characters.
+const QUOTED_MAX: usize = 64;
+
+/// `value` as an error quotes it: whole (Rust's `{:?}`) up to [`QUOTED_MAX`] characters, else
+/// its start and its length, so one long value does not fill the screen.
+fn shown(value: &str) -> String {
+    let n = value.chars().count();
+    match n > QUOTED_MAX {
+        false => format!("{value:?}"),
+        true => {
+            let start: String = value.chars().take(QUOTED_MAX).collect();
+            format!("{start:?}… ({n} characters)")
+        }
+    }
 }
 
 /// The hyperparameters of a training run.
@@ -362,6 +381,20 @@ mod tests {
         assert!(err.contains("> 0"), "{err}");
         let err = hp.set("momentum", "1.5", "flag").unwrap_err().to_string();
         assert!(err.contains("[0, 1)"), "{err}");
+        // A long value is quoted by its start and its length.
+        let long = "9".repeat(300);
+        let err = hp
+            .set("lr", &format!("x{long}"), "flag")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains(&format!(
+                "= \"x{}\"… (301 characters) (from flag)",
+                &long[..63]
+            )),
+            "{err}"
+        );
+        assert!(!err.contains(&long[..100]), "{err}");
         let err = hp
             .set("model-type", "resnet", "flag")
             .unwrap_err()
