@@ -1653,7 +1653,7 @@ async fn demo_path_trains_on_both_runtimes_serves_the_model_and_destroys_everyth
         "{err}"
     );
     // Nor can a job resume from it while it runs: both would write its checkpoints.
-    let resume_long = |epochs: &'static str| {
+    let resume_long = |job: &'static str, from: &'static str, epochs: &'static str| {
         vec![
             "train",
             "--runtime",
@@ -1665,15 +1665,15 @@ async fn demo_path_trains_on_both_runtimes_serves_the_model_and_destroys_everyth
             "--data",
             "efs:/datasets/fashion-mnist",
             "--job-name",
-            "demo-long-2",
+            job,
             "--resume-from",
-            "demo-long",
+            from,
             "--follow",
+            "--image",
+            image.as_str(),
         ]
     };
-    let mut args = resume_long("1");
-    args.extend(["--image", &image]);
-    let err = d.fails(&args);
+    let err = d.fails(&resume_long("demo-long-2", "demo-long", "1"));
     assert!(
         err.contains("--resume-from demo-long: training job demo-long is InProgress")
             && err.contains("stop-training-job --training-job-name demo-long"),
@@ -1720,15 +1720,67 @@ async fn demo_path_trains_on_both_runtimes_serves_the_model_and_destroys_everyth
         }
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
-    // Stopped (its trainer checkpointed on SIGTERM), it is resumed by a new job that finishes
-    // the epoch it was in.
-    let resumed = d.stdout(&args);
+    // Stopped (its trainer checkpointed on SIGTERM), it is resumed by a new job. Ctrl-C on
+    // kfaws stops that one (StopTrainingJob), and kfaws says how to continue it.
+    {
+        use std::io::BufRead as _;
+        let mut child = d
+            .process(&resume_long("demo-long-2", "demo-long", "50"))
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        let mut seen = String::new();
+        for line in lines.by_ref() {
+            let line = line.unwrap();
+            seen.push_str(&line);
+            seen.push('\n');
+            if line.contains("resuming from checkpoint") {
+                break;
+            }
+        }
+        assert!(
+            seen.contains(&format!(
+                "resumes training job demo-long (Stopped) from its checkpoints in \
+                 s3://{bucket}/kfaws/checkpoints/demo-long\n"
+            )),
+            "{seen}"
+        );
+        let sent = std::process::Command::new("kill")
+            .args(["-INT", &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(sent.success());
+        for line in lines {
+            seen.push_str(&line.unwrap());
+            seen.push('\n');
+        }
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(130),
+            "{seen}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            seen.contains("Interrupted: stopping training job demo-long-2")
+                && seen.contains(
+                    "Training job demo-long-2 stopped. To continue it from its checkpoints, run \
+                     the same `kfaws train` with --resume-from demo-long-2 and another --job-name."
+                ),
+            "{seen}"
+        );
+    }
+    // Resumed in turn, by a job that finishes the epoch: the checkpoints stay where the first
+    // job wrote them.
+    let resumed = d.stdout(&resume_long("demo-long-3", "demo-long-2", "1"));
     assert!(
         resumed.contains(&format!(
-            "resumes training job demo-long (Stopped) from its checkpoints in \
+            "resumes training job demo-long-2 (Stopped) from its checkpoints in \
              s3://{bucket}/kfaws/checkpoints/demo-long; changed: epochs 50 -> 1"
         )) && resumed.contains("resuming from checkpoint")
-            && resumed.contains("Training job demo-long-2 completed"),
+            && resumed.contains("Training job demo-long-3 completed"),
         "{resumed}"
     );
 
