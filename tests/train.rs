@@ -1348,8 +1348,13 @@ async fn demo_path_trains_on_both_runtimes_serves_the_model_and_destroys_everyth
         "demo-sm",
     ]);
     assert!(
-        err.contains("2 problems with the job; nothing was created")
+        err.contains("3 problems with the job; nothing was created")
             && err.contains("ran on 2 instance(s), --workers is 1")
+            && err.contains(&format!(
+                "the newest checkpoint under s3://{bucket}/kfaws/checkpoints/demo-sm \
+                 (checkpoint-000002-00000000.bin) starts epoch 2 at step 0, past --epochs 1: the \
+                 job would train nothing; pass --epochs 2 or more"
+            ))
             && err.contains(&format!(
                 "holds other files than s3://{bucket}/kfaws/datasets/demo-sm/, which it read: {} \
                  is {} bytes here, {} bytes there",
@@ -1361,8 +1366,9 @@ async fn demo_path_trains_on_both_runtimes_serves_the_model_and_destroys_everyth
     );
     assert_eq!(d.calls("PutObject"), puts, "nothing uploaded: {err}");
     assert_eq!(d.calls("CreateTrainingJob"), creates, "{err}");
-    // The same directory, the same settings: its files are not uploaded again, and the new job
-    // starts from demo-sm's last checkpoint (after its only epoch: it evaluates that model).
+    // The same directory, the same settings (the dataset it detected need not be named): its
+    // files are not uploaded again, and the new job trains a second epoch from demo-sm's last
+    // checkpoint.
     let resumed = d.stdout(&[
         "train",
         "--runtime",
@@ -1370,11 +1376,9 @@ async fn demo_path_trains_on_both_runtimes_serves_the_model_and_destroys_everyth
         "--workers",
         "2",
         "--epochs",
-        "1",
+        "2",
         "--data",
         FASHION_MNIST,
-        "--hp",
-        "dataset=fashion-mnist",
         "--job-name",
         "demo-sm-2",
         "--image",
@@ -1388,10 +1392,12 @@ async fn demo_path_trains_on_both_runtimes_serves_the_model_and_destroys_everyth
             "--data {FASHION_MNIST}: the same files as s3://{bucket}/kfaws/datasets/demo-sm/, \
              which training job demo-sm read: not uploaded again"
         )) && resumed.contains(&format!(
-            "resumes training job demo-sm (Completed) from its checkpoints in \
-             s3://{bucket}/kfaws/checkpoints/demo-sm\n"
-        )) && resumed.contains("every epoch is already done according to the checkpoint")
-            && resumed.contains("Training job demo-sm-2 completed"),
+            "resumes training job demo-sm (Completed) from the newest checkpoint in \
+             s3://{bucket}/kfaws/checkpoints/demo-sm: epoch 2, step 0; changed: dataset \
+             fashion-mnist -> default, epochs 1 -> 2\n"
+        )) && resumed.contains("resuming from checkpoint")
+            && resumed.contains("Training job demo-sm-2 completed")
+            && resumed.contains("Final metrics: epoch=2 "),
         "{resumed}"
     );
     assert_eq!(d.calls("PutObject"), puts, "nothing uploaded: {resumed}");
@@ -1673,7 +1679,7 @@ async fn demo_path_trains_on_both_runtimes_serves_the_model_and_destroys_everyth
             image.as_str(),
         ]
     };
-    let err = d.fails(&resume_long("demo-long-2", "demo-long", "1"));
+    let err = d.fails(&resume_long("demo-long-2", "demo-long", "2"));
     assert!(
         err.contains("--resume-from demo-long: training job demo-long is InProgress")
             && err.contains("stop-training-job --training-job-name demo-long"),
@@ -1742,10 +1748,18 @@ async fn demo_path_trains_on_both_runtimes_serves_the_model_and_destroys_everyth
         }
         assert!(
             seen.contains(&format!(
-                "resumes training job demo-long (Stopped) from its checkpoints in \
-                 s3://{bucket}/kfaws/checkpoints/demo-long\n"
+                "resumes training job demo-long (Stopped) from the newest checkpoint in \
+                 s3://{bucket}/kfaws/checkpoints/demo-long: epoch 1, step "
             )),
             "{seen}"
+        );
+        // While it runs, no other job may resume from the same checkpoints.
+        let err = d.fails(&resume_long("demo-long-x", "demo-long", "50"));
+        assert!(
+            err.contains(
+                "training job demo-long-2 (resumed from the same checkpoints) is InProgress"
+            ),
+            "{err}"
         );
         let sent = std::process::Command::new("kill")
             .args(["-INT", &child.id().to_string()])
@@ -1772,14 +1786,15 @@ async fn demo_path_trains_on_both_runtimes_serves_the_model_and_destroys_everyth
             "{seen}"
         );
     }
-    // Resumed in turn, by a job that finishes the epoch: the checkpoints stay where the first
-    // job wrote them.
-    let resumed = d.stdout(&resume_long("demo-long-3", "demo-long-2", "1"));
+    // Resumed in turn, by a job of 2 epochs (whatever the two jobs before it trained of the
+    // first): the checkpoints stay where the first job wrote them.
+    let resumed = d.stdout(&resume_long("demo-long-3", "demo-long-2", "2"));
     assert!(
         resumed.contains(&format!(
-            "resumes training job demo-long-2 (Stopped) from its checkpoints in \
-             s3://{bucket}/kfaws/checkpoints/demo-long; changed: epochs 50 -> 1"
-        )) && resumed.contains("resuming from checkpoint")
+            "resumes training job demo-long-2 (Stopped) from the newest checkpoint in \
+             s3://{bucket}/kfaws/checkpoints/demo-long: epoch "
+        )) && resumed.contains("; changed: epochs 50 -> 2\n")
+            && resumed.contains("resuming from checkpoint")
             && resumed.contains("Training job demo-long-3 completed"),
         "{resumed}"
     );

@@ -81,11 +81,14 @@ pub fn rm(g: &Global, address: &Address) -> anyhow::Result<u8> {
     store.write(move |s| {
         s.resources.remove(&a);
     })?;
-    // Kubernetes bundles are not imported: applying them again takes their
-    // objects back (server-side apply, same field manager and ApplySet).
-    let again = if r.kind == "kubernetes_manifests" {
-        "While it is in the config, the next apply applies its manifests again (the plan shows a \
-         create; server-side apply takes the live objects back, nothing is made twice)"
+    // A Kubernetes bundle is found by its ApplySet parent, and its import is a server-side
+    // apply (same field manager and ApplySet) that takes the objects back.
+    let again = if r.kind == kfaws::k8s::resource::KIND {
+        "While it is in the config, the next apply imports it again (the plan says \"will be \
+         imported\": its ApplySet parent is found in the cluster, and server-side apply takes the \
+         live objects back, nothing is made twice). Until then a destroy does not delete its \
+         objects one by one (they go only with the cluster), and names it only for the bundles \
+         kfaws builds itself (a destroy reads no [kubeflow] manifests)"
     } else {
         "If it carries this deployment's kfaws:deployment and kfaws:lineage tags and is in the \
          config, the next apply imports it again (the plan says \"will be imported\"); if its \

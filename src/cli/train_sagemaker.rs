@@ -234,19 +234,24 @@ fn files_under(dir: &Path) -> walkdir::Result<Vec<PathBuf>> {
         .collect()
 }
 
-/// Uploads every file under `dir` to `s3://bucket/prefix/<relative path>`.
+/// Uploads every file under `dir` to `s3://bucket/prefix/<relative path>`, one at a time,
+/// stopping before the next file once `cancel` fires; returns how many were uploaded.
 async fn upload_dir(
     aws: &SdkConfig,
     dir: &Path,
     bucket: &str,
     prefix: &str,
+    cancel: &CancellationToken,
 ) -> anyhow::Result<usize> {
     let s3 = kfaws::aws::bucket::client(aws);
     let files = files_under(dir).with_context(|| format!("reading {}", dir.display()))?;
     if files.is_empty() {
         bail!("--data {}: the directory has no files", dir.display());
     }
-    for f in &files {
+    for (uploaded, f) in files.iter().enumerate() {
+        if cancel.is_cancelled() {
+            return Ok(uploaded);
+        }
         let rel = f
             .strip_prefix(dir)
             .expect("under dir")
@@ -275,6 +280,8 @@ struct Resume {
     previous: PreviousJob,
     checkpoint_s3_uri: String,
     channel: Option<String>,
+    /// `(epoch, step)` of the newest checkpoint there, where the trainer starts.
+    from: (u64, u64),
 }
 
 /// Every object under an S3 URI's prefix, as path relative to it → size in bytes.
@@ -370,27 +377,75 @@ async fn resume_from(
             None => {}
         }
     }
-    let Some(checkpoints) = previous.checkpoint_s3_uri.clone() else {
+    let (Some(checkpoints), true) = (
+        previous.checkpoint_s3_uri.clone(),
+        previous.started_by(deployment, lineage),
+    ) else {
         return Err(problems);
     };
-    if problems.is_empty() {
-        match objects_under(aws, &checkpoints).await {
-            Ok(found) if found.is_empty() => problems.push(anyhow::anyhow!(
-                "--resume-from {old}: no checkpoint under {checkpoints} (the job ended before \
-                 writing one); start a new job without --resume-from"
-            )),
-            Ok(_) => {}
-            Err(e) => problems.push(e.context(format!("--resume-from {old}"))),
+    let (listed, sharing) = tokio::join!(
+        objects_under(aws, &checkpoints),
+        jobs_writing(aws, &sm, &checkpoints, deployment, lineage, old),
+    );
+    let mut newest = None;
+    match listed {
+        Ok(found) => {
+            let keys = found.keys().map(String::as_str);
+            match resume::checkpoint_problem(old, &checkpoints, keys, requested.hyperparameters) {
+                Some(problem) => problems.push(anyhow::Error::msg(problem)),
+                None => newest = resume::newest_checkpoint(found.keys().map(String::as_str)),
+            }
         }
+        Err(e) => problems.push(e.context(format!("--resume-from {old}"))),
     }
-    match problems.is_empty() {
-        true => Ok(Resume {
+    match sharing {
+        Ok(jobs) => problems.extend(jobs.into_iter().map(|(job, status)| {
+            anyhow::anyhow!(
+                "--resume-from {old}: training job {job} (resumed from the same checkpoints) is \
+                 {status} and writes to {checkpoints}; two jobs would write the same checkpoints: \
+                 wait for it to end, or stop it (`aws sagemaker stop-training-job \
+                 --training-job-name {job}`)"
+            )
+        })),
+        Err(e) => problems.push(e.context(format!("--resume-from {old}"))),
+    }
+    match (problems.is_empty(), newest) {
+        (true, Some((epoch, step, _))) => Ok(Resume {
             previous,
             checkpoint_s3_uri: checkpoints,
             channel,
+            from: (epoch, step),
         }),
-        false => Err(problems),
+        _ => Err(problems),
     }
+}
+
+/// The training jobs of this deployment other than `old` that are running (`InProgress` or
+/// `Stopping`) with `CheckpointConfig.S3Uri` = `checkpoints` (other jobs resumed from the
+/// same checkpoints), with their status.
+async fn jobs_writing(
+    aws: &SdkConfig,
+    sm: &aws_sdk_sagemaker::Client,
+    checkpoints: &str,
+    deployment: &str,
+    lineage: &str,
+    old: &str,
+) -> anyhow::Result<Vec<(String, String)>> {
+    let mut out = Vec::new();
+    for job in running_jobs(aws, deployment, lineage).await? {
+        if job == old {
+            continue;
+        }
+        let other = resume::previous_job(sm, &job).await?;
+        let same = other
+            .checkpoint_s3_uri
+            .as_deref()
+            .is_some_and(|uri| uri.trim_end_matches('/') == checkpoints.trim_end_matches('/'));
+        if same {
+            out.push((job, other.status));
+        }
+    }
+    Ok(out)
 }
 
 fn say(line: &str) {
@@ -575,11 +630,20 @@ pub async fn train(
                  s3://{bucket}/{prefix}/ (no job of that name exists)"
             ));
         }
-        let n = upload_dir(&aws, &dir, &bucket, &prefix).await?;
+        let n = upload_dir(&aws, &dir, &bucket, &prefix, cancel).await?;
         say(&format!(
             "Uploaded {n} file(s) from {} to s3://{bucket}/{prefix}/",
             dir.display()
         ));
+    }
+    if cancel.is_cancelled() {
+        // Interrupted while checking or uploading: no job is made after the interrupt.
+        say(&format!(
+            "Interrupted: training job {job} was not created. What was uploaded for it stays \
+             under s3://{bucket}/kfaws/datasets/{job}/ (if anything) until the next run of that \
+             job name clears it."
+        ));
+        return Ok(kfaws::engine::interrupt::exit_status());
     }
     let arn = training::create_training_job(&sm, &spec).await?;
     say(&format!(
@@ -600,8 +664,9 @@ pub async fn train(
             ),
         };
         say(&format!(
-            "  resumes training job {} ({}) from its checkpoints in {}{changed}",
-            r.previous.name, r.previous.status, r.checkpoint_s3_uri
+            "  resumes training job {} ({}) from the newest checkpoint in {}: epoch {}, step \
+             {}{changed}",
+            r.previous.name, r.previous.status, r.checkpoint_s3_uri, r.from.0, r.from.1
         ));
     }
     if args.no_wait {

@@ -12,7 +12,7 @@
 //! The new job must read the same data in the same order, or the
 //! checkpoint's (epoch, step) would name other examples: the same instance
 //! count (world size), data source, batch size, seed, sample count and
-//! dataset ([`JobRecord::resume_mismatch`], the rule `kfaws train --resume`
+//! dataset ([`JobRecord::resume_mismatches`], the rule `kfaws train --resume`
 //! applies to local jobs).
 
 use std::collections::BTreeMap;
@@ -192,7 +192,7 @@ pub fn same_source(a: &ChannelSource, b: &ChannelSource) -> bool {
 ///   write the same checkpoints;
 /// - it must have a `CheckpointConfig`;
 /// - the instance count, the data source and the hyperparameters that fix
-///   each epoch's shards must be the same ([`JobRecord::resume_mismatch`]).
+///   each epoch's shards must be the same ([`JobRecord::resume_mismatches`]).
 pub fn problems(previous: &PreviousJob, requested: &Requested<'_>) -> Vec<String> {
     let old = &previous.name;
     let mut out = Vec::new();
@@ -253,7 +253,7 @@ pub fn problems(previous: &PreviousJob, requested: &Requested<'_>) -> Vec<String
     // The world size is told above, with its own remedy.
     let was = record(requested.instance_count, &previous.hyperparameters);
     let now = record(requested.instance_count, requested.hyperparameters);
-    if let Some((setting, recorded, asked)) = was.resume_mismatch(&now) {
+    for (setting, recorded, asked) in was.resume_mismatches(&now) {
         let flag = match setting.as_str() {
             "batch-size" => "--batch-size".to_string(),
             other => format!("--hp {other}"),
@@ -264,6 +264,51 @@ pub fn problems(previous: &PreviousJob, requested: &Requested<'_>) -> Vec<String
         ));
     }
     out
+}
+
+/// The newest checkpoint among the object keys under a checkpoint prefix, as
+/// `(epoch, step, file name)` ([`kfaws_trainer_contract::checkpoint`]: the trainer
+/// resumes from the newest, by epoch then step).
+pub fn newest_checkpoint<'a>(
+    keys: impl IntoIterator<Item = &'a str>,
+) -> Option<(u64, u64, String)> {
+    keys.into_iter()
+        .filter_map(|key| {
+            let name = key.rsplit('/').next().unwrap_or(key);
+            let (epoch, step) = kfaws_trainer_contract::checkpoint::parse_file_name(name)?;
+            Some((epoch, step, name.to_string()))
+        })
+        .max()
+}
+
+/// Why the new job cannot continue from the checkpoints under `uri` (the keys found there):
+/// there is none, or the newest starts past the new job's `epochs` (the trainer would train
+/// nothing and only evaluate it). `None` when it can.
+pub fn checkpoint_problem<'a>(
+    old: &str,
+    uri: &str,
+    keys: impl IntoIterator<Item = &'a str>,
+    hyperparameters: &BTreeMap<String, String>,
+) -> Option<String> {
+    let Some((epoch, step, name)) = newest_checkpoint(keys) else {
+        return Some(format!(
+            "--resume-from {old}: no checkpoint under {uri} (the job ended before writing one); \
+             start a new job without --resume-from"
+        ));
+    };
+    let mut parsed = kfaws_trainer_contract::Hyperparameters::default();
+    for (k, v) in hyperparameters {
+        // Checked before: a value the trainer refuses is reported on its own.
+        let _ = parsed.set(k, v, "--hp");
+    }
+    let epochs = parsed.epochs;
+    (epoch > epochs).then(|| {
+        format!(
+            "--resume-from {old}: the newest checkpoint under {uri} ({name}) starts epoch {epoch} \
+             at step {step}, past --epochs {epochs}: the job would train nothing; pass --epochs \
+             {epoch} or more (every job resumed from {old} writes its checkpoints there too)"
+        )
+    })
 }
 
 /// The hyperparameters the new job sets to other values than `previous`
@@ -390,6 +435,18 @@ mod tests {
             all[0].contains("seed 1, this job asks for 7") && all[0].contains("(--hp seed)"),
             "{all:#?}"
         );
+        // Every setting is told, not the first only; a dataset set on one side is no mismatch.
+        let both = hp(&[
+            ("batch-size", "64"),
+            ("seed", "7"),
+            ("dataset", "fashion-mnist"),
+        ]);
+        let all = problems(&first, &requested(&both, first.input.as_ref()));
+        assert_eq!(all.len(), 2, "{all:#?}");
+        assert!(
+            all[0].contains("batch-size 32") && all[1].contains("seed 1"),
+            "{all:#?}"
+        );
     }
 
     #[test]
@@ -414,6 +471,32 @@ mod tests {
         let mut r = requested(&h, first.input.as_ref());
         r.name = "first";
         assert!(problems(&first, &r)[0].contains("cannot be reused"));
+    }
+
+    #[test]
+    fn the_newest_checkpoint_must_leave_an_epoch_to_train() {
+        let keys = [
+            "checkpoint-000002-00000000.bin",
+            "sub/checkpoint-000003-00000895.bin",
+            "checkpoint-000003-00000010.bin",
+            "model.json",
+        ];
+        assert_eq!(
+            newest_checkpoint(keys),
+            Some((3, 895, "checkpoint-000003-00000895.bin".to_string()))
+        );
+        let at =
+            |epochs: &str| checkpoint_problem("old", "s3://b/c", keys, &hp(&[("epochs", epochs)]));
+        assert_eq!(at("3"), None);
+        let e = at("2").unwrap();
+        assert!(
+            e.contains(
+                "(checkpoint-000003-00000895.bin) starts epoch 3 at step 895, past --epochs 2"
+            ) && e.contains("pass --epochs 3 or more"),
+            "{e}"
+        );
+        let e = checkpoint_problem("old", "s3://b/c", ["model.json"], &hp(&[])).unwrap();
+        assert!(e.contains("no checkpoint under s3://b/c"), "{e}");
     }
 
     #[test]

@@ -137,7 +137,7 @@ pub fn validate_hyperparameters(h: &BTreeMap<String, String>) -> Result<(), Sage
         });
     }
     for (key, value) in h {
-        let field = || format!("hyperparameter {key:?}");
+        let field = || format!("hyperparameter {}", kfaws_trainer_contract::quoted(key));
         let key_len = key.chars().count();
         if key_len > MAX_HYPERPARAMETER_LEN {
             return Err(SageMakerError::Invalid {

@@ -304,19 +304,29 @@ impl JobRecord {
     }
 
     /// The first setting in which `requested` would resume at another position in
-    /// the data than this record's run, as `(setting, recorded, requested)`.
-    /// Hyperparameters are compared as the trainer reads them (defaults applied,
-    /// `batch_size` = `batch-size`).
+    /// the data than this record's run, as `(setting, recorded, requested)`
+    /// ([`Self::resume_mismatches`]).
     pub fn resume_mismatch(&self, requested: &Self) -> Option<(String, String, String)> {
+        self.resume_mismatches(requested).into_iter().next()
+    }
+
+    /// Every setting in which `requested` would resume at another position in the
+    /// data than this record's run, as `(setting, recorded, requested)`: `--workers`,
+    /// `--data`, then the hyperparameters `batch-size`, `seed`, `max-train-samples` and
+    /// `dataset`, compared as the trainer reads them (defaults applied, `batch_size` =
+    /// `batch-size`). A `dataset` set on one side only is no mismatch: unset, the trainer
+    /// detects it from the same files.
+    pub fn resume_mismatches(&self, requested: &Self) -> Vec<(String, String, String)> {
+        let mut out = Vec::new();
         if self.workers != requested.workers {
-            return Some((
+            out.push((
                 "--workers".into(),
                 self.workers.to_string(),
                 requested.workers.to_string(),
             ));
         }
         if self.data_dir != requested.data_dir {
-            return Some((
+            out.push((
                 "--data".into(),
                 self.data_dir.display().to_string(),
                 requested.data_dir.display().to_string(),
@@ -334,29 +344,27 @@ impl JobRecord {
             parse(&self.hyperparameters),
             parse(&requested.hyperparameters),
         );
-        let differs = |name: &str, a: String, b: String| (a != b).then(|| (name.to_string(), a, b));
+        let mut differs = |name: &str, a: String, b: String| {
+            if a != b {
+                out.push((name.to_string(), a, b));
+            }
+        };
         differs(
             "batch-size",
             was.batch_size.to_string(),
             now.batch_size.to_string(),
-        )
-        .or_else(|| differs("seed", was.seed.to_string(), now.seed.to_string()))
-        .or_else(|| {
-            let samples =
-                |n: Option<usize>| n.map_or_else(|| "unset (all)".into(), |n| n.to_string());
-            differs(
-                "max-train-samples",
-                samples(was.max_train_samples),
-                samples(now.max_train_samples),
-            )
-        })
-        .or_else(|| {
-            let dataset = |d: Option<kfaws_trainer_contract::DatasetKind>| {
-                d.map_or("unset (detected from the files)", |d| d.name())
-                    .to_string()
-            };
-            differs("dataset", dataset(was.dataset), dataset(now.dataset))
-        })
+        );
+        differs("seed", was.seed.to_string(), now.seed.to_string());
+        let samples = |n: Option<usize>| n.map_or_else(|| "unset (all)".into(), |n| n.to_string());
+        differs(
+            "max-train-samples",
+            samples(was.max_train_samples),
+            samples(now.max_train_samples),
+        );
+        if let (Some(a), Some(b)) = (was.dataset, now.dataset) {
+            differs("dataset", a.name().to_string(), b.name().to_string());
+        }
+        out
     }
 }
 

@@ -17,7 +17,7 @@ pub enum HyperparameterError {
     /// A value breaks its key's rule.
     #[error(
         "hyperparameter \"{key}\" = {} (from {origin}) must be {rule}",
-        shown(value)
+        quoted(value)
     )]
     Invalid {
         key: String,
@@ -26,7 +26,10 @@ pub enum HyperparameterError {
         rule: String,
     },
     /// A name the trainer does not know.
-    #[error("unknown hyperparameter \"{key}\" (from {origin}); known: {known}")]
+    #[error(
+        "unknown hyperparameter {} (from {origin}); known: {known}",
+        quoted(key)
+    )]
     Unknown {
         key: String,
         origin: String,
@@ -35,7 +38,9 @@ pub enum HyperparameterError {
     /// Two keys name the same hyperparameter (`batch-size` and `batch_size`, or one key
     /// twice): which value was meant cannot be known.
     #[error(
-        "hyperparameter \"{second}\" (from {origin}) is given twice (also as \"{first}\"); keep one"
+        "hyperparameter {} (from {origin}) is given twice (also as {}); keep one",
+        quoted(second),
+        quoted(first)
     )]
     Duplicate {
         first: String,
@@ -50,9 +55,9 @@ pub enum HyperparameterError {
 /// The longest value an error quotes whole, in characters.
 const QUOTED_MAX: usize = 64;
 
-/// `value` as an error quotes it: whole (Rust's `{:?}`) up to [`QUOTED_MAX`] characters, else
-/// its start and its length, so one long value does not fill the screen.
-fn shown(value: &str) -> String {
+/// `value` as an error quotes it: whole (Rust's `{:?}`) up to 64 characters, else its start
+/// and its length, so one long key or value does not fill the screen.
+pub fn quoted(value: &str) -> String {
     let n = value.chars().count();
     match n > QUOTED_MAX {
         false => format!("{value:?}"),

@@ -75,7 +75,7 @@ pub enum CheckpointError {
 
 impl Checkpoint {
     fn file_name(&self) -> String {
-        format!("checkpoint-{:06}-{:08}.bin", self.epoch, self.step)
+        kfaws_trainer_contract::checkpoint::file_name(self.epoch, self.step)
     }
 
     /// Writes the checkpoint into `dir` (temporary file, fsync, rename) and deletes all but the
