@@ -495,7 +495,7 @@ async fn bad_input_is_refused_before_any_job_is_created() {
             vec![
                 "train",
                 "--runtime",
-                "local",
+                "sagemaker",
                 "--data",
                 data,
                 "--hp",

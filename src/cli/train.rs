@@ -341,8 +341,11 @@ fn request(args: &TrainArgs, runtime: Runtime) -> anyhow::Result<Request> {
         &args.backend,
         &args.hp,
     );
-    if let Err(e) = kfaws::sagemaker::training::validate_hyperparameters(&hyperparameters) {
-        problems.push(e.to_string());
+    // CreateTrainingJob's limits bind only a SageMaker job.
+    if runtime == Runtime::Sagemaker {
+        if let Err(e) = kfaws::sagemaker::training::validate_hyperparameters(&hyperparameters) {
+            problems.push(e.to_string());
+        }
     }
     if let Err(all) = kfaws::train::check_hyperparameters(&hyperparameters, &args.hp) {
         problems.extend(all.iter().map(ToString::to_string));
