@@ -235,14 +235,15 @@ fn files_under(dir: &Path) -> walkdir::Result<Vec<PathBuf>> {
 }
 
 /// Uploads every file under `dir` to `s3://bucket/prefix/<relative path>`, one at a time,
-/// stopping before the next file once `cancel` fires; returns how many were uploaded.
+/// stopping before the next file once `cancel` fires; returns how many were uploaded, of
+/// how many.
 async fn upload_dir(
     aws: &SdkConfig,
     dir: &Path,
     bucket: &str,
     prefix: &str,
     cancel: &CancellationToken,
-) -> anyhow::Result<usize> {
+) -> anyhow::Result<(usize, usize)> {
     let s3 = kfaws::aws::bucket::client(aws);
     let files = files_under(dir).with_context(|| format!("reading {}", dir.display()))?;
     if files.is_empty() {
@@ -250,7 +251,7 @@ async fn upload_dir(
     }
     for (uploaded, f) in files.iter().enumerate() {
         if cancel.is_cancelled() {
-            return Ok(uploaded);
+            return Ok((uploaded, files.len()));
         }
         let rel = f
             .strip_prefix(dir)
@@ -270,7 +271,7 @@ async fn upload_dir(
             .map_err(|e| anyhow::anyhow!(kfaws::aws::error_message(&e)))
             .with_context(|| format!("uploading {} to s3://{bucket}/{key}", f.display()))?;
     }
-    Ok(files.len())
+    Ok((files.len(), files.len()))
 }
 
 /// What `--resume-from` settled: the job resumed, the checkpoints the new job continues from,
@@ -355,7 +356,11 @@ async fn resume_from(
         match &previous.input {
             Some(ChannelSource::S3 { uri }) => {
                 let compared = async {
-                    let (here, there) = (files_with_sizes(dir)?, objects_under(aws, uri).await?);
+                    let walked = dir.clone();
+                    let here = tokio::task::spawn_blocking(move || files_with_sizes(&walked))
+                        .await
+                        .context("reading the --data directory")??;
+                    let there = objects_under(aws, uri).await?;
                     anyhow::Ok(resume::first_file_difference(&here, &there))
                 };
                 match compared.await {
@@ -564,6 +569,11 @@ pub async fn train(
             None
         }
     };
+    if cancel.is_cancelled() {
+        // A check cut short by the interrupt is no problem of the job's.
+        say(&format!("Interrupted: training job {job} was not created."));
+        return Ok(kfaws::engine::interrupt::exit_status());
+    }
     problems.finish()?;
     let image = image.expect("checked");
     // A local directory is uploaded only once the job is known to be valid:
@@ -619,10 +629,21 @@ pub async fn train(
     };
     training::validate(&spec)?;
     let sm = kfaws::aws::client::<aws_sdk_sagemaker::Client>(&aws);
+    let interrupted = || {
+        say(&format!("Interrupted: training job {job} was not created."));
+        Ok(kfaws::engine::interrupt::exit_status())
+    };
+    if cancel.is_cancelled() {
+        return interrupted();
+    }
+    let mut uploaded_to = None;
     if let Some((dir, prefix)) = upload {
         // The name first: the prefix is the job's, and a job of that name (running or done)
         // reads what is there.
         training::check_name_free(&sm, &spec).await?;
+        if cancel.is_cancelled() {
+            return interrupted();
+        }
         let stale = clear_prefix(&aws, &bucket, &prefix).await?;
         if stale > 0 {
             say(&format!(
@@ -630,20 +651,26 @@ pub async fn train(
                  s3://{bucket}/{prefix}/ (no job of that name exists)"
             ));
         }
-        let n = upload_dir(&aws, &dir, &bucket, &prefix, cancel).await?;
+        let (n, of) = upload_dir(&aws, &dir, &bucket, &prefix, cancel).await?;
+        let count = match n == of {
+            true => format!("{n} file(s)"),
+            false => format!("{n} of {of} file(s)"),
+        };
         say(&format!(
-            "Uploaded {n} file(s) from {} to s3://{bucket}/{prefix}/",
+            "Uploaded {count} from {} to s3://{bucket}/{prefix}/",
             dir.display()
         ));
+        uploaded_to = Some(format!("s3://{bucket}/{prefix}/"));
     }
     if cancel.is_cancelled() {
         // Interrupted while checking or uploading: no job is made after the interrupt.
-        say(&format!(
-            "Interrupted: training job {job} was not created. What was uploaded for it stays \
-             under s3://{bucket}/kfaws/datasets/{job}/ (if anything) until the next run of that \
-             job name clears it."
-        ));
-        return Ok(kfaws::engine::interrupt::exit_status());
+        if let Some(uri) = uploaded_to {
+            say(&format!(
+                "What was uploaded for it stays under {uri} until the next run of job name \
+                 {job} clears it."
+            ));
+        }
+        return interrupted();
     }
     let arn = training::create_training_job(&sm, &spec).await?;
     say(&format!(

@@ -1130,15 +1130,21 @@ impl Resource for ManifestsResource {
         KIND
     }
 
-    /// The bundle's ApplySet id when its parent ConfigMap exists in this deployment's ACTIVE
+    /// The bundle's ApplySet id when its parent ConfigMap exists in this deployment's
     /// cluster (one that carries this state's tags, [`ClusterConnector::owner`]): a bundle
     /// applied before and removed from the state with `kfaws state rm`. Its create is a
     /// server-side apply, which takes the objects back as they are. A cluster that does not
-    /// exist, or is not ACTIVE yet (no endpoint to reach), holds none.
+    /// exist, or is neither ACTIVE nor UPDATING (creating: no endpoint yet; failed; being
+    /// deleted), is not asked.
     async fn importable(&self) -> Result<Option<String>, ResourceError> {
         let active = describe_cluster(&self.connector.eks, &self.connector.cluster_name)
             .await?
-            .is_some_and(|c| c.status() == Some(&ClusterStatus::Active));
+            .is_some_and(|c| {
+                matches!(
+                    c.status(),
+                    Some(ClusterStatus::Active | ClusterStatus::Updating)
+                )
+            });
         if !active {
             return Ok(None);
         }

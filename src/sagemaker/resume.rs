@@ -266,15 +266,16 @@ pub fn problems(previous: &PreviousJob, requested: &Requested<'_>) -> Vec<String
     out
 }
 
-/// The newest checkpoint among the object keys under a checkpoint prefix, as
-/// `(epoch, step, file name)` ([`kfaws_trainer_contract::checkpoint`]: the trainer
-/// resumes from the newest, by epoch then step).
+/// The newest checkpoint among the object keys under a checkpoint prefix (relative to it),
+/// as `(epoch, step, file name)` ([`kfaws_trainer_contract::checkpoint`]: the trainer
+/// resumes from the newest file directly in `/opt/ml/checkpoints`, by epoch then step; keys
+/// in sub-folders are not its).
 pub fn newest_checkpoint<'a>(
     keys: impl IntoIterator<Item = &'a str>,
 ) -> Option<(u64, u64, String)> {
     keys.into_iter()
-        .filter_map(|key| {
-            let name = key.rsplit('/').next().unwrap_or(key);
+        .filter(|key| !key.contains('/'))
+        .filter_map(|name| {
             let (epoch, step) = kfaws_trainer_contract::checkpoint::parse_file_name(name)?;
             Some((epoch, step, name.to_string()))
         })
@@ -312,7 +313,8 @@ pub fn checkpoint_problem<'a>(
 }
 
 /// The hyperparameters the new job sets to other values than `previous`
-/// (e.g. `epochs`, `lr`), as `(name, was, now)` ([`JobRecord::changed`]).
+/// (e.g. `epochs`, `lr`), as `(name, was, now)` ([`JobRecord::changed`]), less a
+/// `dataset` named on one side only (the same data: the same dataset).
 pub fn changed(
     previous: &PreviousJob,
     hyperparameters: &BTreeMap<String, String>,
@@ -322,7 +324,12 @@ pub fn changed(
         data_dir: PathBuf::new(),
         hyperparameters: h.clone(),
     };
-    record(&previous.hyperparameters).changed(&record(hyperparameters))
+    record(&previous.hyperparameters)
+        .changed(&record(hyperparameters))
+        .into_iter()
+        // Unset on one side, the trainer detects the same dataset from the same files.
+        .filter(|(k, was, now)| !(k == "dataset" && (was == "default" || now == "default")))
+        .collect()
 }
 
 /// The first difference between the files of a local directory and the
@@ -477,8 +484,9 @@ mod tests {
     fn the_newest_checkpoint_must_leave_an_epoch_to_train() {
         let keys = [
             "checkpoint-000002-00000000.bin",
-            "sub/checkpoint-000003-00000895.bin",
+            "checkpoint-000003-00000895.bin",
             "checkpoint-000003-00000010.bin",
+            "sub/checkpoint-000009-00000000.bin",
             "model.json",
         ];
         assert_eq!(
