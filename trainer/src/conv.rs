@@ -865,21 +865,32 @@ mod tests {
         Conv2dConfig::new([channels, out], [kernel, kernel]).init(device)
     }
 
-    /// `a` equals `b` up to 1e-5 of the largest magnitude in `b`, and `b` is not all zeros.
-    fn assert_close(a: TensorData, b: TensorData, what: &str) {
-        let (a, b) = (
-            a.try_to_vec::<f32>().unwrap(),
-            b.try_to_vec::<f32>().unwrap(),
-        );
+    /// `a` equals `b` element by element up to 1e-5 of `magnitude`, the sum of the absolute values
+    /// of the terms that make up that element: the bound of a floating-point sum's error grows
+    /// with Σ|terms|, not with the (possibly cancelled) result (Higham, *Accuracy and Stability of
+    /// Numerical Algorithms*, 2nd ed., §4.2). 1e-5 is about 80 f32 ulps (ε = 2^-24 ≈ 6e-8) of it;
+    /// the two implementations add in different orders and with or without fused multiply-adds.
+    /// `b` must not be all zeros.
+    fn assert_close(a: TensorData, b: TensorData, magnitude: TensorData, what: &str) {
+        let [a, b, magnitude] = [a, b, magnitude].map(|d| d.try_to_vec::<f32>().unwrap());
         assert_eq!(a.len(), b.len(), "{what}: lengths");
-        let scale = b.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-        assert!(scale > 0.0, "{what}: reference is all zeros");
-        for (i, (x, y)) in a.iter().zip(&b).enumerate() {
+        assert_eq!(a.len(), magnitude.len(), "{what}: magnitude length");
+        assert!(
+            b.iter().any(|v| *v != 0.0),
+            "{what}: reference is all zeros"
+        );
+        for (i, ((x, y), m)) in a.iter().zip(&b).zip(&magnitude).enumerate() {
             assert!(
-                (x - y).abs() <= 1e-5 * scale,
-                "{what}[{i}]: {x} vs {y} (scale {scale})"
+                (x - y).abs() <= 1e-5 * m,
+                "{what}[{i}]: {x} vs {y} (sum of the terms' magnitudes {m})"
             );
         }
+    }
+
+    /// burn's convolution of the given tensors, stride 1, no padding.
+    fn burn_conv(x: Tensor<4>, weight: Tensor<4>, bias: Tensor<1>) -> Tensor<4> {
+        let options = burn::tensor::ops::ConvOptions::new([1, 1], [0, 0], [1, 1], 1);
+        burn::tensor::module::conv2d(x, weight, Some(bias), options)
     }
 
     #[test]
@@ -890,8 +901,15 @@ mod tests {
                 let x = Tensor::<4>::random(shape, Distribution::Normal(0.0, 1.0), &device);
                 assert!(runs_valid_conv(&x, &layer), "{shape:?}");
                 let bias = layer.bias.as_ref().unwrap().val();
-                let ours = conv2d_valid(x.clone(), layer.weight.val(), bias);
-                assert_close(ours.into_data(), layer.forward(x).into_data(), "forward");
+                let ours = conv2d_valid(x.clone(), layer.weight.val(), bias.clone());
+                // Σ|x·w| + |b| for each output: the same convolution of absolute values.
+                let magnitude = burn_conv(x.clone().abs(), layer.weight.val().abs(), bias.abs());
+                assert_close(
+                    ours.into_data(),
+                    layer.forward(x).into_data(),
+                    magnitude.into_data(),
+                    "forward",
+                );
             }
         }
     }
@@ -905,31 +923,32 @@ mod tests {
             let out_dims = layer.forward(x.clone()).dims();
             // A weighted sum makes every output's gradient distinct.
             let weights = Tensor::<4>::random(out_dims, Distribution::Normal(0.0, 1.0), &device);
-            let grads = |ours: bool| {
-                let x = x.clone().detach().require_grad();
-                let weight = layer.weight.val().detach().require_grad();
-                let bias = layer.bias.as_ref().unwrap().val().detach().require_grad();
+            // `ours`: which convolution; `absolute`: the same problem on absolute values, whose
+            // gradients are the sums of the magnitudes of the terms of each gradient element.
+            let grads = |ours: bool, absolute: bool| {
+                let prepare = |t: Tensor<4>| if absolute { t.abs() } else { t };
+                let x = prepare(x.clone()).detach().require_grad();
+                let weight = prepare(layer.weight.val()).detach().require_grad();
+                let bias = layer.bias.as_ref().unwrap().val();
+                let bias = if absolute { bias.abs() } else { bias };
+                let bias = bias.detach().require_grad();
                 let y = if ours {
                     conv2d_valid(x.clone(), weight.clone(), bias.clone())
                 } else {
-                    let options = burn::tensor::ops::ConvOptions::new([1, 1], [0, 0], [1, 1], 1);
-                    burn::tensor::module::conv2d(
-                        x.clone(),
-                        weight.clone(),
-                        Some(bias.clone()),
-                        options,
-                    )
+                    burn_conv(x.clone(), weight.clone(), bias.clone())
                 };
-                let grads = (y * weights.clone()).sum().backward();
+                let grads = (y * prepare(weights.clone())).sum().backward();
                 [
                     x.grad(&grads).unwrap().into_data(),
                     weight.grad(&grads).unwrap().into_data(),
                     bias.grad(&grads).unwrap().into_data(),
                 ]
             };
-            let [ours, reference] = [grads(true), grads(false)];
-            for ((a, b), what) in ours.into_iter().zip(reference).zip(["x", "weight", "bias"]) {
-                assert_close(a, b, &format!("{what} gradient for {shape:?}"));
+            let [ours, reference, magnitude] =
+                [grads(true, false), grads(false, false), grads(false, true)];
+            let named = ours.into_iter().zip(reference).zip(magnitude);
+            for (((a, b), m), what) in named.zip(["x", "weight", "bias"]) {
+                assert_close(a, b, m, &format!("{what} gradient for {shape:?}"));
             }
         }
     }
