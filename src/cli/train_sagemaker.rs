@@ -103,18 +103,9 @@ pub async fn running_jobs(
             let (Some(name), Some(arn)) = (job.training_job_name(), job.training_job_arn()) else {
                 continue;
             };
-            let tags = sm.list_tags().resource_arn(arn).send().await.map_err(|e| {
-                anyhow::anyhow!("ListTags {name}: {}", kfaws::aws::error_message(&e))
-            })?;
-            let tag = |k: &str| {
-                tags.tags()
-                    .iter()
-                    .find(|t| t.key() == Some(k))
-                    .and_then(|t| t.value())
-                    .map(str::to_string)
-            };
-            if tag("kfaws:deployment").as_deref() == Some(deployment)
-                && tag("kfaws:lineage").as_deref() == Some(lineage)
+            let tags = kfaws::sagemaker::tags_of(&sm, arn).await?;
+            let tag = |k: &str| tags.get(k).map(String::as_str);
+            if tag("kfaws:deployment") == Some(deployment) && tag("kfaws:lineage") == Some(lineage)
             {
                 running.push(name.to_string());
             }

@@ -32,7 +32,7 @@ use aws_sdk_sagemaker::types::{
 use aws_sdk_sagemaker::Client;
 use aws_sdk_sagemakerruntime::operation::invoke_endpoint::InvokeEndpointError;
 
-use super::{is_not_found, validate_name, Kind, SageMakerError};
+use super::{is_not_found, tags_of, validate_name, Kind, SageMakerError};
 use crate::aws::wait::{wait_until, Backoff, Poll, WaitError};
 
 /// The name of the endpoint configuration's one production variant.
@@ -412,34 +412,6 @@ pub async fn check_existing(
         exists_with(kind, name, Some(&arn), differences)?;
     }
     Ok(())
-}
-
-/// The tags of the resource `arn` (ListTags, every page), by key.
-async fn tags_of(
-    client: &Client,
-    arn: &str,
-) -> Result<std::collections::BTreeMap<String, String>, SageMakerError> {
-    let mut tags = std::collections::BTreeMap::new();
-    let mut next = None;
-    loop {
-        let page = client
-            .list_tags()
-            .resource_arn(arn)
-            .set_next_token(next)
-            .send()
-            .await
-            .map_err(|e| SageMakerError::api("ListTags", arn, &e))?;
-        tags.extend(page.tags().iter().filter_map(|t| {
-            Some((
-                t.key()?.to_string(),
-                t.value().unwrap_or_default().to_string(),
-            ))
-        }));
-        next = page.next_token().map(str::to_string);
-        if next.is_none() {
-            return Ok(tags);
-        }
-    }
 }
 
 /// What an existing endpoint named `name` differs in from the one a deploy

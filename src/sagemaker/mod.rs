@@ -21,6 +21,33 @@ use aws_sdk_sagemaker::error::{ProvideErrorMetadata, SdkError};
 
 use crate::aws::wait::History;
 
+/// The tags of the SageMaker resource `arn` (ListTags, every page), by key; a
+/// tag without a value maps to "".
+///
+/// # Errors
+/// [`SageMakerError::Api`] naming `arn` when a ListTags call fails.
+pub async fn tags_of(
+    client: &aws_sdk_sagemaker::Client,
+    arn: &str,
+) -> Result<std::collections::BTreeMap<String, String>, SageMakerError> {
+    let listed = client
+        .list_tags()
+        .resource_arn(arn)
+        .into_paginator()
+        .items()
+        .send()
+        .collect::<Vec<_>>()
+        .await;
+    let mut tags = std::collections::BTreeMap::new();
+    for tag in listed {
+        let tag = tag.map_err(|e| SageMakerError::api("ListTags", arn, &e))?;
+        if let Some(key) = tag.key() {
+            tags.insert(key.to_string(), tag.value().unwrap_or_default().to_string());
+        }
+    }
+    Ok(tags)
+}
+
 /// The kinds of SageMaker resource kfaws names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {

@@ -21,7 +21,7 @@ use std::path::PathBuf;
 use aws_sdk_sagemaker::Client;
 
 use super::training::{ChannelSource, CHANNEL};
-use super::{is_not_found, validate_name, Kind, SageMakerError};
+use super::{is_not_found, tags_of, validate_name, Kind, SageMakerError};
 use crate::train::local::JobRecord;
 
 /// A training job as `--resume-from` needs it: DescribeTrainingJob and
@@ -68,23 +68,10 @@ pub async fn previous_job(client: &Client, name: &str) -> Result<PreviousJob, Sa
         }
         Err(e) => return Err(SageMakerError::api("DescribeTrainingJob", name, &e)),
     };
-    let mut tags = BTreeMap::new();
-    if let Some(arn) = job.training_job_arn() {
-        let listed = client
-            .list_tags()
-            .resource_arn(arn)
-            .into_paginator()
-            .items()
-            .send()
-            .collect::<Vec<_>>()
-            .await;
-        for tag in listed {
-            let tag = tag.map_err(|e| SageMakerError::api("ListTags", name, &e))?;
-            if let (Some(k), Some(v)) = (tag.key(), tag.value()) {
-                tags.insert(k.to_string(), v.to_string());
-            }
-        }
-    }
+    let tags = match job.training_job_arn() {
+        Some(arn) => tags_of(client, arn).await?,
+        None => BTreeMap::new(),
+    };
     let input = job
         .input_data_config()
         .iter()
