@@ -117,16 +117,33 @@ mod tests {
         assert_eq!(flat_features([1, 12, 12]), None);
     }
 
+    /// Fixed seeds, not fresh random inputs: now and then random inputs put two values of a
+    /// pooling window, or a value and ReLU's threshold, within rounding distance of each other,
+    /// and the kernels (which sum in another order than burn's) then route that gradient to the
+    /// other input — a discontinuity of the network, not an error of either (measured: 6 and 9
+    /// of two times 1,000 unseeded runs differed that way, mostly in the first layer's weight
+    /// gradient). The values
+    /// come from the test's own generator: burn's is global to the process and shared with the
+    /// tests running beside this one, so `device.seed` would not make it reproducible.
     #[test]
     fn kernels_give_burns_loss_gradients() {
         use burn::nn::loss::CrossEntropyLossConfig;
-        use burn::tensor::{Distribution, Int, TensorData};
+        use burn::tensor::{Int, TensorData};
+        use rand::{rngs::StdRng, Rng, SeedableRng};
         let device = Device::flex().autodiff();
-        for shape in [[3, 32, 32], [1, 28, 28]] {
+        for (seed, shape) in (0..6).zip([[3, 32, 32], [1, 28, 28]].into_iter().cycle()) {
+            let mut rng = StdRng::seed_from_u64(seed);
             let net = Net::new(shape, &device);
-            let images = Tensor::<4>::random(
-                [20, shape[0], shape[1], shape[2]],
-                Distribution::Normal(0.0, 1.0),
+            // About the scale of burn's default initialisation (uniform ±1/√fan-in).
+            let params: Vec<f32> = (0..net.num_params())
+                .map(|_| rng.random_range(-0.1..0.1))
+                .collect();
+            let net = crate::params::load_flat_params(net, &params);
+            let pixels = (0..20 * shape.iter().product::<usize>())
+                .map(|_| rng.random_range(-2.0f32..2.0))
+                .collect::<Vec<_>>();
+            let images = Tensor::<4>::from_data(
+                TensorData::new(pixels, [20, shape[0], shape[1], shape[2]]),
                 &device,
             );
             let labels: Vec<i64> = (0..20).map(|i| i % 10).collect();
@@ -160,7 +177,7 @@ mod tests {
                 for (x, y) in a.iter().zip(&b) {
                     assert!(
                         (x - y).abs() <= 1e-4 * scale,
-                        "{shape:?} gradient {i}: {x} vs {y}"
+                        "seed {seed}, {shape:?} gradient {i}: {x} vs {y}"
                     );
                 }
             }
