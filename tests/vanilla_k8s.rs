@@ -662,9 +662,9 @@ async fn a_bundle_that_failed_half_way_is_applied_again_in_place() {
         .expect("the custom resource made meanwhile is still there");
 
     // Removed from the state, bundles are found in the cluster by their ApplySet parents: a
-    // destroy names those of its config (one reads no [kubeflow] manifests: the training
-    // operator is not among them), whose objects would go only with the cluster, and a plan
-    // imports them all.
+    // destroy names them all, the training operator too (it reads no [kubeflow] manifests, so
+    // it finds that one by listing the parents), as objects that would go only with the
+    // cluster, and a plan imports them all.
     let id = |address: &str| {
         d.state()["resources"][address]["physical_id"]
             .as_str()
@@ -677,8 +677,9 @@ async fn a_bundle_that_failed_half_way_is_applied_again_in_place() {
     let destroying = d.stdout(&["plan", "--destroy"]);
     assert!(
         destroying.contains(&format!(
-            "Warning: not destroyed one by one: 1 Kubernetes bundle(s) this deployment applied \
-             are not in its state (removed with `kfaws state rm`): k8s.efs-storage ({storage_id})"
+            "Warning: not destroyed one by one: 2 Kubernetes bundle(s) this deployment applied \
+             are not in its state (removed with `kfaws state rm`): k8s.efs-storage \
+             ({storage_id}), k8s.training-operator ({operator_id})."
         )) && !destroying.contains("resource(s) carry this deployment's tags"),
         "{destroying}"
     );

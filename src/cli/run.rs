@@ -91,7 +91,8 @@ async fn make(
     let preparing = profiles::prepare(&loaded.config, &aws, store.state(), goal.destroy);
     loaded.config = interruptible(cancel, preparing).await??;
     let config = &loaded.config;
-    let built = profiles::build(config, &aws, store.state().lineage, &context::exec_auth(g)?)?;
+    let exec = context::exec_auth(g)?;
+    let built = profiles::build(config, &aws, store.state().lineage, &exec)?;
     let planning = make_plan(PlanRequest {
         config,
         desired: &built.resources,
@@ -110,10 +111,24 @@ async fn make(
             let looking = async {
                 tokio::join!(
                     find_untracked(&built.resources, store.state(), flags),
+                    profiles::bundles_outside_state(config, &aws, &exec, store.state()),
                     profiles::left_behind(config, &aws, store.state()),
                 )
             };
-            let (untracked, left_behind) = interruptible(cancel, looking).await?;
+            let (mut untracked, bundles, left_behind) = interruptible(cancel, looking).await?;
+            // Bundles of any config, [kubeflow] ones too: a destroy builds none for them.
+            match bundles {
+                Ok(bundles) => {
+                    for (address, id) in bundles {
+                        if !untracked.iter().any(|u| u.address == address || u.id == id) {
+                            let kind = kfaws::k8s::resource::KIND;
+                            untracked.push(Untracked { address, id, kind });
+                        }
+                    }
+                    untracked.sort();
+                }
+                Err(e) => tracing::warn!("cannot look for bundles outside the state: {e}"),
+            }
             let left_behind = left_behind.unwrap_or_else(|e| {
                 tracing::warn!("cannot look for what the deployment left behind: {e}");
                 Vec::new()

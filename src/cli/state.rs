@@ -87,8 +87,7 @@ pub fn rm(g: &Global, address: &Address) -> anyhow::Result<u8> {
         "While it is in the config, the next apply imports it again (the plan says \"will be \
          imported\": its ApplySet parent is found in the cluster, and server-side apply takes the \
          live objects back, nothing is made twice). Until then a destroy does not delete its \
-         objects one by one (they go only with the cluster), and names it only for the bundles \
-         kfaws builds itself (a destroy reads no [kubeflow] manifests)"
+         objects one by one (they go only with the cluster), and names it in a warning"
     } else {
         "If it carries this deployment's kfaws:deployment and kfaws:lineage tags and is in the \
          config, the next apply imports it again (the plan says \"will be imported\"); if its \

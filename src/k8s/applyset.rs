@@ -180,6 +180,34 @@ impl ApplySet {
         })
     }
 
+    /// Every ApplySet kfaws made with its parent in `namespace`: the ConfigMaps
+    /// there whose [`ID`] label is the id of their own name and whose [`TOOLING`]
+    /// is kfaws (one List call, selected by the label's presence), sorted by name.
+    ///
+    /// # Errors
+    /// [`InventoryError::Api`] when the List call fails (a namespace that does
+    /// not exist lists nothing).
+    pub async fn list_in(client: &Client, namespace: &str) -> Result<Vec<Self>, InventoryError> {
+        let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
+        let listed = api
+            .list_metadata(&ListParams::default().labels(ID))
+            .await
+            .map_err(|error| InventoryError::Api {
+                what: format!("listing ApplySet parent ConfigMaps in namespace {namespace}"),
+                error,
+            })?;
+        let mut sets: Vec<Self> = listed
+            .items
+            .iter()
+            .filter_map(|cm| {
+                let set = Self::new(cm.metadata.name.as_deref()?, namespace);
+                set.inventory_of(&cm.metadata).ok().map(|_| set)
+            })
+            .collect();
+        sets.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(sets)
+    }
+
     /// Reads the recorded inventory; `None` when there is no parent.
     ///
     /// # Errors

@@ -91,6 +91,24 @@ pub async fn left_behind(
     }
 }
 
+/// The Kubernetes bundles the deployment applied that `state` does not hold
+/// (`vanilla::bundles_outside_state`), as `(address, ApplySet id)`; none for
+/// other profiles.
+///
+/// # Errors
+/// [`crate::resource::ResourceError`] when the cluster cannot be read.
+pub async fn bundles_outside_state(
+    config: &Config,
+    aws: &SdkConfig,
+    exec: &ExecAuth,
+    state: &State,
+) -> Result<Vec<(Address, String)>, crate::resource::ResourceError> {
+    match config.profile {
+        ProfileName::Vanilla => vanilla::bundles_outside_state(config, aws, exec, state).await,
+        _ => Ok(vec![]),
+    }
+}
+
 /// A named output: what `kfaws output NAME` prints, and which resource
 /// output it is (Terraform's `output` blocks).
 #[derive(Debug, Clone, Copy)]

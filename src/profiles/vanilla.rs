@@ -880,6 +880,56 @@ pub fn build(
     })
 }
 
+/// The Kubernetes bundles this deployment applied that `state` does not
+/// hold, as `(k8s.<bundle>, ApplySet id)` sorted by address: the ApplySet
+/// parents kfaws made in the inventory namespace of the deployment's EKS
+/// cluster whose names are `<applyset name>-<bundle>`. Unlike each bundle's
+/// import lookup this finds the bundles of any config, also `[kubeflow]`
+/// ones, whose manifests a destroy does not read. No cluster, or one being
+/// deleted: none.
+///
+/// # Errors
+/// [`crate::resource::ResourceError`] when DescribeCluster fails, the
+/// cluster is not this state's, or the List call fails.
+pub async fn bundles_outside_state(
+    config: &Config,
+    aws: &SdkConfig,
+    exec: &ExecAuth,
+    state: &State,
+) -> Result<Vec<(Address, String)>, crate::resource::ResourceError> {
+    let connector = connector(config, aws, exec, state.lineage);
+    let Some(client) = connector.connect().await? else {
+        return Ok(Vec::new());
+    };
+    let namespace = crate::k8s::apply::ApplyOptions::default().inventory_namespace;
+    let sets = crate::k8s::applyset::ApplySet::list_in(&client, &namespace)
+        .await
+        .map_err(|e| {
+            crate::resource::ResourceError::msg(format!(
+                "reading from the API server of EKS cluster {}: {e}",
+                connector.cluster_name
+            ))
+        })?;
+    let recorded: std::collections::BTreeSet<&str> = state
+        .resources
+        .values()
+        .filter(|r| r.kind == crate::k8s::resource::KIND)
+        .filter_map(|r| r.physical_id.as_deref())
+        .collect();
+    let prefix = format!("{}-", config.applyset_name());
+    let mut found: Vec<(Address, String)> = sets
+        .into_iter()
+        .filter(|set| !recorded.contains(set.id.as_str()))
+        .filter_map(|set| {
+            let bundle = set.name.strip_prefix(&prefix)?;
+            let address = Address::new(format!("k8s.{bundle}")).ok()?;
+            Some((address, set.id))
+        })
+        .collect();
+    found.sort();
+    Ok(found)
+}
+
 /// A handle for a recorded Kubernetes bundle that left the config (its
 /// config field was removed): enough to delete its ApplySet.
 pub fn bundle_from_state(
