@@ -227,7 +227,8 @@ fn files_under(dir: &Path) -> walkdir::Result<Vec<PathBuf>> {
 
 /// Uploads every file under `dir` to `s3://bucket/prefix/<relative path>`, one at a time,
 /// stopping before the next file once `cancel` fires; returns how many were uploaded, of
-/// how many.
+/// how many. Each object carries the SHA-256 of its content, computed by the SDK and checked
+/// by S3 (PutObject `ChecksumAlgorithm`), which `--resume-from` compares with local files.
 async fn upload_dir(
     aws: &SdkConfig,
     dir: &Path,
@@ -256,6 +257,7 @@ async fn upload_dir(
         s3.put_object()
             .bucket(bucket)
             .key(&key)
+            .checksum_algorithm(aws_sdk_s3::types::ChecksumAlgorithm::Sha256)
             .body(body)
             .send()
             .await
@@ -306,6 +308,104 @@ async fn objects_under(aws: &SdkConfig, uri: &str) -> anyhow::Result<BTreeMap<St
     Ok(out)
 }
 
+/// The SHA-256 checksums S3 stored for the objects `rels` under the S3 URI's prefix
+/// (HeadObject with `ChecksumMode` enabled), base64 as S3 gives them: `None` for an object
+/// uploaded without one (by another tool or an earlier kfaws) or with a checksum of parts.
+async fn stored_sha256(
+    aws: &SdkConfig,
+    uri: &str,
+    rels: impl Iterator<Item = &String>,
+) -> anyhow::Result<BTreeMap<String, Option<String>>> {
+    let DataSource::S3 { bucket, prefix } = DataSource::parse(uri)? else {
+        bail!("{uri} is not an S3 URI");
+    };
+    let prefix = match prefix.trim_end_matches('/') {
+        "" => String::new(),
+        p => format!("{p}/"),
+    };
+    let s3 = kfaws::aws::bucket::client(aws);
+    let mut out = BTreeMap::new();
+    for rel in rels {
+        let key = format!("{prefix}{rel}");
+        let head = s3
+            .head_object()
+            .bucket(&bucket)
+            .key(&key)
+            .checksum_mode(aws_sdk_s3::types::ChecksumMode::Enabled)
+            .send()
+            .await
+            .map_err(|e| anyhow::anyhow!("{}", kfaws::aws::error_message(&e)))
+            .with_context(|| format!("reading s3://{bucket}/{key}"))?;
+        let whole = head.checksum_sha256().filter(|c| !c.contains('-'));
+        out.insert(rel.clone(), whole.map(str::to_string));
+    }
+    Ok(out)
+}
+
+/// The SHA-256 of each file `rels` under `dir`, base64 as S3 gives checksums.
+fn local_sha256<'a>(
+    dir: &Path,
+    rels: impl Iterator<Item = &'a String>,
+) -> anyhow::Result<BTreeMap<String, String>> {
+    use base64::Engine as _;
+    use sha2::{Digest as _, Sha256};
+    use std::io::Read as _;
+    let mut out = BTreeMap::new();
+    let mut buf = vec![0u8; 1 << 20];
+    for rel in rels {
+        let path = dir.join(rel);
+        let mut file =
+            std::fs::File::open(&path).with_context(|| format!("reading {}", path.display()))?;
+        let mut hash = Sha256::new();
+        loop {
+            let n = file
+                .read(&mut buf)
+                .with_context(|| format!("reading {}", path.display()))?;
+            if n == 0 {
+                break;
+            }
+            hash.update(&buf[..n]);
+        }
+        let digest = base64::engine::general_purpose::STANDARD.encode(hash.finalize());
+        out.insert(rel.clone(), digest);
+    }
+    Ok(out)
+}
+
+/// Whether the local `dir` holds the files S3 holds under `uri`: the first difference in
+/// paths or sizes, else in content where S3 stored a SHA-256 at upload (objects without one
+/// are compared by size only, with a warning); `None` when they are the same.
+async fn data_difference(aws: &SdkConfig, dir: &Path, uri: &str) -> anyhow::Result<Option<String>> {
+    let walked = dir.to_path_buf();
+    let here = tokio::task::spawn_blocking(move || files_with_sizes(&walked))
+        .await
+        .context("reading the --data directory")??;
+    let there = objects_under(aws, uri).await?;
+    if let Some(difference) = resume::first_file_difference(&here, &there) {
+        return Ok(Some(difference));
+    }
+    let stored = stored_sha256(aws, uri, there.keys()).await?;
+    let unchecked: Vec<&str> = stored
+        .iter()
+        .filter(|(_, c)| c.is_none())
+        .map(|(rel, _)| rel.as_str())
+        .collect();
+    if !unchecked.is_empty() {
+        tracing::warn!(
+            "{uri}: {} of {} objects have no SHA-256 checksum (uploaded by another tool or an \
+             earlier kfaws), compared with --data by size only: {}",
+            unchecked.len(),
+            stored.len(),
+            unchecked.join(", ")
+        );
+    }
+    let (walked, rels) = (dir.to_path_buf(), here.into_keys().collect::<Vec<_>>());
+    let local = tokio::task::spawn_blocking(move || local_sha256(&walked, rels.iter()))
+        .await
+        .context("reading the --data directory")??;
+    Ok(resume::first_content_difference(&local, &stored))
+}
+
 /// Every file under a local directory, as relative path → size in bytes.
 fn files_with_sizes(dir: &Path) -> anyhow::Result<BTreeMap<String, u64>> {
     let files = files_under(dir).with_context(|| format!("reading {}", dir.display()))?;
@@ -323,7 +423,7 @@ fn files_with_sizes(dir: &Path) -> anyhow::Result<BTreeMap<String, u64>> {
 
 /// `--resume-from OLD`: reads training job `OLD` and reports every reason the new job
 /// (`requested`, whose data is `data`) cannot continue from its checkpoints
-/// ([`resume::problems`]), that a local `--data` directory holds other files than the
+/// ([`resume::problems`]), that a local `--data` directory holds other data than the
 /// channel it read, or that its checkpoint prefix is empty.
 async fn resume_from(
     aws: &SdkConfig,
@@ -345,25 +445,15 @@ async fn resume_from(
     // Another deployment's channel is not listed: its bucket is not this deployment's.
     if let (DataSource::Local(dir), true) = (data, previous.started_by(deployment, lineage)) {
         match &previous.input {
-            Some(ChannelSource::S3 { uri }) => {
-                let compared = async {
-                    let walked = dir.clone();
-                    let here = tokio::task::spawn_blocking(move || files_with_sizes(&walked))
-                        .await
-                        .context("reading the --data directory")??;
-                    let there = objects_under(aws, uri).await?;
-                    anyhow::Ok(resume::first_file_difference(&here, &there))
-                };
-                match compared.await {
-                    Ok(None) => channel = Some(uri.clone()),
-                    Ok(Some(difference)) => problems.push(anyhow::anyhow!(
-                        "--resume-from {old}: --data {} holds other files than {uri}, which it \
+            Some(ChannelSource::S3 { uri }) => match data_difference(aws, dir, uri).await {
+                Ok(None) => channel = Some(uri.clone()),
+                Ok(Some(difference)) => problems.push(anyhow::anyhow!(
+                    "--resume-from {old}: --data {} holds other data than {uri}, which it \
                          read: {difference}; a resumed job reads the same data",
-                        dir.display()
-                    )),
-                    Err(e) => problems.push(e.context(format!("--resume-from {old}"))),
-                }
-            }
+                    dir.display()
+                )),
+                Err(e) => problems.push(e.context(format!("--resume-from {old}"))),
+            },
             Some(efs) => problems.push(anyhow::anyhow!(
                 "--resume-from {old}: it read {}, --data is the local directory {}: a resumed \
                  job reads the same data",

@@ -341,6 +341,26 @@ pub fn first_file_difference(
         .map(|p| format!("{p} is not here"))
 }
 
+/// The first file whose content differs between a local directory and the
+/// objects a job read from S3 (files of the same paths and sizes, see
+/// [`first_file_difference`]): `local` maps relative path → SHA-256 of the
+/// file, `stored` relative path → the SHA-256 S3 stored at upload, both base64
+/// (S3 `ChecksumSHA256`); an object without one (`None`) is not compared.
+pub fn first_content_difference(
+    local: &BTreeMap<String, String>,
+    stored: &BTreeMap<String, Option<String>>,
+) -> Option<String> {
+    local
+        .iter()
+        .find_map(|(path, digest)| match stored.get(path) {
+            Some(Some(there)) if there != digest => Some(format!(
+                "{path} has the same size but other content here (SHA-256 {digest}) than there \
+             ({there})"
+            )),
+            _ => None,
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -513,5 +533,27 @@ mod tests {
             first_file_difference(&files(&[("a.gz", 10), ("b.gz", 20), ("c", 1)]), &up).as_deref(),
             Some("c was not in it")
         );
+    }
+
+    #[test]
+    fn same_size_files_are_compared_by_the_stored_sha256() {
+        let local: BTreeMap<String, String> = [("a.gz", "AAA="), ("b.gz", "BBB=")]
+            .map(|(p, d)| (p.to_string(), d.to_string()))
+            .into();
+        let stored = |b: Option<&str>| -> BTreeMap<String, Option<String>> {
+            [("a.gz", Some("AAA=")), ("b.gz", b)]
+                .map(|(p, d)| (p.to_string(), d.map(str::to_string)))
+                .into()
+        };
+        assert_eq!(
+            first_content_difference(&local, &stored(Some("BBB="))),
+            None
+        );
+        assert_eq!(
+            first_content_difference(&local, &stored(Some("CCC="))).as_deref(),
+            Some("b.gz has the same size but other content here (SHA-256 BBB=) than there (CCC=)")
+        );
+        // Uploaded without a checksum: not comparable, not a difference.
+        assert_eq!(first_content_difference(&local, &stored(None)), None);
     }
 }
