@@ -1402,6 +1402,111 @@ async fn demo_path_trains_on_both_runtimes_serves_the_model_and_destroys_everyth
     );
     assert_eq!(d.calls("PutObject"), puts, "nothing uploaded: {resumed}");
 
+    // Ctrl-C during the upload of a local --data: the upload stops before its next file, and no
+    // job is created. 2,000 small files beside the dataset make the upload outlast the signal.
+    {
+        use std::io::BufRead as _;
+        let many = tempfile::tempdir().unwrap();
+        for e in std::fs::read_dir(FASHION_MNIST).unwrap() {
+            let e = e.unwrap();
+            std::fs::copy(e.path(), many.path().join(e.file_name())).unwrap();
+        }
+        std::fs::create_dir(many.path().join("notes")).unwrap();
+        for i in 0..2000 {
+            let note = many.path().join(format!("notes/{i:04}.txt"));
+            std::fs::write(note, format!("note {i}\n")).unwrap();
+        }
+        let creates = d.calls("CreateTrainingJob");
+        let mut child = d
+            .process(&[
+                "train",
+                "--runtime",
+                "sagemaker",
+                "--data",
+                many.path().to_str().unwrap(),
+                "--hp",
+                "dataset=fashion-mnist",
+                "--job-name",
+                "demo-cut",
+                "--image",
+                &image,
+            ])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        let mut seen = String::new();
+        for line in lines.by_ref() {
+            let line = line.unwrap();
+            seen.push_str(&line);
+            seen.push('\n');
+            if line.starts_with("Uploading ") {
+                break;
+            }
+        }
+        let prefix = format!("s3://{bucket}/kfaws/datasets/demo-cut/");
+        assert!(
+            seen.contains("Uploading 2004 file(s), ")
+                && seen.contains(&format!(
+                    " MiB, from {} to {prefix} (Ctrl-C stops before the next file; no job is \
+                     created)",
+                    many.path().display()
+                )),
+            "{seen}"
+        );
+        let sent = std::process::Command::new("kill")
+            .args(["-INT", &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(sent.success());
+        for line in lines {
+            seen.push_str(&line.unwrap());
+            seen.push('\n');
+        }
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(130), "{seen}{stderr}");
+        let uploaded: usize = seen
+            .split("Uploaded ")
+            .nth(1)
+            .and_then(|rest| rest.split(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{seen}{stderr}"));
+        assert!(
+            uploaded < 2004
+                && seen.contains(&format!(
+                    "Uploaded {uploaded} of 2004 file(s) from {} to {prefix}",
+                    many.path().display()
+                ))
+                && seen.contains(&format!(
+                    "What was uploaded for it stays under {prefix} until the next run of job \
+                     name demo-cut clears it."
+                ))
+                && seen.contains("Interrupted: training job demo-cut was not created."),
+            "{seen}{stderr}"
+        );
+        assert_eq!(d.calls("CreateTrainingJob"), creates, "{seen}");
+        let keys: usize = d
+            .aws()
+            .await
+            .s3()
+            .list_objects_v2()
+            .bucket(&bucket)
+            .prefix("kfaws/datasets/demo-cut/")
+            .into_paginator()
+            .send()
+            .collect::<Vec<_>>()
+            .await
+            .into_iter()
+            .map(|page| page.unwrap().contents().len())
+            .sum();
+        assert_eq!(
+            keys, uploaded,
+            "the objects are the files it said it uploaded"
+        );
+    }
+
     // The endpoint classifies a test image it never trained on.
     d.stdout(&["endpoint", "deploy", "--job", "demo-sm"]);
     let png = d.dir.path().join("sample.png");

@@ -225,33 +225,26 @@ fn files_under(dir: &Path) -> walkdir::Result<Vec<PathBuf>> {
         .collect()
 }
 
-/// Uploads every file under `dir` to `s3://bucket/prefix/<relative path>`, one at a time,
-/// stopping before the next file once `cancel` fires; returns how many were uploaded, of
-/// how many. Each object carries the SHA-256 of its content, computed by the SDK and checked
-/// by S3 (PutObject `ChecksumAlgorithm`), which `--resume-from` compares with local files.
+/// Uploads `files` (relative path under `dir` → size, as [`files_with_sizes`] lists them) to
+/// `s3://bucket/prefix/<relative path>`, one at a time, stopping before the next file once
+/// `cancel` fires; returns how many were uploaded. Each object carries the SHA-256 of its
+/// content, computed by the SDK and checked by S3 (PutObject `ChecksumAlgorithm`), which
+/// `--resume-from` compares with local files.
 async fn upload_dir(
     aws: &SdkConfig,
     dir: &Path,
+    files: &BTreeMap<String, u64>,
     bucket: &str,
     prefix: &str,
     cancel: &CancellationToken,
-) -> anyhow::Result<(usize, usize)> {
+) -> anyhow::Result<usize> {
     let s3 = kfaws::aws::bucket::client(aws);
-    let files = files_under(dir).with_context(|| format!("reading {}", dir.display()))?;
-    if files.is_empty() {
-        bail!("--data {}: the directory has no files", dir.display());
-    }
-    for (uploaded, f) in files.iter().enumerate() {
+    for (uploaded, rel) in files.keys().enumerate() {
         if cancel.is_cancelled() {
-            return Ok((uploaded, files.len()));
+            return Ok(uploaded);
         }
-        let rel = f
-            .strip_prefix(dir)
-            .expect("under dir")
-            .to_string_lossy()
-            .replace('\\', "/");
-        let key = format!("{prefix}/{rel}");
-        let body = aws_sdk_s3::primitives::ByteStream::from_path(f)
+        let (f, key) = (dir.join(rel), format!("{prefix}/{rel}"));
+        let body = aws_sdk_s3::primitives::ByteStream::from_path(&f)
             .await
             .with_context(|| format!("reading {}", f.display()))?;
         s3.put_object()
@@ -264,7 +257,7 @@ async fn upload_dir(
             .map_err(|e| anyhow::anyhow!(kfaws::aws::error_message(&e)))
             .with_context(|| format!("uploading {} to s3://{bucket}/{key}", f.display()))?;
     }
-    Ok((files.len(), files.len()))
+    Ok(files.len())
 }
 
 /// What `--resume-from` settled: the job resumed, the checkpoints the new job continues from,
@@ -732,7 +725,22 @@ pub async fn train(
                  s3://{bucket}/{prefix}/ (no job of that name exists)"
             ));
         }
-        let (n, of) = upload_dir(&aws, &dir, &bucket, &prefix, cancel).await?;
+        let walked = dir.clone();
+        let files = tokio::task::spawn_blocking(move || files_with_sizes(&walked))
+            .await
+            .context("reading the --data directory")??;
+        if files.is_empty() {
+            bail!("--data {}: the directory has no files", dir.display());
+        }
+        say(&format!(
+            "Uploading {} file(s), {}, from {} to s3://{bucket}/{prefix}/ (Ctrl-C stops before \
+             the next file; no job is created)",
+            files.len(),
+            indicatif::HumanBytes(files.values().sum()),
+            dir.display()
+        ));
+        let of = files.len();
+        let n = upload_dir(&aws, &dir, &files, &bucket, &prefix, cancel).await?;
         let count = match n == of {
             true => format!("{n} file(s)"),
             false => format!("{n} of {of} file(s)"),
