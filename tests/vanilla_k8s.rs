@@ -641,6 +641,13 @@ async fn a_bundle_that_failed_half_way_is_applied_again_in_place() {
         "tainted",
         "{report}"
     );
+    // The failed bundle is in the state (tainted, without an id) and its ApplySet parent in the
+    // cluster: a destroy deletes it and does not also name it as outside the state.
+    let destroying = d.stdout(&["plan", "--destroy"]);
+    assert!(
+        destroying.contains("- k8s.training-operator") && !destroying.contains("one by one"),
+        "{destroying}"
+    );
     let client = d.cluster().client().await;
     let jobs = someones_job(&client).await;
 

@@ -67,6 +67,14 @@ pub const KUBEFLOW_ADDRESS: &str = "k8s.kubeflow";
 pub const TRAINING_OPERATOR_ADDRESS: &str = "k8s.training-operator";
 /// The user namespace, its pipelines access and EFS claim.
 pub const USER_NAMESPACE_ADDRESS: &str = "k8s.user-namespace";
+/// Every Kubernetes bundle of the profile.
+const BUNDLE_ADDRESSES: [&str; 5] = [
+    EFS_CSI_ADDRESS,
+    EFS_STORAGE_ADDRESS,
+    KUBEFLOW_ADDRESS,
+    TRAINING_OPERATOR_ADDRESS,
+    USER_NAMESPACE_ADDRESS,
+];
 
 /// The EKS cluster's address.
 pub const CLUSTER: &str = "eks.cluster";
@@ -883,10 +891,13 @@ pub fn build(
 /// The Kubernetes bundles this deployment applied that `state` does not
 /// hold, as `(k8s.<bundle>, ApplySet id)` sorted by address: the ApplySet
 /// parents kfaws made in the inventory namespace of the deployment's EKS
-/// cluster whose names are `<applyset name>-<bundle>`. Unlike each bundle's
+/// cluster named `<applyset name>-<bundle>`, for the bundles of this profile
+/// (the namespace may hold other deployments' parents), whose address the
+/// state does not hold in any status (a bundle whose create failed is in the
+/// state without an id, its parent already written). Unlike each bundle's
 /// import lookup this finds the bundles of any config, also `[kubeflow]`
-/// ones, whose manifests a destroy does not read. No cluster, or one being
-/// deleted: none.
+/// ones, whose manifests a destroy does not read. No cluster, or one that is
+/// not ACTIVE or UPDATING (as the import lookup): none.
 ///
 /// # Errors
 /// [`crate::resource::ResourceError`] when DescribeCluster fails, the
@@ -898,6 +909,18 @@ pub async fn bundles_outside_state(
     state: &State,
 ) -> Result<Vec<(Address, String)>, crate::resource::ResourceError> {
     let connector = connector(config, aws, exec, state.lineage);
+    let usable = crate::aws::eks::describe_cluster(&connector.eks, &connector.cluster_name)
+        .await?
+        .is_some_and(|c| {
+            matches!(
+                c.status(),
+                Some(aws_sdk_eks::types::ClusterStatus::Active)
+                    | Some(aws_sdk_eks::types::ClusterStatus::Updating)
+            )
+        });
+    if !usable {
+        return Ok(Vec::new());
+    }
     let Some(client) = connector.connect().await? else {
         return Ok(Vec::new());
     };
@@ -922,8 +945,11 @@ pub async fn bundles_outside_state(
         .filter(|set| !recorded.contains(set.id.as_str()))
         .filter_map(|set| {
             let bundle = set.name.strip_prefix(&prefix)?;
-            let address = Address::new(format!("k8s.{bundle}")).ok()?;
-            Some((address, set.id))
+            let address = BUNDLE_ADDRESSES
+                .into_iter()
+                .find(|a| a.strip_prefix("k8s.") == Some(bundle))?;
+            let address = addr(address);
+            (!state.resources.contains_key(&address)).then_some((address, set.id))
         })
         .collect();
     found.sort();
