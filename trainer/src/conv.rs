@@ -868,9 +868,9 @@ mod tests {
     /// `a` equals `b` element by element up to 1e-5 of `magnitude`, the sum of the absolute values
     /// of the terms that make up that element: the bound of a floating-point sum's error grows
     /// with Σ|terms|, not with the (possibly cancelled) result (Higham, *Accuracy and Stability of
-    /// Numerical Algorithms*, 2nd ed., §4.2). 1e-5 is about 80 f32 ulps (ε = 2^-24 ≈ 6e-8) of it;
-    /// the two implementations add in different orders and with or without fused multiply-adds.
-    /// `b` must not be all zeros.
+    /// Numerical Algorithms*, 2nd ed., §4.2). 1e-5 is about 170 units of round-off of it (f32:
+    /// u = 2^-24 ≈ 6e-8); the two implementations add in different orders and with or without
+    /// fused multiply-adds. `b` must not be all zeros.
     fn assert_close(a: TensorData, b: TensorData, magnitude: TensorData, what: &str) {
         let [a, b, magnitude] = [a, b, magnitude].map(|d| d.try_to_vec::<f32>().unwrap());
         assert_eq!(a.len(), b.len(), "{what}: lengths");
