@@ -1328,8 +1328,26 @@ async fn demo_path_trains_on_both_runtimes_serves_the_model_and_destroys_everyth
     // The gzip header's modification time (RFC 1952, bytes 4-7), outside its checksum: the file
     // still reads (the trainer's check of --data passes), its bytes differ.
     assert_eq!(bytes[..2], [0x1f, 0x8b], "{changed:?} is gzip");
+    assert_eq!(bytes[3] & 0x02, 0, "{changed:?} has no header CRC (FHCRC)");
     bytes[4] ^= 0xff;
     std::fs::write(&changed, &bytes).unwrap();
+    // That file's object uploaded again, the same bytes, as another tool would: with the SDK's
+    // default CRC32 checksum instead of kfaws' SHA-256, which kfaws then compares.
+    let original = std::path::Path::new(FASHION_MNIST).join(&names[0]);
+    d.aws()
+        .await
+        .s3()
+        .put_object()
+        .bucket(&bucket)
+        .key(format!(
+            "kfaws/datasets/demo-sm/{}",
+            names[0].to_string_lossy()
+        ))
+        .body(std::fs::read(&original).unwrap().into())
+        .send()
+        .await
+        .unwrap();
+    let puts = d.calls("PutObject");
     let creates = d.calls("CreateTrainingJob");
     let err = d.fails(&[
         "train",
@@ -1360,7 +1378,7 @@ async fn demo_path_trains_on_both_runtimes_serves_the_model_and_destroys_everyth
             ))
             && err.contains(&format!(
                 "holds other data than s3://{bucket}/kfaws/datasets/demo-sm/, which it read: {} \
-                 has the same size but other content here (SHA-256 ",
+                 has the same size but other content here (CRC32 ",
                 names[0].to_string_lossy(),
             )),
         "{err}"

@@ -301,14 +301,19 @@ async fn objects_under(aws: &SdkConfig, uri: &str) -> anyhow::Result<BTreeMap<St
     Ok(out)
 }
 
-/// The SHA-256 checksums S3 stored for the objects `rels` under the S3 URI's prefix
-/// (HeadObject with `ChecksumMode` enabled), base64 as S3 gives them: `None` for an object
-/// uploaded without one (by another tool or an earlier kfaws) or with a checksum of parts.
-async fn stored_sha256(
+/// The strongest full-object checksum S3 stored for each object `rels` under the S3 URI's
+/// prefix, as relative path → (algorithm, base64 value): HeadObject with `ChecksumMode`
+/// enabled, 16 calls at a time; SHA-256 first, then SHA-1, CRC64NVME, CRC32C, CRC32. kfaws
+/// uploads with SHA-256, the AWS SDKs add CRC32 by default, and S3 gives objects uploaded
+/// without one a CRC64NVME (Amazon S3 User Guide, "Checking object integrity"). An object with
+/// only a checksum of parts (a multipart upload's `value-N`) is left out.
+async fn stored_checksums(
     aws: &SdkConfig,
     uri: &str,
-    rels: impl Iterator<Item = &String>,
-) -> anyhow::Result<BTreeMap<String, Option<String>>> {
+    rels: Vec<String>,
+) -> anyhow::Result<BTreeMap<String, (aws_smithy_checksums::ChecksumAlgorithm, String)>> {
+    use aws_smithy_checksums::ChecksumAlgorithm as Algorithm;
+    use futures::{StreamExt as _, TryStreamExt as _};
     let DataSource::S3 { bucket, prefix } = DataSource::parse(uri)? else {
         bail!("{uri} is not an S3 URI");
     };
@@ -317,58 +322,79 @@ async fn stored_sha256(
         p => format!("{p}/"),
     };
     let s3 = kfaws::aws::bucket::client(aws);
-    let mut out = BTreeMap::new();
-    for rel in rels {
+    let (s3, bucket, prefix) = (&s3, &bucket, &prefix);
+    let heads = futures::stream::iter(rels).map(|rel| async move {
         let key = format!("{prefix}{rel}");
         let head = s3
             .head_object()
-            .bucket(&bucket)
+            .bucket(bucket)
             .key(&key)
             .checksum_mode(aws_sdk_s3::types::ChecksumMode::Enabled)
             .send()
             .await
             .map_err(|e| anyhow::anyhow!("{}", kfaws::aws::error_message(&e)))
             .with_context(|| format!("reading s3://{bucket}/{key}"))?;
-        let whole = head.checksum_sha256().filter(|c| !c.contains('-'));
-        out.insert(rel.clone(), whole.map(str::to_string));
-    }
-    Ok(out)
+        let strongest = [
+            (Algorithm::Sha256, head.checksum_sha256()),
+            (Algorithm::Sha1, head.checksum_sha1()),
+            (Algorithm::Crc64Nvme, head.checksum_crc64_nvme()),
+            (Algorithm::Crc32c, head.checksum_crc32_c()),
+            (Algorithm::Crc32, head.checksum_crc32()),
+        ]
+        .into_iter()
+        // Base64 has no '-': a value with one is a checksum of parts.
+        .find_map(|(algorithm, value)| Some((algorithm, value.filter(|v| !v.contains('-'))?)))
+        .map(|(algorithm, value)| (algorithm, value.to_string()));
+        anyhow::Ok((rel, strongest))
+    });
+    let found: Vec<_> = heads.buffer_unordered(16).try_collect().await?;
+    Ok(found
+        .into_iter()
+        .filter_map(|(rel, stored)| Some((rel, stored?)))
+        .collect())
 }
 
-/// The SHA-256 of each file `rels` under `dir`, base64 as S3 gives checksums.
-fn local_sha256<'a>(
+/// The checksum of each file `wanted` (relative path under `dir` → algorithm), base64 as S3
+/// gives checksums; stops with an error once `cancel` fires.
+fn local_checksums(
     dir: &Path,
-    rels: impl Iterator<Item = &'a String>,
+    wanted: Vec<(String, aws_smithy_checksums::ChecksumAlgorithm)>,
+    cancel: &CancellationToken,
 ) -> anyhow::Result<BTreeMap<String, String>> {
-    use base64::Engine as _;
-    use sha2::{Digest as _, Sha256};
     use std::io::Read as _;
     let mut out = BTreeMap::new();
     let mut buf = vec![0u8; 1 << 20];
-    for rel in rels {
-        let path = dir.join(rel);
-        let mut file =
-            std::fs::File::open(&path).with_context(|| format!("reading {}", path.display()))?;
-        let mut hash = Sha256::new();
+    for (rel, algorithm) in wanted {
+        let path = dir.join(&rel);
+        let read = |e| anyhow::Error::new(e).context(format!("reading {}", path.display()));
+        let mut file = std::fs::File::open(&path).map_err(read)?;
+        let mut checksum = algorithm.into_impl();
         loop {
-            let n = file
-                .read(&mut buf)
-                .with_context(|| format!("reading {}", path.display()))?;
+            if cancel.is_cancelled() {
+                bail!("interrupted");
+            }
+            let n = file.read(&mut buf).map_err(read)?;
             if n == 0 {
                 break;
             }
-            hash.update(&buf[..n]);
+            checksum.update(&buf[..n]);
         }
-        let digest = base64::engine::general_purpose::STANDARD.encode(hash.finalize());
-        out.insert(rel.clone(), digest);
+        let value = checksum.header_value();
+        out.insert(rel, value.to_str().expect("base64 is ASCII").to_string());
     }
     Ok(out)
 }
 
 /// Whether the local `dir` holds the files S3 holds under `uri`: the first difference in
-/// paths or sizes, else in content where S3 stored a SHA-256 at upload (objects without one
-/// are compared by size only, with a warning); `None` when they are the same.
-async fn data_difference(aws: &SdkConfig, dir: &Path, uri: &str) -> anyhow::Result<Option<String>> {
+/// paths or sizes, else in content where S3 stored a full-object checksum
+/// ([`stored_checksums`]; objects without one are compared by size only, with a warning);
+/// `None` when they are the same. Returns early with an error once `cancel` fires.
+async fn data_difference(
+    aws: &SdkConfig,
+    dir: &Path,
+    uri: &str,
+    cancel: &CancellationToken,
+) -> anyhow::Result<Option<String>> {
     let walked = dir.to_path_buf();
     let here = tokio::task::spawn_blocking(move || files_with_sizes(&walked))
         .await
@@ -377,25 +403,40 @@ async fn data_difference(aws: &SdkConfig, dir: &Path, uri: &str) -> anyhow::Resu
     if let Some(difference) = resume::first_file_difference(&here, &there) {
         return Ok(Some(difference));
     }
-    let stored = stored_sha256(aws, uri, there.keys()).await?;
-    let unchecked: Vec<&str> = stored
-        .iter()
-        .filter(|(_, c)| c.is_none())
-        .map(|(rel, _)| rel.as_str())
+    let stored = tokio::select! {
+        stored = stored_checksums(aws, uri, there.keys().cloned().collect()) => stored?,
+        () = cancel.cancelled() => bail!("interrupted"),
+    };
+    let unchecked: Vec<&str> = there
+        .keys()
+        .filter(|rel| !stored.contains_key(*rel))
+        .map(String::as_str)
         .collect();
     if !unchecked.is_empty() {
+        let more = match unchecked.len() {
+            n if n > 5 => format!(" and {} more", n - 5),
+            _ => String::new(),
+        };
         tracing::warn!(
-            "{uri}: {} of {} objects have no SHA-256 checksum (uploaded by another tool or an \
-             earlier kfaws), compared with --data by size only: {}",
+            "{uri}: {} of {} objects have no full-object checksum, compared with --data by size \
+             only: {}{more}",
             unchecked.len(),
-            stored.len(),
-            unchecked.join(", ")
+            there.len(),
+            unchecked[..unchecked.len().min(5)].join(", ")
         );
     }
-    let (walked, rels) = (dir.to_path_buf(), here.into_keys().collect::<Vec<_>>());
-    let local = tokio::task::spawn_blocking(move || local_sha256(&walked, rels.iter()))
+    let wanted = stored
+        .iter()
+        .map(|(rel, (a, _))| (rel.clone(), *a))
+        .collect();
+    let (walked, stopper) = (dir.to_path_buf(), cancel.clone());
+    let local = tokio::task::spawn_blocking(move || local_checksums(&walked, wanted, &stopper))
         .await
         .context("reading the --data directory")??;
+    let stored = stored
+        .into_iter()
+        .map(|(rel, (algorithm, value))| (rel, (algorithm.as_str().to_uppercase(), value)))
+        .collect();
     Ok(resume::first_content_difference(&local, &stored))
 }
 
@@ -423,6 +464,7 @@ async fn resume_from(
     old: &str,
     data: &DataSource,
     requested: resume::Requested<'_>,
+    cancel: &CancellationToken,
 ) -> Result<Resume, Vec<anyhow::Error>> {
     let sm = kfaws::aws::client::<aws_sdk_sagemaker::Client>(aws);
     let previous = resume::previous_job(&sm, old)
@@ -438,7 +480,7 @@ async fn resume_from(
     // Another deployment's channel is not listed: its bucket is not this deployment's.
     if let (DataSource::Local(dir), true) = (data, previous.started_by(deployment, lineage)) {
         match &previous.input {
-            Some(ChannelSource::S3 { uri }) => match data_difference(aws, dir, uri).await {
+            Some(ChannelSource::S3 { uri }) => match data_difference(aws, dir, uri, cancel).await {
                 Ok(None) => channel = Some(uri.clone()),
                 Ok(Some(difference)) => problems.push(anyhow::anyhow!(
                     "--resume-from {old}: --data {} holds other data than {uri}, which it \
@@ -631,7 +673,9 @@ pub async fn train(
                 input: requested_input.as_ref(),
                 deployment: (&d.loaded.config.name, &lineage),
             };
-            resume_from(&aws, old, &data, requested).await.map(Some)
+            resume_from(&aws, old, &data, requested, cancel)
+                .await
+                .map(Some)
         }
     );
     let image = problems.check(image);

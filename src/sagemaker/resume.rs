@@ -343,22 +343,24 @@ pub fn first_file_difference(
 
 /// The first file whose content differs between a local directory and the
 /// objects a job read from S3 (files of the same paths and sizes, see
-/// [`first_file_difference`]): `local` maps relative path → SHA-256 of the
-/// file, `stored` relative path → the SHA-256 S3 stored at upload, both base64
-/// (S3 `ChecksumSHA256`); an object without one (`None`) is not compared.
+/// [`first_file_difference`]): `stored` maps relative path → (algorithm,
+/// value) of the full-object checksum S3 stored at upload (S3 names such as
+/// `SHA256` or `CRC32`, base64 values as in `x-amz-checksum-*`), `local`
+/// relative path → the same algorithm's value for the local file. An object
+/// without a stored checksum is absent from `stored` and not compared.
 pub fn first_content_difference(
     local: &BTreeMap<String, String>,
-    stored: &BTreeMap<String, Option<String>>,
+    stored: &BTreeMap<String, (String, String)>,
 ) -> Option<String> {
-    local
-        .iter()
-        .find_map(|(path, digest)| match stored.get(path) {
-            Some(Some(there)) if there != digest => Some(format!(
-                "{path} has the same size but other content here (SHA-256 {digest}) than there \
-             ({there})"
-            )),
-            _ => None,
+    stored.iter().find_map(|(path, (algorithm, there))| {
+        let here = local.get(path)?;
+        (here != there).then(|| {
+            format!(
+                "{path} has the same size but other content here ({algorithm} {here}) than \
+                 there ({there})"
+            )
         })
+    })
 }
 
 #[cfg(test)]
@@ -536,14 +538,15 @@ mod tests {
     }
 
     #[test]
-    fn same_size_files_are_compared_by_the_stored_sha256() {
+    fn same_size_files_are_compared_by_the_stored_checksum() {
         let local: BTreeMap<String, String> = [("a.gz", "AAA="), ("b.gz", "BBB=")]
             .map(|(p, d)| (p.to_string(), d.to_string()))
             .into();
-        let stored = |b: Option<&str>| -> BTreeMap<String, Option<String>> {
+        let stored = |b: Option<&str>| -> BTreeMap<String, (String, String)> {
             [("a.gz", Some("AAA=")), ("b.gz", b)]
-                .map(|(p, d)| (p.to_string(), d.map(str::to_string)))
-                .into()
+                .into_iter()
+                .filter_map(|(p, d)| Some((p.to_string(), ("SHA256".into(), d?.to_string()))))
+                .collect()
         };
         assert_eq!(
             first_content_difference(&local, &stored(Some("BBB="))),
@@ -551,7 +554,7 @@ mod tests {
         );
         assert_eq!(
             first_content_difference(&local, &stored(Some("CCC="))).as_deref(),
-            Some("b.gz has the same size but other content here (SHA-256 BBB=) than there (CCC=)")
+            Some("b.gz has the same size but other content here (SHA256 BBB=) than there (CCC=)")
         );
         // Uploaded without a checksum: not comparable, not a difference.
         assert_eq!(first_content_difference(&local, &stored(None)), None);
