@@ -409,6 +409,54 @@ fn first_line_then_close(mut cmd: std::process::Command) -> (String, Option<i32>
     (first, out.status.code(), err)
 }
 
+/// A process started with its output piped, its standard output read line by line.
+struct Watched {
+    child: std::process::Child,
+    lines: std::io::Lines<std::io::BufReader<std::process::ChildStdout>>,
+    /// The lines read so far, each with its newline.
+    seen: String,
+}
+
+impl Watched {
+    fn spawn(mut cmd: std::process::Command) -> Self {
+        use std::io::BufRead as _;
+        let mut child = cmd
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        let seen = String::new();
+        Self { child, lines, seen }
+    }
+
+    /// Reads up to and including the first line for which `until` holds (or to the end).
+    fn read_until(&mut self, until: impl Fn(&str) -> bool) {
+        for line in self.lines.by_ref() {
+            let line = line.unwrap();
+            self.seen.push_str(&line);
+            self.seen.push('\n');
+            if until(&line) {
+                break;
+            }
+        }
+    }
+
+    /// SIGINT to the process (a Ctrl-C), then its remaining output: the exit code, all of
+    /// standard output and standard error.
+    fn interrupt(mut self) -> (Option<i32>, String, String) {
+        let sent = std::process::Command::new("kill")
+            .args(["-INT", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(sent.success());
+        self.read_until(|_| false);
+        let out = self.child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        (out.status.code(), self.seen, stderr)
+    }
+}
+
 fn local_checkpoint_count(dir: &Path) -> usize {
     std::fs::read_dir(dir.join("kfaws-jobs/interrupted/checkpoints")).map_or(0, |d| d.count())
 }
@@ -1423,7 +1471,6 @@ async fn demo_path_trains_on_both_runtimes_serves_the_model_and_destroys_everyth
     // Ctrl-C during the upload of a local --data: the upload stops before its next file, and no
     // job is created. 2,000 small files beside the dataset make the upload outlast the signal.
     {
-        use std::io::BufRead as _;
         let many = tempfile::tempdir().unwrap();
         for e in std::fs::read_dir(FASHION_MNIST).unwrap() {
             let e = e.unwrap();
@@ -1435,34 +1482,21 @@ async fn demo_path_trains_on_both_runtimes_serves_the_model_and_destroys_everyth
             std::fs::write(note, format!("note {i}\n")).unwrap();
         }
         let creates = d.calls("CreateTrainingJob");
-        let mut child = d
-            .process(&[
-                "train",
-                "--runtime",
-                "sagemaker",
-                "--data",
-                many.path().to_str().unwrap(),
-                "--hp",
-                "dataset=fashion-mnist",
-                "--job-name",
-                "demo-cut",
-                "--image",
-                &image,
-            ])
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
-        let mut seen = String::new();
-        for line in lines.by_ref() {
-            let line = line.unwrap();
-            seen.push_str(&line);
-            seen.push('\n');
-            if line.starts_with("Uploading ") {
-                break;
-            }
-        }
+        let mut run = Watched::spawn(d.process(&[
+            "train",
+            "--runtime",
+            "sagemaker",
+            "--data",
+            many.path().to_str().unwrap(),
+            "--hp",
+            "dataset=fashion-mnist",
+            "--job-name",
+            "demo-cut",
+            "--image",
+            &image,
+        ]));
+        run.read_until(|line| line.starts_with("Uploading "));
+        let seen = &run.seen;
         let prefix = format!("s3://{bucket}/kfaws/datasets/demo-cut/");
         assert!(
             seen.contains("Uploading 2004 file(s), ")
@@ -1473,18 +1507,8 @@ async fn demo_path_trains_on_both_runtimes_serves_the_model_and_destroys_everyth
                 )),
             "{seen}"
         );
-        let sent = std::process::Command::new("kill")
-            .args(["-INT", &child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(sent.success());
-        for line in lines {
-            seen.push_str(&line.unwrap());
-            seen.push('\n');
-        }
-        let out = child.wait_with_output().unwrap();
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(130), "{seen}{stderr}");
+        let (code, seen, stderr) = run.interrupt();
+        assert_eq!(code, Some(130), "{seen}{stderr}");
         let uploaded: usize = seen
             .split("Uploaded ")
             .nth(1)
@@ -1852,23 +1876,9 @@ async fn demo_path_trains_on_both_runtimes_serves_the_model_and_destroys_everyth
     // Stopped (its trainer checkpointed on SIGTERM), it is resumed by a new job. Ctrl-C on
     // kfaws stops that one (StopTrainingJob), and kfaws says how to continue it.
     {
-        use std::io::BufRead as _;
-        let mut child = d
-            .process(&resume_long("demo-long-2", "demo-long", "50"))
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
-        let mut seen = String::new();
-        for line in lines.by_ref() {
-            let line = line.unwrap();
-            seen.push_str(&line);
-            seen.push('\n');
-            if line.contains("resuming from checkpoint") {
-                break;
-            }
-        }
+        let mut run = Watched::spawn(d.process(&resume_long("demo-long-2", "demo-long", "50")));
+        run.read_until(|line| line.contains("resuming from checkpoint"));
+        let seen = &run.seen;
         assert!(
             seen.contains(&format!(
                 "resumes training job demo-long (Stopped) from the newest checkpoint in \
@@ -1884,22 +1894,8 @@ async fn demo_path_trains_on_both_runtimes_serves_the_model_and_destroys_everyth
             ),
             "{err}"
         );
-        let sent = std::process::Command::new("kill")
-            .args(["-INT", &child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(sent.success());
-        for line in lines {
-            seen.push_str(&line.unwrap());
-            seen.push('\n');
-        }
-        let out = child.wait_with_output().unwrap();
-        assert_eq!(
-            out.status.code(),
-            Some(130),
-            "{seen}{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let (code, seen, stderr) = run.interrupt();
+        assert_eq!(code, Some(130), "{seen}{stderr}");
         assert!(
             seen.contains("Interrupted: stopping training job demo-long-2")
                 && seen.contains(
