@@ -218,6 +218,9 @@ async fn clear_prefix(aws: &SdkConfig, bucket: &str, prefix: &str) -> anyhow::Re
 /// Every regular file under `dir`, sorted.
 fn files_under(dir: &Path) -> walkdir::Result<Vec<PathBuf>> {
     walkdir::WalkDir::new(dir)
+        // A symbolic link is read as what it points to, as the trainer's check reads it (a
+        // link loop is an error naming the path).
+        .follow_links(true)
         .sort_by_file_name()
         .into_iter()
         .filter(|e| e.as_ref().map_or(true, |e| e.file_type().is_file()))
@@ -334,6 +337,9 @@ async fn stored_checksums(
             .await
             .map_err(|e| anyhow::anyhow!("{}", kfaws::aws::error_message(&e)))
             .with_context(|| format!("reading s3://{bucket}/{key}"))?;
+        if !full_object(head.checksum_type(), head.e_tag()) {
+            return anyhow::Ok((rel, None));
+        }
         let strongest = [
             (Algorithm::Sha256, head.checksum_sha256()),
             (Algorithm::Sha1, head.checksum_sha1()),
@@ -352,6 +358,20 @@ async fn stored_checksums(
         .into_iter()
         .filter_map(|(rel, stored)| Some((rel, stored?)))
         .collect())
+}
+
+/// Whether an object's checksums are of the whole object: S3's `ChecksumType` says so
+/// (`FULL_OBJECT`, not `COMPOSITE`); where it is not told (older objects, some S3-compatible
+/// stores), only a single-part upload's are, and a multipart upload's ETag ends in
+/// `-<parts>` (Amazon S3 User Guide, "Checking object integrity").
+fn full_object(
+    checksum_type: Option<&aws_sdk_s3::types::ChecksumType>,
+    e_tag: Option<&str>,
+) -> bool {
+    match checksum_type {
+        Some(t) => *t == aws_sdk_s3::types::ChecksumType::FullObject,
+        None => !e_tag.is_some_and(|t| t.trim_matches('"').contains('-')),
+    }
 }
 
 /// The checksum of each file `wanted` (relative path under `dir` → algorithm), base64 as S3
@@ -950,5 +970,47 @@ pub async fn train(
                 .as_deref()
                 .unwrap_or("no FailureReason given")
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use aws_sdk_s3::types::ChecksumType;
+
+    #[test]
+    fn only_whole_object_checksums_are_compared() {
+        assert!(full_object(
+            Some(&ChecksumType::FullObject),
+            Some("\"abc-4\"")
+        ));
+        assert!(!full_object(
+            Some(&ChecksumType::Composite),
+            Some("\"abc\"")
+        ));
+        assert!(full_object(
+            None,
+            Some("\"9b2cf535f27731c974343645a3985328\"")
+        ));
+        assert!(!full_object(
+            None,
+            Some("\"9b2cf535f27731c974343645a3985328-4\"")
+        ));
+        assert!(full_object(None, None));
+    }
+
+    #[test]
+    fn files_behind_symbolic_links_are_listed() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        std::fs::create_dir(&data).unwrap();
+        std::fs::write(dir.path().join("real.bin"), b"12345").unwrap();
+        std::os::unix::fs::symlink(dir.path().join("real.bin"), data.join("linked.bin")).unwrap();
+        std::fs::write(data.join("plain.bin"), b"1").unwrap();
+        let listed = files_with_sizes(&data).unwrap();
+        assert_eq!(
+            listed.into_iter().collect::<Vec<_>>(),
+            [("linked.bin".to_string(), 5), ("plain.bin".to_string(), 1)]
+        );
     }
 }
