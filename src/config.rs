@@ -234,6 +234,9 @@ pub struct Overrides {
     pub region: Option<String>,
     /// `--profile`.
     pub profile: Option<ProfileName>,
+    /// For a destroy, which reads no `[kubeflow]` manifests: their paths
+    /// need not exist (a destroy still runs once the files are gone).
+    pub destroy: bool,
 }
 
 /// A complete, validated deployment config.
@@ -500,7 +503,7 @@ impl ConfigFile {
             options: self.options,
             kubeflow: self.kubeflow,
         };
-        config.validate()?;
+        config.check(!overrides.destroy)?;
         Ok(config)
     }
 }
@@ -616,6 +619,15 @@ impl Config {
     /// [`ConfigError::Several`] with each of those when there is more than
     /// one (in an unknown region, only the derived names that do not embed it).
     pub fn validate(&self) -> Result<(), ConfigError> {
+        self.check(true)
+    }
+
+    /// [`Config::validate`], checking that the `[kubeflow]` paths exist only
+    /// with `sources` (a destroy reads none of them).
+    ///
+    /// # Errors
+    /// As [`Config::validate`].
+    pub fn check(&self, sources: bool) -> Result<(), ConfigError> {
         let invalid = |field: &str, value: &str, problem: String| ConfigError::Invalid {
             field: field.to_string(),
             value: value.to_string(),
@@ -770,7 +782,7 @@ impl Config {
                 &self.kubeflow.training_operator,
             ),
         ] {
-            if let Some(path) = path {
+            if let (Some(path), true) = (path, sources) {
                 if !path.exists() {
                     errors.push(invalid(
                         field,
@@ -954,6 +966,7 @@ mod tests {
             name: Some("b".into()),
             region: Some("us-east-1".into()),
             profile: Some(ProfileName::Cognito),
+            destroy: false,
         };
         let c = file.resolve(&o, Some("ap-south-1".into())).unwrap();
         assert_eq!((c.name.as_str(), c.region.as_str()), ("b", "us-east-1"));

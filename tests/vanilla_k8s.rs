@@ -703,7 +703,22 @@ async fn a_bundle_that_failed_half_way_is_applied_again_in_place() {
     jobs.get("someones-job")
         .await
         .expect("the import applied the bundle in place");
-    d.stdout(&["destroy", "--auto-approve"]);
+    // A destroy reads no [kubeflow] manifests: it runs once their files are gone (a plan, which
+    // reads them, is refused naming the field).
+    d.write_config(
+        "[kubeflow]\nmanifests = \"gone/platform.yaml\"\ntraining_operator = \"gone/op.yaml\"\n",
+    );
+    let err = d.fails(&["plan"]);
+    assert!(
+        err.contains("kubeflow.manifests") && err.contains("no such file or directory"),
+        "{err}"
+    );
+    let destroyed = d.stdout(&["destroy", "--auto-approve"]);
+    assert!(destroyed.contains("Destroy complete!"), "{destroyed}");
+    assert!(
+        d.state()["resources"].as_object().unwrap().is_empty(),
+        "{destroyed}"
+    );
 }
 
 #[tokio::test]

@@ -54,6 +54,12 @@ pub fn deployment(g: &Global) -> anyhow::Result<(String, PathBuf)> {
 /// Loads and validates the config. The profile is the flag's, else the one
 /// recorded in the deployment's state, else the file's, else vanilla.
 pub fn load(g: &Global, profile: Option<ProfileName>) -> anyhow::Result<Loaded> {
+    load_for(g, profile, false)
+}
+
+/// [`load`] for a destroy (`destroy`), which reads no `[kubeflow]` manifests:
+/// their paths need not exist.
+pub fn load_for(g: &Global, profile: Option<ProfileName>, destroy: bool) -> anyhow::Result<Loaded> {
     let (file, state_dir) = read_file(g)?;
     let name = g.name.clone().or_else(|| file.name.clone());
     let recorded = name
@@ -72,6 +78,7 @@ pub fn load(g: &Global, profile: Option<ProfileName>) -> anyhow::Result<Loaded> 
         name: g.name.clone(),
         region: g.region.clone(),
         profile: profile.or(recorded),
+        destroy,
     };
     let config = file.resolve(&overrides, env_region())?;
     if !config.profile.is_available() {

@@ -561,9 +561,11 @@ async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
                 "stopping the training job: every rank checkpoints and \
                  exits. Interrupt again to exit at once."
             }
+            // The interrupt may come before the job exists (checks, upload).
             Some(kfaws::train::Runtime::Sagemaker) => {
-                "stopping the training job (StopTrainingJob; the trainer \
-                 checkpoints). Interrupt again to exit at once."
+                "stopping: no training job is created after this, and one already \
+                 created is stopped (StopTrainingJob; the trainer checkpoints). Interrupt again \
+                 to exit at once."
             }
             Some(kfaws::train::Runtime::Kubernetes) => {
                 "kfaws stops waiting; the PyTorchJob keeps running. \
@@ -572,8 +574,9 @@ async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
             // The runtime comes from kfaws.toml, read later.
             None => {
                 "stopping the training job (local: every rank checkpoints \
-                 and exits; sagemaker: StopTrainingJob; kubernetes: kfaws stops waiting, the \
-                 PyTorchJob keeps running). Interrupt again to exit at once."
+                 and exits; sagemaker: StopTrainingJob once created, none created after this; \
+                 kubernetes: kfaws stops waiting, the PyTorchJob keeps running). Interrupt again \
+                 to exit at once."
             }
         },
         // These read, plan or print; they change no infrastructure.

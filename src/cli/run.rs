@@ -76,7 +76,7 @@ async fn make(
     operation: &str,
     cancel: &CancellationToken,
 ) -> anyhow::Result<Planned> {
-    let mut loaded = context::load(g, flags.profile)?;
+    let mut loaded = context::load_for(g, flags.profile, goal.destroy)?;
     let lock = StateLock::acquire(&loaded.state_dir, &loaded.config.name, operation)?;
     let store = StateStore::open(&loaded.state_dir, &loaded.config.name)?;
     let aws = context::aws(g, &loaded.config).await;
@@ -433,7 +433,8 @@ pub async fn apply_saved(
 ) -> anyhow::Result<u8> {
     let saved = plan::file::load(file)?;
     let config = saved.config.clone();
-    config.validate()?;
+    // A destroy reads no [kubeflow] manifests: their files may be gone.
+    config.check(!saved.destroy)?;
     // A saved plan is applied exactly: flags that would change it are refused.
     for (flag, given, planned) in [
         ("--name", g.name.as_deref(), config.name.as_str()),
