@@ -542,7 +542,8 @@ fn init_logging(verbose: u8) {
     tracing_subscriber::registry()
         .with(
             tracing_subscriber::fmt::layer()
-                .with_writer(std::io::stderr)
+                // Spinners on the terminal are hidden while a line is written.
+                .with_writer(|| kfaws::engine::progress::LogWriter)
                 // A failed write would be reported with `eprintln!`, which
                 // panics (exit 101) when stderr is a closed pipe.
                 .log_internal_errors(false)

@@ -94,6 +94,37 @@ struct Run {
 /// The running resources, by address.
 type Running = Mutex<BTreeMap<Address, Run>>;
 
+/// The spinners on screen now, if any: [`LogWriter`] hides them while it
+/// writes a log line.
+static ON_SCREEN: Mutex<Option<MultiProgress>> = Mutex::new(None);
+
+/// A writer for log lines (a `tracing_subscriber` `MakeWriter` as
+/// `|| LogWriter`): writes to stderr with the spinners of a [`Console`]
+/// hidden meanwhile and redrawn after, so a warning logged during an apply
+/// is not broken up by a spinner's line on the same terminal. Without
+/// spinners (not a terminal) it writes straight to stderr.
+#[derive(Debug, Default)]
+pub struct LogWriter;
+
+impl std::io::Write for LogWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let write = || std::io::stderr().lock().write_all(buf);
+        let multi = ON_SCREEN
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        match multi {
+            Some(multi) => multi.suspend(write)?,
+            None => write()?,
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        std::io::stderr().flush()
+    }
+}
+
 /// Prints progress to stdout: spinners on a terminal, lines otherwise.
 pub struct Console {
     bars: Option<(MultiProgress, Mutex<BTreeMap<Address, ProgressBar>>)>,
@@ -144,6 +175,11 @@ impl Console {
                 Mutex::new(BTreeMap::new()),
             )
         });
+        if let Some((multi, _)) = &bars {
+            *ON_SCREEN
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(multi.clone());
+        }
         let running: Arc<Running> = Arc::default();
         if bars.is_none() {
             // Ends with the console: it holds the only strong reference.
@@ -165,6 +201,16 @@ impl Console {
                 let _ = multi.println(text);
             }
             None => plain_line(&text),
+        }
+    }
+}
+
+impl Drop for Console {
+    fn drop(&mut self) {
+        if self.bars.is_some() {
+            *ON_SCREEN
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
         }
     }
 }
