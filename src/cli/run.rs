@@ -548,10 +548,12 @@ async fn run(p: Planned, parallelism: usize, cancel: &CancellationToken) -> anyh
         )?;
     }
     let code = finish(&plan, &report, &state_path)?;
-    // A bundle's objects are not left when the cluster goes; its warning says so.
-    let left: Vec<String> = untracked
+    // Repeated after the summary, as the warnings above may have scrolled away.
+    let (bundles, others): (Vec<&Untracked>, Vec<&Untracked>) = untracked
         .iter()
-        .filter(|u| u.kind != kfaws::k8s::resource::KIND)
+        .partition(|u| u.kind == kfaws::k8s::resource::KIND);
+    let left: Vec<String> = others
+        .iter()
         .map(|u| u.address.to_string())
         .chain(left_behind.iter().map(|(what, _)| what.clone()))
         .collect();
@@ -559,6 +561,15 @@ async fn run(p: Planned, parallelism: usize, cancel: &CancellationToken) -> anyh
         outln!(
             "Left (with this deployment's tags, not in its state; see the warning above): {}",
             left.join(", ")
+        )?;
+    }
+    // A bundle's objects go with the cluster; what its controllers made in AWS may not.
+    if !bundles.is_empty() {
+        let names: Vec<String> = bundles.iter().map(|u| u.address.to_string()).collect();
+        outln!(
+            "Not destroyed one by one (Kubernetes bundles not in the state; see the warning \
+             above): {}",
+            names.join(", ")
         )?;
     }
     Ok(code)
