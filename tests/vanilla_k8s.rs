@@ -713,8 +713,15 @@ async fn a_bundle_that_failed_half_way_is_applied_again_in_place() {
         err.contains("kubeflow.manifests") && err.contains("no such file or directory"),
         "{err}"
     );
-    // A bundle outside the state is named again after the summary.
+    // A bundle outside the state is named by a targeted destroy too (its volume's file system
+    // may be the target), and again after the summary.
     d.stdout(&["state", "rm", "k8s.efs-storage"]);
+    let targeted = d.stdout(&["plan", "--destroy", "--target", "stack.efs"]);
+    assert!(
+        targeted.contains("Warning: not destroyed one by one: 1 Kubernetes bundle(s)")
+            && targeted.contains("k8s.efs-storage ("),
+        "{targeted}"
+    );
     let destroyed = d.stdout(&["destroy", "--auto-approve"]);
     let summary = destroyed
         .find("Destroy complete!")

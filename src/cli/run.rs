@@ -105,14 +105,27 @@ async fn make(
         delete_options: goal.delete_options,
     });
     let (plan, handles) = interruptible(cancel, planning).await??;
-    // A whole destroy names what it leaves: both lookups at once.
-    let (untracked, left_behind) = match goal.destroy && flags.target.is_empty() {
+    // A whole destroy names what it leaves: the lookups at once. A targeted one names the
+    // bundles outside the state too: a target they depend on (the EFS file system under
+    // k8s.efs-storage's volume) may go while their objects stay in the cluster.
+    let whole = flags.target.is_empty();
+    let (untracked, left_behind) = match goal.destroy {
         true => {
             let looking = async {
                 tokio::join!(
-                    find_untracked(&built.resources, store.state(), flags),
+                    async {
+                        match whole {
+                            true => find_untracked(&built.resources, store.state(), flags).await,
+                            false => Vec::new(),
+                        }
+                    },
                     profiles::bundles_outside_state(config, &aws, &exec, store.state()),
-                    profiles::left_behind(config, &aws, store.state()),
+                    async {
+                        match whole {
+                            true => profiles::left_behind(config, &aws, store.state()).await,
+                            false => Ok(Vec::new()),
+                        }
+                    },
                 )
             };
             let (mut untracked, bundles, left_behind) = interruptible(cancel, looking).await?;
