@@ -462,7 +462,23 @@ async fn data_difference(
 
 /// Every file under a local directory, as relative path → size in bytes.
 fn files_with_sizes(dir: &Path) -> anyhow::Result<BTreeMap<String, u64>> {
-    let files = files_under(dir).with_context(|| format!("reading {}", dir.display()))?;
+    let files = files_under(dir).map_err(|e| {
+        let path = e.path().unwrap_or(dir).display().to_string();
+        let why = match (e.loop_ancestor(), e.io_error()) {
+            (Some(ancestor), _) => format!(
+                "a symbolic link loop (it points to its ancestor {})",
+                ancestor.display()
+            ),
+            (None, Some(io)) => io.to_string(),
+            (None, None) => e.to_string(),
+        };
+        anyhow::anyhow!(
+            "--data {}: cannot read {path}: {why}. kfaws reads every file under the directory, \
+             following symbolic links, to upload it or compare it with S3: remove that entry, or \
+             point --data at a directory holding only the dataset",
+            dir.display()
+        )
+    })?;
     files
         .into_iter()
         .map(|f| {
@@ -997,6 +1013,31 @@ mod tests {
             Some("\"9b2cf535f27731c974343645a3985328-4\"")
         ));
         assert!(full_object(None, None));
+    }
+
+    #[test]
+    fn a_dangling_link_or_a_link_loop_is_refused_naming_it() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("train.bin"), b"1").unwrap();
+        std::os::unix::fs::symlink(dir.path().join("gone.bin"), dir.path().join("dangling"))
+            .unwrap();
+        let err = files_with_sizes(dir.path()).unwrap_err().to_string();
+        assert!(
+            err.contains(&format!(
+                "cannot read {}",
+                dir.path().join("dangling").display()
+            )) && err.contains("No such file or directory")
+                && err.contains("remove that entry"),
+            "{err}"
+        );
+        std::fs::remove_file(dir.path().join("dangling")).unwrap();
+        std::fs::create_dir(dir.path().join("sub")).unwrap();
+        std::os::unix::fs::symlink(dir.path(), dir.path().join("sub").join("loop")).unwrap();
+        let err = files_with_sizes(dir.path()).unwrap_err().to_string();
+        assert!(
+            err.contains("sub/loop") && err.contains("a symbolic link loop"),
+            "{err}"
+        );
     }
 
     #[test]
