@@ -36,7 +36,27 @@ pub fn read_file(g: &Global) -> anyhow::Result<(ConfigFile, PathBuf)> {
         .unwrap_or_else(|| PathBuf::from(CONFIG_FILE));
     let file = ConfigFile::load(&path, g.config.is_some())?;
     let state_dir = g.state_dir.clone().unwrap_or_else(|| file.state_dir(&path));
+    let named_by = match (&g.state_dir, &file.state_dir) {
+        (Some(_), _) => "--state-dir",
+        (None, Some(_)) => "state_dir (kfaws.toml)",
+        (None, None) => "the default state directory",
+    };
+    check_state_dir(&state_dir, named_by)?;
     Ok((file, state_dir))
+}
+
+/// Refuses a state directory that exists as something else than a directory (a file), naming
+/// where it came from (`named_by`): otherwise the state lock would fail later with a bare
+/// "Not a directory". A missing one is made by the first apply.
+fn check_state_dir(dir: &Path, named_by: &str) -> anyhow::Result<()> {
+    match std::fs::metadata(dir) {
+        Ok(meta) if !meta.is_dir() => anyhow::bail!(
+            "{named_by} {:?} is invalid: it exists and is not a directory (the state directory \
+             holds a state file and a lock per deployment)",
+            dir.display().to_string()
+        ),
+        _ => Ok(()),
+    }
 }
 
 /// The deployment name from the flag or the file, for commands that only
@@ -154,4 +174,27 @@ pub fn exec_auth(g: &Global) -> anyhow::Result<kfaws::k8s::kubeconfig::ExecAuth>
             .clone()
             .or_else(|| std::env::var("AWS_PROFILE").ok().filter(|p| !p.is_empty())),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_state_dir_that_is_a_file_is_refused_naming_where_it_came_from() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(check_state_dir(dir.path(), "--state-dir").is_ok());
+        assert!(check_state_dir(&dir.path().join("new"), "--state-dir").is_ok());
+        let file = dir.path().join("passwd");
+        std::fs::write(&file, "x").unwrap();
+        let err = check_state_dir(&file, "state_dir (kfaws.toml)")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("state_dir (kfaws.toml) \"")
+                && err.contains("passwd")
+                && err.contains("is not a directory"),
+            "{err}"
+        );
+    }
 }
