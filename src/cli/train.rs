@@ -307,9 +307,12 @@ fn request(args: &TrainArgs, runtime: Runtime) -> anyhow::Result<Request> {
             "--no-wait" => "; a local job runs in this process",
             _ => "",
         };
-        problems.push(format!(
-            "{flag} applies to {runtimes}, not --runtime {runtime}{why}"
-        ));
+        // The runtime may come from kfaws.toml, not from a flag the user passed.
+        let chosen = match args.runtime {
+            Some(_) => format!("--runtime {runtime}"),
+            None => format!("the {runtime} runtime (training_runtime in kfaws.toml)"),
+        };
+        problems.push(format!("{flag} applies to {runtimes}, not {chosen}{why}"));
     }
     if let (Runtime::Sagemaker, Some(old)) = (runtime, &args.resume_from) {
         if let Err(e) = kfaws::sagemaker::validate_name(kfaws::sagemaker::Kind::TrainingJob, old) {
@@ -1052,7 +1055,8 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            err.starts_with("--memory applies to the kubernetes runtime"),
+            err.starts_with("--memory applies to the kubernetes runtime")
+                && err.contains("not the local runtime (training_runtime in kfaws.toml)"),
             "{err}"
         );
         assert_eq!(err.matches("--memory").count(), 1, "{err}");
