@@ -415,10 +415,7 @@ async fn data_difference(
     uri: &str,
     cancel: &CancellationToken,
 ) -> anyhow::Result<Option<String>> {
-    let walked = dir.to_path_buf();
-    let here = tokio::task::spawn_blocking(move || files_with_sizes(&walked))
-        .await
-        .context("reading the --data directory")??;
+    let here = local_files(dir).await?;
     let there = objects_under(aws, uri).await?;
     if let Some(difference) = resume::first_file_difference(&here, &there) {
         return Ok(Some(difference));
@@ -458,6 +455,14 @@ async fn data_difference(
         .map(|(rel, (algorithm, value))| (rel, (algorithm.as_str().to_uppercase(), value)))
         .collect();
     Ok(resume::first_content_difference(&local, &stored))
+}
+
+/// [`files_with_sizes`] off the async threads (a large directory is many `stat` calls).
+async fn local_files(dir: &Path) -> anyhow::Result<BTreeMap<String, u64>> {
+    let walked = dir.to_path_buf();
+    tokio::task::spawn_blocking(move || files_with_sizes(&walked))
+        .await
+        .context("reading the --data directory")?
 }
 
 /// Every file under a local directory, as relative path → size in bytes.
@@ -805,10 +810,7 @@ pub async fn train(
                  s3://{bucket}/{prefix}/ (no job of that name exists)"
             ));
         }
-        let walked = dir.clone();
-        let files = tokio::task::spawn_blocking(move || files_with_sizes(&walked))
-            .await
-            .context("reading the --data directory")??;
+        let files = local_files(&dir).await?;
         if files.is_empty() {
             bail!("--data {}: the directory has no files", dir.display());
         }

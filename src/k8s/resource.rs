@@ -90,12 +90,41 @@ impl ClusterConnector {
     /// [`ResourceError`] when `DescribeCluster` fails or answers a cluster
     /// without endpoint or CA (still creating).
     pub async fn connect(&self) -> Result<Option<Client>, ResourceError> {
-        let Some(cluster) = describe_cluster(&self.eks, &self.cluster_name).await? else {
-            return Ok(None);
-        };
-        if cluster.status() == Some(&ClusterStatus::Deleting) {
-            return Ok(None);
+        match describe_cluster(&self.eks, &self.cluster_name).await? {
+            Some(cluster) if cluster.status() != Some(&ClusterStatus::Deleting) => {
+                self.client_for(&cluster).await.map(Some)
+            }
+            _ => Ok(None),
         }
+    }
+
+    /// A client for the cluster only when it is ACTIVE or UPDATING (one
+    /// `DescribeCluster` call): `None` when it does not exist, is creating (no
+    /// endpoint yet), failed or is being deleted. For lookups that must not
+    /// fail on a cluster on its way.
+    ///
+    /// # Errors
+    /// As [`ClusterConnector::connect`].
+    pub async fn connect_if_ready(&self) -> Result<Option<Client>, ResourceError> {
+        match describe_cluster(&self.eks, &self.cluster_name).await? {
+            Some(cluster)
+                if matches!(
+                    cluster.status(),
+                    Some(ClusterStatus::Active | ClusterStatus::Updating)
+                ) =>
+            {
+                self.client_for(&cluster).await.map(Some)
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// A client for `cluster` (as `DescribeCluster` answered it), once it is
+    /// checked to carry [`ClusterConnector::owner`]'s tags.
+    async fn client_for(
+        &self,
+        cluster: &aws_sdk_eks::types::Cluster,
+    ) -> Result<Client, ResourceError> {
         if let Some((deployment, lineage)) = &self.owner {
             if !crate::aws::eks::owned(cluster.tags(), deployment, lineage) {
                 let tag = |key: &str| {
@@ -151,7 +180,7 @@ impl ClusterConnector {
                     self.cluster_name, access.endpoint
                 ))
             })?;
-        Client::try_from(config).map(Some).map_err(|e| {
+        Client::try_from(config).map_err(|e| {
             ResourceError::msg(format!(
                 "cannot make a client for EKS cluster {} at {}: {e}",
                 self.cluster_name, access.endpoint
@@ -1137,18 +1166,7 @@ impl Resource for ManifestsResource {
     /// exist, or is neither ACTIVE nor UPDATING (creating: no endpoint yet; failed; being
     /// deleted), is not asked.
     async fn importable(&self) -> Result<Option<String>, ResourceError> {
-        let active = describe_cluster(&self.connector.eks, &self.connector.cluster_name)
-            .await?
-            .is_some_and(|c| {
-                matches!(
-                    c.status(),
-                    Some(ClusterStatus::Active | ClusterStatus::Updating)
-                )
-            });
-        if !active {
-            return Ok(None);
-        }
-        let Some(client) = self.connector.connect().await? else {
+        let Some(client) = self.connector.connect_if_ready().await? else {
             return Ok(None);
         };
         let set = self.applier(client.clone()).applyset(&self.bundle);

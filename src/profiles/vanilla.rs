@@ -909,19 +909,7 @@ pub async fn bundles_outside_state(
     state: &State,
 ) -> Result<Vec<(Address, String)>, crate::resource::ResourceError> {
     let connector = connector(config, aws, exec, state.lineage);
-    let usable = crate::aws::eks::describe_cluster(&connector.eks, &connector.cluster_name)
-        .await?
-        .is_some_and(|c| {
-            matches!(
-                c.status(),
-                Some(aws_sdk_eks::types::ClusterStatus::Active)
-                    | Some(aws_sdk_eks::types::ClusterStatus::Updating)
-            )
-        });
-    if !usable {
-        return Ok(Vec::new());
-    }
-    let Some(client) = connector.connect().await? else {
+    let Some(client) = connector.connect_if_ready().await? else {
         return Ok(Vec::new());
     };
     let namespace = crate::k8s::apply::ApplyOptions::default().inventory_namespace;
