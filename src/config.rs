@@ -634,6 +634,15 @@ impl Config {
             problem,
         };
         let mut errors = Vec::new();
+        if !self.profile.is_available() {
+            errors.push(invalid(
+                "profile",
+                self.profile.as_str(),
+                "is not yet available in this kfaws; available: vanilla (rds-s3, cognito and \
+                 cognito-rds-s3 are planned)"
+                    .into(),
+            ));
+        }
         let region_known = naming::KNOWN_REGIONS.contains(&self.region.as_str());
         if !region_known {
             errors.push(invalid(
@@ -965,17 +974,42 @@ mod tests {
         let o = Overrides {
             name: Some("b".into()),
             region: Some("us-east-1".into()),
-            profile: Some(ProfileName::Cognito),
+            profile: Some(ProfileName::Vanilla),
             destroy: false,
         };
         let c = file.resolve(&o, Some("ap-south-1".into())).unwrap();
         assert_eq!((c.name.as_str(), c.region.as_str()), ("b", "us-east-1"));
-        assert_eq!(c.profile, ProfileName::Cognito);
+        assert_eq!(c.profile, ProfileName::Vanilla);
+        // The flag's profile wins over the file's (here one not yet available).
+        let file =
+            ConfigFile::parse(Path::new("k"), "name = \"a\"\nprofile = \"cognito\"").unwrap();
+        let c = file.resolve(&o, Some("ap-south-1".into())).unwrap();
+        assert_eq!(c.profile, ProfileName::Vanilla);
         let file = ConfigFile::parse(Path::new("k"), "name = \"a\"").unwrap();
         let c = file
             .resolve(&Overrides::default(), Some("ap-south-1".into()))
             .unwrap();
         assert_eq!(c.region, "ap-south-1");
+    }
+
+    #[test]
+    fn an_unavailable_profile_is_reported_with_the_other_errors() {
+        let e = resolve("name = \"ml\"\nregion = \"us-east-1\"\nprofile = \"rds-s3\"\nkubernetes_version = \"2.0\"")
+            .unwrap_err();
+        match &e {
+            ConfigError::Several(v) => {
+                let fields: Vec<_> = v
+                    .iter()
+                    .filter_map(|e| match e {
+                        ConfigError::Invalid { field, .. } => Some(field.as_str()),
+                        _ => None,
+                    })
+                    .collect();
+                assert_eq!(fields, ["profile", "kubernetes_version"], "{e}");
+            }
+            other => panic!("expected several errors, got {other:?}"),
+        }
+        assert!(e.to_string().contains("not yet available"), "{e}");
     }
 
     #[test]

@@ -308,6 +308,44 @@ fn invalid_names_fail_before_any_api_call() {
         .stderr(predicate::str::contains("region \"us-east1\" is invalid"));
 }
 
+#[test]
+fn broken_manifests_and_an_unavailable_profile_fail_before_any_api_call_naming_each_problem() {
+    let d =
+        Deployment::new("[kubeflow]\nmanifests = \"kf.yaml\"\ntraining_operator = \"operator\"\n");
+    std::fs::write(
+        d.dir.path().join("kf.yaml"),
+        "apiVersion: v1\nkind: Namespace\nmetadata: {name: default}\n",
+    )
+    .unwrap();
+    std::fs::create_dir(d.dir.path().join("operator")).unwrap();
+    for args in [&["plan"][..], &["apply", "--auto-approve"]] {
+        d.kfaws(args)
+            .env("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
+            .assert()
+            .code(1)
+            .stderr(predicate::str::contains(
+                "kubeflow.manifests: Namespace default (",
+            ))
+            .stderr(predicate::str::contains(
+                "kubeflow.training_operator: operator holds no *.yaml",
+            ))
+            .stderr(predicate::str::contains("connect").not());
+    }
+    // A profile not yet available is named with the config's other errors.
+    let d = Deployment::new("profile = \"rds-s3\"\nkubernetes_version = \"1\"\n");
+    d.kfaws(&["plan"])
+        .env("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("2 problems in the config"))
+        .stderr(predicate::str::contains(
+            "profile \"rds-s3\" is invalid: is not yet available",
+        ))
+        .stderr(predicate::str::contains(
+            "kubernetes_version \"1\" is invalid",
+        ));
+}
+
 /// With nothing listening at the endpoint, the SDK retries the first call
 /// for up to a minute; kfaws says so at the first refused attempt instead of
 /// staying silent until the error.

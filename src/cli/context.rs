@@ -101,9 +101,6 @@ pub fn load_for(g: &Global, profile: Option<ProfileName>, destroy: bool) -> anyh
         destroy,
     };
     let config = file.resolve(&overrides, env_region())?;
-    if !config.profile.is_available() {
-        anyhow::bail!(kfaws::profiles::ProfileError::NotAvailable(config.profile));
-    }
     Ok(Loaded { config, state_dir })
 }
 
@@ -124,18 +121,25 @@ pub async fn check_identity(
     Ok(id)
 }
 
-/// `kfaws validate`.
-pub fn validate(g: &Global, profile: Option<ProfileName>) -> anyhow::Result<u8> {
-    let loaded = load(g, profile)?;
-    let c = &loaded.config;
-    // Building the graph reads and checks the manifests named in config
-    // (strict YAML, EFS CSI rules, objects in two bundles); no AWS call is
-    // made, so an unconfigured SDK is enough.
+/// Reads and checks the manifests named in config (strict YAML, removed
+/// APIs, EFS CSI rules, objects in two bundles) by building the graph with
+/// an unconfigured SDK: no AWS call is made, so bad manifests are refused
+/// before the first one. A plan builds the graph again once the profile is
+/// prepared (measured: 0.8 s for 3.8 MB of YAML in a debug build).
+pub fn check_sources(g: &Global, c: &Config) -> anyhow::Result<()> {
     let offline = aws_config::SdkConfig::builder()
         .behavior_version(aws_config::BehaviorVersion::latest())
         .region(aws_config::Region::new(c.region.clone()))
         .build();
     kfaws::profiles::build(c, &offline, uuid::Uuid::nil(), &exec_auth(g)?)?;
+    Ok(())
+}
+
+/// `kfaws validate`.
+pub fn validate(g: &Global, profile: Option<ProfileName>) -> anyhow::Result<u8> {
+    let loaded = load(g, profile)?;
+    let c = &loaded.config;
+    check_sources(g, c)?;
     outln!(
         "The configuration is valid: deployment {:?}, profile {}, region {}, Kubernetes {}.\n",
         c.name,

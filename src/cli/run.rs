@@ -77,6 +77,10 @@ async fn make(
     cancel: &CancellationToken,
 ) -> anyhow::Result<Planned> {
     let mut loaded = context::load_for(g, flags.profile, goal.destroy)?;
+    // A destroy reads no [kubeflow] manifests (prepare drops them).
+    if !goal.destroy {
+        context::check_sources(g, &loaded.config)?;
+    }
     let lock = StateLock::acquire(&loaded.state_dir, &loaded.config.name, operation)?;
     let store = StateStore::open(&loaded.state_dir, &loaded.config.name)?;
     let aws = context::aws(g, &loaded.config).await;

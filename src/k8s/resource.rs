@@ -308,6 +308,9 @@ pub enum SourceError {
         #[source]
         source: super::removed::RemovedApis,
     },
+    /// More than one source cannot be used: each error, one after the other.
+    #[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n"))]
+    Several(Vec<SourceError>),
     /// An object breaks a rule of the EFS CSI driver.
     #[error("{field}: {}", .errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
     Efs {

@@ -752,15 +752,31 @@ fn bundles(
             300,
         ),
     ];
+    // Both sources are read before either error is returned, so that one
+    // run names what is wrong with each.
+    let load = |field: &str, suffix: &str, path: &Option<std::path::PathBuf>| {
+        path.as_ref().map(|path| {
+            ManifestSource::load(
+                field,
+                &format!("{}-{suffix}", config.applyset_name()),
+                path.clone(),
+                &config.kubernetes_version,
+            )
+        })
+    };
+    let kubeflow = load("kubeflow.manifests", "kubeflow", &config.kubeflow.manifests);
+    let operator = load(
+        "kubeflow.training_operator",
+        "training-operator",
+        &config.kubeflow.training_operator,
+    );
+    let (kubeflow, operator) = match (kubeflow.transpose(), operator.transpose()) {
+        (Ok(k), Ok(o)) => (k, o),
+        (Err(a), Err(b)) => return Err(SourceError::Several(vec![a, b])),
+        (Err(e), _) | (_, Err(e)) => return Err(e),
+    };
     let mut user_after = vec![addr(EFS_STORAGE_ADDRESS)];
-    if let Some(path) = &config.kubeflow.manifests {
-        let name = format!("{}-kubeflow", config.applyset_name());
-        let source = ManifestSource::load(
-            "kubeflow.manifests",
-            &name,
-            path.clone(),
-            &config.kubernetes_version,
-        )?;
+    if let Some(source) = kubeflow {
         out.push(bundle(
             KUBEFLOW_ADDRESS,
             source,
@@ -772,14 +788,7 @@ fn bundles(
         ));
         user_after.push(addr(KUBEFLOW_ADDRESS));
     }
-    if let Some(path) = &config.kubeflow.training_operator {
-        let name = format!("{}-training-operator", config.applyset_name());
-        let source = ManifestSource::load(
-            "kubeflow.training_operator",
-            &name,
-            path.clone(),
-            &config.kubernetes_version,
-        )?;
+    if let Some(source) = operator {
         let mut after = nodes.clone();
         if config.kubeflow.manifests.is_some() {
             after.push(addr(KUBEFLOW_ADDRESS));
@@ -1321,6 +1330,25 @@ mod tests {
             err.starts_with(
                 "StorageClass.storage.k8s.io efs-sc is in both manifests/efs-storage.yaml and"
             ),
+            "{err}"
+        );
+
+        // Both sources broken: one run names each.
+        std::fs::write(
+            &kf,
+            "apiVersion: v1\nkind: Namespace\nmetadata: {name: default}\n",
+        )
+        .unwrap();
+        std::fs::remove_file(op.join("a.yaml")).unwrap();
+        let err = build(&config(&extra), &aws(), uuid::Uuid::nil(), &exec())
+            .err()
+            .expect("two broken sources are an error")
+            .to_string();
+        let lines: Vec<&str> = err.lines().collect();
+        assert!(
+            lines[0].starts_with("kubeflow.manifests: Namespace default (")
+                && lines[1].starts_with("kubeflow.training_operator: ")
+                && lines[1].contains(&op.display().to_string()),
             "{err}"
         );
     }
