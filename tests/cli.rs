@@ -346,6 +346,31 @@ fn broken_manifests_and_an_unavailable_profile_fail_before_any_api_call_naming_e
         ));
 }
 
+#[test]
+fn without_credentials_one_error_says_where_the_sdk_looked() {
+    let d = Deployment::new("");
+    d.kfaws(&["plan"])
+        .env_remove("AWS_ACCESS_KEY_ID")
+        .env_remove("AWS_SECRET_ACCESS_KEY")
+        .env_remove("AWS_WEB_IDENTITY_TOKEN_FILE")
+        .env_remove("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI")
+        .env_remove("AWS_CONTAINER_CREDENTIALS_FULL_URI")
+        .env_remove("AWS_CONFIG_FILE")
+        .env_remove("AWS_SHARED_CREDENTIALS_FILE")
+        // No ~/.aws either.
+        .env("HOME", d.dir.path())
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .assert()
+        .code(1)
+        .stderr(predicate::str::starts_with(
+            "Error: cannot determine the AWS identity (sts:GetCallerIdentity): no usable AWS \
+             credentials; the AWS SDK's default chain reads AWS_ACCESS_KEY_ID",
+        ))
+        .stderr(predicate::str::contains("--aws-profile"))
+        // The chain's own WARN lines (one per failing provider) are not shown.
+        .stderr(predicate::str::contains("WARN").not());
+}
+
 /// With nothing listening at the endpoint, the SDK retries the first call
 /// for up to a minute; kfaws says so at the first refused attempt instead of
 /// staying silent until the error.

@@ -522,7 +522,10 @@ fn init_logging(verbose: u8) {
     let default = match verbose {
         // kube's client logs every failed response at ERROR; kfaws retries
         // or reports them with their context itself (-v shows them).
-        0 => "warn,kube_client=off",
+        // The SDK's credential chain logs each failing provider at WARN,
+        // request dumps included; the failure reaches kfaws's own error
+        // (aws::identity) with the reason.
+        0 => "warn,kube_client=off,aws_config::meta::credentials::chain=error",
         1 => "kfaws=debug,info",
         _ => "trace",
     };
