@@ -476,10 +476,23 @@ async fn bad_input_is_refused_before_any_job_is_created() {
     let stray = stray.path().to_str().unwrap().to_string();
     let truncated_dir = truncated_fashion_mnist();
     let truncated = truncated_dir.path().to_str().unwrap().to_string();
+    // Bodies the serving container would answer with 400: no endpoint is asked ("demo" does
+    // not exist, so a call would fail differently).
+    let text = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(text.path(), "root:x:0:0:root:/root:/bin/bash\n").unwrap();
+    let text = text.path().to_str().unwrap().to_string();
     for (args, expected) in [
         (
             vec!["endpoint", "invoke", "demo", "--region", "us-east-1", "--image", &big],
             "is 6291457 bytes; InvokeEndpoint takes at most 6291456 bytes",
+        ),
+        (
+            vec!["endpoint", "invoke", "demo", "--region", "us-east-1", "--image", &text],
+            "is invalid: not a PNG or JPEG file",
+        ),
+        (
+            vec!["endpoint", "invoke", "demo", "--region", "us-east-1", "--json", &text],
+            "is invalid: not JSON: expected value at line 1 column 1",
         ),
         (
             vec!["train", "--runtime", "docker", "--data", data],

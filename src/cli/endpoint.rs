@@ -144,9 +144,9 @@ pub async fn invoke(
     json: Option<&Path>,
 ) -> anyhow::Result<u8> {
     validate_name(Kind::Endpoint, name)?;
-    let (path, content_type) = match (image, json) {
-        (Some(p), None) => (p, "application/x-image"),
-        (None, Some(p)) => (p, "application/json"),
+    let (path, content_type, flag) = match (image, json) {
+        (Some(p), None) => (p, "application/x-image", "--image"),
+        (None, Some(p)) => (p, "application/json", "--json"),
         _ => bail!("pass exactly one of --image FILE or --json FILE"),
     };
     let size = tokio::fs::metadata(path)
@@ -157,6 +157,7 @@ pub async fn invoke(
     let body = tokio::fs::read(path)
         .await
         .with_context(|| format!("reading {}", path.display()))?;
+    endpoint::check_body(&format!("{flag} {}", path.display()), content_type, &body)?;
     let region = invoke_region(g)?;
     let aws = kfaws::aws::sdk_config(&region, g.aws_profile.as_deref()).await;
     let rt = kfaws::aws::client::<aws_sdk_sagemakerruntime::Client>(&aws);

@@ -548,6 +548,53 @@ pub fn check_body_size(what: &str, bytes: u64) -> Result<(), SageMakerError> {
     Ok(())
 }
 
+/// Refuses a request body the serving container (`kfaws-trainer serve`)
+/// would answer with 400, before InvokeEndpoint is called: for
+/// `application/x-image`, a body that is neither PNG (signature
+/// `89 50 4E 47 0D 0A 1A 0A`, PNG specification §5.2) nor JPEG (`FF D8 FF`,
+/// the SOI marker and the next marker's prefix, ITU-T T.81 B.1); for
+/// `application/json`, one that is not a JSON object with an `instances`
+/// array. `what` names the body in the error (e.g. `--image FILE`).
+///
+/// # Errors
+/// [`SageMakerError::Invalid`] naming `what` and what it must be.
+pub fn check_body(what: &str, content_type: &str, body: &[u8]) -> Result<(), SageMakerError> {
+    let invalid = |reason: String| SageMakerError::Invalid {
+        field: what.to_string(),
+        reason,
+    };
+    match content_type {
+        "application/x-image" => {
+            const PNG: &[u8] = b"\x89PNG\r\n\x1a\n";
+            const JPEG: &[u8] = b"\xff\xd8\xff";
+            if !(body.starts_with(PNG) || body.starts_with(JPEG)) {
+                return Err(invalid(
+                    "not a PNG or JPEG file (the serving container, kfaws-trainer serve, \
+                     decodes those two); pass a PNG or JPEG image, or --json for pixel values"
+                        .into(),
+                ));
+            }
+        }
+        "application/json" => {
+            let value: serde_json::Value =
+                serde_json::from_slice(body).map_err(|e| invalid(format!("not JSON: {e}")))?;
+            if !value
+                .get("instances")
+                .is_some_and(serde_json::Value::is_array)
+            {
+                return Err(invalid(
+                    "has no \"instances\" array: the serving container takes \
+                     {\"instances\": [[pixel, ...], ...]}, each instance the model's C×H×W \
+                     pixel values in 0..=255"
+                        .into(),
+                ));
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
 /// The largest request body InvokeEndpoint takes, in bytes (6 MiB: `Body`,
 /// "Maximum length of 6291456", Amazon SageMaker Runtime API Reference,
 /// InvokeEndpoint).
@@ -678,6 +725,37 @@ pub async fn delete(client: &Client, name: &str) -> Result<Vec<Kind>, SageMakerE
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_body_the_container_would_refuse_is_refused_naming_it() {
+        let image = |b: &[u8]| check_body("--image f", "application/x-image", b);
+        image(b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR").unwrap();
+        image(b"\xff\xd8\xff\xe0\0\x10JFIF").unwrap();
+        for bad in [
+            &b"root:x:0:0:root:/root:/bin/bash\n"[..],
+            b"",
+            b"\x89PNG",
+            b"\xff\xd8",
+        ] {
+            let e = image(bad).unwrap_err().to_string();
+            assert!(
+                e.starts_with("--image f is invalid: not a PNG or JPEG file"),
+                "{e}"
+            );
+        }
+        let json = |b: &str| check_body("--json f", "application/json", b.as_bytes());
+        json(r#"{"instances": [[0, 255]]}"#).unwrap();
+        let e = json("{\"instances\": [").unwrap_err().to_string();
+        assert!(e.starts_with("--json f is invalid: not JSON: EOF"), "{e}");
+        for bad in [
+            r#"[[0, 1]]"#,
+            r#"{"instance": [[0]]}"#,
+            r#"{"instances": 3}"#,
+        ] {
+            let e = json(bad).unwrap_err().to_string();
+            assert!(e.contains("has no \"instances\" array"), "{bad}: {e}");
+        }
+    }
 
     fn spec() -> EndpointSpec {
         EndpointSpec {
