@@ -249,10 +249,10 @@ impl fmt::Display for RemovedObject {
     }
 }
 
-/// Objects of a bundle that Kubernetes `version` does not serve; nothing
-/// was applied.
+/// Objects of a bundle that Kubernetes `version` does not serve, found
+/// when the manifests are read (validate, plan), before any call.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{} object(s) of bundle {bundle:?} use an API version Kubernetes {version} (kubernetes_version) no longer serves; nothing was applied:\n  {}", .objects.len(), .objects.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n  "))]
+#[error("{} object(s) of bundle {bundle:?} use an API version Kubernetes {version} (kubernetes_version) no longer serves:\n  {}", .objects.len(), .objects.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n  "))]
 pub struct RemovedApis {
     /// The bundle.
     pub bundle: String,
