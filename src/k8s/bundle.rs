@@ -377,6 +377,26 @@ fn manifest(origin: Origin, object: Value) -> Result<Manifest, BundleError> {
             )))
         }
     };
+    // Fields the API server sets on a live object. Server-side apply takes
+    // `uid` and `resourceVersion` as preconditions on that object (Kubernetes
+    // API reference, ObjectMeta), so a manifest exported from a cluster
+    // (`kubectl get -o yaml`) would conflict (409) on every apply, or create
+    // nothing. `null` and empty values, as some generators write, are absent.
+    let server_set: Vec<&str> = ["uid", "resourceVersion"]
+        .into_iter()
+        .filter(|k| !matches!(metadata.get(*k), None | Some(Value::Null)))
+        .filter(|k| metadata.get(*k) != Some(&Value::String(String::new())))
+        .collect();
+    if !server_set.is_empty() {
+        return Err(bad(format!(
+            "metadata.{} set: the API server sets {} on a live object, and applied it is a \
+             precondition that fails (as in an object exported with `kubectl get -o yaml`); \
+             remove {} (and creationTimestamp, managedFields and status)",
+            server_set.join(" and metadata."),
+            if server_set.len() == 1 { "it" } else { "them" },
+            if server_set.len() == 1 { "it" } else { "them" },
+        )));
+    }
     let namespace = match metadata.get("namespace") {
         Some(Value::String(s)) if !s.is_empty() => Some(s.clone()),
         Some(Value::String(_)) | Some(Value::Null) | None => None,
@@ -424,6 +444,16 @@ mod tests {
             .collect();
         let b = parse(&text.join("---\n")).unwrap();
         assert_eq!(b.objects.len(), 3000);
+    }
+
+    #[test]
+    fn empty_server_set_fields_as_generators_write_them_are_accepted() {
+        let b = parse(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n  creationTimestamp: null\n  \
+             uid: null\n  resourceVersion: \"\"\n",
+        )
+        .unwrap();
+        assert_eq!(b.objects.len(), 1);
     }
 
     #[test]
@@ -493,6 +523,15 @@ mod tests {
             (
                 "apiVersion: 1\nkind: ConfigMap\nmetadata:\n  name: a\n",
                 "apiVersion must be a string",
+            ),
+            (
+                "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n  uid: 1234-5678\n  \
+                 resourceVersion: \"999\"\n",
+                "metadata.uid and metadata.resourceVersion set: the API server sets them",
+            ),
+            (
+                "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n  resourceVersion: \"1\"\n",
+                "metadata.resourceVersion set: the API server sets it",
             ),
             ("- a\n- b\n", "not a mapping"),
         ] {

@@ -6,7 +6,8 @@
 //! still starting (the API server answers 500 `failed calling webhook`, with
 //! `connection refused`, `no endpoints available` or an `x509` error inside),
 //! 409 conflicts, 429 throttling (API Priority and Fairness), every 5xx,
-//! and connection errors and timeouts. Everything else (400 invalid, 403
+//! and connection errors and timeouts (but not a 409 for a failed uid
+//! precondition). Everything else (400 invalid, 403
 //! forbidden, 404 for a missing namespace, 422 rejected by validation or by a
 //! webhook that answered "denied") fails at once with the server's message:
 //! retrying would only delay the same answer.
@@ -39,6 +40,13 @@ pub fn is_transient(err: &kube::Error) -> bool {
             let code = status.code;
             let message = status.message.as_str();
             match code {
+                // A failed precondition on the object's uid never heals: the
+                // object was deleted and made again, or never existed.
+                409 if message.contains("Precondition failed")
+                    || message.contains("uid mismatch") =>
+                {
+                    false
+                }
                 409 | 429 => true,
                 500..=599 => true,
                 // The resource type is not (yet) served: the API server's
@@ -90,12 +98,29 @@ pub enum RetryError {
 }
 
 /// Calls `op` until it succeeds, fails permanently, or `deadline` passes,
-/// sleeping [`schedule`] between transient failures.
+/// sleeping [`schedule`] between transient failures. After the first
+/// interrupt ([`crate::engine::interrupt::stopping`]) the attempt in flight
+/// finishes and its error, transient or not, is the result: no new attempt
+/// starts.
 ///
 /// # Errors
-/// [`RetryError::Failed`] with a permanent error at once;
-/// [`RetryError::DeadlineExceeded`] with the last transient error.
+/// [`RetryError::Failed`] with a permanent error at once, or with any error
+/// once the command is stopping; [`RetryError::DeadlineExceeded`] with the
+/// last transient error.
 pub async fn retry<T, F, Fut>(deadline: Instant, op: F) -> Result<T, RetryError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, kube::Error>>,
+{
+    retry_unless(deadline, &crate::engine::interrupt::stopping(), op).await
+}
+
+/// [`retry`] with the token that stops it.
+async fn retry_unless<T, F, Fut>(
+    deadline: Instant,
+    stopping: &tokio_util::sync::CancellationToken,
+    op: F,
+) -> Result<T, RetryError>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, kube::Error>>,
@@ -104,7 +129,7 @@ where
     let attempt = op
         .retry(schedule())
         .sleep(tokio::time::sleep)
-        .when(is_transient)
+        .when(|e| is_transient(e) && !stopping.is_cancelled())
         .notify(|e, after| {
             tracing::debug!("transient error, retrying in {after:?}: {}", message(e));
             *last.lock().unwrap_or_else(|p| p.into_inner()) = Some(message(e));
@@ -135,7 +160,7 @@ mod tests {
         let transient = [
             api(404, "NotFound", "the server could not find the requested resource"),
             api(500, "InternalError", "Internal error occurred: failed calling webhook \"v.example.com\": failed to call webhook: Post \"https://guard.wh.svc:443/validate?timeout=10s\": dial tcp 10.0.0.7:443: connect: connection refused"),
-            api(409, "Conflict", "Operation cannot be fulfilled"),
+            api(409, "Conflict", "Operation cannot be fulfilled on configmaps \"a\": the object has been modified; please apply your changes to the latest version and try again"),
             api(429, "TooManyRequests", "too many requests"),
             api(503, "ServiceUnavailable", "unavailable"),
         ];
@@ -150,6 +175,8 @@ mod tests {
                 "ConfigMap \"x\" is invalid: data: Invalid value",
             ),
             api(403, "Forbidden", "configmaps is forbidden"),
+            api(409, "Conflict", "Operation cannot be fulfilled on configmaps \"exported\": uid mismatch: the provided object specified uid 1234-5678, and no existing object was found"),
+            api(409, "Conflict", "Precondition failed: UID in precondition: 1234, UID in object meta: 5678"),
             api(
                 400,
                 "BadRequest",
@@ -185,5 +212,22 @@ mod tests {
         let n = calls.load(std::sync::atomic::Ordering::SeqCst);
         // 200 ms doubling with jitter: a handful of attempts in 2 s, not a busy loop.
         assert!(n > 2 && n < 20, "{n} attempts in 2 s of backoff");
+
+        // Once stopping, a transient error ends the retry after its attempt.
+        calls.store(0, std::sync::atomic::Ordering::SeqCst);
+        let stopping = tokio_util::sync::CancellationToken::new();
+        stopping.cancel();
+        let err = retry_unless(
+            Instant::now() + Duration::from_secs(60),
+            &stopping,
+            || async {
+                calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                Err::<(), _>(api(503, "ServiceUnavailable", "try later"))
+            },
+        )
+        .await
+        .unwrap_err();
+        assert!(matches!(err, RetryError::Failed(_)), "{err}");
+        assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 1);
     }
 }
