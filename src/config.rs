@@ -655,10 +655,16 @@ impl Config {
             ));
         }
         let kv = &self.kubernetes_version;
+        // EKS writes versions as "1.33": digits, no sign, no leading zero
+        // (a "1.033" would reach CreateCluster and compare unequal to "1.33").
         let minor = kv
             .strip_prefix("1.")
-            .and_then(|m| m.parse::<u32>().ok())
-            .filter(|_| !kv.ends_with('.'));
+            .filter(|m| {
+                !m.is_empty()
+                    && m.bytes().all(|b| b.is_ascii_digit())
+                    && (m.len() == 1 || !m.starts_with('0'))
+            })
+            .and_then(|m| m.parse::<u32>().ok());
         match minor {
             None => errors.push(invalid(
                 "kubernetes_version",
@@ -1147,6 +1153,11 @@ mod tests {
         let cases = [
             ("region = \"us-east1\"", "region"),
             ("region = \"us-east-1\"\nkubernetes_version = \"v1.30\"", "kubernetes_version"),
+            // EKS's form only: no leading zero, sign or patch (1.033 would reach CreateCluster).
+            ("region = \"us-east-1\"\nkubernetes_version = \"1.033\"", "kubernetes_version"),
+            ("region = \"us-east-1\"\nkubernetes_version = \"1.+33\"", "kubernetes_version"),
+            ("region = \"us-east-1\"\nkubernetes_version = \"1.33.0\"", "kubernetes_version"),
+            ("region = \"us-east-1\"\nkubernetes_version = \"1.\"", "kubernetes_version"),
             ("region = \"us-east-1\"\n[options]\nvpc_cidr = \"10.0.0.1/16\"", "options.vpc_cidr"),
             ("region = \"us-east-1\"\n[options]\nvpc_cidr = \"10.0.0.0/8\"", "options.vpc_cidr"),
             (
