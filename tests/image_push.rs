@@ -5,7 +5,8 @@
 //! uploads nothing (seen in the registry's own request counters) and the
 //! repository is created once (seen in the emulator's call log); bad input
 //! is refused before any AWS call; a refused GetAuthorizationToken is
-//! reported by name and pushes nothing.
+//! reported by name and pushes nothing; an interrupt stops the push before
+//! its next step.
 //!
 //! Run under `tests/emulator/with_emulator.sh` (`make test` does); needs the
 //! Debian packages docker-registry and apache2-utils (`make deps`).
@@ -414,5 +415,52 @@ fn an_immutable_tag_is_not_moved_to_another_image() {
         out.trim()
             .ends_with(&local_digest(&second.path().join("kfaws-trainer-image"))),
         "{out}"
+    );
+}
+
+/// The first interrupt stops the push after the call in flight: here the
+/// registry token request (slowed down), so the repository exists but no blob
+/// and no tag were written; a second push uploads every blob.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_interrupt_stops_the_push_before_its_next_step() {
+    let _uploads = UPLOADS.lock().await;
+    let account = fresh_account();
+    let repo = format!("kfaws-stopped-{account}");
+    let dir = tempfile::tempdir().unwrap();
+    build(dir.path(), "trainer:v1");
+    control(
+        "faults",
+        "POST",
+        &format!(
+            r#"{{"service":"ecr","operation":"GetAuthorizationToken","kind":"latency","latency_ms":3000,"count":1,"account_id":"{account}"}}"#
+        ),
+    );
+    let child = StdCommand::new(assert_cmd::cargo::cargo_bin("kfaws"))
+        .current_dir(dir.path())
+        .env("AWS_ACCESS_KEY_ID", &account)
+        .args(["image", "push", "--repository", &repo])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    common::signal(child.id(), "INT");
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{stderr}");
+    assert!(
+        stderr.contains("the push stops after the call in flight")
+            && stderr.contains("Stopped: interrupted before uploading blob sha256:")
+            && stderr.contains("0 blob(s) uploaded, no tag written"),
+        "{stderr}"
+    );
+    assert!(out.stdout.is_empty(), "no reference printed");
+    assert_eq!(count(&Account::new(&account).await, "CreateRepository"), 1);
+    let (ok, _, err) = push(dir.path(), &account, &["--repository", &repo]);
+    assert!(ok, "{err}");
+    assert!(
+        err.contains("2 blob(s) uploaded, 0 already in the registry")
+            && !err.contains("created the repository"),
+        "{err}"
     );
 }

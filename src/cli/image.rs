@@ -117,8 +117,9 @@ pub async fn push(
     image_dir: &Path,
     repository: &str,
     tag: Option<&str>,
+    cancel: &tokio_util::sync::CancellationToken,
 ) -> anyhow::Result<u8> {
-    use kfaws::image::push::{self as p, LocalImage};
+    use kfaws::image::push::{self as p, LocalImage, PushError};
 
     p::check_repository_name(repository)?;
     if let Some(t) = tag {
@@ -143,7 +144,13 @@ pub async fn push(
         sdk.region().is_some(),
         "no AWS region: pass --region or set AWS_REGION"
     );
-    let pushed = p::push(&sdk, &image, repository, &tag).await?;
+    let pushed = match p::push(&sdk, &image, repository, &tag, cancel).await {
+        Err(e @ PushError::Interrupted { .. }) => {
+            errln!("Stopped: {e}.");
+            return Ok(kfaws::engine::interrupt::exit_status());
+        }
+        other => other?,
+    };
     errln!(
         "Pushed {repository}:{tag}: {} blob(s) uploaded, {} already in the registry{}{}",
         pushed.uploaded,

@@ -583,6 +583,10 @@ async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
                  to exit at once."
             }
         },
+        Command::Image(ImageCommand::Push { .. }) => {
+            "stopping: the push stops after the call in flight (no further \
+             blob or tag is written). Interrupt again to exit at once."
+        }
         // These read, plan or print; they change no infrastructure.
         Command::Validate { .. }
         | Command::Plan { .. }
@@ -681,7 +685,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
             image,
             repository,
             tag,
-        }) => image::push(&g, &image, &repository, tag.as_deref()).await,
+        }) => image::push(&g, &image, &repository, tag.as_deref(), cancel).await,
         Command::Graph { profile, plan } => graph::graph(&g, profile, plan, cancel).await,
         Command::Train(args) => train::train(&g, &args, cancel).await,
         Command::Endpoint(EndpointCommand::Deploy {

@@ -113,6 +113,17 @@ pub enum PushError {
         /// What is missing or malformed (never a secret).
         problem: String,
     },
+    /// The first interrupt came: the push stopped before its next step.
+    #[error(
+        "interrupted before {before}: {uploaded} blob(s) uploaded, no tag written; push again to \
+         finish (blobs already in the registry are not uploaded again)"
+    )]
+    Interrupted {
+        /// The step not taken, e.g. `uploading blob sha256:…`.
+        before: String,
+        /// Blobs uploaded before it.
+        uploaded: usize,
+    },
     /// A registry request failed or was refused.
     #[error("registry {endpoint}: {method} {path}: {problem}")]
     Registry {
@@ -969,21 +980,35 @@ pub struct Pushed {
 /// pushed as the module documentation describes.
 ///
 /// `repository` and `tag` are checked by the caller ([`check_repository_name`],
-/// [`check_tag`]) before any call; they are checked again here.
+/// [`check_tag`]) before any call; they are checked again here. Once `stop`
+/// is cancelled (the first interrupt) the call in flight finishes and no
+/// further step (repository, token, blob, manifest) starts.
 ///
 /// # Errors
-/// [`PushError`]: invalid input, a failed ECR call, a registry refusal, or
-/// a registry that stored another digest than the image's.
+/// [`PushError`]: invalid input, a failed ECR call, a registry refusal, a
+/// registry that stored another digest than the image's, or
+/// [`PushError::Interrupted`].
 pub async fn push(
     sdk: &SdkConfig,
     image: &LocalImage,
     repository: &str,
     tag: &str,
+    stop: &tokio_util::sync::CancellationToken,
 ) -> Result<Pushed, PushError> {
     check_repository_name(repository)?;
     check_tag(tag)?;
+    let (mut uploaded, mut skipped) = (0, 0);
+    let check = |before: &str, uploaded: usize| match stop.is_cancelled() {
+        true => Err(PushError::Interrupted {
+            before: before.to_string(),
+            uploaded,
+        }),
+        false => Ok(()),
+    };
     let ecr = crate::aws::client::<aws_sdk_ecr::Client>(sdk);
+    check("looking up the repository", 0)?;
     let repo = ensure_repository(&ecr, repository).await?;
+    check("asking for a registry token", 0)?;
     let auth = authorization(&ecr).await?;
     let registry = Registry::new(&auth, repository)?;
     let image_digest = image.digest();
@@ -1002,8 +1027,8 @@ pub async fn push(
             image: image_digest,
         });
     }
-    let (mut uploaded, mut skipped) = (0, 0);
     for blob in &image.blobs {
+        check(&format!("uploading blob {}", blob.digest), uploaded)?;
         if registry.has_blob(&blob.digest).await? {
             tracing::info!(digest = %blob.digest, "blob already in the registry");
             skipped += 1;
@@ -1015,6 +1040,7 @@ pub async fn push(
     }
     let manifest_put = existing.as_deref() != Some(image_digest.as_str());
     if manifest_put {
+        check(&format!("writing the manifest under tag {tag}"), uploaded)?;
         let stored = registry.put_manifest(tag, &image.manifest).await?;
         if stored != image_digest {
             return Err(PushError::Registry {
