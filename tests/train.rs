@@ -642,6 +642,10 @@ async fn bad_input_is_refused_before_any_job_is_created() {
             "--no-wait applies to the kubernetes and sagemaker runtimes, not --runtime local",
         ),
         (
+            vec!["train", "--runtime", "sagemaker", "--data", data, "--no-wait", "--follow"],
+            "the argument '--no-wait' cannot be used with '--follow'",
+        ),
+        (
             vec!["train", "--runtime", "local", "--data", data, "--cpu", "2"],
             "--cpu applies to the kubernetes runtime, not --runtime local",
         ),
@@ -1688,6 +1692,56 @@ async fn demo_path_trains_on_both_runtimes_serves_the_model_and_destroys_everyth
         "{deleted}"
     );
     assert!(d.state()["endpoints"].get("demo-sm-2").is_none());
+    // A model artifact gone from S3 is refused before anything is created or recorded.
+    {
+        let s3 = d.aws().await.s3();
+        let artifact = d.state()["endpoints"]["demo-sm"]["model_data_url"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let (bucket, key) = artifact
+            .strip_prefix("s3://")
+            .and_then(|r| r.split_once('/'))
+            .unwrap();
+        let kept = format!("{key}.kept");
+        s3.copy_object()
+            .bucket(bucket)
+            .key(&kept)
+            .copy_source(format!("{bucket}/{key}"))
+            .send()
+            .await
+            .unwrap();
+        s3.delete_object()
+            .bucket(bucket)
+            .key(key)
+            .send()
+            .await
+            .unwrap();
+        let models = d.calls("CreateModel");
+        let err = d.fails(&[
+            "endpoint",
+            "deploy",
+            "--job",
+            "demo-sm",
+            "--endpoint-name",
+            "demo-sm-3",
+        ]);
+        assert!(
+            err.contains(&format!(
+                "the model artifact {artifact} of training job demo-sm is gone"
+            )),
+            "{err}"
+        );
+        assert_eq!(d.calls("CreateModel"), models);
+        assert!(d.state()["endpoints"].get("demo-sm-3").is_none());
+        s3.copy_object()
+            .bucket(bucket)
+            .key(key)
+            .copy_source(format!("{bucket}/{kept}"))
+            .send()
+            .await
+            .unwrap();
+    }
     // A model of the same spec made outside kfaws (no kfaws:deployment tag)
     // is neither adopted nor recorded: a destroy would delete it.
     let sm_client = d.aws().await.sagemaker();

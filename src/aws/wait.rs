@@ -63,6 +63,17 @@ impl Backoff {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct History(pub Vec<(Duration, String)>);
 
+impl History {
+    /// ` (statuses: A at 0s → B at 30s)`, or nothing when no status was seen
+    /// before the end: for the end of an error message.
+    pub fn suffix(&self) -> String {
+        match self.0.is_empty() {
+            true => String::new(),
+            false => format!(" (statuses: {self})"),
+        }
+    }
+}
+
 impl fmt::Display for History {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let parts: Vec<String> = self
@@ -78,7 +89,7 @@ impl fmt::Display for History {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum WaitError {
     /// A terminal failure.
-    #[error("{message} (statuses: {history})")]
+    #[error("{message}{}", .history.suffix())]
     Failed {
         /// The failure.
         message: String,
@@ -86,7 +97,7 @@ pub enum WaitError {
         history: History,
     },
     /// The deadline passed.
-    #[error("still not ready after {}s (statuses: {history})", .after.as_secs())]
+    #[error("still not ready after {}s{}", .after.as_secs(), .history.suffix())]
     TimedOut {
         /// The deadline.
         after: Duration,

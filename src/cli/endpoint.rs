@@ -73,6 +73,7 @@ pub async fn deploy(
         ],
     };
     endpoint::validate(&spec)?;
+    check_model_artifact(&aws, job, &model_data_url).await?;
     if let Some(r) = d.state.endpoints.get(name) {
         let same = r.model_data_url == model_data_url
             && r.image == image
@@ -112,11 +113,24 @@ pub async fn deploy(
     ));
     let deploying = endpoint::deploy(&sm, &spec, ENDPOINT_TIMEOUT, |e| say(&format!("  {e}")));
     let info = match super::interruptible(cancel, deploying).await {
-        Ok(r) => r?,
+        Ok(Ok(info)) => info,
+        Ok(Err(e)) => {
+            // What was created stays recorded for delete and destroy.
+            d.record("endpoint deploy", |s| {
+                if let Some(r) = s.endpoints.get_mut(name) {
+                    r.status = "failed".into();
+                }
+            })?;
+            return Err(anyhow::anyhow!(e).context(format!(
+                "deploying endpoint {name} (recorded as failed: `kfaws endpoint delete {name}` \
+                 or `kfaws destroy` removes what was created)"
+            )));
+        }
         Err(_) => {
             say(&format!(
-                "Stopped waiting; endpoint {name} is recorded in the state: `kfaws endpoint delete \
-                 {name}` or `kfaws destroy` removes it."
+                "Stopped; endpoint {name} is recorded in the state with whatever of its model, \
+                 endpoint config and endpoint was created: `kfaws endpoint delete {name}` or \
+                 `kfaws destroy` removes it."
             ));
             return Ok(kfaws::engine::interrupt::exit_status());
         }
@@ -134,6 +148,31 @@ pub async fn deploy(
         "Classify an image with: kfaws endpoint invoke {name} --image FILE.png"
     ));
     Ok(0)
+}
+
+/// Refuses a model artifact that is no longer in S3 (HeadObject), before
+/// anything is created or recorded: SageMaker would find out only when the
+/// endpoint's instances start, minutes later, and the endpoint would fail.
+async fn check_model_artifact(
+    aws: &aws_config::SdkConfig,
+    job: &str,
+    url: &str,
+) -> anyhow::Result<()> {
+    let Some((bucket, key)) = url.strip_prefix("s3://").and_then(|r| r.split_once('/')) else {
+        bail!("training job {job} names model artifact {url:?}, not s3://bucket/key");
+    };
+    let s3 = kfaws::aws::bucket::client(aws);
+    match s3.head_object().bucket(bucket).key(key).send().await {
+        Ok(_) => Ok(()),
+        Err(e) if e.as_service_error().is_some_and(|e| e.is_not_found()) => bail!(
+            "the model artifact {url} of training job {job} is gone (HeadObject: not found; the \
+             bucket was emptied or made again since the job ran): train again and deploy that job"
+        ),
+        Err(e) => bail!(
+            "reading the model artifact {url} of training job {job}: {}",
+            kfaws::aws::error_message(&e)
+        ),
+    }
 }
 
 /// `kfaws endpoint invoke NAME --image FILE | --json FILE`.

@@ -89,7 +89,7 @@ pub struct TrainArgs {
     #[arg(long, overrides_with = "wait")]
     pub no_wait: bool,
     /// Print the job's log while waiting.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "no_wait")]
     pub follow: bool,
     /// The kfaws-trainer binary (local) [default: beside this kfaws].
     #[arg(long, value_name = "PATH")]

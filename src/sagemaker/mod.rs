@@ -220,7 +220,7 @@ pub enum SageMakerError {
     },
     /// The resource reached a failed state (an endpoint `Failed`), with the
     /// service's `FailureReason`.
-    #[error("{kind} {name:?} failed: {reason} (statuses: {history})")]
+    #[error("{kind} {name:?} failed: {reason}{}", .history.suffix())]
     Failed {
         /// What failed.
         kind: Kind,
@@ -232,7 +232,7 @@ pub enum SageMakerError {
         history: History,
     },
     /// A wait passed its deadline.
-    #[error("{kind} {name:?} did not finish within {}s (statuses: {history})", after.as_secs())]
+    #[error("{kind} {name:?} did not finish within {}s{}", after.as_secs(), .history.suffix())]
     TimedOut {
         /// What was waited for.
         kind: Kind,

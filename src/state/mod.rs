@@ -147,7 +147,8 @@ pub struct EndpointRecord {
     pub instance_type: String,
     /// Instances.
     pub instance_count: i32,
-    /// `creating` until InService was seen, then `in_service`.
+    /// `creating` until InService was seen, then `in_service`; `failed` when the deploy
+    /// failed (what was created stays, for `endpoint delete` and destroy).
     pub status: String,
     /// When it was recorded.
     pub created_at: DateTime<Utc>,
