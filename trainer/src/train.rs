@@ -150,6 +150,9 @@ pub fn train(
         config.parallelism.replicas,
     );
     let sampler = DistributedSampler::new(dataset.train.len(), world_size, rank, hp.seed);
+    if let Some(warning) = oversized_batch(hp.batch_size, dataset.train.len(), world_size) {
+        tracing::warn!("{warning}");
+    }
     let mut outcome = Outcome {
         epochs: Vec::new(),
         params: Vec::new(),
@@ -670,9 +673,37 @@ pub fn write_model(
     std::fs::write(dir.join(crate::MODEL_INFO_FILE), json).map_err(|e| fail(e.to_string()))
 }
 
+/// A warning when `batch_size` exceeds a rank's shard (`train_len` images over `world_size`
+/// ranks, padded up as [`DistributedSampler`] does): every epoch is then one optimiser step,
+/// and a few epochs leave the model near chance.
+fn oversized_batch(batch_size: usize, train_len: usize, world_size: usize) -> Option<String> {
+    let shard = train_len.div_ceil(world_size.max(1));
+    (batch_size > shard).then(|| {
+        format!(
+            "batch-size {batch_size} is larger than each rank's shard of {shard} training \
+             image(s) ({train_len} over {world_size} rank(s)): every epoch is one step; use a \
+             batch size of at most {shard}"
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_batch_larger_than_a_ranks_shard_is_warned_about() {
+        // 60,000 images over 2 ranks: 30,000 each.
+        assert_eq!(oversized_batch(30_000, 60_000, 2), None);
+        let w = oversized_batch(30_001, 60_000, 2).unwrap();
+        assert!(
+            w.contains("each rank's shard of 30000 training image(s)"),
+            "{w}"
+        );
+        // Padded up: 5 images over 2 ranks are 3 each.
+        assert_eq!(oversized_batch(3, 5, 2), None);
+        assert!(oversized_batch(4, 5, 2).is_some());
+    }
     use crate::contract::{resolve, TrainArgs};
     use rand::{rngs::StdRng, Rng, SeedableRng};
 
