@@ -649,6 +649,11 @@ async fn bad_input_is_refused_before_any_job_is_created() {
             vec!["train", "--runtime", "local", "--data", data, "--cpu", "2"],
             "--cpu applies to the kubernetes runtime, not --runtime local",
         ),
+        // A negative number is a value out of range, not an unknown flag.
+        (
+            vec!["train", "--runtime", "kubernetes", "--data", "efs:/datasets", "--cpu", "-1"],
+            "--cpu \"-1\" is not a Kubernetes quantity",
+        ),
         (
             vec![
                 "train",

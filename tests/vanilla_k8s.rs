@@ -459,12 +459,12 @@ async fn apply_installs_the_kubernetes_half_from_the_aws_outputs_and_destroy_rem
     let plan = d.stdout(&["plan", "--destroy"]);
     assert!(
         plan.contains(
-            "- mine (Profile.kubeflow.org)  # made outside kfaws; deleted with CRD \
+            "- mine (Profile.kubeflow.org)  # not applied by `kfaws apply`; deleted with CRD \
              profiles.kubeflow.org"
         ),
         "{plan}"
     );
-    assert!(!plan.contains("- kubeflow-user-example-com (Profile.kubeflow.org)  # made outside"));
+    assert!(!plan.contains("- kubeflow-user-example-com (Profile.kubeflow.org)  # not applied"));
 
     let ids = applyset_ids(&d);
     assert_eq!(ids.len(), 5, "one ApplySet per bundle");

@@ -130,6 +130,14 @@ pub enum BundleError {
         /// The directory.
         path: PathBuf,
     },
+    /// The files hold no object (empty, or only comments and `---`): an
+    /// empty bundle would apply nothing and prune what an earlier apply of
+    /// it made.
+    #[error("{} holds no Kubernetes object (it is empty or only comments); name the manifests to apply", path.display())]
+    NoObjects {
+        /// The file or directory.
+        path: PathBuf,
+    },
     /// A mapping has the same key twice.
     #[error("{}:{line}:{column}: duplicate key {key} in a mapping; every key may appear once (YAML 1.2 §3.2.1.1) -- remove one of them", file.display())]
     DuplicateKey {
@@ -177,8 +185,8 @@ impl Bundle {
     /// directly in a directory, in name order.
     ///
     /// # Errors
-    /// [`BundleError`]: unreadable path, empty directory, invalid name, or any
-    /// parse error of [`Bundle::from_sources`].
+    /// [`BundleError`]: unreadable path, empty directory, no object at all,
+    /// invalid name, or any parse error of [`Bundle::from_sources`].
     pub fn from_path(name: &str, path: &Path) -> Result<Self, BundleError> {
         let read = |p: &Path| {
             std::fs::read_to_string(p).map_err(|source| BundleError::Read {
@@ -221,7 +229,13 @@ impl Bundle {
         } else {
             sources.push((path.to_path_buf(), read(path)?));
         }
-        Self::from_sources(name, sources)
+        let bundle = Self::from_sources(name, sources)?;
+        if bundle.objects.is_empty() {
+            return Err(BundleError::NoObjects {
+                path: path.to_path_buf(),
+            });
+        }
+        Ok(bundle)
     }
 
     /// Parses a bundle from `(file label, YAML text)` pairs, in order.
@@ -444,6 +458,23 @@ mod tests {
             .collect();
         let b = parse(&text.join("---\n")).unwrap();
         assert_eq!(b.objects.len(), 3000);
+    }
+
+    #[test]
+    fn a_file_with_no_object_is_an_error_naming_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("kf.yaml");
+        for text in ["", "# nothing yet\n---\n---\n"] {
+            std::fs::write(&file, text).unwrap();
+            let err = Bundle::from_path("kf", &file).unwrap_err().to_string();
+            assert!(
+                err.ends_with(
+                    "kf.yaml holds no Kubernetes object (it is empty or only comments); \
+                               name the manifests to apply"
+                ),
+                "{err}"
+            );
+        }
     }
 
     #[test]

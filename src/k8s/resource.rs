@@ -527,7 +527,7 @@ impl ManifestsResource {
     }
 
     /// For the CRDs among `removed` (object keys), their custom resources
-    /// that are not among `known` (made outside kfaws: a user's PyTorchJob),
+    /// that are not among `known` (not applied by the bundle: a PyTorchJob of `kfaws train` or a user's),
     /// which the delete removes too ([`super::delete`]); each with its
     /// finalizers, whose controller must still run to remove them. At most
     /// [`super::delete::MAX_HOLDERS`] per CRD, the rest counted. Best effort
@@ -567,7 +567,7 @@ impl ManifestsResource {
                         return None;
                     }
                     let finalizers = meta.finalizers.clone().unwrap_or_default();
-                    let mut note = format!("made outside kfaws; deleted with CRD {crd}");
+                    let mut note = format!("not applied by `kfaws apply`; deleted with CRD {crd}");
                     if !finalizers.is_empty() {
                         note.push_str(&format!(
                             "; finalizers {} (their controller must still run to remove them)",
@@ -595,7 +595,9 @@ impl ManifestsResource {
                     kind: gk.to_string(),
                     replacement: None,
                     condition: None,
-                    note: Some(format!("made outside kfaws; deleted with CRD {crd}")),
+                    note: Some(format!(
+                        "not applied by `kfaws apply`; deleted with CRD {crd}"
+                    )),
                 });
             } else {
                 details.extend(others);
