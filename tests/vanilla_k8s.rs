@@ -1154,3 +1154,49 @@ fn interrupt_after(
     lines.extend(rx.iter());
     (status, took, lines.join("\n"), stderr)
 }
+
+/// A namespaced object written without a namespace goes to `default`, as
+/// kubectl puts it: a second plan has nothing to change.
+#[tokio::test]
+async fn a_namespaced_object_without_a_namespace_is_applied_to_default_and_stays_in_sync() {
+    let d = Deployment::new("");
+    let manifests = d.dir.path().join("platform.yaml");
+    std::fs::write(
+        &manifests,
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: nons}\ndata: {a: \"1\"}\n",
+    )
+    .unwrap();
+    d.write_config(&format!(
+        "[kubeflow]\nmanifests = {:?}\n",
+        manifests.display().to_string()
+    ));
+    d.lifecycle(FAST);
+    d.stdout(&["apply", "--auto-approve"]);
+    let client = d.cluster().client().await;
+    Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client, "default")
+        .get("nons")
+        .await
+        .unwrap();
+    let plan = d.kfaws(&["plan", "--detailed-exitcode"]).output().unwrap();
+    assert_eq!(
+        plan.status.code(),
+        Some(0),
+        "{}{}",
+        String::from_utf8_lossy(&plan.stdout),
+        String::from_utf8_lossy(&plan.stderr)
+    );
+    // Taken out of the file, it is a change of the config, not of the cluster.
+    std::fs::write(
+        &manifests,
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: other}\ndata: {a: \"1\"}\n",
+    )
+    .unwrap();
+    let plan = d.stdout(&["plan"]);
+    assert!(
+        plan.contains("~ k8s.kubeflow")
+            && plan.contains("ConfigMap nons")
+            && !plan.contains("drift"),
+        "{plan}"
+    );
+    d.stdout(&["destroy", "--auto-approve"]);
+}

@@ -1147,6 +1147,28 @@ fn live_keys(members: &[super::applyset::Member]) -> BTreeSet<String> {
         .collect()
 }
 
+/// A live object's [`key`] in the form its manifest is written: an object
+/// in namespace `default` whose manifest names no namespace (the API server
+/// put it there, as kubectl does) is keyed without one, so that it matches
+/// the bundle's and the state's keys. `written` says whether a key is a
+/// manifest's.
+fn as_written(live: String, written: impl Fn(&str) -> bool) -> String {
+    if written(&live) {
+        return live;
+    }
+    match live.split_once(" default/") {
+        Some((gk, name)) if !name.contains('/') => {
+            let bare = format!("{gk} {name}");
+            if written(&bare) {
+                bare
+            } else {
+                live
+            }
+        }
+        _ => live,
+    }
+}
+
 fn key(gk: &GroupKind, namespace: Option<&str>, name: &str) -> String {
     match namespace {
         Some(ns) => format!("{gk} {ns}/{name}"),
@@ -1246,7 +1268,6 @@ impl Resource for ManifestsResource {
         // object of the bundle that is missing (deleted out of band, or
         // being deleted and only held by its finalizers) or a member that
         // left the bundle makes it differ from the spec.
-        let live = live_keys(&members);
         // Objects of the bundle whose fields someone else changed or removed
         // since kfaws applied them (C13): see [`edited`].
         let desired = self.bundle(None)?;
@@ -1260,13 +1281,29 @@ impl Resource for ManifestsResource {
                 (manifest_key(m), object)
             })
             .collect();
+        // The keys as written now, and as they were when last applied (an
+        // object since taken out of the file).
+        let applied: BTreeSet<&str> = recorded
+            .and_then(|r| r.spec.get("objects"))
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        let written =
+            |k: String| as_written(k, |w| manifests.contains_key(w) || applied.contains(w));
+        let live: BTreeSet<String> = live_keys(&members).into_iter().map(written).collect();
         let field_manager = applier.options().field_manager.clone();
         // Each entry names the object and the fields it lost, e.g.
         // `ServiceAccount kube-system/sa: metadata.annotations[eks.amazonaws.com/role-arn]`.
         let edited: BTreeSet<String> = members
             .iter()
             .filter_map(|m| {
-                let k = key(&m.object.gk, m.object.namespace.as_deref(), &m.object.name);
+                let k = written(key(
+                    &m.object.gk,
+                    m.object.namespace.as_deref(),
+                    &m.object.name,
+                ));
                 let manifest = manifests.get(&k)?;
                 let fields = edited_fields(&m.meta, &field_manager, manifest);
                 (!fields.is_empty()).then(|| format!("{k}: {}", fields.join(", ")))
@@ -1395,6 +1432,33 @@ fn failed(message: String) -> ResourceError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_live_object_in_default_takes_the_key_of_its_manifest_without_a_namespace() {
+        let written = [
+            "ConfigMap nons",
+            "ConfigMap kubeflow/a",
+            "Namespace default",
+        ];
+        let w = |k: &str| written.contains(&k);
+        assert_eq!(
+            as_written("ConfigMap default/nons".into(), w),
+            "ConfigMap nons"
+        );
+        assert_eq!(
+            as_written("ConfigMap kubeflow/a".into(), w),
+            "ConfigMap kubeflow/a"
+        );
+        // Not in the bundle in either form: as the cluster shows it.
+        assert_eq!(
+            as_written("ConfigMap default/x".into(), w),
+            "ConfigMap default/x"
+        );
+        assert_eq!(
+            as_written("Namespace default".into(), w),
+            "Namespace default"
+        );
+    }
 
     #[test]
     fn an_object_is_edited_when_a_field_it_sets_is_no_longer_owned_by_kfaws() {
