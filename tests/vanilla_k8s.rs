@@ -1198,5 +1198,18 @@ async fn a_namespaced_object_without_a_namespace_is_applied_to_default_and_stays
             && !plan.contains("drift"),
         "{plan}"
     );
+    // An object in a namespace that neither the cluster has nor a bundle creates is refused by
+    // the plan, before an apply would fail half way.
+    std::fs::write(
+        &manifests,
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: orphan, namespace: no-such-ns}\n",
+    )
+    .unwrap();
+    let err = d.fails(&["plan"]);
+    assert!(
+        err.contains("namespace no-such-ns is not in the cluster and no bundle creates it")
+            && err.contains("ConfigMap no-such-ns/orphan ("),
+        "{err}"
+    );
     d.stdout(&["destroy", "--auto-approve"]);
 }

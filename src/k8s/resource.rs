@@ -664,6 +664,64 @@ impl ManifestsResource {
         }
     }
 
+    /// Refuses objects in a namespace that neither the cluster has nor any
+    /// bundle of the configuration declares or uses (this bundle's Namespace
+    /// objects, [`ManifestsResource::used_elsewhere`]): the apply would fail
+    /// half way with `namespaces "…" not found`. One GET per such
+    /// namespace.
+    async fn refuse_missing_namespaces(
+        &self,
+        client: &Client,
+        bundle: &Bundle,
+        targets: &[super::discovery::Target],
+    ) -> Result<(), ResourceError> {
+        let declared: BTreeSet<&str> = bundle
+            .objects
+            .iter()
+            .filter(|m| m.kind == "Namespace" && m.group().is_empty())
+            .map(|m| m.name.as_str())
+            .collect();
+        let mut objects: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+        for t in targets {
+            let Some(ns) = t.object.namespace.as_deref() else {
+                continue;
+            };
+            if declared.contains(ns) || self.used_elsewhere.contains_key(ns) {
+                continue;
+            }
+            let m = &bundle.objects[t.index];
+            objects
+                .entry(ns)
+                .or_default()
+                .push(format!("{} ({})", m.describe(), m.origin));
+        }
+        let api: kube::Api<k8s_openapi::api::core::v1::Namespace> = kube::Api::all(client.clone());
+        let mut problems = Vec::new();
+        for (ns, objects) in objects {
+            let found = api.get_metadata_opt(ns).await.map_err(|e| {
+                ResourceError::msg(format!(
+                    "reading Namespace {ns} from EKS cluster {}: {}",
+                    self.connector.cluster_name,
+                    super::retry::message(&e)
+                ))
+            })?;
+            if found.is_none() {
+                problems.push(format!(
+                    "{}: namespace {ns} is not in the cluster and no bundle creates it, so the \
+                     apply would fail there; add a Namespace object for it to the manifests or \
+                     fix metadata.namespace: {}",
+                    self.source_label(),
+                    objects.join(", ")
+                ));
+            }
+        }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(ResourceError::msg(problems.join("\n")))
+        }
+    }
+
     fn applier(&self, client: Client) -> Applier {
         Applier::with_options(
             client,
@@ -1367,10 +1425,12 @@ impl Resource for ManifestsResource {
             self.prunes_used_namespaces(&pruned)?;
             self.claims_in_use(&dropped_claims(&pruned)).await?;
         }
-        let applier = self.applier(client);
-        boxed_check(&applier, &bundle)
+        let applier = self.applier(client.clone());
+        let targets = boxed_check(&applier, &bundle)
             .await
             .map_err(|e| ResourceError::msg(e.to_string()))?;
+        self.refuse_missing_namespaces(&client, &bundle, &targets)
+            .await?;
         self.refuse_foreign(&applier, &bundle).await
     }
 
