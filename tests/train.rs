@@ -652,7 +652,7 @@ async fn bad_input_is_refused_before_any_job_is_created() {
         // A negative number is a value out of range, not an unknown flag.
         (
             vec!["train", "--runtime", "kubernetes", "--data", "efs:/datasets", "--cpu", "-1"],
-            "--cpu \"-1\" is not a Kubernetes quantity",
+            "--cpu \"-1\" is negative",
         ),
         (
             vec![

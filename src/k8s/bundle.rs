@@ -168,6 +168,25 @@ pub enum BundleError {
         /// What is missing or wrong.
         problem: String,
     },
+    /// An object carries fields only the API server sets on a live object
+    /// (an object exported with `kubectl get -o yaml`).
+    #[error(
+        "{origin}: {object} has metadata.{} set: the API server sets {} on a live object, and \
+         server-side apply takes {} as a precondition that fails (as in an object exported with \
+         `kubectl get -o yaml`); remove {} (and creationTimestamp, managedFields and status)",
+        fields.join(" and metadata."),
+        if fields.len() == 1 { "it" } else { "them" },
+        if fields.len() == 1 { "it" } else { "them" },
+        if fields.len() == 1 { "it" } else { "them" }
+    )]
+    ServerSet {
+        /// `Kind namespace/name`.
+        object: String,
+        /// Where.
+        origin: Origin,
+        /// The fields set, e.g. `uid`.
+        fields: Vec<&'static str>,
+    },
     /// The same object appears twice.
     #[error("{object} appears twice, in {first} and in {second}; keep one")]
     Duplicate {
@@ -391,26 +410,6 @@ fn manifest(origin: Origin, object: Value) -> Result<Manifest, BundleError> {
             )))
         }
     };
-    // Fields the API server sets on a live object. Server-side apply takes
-    // `uid` and `resourceVersion` as preconditions on that object (Kubernetes
-    // API reference, ObjectMeta), so a manifest exported from a cluster
-    // (`kubectl get -o yaml`) would conflict (409) on every apply, or create
-    // nothing. `null` and empty values, as some generators write, are absent.
-    let server_set: Vec<&str> = ["uid", "resourceVersion"]
-        .into_iter()
-        .filter(|k| !matches!(metadata.get(*k), None | Some(Value::Null)))
-        .filter(|k| metadata.get(*k) != Some(&Value::String(String::new())))
-        .collect();
-    if !server_set.is_empty() {
-        return Err(bad(format!(
-            "metadata.{} set: the API server sets {} on a live object, and applied it is a \
-             precondition that fails (as in an object exported with `kubectl get -o yaml`); \
-             remove {} (and creationTimestamp, managedFields and status)",
-            server_set.join(" and metadata."),
-            if server_set.len() == 1 { "it" } else { "them" },
-            if server_set.len() == 1 { "it" } else { "them" },
-        )));
-    }
     let namespace = match metadata.get("namespace") {
         Some(Value::String(s)) if !s.is_empty() => Some(s.clone()),
         Some(Value::String(_)) | Some(Value::Null) | None => None,
@@ -421,14 +420,32 @@ fn manifest(origin: Origin, object: Value) -> Result<Manifest, BundleError> {
             )))
         }
     };
-    Ok(Manifest {
+    // Fields the API server sets on a live object. Server-side apply takes
+    // `uid` and `resourceVersion` as preconditions on that object (Kubernetes
+    // API reference, ObjectMeta), so a manifest exported from a cluster
+    // (`kubectl get -o yaml`) would conflict (409) on every apply, or create
+    // nothing. `null` and empty values, as some generators write, are absent.
+    let fields: Vec<&'static str> = ["uid", "resourceVersion"]
+        .into_iter()
+        .filter(|k| !matches!(metadata.get(*k), None | Some(Value::Null)))
+        .filter(|k| metadata.get(*k) != Some(&Value::String(String::new())))
+        .collect();
+    let manifest = Manifest {
         origin,
         api_version,
         kind,
         name,
         namespace,
         object,
-    })
+    };
+    if !fields.is_empty() {
+        return Err(BundleError::ServerSet {
+            object: manifest.describe(),
+            origin: manifest.origin,
+            fields,
+        });
+    }
+    Ok(manifest)
 }
 
 fn type_name(v: &Value) -> &'static str {
@@ -558,11 +575,11 @@ mod tests {
             (
                 "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n  uid: 1234-5678\n  \
                  resourceVersion: \"999\"\n",
-                "metadata.uid and metadata.resourceVersion set: the API server sets them",
+                "ConfigMap a has metadata.uid and metadata.resourceVersion set: the API server sets them",
             ),
             (
                 "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n  resourceVersion: \"1\"\n",
-                "metadata.resourceVersion set: the API server sets it",
+                "ConfigMap a has metadata.resourceVersion set: the API server sets it",
             ),
             ("- a\n- b\n", "not a mapping"),
         ] {

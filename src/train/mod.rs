@@ -148,6 +148,11 @@ pub fn parse_quantity(s: &str) -> Result<String, String> {
         .split(|c: char| !(c.is_ascii_digit() || c == '.'))
         .next()
         .unwrap_or_default();
+    if s.starts_with('-') {
+        return Err(format!(
+            "{s:?} is negative; a request is a positive quantity, e.g. 500m, 2, 2Gi"
+        ));
+    }
     if !grammar.is_match(s) {
         return Err(format!(
             "{s:?} is not a Kubernetes quantity: a number with an optional suffix Ki, Mi, Gi, Ti, \
@@ -292,11 +297,13 @@ mod tests {
         ] {
             assert_eq!(super::parse_quantity(ok).as_deref(), Ok(ok), "{ok}");
         }
-        for bad in [
-            "abc", "2GB", "-1", "+1", "1 Gi", "", "Gi", "2gi", "1.2.3", "1ki",
-        ] {
+        for bad in ["abc", "2GB", "+1", "1 Gi", "", "Gi", "2gi", "1.2.3", "1ki"] {
             let e = super::parse_quantity(bad).unwrap_err();
             assert!(e.contains("is not a Kubernetes quantity"), "{bad}: {e}");
+        }
+        for negative in ["-1", "-5Gi"] {
+            let e = super::parse_quantity(negative).unwrap_err();
+            assert!(e.contains("is negative"), "{negative}: {e}");
         }
         for zero in ["0", "0Gi", "0.0", "0m", "0e3"] {
             assert!(
