@@ -171,13 +171,12 @@ pub enum BundleError {
     /// An object carries fields only the API server sets on a live object
     /// (an object exported with `kubectl get -o yaml`).
     #[error(
-        "{origin}: {object} has metadata.{} set: the API server sets {} on a live object, and \
-         server-side apply takes {} as a precondition that fails (as in an object exported with \
-         `kubectl get -o yaml`); remove {} (and creationTimestamp, managedFields and status)",
+        "{origin}: {object} has metadata.{} set: the API server sets {them} on a live object, \
+         and server-side apply takes {them} as a precondition that fails (as in an object \
+         exported with `kubectl get -o yaml`); remove {them} (and creationTimestamp, \
+         managedFields and status)",
         fields.join(" and metadata."),
-        if fields.len() == 1 { "it" } else { "them" },
-        if fields.len() == 1 { "it" } else { "them" },
-        if fields.len() == 1 { "it" } else { "them" }
+        them = if fields.len() == 1 { "it" } else { "them" }
     )]
     ServerSet {
         /// `Kind namespace/name`.

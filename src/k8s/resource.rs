@@ -1341,12 +1341,10 @@ impl Resource for ManifestsResource {
             .collect();
         // The keys as written now, and as they were when last applied (an
         // object since taken out of the file).
-        let applied: BTreeSet<&str> = recorded
-            .and_then(|r| r.spec.get("objects"))
-            .and_then(Value::as_array)
+        let applied: BTreeSet<String> = recorded
+            .map(recorded_objects)
             .into_iter()
             .flatten()
-            .filter_map(Value::as_str)
             .collect();
         let written =
             |k: String| as_written(k, |w| manifests.contains_key(w) || applied.contains(w));
