@@ -371,6 +371,52 @@ fn without_credentials_one_error_says_where_the_sdk_looked() {
         .stderr(predicate::str::contains("WARN").not());
 }
 
+/// A selected profile that no profile file defines, and an access key id
+/// without its secret, are named in the no-credentials error.
+#[test]
+fn without_credentials_what_is_half_set_up_is_named() {
+    let d = Deployment::new("");
+    let bare = |cmd: &mut assert_cmd::Command| {
+        cmd.env_remove("AWS_ACCESS_KEY_ID")
+            .env_remove("AWS_SECRET_ACCESS_KEY")
+            .env_remove("AWS_WEB_IDENTITY_TOKEN_FILE")
+            .env_remove("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI")
+            .env_remove("AWS_CONTAINER_CREDENTIALS_FULL_URI")
+            .env_remove("AWS_CONFIG_FILE")
+            .env_remove("AWS_SHARED_CREDENTIALS_FILE")
+            .env_remove("AWS_PROFILE")
+            .env("HOME", d.dir.path())
+            .env("AWS_EC2_METADATA_DISABLED", "true");
+    };
+    std::fs::create_dir(d.dir.path().join(".aws")).unwrap();
+    std::fs::write(
+        d.dir.path().join(".aws/config"),
+        "[profile dev]\nregion = us-east-1\n",
+    )
+    .unwrap();
+    let mut cmd = d.kfaws(&["plan"]);
+    bare(&mut cmd);
+    cmd.env("AWS_PROFILE", "prod").assert().code(1).stderr(
+        predicate::str::contains(
+            "no usable AWS credentials: profile \"prod\" (from AWS_PROFILE) is defined in neither",
+        )
+        .and(predicate::str::contains("profiles defined: dev;")),
+    );
+    let mut cmd = d.kfaws(&["--aws-profile", "staging", "plan"]);
+    bare(&mut cmd);
+    cmd.assert().code(1).stderr(predicate::str::contains(
+        "profile \"staging\" (from --aws-profile) is defined in neither",
+    ));
+    let mut cmd = d.kfaws(&["plan"]);
+    bare(&mut cmd);
+    cmd.env("AWS_ACCESS_KEY_ID", "AKIAEXAMPLE")
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains(
+            "no usable AWS credentials: AWS_ACCESS_KEY_ID is set but AWS_SECRET_ACCESS_KEY is not",
+        ));
+}
+
 /// With nothing listening at the endpoint, the SDK retries the first call
 /// for up to a minute; kfaws says so at the first refused attempt instead of
 /// staying silent until the error.

@@ -109,30 +109,33 @@ pub async fn aws(g: &Global, config: &Config) -> SdkConfig {
     kfaws::aws::sdk_config(&config.region, g.aws_profile.as_deref()).await
 }
 
-/// Establishes the caller identity and checks it against the state.
+/// Establishes the caller identity (the credentials of `aws`, whose profile
+/// is `--aws-profile`) and checks it against the state.
 pub async fn check_identity(
+    g: &Global,
     aws: &SdkConfig,
     config: &Config,
     state: &State,
 ) -> anyhow::Result<CallerIdentity> {
-    let id = caller_identity(aws).await?;
+    let id = caller_identity(aws, g.aws_profile.as_deref()).await?;
     state.check_identity(&id.account, &config.region)?;
     tracing::debug!(account = %id.account, arn = %id.arn, "caller identity");
     Ok(id)
 }
 
 /// Reads and checks the manifests named in config (strict YAML, removed
-/// APIs, EFS CSI rules, objects in two bundles) by building the graph with
-/// an unconfigured SDK: no AWS call is made, so bad manifests are refused
-/// before the first one. A plan builds the graph again once the profile is
-/// prepared (measured: 0.8 s for 3.8 MB of YAML in a debug build).
-pub fn check_sources(g: &Global, c: &Config) -> anyhow::Result<()> {
+/// APIs, EFS CSI rules, objects in two bundles) and builds the graph from
+/// them with an unconfigured SDK: no AWS call is made, so bad manifests are
+/// refused before the first one. The manifests are read once: a plan
+/// builds its graph from the returned sources once the profile is prepared.
+pub fn check_sources(g: &Global, c: &Config) -> anyhow::Result<kfaws::profiles::Sources> {
+    let sources = kfaws::profiles::read_sources(c)?;
     let offline = aws_config::SdkConfig::builder()
         .behavior_version(aws_config::BehaviorVersion::latest())
         .region(aws_config::Region::new(c.region.clone()))
         .build();
-    kfaws::profiles::build(c, &offline, uuid::Uuid::nil(), &exec_auth(g)?)?;
-    Ok(())
+    kfaws::profiles::build(c, &offline, uuid::Uuid::nil(), &exec_auth(g)?, &sources)?;
+    Ok(sources)
 }
 
 /// `kfaws validate`.

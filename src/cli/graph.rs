@@ -31,19 +31,27 @@ pub async fn graph(
 ) -> anyhow::Result<u8> {
     let loaded = context::load(g, profile)?;
     let mut config = loaded.config.clone();
+    // Read before any call, so bad manifests are refused first.
+    let sources = profiles::read_sources(&config)?;
     let aws = context::aws(g, &config).await;
     let store = StateStore::open(&loaded.state_dir, &config.name)?;
     if with_plan {
         super::interruptible(
             cancel,
-            context::check_identity(&aws, &config, store.state()),
+            context::check_identity(g, &aws, &config, store.state()),
         )
         .await??;
         let preparing = profiles::prepare(&config, &aws, store.state(), false);
         config = super::interruptible(cancel, preparing).await??;
     }
     let config = &config;
-    let built = profiles::build(config, &aws, store.state().lineage, &context::exec_auth(g)?)?;
+    let built = profiles::build(
+        config,
+        &aws,
+        store.state().lineage,
+        &context::exec_auth(g)?,
+        &sources,
+    )?;
     let dag = Dag::new(
         built
             .resources

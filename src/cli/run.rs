@@ -78,15 +78,16 @@ async fn make(
 ) -> anyhow::Result<Planned> {
     let mut loaded = context::load_for(g, flags.profile, goal.destroy)?;
     // A destroy reads no [kubeflow] manifests (prepare drops them).
-    if !goal.destroy {
-        context::check_sources(g, &loaded.config)?;
-    }
+    let sources = match goal.destroy {
+        true => profiles::Sources::default(),
+        false => context::check_sources(g, &loaded.config)?,
+    };
     let lock = StateLock::acquire(&loaded.state_dir, &loaded.config.name, operation)?;
     let store = StateStore::open(&loaded.state_dir, &loaded.config.name)?;
     let aws = context::aws(g, &loaded.config).await;
     let id = interruptible(
         cancel,
-        context::check_identity(&aws, &loaded.config, store.state()),
+        context::check_identity(g, &aws, &loaded.config, store.state()),
     )
     .await??;
     if goal.destroy {
@@ -96,7 +97,7 @@ async fn make(
     loaded.config = interruptible(cancel, preparing).await??;
     let config = &loaded.config;
     let exec = context::exec_auth(g)?;
-    let built = profiles::build(config, &aws, store.state().lineage, &exec)?;
+    let built = profiles::build(config, &aws, store.state().lineage, &exec, &sources)?;
     let planning = make_plan(PlanRequest {
         config,
         desired: &built.resources,
@@ -474,10 +475,11 @@ pub async fn apply_saved(
         &aws,
         store.state().lineage,
         &context::exec_auth(g)?,
+        &profiles::read_sources(&config)?,
     )?;
     let id = interruptible(
         cancel,
-        context::check_identity(&aws, &config, store.state()),
+        context::check_identity(g, &aws, &config, store.state()),
     )
     .await??;
     let handles = plan::handles(&built.resources, built.provider.as_ref(), store.state())?;

@@ -698,7 +698,7 @@ impl Deployment {
         let aws = context::aws(g, &self.loaded.config).await;
         super::interruptible(
             cancel,
-            context::check_identity(&aws, &self.loaded.config, &self.state),
+            context::check_identity(g, &aws, &self.loaded.config, &self.state),
         )
         .await??;
         Ok(aws)

@@ -31,7 +31,7 @@
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -208,8 +208,9 @@ pub enum Source {
         field: String,
         /// The file or directory.
         path: PathBuf,
-        /// The parsed objects.
-        bundle: Bundle,
+        /// The parsed objects, shared by every graph built from them
+        /// (a plan builds one before and one after its read-only calls).
+        bundle: Arc<Bundle>,
         /// Hex SHA-256 over the objects (canonical JSON, in order).
         sha256: String,
     },
@@ -363,7 +364,7 @@ impl Source {
             field: field.into(),
             path,
             sha256: content_hash(&parsed),
-            bundle: parsed,
+            bundle: Arc::new(parsed),
         })
     }
 }
@@ -418,7 +419,7 @@ impl ManifestsResource {
     /// hundreds of objects; `spec` asks for them on every plan step).
     fn bundle(&self, inputs: Option<&Inputs>) -> Result<Cow<'_, Bundle>, ResourceError> {
         let (file, text) = match &self.source {
-            Source::Loaded { bundle, .. } => return Ok(Cow::Borrowed(bundle)),
+            Source::Loaded { bundle, .. } => return Ok(Cow::Borrowed(bundle.as_ref())),
             Source::Template { file, text } => (file, text),
         };
         let mut values = self.values.clone();

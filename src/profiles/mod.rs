@@ -35,23 +35,41 @@ pub enum ProfileError {
     Manifests(#[from] crate::k8s::resource::SourceError),
 }
 
-/// Builds the resources of the config's profile for the state of lineage
-/// `lineage` (resources tag what they create with it); Kubernetes
-/// resources authenticate to the cluster with `exec` (this binary's `eks
-/// get-token`).
+pub use vanilla::Sources;
+
+/// Reads and checks the manifests the config names for its profile (the
+/// `[kubeflow]` files, [`vanilla::read_sources`]): no AWS or Kubernetes
+/// call. Read once per command; every graph built from them shares them.
 ///
 /// # Errors
 /// [`ProfileError::NotAvailable`] for profiles this build cannot deploy;
-/// [`ProfileError::Manifests`] for manifests named in config that cannot be
-/// read or used.
+/// [`ProfileError::Manifests`] for manifests that cannot be read or used.
+pub fn read_sources(config: &Config) -> Result<Sources, ProfileError> {
+    match config.profile {
+        ProfileName::Vanilla => Ok(vanilla::read_sources(config)?),
+        other => Err(ProfileError::NotAvailable(other)),
+    }
+}
+
+/// Builds the resources of the config's profile for the state of lineage
+/// `lineage` (resources tag what they create with it); Kubernetes
+/// resources authenticate to the cluster with `exec` (this binary's `eks
+/// get-token`); the manifests named in config are `sources`
+/// ([`read_sources`] of this config; [`Sources::default`] for a destroy,
+/// whose [`prepare`] drops them).
+///
+/// # Errors
+/// [`ProfileError::NotAvailable`] for profiles this build cannot deploy;
+/// [`ProfileError::Manifests`] when two bundles hold the same object.
 pub fn build(
     config: &Config,
     aws: &SdkConfig,
     lineage: uuid::Uuid,
     exec: &ExecAuth,
+    sources: &Sources,
 ) -> Result<Built, ProfileError> {
     match config.profile {
-        ProfileName::Vanilla => Ok(vanilla::build(config, aws, lineage, exec)?),
+        ProfileName::Vanilla => Ok(vanilla::build(config, aws, lineage, exec, sources)?),
         other => Err(ProfileError::NotAvailable(other)),
     }
 }

@@ -676,16 +676,62 @@ fn connector(
     }
 }
 
-/// The Kubernetes bundles (see the module docs).
+/// The manifests named in config (`[kubeflow]`), read and checked by
+/// [`read_sources`]; every graph built from them shares their objects.
+#[derive(Debug, Clone, Default)]
+pub struct Sources {
+    /// `kubeflow.manifests`.
+    kubeflow: Option<ManifestSource>,
+    /// `kubeflow.training_operator`.
+    training_operator: Option<ManifestSource>,
+}
+
+/// Reads and checks the manifests named in config (`kubeflow.manifests`,
+/// `kubeflow.training_operator`; [`ManifestSource::load`]). Both are read
+/// before either error is returned, so that one run names what is wrong
+/// with each. No `[kubeflow]` path: empty [`Sources`], nothing read.
 ///
 /// # Errors
-/// [`SourceError`] when manifests named in config cannot be read or break
-/// a rule of the EFS CSI driver.
+/// [`SourceError`] naming the field, file and line; [`SourceError::Several`]
+/// when both are broken.
+pub fn read_sources(config: &Config) -> Result<Sources, SourceError> {
+    let load = |field: &str, suffix: &str, path: &Option<std::path::PathBuf>| {
+        path.as_ref().map(|path| {
+            ManifestSource::load(
+                field,
+                &format!("{}-{suffix}", config.applyset_name()),
+                path.clone(),
+                &config.kubernetes_version,
+            )
+        })
+    };
+    let kubeflow = load("kubeflow.manifests", "kubeflow", &config.kubeflow.manifests);
+    let operator = load(
+        "kubeflow.training_operator",
+        "training-operator",
+        &config.kubeflow.training_operator,
+    );
+    match (kubeflow.transpose(), operator.transpose()) {
+        (Ok(kubeflow), Ok(training_operator)) => Ok(Sources {
+            kubeflow,
+            training_operator,
+        }),
+        (Err(a), Err(b)) => Err(SourceError::Several(vec![a, b])),
+        (Err(e), _) | (_, Err(e)) => Err(e),
+    }
+}
+
+/// The Kubernetes bundles (see the module docs), those of `[kubeflow]` from
+/// `sources`.
+///
+/// # Errors
+/// [`SourceError::Overlap`] when two bundles hold the same object.
 fn bundles(
     config: &Config,
     aws: &SdkConfig,
     exec: &ExecAuth,
     lineage: uuid::Uuid,
+    sources: &Sources,
 ) -> Result<Vec<ManifestsResource>, SourceError> {
     let connector = connector(config, aws, exec, lineage);
     let nodes: Vec<Address> = std::iter::once(addr(CLUSTER))
@@ -752,29 +798,10 @@ fn bundles(
             300,
         ),
     ];
-    // Both sources are read before either error is returned, so that one
-    // run names what is wrong with each.
-    let load = |field: &str, suffix: &str, path: &Option<std::path::PathBuf>| {
-        path.as_ref().map(|path| {
-            ManifestSource::load(
-                field,
-                &format!("{}-{suffix}", config.applyset_name()),
-                path.clone(),
-                &config.kubernetes_version,
-            )
-        })
-    };
-    let kubeflow = load("kubeflow.manifests", "kubeflow", &config.kubeflow.manifests);
-    let operator = load(
-        "kubeflow.training_operator",
-        "training-operator",
-        &config.kubeflow.training_operator,
-    );
-    let (kubeflow, operator) = match (kubeflow.transpose(), operator.transpose()) {
-        (Ok(k), Ok(o)) => (k, o),
-        (Err(a), Err(b)) => return Err(SourceError::Several(vec![a, b])),
-        (Err(e), _) | (_, Err(e)) => return Err(e),
-    };
+    let Sources {
+        kubeflow,
+        training_operator: operator,
+    } = sources.clone();
     let mut user_after = vec![addr(EFS_STORAGE_ADDRESS)];
     if let Some(source) = kubeflow {
         out.push(bundle(
@@ -790,7 +817,7 @@ fn bundles(
     }
     if let Some(source) = operator {
         let mut after = nodes.clone();
-        if config.kubeflow.manifests.is_some() {
+        if sources.kubeflow.is_some() {
             after.push(addr(KUBEFLOW_ADDRESS));
         }
         let mut operator = bundle(
@@ -808,7 +835,7 @@ fn bundles(
         }];
         out.push(operator);
     }
-    let editor = if config.kubeflow.manifests.is_some() {
+    let editor = if sources.kubeflow.is_some() {
         // The ClusterRole Kubeflow's profile controller binds default-editor to.
         "kubeflow-edit"
     } else {
@@ -863,16 +890,18 @@ fn bundles(
 }
 
 /// The vanilla profile's resources, for the state of lineage `lineage`;
-/// the Kubernetes bundles authenticate with `exec`.
+/// the Kubernetes bundles authenticate with `exec`; the `[kubeflow]`
+/// bundles are those of `sources` (read from this config by
+/// [`read_sources`], or empty for a destroy, which reads none).
 ///
 /// # Errors
-/// [`SourceError`] when manifests named in config (`kubeflow.*`) cannot be
-/// read or parsed, or break a rule of the EFS CSI driver.
+/// [`SourceError::Overlap`] when two bundles hold the same object.
 pub fn build(
     config: &Config,
     aws: &SdkConfig,
     lineage: uuid::Uuid,
     exec: &ExecAuth,
+    sources: &Sources,
 ) -> Result<Built, SourceError> {
     let mut resources: Vec<Arc<dyn Resource>> = stacks(config, aws, lineage)
         .into_iter()
@@ -883,7 +912,7 @@ pub fn build(
         resources.push(Arc::new(nodegroup(config, aws, lineage, group, settings)));
     }
     resources.push(Arc::new(oidc(config, aws, lineage)));
-    for b in bundles(config, aws, exec, lineage)? {
+    for b in bundles(config, aws, exec, lineage, sources)? {
         resources.push(Arc::new(b));
     }
     Ok(Built {
@@ -1137,6 +1166,17 @@ mod tests {
         }
     }
 
+    /// The graph of `config`, its manifests read as a plan reads them.
+    fn from_config(config: &Config) -> Result<Built, SourceError> {
+        build(
+            config,
+            &aws(),
+            uuid::Uuid::nil(),
+            &exec(),
+            &read_sources(config)?,
+        )
+    }
+
     fn aws() -> SdkConfig {
         SdkConfig::builder()
             .behavior_version(aws_config::BehaviorVersion::latest())
@@ -1145,7 +1185,7 @@ mod tests {
 
     #[tokio::test]
     async fn graph_follows_design_section_3() {
-        let built = build(&config(""), &aws(), uuid::Uuid::nil(), &exec()).unwrap();
+        let built = from_config(&config("")).unwrap();
         let deps: Vec<(String, Vec<String>)> = built
             .resources
             .iter()
@@ -1259,7 +1299,7 @@ mod tests {
             kf.display().to_string(),
             op.display().to_string()
         );
-        let built = build(&config(&extra), &aws(), uuid::Uuid::nil(), &exec()).unwrap();
+        let built = from_config(&config(&extra)).unwrap();
         let deps = |a: &str| {
             built
                 .resources
@@ -1288,7 +1328,7 @@ mod tests {
              fileSystemId: fs-0123456789abcdef0}\n",
         )
         .unwrap();
-        let err = build(&config(&extra), &aws(), uuid::Uuid::nil(), &exec())
+        let err = from_config(&config(&extra))
             .err()
             .expect("C15 is an error")
             .to_string();
@@ -1304,7 +1344,7 @@ mod tests {
             "apiVersion: v1\nkind: Namespace\nmetadata: {name: default}\n",
         )
         .unwrap();
-        let err = build(&config(&extra), &aws(), uuid::Uuid::nil(), &exec())
+        let err = from_config(&config(&extra))
             .err()
             .expect("an undeletable namespace is an error")
             .to_string();
@@ -1322,7 +1362,7 @@ mod tests {
              fileSystemId: fs-0123456789abcdef0, directoryPerms: \"700\"}\n",
         )
         .unwrap();
-        let err = build(&config(&extra), &aws(), uuid::Uuid::nil(), &exec())
+        let err = from_config(&config(&extra))
             .err()
             .expect("an object in two bundles is an error")
             .to_string();
@@ -1340,7 +1380,7 @@ mod tests {
         )
         .unwrap();
         std::fs::remove_file(op.join("a.yaml")).unwrap();
-        let err = build(&config(&extra), &aws(), uuid::Uuid::nil(), &exec())
+        let err = from_config(&config(&extra))
             .err()
             .expect("two broken sources are an error")
             .to_string();
@@ -1356,7 +1396,7 @@ mod tests {
     #[tokio::test]
     async fn every_node_group_is_a_node_and_a_removed_one_can_still_be_deleted() {
         let groups = "[node_groups.cpu]\n[node_groups.gpu]\ninstance_type = \"g5.xlarge\"";
-        let built = build(&config(groups), &aws(), uuid::Uuid::nil(), &exec()).unwrap();
+        let built = from_config(&config(groups)).unwrap();
         let addresses: Vec<String> = built
             .resources
             .iter()
@@ -1383,9 +1423,7 @@ mod tests {
             inputs_hash: None,
             updated_at: chrono::Utc::now(),
         };
-        let provider = build(&config(""), &aws(), uuid::Uuid::nil(), &exec())
-            .unwrap()
-            .provider;
+        let provider = from_config(&config("")).unwrap().provider;
         let handle = provider
             .handle_for(gpu.address(), &recorded)
             .expect("node groups are known to the provider");
