@@ -655,6 +655,10 @@ async fn bad_input_is_refused_before_any_job_is_created() {
             "--cpu \"-1\" is negative",
         ),
         (
+            vec!["train", "--runtime", "kubernetes", "--data", "efs:/datasets", "--memory", "-1Gi"],
+            "--memory \"-1Gi\" is negative",
+        ),
+        (
             vec![
                 "train",
                 "--runtime",

@@ -66,10 +66,11 @@ pub struct TrainArgs {
     #[arg(long)]
     pub instance_type: Option<String>,
     /// CPU request and limit of each replica, a Kubernetes quantity (kubernetes) [default: 1].
-    #[arg(long, allow_negative_numbers = true)]
+    #[arg(long, allow_hyphen_values = true)]
     pub cpu: Option<String>,
     /// Memory request and limit of each replica, a Kubernetes quantity of at least 128Mi (kubernetes) [default: 2Gi].
-    #[arg(long, allow_negative_numbers = true)]
+    // allow_hyphen_values: `-1Gi` is a negative quantity to refuse, not an unknown flag.
+    #[arg(long, allow_hyphen_values = true)]
     pub memory: Option<String>,
     /// Longest run in seconds, at most 2419200 (28 days, SageMaker's limit for
     /// StoppingCondition.MaxRuntimeInSeconds) (sagemaker: its MaxRuntimeInSeconds; kubernetes:

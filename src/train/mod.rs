@@ -148,7 +148,9 @@ pub fn parse_quantity(s: &str) -> Result<String, String> {
         .split(|c: char| !(c.is_ascii_digit() || c == '.'))
         .next()
         .unwrap_or_default();
-    if s.starts_with('-') {
+    if s.strip_prefix('-')
+        .is_some_and(|rest| grammar.is_match(rest))
+    {
         return Err(format!(
             "{s:?} is negative; a request is a positive quantity, e.g. 500m, 2, 2Gi"
         ));
@@ -297,7 +299,19 @@ mod tests {
         ] {
             assert_eq!(super::parse_quantity(ok).as_deref(), Ok(ok), "{ok}");
         }
-        for bad in ["abc", "2GB", "+1", "1 Gi", "", "Gi", "2gi", "1.2.3", "1ki"] {
+        for bad in [
+            "abc",
+            "2GB",
+            "+1",
+            "1 Gi",
+            "",
+            "Gi",
+            "2gi",
+            "1.2.3",
+            "1ki",
+            "--workers",
+            "-",
+        ] {
             let e = super::parse_quantity(bad).unwrap_err();
             assert!(e.contains("is not a Kubernetes quantity"), "{bad}: {e}");
         }
