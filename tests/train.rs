@@ -1743,6 +1743,32 @@ async fn demo_path_trains_on_both_runtimes_serves_the_model_and_destroys_everyth
         );
         assert_eq!(d.calls("CreateModel"), models);
         assert!(d.state()["endpoints"].get("demo-sm-3").is_none());
+        // An artifact that is there but is no model.tar.gz: the endpoint's
+        // container never passes its health check, the endpoint is Failed,
+        // and what was created stays recorded as failed until deleted.
+        s3.put_object()
+            .bucket(bucket)
+            .key(key)
+            .body(b"not a tarball".to_vec().into())
+            .send()
+            .await
+            .unwrap();
+        let err = d.fails(&[
+            "endpoint",
+            "deploy",
+            "--job",
+            "demo-sm",
+            "--endpoint-name",
+            "demo-sm-3",
+        ]);
+        assert!(
+            err.contains("deploying endpoint demo-sm-3 (recorded as failed"),
+            "{err}"
+        );
+        assert_eq!(d.state()["endpoints"]["demo-sm-3"]["status"], "failed");
+        let deleted = d.stdout(&["endpoint", "delete", "demo-sm-3"]);
+        assert!(deleted.contains("Deleted endpoint demo-sm-3"), "{deleted}");
+        assert!(d.state()["endpoints"].get("demo-sm-3").is_none());
         s3.copy_object()
             .bucket(bucket)
             .key(key)
