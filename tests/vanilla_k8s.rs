@@ -771,6 +771,15 @@ async fn replace_recreates_a_bundle_and_a_node_group_and_refuses_what_others_dep
             && planned.contains("replacement requested with --replace"),
         "{planned}"
     );
+    // The plan names what the delete half takes with it, as a destroy's does.
+    assert!(
+        planned.contains("- pytorchjobs.kubeflow.org (CustomResourceDefinition")
+            && planned.contains(
+                "someones-job (PyTorchJob.kubeflow.org)  # not applied by `kfaws apply`; deleted \
+                 with CRD pytorchjobs.kubeflow.org"
+            ),
+        "{planned}"
+    );
     let applied = d.stdout(&[
         "apply",
         "--auto-approve",

@@ -25,7 +25,10 @@ pub struct PreviewError {
 
 /// Fills [`Change::details`] of every update in `changes`, of every create
 /// and replacement from [`crate::resource::Resource::preview_create`], and
-/// of every delete from [`crate::resource::Resource::preview_delete`]; and
+/// of every delete from [`crate::resource::Resource::preview_delete`] (a
+/// recorded replacement's details start with its delete half's: replacing
+/// a bundle deletes what deleting it would, custom resources of its CRDs
+/// included); and
 /// [`Change::import`] of every create of an address the state does not
 /// hold from [`crate::resource::Resource::importable`].
 ///
@@ -68,7 +71,7 @@ pub async fn preview(
     let deleted: Vec<usize> = changes
         .iter()
         .enumerate()
-        .filter(|(_, c)| c.action == Action::Delete)
+        .filter(|(_, c)| matches!(c.action, Action::Delete | Action::Replace))
         .filter(|(_, c)| {
             handles.contains_key(&c.address) && state.resources.contains_key(&c.address)
         })
@@ -88,7 +91,7 @@ pub async fn preview(
                     .filter_map(|d| state.resources.get(&d).map(|r| (d, r.outputs.clone())))
                     .collect(),
             );
-            let delete = c.action == Action::Delete;
+            let delete = matches!(c.action, Action::Delete | Action::Replace);
             async move {
                 let details = if delete {
                     handle.preview_delete(recorded).await
@@ -105,6 +108,11 @@ pub async fn preview(
     let mut failures = Vec::new();
     for (i, result) in results {
         match result {
+            // A replacement's delete half comes first, as it runs first.
+            Ok(mut details) if changes[i].action == Action::Replace => {
+                details.append(&mut changes[i].details);
+                changes[i].details = details;
+            }
             Ok(details) => changes[i].details = details,
             Err(e) => failures.push((changes[i].address.clone(), e.to_string())),
         }
