@@ -238,6 +238,30 @@ async fn the_wrong_region_or_account_is_refused_before_planning() {
         .assert()
         .failure()
         .stderr(predicate::str::contains(format!("account {}", d.account)));
+    // --aws-profile wins over keys in the environment, as the AWS CLI's
+    // --profile does; AWS_PROFILE does not (the SDK's chain reads the
+    // environment's keys first) and a warning says so.
+    let credentials = d.dir.path().join("credentials");
+    std::fs::write(
+        &credentials,
+        "[other]\naws_access_key_id = 111111111111\naws_secret_access_key = test\n",
+    )
+    .unwrap();
+    d.kfaws(&["--aws-profile", "other", "plan"])
+        .env("AWS_SHARED_CREDENTIALS_FILE", &credentials)
+        .env("AWS_CONFIG_FILE", d.dir.path().join("no-config"))
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains(format!("account {}", d.account)));
+    d.kfaws(&["plan"])
+        .env("AWS_SHARED_CREDENTIALS_FILE", &credentials)
+        .env("AWS_CONFIG_FILE", d.dir.path().join("no-config"))
+        .env("AWS_PROFILE", "other")
+        .assert()
+        .success()
+        .stderr(predicate::str::contains(
+            "AWS_PROFILE=other is not used: AWS_ACCESS_KEY_ID in the environment comes first",
+        ));
     d.stdout(&["destroy", "--auto-approve"]);
     assert!(d.live_stack_names().await.is_empty());
 }

@@ -41,8 +41,12 @@ pub async fn caller_identity(
             }
             let hints = credential_hints(&Env::real(), &Fs::real(), profile).await;
             let hints: String = hints.iter().map(|h| format!(": {h}")).collect();
+            let chain = match profile {
+                Some(_) => PROFILE_ONLY,
+                None => CHAIN,
+            };
             return Err(IdentityError(format!(
-                "no usable AWS credentials{hints}; {CHAIN} ({message})"
+                "no usable AWS credentials{hints}; {chain} ({message})"
             )));
         }
     };
@@ -58,9 +62,14 @@ const CHAIN: &str = "the AWS SDK's default chain reads AWS_ACCESS_KEY_ID and \
      ~/.aws/credentials; run `aws sso login` first for an SSO profile), a web identity token \
      (AWS_WEB_IDENTITY_TOKEN_FILE), then the ECS task or EC2 instance role";
 
+/// Where the credentials come from with `--aws-profile` ([`super::with_profile`]).
+const PROFILE_ONLY: &str = "with --aws-profile they come from that profile only \
+     (~/.aws/config and ~/.aws/credentials; run `aws sso login` first for an SSO profile), not \
+     from the environment";
+
 /// What is half set up in the places the default chain reads, when it found
 /// no credentials: one access-key variable without the other (the
-/// environment provider needs both), or a selected profile (`--aws-profile`
+/// environment provider needs both; not read with `--aws-profile`), or a selected profile (`--aws-profile`
 /// as `profile`, else `AWS_PROFILE`) that neither profile file defines
 /// (their locations follow `AWS_CONFIG_FILE` and
 /// `AWS_SHARED_CREDENTIALS_FILE`, read by the SDK's own loader,
@@ -68,7 +77,9 @@ const CHAIN: &str = "the AWS SDK's default chain reads AWS_ACCESS_KEY_ID and \
 async fn credential_hints(env: &Env, fs: &Fs, profile: Option<&str>) -> Vec<String> {
     let set = |name| env.get(name).is_ok_and(|v| !v.is_empty());
     let mut hints = Vec::new();
+    // With --aws-profile the environment's keys are not read.
     match (set("AWS_ACCESS_KEY_ID"), set("AWS_SECRET_ACCESS_KEY")) {
+        _ if profile.is_some() => {}
         (true, false) => hints.push(
             "AWS_ACCESS_KEY_ID is set but AWS_SECRET_ACCESS_KEY is not (both are needed)".into(),
         ),

@@ -2,8 +2,9 @@
 //! that live in AWS: CloudFormation stacks ([`stack`]), the EKS cluster and
 //! node groups ([`eks`]) and the cluster's IAM OIDC provider ([`oidc`]).
 //!
-//! Credentials come from the SDK's default chain (environment, `AWS_PROFILE`
-//! or `--aws-profile`, SSO, web identity, container and instance metadata);
+//! Credentials come from the profile of `--aws-profile`, else the SDK's
+//! default chain (environment, `AWS_PROFILE`, SSO, web identity, container
+//! and instance metadata; [`with_profile`]);
 //! the endpoint from the SDK's standard `AWS_ENDPOINT_URL` override when set
 //! (how tests and `make demo` reach the local emulator). Retries use the SDK's
 //! standard retry mode with a bounded number of attempts.
@@ -109,15 +110,44 @@ pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
     out
 }
 
-/// Loads the SDK configuration for `region`, optionally from a named profile.
+/// Loads the SDK configuration for `region`, its credentials as
+/// [`with_profile`] says for `profile` (`--aws-profile`). Without it, when
+/// both `AWS_PROFILE` and `AWS_ACCESS_KEY_ID` are set, a warning says the
+/// profile is not used (the environment's keys come first in the chain).
 pub async fn sdk_config(region: &str, profile: Option<&str>) -> SdkConfig {
-    let mut loader = aws_config::defaults(BehaviorVersion::latest())
+    let set = |name| std::env::var(name).ok().filter(|v| !v.is_empty());
+    if let (None, Some(p), Some(_)) = (profile, set("AWS_PROFILE"), set("AWS_ACCESS_KEY_ID")) {
+        tracing::warn!(
+            "AWS_PROFILE={p} is not used: AWS_ACCESS_KEY_ID in the environment comes first in \
+             the AWS SDK's credential chain (unset it, or pass --aws-profile {p})"
+        );
+    }
+    let loader = aws_config::defaults(BehaviorVersion::latest())
         .region(Region::new(region.to_string()))
         .retry_config(RetryConfig::standard().with_max_attempts(MAX_ATTEMPTS));
-    if let Some(p) = profile {
-        loader = loader.profile_name(p);
+    with_profile(loader, profile).load().await
+}
+
+/// Where credentials come from. With `--aws-profile` (`profile`): that
+/// profile only (its keys, SSO session, role or `credential_process`), as
+/// the AWS CLI's `--profile` — keys in the environment do not override an
+/// explicit flag, and a profile no file defines fails instead of falling
+/// through to other credentials. Without it: the SDK's default chain, in
+/// which `AWS_ACCESS_KEY_ID`/`AWS_SECRET_ACCESS_KEY` come before
+/// `AWS_PROFILE` (AWS SDKs and Tools Reference Guide, "Understand the
+/// credential provider chain").
+pub fn with_profile(
+    loader: aws_config::ConfigLoader,
+    profile: Option<&str>,
+) -> aws_config::ConfigLoader {
+    match profile {
+        Some(p) => loader.profile_name(p).credentials_provider(
+            aws_config::profile::ProfileFileCredentialsProvider::builder()
+                .profile_name(p)
+                .build(),
+        ),
+        None => loader,
     }
-    loader.load().await
 }
 
 #[cfg(test)]

@@ -174,12 +174,16 @@ pub fn state_path(state_dir: &Path, name: &str) -> PathBuf {
 /// `--aws-profile` or `AWS_PROFILE`.
 pub fn exec_auth(g: &Global) -> anyhow::Result<kfaws::k8s::kubeconfig::ExecAuth> {
     use anyhow::Context as _;
+    use kfaws::k8s::kubeconfig::AwsProfile;
     Ok(kfaws::k8s::kubeconfig::ExecAuth {
         command: std::env::current_exe().context("cannot locate the kfaws executable")?,
-        aws_profile: g
-            .aws_profile
-            .clone()
-            .or_else(|| std::env::var("AWS_PROFILE").ok().filter(|p| !p.is_empty())),
+        aws_profile: match &g.aws_profile {
+            Some(p) => Some(AwsProfile::Flag(p.clone())),
+            None => std::env::var("AWS_PROFILE")
+                .ok()
+                .filter(|p| !p.is_empty())
+                .map(AwsProfile::Env),
+        },
     })
 }
 

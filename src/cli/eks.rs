@@ -18,10 +18,9 @@ pub async fn get_token(g: &Global, cluster: &str) -> anyhow::Result<u8> {
     if let Some(region) = &g.region {
         loader = loader.region(Region::new(region.clone()));
     }
-    if let Some(profile) = &g.aws_profile {
-        loader = loader.profile_name(profile);
-    }
-    let sdk = loader.load().await;
+    let sdk = kfaws::aws::with_profile(loader, g.aws_profile.as_deref())
+        .load()
+        .await;
     let t = token::get_token(&sdk, cluster).await?;
     tracing::debug!(cluster, expiration = %t.expiration, "made an EKS token");
     let info = std::env::var("KUBERNETES_EXEC_INFO").ok();

@@ -136,10 +136,9 @@ pub async fn push(
     if let Some(region) = &g.region {
         loader = loader.region(aws_config::Region::new(region.clone()));
     }
-    if let Some(profile) = &g.aws_profile {
-        loader = loader.profile_name(profile);
-    }
-    let sdk = loader.load().await;
+    let sdk = kfaws::aws::with_profile(loader, g.aws_profile.as_deref())
+        .load()
+        .await;
     anyhow::ensure!(
         sdk.region().is_some(),
         "no AWS region: pass --region or set AWS_REGION"

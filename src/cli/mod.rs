@@ -61,9 +61,10 @@ use tokio_util::sync::CancellationToken;
 /// failure and drift detection.
 ///
 /// Configuration comes from kfaws.toml in the current directory (or
-/// --config), overridden by flags. AWS credentials come from the standard
-/// chain (environment, AWS_PROFILE or --aws-profile, SSO, instance
-/// metadata); AWS_ENDPOINT_URL redirects every AWS call (the local emulator).
+/// --config), overridden by flags. AWS credentials come from --aws-profile
+/// when given, else the standard chain (environment, AWS_PROFILE, SSO,
+/// instance metadata); AWS_ENDPOINT_URL redirects every AWS call (the local
+/// emulator).
 #[derive(Debug, Parser)]
 #[command(
     name = "kfaws",
@@ -90,7 +91,8 @@ pub struct Global {
     /// AWS Region [default: `region` in kfaws.toml, else AWS_REGION].
     #[arg(long, global = true)]
     region: Option<String>,
-    /// Named AWS profile for credentials (as AWS_PROFILE).
+    /// Named AWS profile: credentials from that profile only, even when AWS_ACCESS_KEY_ID is set
+    /// (AWS_PROFILE instead comes after keys in the environment).
     #[arg(long, global = true, value_name = "PROFILE")]
     aws_profile: Option<String>,
     /// Directory of deployment state [default: `state_dir` in kfaws.toml, else .kfaws beside it].

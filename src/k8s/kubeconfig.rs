@@ -52,8 +52,21 @@ pub struct ClusterAccess {
 pub struct ExecAuth {
     /// Absolute path of the kfaws binary.
     pub command: PathBuf,
-    /// `AWS_PROFILE` for the plugin, when the user chose one.
-    pub aws_profile: Option<String>,
+    /// The AWS profile for the plugin, when the user chose one.
+    pub aws_profile: Option<AwsProfile>,
+}
+
+/// How the user chose an AWS profile; the plugin gets it the same way, so
+/// that its tokens are signed by the credentials kfaws itself used
+/// ([`crate::aws::with_profile`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AwsProfile {
+    /// `--aws-profile NAME`: the plugin's `--aws-profile` (that profile's
+    /// credentials only).
+    Flag(String),
+    /// `AWS_PROFILE=NAME`: the plugin's `AWS_PROFILE` (the SDK's chain,
+    /// environment keys first).
+    Env(String),
 }
 
 /// Why the kubeconfig could not be made, read or written.
@@ -207,12 +220,17 @@ pub fn merge(
         .map(str::to_string)
         .collect();
     args.extend(["--region".to_string(), access.region.clone()]);
-    let env = exec.aws_profile.as_ref().map(|p| {
-        vec![std::collections::HashMap::from([
+    let env = match &exec.aws_profile {
+        Some(AwsProfile::Flag(p)) => {
+            args.extend(["--aws-profile".to_string(), p.clone()]);
+            None
+        }
+        Some(AwsProfile::Env(p)) => Some(vec![std::collections::HashMap::from([
             ("name".to_string(), "AWS_PROFILE".to_string()),
             ("value".to_string(), p.clone()),
-        ])]
-    });
+        ])]),
+        None => None,
+    };
     upsert(
         &mut config.auth_infos,
         NamedAuthInfo {
@@ -344,7 +362,7 @@ mod tests {
     fn exec() -> ExecAuth {
         ExecAuth {
             command: PathBuf::from("/opt/kfaws/bin/kfaws"),
-            aws_profile: Some("ml-admin".into()),
+            aws_profile: Some(AwsProfile::Env("ml-admin".into())),
         }
     }
 
@@ -471,6 +489,24 @@ preferences: {}
             (ctx.cluster.as_str(), ctx.user.as_deref()),
             (arn, Some(arn))
         );
+    }
+
+    #[test]
+    fn a_profile_chosen_with_the_flag_reaches_the_plugin_as_the_flag() {
+        let mut config = Kubeconfig::default();
+        let flag = ExecAuth {
+            aws_profile: Some(AwsProfile::Flag("ml-admin".into())),
+            ..exec()
+        };
+        merge(&mut config, &access(), &flag, None);
+        let exec = config.auth_infos[0]
+            .auth_info
+            .as_ref()
+            .and_then(|a| a.exec.as_ref())
+            .unwrap();
+        let args = exec.args.as_deref().unwrap();
+        assert_eq!(args[args.len() - 2..], ["--aws-profile", "ml-admin"]);
+        assert_eq!(exec.env, None, "no AWS_PROFILE beside the flag");
     }
 
     #[test]
