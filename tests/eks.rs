@@ -773,6 +773,38 @@ async fn node_group_drift_is_repaired_scaling_changes_in_place_and_a_removed_gro
     assert_eq!(launch_templates(&ec2, &d).await, [format!("kfaws-{cpu}")]);
     d.kfaws(&["plan", "--detailed-exitcode"]).assert().code(0);
 
+    // An update EKS refuses: the next plan applies the config's change
+    // again, and the size the update never reached is not taken for a
+    // change made outside kfaws.
+    common::aws::control(
+        "faults",
+        "POST",
+        &format!(
+            r#"{{"service":"eks","operation":"UpdateNodegroupConfig","kind":"server_error","code":"InvalidParameterException","status":400,"message":"refused","count":1,"account_id":"{}"}}"#,
+            d.account
+        ),
+    );
+    d.write_config("[node_groups.cpu]\nmin_size = 1\ndesired_size = 3\nmax_size = 3");
+    let failed = d.kfaws(&["apply", "--auto-approve"]).assert().code(1);
+    let out = failed.get_output();
+    let failed = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(failed.contains("InvalidParameterException"), "{failed}");
+    let plan = d.stdout(&["plan"]);
+    assert!(
+        plan.contains(
+            "an earlier update did not finish (interrupted or failed); applied again; config \
+             changed: scaling"
+        ) && !plan.contains("changed outside kfaws"),
+        "{plan}"
+    );
+    d.write_config("[node_groups.cpu]\nmin_size = 1\ndesired_size = 2\nmax_size = 3");
+    d.stdout(&["apply", "--auto-approve"]);
+    d.kfaws(&["plan", "--detailed-exitcode"]).assert().code(0);
+
     // Bounds widened outside kfaws and the size moved to 3 within them:
     // apply restores max 2 and so removes a node, which the plan says.
     eks.update_nodegroup_config()

@@ -236,9 +236,13 @@ fn diff_one(
                 _ => None,
             };
             // An unfinished update may have reached some live values: they
-            // are compared with what it wanted, not with the spec before it.
-            let before = recorded.updating.as_ref().unwrap_or(&recorded.spec);
-            let fields = field_changes(&desired, before, live, r.replace_fields());
+            // are compared with what it wanted; a live value it did not reach
+            // (still the spec's before it) is not drift either.
+            let (before, previous) = match &recorded.updating {
+                Some(wanted) => (wanted, Some(&recorded.spec)),
+                None => (&recorded.spec, None),
+            };
+            let fields = field_changes(&desired, before, previous, live, r.replace_fields());
             let drift = fields.iter().any(|f| f.drift);
             let mut c = if let Some(f) = fields.iter().find(|f| f.forces_replacement) {
                 let why = if f.drift {
@@ -338,7 +342,7 @@ fn update_reason(fields: &[FieldChange]) -> String {
 /// `before` is the recorded value and `after` the live (= desired) one.
 fn refreshed(desired: &Value, recorded: &Value) -> Vec<FieldChange> {
     // With no live view the comparison is desired vs recorded.
-    field_changes(desired, recorded, None, &[])
+    field_changes(desired, recorded, None, None, &[])
         .into_iter()
         .map(|f| FieldChange { drift: true, ..f })
         .collect()
@@ -346,22 +350,30 @@ fn refreshed(desired: &Value, recorded: &Value) -> Vec<FieldChange> {
 
 /// Field-level differences between the desired spec and the world as last
 /// seen: the live value where the service reports one, else the recorded one.
+/// A live value is drift when it is neither the recorded one nor
+/// `previous`'s (the spec before an unfinished update, which the update may
+/// not have reached).
 fn field_changes(
     desired: &Value,
     recorded: &Value,
+    previous: Option<&Value>,
     live: Option<&serde_json::Map<String, Value>>,
     replace: &[&str],
 ) -> Vec<FieldChange> {
     let empty = serde_json::Map::new();
     let desired = desired.as_object().unwrap_or(&empty);
     let recorded = recorded.as_object().unwrap_or(&empty);
+    let previous = previous.map(|p| p.as_object().unwrap_or(&empty));
     let keys: BTreeSet<&String> = desired.keys().chain(recorded.keys()).collect();
     keys.into_iter()
         .filter_map(|k| {
             let want = desired.get(k);
             let was = recorded.get(k);
             let (now, drift) = match live.and_then(|l| l.get(k)) {
-                Some(seen) => (Some(seen), Some(seen) != was),
+                Some(seen) => (
+                    Some(seen),
+                    Some(seen) != was && previous.is_none_or(|p| Some(seen) != p.get(k)),
+                ),
                 None => (was, false),
             };
             (want != now).then(|| FieldChange {
@@ -583,11 +595,24 @@ pub(crate) mod tests {
         assert_eq!(c.action, Action::Update);
         assert_eq!(
             c.reason,
-            format!("{UNFINISHED_UPDATE}; drift: changed outside kfaws: tags")
+            format!("{UNFINISHED_UPDATE}; config changed: tags")
         );
-        // (live differs from what the update wanted: shown as such)
+        assert!(!c.drift && !c.fields[0].drift, "{c:?}");
         assert_eq!(c.fields[0].before, Some(json!({"a": "1"})));
         assert_eq!(c.fields[0].after, Some(json!({"a": "2"})));
+        // A live value that is neither the one before nor the one wanted
+        // was changed outside kfaws.
+        let elsewhere = json!({"cidr": "10.0.0.0/16", "tags": {"a": "manual"}});
+        let c = one(
+            Some(want.clone()),
+            Some(started()),
+            Some(present(elsewhere)),
+        );
+        assert_eq!(
+            c.reason,
+            format!("{UNFINISHED_UPDATE}; drift: changed outside kfaws: tags")
+        );
+        assert!(c.drift && c.fields[0].drift, "{c:?}");
         // Without the record, the same live values would be taken for a
         // change made outside kfaws (and only recorded).
         let c = one(
