@@ -289,13 +289,14 @@ fn a_held_lock_refuses_apply_and_unlock_breaks_it() {
     let held = kfaws::state::lock::StateLock::acquire(&state_dir, &d.name, "apply").unwrap();
     let id = held.info().id.to_string();
     std::mem::forget(held); // never released; its holder is this test's process
-    d.kfaws(&["apply", "--auto-approve"])
-        .assert()
-        .failure()
-        .stderr(
+    for args in [&["apply", "--auto-approve"][..], &["graph", "--plan"]] {
+        d.kfaws(args).assert().failure().stderr(
             predicate::str::contains("the state is locked by")
                 .and(predicate::str::contains(id.as_str())),
         );
+    }
+    // Without a plan, the graph reads only the config: no lock.
+    d.kfaws(&["graph"]).assert().success();
     // The holder's pid runs on this host: unlock refuses unless forced.
     d.kfaws(&["state", "unlock", &id])
         .assert()

@@ -6,6 +6,7 @@ use kfaws::config::ProfileName;
 use kfaws::graph::{Dag, NodeStyle};
 use kfaws::plan::{make_plan, Action, PlanRequest};
 use kfaws::profiles;
+use kfaws::state::lock::StateLock;
 use kfaws::state::store::StateStore;
 
 use super::context;
@@ -34,6 +35,16 @@ pub async fn graph(
     // Read before any call, so bad manifests are refused first.
     let sources = profiles::read_sources(&config)?;
     let aws = context::aws(g, &config).await;
+    // A plan reads the state as `kfaws plan` does: under its lock, so it
+    // never sees an apply's state half way.
+    let _lock = match with_plan {
+        true => Some(StateLock::acquire(
+            &loaded.state_dir,
+            &config.name,
+            "graph --plan",
+        )?),
+        false => None,
+    };
     let store = StateStore::open(&loaded.state_dir, &config.name)?;
     if with_plan {
         super::interruptible(
