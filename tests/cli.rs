@@ -40,6 +40,15 @@ async fn plan_apply_noop_plan_outputs_and_destroy() {
         "{plan}"
     );
 
+    // Before the apply, a named output is not known yet, and says why.
+    let err = d.fails(&["output", "vpc_id"]);
+    assert!(
+        err.contains("output \"vpc_id\"")
+            && err.contains("comes from stack.network")
+            && err.contains("run `kfaws apply` first"),
+        "{err}"
+    );
+
     let applied = d.stdout(&["apply", "--auto-approve"]);
     assert!(
         applied.contains("Apply complete! Resources: 11 added, 0 changed, 0 destroyed."),

@@ -133,17 +133,28 @@ pub fn output(g: &Global, name: Option<&str>, json: bool) -> anyhow::Result<u8> 
             .collect();
     match name {
         Some(n) => {
-            let v = named
-                .get(n)
-                .copied()
-                .or_else(|| raw.get(n))
-                .with_context(|| {
-                    format!(
+            // A named output whose resource has not recorded it yet.
+            let pending = kfaws::profiles::named_outputs(profile)
+                .iter()
+                .find(|o| o.name == n);
+            let v =
+                named
+                    .get(n)
+                    .copied()
+                    .or_else(|| raw.get(n))
+                    .with_context(|| match pending {
+                        Some(o) => format!(
+                            "output {n:?} of deployment {deployment:?} is not known yet: it comes \
+                         from {}, which the state does not record as created; run `kfaws apply` \
+                         first",
+                            o.address
+                        ),
+                        None => format!(
                         "no output {n:?} in deployment {deployment:?}; `kfaws output` lists the \
                          named ones, `kfaws state show ADDRESS` a resource's outputs (asked for \
                          as ADDRESS.KEY)"
-                    )
-                })?;
+                    ),
+                    })?;
             match (json, v.as_str()) {
                 (false, Some(s)) => outln!("{s}")?,
                 _ => outln!("{v}")?,
