@@ -357,7 +357,8 @@ async fn a_bucket_with_objects_stops_destroy_before_anything_is_deleted() {
         "{err}"
     );
     assert!(
-        err.contains("kfaws destroy --force-destroy-buckets"),
+        err.contains("kfaws destroy --force-destroy-buckets")
+            && err.contains("`kfaws plan --destroy --force-destroy-buckets` shows that plan"),
         "{err}"
     );
     assert_eq!(d.live_stacks().await, before);

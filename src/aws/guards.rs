@@ -229,7 +229,8 @@ impl BucketGuard {
             "bucket {name} is not empty: it holds {contents}. Amazon S3 deletes only empty \
              buckets, so the destroy would stop half way; nothing was deleted. Run `kfaws \
              destroy --force-destroy-buckets` to delete every object version and delete marker \
-             first (they cannot be recovered), or empty the bucket yourself"
+             first (they cannot be recovered), or empty the bucket yourself; `kfaws plan \
+             --destroy --force-destroy-buckets` shows that plan without deleting anything"
         ))
     }
 }
