@@ -979,7 +979,8 @@ async fn bundles_refuse_a_cluster_that_does_not_carry_this_states_tags() {
     assert!(
         err.contains("does not carry this deployment's tags")
             && err.contains("kfaws:lineage is \"someone-elses\"")
-            && err.contains("nothing was changed"),
+            && err.contains("nothing was changed")
+            && err.contains("run kfaws with that state's directory"),
         "{err}"
     );
     let client = d.cluster().client().await;

@@ -133,15 +133,27 @@ impl ClusterConnector {
                         .and_then(|t| t.get(key))
                         .map_or("(none)".to_string(), |v| format!("{v:?}"))
                 };
+                let live_deployment = tag(crate::aws::stack::DEPLOYMENT_TAG);
+                // The same deployment name, another lineage: another state
+                // file of this deployment made the cluster (a second copy of
+                // kfaws.toml with its own .kfaws).
+                let way_on = match live_deployment == format!("{deployment:?}") {
+                    true => "Another state of this deployment (another lineage: a copy of \
+                             kfaws.toml with its own state directory) made it, or its tag was \
+                             changed: run kfaws with that state's directory (--state-dir or \
+                             state_dir), or put the tag back if this state made it"
+                        .to_string(),
+                    false => "Put the tags back if it is this deployment's, or `kfaws state rm` \
+                              the k8s.* entries this state records to let go of them"
+                        .to_string(),
+                };
                 return Err(ResourceError::refused(format!(
                     "EKS cluster {} ({}) does not carry this deployment's tags: kfaws:deployment \
-                     is {} and kfaws:lineage is {} (this state's: {deployment:?}, {lineage:?}); \
-                     kfaws neither applies nor deletes Kubernetes objects in a cluster that is not \
-                     this deployment's, and nothing was changed. Put the tags back if it is, or \
-                     `kfaws state rm` the k8s.* entries to let go of them",
+                     is {live_deployment} and kfaws:lineage is {} (this state's: {deployment:?}, \
+                     {lineage:?}); kfaws neither applies nor deletes Kubernetes objects in a \
+                     cluster that is not this deployment's, and nothing was changed. {way_on}",
                     self.cluster_name,
                     cluster.arn().unwrap_or_default(),
-                    tag(crate::aws::stack::DEPLOYMENT_TAG),
                     tag(crate::aws::stack::LINEAGE_TAG),
                 )));
             }
