@@ -885,6 +885,34 @@ fn a_saved_plan_is_refused_in_another_account() {
         .stderr(predicate::str::contains("differs from the saved plan"));
 }
 
+/// A manifests file edited after `plan -out`: the saved plan is refused,
+/// naming the bundle and that the files it names changed.
+#[test]
+fn a_saved_plan_is_refused_once_a_manifests_file_changed() {
+    let d = Deployment::new("");
+    let manifests = d.dir.path().join("platform.yaml");
+    let objects = "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: team\n---\napiVersion: v1\n\
+                   kind: ConfigMap\nmetadata:\n  name: a\n  namespace: team\n";
+    std::fs::write(&manifests, objects).unwrap();
+    d.write_config(&format!("[kubeflow]\nmanifests = {manifests:?}\n"));
+    d.kfaws(&["plan", "-out", "tf.plan"]).assert().success();
+    std::fs::write(
+        &manifests,
+        format!("{objects}---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: b\n  namespace: team\n"),
+    )
+    .unwrap();
+    d.kfaws(&["apply", "tf.plan"])
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains(
+            "the saved plan's spec for k8s.kubeflow differs from what this kfaws computes now",
+        ))
+        .stderr(predicate::str::contains(
+            "a [kubeflow] manifests file edited",
+        ));
+    assert!(!d.state_file().exists(), "a refused plan writes no state");
+}
+
 #[test]
 fn an_interrupt_while_planning_exits_128_plus_the_signal_and_leaves_no_lock() {
     let d = Deployment::new("");

@@ -49,7 +49,7 @@ pub enum PlanFileError {
         current: String,
     },
     /// The desired spec computed now differs from the one planned.
-    #[error("the saved plan's spec for {0} differs from what this kfaws computes from the same config; run `kfaws plan` again")]
+    #[error("the saved plan's spec for {0} differs from what this kfaws computes now from the plan's config and the files it names (a [kubeflow] manifests file edited since the plan, or another kfaws version); run `kfaws plan` again")]
     SpecChanged(Address),
 }
 
