@@ -81,6 +81,14 @@ pub enum LockError {
     /// `state unlock` found no lock.
     #[error("the state of this deployment is not locked")]
     NotLocked,
+    /// The deployment's state directory cannot be made.
+    #[error("cannot create the state directory {dir}: {source}; the state directory is --state-dir, else state_dir in kfaws.toml, else .kfaws beside kfaws.toml: point it at a writable directory")]
+    StateDir {
+        /// The deployment's directory in the state directory.
+        dir: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
     /// An I/O error.
     #[error("state lock {path}: {source}")]
     Io {
@@ -159,7 +167,7 @@ impl StateLock {
     ///
     /// # Errors
     /// [`LockError::Held`] with the holder, [`LockError::Unreadable`],
-    /// [`LockError::Io`].
+    /// [`LockError::StateDir`] when the directory cannot be made, [`LockError::Io`].
     pub fn acquire(state_dir: &Path, deployment: &str, operation: &str) -> Result<Self, LockError> {
         let path = lock_path(state_dir, deployment);
         let dir = path.parent().expect("lock path has a parent");
@@ -169,9 +177,12 @@ impl StateLock {
             .map(Path::to_path_buf)
             .collect();
         create_private_dir(dir).map_err(|e| match e {
-            crate::state::store::StateError::Io { path, source } => LockError::Io { path, source },
-            other => LockError::Io {
-                path: dir.to_path_buf(),
+            crate::state::store::StateError::Io { source, .. } => LockError::StateDir {
+                dir: dir.to_path_buf(),
+                source,
+            },
+            other => LockError::StateDir {
+                dir: dir.to_path_buf(),
                 source: std::io::Error::other(other.to_string()),
             },
         })?;
@@ -313,6 +324,21 @@ mod tests {
     /// `release_held` releases every lock this process holds, including
     /// those of tests running beside it: tests that take locks run one at a time.
     static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    #[test]
+    fn a_state_directory_that_cannot_be_made_says_where_it_is_set() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("file");
+        std::fs::write(&file, "").unwrap();
+        let err = StateLock::acquire(&file.join("state"), "demo", "plan").unwrap_err();
+        assert!(matches!(err, LockError::StateDir { .. }), "{err:?}");
+        let text = err.to_string();
+        assert!(
+            text.starts_with("cannot create the state directory ")
+                && text.contains("--state-dir, else state_dir in kfaws.toml"),
+            "{text}"
+        );
+    }
 
     fn serial() -> std::sync::MutexGuard<'static, ()> {
         SERIAL
