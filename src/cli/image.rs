@@ -12,25 +12,47 @@ fn default_tag() -> String {
     format!("kfaws-trainer:{}", env!("CARGO_PKG_VERSION"))
 }
 
-/// Checks `name:tag` against the Docker reference grammar's tag rule
-/// (`[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}`) and a lowercase repository name
-/// (distribution/reference, `reference.go`).
+/// Checks `name:tag` against the Docker reference grammar
+/// (distribution/reference, `reference.go`): an optional registry host
+/// (`registry.example.com:5000/`, the first component when it holds a `.`
+/// or `:` or is `localhost`), path components of lowercase letters and
+/// digits joined by `.`, `_`, `__` or `-`, each `/`-separated, then `:` and
+/// a tag `[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}`. A reference without a tag is
+/// refused: kfaws does not assume `:latest`.
 fn check_tag(tag: &str) -> anyhow::Result<()> {
-    let (name, t) = tag.rsplit_once(':').with_context(|| {
-        format!("--tag {tag:?} is invalid: write NAME:TAG, e.g. kfaws-trainer:1")
-    })?;
-    let name_ok = !name.is_empty()
-        && name
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "._-/".contains(c));
+    let (name, t) = match tag.rsplit_once(':') {
+        Some((name, t)) if !t.contains('/') => (name, t),
+        _ => anyhow::bail!(
+            "--tag {tag:?} has no tag: write NAME:TAG, e.g. kfaws-trainer:1 (kfaws does not \
+             assume :latest)"
+        ),
+    };
+    let (host, path) = match name.split_once('/') {
+        Some((host, path)) if host.contains(['.', ':']) || host == "localhost" => {
+            (Some(host), path)
+        }
+        _ => (None, name),
+    };
+    let host_ok = host.is_none_or(|h| {
+        let (h, port) = h.split_once(':').unwrap_or((h, "1"));
+        !h.is_empty()
+            && h.chars()
+                .all(|c| c.is_ascii_alphanumeric() || ".-".contains(c))
+            && !port.is_empty()
+            && port.chars().all(|c| c.is_ascii_digit())
+    });
+    let component =
+        regex_lite::Regex::new(r"^[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*$").expect("valid regex");
+    let path_ok = path.split('/').all(|c| component.is_match(c));
     let tag_ok = (1..=128).contains(&t.len())
         && !t.starts_with(['.', '-'])
         && t.chars()
             .all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c));
     anyhow::ensure!(
-        name_ok && tag_ok,
-        "--tag {tag:?} is invalid: the name is lowercase letters, digits and ._-/, the tag at most \
-         128 of letters, digits and _.- not starting with . or - (Docker reference grammar)"
+        host_ok && path_ok && tag_ok,
+        "--tag {tag:?} is invalid: write [HOST[:PORT]/]NAME:TAG, the name lowercase letters and \
+         digits separated by . _ - or /, the tag at most 128 of letters, digits and _.- not \
+         starting with . or - (Docker reference grammar)"
     );
     Ok(())
 }
@@ -167,4 +189,37 @@ pub async fn push(
     );
     outln!("{}", pushed.reference)?;
     Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn tags_follow_the_docker_reference_grammar() {
+        for ok in [
+            "kfaws-trainer:1",
+            "team/trainer:v1.2",
+            "registry.example.com:5000/foo:bar",
+            "localhost/foo:bar",
+            "123456789012.dkr.ecr.us-east-1.amazonaws.com/kfaws-trainer:0.1.0",
+            "a__b/c-d:_x",
+        ] {
+            assert!(super::check_tag(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "Trainer_X:1",
+            "foo:",
+            "/foo:1",
+            "foo//bar:1",
+            "foo-:1",
+            "registry:port/foo:1",
+            "foo:-1",
+        ] {
+            let e = super::check_tag(bad).unwrap_err().to_string();
+            assert!(e.contains("is invalid"), "{bad}: {e}");
+        }
+        for untagged in ["foo", "registry.example.com:5000/foo"] {
+            let e = super::check_tag(untagged).unwrap_err().to_string();
+            assert!(e.contains("has no tag"), "{untagged}: {e}");
+        }
+    }
 }
