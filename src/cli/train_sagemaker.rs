@@ -215,7 +215,9 @@ async fn clear_prefix(aws: &SdkConfig, bucket: &str, prefix: &str) -> anyhow::Re
     Ok(deleted)
 }
 
-/// Every regular file under `dir`, sorted.
+/// Every regular file under `dir`, sorted. Anything else that is not a
+/// directory (a FIFO, socket or device, which S3 cannot hold) is left out
+/// with a warning naming it.
 fn files_under(dir: &Path) -> walkdir::Result<Vec<PathBuf>> {
     walkdir::WalkDir::new(dir)
         // A symbolic link is read as what it points to, as the trainer's check reads it (a
@@ -223,7 +225,17 @@ fn files_under(dir: &Path) -> walkdir::Result<Vec<PathBuf>> {
         .follow_links(true)
         .sort_by_file_name()
         .into_iter()
-        .filter(|e| e.as_ref().map_or(true, |e| e.file_type().is_file()))
+        .filter(|e| {
+            let Ok(e) = e else { return true };
+            let t = e.file_type();
+            if !t.is_file() && !t.is_dir() {
+                tracing::warn!(
+                    "{} is not a regular file (a FIFO, socket or device): not uploaded",
+                    e.path().display()
+                );
+            }
+            t.is_file()
+        })
         .map(|e| e.map(walkdir::DirEntry::into_path))
         .collect()
 }
@@ -995,6 +1007,24 @@ pub async fn train(
 mod tests {
     use super::*;
     use aws_sdk_s3::types::ChecksumType;
+
+    #[test]
+    fn only_regular_files_are_uploaded_and_a_fifo_is_left_out() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a.bin"), b"x").unwrap();
+        std::fs::create_dir(dir.path().join("sub")).unwrap();
+        std::fs::write(dir.path().join("sub/b.bin"), b"y").unwrap();
+        assert!(std::process::Command::new("mkfifo")
+            .arg(dir.path().join("pipe"))
+            .status()
+            .unwrap()
+            .success());
+        let files = files_under(dir.path()).unwrap();
+        assert_eq!(
+            files,
+            [dir.path().join("a.bin"), dir.path().join("sub/b.bin")]
+        );
+    }
 
     #[test]
     fn only_whole_object_checksums_are_compared() {
