@@ -325,13 +325,24 @@ pub enum SourceError {
     #[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n"))]
     Several(Vec<SourceError>),
     /// An object breaks a rule of the EFS CSI driver.
-    #[error("{field}: {}", .errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+    #[error("{field}: {}", one_per_line(.errors))]
     Efs {
         /// The config field.
         field: String,
         /// Every broken rule.
         errors: Vec<efs::EfsError>,
     },
+}
+
+/// One error as is; several counted, one per line (as the config's errors).
+fn one_per_line(errors: &[efs::EfsError]) -> String {
+    match errors {
+        [one] => one.to_string(),
+        _ => {
+            let lines: String = errors.iter().map(|e| format!("\n  - {e}")).collect();
+            format!("{} problems:{lines}", errors.len())
+        }
+    }
 }
 
 impl Source {

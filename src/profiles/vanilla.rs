@@ -1337,6 +1337,26 @@ mod tests {
             "{err}"
         );
         assert!(err.contains("directoryPerms"), "{err}");
+        // Several broken rules: counted, one per line.
+        let class = |name: &str| {
+            format!(
+                "apiVersion: storage.k8s.io/v1\nkind: StorageClass\nmetadata: {{name: {name}}}\n\
+                 provisioner: efs.csi.aws.com\nparameters: {{provisioningMode: efs-ap, \
+                 fileSystemId: fs-0123456789abcdef0}}\n"
+            )
+        };
+        std::fs::write(&kf, format!("{}---\n{}", class("a"), class("b"))).unwrap();
+        let err = from_config(&config(&extra))
+            .err()
+            .expect("C15 is an error")
+            .to_string();
+        let lines: Vec<&str> = err.lines().collect();
+        assert_eq!(lines[0], "kubeflow.manifests: 2 problems:", "{err}");
+        assert!(
+            lines[1].starts_with("  - StorageClass a (")
+                && lines[2].starts_with("  - StorageClass b ("),
+            "{err}"
+        );
 
         // A namespace the API server never deletes.
         std::fs::write(
