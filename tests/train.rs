@@ -1494,6 +1494,83 @@ async fn demo_path_trains_on_both_runtimes_serves_the_model_and_destroys_everyth
     );
     assert_eq!(d.calls("PutObject"), puts, "nothing uploaded: {resumed}");
 
+    // The bucket emptied since (a destroy and apply make it again): both the data demo-sm read
+    // and its checkpoints are gone, and the errors say so rather than "other data".
+    {
+        let s3 = d.aws().await.s3();
+        let mut moved = Vec::new();
+        for prefix in ["kfaws/datasets/demo-sm/", "kfaws/checkpoints/demo-sm/"] {
+            let listed = s3
+                .list_objects_v2()
+                .bucket(&bucket)
+                .prefix(prefix)
+                .send()
+                .await
+                .unwrap();
+            for key in listed.contents().iter().filter_map(|o| o.key()) {
+                let kept = format!("kept/{key}");
+                s3.copy_object()
+                    .bucket(&bucket)
+                    .key(&kept)
+                    .copy_source(format!("{bucket}/{key}"))
+                    .send()
+                    .await
+                    .unwrap();
+                s3.delete_object()
+                    .bucket(&bucket)
+                    .key(key)
+                    .send()
+                    .await
+                    .unwrap();
+                moved.push((key.to_string(), kept));
+            }
+        }
+        assert!(!moved.is_empty());
+        let err = d.fails(&[
+            "train",
+            "--runtime",
+            "sagemaker",
+            "--workers",
+            "2",
+            "--epochs",
+            "3",
+            "--data",
+            FASHION_MNIST,
+            "--job-name",
+            "demo-sm-3",
+            "--image",
+            &image,
+            "--resume-from",
+            "demo-sm",
+        ]);
+        assert!(
+            err.contains(&format!(
+                "nothing is left under s3://{bucket}/kfaws/datasets/demo-sm/, the data it read \
+                 (the artifact bucket was emptied or made again since it ran)"
+            )) && err.contains(&format!(
+                "no checkpoint under s3://{bucket}/kfaws/checkpoints/demo-sm (the job ended \
+                 before writing one, or the artifact bucket was emptied or made again since it \
+                 ran)"
+            )) && !err.contains("holds other data"),
+            "{err}"
+        );
+        for (key, kept) in moved {
+            s3.copy_object()
+                .bucket(&bucket)
+                .key(&key)
+                .copy_source(format!("{bucket}/{kept}"))
+                .send()
+                .await
+                .unwrap();
+            s3.delete_object()
+                .bucket(&bucket)
+                .key(&kept)
+                .send()
+                .await
+                .unwrap();
+        }
+    }
+
     // Ctrl-C during the upload of a local --data: the upload stops before its next file, and no
     // job is created. 2,000 small files beside the dataset make the upload outlast the signal.
     {

@@ -417,10 +417,14 @@ fn local_checksums(
     Ok(out)
 }
 
+/// [`data_difference`] when nothing is left under the channel's prefix.
+const DATA_GONE: &str = "(gone)";
+
 /// Whether the local `dir` holds the files S3 holds under `uri`: the first difference in
 /// paths or sizes, else in content where S3 stored a full-object checksum
 /// ([`stored_checksums`]; objects without one are compared by size only, with a warning);
-/// `None` when they are the same. Returns early with an error once `cancel` fires.
+/// `None` when they are the same; [`DATA_GONE`] when nothing is under `uri`. Returns early
+/// with an error once `cancel` fires.
 async fn data_difference(
     aws: &SdkConfig,
     dir: &Path,
@@ -429,6 +433,9 @@ async fn data_difference(
 ) -> anyhow::Result<Option<String>> {
     let here = local_files(dir).await?;
     let there = objects_under(aws, uri).await?;
+    if there.is_empty() {
+        return Ok(Some(DATA_GONE.to_string()));
+    }
     if let Some(difference) = resume::first_file_difference(&here, &there) {
         return Ok(Some(difference));
     }
@@ -535,6 +542,11 @@ async fn resume_from(
         match &previous.input {
             Some(ChannelSource::S3 { uri }) => match data_difference(aws, dir, uri, cancel).await {
                 Ok(None) => channel = Some(uri.clone()),
+                Ok(Some(gone)) if gone == DATA_GONE => problems.push(anyhow::anyhow!(
+                    "--resume-from {old}: nothing is left under {uri}, the data it read (the \
+                     artifact bucket was emptied or made again since it ran); a resumed job \
+                     reads the same data: start a new job without --resume-from"
+                )),
                 Ok(Some(difference)) => problems.push(anyhow::anyhow!(
                     "--resume-from {old}: --data {} holds other data than {uri}, which it \
                          read: {difference}; a resumed job reads the same data",

@@ -280,8 +280,9 @@ pub fn checkpoint_problem<'a>(
 ) -> Option<String> {
     let Some((epoch, step, name)) = newest_checkpoint(keys) else {
         return Some(format!(
-            "--resume-from {old}: no checkpoint under {uri} (the job ended before writing one); \
-             start a new job without --resume-from"
+            "--resume-from {old}: no checkpoint under {uri} (the job ended before writing one, or \
+             the artifact bucket was emptied or made again since it ran); start a new job \
+             without --resume-from"
         ));
     };
     let mut parsed = kfaws_trainer_contract::Hyperparameters::default();
