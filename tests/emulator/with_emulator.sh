@@ -57,7 +57,10 @@ trap stop_emulator EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-(cd "$here" && exec "$venv/bin/python" -m kfaws_emulator --port 0 --ready-file "$ready" \
+# The emulator's work directory (local EFS, training jobs, endpoints, unpacked images:
+# hundreds of MB) lives in $work, so it goes with it on exit.
+(cd "$here" && KFAWS_EMULATOR_WORK_DIR="${KFAWS_EMULATOR_WORK_DIR:-$work/local}" \
+    exec "$venv/bin/python" -m kfaws_emulator --port 0 --ready-file "$ready" \
     --exit-on-stdin-eof <"$work/lifeline" 2>"$log") &
 emulator_pid=$!
 exec 9>"$work/lifeline"
