@@ -115,17 +115,24 @@ pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
 /// both `AWS_PROFILE` and `AWS_ACCESS_KEY_ID` are set, a warning says the
 /// profile is not used (the environment's keys come first in the chain).
 pub async fn sdk_config(region: &str, profile: Option<&str>) -> SdkConfig {
-    let set = |name| std::env::var(name).ok().filter(|v| !v.is_empty());
-    if let (None, Some(p), Some(_)) = (profile, set("AWS_PROFILE"), set("AWS_ACCESS_KEY_ID")) {
-        tracing::warn!(
-            "AWS_PROFILE={p} is not used: AWS_ACCESS_KEY_ID in the environment comes first in \
-             the AWS SDK's credential chain (unset it, or pass --aws-profile {p})"
-        );
-    }
+    warn_if_profile_shadowed(profile);
     let loader = aws_config::defaults(BehaviorVersion::latest())
         .region(Region::new(region.to_string()))
         .retry_config(RetryConfig::standard().with_max_attempts(MAX_ATTEMPTS));
     with_profile(loader, profile).load().await
+}
+
+/// Without `--aws-profile` (`profile`), when both `AWS_PROFILE` and
+/// `AWS_ACCESS_KEY_ID` are set: a warning that the profile is not used (the
+/// environment's keys come first in the SDK's chain).
+pub fn warn_if_profile_shadowed(profile: Option<&str>) {
+    let set = |name| std::env::var(name).ok().filter(|v| !v.is_empty());
+    if let (None, Some(p), Some(_)) = (profile, set("AWS_PROFILE"), set("AWS_ACCESS_KEY_ID")) {
+        tracing::warn!(
+            "AWS_PROFILE={p} is not used: AWS_ACCESS_KEY_ID in the environment comes first in \
+             the AWS SDK's credential chain (unset it to use the profile, or pass --aws-profile)"
+        );
+    }
 }
 
 /// Where credentials come from. With `--aws-profile` (`profile`): that

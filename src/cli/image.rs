@@ -158,6 +158,7 @@ pub async fn push(
     if let Some(region) = &g.region {
         loader = loader.region(aws_config::Region::new(region.clone()));
     }
+    kfaws::aws::warn_if_profile_shadowed(g.aws_profile.as_deref());
     let sdk = kfaws::aws::with_profile(loader, g.aws_profile.as_deref())
         .load()
         .await;
