@@ -380,20 +380,35 @@ fn broken_manifests_and_an_unavailable_profile_fail_before_any_api_call_naming_e
         ));
 }
 
+/// `cmd` with no credentials anywhere the AWS SDK's default chain looks:
+/// none in the environment, no profile selected, `home` (with no `.aws`
+/// unless the test writes one) as the home directory, and no instance
+/// metadata service.
+fn without_credentials<'c>(
+    cmd: &'c mut assert_cmd::Command,
+    home: &std::path::Path,
+) -> &'c mut assert_cmd::Command {
+    for var in [
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        "AWS_WEB_IDENTITY_TOKEN_FILE",
+        "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+        "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+        "AWS_CONFIG_FILE",
+        "AWS_SHARED_CREDENTIALS_FILE",
+        "AWS_PROFILE",
+    ] {
+        cmd.env_remove(var);
+    }
+    cmd.env("HOME", home)
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+}
+
 #[test]
 fn without_credentials_one_error_says_where_the_sdk_looked() {
     let d = Deployment::new("");
-    d.kfaws(&["plan"])
-        .env_remove("AWS_ACCESS_KEY_ID")
-        .env_remove("AWS_SECRET_ACCESS_KEY")
-        .env_remove("AWS_WEB_IDENTITY_TOKEN_FILE")
-        .env_remove("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI")
-        .env_remove("AWS_CONTAINER_CREDENTIALS_FULL_URI")
-        .env_remove("AWS_CONFIG_FILE")
-        .env_remove("AWS_SHARED_CREDENTIALS_FILE")
-        // No ~/.aws either.
-        .env("HOME", d.dir.path())
-        .env("AWS_EC2_METADATA_DISABLED", "true")
+    without_credentials(&mut d.kfaws(&["plan"]), d.dir.path())
         .assert()
         .code(1)
         .stderr(predicate::str::starts_with(
@@ -411,16 +426,7 @@ fn without_credentials_one_error_says_where_the_sdk_looked() {
 fn without_credentials_what_is_half_set_up_is_named() {
     let d = Deployment::new("");
     let bare = |cmd: &mut assert_cmd::Command| {
-        cmd.env_remove("AWS_ACCESS_KEY_ID")
-            .env_remove("AWS_SECRET_ACCESS_KEY")
-            .env_remove("AWS_WEB_IDENTITY_TOKEN_FILE")
-            .env_remove("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI")
-            .env_remove("AWS_CONTAINER_CREDENTIALS_FULL_URI")
-            .env_remove("AWS_CONFIG_FILE")
-            .env_remove("AWS_SHARED_CREDENTIALS_FILE")
-            .env_remove("AWS_PROFILE")
-            .env("HOME", d.dir.path())
-            .env("AWS_EC2_METADATA_DISABLED", "true");
+        without_credentials(cmd, d.dir.path());
     };
     std::fs::create_dir(d.dir.path().join(".aws")).unwrap();
     std::fs::write(

@@ -1497,7 +1497,8 @@ async fn demo_path_trains_on_both_runtimes_serves_the_model_and_destroys_everyth
     // The bucket emptied since (a destroy and apply make it again): both the data demo-sm read
     // and its checkpoints are gone, and the errors say so rather than "other data".
     {
-        let s3 = d.aws().await.s3();
+        let account = d.aws().await;
+        let s3 = account.s3();
         let mut moved = Vec::new();
         for prefix in ["kfaws/datasets/demo-sm/", "kfaws/checkpoints/demo-sm/"] {
             let listed = s3
@@ -1509,19 +1510,7 @@ async fn demo_path_trains_on_both_runtimes_serves_the_model_and_destroys_everyth
                 .unwrap();
             for key in listed.contents().iter().filter_map(|o| o.key()) {
                 let kept = format!("kept/{key}");
-                s3.copy_object()
-                    .bucket(&bucket)
-                    .key(&kept)
-                    .copy_source(format!("{bucket}/{key}"))
-                    .send()
-                    .await
-                    .unwrap();
-                s3.delete_object()
-                    .bucket(&bucket)
-                    .key(key)
-                    .send()
-                    .await
-                    .unwrap();
+                account.move_object(&bucket, key, &kept).await;
                 moved.push((key.to_string(), kept));
             }
         }
@@ -1555,19 +1544,7 @@ async fn demo_path_trains_on_both_runtimes_serves_the_model_and_destroys_everyth
             "{err}"
         );
         for (key, kept) in moved {
-            s3.copy_object()
-                .bucket(&bucket)
-                .key(&key)
-                .copy_source(format!("{bucket}/{kept}"))
-                .send()
-                .await
-                .unwrap();
-            s3.delete_object()
-                .bucket(&bucket)
-                .key(&kept)
-                .send()
-                .await
-                .unwrap();
+            account.move_object(&bucket, &kept, &key).await;
         }
     }
 
@@ -1780,7 +1757,8 @@ async fn demo_path_trains_on_both_runtimes_serves_the_model_and_destroys_everyth
     assert!(d.state()["endpoints"].get("demo-sm-2").is_none());
     // A model artifact gone from S3 is refused before anything is created or recorded.
     {
-        let s3 = d.aws().await.s3();
+        let account = d.aws().await;
+        let s3 = account.s3();
         let artifact = d.state()["endpoints"]["demo-sm"]["model_data_url"]
             .as_str()
             .unwrap()
@@ -1790,19 +1768,7 @@ async fn demo_path_trains_on_both_runtimes_serves_the_model_and_destroys_everyth
             .and_then(|r| r.split_once('/'))
             .unwrap();
         let kept = format!("{key}.kept");
-        s3.copy_object()
-            .bucket(bucket)
-            .key(&kept)
-            .copy_source(format!("{bucket}/{key}"))
-            .send()
-            .await
-            .unwrap();
-        s3.delete_object()
-            .bucket(bucket)
-            .key(key)
-            .send()
-            .await
-            .unwrap();
+        account.move_object(bucket, key, &kept).await;
         let models = d.calls("CreateModel");
         let err = d.fails(&[
             "endpoint",
@@ -1846,13 +1812,7 @@ async fn demo_path_trains_on_both_runtimes_serves_the_model_and_destroys_everyth
         let deleted = d.stdout(&["endpoint", "delete", "demo-sm-3"]);
         assert!(deleted.contains("Deleted endpoint demo-sm-3"), "{deleted}");
         assert!(d.state()["endpoints"].get("demo-sm-3").is_none());
-        s3.copy_object()
-            .bucket(bucket)
-            .key(key)
-            .copy_source(format!("{bucket}/{kept}"))
-            .send()
-            .await
-            .unwrap();
+        account.move_object(bucket, &kept, key).await;
     }
     // A model of the same spec made outside kfaws (no kfaws:deployment tag)
     // is neither adopted nor recorded: a destroy would delete it.

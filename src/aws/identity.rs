@@ -90,11 +90,7 @@ async fn credential_hints(env: &Env, fs: &Fs, profile: Option<&str>) -> Vec<Stri
     }
     let selected = match profile {
         Some(p) => Some((p.to_string(), "--aws-profile")),
-        None => env
-            .get("AWS_PROFILE")
-            .ok()
-            .filter(|p| !p.is_empty())
-            .map(|p| (p, "AWS_PROFILE")),
+        None => super::env_profile(env).map(|p| (p, "AWS_PROFILE")),
     };
     let Some((name, from)) = selected else {
         return hints;

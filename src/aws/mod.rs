@@ -29,6 +29,7 @@ pub use clients::client;
 
 use aws_config::retry::RetryConfig;
 use aws_config::{BehaviorVersion, Region, SdkConfig};
+use aws_types::os_shim_internal::Env;
 
 /// Attempts per AWS call, including the first (the SDK's standard retry mode
 /// backs off exponentially with jitter between them, at most 20 s apart).
@@ -126,13 +127,22 @@ pub async fn sdk_config(region: &str, profile: Option<&str>) -> SdkConfig {
 /// `AWS_ACCESS_KEY_ID` are set: a warning that the profile is not used (the
 /// environment's keys come first in the SDK's chain).
 pub fn warn_if_profile_shadowed(profile: Option<&str>) {
-    let set = |name| std::env::var(name).ok().filter(|v| !v.is_empty());
-    if let (None, Some(p), Some(_)) = (profile, set("AWS_PROFILE"), set("AWS_ACCESS_KEY_ID")) {
+    let env = Env::real();
+    let keys = env.get("AWS_ACCESS_KEY_ID").is_ok_and(|v| !v.is_empty());
+    if let (None, Some(p), true) = (profile, env_profile(&env), keys) {
         tracing::warn!(
             "AWS_PROFILE={p} is not used: AWS_ACCESS_KEY_ID in the environment comes first in \
              the AWS SDK's credential chain (unset it to use the profile, or pass --aws-profile)"
         );
     }
+}
+
+/// The profile `AWS_PROFILE` names in `env` (the process environment with
+/// [`Env::real`]): its value when set and not empty, else `None`. The one
+/// reading of the variable for the warnings, the credential hints and the
+/// kubeconfig's exec plugin, so they agree on what is selected.
+pub fn env_profile(env: &Env) -> Option<String> {
+    env.get("AWS_PROFILE").ok().filter(|p| !p.is_empty())
 }
 
 /// Where credentials come from. With `--aws-profile` (`profile`): that

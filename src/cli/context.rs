@@ -179,9 +179,7 @@ pub fn exec_auth(g: &Global) -> anyhow::Result<kfaws::k8s::kubeconfig::ExecAuth>
         command: std::env::current_exe().context("cannot locate the kfaws executable")?,
         aws_profile: match &g.aws_profile {
             Some(p) => Some(AwsProfile::Flag(p.clone())),
-            None => std::env::var("AWS_PROFILE")
-                .ok()
-                .filter(|p| !p.is_empty())
+            None => kfaws::aws::env_profile(&aws_types::os_shim_internal::Env::real())
                 .map(AwsProfile::Env),
         },
     })

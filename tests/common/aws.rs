@@ -379,6 +379,25 @@ impl Account {
     pub fn sagemaker(&self) -> aws_sdk_sagemaker::Client {
         aws_sdk_sagemaker::Client::new(&self.sdk)
     }
+
+    /// Moves `s3://bucket/from` to `s3://bucket/to` (copy, then delete):
+    /// how the tests make an object disappear and later put it back.
+    pub async fn move_object(&self, bucket: &str, from: &str, to: &str) {
+        let s3 = self.s3();
+        s3.copy_object()
+            .bucket(bucket)
+            .key(to)
+            .copy_source(format!("{bucket}/{from}"))
+            .send()
+            .await
+            .unwrap();
+        s3.delete_object()
+            .bucket(bucket)
+            .key(from)
+            .send()
+            .await
+            .unwrap();
+    }
 }
 
 /// A deployment in a temporary directory, in an account of its own.
