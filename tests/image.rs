@@ -88,6 +88,11 @@ fn every_descriptor_matches_its_blob_with_docker_schema_2_media_types() {
         desc["annotations"]["org.opencontainers.image.ref.name"],
         "t1"
     );
+    // The whole reference, as containerd's export writes it.
+    assert_eq!(
+        desc["annotations"]["io.containerd.image.name"],
+        "trainer:t1"
+    );
     let digest = desc["digest"].as_str().unwrap();
     assert!(printed.contains(digest), "{printed}");
     let manifest_bytes = blob(&oci, digest);

@@ -290,6 +290,52 @@ async fn push_creates_the_repository_and_the_registry_serves_the_same_image() {
     );
 }
 
+/// Without --repository, the image goes to the repository it was built as
+/// (`kfaws image build --tag HOST:PORT/PATH:TAG`), less the registry host,
+/// which ECR decides; a note says where it went instead of that host.
+#[tokio::test(flavor = "multi_thread")]
+async fn push_without_repository_uses_the_name_the_image_was_built_as() {
+    let _uploads = UPLOADS.lock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let id = fresh_account();
+    let built = format!("registry.example.com:5000/e2e-{id}/named:v7");
+    build(dir.path(), &built);
+    let digest = local_digest(&dir.path().join("kfaws-trainer-image"));
+    let (ok, stdout, stderr) = push(dir.path(), &id, &[]);
+    assert!(ok, "{stderr}");
+    let registry = format!("{id}.dkr.ecr.us-east-1.amazonaws.com");
+    assert_eq!(
+        stdout,
+        format!("{registry}/e2e-{id}/named@{digest}\n"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(&format!("Pushed e2e-{id}/named:v7:"))
+            && stderr.contains(&format!(
+                "Note: the image was built as {built}; it was pushed to {registry}, the ECR \
+                 registry of this account and region, not to registry.example.com:5000"
+            )),
+        "{stderr}"
+    );
+
+    // A built name Docker allows but ECR does not: refused before any call,
+    // naming the built reference and the flag that overrides it.
+    let other = fresh_account();
+    build(dir.path(), "localhost/a__b:1");
+    let (ok, _, stderr) = push(dir.path(), &other, &[]);
+    assert!(!ok);
+    assert!(
+        stderr.contains("the image was built as localhost/a__b:1")
+            && stderr.contains("pass --repository NAME"),
+        "{stderr}"
+    );
+    let calls = control(&format!("calls?account_id={other}"), "GET", "");
+    assert_eq!(
+        serde_json::from_str::<Value>(&calls).unwrap(),
+        serde_json::json!([])
+    );
+}
+
 #[test]
 fn bad_input_is_refused_before_any_call() {
     let dir = tempfile::tempdir().unwrap();

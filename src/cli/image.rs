@@ -20,18 +20,12 @@ fn default_tag() -> String {
 /// a tag `[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}`. A reference without a tag is
 /// refused: kfaws does not assume `:latest`.
 fn check_tag(tag: &str) -> anyhow::Result<()> {
-    let (name, t) = match tag.rsplit_once(':') {
-        Some((name, t)) if !t.contains('/') => (name, t),
-        _ => anyhow::bail!(
+    let layout::Reference { host, path, tag: t } = layout::Reference::split(tag);
+    let Some(t) = t else {
+        anyhow::bail!(
             "--tag {tag:?} has no tag: write NAME:TAG, e.g. kfaws-trainer:1 (kfaws does not \
              assume :latest)"
-        ),
-    };
-    let (host, path) = match name.split_once('/') {
-        Some((host, path)) if host.contains(['.', ':']) || host == "localhost" => {
-            (Some(host), path)
-        }
-        _ => (None, name),
+        )
     };
     let host_ok = host.is_none_or(|h| {
         let (h, port) = h.split_once(':').unwrap_or((h, "1"));
@@ -114,7 +108,7 @@ pub fn build(trainer: Option<&Path>, output: &Path, tag: Option<&str>) -> anyhow
     }
     let oci = output.join("oci");
     let archive = output.join("image.tar");
-    layout::write_oci_layout(&oci, &image, tag.rsplit_once(':').map_or("", |(_, t)| t))?;
+    layout::write_oci_layout(&oci, &image, &tag)?;
     layout::write_docker_archive(&archive, &image, &tag)?;
     outln!(
         "Built {tag} {}\n  layer {} bytes gzip ({})\n  OCI layout  {}\n  docker load {}",
@@ -132,22 +126,42 @@ pub fn build(trainer: Option<&Path>, output: &Path, tag: Option<&str>) -> anyhow
 /// ([`kfaws::image::push`]). Prints `<repositoryUri>@sha256:<hex>` alone on
 /// stdout (for `$(kfaws image push)`), what was done on stderr.
 ///
+/// The repository is `repository`, else the path of the reference the
+/// image was built as (`kfaws image build --tag`, its registry host
+/// dropped: ECR names the registry), else `kfaws-trainer`; the tag likewise.
 /// The region is `--region`, else the SDK's (AWS_REGION, the profile);
 /// no kfaws.toml is needed.
 pub async fn push(
     g: &Global,
     image_dir: &Path,
-    repository: &str,
+    repository: Option<&str>,
     tag: Option<&str>,
     cancel: &tokio_util::sync::CancellationToken,
 ) -> anyhow::Result<u8> {
     use kfaws::image::push::{self as p, LocalImage, PushError};
 
-    p::check_repository_name(repository)?;
+    if let Some(r) = repository {
+        p::check_repository_name(r)?;
+    }
     if let Some(t) = tag {
         p::check_tag(t)?;
     }
     let image = LocalImage::read(image_dir)?;
+    let built = image.reference.as_deref().map(layout::Reference::split);
+    let repository = match (repository, built) {
+        (Some(r), _) => r.to_string(),
+        (None, Some(b)) => {
+            p::check_repository_name(b.path).with_context(|| {
+                format!(
+                    "the image was built as {}, whose name is no ECR repository name; pass \
+                     --repository NAME",
+                    image.reference.as_deref().unwrap_or_default()
+                )
+            })?;
+            b.path.to_string()
+        }
+        (None, None) => p::DEFAULT_REPOSITORY.to_string(),
+    };
     let tag = tag
         .map(str::to_string)
         .or_else(|| image.tag.clone())
@@ -166,7 +180,7 @@ pub async fn push(
         sdk.region().is_some(),
         "no AWS region: pass --region or set AWS_REGION"
     );
-    let pushed = match p::push(&sdk, &image, repository, &tag, cancel).await {
+    let pushed = match p::push(&sdk, &image, &repository, &tag, cancel).await {
         Err(e @ PushError::Interrupted { .. }) => {
             errln!("Stopped: {e}.");
             return Ok(kfaws::engine::interrupt::exit_status());
@@ -188,6 +202,14 @@ pub async fn push(
             "; the tag already named this image"
         },
     );
+    let registry = pushed.reference.split('/').next().unwrap_or_default();
+    if let Some(host) = built.and_then(|r| r.host).filter(|h| *h != registry) {
+        errln!(
+            "Note: the image was built as {}; it was pushed to {registry}, the ECR registry of \
+             this account and region, not to {host}",
+            image.reference.as_deref().unwrap_or_default()
+        );
+    }
     outln!("{}", pushed.reference)?;
     Ok(0)
 }

@@ -298,9 +298,10 @@ enum ImageCommand {
         /// The image directory `kfaws image build` wrote (its OCI layout, DIR/oci).
         #[arg(long, value_name = "DIR", default_value = kfaws::image::push::DEFAULT_IMAGE_DIR)]
         image: PathBuf,
-        /// The ECR repository name.
-        #[arg(long, value_name = "NAME", default_value = kfaws::image::push::DEFAULT_REPOSITORY)]
-        repository: String,
+        /// The ECR repository name [default: the name the image was built
+        /// as, without its registry host, else kfaws-trainer].
+        #[arg(long, value_name = "NAME")]
+        repository: Option<String>,
         /// The tag [default: the tag the image was built with, else latest].
         #[arg(long, value_name = "TAG")]
         tag: Option<String>,
@@ -687,7 +688,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
             image,
             repository,
             tag,
-        }) => image::push(&g, &image, &repository, tag.as_deref(), cancel).await,
+        }) => image::push(&g, &image, repository.as_deref(), tag.as_deref(), cancel).await,
         Command::Graph { profile, plan } => graph::graph(&g, profile, plan, cancel).await,
         Command::Train(args) => train::train(&g, &args, cancel).await,
         Command::Endpoint(EndpointCommand::Deploy {

@@ -226,6 +226,9 @@ pub struct LocalImage {
     pub blobs: Vec<Blob>,
     /// The tag recorded in `index.json` (`org.opencontainers.image.ref.name`), if any.
     pub tag: Option<String>,
+    /// The whole reference the image was built as, recorded in `index.json`
+    /// (`io.containerd.image.name`, [`super::layout::IMAGE_NAME`]), if any.
+    pub reference: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -330,6 +333,7 @@ impl LocalImage {
             manifest,
             blobs,
             tag: entry.annotations.get(super::layout::REF_NAME).cloned(),
+            reference: entry.annotations.get(super::layout::IMAGE_NAME).cloned(),
         })
     }
 
