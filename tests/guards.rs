@@ -384,6 +384,65 @@ async fn a_bucket_with_objects_stops_destroy_before_anything_is_deleted() {
     assert_eq!(aws.leftovers().await, Vec::<String>::new());
 }
 
+/// `--replace stack.storage` deletes the bucket with the stack: one that
+/// holds objects stops the apply before anything is deleted, naming the
+/// flag for a replacement (not a whole destroy); with
+/// `--force-destroy-buckets` the objects go and the new bucket is empty.
+#[tokio::test]
+async fn replacing_the_bucket_stack_with_objects_needs_force_destroy_buckets() {
+    let d = Deployment::new("");
+    d.stdout(&["apply", "--auto-approve", "--target", "stack.storage"]);
+    let aws = d.aws().await;
+    let bucket = d.output("stack.storage", "BucketName");
+    aws.s3()
+        .put_object()
+        .bucket(&bucket)
+        .key("models/lenet.mpk")
+        .body(b"weights".to_vec().into())
+        .send()
+        .await
+        .unwrap();
+    let replace = ["--target", "stack.storage", "--replace", "stack.storage"];
+    let err = d.fails(&[&["apply", "--auto-approve"][..], &replace].concat());
+    assert!(
+        err.contains(&format!(
+            "stack.storage: bucket {bucket} is not empty: it holds 1 object version"
+        )) && err.contains("so the replacement would stop half way; nothing was deleted")
+            && err.contains("`kfaws apply --replace stack.storage --force-destroy-buckets`")
+            && !err.contains("kfaws destroy"),
+        "{err}"
+    );
+    assert_eq!(d.calls("DeleteStack"), 0);
+
+    let plan = d.stdout(&[&["plan", "--force-destroy-buckets"][..], &replace].concat());
+    assert!(
+        plan.contains("--force-destroy-buckets: every S3 bucket this plan deletes is emptied"),
+        "{plan}"
+    );
+    let out = d.stdout(
+        &[
+            &["apply", "--auto-approve", "--force-destroy-buckets"][..],
+            &replace,
+        ]
+        .concat(),
+    );
+    assert!(out.contains("Apply complete!"), "{out}");
+    assert_eq!(d.calls("DeleteStack"), 1);
+    assert_eq!(d.output("stack.storage", "BucketName"), bucket);
+    let listed = aws
+        .s3()
+        .list_object_versions()
+        .bucket(&bucket)
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        listed.versions().is_empty() && listed.delete_markers().is_empty(),
+        "the new bucket is empty: {listed:?}"
+    );
+    d.stdout(&["destroy", "--auto-approve"]);
+}
+
 /// The storage stack deleted outside kfaws with its bucket kept (Amazon S3
 /// deletes only empty buckets): the plan
 /// to make the stack again is refused, naming the bucket and the ways on,

@@ -224,13 +224,25 @@ impl BucketGuard {
             .to_string()
     }
 
-    fn not_empty(name: &str, contents: bucket::Contents) -> ResourceError {
+    /// The refusal of `action` (a delete or a replacement) of the stack of
+    /// bucket `name`, which holds `contents`, with the command that goes on.
+    fn not_empty(name: &str, contents: bucket::Contents, action: Action) -> ResourceError {
+        let on = if action == Action::Replace {
+            "so the replacement would stop half way; nothing was deleted. Run the apply again \
+             with --force-destroy-buckets (`kfaws apply --replace stack.storage \
+             --force-destroy-buckets`) to delete every object version and delete marker first \
+             (they cannot be recovered; the new bucket starts empty), or empty the bucket \
+             yourself; `kfaws plan` with the same flags shows that plan without deleting anything"
+        } else {
+            "so the delete would stop half way; nothing was deleted. Run `kfaws destroy \
+             --force-destroy-buckets` (or, for an apply that deletes it, `kfaws apply \
+             --force-destroy-buckets`) to delete every object version and delete marker first \
+             (they cannot be recovered), or empty the bucket yourself; `kfaws plan --destroy \
+             --force-destroy-buckets` shows that plan without deleting anything"
+        };
         ResourceError::msg(format!(
             "bucket {name} is not empty: it holds {contents}. Amazon S3 deletes only empty \
-             buckets, so the destroy would stop half way; nothing was deleted. Run `kfaws \
-             destroy --force-destroy-buckets` to delete every object version and delete marker \
-             first (they cannot be recovered), or empty the bucket yourself; `kfaws plan \
-             --destroy --force-destroy-buckets` shows that plan without deleting anything"
+             buckets, {on}"
         ))
     }
 }
@@ -322,7 +334,7 @@ impl Guard for BucketGuard {
         {
             let name = self.recorded_bucket(check.recorded);
             match bucket::contents(&self.s3, &name).await {
-                Ok(Some(c)) if c.count > 0 => return Err(Self::not_empty(&name, c)),
+                Ok(Some(c)) if c.count > 0 => return Err(Self::not_empty(&name, c, check.action)),
                 Ok(_) => {}
                 Err(e) => return Err(ResourceError::msg(e)),
             }
@@ -497,7 +509,8 @@ impl Guard for BucketGuard {
         }
         // A saved plan may be applied after objects were written.
         match bucket::contents(&self.s3, &name).await {
-            Ok(Some(c)) if c.count > 0 => Err(Self::not_empty(&name, c)),
+            // Delete wording: the hook is not told whether a replacement follows.
+            Ok(Some(c)) if c.count > 0 => Err(Self::not_empty(&name, c, Action::Delete)),
             Ok(_) => Ok(()),
             Err(e) => Err(ResourceError::msg(e)),
         }

@@ -142,8 +142,9 @@ enum Command {
         /// Replace this resource although nothing about it changed (see apply); repeatable.
         #[arg(long, value_name = "ADDR")]
         replace: Vec<Address>,
-        /// With --destroy: delete every object version of the artifact bucket first (see destroy).
-        #[arg(long, requires = "destroy")]
+        /// Delete every object version of the artifact bucket before its stack is deleted
+        /// or replaced (see destroy); saved with --out.
+        #[arg(long)]
         force_destroy_buckets: bool,
         /// Save the plan to FILE for `kfaws apply FILE` (also `-out FILE`).
         #[arg(long, value_name = "FILE")]
@@ -174,6 +175,12 @@ enum Command {
         /// --target, then apply.
         #[arg(long, value_name = "ADDR")]
         replace: Vec<Address>,
+        /// Delete every object version and delete marker of the artifact bucket before
+        /// its stack is deleted or replaced (e.g. --replace stack.storage; they cannot
+        /// be recovered); without it a non-empty bucket stops the apply before anything
+        /// is deleted.
+        #[arg(long)]
+        force_destroy_buckets: bool,
         /// Do not ask for confirmation.
         #[arg(long)]
         auto_approve: bool,
@@ -631,12 +638,17 @@ async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
             plan_file: Some(file),
             plan,
             replace,
+            force_destroy_buckets,
             ..
         } => {
-            if !plan.target.is_empty() || !replace.is_empty() || plan.profile.is_some() {
+            if !plan.target.is_empty()
+                || !replace.is_empty()
+                || plan.profile.is_some()
+                || force_destroy_buckets
+            {
                 anyhow::bail!(
-                    "--target, --replace and --profile cannot change a saved plan; run `kfaws \
-                     plan` again"
+                    "--target, --replace, --profile and --force-destroy-buckets cannot change a \
+                     saved plan; run `kfaws plan` again with them"
                 );
             }
             run::apply_saved(&g, &file, plan.parallelism, cancel).await
@@ -645,11 +657,14 @@ async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
             plan_file: None,
             plan,
             replace,
+            force_destroy_buckets,
             auto_approve,
         } => {
             let goal = run::Goal {
                 destroy: false,
-                delete_options: DeleteOptions::default(),
+                delete_options: DeleteOptions {
+                    force_destroy_buckets,
+                },
                 replace: &replace,
             };
             run::apply(&g, &plan, goal, auto_approve, cancel).await
