@@ -1034,6 +1034,13 @@ async fn an_upgrade_killed_midway_is_applied_again_not_taken_for_drift() {
     assert_eq!(entry["spec"]["kubernetes_version"], "1.32", "{entry}");
     assert_eq!(entry["updating"]["kubernetes_version"], "1.33", "{entry}");
     d.unlock_after_kill();
+    let listed = d.stdout(&["state", "list"]);
+    assert!(
+        listed
+            .lines()
+            .any(|l| l.contains("eks.cluster") && l.contains("created, update unfinished")),
+        "{listed}"
+    );
     // EKS finishes the upgrade on its own.
     d.lifecycle(r#"{"scale": 0}"#);
     while status(eks.clone(), d.name.clone()).await != ("ACTIVE".into(), "1.33".into()) {

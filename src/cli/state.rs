@@ -5,6 +5,7 @@ use comfy_table::{presets::UTF8_BORDERS_ONLY, Table};
 use kfaws::address::Address;
 use kfaws::state::lock::{self, StateLock};
 use kfaws::state::store::StateStore;
+use kfaws::state::Status;
 
 use super::context;
 use super::Global;
@@ -30,7 +31,11 @@ pub fn list(g: &Global) -> anyhow::Result<u8> {
         table.add_row([
             address.to_string(),
             r.kind.clone(),
-            r.status.as_str().to_string(),
+            match (r.status, &r.updating) {
+                // An update was started and did not finish: `plan` shows it again.
+                (Status::Created, Some(_)) => "created, update unfinished".to_string(),
+                (status, _) => status.as_str().to_string(),
+            },
             r.physical_id.clone().unwrap_or_else(|| "-".into()),
         ]);
     }
