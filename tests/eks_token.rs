@@ -340,16 +340,33 @@ async fn kubeconfig_from_the_state_lists_namespaces_through_the_exec_plugin() {
          current-context: other\n",
     )
     .unwrap();
-    for _ in 0..2 {
-        Command::cargo_bin("kfaws")
+    // With credentials of the cluster's account: no warning; with another
+    // account's, a warning naming both (the file is written either way).
+    let other = new_account();
+    for (id, warned) in [(&other, true), (&account, false), (&account, false)] {
+        let out = Command::cargo_bin("kfaws")
             .unwrap()
             .current_dir(dir.path())
             .env_remove("KFAWS_NAME")
             .env_remove("KFAWS_CONFIG")
+            .env_remove("AWS_PROFILE")
+            .env("AWS_ACCESS_KEY_ID", id)
             .args(["kubeconfig", "--kubeconfig"])
             .arg(&path)
             .assert()
             .success();
+        let stderr = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+        assert_eq!(
+            stderr.contains(&format!(
+                "Warning: the credentials of the AWS SDK's default chain are for account {other} \
+                 (arn:aws:"
+            )) && stderr.contains(&format!(
+                "but the cluster is in account {account}: kubectl will be refused (401 \
+                 Unauthorized)"
+            )),
+            warned,
+            "{stderr}"
+        );
     }
     let kubeconfig = Kubeconfig::read_from(&path).unwrap();
     assert_eq!(kubeconfig.current_context.as_deref(), Some(arn.as_str()));

@@ -2,6 +2,7 @@
 
 use anyhow::Context as _;
 use aws_config::{BehaviorVersion, Region};
+use aws_types::os_shim_internal::Env;
 use kfaws::aws::token;
 use kfaws::k8s::exec_credential::{requested_api_version, ExecCredential};
 use kfaws::k8s::kubeconfig::{self, ClusterAccess};
@@ -34,8 +35,14 @@ pub async fn get_token(g: &Global, cluster: &str) -> anyhow::Result<u8> {
 }
 
 /// `kfaws kubeconfig`: writes the deployment's cluster, a user that runs
-/// `kfaws eks get-token` and a context into the kubeconfig.
-pub fn kubeconfig(
+/// `kfaws eks get-token` and a context into the kubeconfig, then checks
+/// that the credentials the token would be made with (`--aws-profile`, else
+/// the SDK's default chain) are of the account the state records: a token
+/// of another account's identity is refused by the cluster (401
+/// Unauthorized). A mismatch, or credentials that cannot be checked, is a
+/// warning: the kubeconfig is written either way, as kubectl may run with
+/// other credentials.
+pub async fn kubeconfig(
     g: &Global,
     path: Option<&std::path::Path>,
     alias: Option<&str>,
@@ -62,5 +69,28 @@ pub fn kubeconfig(
         access.arn,
         exec.command.display()
     )?;
+    if let (Some(account), Some(region)) = (&state.account_id, &state.region) {
+        let sdk = kfaws::aws::sdk_config(region, g.aws_profile.as_deref()).await;
+        let whose = match (&g.aws_profile, kfaws::aws::env_profile(&Env::real())) {
+            (Some(p), _) => format!("of --aws-profile {p}"),
+            (None, Some(p)) => format!("of the AWS SDK's default chain (AWS_PROFILE={p})"),
+            (None, None) => "of the AWS SDK's default chain".to_string(),
+        };
+        match kfaws::aws::identity::caller_identity(&sdk, g.aws_profile.as_deref()).await {
+            Ok(id) if id.account != *account => errln!(
+                "Warning: the credentials {whose} are for account {} ({}), but the cluster is in \
+                 account {account}: kubectl will be refused (401 Unauthorized) unless the cluster \
+                 grants that identity access. Run kubectl with credentials of account {account} \
+                 (`kfaws --aws-profile PROFILE kubeconfig` records the profile in the kubeconfig).",
+                id.account,
+                id.arn
+            ),
+            Ok(_) => {}
+            Err(e) => errln!(
+                "Warning: cannot check that the credentials {whose} are for account {account}, \
+                 the cluster's: {e}"
+            ),
+        }
+    }
     Ok(0)
 }

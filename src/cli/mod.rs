@@ -689,7 +689,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::State(StateCommand::Rm { address }) => state::rm(&g, &address),
         Command::State(StateCommand::Unlock { id, force }) => state::unlock(&g, &id, force),
         Command::Kubeconfig { kubeconfig, alias } => {
-            eks::kubeconfig(&g, kubeconfig.as_deref(), alias.as_deref())
+            eks::kubeconfig(&g, kubeconfig.as_deref(), alias.as_deref()).await
         }
         Command::Eks(EksCommand::GetToken { cluster_name }) => {
             eks::get_token(&g, &cluster_name).await
