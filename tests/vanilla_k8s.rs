@@ -1195,6 +1195,21 @@ async fn a_namespaced_object_without_a_namespace_is_applied_to_default_and_stays
         String::from_utf8_lossy(&plan.stdout),
         String::from_utf8_lossy(&plan.stderr)
     );
+    // Its manifest edited: the plan names the object whose content changed.
+    std::fs::write(
+        &manifests,
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: nons}\ndata: {a: \"2\"}\n",
+    )
+    .unwrap();
+    let plan = d.stdout(&["plan"]);
+    assert!(
+        plan.contains("~ k8s.kubeflow")
+            && plan
+                .lines()
+                .any(|l| l.trim_start().starts_with("~ content.ConfigMap nons: \""))
+            && !plan.contains("drift"),
+        "{plan}"
+    );
     // Taken out of the file, it is a change of the config, not of the cluster.
     std::fs::write(
         &manifests,

@@ -644,6 +644,27 @@ impl ManifestsResource {
         objects
     }
 
+    /// Each object's key (as [`Self::objects`]) with the first 12 hex digits
+    /// of the SHA-256 of its manifest (canonical JSON, input placeholders
+    /// unfilled): a plan names the objects whose manifest was edited since
+    /// the last apply (`content.<key>`), not only that the bundle's hash
+    /// changed. 48 bits tell a few thousand objects apart with collision
+    /// odds below 1e-7 (birthday bound), and one object's edit is compared
+    /// only with its own earlier hash.
+    pub fn content(&self) -> BTreeMap<String, String> {
+        let Ok(bundle) = self.bundle(None) else {
+            return BTreeMap::new();
+        };
+        bundle
+            .objects
+            .iter()
+            .map(|m| {
+                let digest = Sha256::digest(m.object.to_string().as_bytes());
+                (manifest_key(m), hex::encode(&digest[..6]))
+            })
+            .collect()
+    }
+
     /// The namespaces this bundle declares (its Namespace objects) or puts
     /// objects in, each with the object's key (`Kind.group ns/name`).
     pub fn namespaces(&self) -> Vec<(String, String)> {
@@ -1305,6 +1326,7 @@ impl Resource for ManifestsResource {
             "sha256": sha256,
             "values": self.values,
             "objects": self.objects(),
+            "content": self.content(),
             "edited": [],
         })
     }
