@@ -351,8 +351,8 @@ async fn a_bucket_with_objects_stops_destroy_before_anything_is_deleted() {
     let err = d.fails(&["destroy", "--auto-approve"]);
     assert!(
         err.contains(&format!(
-            "stack.storage: bucket {bucket} is not empty: it holds 3 object versions and delete \
-             markers."
+            "stack.storage: bucket {bucket} is not empty: it holds 2 object versions and 1 delete \
+             marker."
         )),
         "{err}"
     );

@@ -89,23 +89,43 @@ pub async fn holder(s3: &Client, name: &str) -> Result<Holder, String> {
     }
 }
 
-/// What a bucket holds: object versions plus delete markers, from the first
-/// page of ListObjectVersions (`more` when there are further pages).
+/// What a bucket holds, from the first page of ListObjectVersions (at
+/// most 1,000 entries; `more` when there are further pages). Shown as
+/// `2 object versions and 1 delete marker`, `… or more` when truncated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Contents {
-    /// Versions and delete markers on the first page (at most 1,000).
-    pub count: usize,
-    /// Whether there are more than `count`.
+    /// Object versions on the first page (current and noncurrent).
+    pub versions: usize,
+    /// Delete markers on the first page.
+    pub delete_markers: usize,
+    /// Whether the listing has further pages.
     pub more: bool,
+}
+
+impl Contents {
+    /// Versions plus delete markers on the first page; 0 for an empty bucket.
+    pub fn count(&self) -> usize {
+        self.versions + self.delete_markers
+    }
 }
 
 impl std::fmt::Display for Contents {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        if self.count == 1 && !self.more {
-            return f.write_str("1 object version or delete marker");
-        }
-        let plus = if self.more { " or more" } else { "" };
-        write!(f, "{}{plus} object versions and delete markers", self.count)
+        let n = |count: usize, one: &str| match count {
+            1 => format!("1 {one}"),
+            n => format!("{n} {one}s"),
+        };
+        let parts = match (self.versions, self.delete_markers) {
+            (v, 0) => n(v, "object version"),
+            (0, m) => n(m, "delete marker"),
+            (v, m) => format!("{} and {}", n(v, "object version"), n(m, "delete marker")),
+        };
+        let more = if self.more {
+            " on the first page of its listing, and more"
+        } else {
+            ""
+        };
+        write!(f, "{parts}{more}")
     }
 }
 
@@ -122,7 +142,8 @@ pub async fn contents(s3: &Client, name: &str) -> Result<Option<Contents>, Strin
         .await
     {
         Ok(out) => Ok(Some(Contents {
-            count: out.versions().len() + out.delete_markers().len(),
+            versions: out.versions().len(),
+            delete_markers: out.delete_markers().len(),
             more: out.is_truncated().unwrap_or(false),
         })),
         Err(e) if e.code() == Some("NoSuchBucket") => Ok(None),
@@ -389,13 +410,22 @@ mod tests {
     use super::Contents;
 
     #[test]
-    fn contents_say_when_there_are_more() {
-        let c = |count, more| Contents { count, more }.to_string();
-        assert_eq!(c(1, false), "1 object version or delete marker");
-        assert_eq!(c(3, false), "3 object versions and delete markers");
+    fn contents_name_versions_and_delete_markers_apart_and_say_when_there_are_more() {
+        let c = |versions, delete_markers, more| {
+            Contents {
+                versions,
+                delete_markers,
+                more,
+            }
+            .to_string()
+        };
+        assert_eq!(c(1, 0, false), "1 object version");
+        assert_eq!(c(0, 1, false), "1 delete marker");
+        assert_eq!(c(2, 1, false), "2 object versions and 1 delete marker");
+        assert_eq!(c(3, 2, false), "3 object versions and 2 delete markers");
         assert_eq!(
-            c(1000, true),
-            "1000 or more object versions and delete markers"
+            c(900, 100, true),
+            "900 object versions and 100 delete markers on the first page of its listing, and more"
         );
     }
 }

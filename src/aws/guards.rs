@@ -277,7 +277,7 @@ impl BucketGuard {
             .await
             .map_err(ResourceError::msg)?
         {
-            Some(c) if c.count > 0 => format!("holds {c}"),
+            Some(c) if c.count() > 0 => format!("holds {c}"),
             _ => "is empty".to_string(),
         };
         Ok(Some(format!(
@@ -334,7 +334,9 @@ impl Guard for BucketGuard {
         {
             let name = self.recorded_bucket(check.recorded);
             match bucket::contents(&self.s3, &name).await {
-                Ok(Some(c)) if c.count > 0 => return Err(Self::not_empty(&name, c, check.action)),
+                Ok(Some(c)) if c.count() > 0 => {
+                    return Err(Self::not_empty(&name, c, check.action))
+                }
                 Ok(_) => {}
                 Err(e) => return Err(ResourceError::msg(e)),
             }
@@ -350,7 +352,7 @@ impl Guard for BucketGuard {
             // in no stack and no state.
             let old = self.recorded_bucket(check.recorded);
             match bucket::contents(&self.s3, &old).await {
-                Ok(Some(c)) if c.count > 0 => {
+                Ok(Some(c)) if c.count() > 0 => {
                     return Err(ResourceError::msg(format!(
                         "options.artifact_bucket changes the bucket from {old:?} to {:?}: \
                          CloudFormation replaces a renamed bucket and Amazon S3 deletes only \
@@ -510,7 +512,7 @@ impl Guard for BucketGuard {
         // A saved plan may be applied after objects were written.
         match bucket::contents(&self.s3, &name).await {
             // Delete wording: the hook is not told whether a replacement follows.
-            Ok(Some(c)) if c.count > 0 => Err(Self::not_empty(&name, c, Action::Delete)),
+            Ok(Some(c)) if c.count() > 0 => Err(Self::not_empty(&name, c, Action::Delete)),
             Ok(_) => Ok(()),
             Err(e) => Err(ResourceError::msg(e)),
         }
