@@ -552,19 +552,25 @@ fn init_logging(verbose: u8) {
     let no_wire = filter_fn(move |meta| {
         wire_asked || *meta.level() != tracing::Level::TRACE || !is_sdk_wire_target(meta.target())
     });
-    tracing_subscriber::registry()
-        .with(
-            tracing_subscriber::fmt::layer()
-                // Spinners on the terminal are hidden while a line is written.
-                .with_writer(|| kfaws::engine::progress::LogWriter)
-                // A failed write would be reported with `eprintln!`, which
-                // panics (exit 101) when stderr is a closed pipe.
-                .log_internal_errors(false)
-                // Colour only for a terminal: a log file or CI output stays plain.
-                .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-                .with_filter(filter.and(no_wire)),
-        )
-        .init();
+    // At the default level the log holds only warnings and errors, read as
+    // messages: no timestamp (the terminal shows when) and no module path.
+    // -v and RUST_LOG are for debugging: both are kept.
+    let plain = verbose == 0 && std::env::var_os("RUST_LOG").is_none_or(|v| v.is_empty());
+    let layer = tracing_subscriber::fmt::layer()
+        // Spinners on the terminal are hidden while a line is written.
+        .with_writer(|| kfaws::engine::progress::LogWriter)
+        // A failed write would be reported with `eprintln!`, which
+        // panics (exit 101) when stderr is a closed pipe.
+        .log_internal_errors(false)
+        // Colour only for a terminal: a log file or CI output stays plain.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_target(!plain);
+    let layer = if plain {
+        layer.without_time().with_filter(filter.and(no_wire)).boxed()
+    } else {
+        layer.with_filter(filter.and(no_wire)).boxed()
+    };
+    tracing_subscriber::registry().with(layer).init();
 }
 
 async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
