@@ -91,7 +91,8 @@ pub async fn holder(s3: &Client, name: &str) -> Result<Holder, String> {
 
 /// What a bucket holds, from the first page of ListObjectVersions (at
 /// most 1,000 entries; `more` when there are further pages). Shown as
-/// `2 object versions and 1 delete marker`, `… or more` when truncated.
+/// `2 object versions and 1 delete marker`, followed by `on the first page
+/// of its listing, and more` when truncated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Contents {
     /// Object versions on the first page (current and noncurrent).
