@@ -1207,6 +1207,7 @@ async fn a_namespaced_object_without_a_namespace_is_applied_to_default_and_stays
             && plan
                 .lines()
                 .any(|l| l.trim_start().starts_with("~ content.ConfigMap nons: \""))
+            && plan.contains("resource changes:\n        ~ nons (ConfigMap)")
             && !plan.contains("drift"),
         "{plan}"
     );

@@ -566,7 +566,10 @@ fn init_logging(verbose: u8) {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_target(!plain);
     let layer = if plain {
-        layer.without_time().with_filter(filter.and(no_wire)).boxed()
+        layer
+            .without_time()
+            .with_filter(filter.and(no_wire))
+            .boxed()
     } else {
         layer.with_filter(filter.and(no_wire)).boxed()
     };

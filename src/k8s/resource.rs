@@ -1507,6 +1507,20 @@ impl Resource for ManifestsResource {
                 .difference(&after)
                 .map(|k| object_detail("Remove", k)),
         );
+        // Objects kept whose manifest was edited since the last apply (a state
+        // recorded before `content` existed names none).
+        if let Some(applied) = recorded.spec.get("content").and_then(Value::as_object) {
+            let content = self.content();
+            details.extend(
+                before
+                    .intersection(&after)
+                    .filter(|k| {
+                        let was = applied.get(*k).and_then(Value::as_str);
+                        was.is_some() && was != content.get(*k).map(String::as_str)
+                    })
+                    .map(|k| object_detail("Modify", k)),
+            );
+        }
         let removed: Vec<String> = before.difference(&after).cloned().collect();
         let known: Vec<String> = before.into_iter().collect();
         details.extend(self.unlisted_custom_resources(&removed, &known).await);
