@@ -1211,6 +1211,22 @@ async fn a_namespaced_object_without_a_namespace_is_applied_to_default_and_stays
             && !plan.contains("drift"),
         "{plan}"
     );
+    // A Secret's value edited: applied again (the bundle's sha256 changes), but no per-object
+    // hash of the value is printed (a short unsalted hash of a weak password is guessable).
+    let secret = |password: &str| {
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: nons}}\ndata: {{a: \"1\"}}\n---\n\
+             apiVersion: v1\nkind: Secret\nmetadata: {{name: creds}}\nstringData: {{password: {password}}}\n"
+        )
+    };
+    std::fs::write(&manifests, secret("hunter2")).unwrap();
+    d.stdout(&["apply", "--auto-approve"]);
+    std::fs::write(&manifests, secret("hunter3")).unwrap();
+    let plan = d.stdout(&["plan"]);
+    assert!(
+        plan.contains("~ k8s.kubeflow") && plan.contains("~ sha256:") && !plan.contains("content."),
+        "{plan}"
+    );
     // Taken out of the file, it is a change of the config, not of the cluster.
     std::fs::write(
         &manifests,

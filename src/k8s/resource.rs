@@ -648,9 +648,13 @@ impl ManifestsResource {
     /// of the SHA-256 of its manifest (canonical JSON, input placeholders
     /// unfilled): a plan names the objects whose manifest was edited since
     /// the last apply (`content.<key>`), not only that the bundle's hash
-    /// changed. 48 bits tell a few thousand objects apart with collision
-    /// odds below 1e-7 (birthday bound), and one object's edit is compared
-    /// only with its own earlier hash.
+    /// changed. Each hash is compared only with the same object's earlier
+    /// one, so 48 bits leave a missed edit at odds of 2^-48.
+    ///
+    /// A Secret's `data` and `stringData` values are left out (its keys
+    /// stay): the plan is printed in CI logs, and an unsalted hash of a
+    /// short value is a guessable record of it. An edited Secret value shows
+    /// only as the bundle's `sha256` change.
     pub fn content(&self) -> BTreeMap<String, String> {
         let Ok(bundle) = self.bundle(None) else {
             return BTreeMap::new();
@@ -659,7 +663,15 @@ impl ManifestsResource {
             .objects
             .iter()
             .map(|m| {
-                let digest = Sha256::digest(m.object.to_string().as_bytes());
+                let mut object = m.object.clone();
+                if m.group().is_empty() && m.kind == "Secret" {
+                    for field in ["data", "stringData"] {
+                        if let Some(values) = object.get_mut(field).and_then(Value::as_object_mut) {
+                            values.values_mut().for_each(|v| *v = Value::Null);
+                        }
+                    }
+                }
+                let digest = Sha256::digest(object.to_string().as_bytes());
                 (manifest_key(m), hex::encode(&digest[..6]))
             })
             .collect()
