@@ -1003,6 +1003,65 @@ async fn the_first_interrupt_stops_the_wait_for_a_creating_cluster_and_the_next_
     d.stdout(&["destroy", "--auto-approve"]);
 }
 
+/// The first Ctrl-C during a cluster upgrade stops the wait for it (EKS
+/// carries on): exit 130, the entry keeps the unfinished update, and the
+/// next apply waits for the upgrade and asks for none again.
+#[tokio::test]
+async fn the_first_interrupt_stops_the_wait_for_an_upgrading_cluster() {
+    let d = Deployment::new("kubernetes_version = \"1.32\"");
+    d.stdout(&["apply", "--auto-approve", "--target", "eks.cluster"]);
+    let eks = aws_sdk_eks::Client::new(&d.sdk().await);
+    // Cluster updates take 60 s.
+    d.lifecycle(r#"{"scale": 0.1}"#);
+    d.write_config("kubernetes_version = \"1.33\"");
+    let child = d
+        .process(&["apply", "--auto-approve", "--target", "eks.cluster"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    loop {
+        let out = eks.describe_cluster().name(&d.name).send().await.unwrap();
+        if out.cluster().unwrap().status().unwrap().as_str() == "UPDATING" {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the cluster never reached UPDATING"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let interrupted = Instant::now();
+    common::signal(child.id(), "INT");
+    let out = child.wait_with_output().unwrap();
+    let took = interrupted.elapsed();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(130), "{stdout}");
+    assert!(
+        took < Duration::from_secs(20),
+        "stopped {took:?} after the interrupt; the upgrade takes 60 s: {stdout}"
+    );
+    assert!(
+        stdout.contains("Interrupted: eks.cluster: update: stopped waiting for EKS cluster")
+            && !stdout.contains("failed after"),
+        "{stdout}"
+    );
+    let entry = d.state()["resources"]["eks.cluster"].clone();
+    assert_eq!(entry["updating"]["kubernetes_version"], "1.33", "{entry}");
+    d.lifecycle(r#"{"scale": 0}"#);
+    d.stdout(&["apply", "--auto-approve", "--target", "eks.cluster"]);
+    assert_eq!(
+        d.calls("UpdateClusterVersion"),
+        1,
+        "the upgrade is asked once"
+    );
+    let entry = d.state()["resources"]["eks.cluster"].clone();
+    assert!(entry.get("updating").is_none(), "{entry}");
+    d.stdout(&["destroy", "--auto-approve"]);
+}
+
 #[tokio::test]
 async fn an_upgrade_killed_midway_is_applied_again_not_taken_for_drift() {
     let d = Deployment::new("kubernetes_version = \"1.32\"");

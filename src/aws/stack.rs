@@ -488,6 +488,15 @@ impl Resource for StackResource {
         inputs: &Inputs,
     ) -> Result<Applied, ResourceError> {
         let id = recorded.physical_id.as_deref().unwrap_or(&self.stack_name);
+        let settled = [
+            StackStatus::UpdateComplete,
+            StackStatus::CreateComplete,
+            StackStatus::UpdateRollbackComplete,
+        ];
+        let what = format!("stack {} to finish updating", self.stack_name);
+        // An update an interrupted run left in progress ends first: a stack
+        // takes no change set while UPDATE_IN_PROGRESS.
+        unless_interrupted(&what, self.wait_for(id, &settled, false)).await?;
         let name = format!("kfaws-apply-{}", uuid::Uuid::new_v4().simple());
         let set = self.change_set(&name, inputs, false).await?;
         if let Some(set) = &set {
@@ -508,16 +517,7 @@ impl Resource for StackResource {
         }
         // Without changes ("didn't contain changes", CloudFormation's "No
         // updates are to be performed") the stack is already as desired.
-        let stack = self
-            .wait_for(
-                id,
-                &[
-                    StackStatus::UpdateComplete,
-                    StackStatus::CreateComplete,
-                    StackStatus::UpdateRollbackComplete,
-                ],
-                false,
-            )
+        let stack = unless_interrupted(&what, self.wait_for(id, &settled, false))
             .await?
             .expect("not gone");
         if set.is_some() && stack.stack_status() == Some(&StackStatus::UpdateRollbackComplete) {

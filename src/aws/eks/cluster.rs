@@ -601,8 +601,11 @@ impl Resource for ClusterResource {
             )));
         };
         self.check_immutable(&live, &wiring)?;
-        // EKS runs one update at a time: each waits for the last.
-        live = self.wait_active().await?;
+        // EKS runs one update at a time: each waits for the last. Every
+        // wait stops at the first interrupt; the next run resumes from the
+        // live version.
+        let what = format!("EKS cluster {} to finish updating", self.name);
+        live = unless_interrupted(&what, self.wait_active()).await?;
         let path = upgrade_path(live.version().unwrap_or_default(), &self.kubernetes_version)
             .map_err(|m| ResourceError::msg(format!("cluster {}: {m}", self.name)))?;
         for version in path {
@@ -622,16 +625,16 @@ impl Resource for ClusterResource {
                         error_message(&e)
                     ))
                 })?;
-            wait_for_update(
+            let upgraded = wait_for_update(
                 &self.client,
                 &self.name,
                 None,
                 "UpdateClusterVersion",
                 out.update(),
                 self.timeout(),
-            )
-            .await?;
-            live = self.wait_active().await?;
+            );
+            unless_interrupted(&what, upgraded).await?;
+            live = unless_interrupted(&what, self.wait_active()).await?;
         }
         let vpc = live.resources_vpc_config();
         let access = (
@@ -659,16 +662,16 @@ impl Resource for ClusterResource {
                         error_message(&e)
                     ))
                 })?;
-            wait_for_update(
+            let configured = wait_for_update(
                 &self.client,
                 &self.name,
                 None,
                 "UpdateClusterConfig",
                 out.update(),
                 self.timeout(),
-            )
-            .await?;
-            live = self.wait_active().await?;
+            );
+            unless_interrupted(&what, configured).await?;
+            live = unless_interrupted(&what, self.wait_active()).await?;
         }
         Ok(Self::applied(&live))
     }

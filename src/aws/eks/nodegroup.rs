@@ -492,16 +492,17 @@ impl NodegroupResource {
                     error_message(&e)
                 ))
             })?;
-        wait_for_update(
+        let what = format!("{} to finish updating", self.what());
+        let upgraded = wait_for_update(
             &self.eks,
             &self.cluster_name,
             Some(&self.nodegroup_name),
             "UpdateNodegroupVersion",
             out.update(),
             self.timeout(),
-        )
-        .await?;
-        self.wait_active().await
+        );
+        unless_interrupted(&what, upgraded).await?;
+        unless_interrupted(&what, self.wait_active()).await
     }
 
     /// The scaling an update sends for `live`: the config's, except that
@@ -750,7 +751,10 @@ impl Resource for NodegroupResource {
                 self.address
             )));
         }
-        let mut live = self.wait_active().await?;
+        // Every wait stops at the first interrupt; the next run resumes from
+        // the live version and scaling.
+        let what = format!("{} to finish updating", self.what());
+        let mut live = unless_interrupted(&what, self.wait_active()).await?;
         if live.version() != Some(self.kubernetes_version.as_str()) {
             live = self.upgrade(&live).await?;
         }
@@ -774,17 +778,17 @@ impl Resource for NodegroupResource {
                         error_message(&e)
                     ))
                 })?;
-            wait_for_update(
+            let scaled = wait_for_update(
                 &self.eks,
                 &self.cluster_name,
                 Some(&self.nodegroup_name),
                 "UpdateNodegroupConfig",
                 out.update(),
                 self.timeout(),
-            )
-            .await?;
+            );
+            unless_interrupted(&what, scaled).await?;
         }
-        let group = self.wait_active().await?;
+        let group = unless_interrupted(&what, self.wait_active()).await?;
         Ok(Self::applied(&group))
     }
 
