@@ -419,14 +419,29 @@ async fn replacing_the_bucket_stack_with_objects_needs_force_destroy_buckets() {
         plan.contains("--force-destroy-buckets: every S3 bucket this plan deletes is emptied"),
         "{plan}"
     );
-    let out = d.stdout(
-        &[
-            &["apply", "--auto-approve", "--force-destroy-buckets"][..],
-            &replace,
-        ]
-        .concat(),
+    let out = d
+        .kfaws(
+            &[
+                &["apply", "--auto-approve", "--force-destroy-buckets"][..],
+                &replace,
+            ]
+            .concat(),
+        )
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
     );
-    assert!(out.contains("Apply complete!"), "{out}");
+    assert!(stdout.contains("Apply complete!"), "{stdout}{stderr}");
+    // What cannot be recovered is said at the default level.
+    assert!(
+        stderr.contains(&format!(
+            "emptied S3 bucket {bucket} before deleting it (--force-destroy-buckets): deleted 1 \
+             object version or delete marker"
+        )),
+        "{stderr}"
+    );
     assert_eq!(d.calls("DeleteStack"), 1);
     assert_eq!(d.output("stack.storage", "BucketName"), bucket);
     let listed = aws

@@ -325,8 +325,9 @@ async fn push_without_repository_uses_the_name_the_image_was_built_as() {
     let (ok, _, stderr) = push(dir.path(), &other, &[]);
     assert!(!ok);
     assert!(
-        stderr.contains("the image was built as localhost/a__b:1")
-            && stderr.contains("pass --repository NAME"),
+        stderr.contains("the image was built as localhost/a__b:1, and \"a__b\" is not a valid ECR")
+            && stderr.contains("pass --repository NAME")
+            && !stderr.contains("--repository \"a__b\""),
         "{stderr}"
     );
     let calls = control(&format!("calls?account_id={other}"), "GET", "");

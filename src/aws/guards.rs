@@ -506,7 +506,15 @@ impl Guard for BucketGuard {
             let n = bucket::empty(&self.s3, &name)
                 .await
                 .map_err(ResourceError::msg)?;
-            tracing::info!(bucket = %name, deleted = n, "emptied the bucket (--force-destroy-buckets)");
+            // Shown at the default level: objects that cannot be recovered went.
+            let what = match n {
+                1 => "1 object version or delete marker".to_string(),
+                n => format!("{n} object versions and delete markers"),
+            };
+            tracing::warn!(
+                "emptied S3 bucket {name} before deleting it (--force-destroy-buckets): deleted \
+                 {what}"
+            );
             return Ok(());
         }
         // A saved plan may be applied after objects were written.

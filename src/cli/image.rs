@@ -151,13 +151,16 @@ pub async fn push(
     let repository = match (repository, built) {
         (Some(r), _) => r.to_string(),
         (None, Some(b)) => {
-            p::check_repository_name(b.path).with_context(|| {
-                format!(
-                    "the image was built as {}, whose name is no ECR repository name; pass \
-                     --repository NAME",
-                    image.reference.as_deref().unwrap_or_default()
-                )
-            })?;
+            if let Err(PushError::InvalidRepository { problem, .. }) =
+                p::check_repository_name(b.path)
+            {
+                anyhow::bail!(
+                    "the image was built as {}, and {:?} is not a valid ECR repository name: \
+                     {problem}; pass --repository NAME",
+                    image.reference.as_deref().unwrap_or_default(),
+                    b.path
+                );
+            }
             b.path.to_string()
         }
         (None, None) => p::DEFAULT_REPOSITORY.to_string(),
