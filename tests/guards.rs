@@ -414,19 +414,28 @@ async fn replacing_the_bucket_stack_with_objects_needs_force_destroy_buckets() {
     );
     assert_eq!(d.calls("DeleteStack"), 0);
 
-    let plan = d.stdout(&[&["plan", "--force-destroy-buckets"][..], &replace].concat());
+    // A saved plan made without the flag is not changed by it at apply time.
+    d.stdout(&["plan", "-out", "without.plan", "--target", "stack.storage"]);
+    let err = d.fails(&["apply", "without.plan", "--force-destroy-buckets"]);
+    assert!(
+        err.contains("--force-destroy-buckets differs from the saved plan, made without it"),
+        "{err}"
+    );
+    let plan = d.stdout(
+        &[
+            &["plan", "--force-destroy-buckets", "-out", "with.plan"][..],
+            &replace,
+        ]
+        .concat(),
+    );
     assert!(
         plan.contains("--force-destroy-buckets: every S3 bucket this plan deletes is emptied"),
         "{plan}"
     );
+    assert_eq!(d.calls("DeleteStack"), 0);
+    // Repeating the saved plan's choice is accepted.
     let out = d
-        .kfaws(
-            &[
-                &["apply", "--auto-approve", "--force-destroy-buckets"][..],
-                &replace,
-            ]
-            .concat(),
-        )
+        .kfaws(&["apply", "with.plan", "--force-destroy-buckets"])
         .output()
         .unwrap();
     let (stdout, stderr) = (

@@ -650,17 +650,13 @@ async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
             force_destroy_buckets,
             ..
         } => {
-            if !plan.target.is_empty()
-                || !replace.is_empty()
-                || plan.profile.is_some()
-                || force_destroy_buckets
-            {
+            if !plan.target.is_empty() || !replace.is_empty() || plan.profile.is_some() {
                 anyhow::bail!(
-                    "--target, --replace, --profile and --force-destroy-buckets cannot change a \
-                     saved plan; run `kfaws plan` again with them"
+                    "--target, --replace and --profile cannot change a saved plan; run `kfaws \
+                     plan` again with them"
                 );
             }
-            run::apply_saved(&g, &file, plan.parallelism, cancel).await
+            run::apply_saved(&g, &file, plan.parallelism, force_destroy_buckets, cancel).await
         }
         Command::Apply {
             plan_file: None,

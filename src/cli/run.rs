@@ -447,9 +447,17 @@ pub async fn apply_saved(
     g: &Global,
     file: &Path,
     parallelism: u16,
+    force_destroy_buckets: bool,
     cancel: &CancellationToken,
 ) -> anyhow::Result<u8> {
     let saved = plan::file::load(file)?;
+    // The flag may repeat the plan's choice, never add to it.
+    if force_destroy_buckets && !saved.delete_options.force_destroy_buckets {
+        anyhow::bail!(
+            "--force-destroy-buckets differs from the saved plan, made without it; a saved plan is \
+             applied exactly as made: run `kfaws plan --force-destroy-buckets -out FILE` again"
+        );
+    }
     let config = saved.config.clone();
     // A destroy reads no [kubeflow] manifests: their files may be gone.
     config.check(!saved.destroy)?;
