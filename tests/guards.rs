@@ -429,7 +429,11 @@ async fn replacing_the_bucket_stack_with_objects_needs_force_destroy_buckets() {
         .concat(),
     );
     assert!(
-        plan.contains("--force-destroy-buckets: every S3 bucket this plan deletes is emptied"),
+        plan.contains("--force-destroy-buckets: every S3 bucket this plan deletes is emptied")
+            && plan.contains(&format!(
+                "- {bucket} (AWS::S3::Bucket)  # emptied first (--force-destroy-buckets), \
+                 deleting for good what it holds: 1 object version"
+            )),
         "{plan}"
     );
     assert_eq!(d.calls("DeleteStack"), 0);

@@ -91,8 +91,9 @@ pub async fn holder(s3: &Client, name: &str) -> Result<Holder, String> {
 
 /// What a bucket holds, from the first page of ListObjectVersions (at
 /// most 1,000 entries; `more` when there are further pages). Shown as
-/// `2 object versions and 1 delete marker`, followed by `on the first page
-/// of its listing, and more` when truncated.
+/// `2 object versions and 1 delete marker`; when truncated, `more than
+/// 1000 object versions and delete markers (… on the first page of its
+/// listing)`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Contents {
     /// Object versions on the first page (current and noncurrent).
@@ -121,12 +122,16 @@ impl std::fmt::Display for Contents {
             (0, m) => n(m, "delete marker"),
             (v, m) => format!("{} and {}", n(v, "object version"), n(m, "delete marker")),
         };
-        let more = if self.more {
-            " on the first page of its listing, and more"
+        if self.more {
+            write!(
+                f,
+                "more than {} object versions and delete markers ({parts} on the first page of \
+                 its listing)",
+                self.count()
+            )
         } else {
-            ""
-        };
-        write!(f, "{parts}{more}")
+            f.write_str(&parts)
+        }
     }
 }
 
@@ -426,7 +431,8 @@ mod tests {
         assert_eq!(c(3, 2, false), "3 object versions and 2 delete markers");
         assert_eq!(
             c(900, 100, true),
-            "900 object versions and 100 delete markers on the first page of its listing, and more"
+            "more than 1000 object versions and delete markers (900 object versions and 100 \
+             delete markers on the first page of its listing)"
         );
     }
 }

@@ -468,7 +468,23 @@ impl Guard for BucketGuard {
     async fn preview_delete(&self, recorded: &ResourceState) -> Result<Vec<Detail>, ResourceError> {
         let name = self.recorded_bucket(Some(recorded));
         let Some(kept) = self.left_behind(&name).await? else {
-            return Ok(vec![]);
+            // The stack deletes the bucket: one that holds objects got past
+            // `check` only with --force-destroy-buckets, so they go first.
+            return match bucket::contents(&self.s3, &name).await {
+                Ok(Some(c)) if c.count() > 0 => Ok(vec![Detail {
+                    action: "Remove".into(),
+                    name: name.clone(),
+                    kind: "AWS::S3::Bucket".into(),
+                    replacement: None,
+                    condition: None,
+                    note: Some(format!(
+                        "emptied first (--force-destroy-buckets), deleting for good what it \
+                         holds: {c}"
+                    )),
+                }]),
+                Ok(_) => Ok(vec![]),
+                Err(e) => Err(ResourceError::msg(e)),
+            };
         };
         Ok(vec![Detail {
             action: "Keep".into(),
