@@ -245,14 +245,7 @@ async fn renaming_a_role_or_the_bucket_to_one_someone_else_holds_fails_the_plan(
     // Renaming a bucket that holds objects would leave it in no stack
     // (CloudFormation cannot delete it): refused at plan, naming both.
     let ours = format!("kfaws-{}-us-east-1-artifacts", d.name);
-    aws.s3()
-        .put_object()
-        .bucket(&ours)
-        .key("model.tar.gz")
-        .body(b"weights".to_vec().into())
-        .send()
-        .await
-        .unwrap();
+    aws.put_object(&ours, "model.tar.gz", b"weights").await;
     let before = changes();
     let fresh = format!("{}-fresh-bucket", d.name);
     d.write_config(&format!("[options]\nartifact_bucket = {fresh:?}\n"));
@@ -332,13 +325,8 @@ async fn a_bucket_with_objects_stops_destroy_before_anything_is_deleted() {
     let s3 = aws.s3();
     let bucket = d.output("stack.storage", "BucketName");
     for body in ["v1", "v2"] {
-        s3.put_object()
-            .bucket(&bucket)
-            .key("models/lenet.mpk")
-            .body(body.as_bytes().to_vec().into())
-            .send()
-            .await
-            .unwrap();
+        aws.put_object(&bucket, "models/lenet.mpk", body.as_bytes())
+            .await;
     }
     s3.delete_object()
         .bucket(&bucket)
@@ -394,14 +382,8 @@ async fn replacing_the_bucket_stack_with_objects_needs_force_destroy_buckets() {
     d.stdout(&["apply", "--auto-approve", "--target", "stack.storage"]);
     let aws = d.aws().await;
     let bucket = d.output("stack.storage", "BucketName");
-    aws.s3()
-        .put_object()
-        .bucket(&bucket)
-        .key("models/lenet.mpk")
-        .body(b"weights".to_vec().into())
-        .send()
-        .await
-        .unwrap();
+    aws.put_object(&bucket, "models/lenet.mpk", b"weights")
+        .await;
     let replace = ["--target", "stack.storage", "--replace", "stack.storage"];
     let err = d.fails(&[&["apply", "--auto-approve"][..], &replace].concat());
     assert!(
@@ -482,14 +464,7 @@ async fn a_bucket_its_stack_left_behind_fails_the_plan_to_make_the_stack_again_a
     d.stdout(&["apply", "--auto-approve", "--target", "stack.storage"]);
     let aws = d.aws().await;
     let bucket = d.output("stack.storage", "BucketName");
-    aws.s3()
-        .put_object()
-        .bucket(&bucket)
-        .key("models/kept.mpk")
-        .body(b"weights".to_vec().into())
-        .send()
-        .await
-        .unwrap();
+    aws.put_object(&bucket, "models/kept.mpk", b"weights").await;
     let stack = format!("kfaws-{}-storage", d.name);
     let cfn = aws.cloudformation();
     // AWS fails the delete on the bucket that is not empty (DELETE_FAILED)

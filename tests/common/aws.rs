@@ -380,6 +380,18 @@ impl Account {
         aws_sdk_sagemaker::Client::new(&self.sdk)
     }
 
+    /// Writes `body` to `s3://bucket/key` (a new version in a versioned bucket).
+    pub async fn put_object(&self, bucket: &str, key: &str, body: &[u8]) {
+        self.s3()
+            .put_object()
+            .bucket(bucket)
+            .key(key)
+            .body(body.to_vec().into())
+            .send()
+            .await
+            .unwrap();
+    }
+
     /// Moves `s3://bucket/from` to `s3://bucket/to` (copy, then delete):
     /// how the tests make an object disappear and later put it back.
     pub async fn move_object(&self, bucket: &str, from: &str, to: &str) {
