@@ -417,18 +417,7 @@ impl ConfigFile {
             message: e.to_string().trim_end().to_string(),
         })?;
         file.kubeflow.rebase(path.parent().unwrap_or(Path::new("")));
-        if file
-            .state_dir
-            .as_ref()
-            .is_some_and(|d| d.as_os_str().is_empty())
-        {
-            return Err(ConfigError::Invalid {
-                field: "state_dir".into(),
-                value: String::new(),
-                problem: "must name a directory (leave it out for .kfaws)".into(),
-            });
-        }
-        Ok(file)
+        file.refuse_empty_state_dir()
     }
 
     /// Reads and parses a config file; a missing file at the default path is
@@ -445,6 +434,67 @@ impl ConfigFile {
                 source,
             }),
         }
+    }
+
+    /// Reads only `name` and `state_dir` from a config file whose other keys
+    /// may break the schema: for commands that only read a deployment's
+    /// state (`state list`, `output`, `kubeconfig`), which must keep working
+    /// while an edit elsewhere in the file is unfinished. The file must still
+    /// be TOML, and those two keys strings; a missing file is as in
+    /// [`ConfigFile::load`].
+    ///
+    /// # Errors
+    /// [`ConfigError::Read`], [`ConfigError::Parse`] for a file that is not
+    /// TOML, [`ConfigError::Invalid`] for a `name` or `state_dir` that is not
+    /// a string or an empty `state_dir`.
+    pub fn load_location(path: &Path, explicit: bool) -> Result<Self, ConfigError> {
+        let text = match std::fs::read_to_string(path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !explicit => {
+                return Ok(Self::default())
+            }
+            Err(source) => {
+                return Err(ConfigError::Read {
+                    path: path.to_path_buf(),
+                    source,
+                })
+            }
+        };
+        let table: toml::Table = toml::from_str(&text).map_err(|e| ConfigError::Parse {
+            path: path.to_path_buf(),
+            message: e.to_string().trim_end().to_string(),
+        })?;
+        let string = |field: &str| match table.get(field) {
+            None => Ok(None),
+            Some(toml::Value::String(s)) => Ok(Some(s.clone())),
+            Some(other) => Err(ConfigError::Invalid {
+                field: field.into(),
+                value: other.to_string(),
+                problem: format!("must be a string, not {}", other.type_str()),
+            }),
+        };
+        let file = Self {
+            name: string("name")?,
+            state_dir: string("state_dir")?.map(PathBuf::from),
+            ..Self::default()
+        };
+        file.refuse_empty_state_dir()
+    }
+
+    /// `state_dir = ""` names no directory.
+    fn refuse_empty_state_dir(self) -> Result<Self, ConfigError> {
+        if self
+            .state_dir
+            .as_ref()
+            .is_some_and(|d| d.as_os_str().is_empty())
+        {
+            return Err(ConfigError::Invalid {
+                field: "state_dir".into(),
+                value: String::new(),
+                problem: "must name a directory (leave it out for .kfaws)".into(),
+            });
+        }
+        Ok(self)
     }
 
     /// The state directory named in the file, or `.kfaws` beside it.

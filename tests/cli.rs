@@ -318,6 +318,45 @@ fn a_held_lock_refuses_apply_and_unlock_breaks_it() {
 }
 
 #[test]
+fn state_commands_read_name_and_state_dir_from_a_config_that_plan_refuses() {
+    let d = Deployment::new("state_dir = \"elsewhere\"\nnode_group = 3");
+    // plan refuses the unknown key, naming it.
+    d.kfaws(&["plan"])
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("unknown field `node_group`"));
+    // The state commands find the deployment and its state directory anyway, and warn.
+    let state_dir = d.dir.path().join("elsewhere");
+    let held = kfaws::state::lock::StateLock::acquire(&state_dir, &d.name, "apply").unwrap();
+    let id = held.info().id.to_string();
+    std::mem::forget(held); // released below by `state unlock --force`
+    d.kfaws(&["state", "list"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains(format!(
+            "Deployment {:?} has no resources",
+            d.name
+        )))
+        .stderr(
+            predicate::str::contains("reading only `name` and `state_dir`")
+                .and(predicate::str::contains("unknown field `node_group`")),
+        );
+    // `state unlock` finds the lock in that directory.
+    d.kfaws(&["state", "unlock", &id, "--force"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains(format!("Removed the lock {id}")));
+    // A file that is not TOML at all, or a name that is not a string, is still an error.
+    d.write_config("name = [");
+    d.kfaws(&["state", "list"]).assert().code(1);
+    std::fs::write(d.dir.path().join("kfaws.toml"), "name = 3\n").unwrap();
+    d.kfaws(&["state", "list"])
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("invalid type"));
+}
+
+#[test]
 fn invalid_names_fail_before_any_api_call() {
     // An endpoint where nothing listens: any API call would fail with a
     // connection error, so a name error proves no call was made.

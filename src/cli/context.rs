@@ -7,7 +7,7 @@ use anyhow::Context as _;
 use aws_config::SdkConfig;
 use comfy_table::{presets::UTF8_BORDERS_ONLY, Table};
 use kfaws::aws::identity::{caller_identity, CallerIdentity};
-use kfaws::config::{Config, ConfigFile, Overrides, ProfileName, CONFIG_FILE};
+use kfaws::config::{Config, ConfigError, ConfigFile, Overrides, ProfileName, CONFIG_FILE};
 use kfaws::state::store::StateStore;
 use kfaws::state::State;
 
@@ -30,12 +30,24 @@ pub fn env_region() -> Option<String> {
 
 /// Reads kfaws.toml (or --config) without resolving it.
 pub fn read_file(g: &Global) -> anyhow::Result<(ConfigFile, PathBuf)> {
-    let path = g
-        .config
-        .clone()
-        .unwrap_or_else(|| PathBuf::from(CONFIG_FILE));
+    let path = config_path(g);
     let file = ConfigFile::load(&path, g.config.is_some())?;
-    let state_dir = g.state_dir.clone().unwrap_or_else(|| file.state_dir(&path));
+    with_state_dir(g, file, &path)
+}
+
+fn config_path(g: &Global) -> PathBuf {
+    g.config
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(CONFIG_FILE))
+}
+
+/// The file and the state directory it names (or `--state-dir`), checked.
+fn with_state_dir(
+    g: &Global,
+    file: ConfigFile,
+    path: &Path,
+) -> anyhow::Result<(ConfigFile, PathBuf)> {
+    let state_dir = g.state_dir.clone().unwrap_or_else(|| file.state_dir(path));
     let named_by = match (&g.state_dir, &file.state_dir) {
         (Some(_), _) => "--state-dir",
         (None, Some(_)) => "state_dir (kfaws.toml)",
@@ -61,8 +73,29 @@ fn check_state_dir(dir: &Path, named_by: &str) -> anyhow::Result<()> {
 
 /// The deployment name from the flag or the file, for commands that only
 /// read the state.
+///
+/// A config that breaks the schema elsewhere (an unfinished edit) does not
+/// stop them: `name` and `state_dir` are read on their own, with a warning
+/// that shows the error the next plan or apply will report.
 pub fn deployment(g: &Global) -> anyhow::Result<(String, PathBuf)> {
-    let (file, state_dir) = read_file(g)?;
+    let path = config_path(g);
+    let file = match ConfigFile::load(&path, g.config.is_some()) {
+        Ok(file) => file,
+        Err(strict @ (ConfigError::Parse { .. } | ConfigError::Invalid { .. })) => {
+            match ConfigFile::load_location(&path, g.config.is_some()) {
+                Ok(file) => {
+                    tracing::warn!(
+                        "reading only `name` and `state_dir` from the config, which plan and \
+                         apply refuse: {strict}"
+                    );
+                    file
+                }
+                Err(_) => return Err(strict.into()),
+            }
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let (file, state_dir) = with_state_dir(g, file, &path)?;
     let name = g
         .name
         .clone()
