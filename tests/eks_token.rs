@@ -21,6 +21,7 @@ use k8s_openapi::api::authentication::v1::SelfSubjectReview;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, ListParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
+use predicates::prelude::PredicateBooleanExt as _;
 use serde_json::json;
 
 fn endpoint() -> String {
@@ -398,4 +399,36 @@ async fn kubeconfig_from_the_state_lists_namespaces_through_the_exec_plugin() {
             .map(|n| &n.metadata.name)
             .collect::<Vec<_>>()
     );
+}
+
+#[test]
+fn kubeconfig_with_a_profile_no_file_defines_is_refused_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let aws_config = dir.path().join("aws-config");
+    std::fs::write(&aws_config, "[profile dev]\nregion = us-east-1\n").unwrap();
+    let kubeconfig = dir.path().join("kube-config");
+    Command::cargo_bin("kfaws")
+        .unwrap()
+        .current_dir(dir.path())
+        .env("AWS_CONFIG_FILE", &aws_config)
+        .env("AWS_SHARED_CREDENTIALS_FILE", dir.path().join("none"))
+        .args([
+            "--aws-profile",
+            "nope",
+            "--name",
+            "ml",
+            "kubeconfig",
+            "--kubeconfig",
+        ])
+        .arg(&kubeconfig)
+        .assert()
+        .code(1)
+        .stderr(
+            predicates::str::contains(
+                "profile \"nope\" (from --aws-profile) is defined in neither",
+            )
+            .and(predicates::str::contains("profiles defined: dev"))
+            .and(predicates::str::contains("nothing was written")),
+        );
+    assert!(!kubeconfig.exists());
 }

@@ -92,28 +92,37 @@ async fn credential_hints(env: &Env, fs: &Fs, profile: Option<&str>) -> Vec<Stri
         Some(p) => Some((p.to_string(), "--aws-profile")),
         None => super::env_profile(env).map(|p| (p, "AWS_PROFILE")),
     };
-    let Some((name, from)) = selected else {
-        return hints;
-    };
+    if let Some((name, from)) = selected {
+        hints.extend(undefined_profile(env, fs, &name, from).await);
+    }
+    hints
+}
+
+/// Why the profile `name` (selected by `from`, e.g. `--aws-profile`) cannot
+/// be used: neither profile file defines it (their locations follow
+/// `AWS_CONFIG_FILE` and `AWS_SHARED_CREDENTIALS_FILE`, read by the SDK's
+/// own loader, [`aws_config::profile::load`]), with the profiles they do
+/// define; or the files cannot be read. `None` when it is defined. `env` and
+/// `fs` are the process's with [`Env::real`] and [`Fs::real`].
+pub async fn undefined_profile(env: &Env, fs: &Fs, name: &str, from: &str) -> Option<String> {
     // The default files (the SDK's `EnvConfigFiles::default()`).
     let files = Default::default();
-    match aws_config::profile::load(fs, env, &files, Some(name.clone().into())).await {
-        Ok(profiles) if profiles.get_profile(&name).is_none() => {
+    match aws_config::profile::load(fs, env, &files, Some(name.to_string().into())).await {
+        Ok(profiles) if profiles.get_profile(name).is_none() => {
             let mut known: Vec<&str> = profiles.profiles().collect();
             known.sort_unstable();
             let known = match known.is_empty() {
                 true => "they define no profile".to_string(),
                 false => format!("profiles defined: {}", known.join(", ")),
             };
-            hints.push(format!(
+            Some(format!(
                 "profile {name:?} (from {from}) is defined in neither ~/.aws/config nor \
                  ~/.aws/credentials (or AWS_CONFIG_FILE, AWS_SHARED_CREDENTIALS_FILE); {known}"
-            ));
+            ))
         }
-        Ok(_) => {}
-        Err(e) => hints.push(format!("the AWS profile files cannot be read: {e}")),
+        Ok(_) => None,
+        Err(e) => Some(format!("the AWS profile files cannot be read: {e}")),
     }
-    hints
 }
 
 /// Whether `e` or one of its causes is the credential provider's failure

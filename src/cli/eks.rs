@@ -41,12 +41,24 @@ pub async fn get_token(g: &Global, cluster: &str) -> anyhow::Result<u8> {
 /// of another account's identity is refused by the cluster (401
 /// Unauthorized). A mismatch, or credentials that cannot be checked, is a
 /// warning: the kubeconfig is written either way, as kubectl may run with
-/// other credentials.
+/// other credentials. A `--aws-profile` that no profile file defines is an
+/// error and nothing is written (as `aws eks update-kubeconfig --profile`):
+/// every kubectl call would fail with it.
 pub async fn kubeconfig(
     g: &Global,
     path: Option<&std::path::Path>,
     alias: Option<&str>,
 ) -> anyhow::Result<u8> {
+    if let Some(profile) = &g.aws_profile {
+        let (env, fs) = (Env::real(), aws_types::os_shim_internal::Fs::real());
+        if let Some(problem) =
+            kfaws::aws::identity::undefined_profile(&env, &fs, profile, "--aws-profile").await
+        {
+            anyhow::bail!(
+                "{problem}: the kubeconfig would make every kubectl call fail; nothing was written"
+            );
+        }
+    }
     let (name, state_dir) = context::deployment(g)?;
     let store = StateStore::open(&state_dir, &name)?;
     let state = store.state();
