@@ -210,6 +210,9 @@ pub struct Check<'a> {
     pub recorded: Option<&'a ResourceState>,
     /// The destroy's choices.
     pub options: &'a DeleteOptions,
+    /// Whether the plan is a destroy (its deletes take the whole
+    /// deployment), not an apply's delete of what left the config.
+    pub destroy: bool,
     /// The whole state the plan was made against.
     pub state: &'a crate::state::State,
 }

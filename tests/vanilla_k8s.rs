@@ -83,6 +83,46 @@ async fn someones_job(client: &Client) -> Api<DynamicObject> {
     jobs
 }
 
+/// Sets job `name`'s conditions as the training operator would, `(type,
+/// status)` each (a merge patch replaces the whole list).
+async fn set_conditions(jobs: &Api<DynamicObject>, name: &str, conditions: &[(&str, &str)]) {
+    let conditions: Vec<serde_json::Value> = conditions
+        .iter()
+        .map(|(t, s)| serde_json::json!({"type": t, "status": s}))
+        .collect();
+    let status = serde_json::json!({"status": {"conditions": conditions}});
+    jobs.patch_status(
+        name,
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(&status),
+    )
+    .await
+    .unwrap();
+}
+
+/// Makes job `name` look running (`Created` and `Running` true). The
+/// harness's PyTorchJob runner, standing in for the training operator,
+/// fails `someones-job` at once (it has no replicas) and never looks at a
+/// job again: the test waits for that (at most 30 s), then overwrites it.
+async fn running(d: &Deployment, jobs: &Api<DynamicObject>, name: &str) {
+    if d.cluster().ready.pytorchjob_runner {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while jobs.get(name).await.unwrap().data["status"]["conditions"].is_null() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the runner did not see {name}"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    }
+    set_conditions(jobs, name, &[("Created", "True"), ("Running", "True")]).await;
+}
+
+/// Marks job `name` as the training operator does once it succeeded.
+async fn finish(jobs: &Api<DynamicObject>, name: &str) {
+    set_conditions(jobs, name, &[("Running", "False"), ("Succeeded", "True")]).await;
+}
+
 fn applyset_ids(d: &Deployment) -> Vec<String> {
     let state = d.state();
     state["resources"]
@@ -514,12 +554,52 @@ async fn a_bundle_that_left_the_config_is_deleted_by_its_applyset() {
         "{err}"
     );
 
-    // The training operator leaves the config: the plan deletes its bundle.
+    // The training operator leaves the config: the plan deletes its bundle. A plan saved
+    // before a user's PyTorchJob started is checked again when applied.
+    d.write_config(&format!(
+        "[kubeflow]\nmanifests = {:?}\n",
+        fixtures.join("platform.yaml").display().to_string()
+    ));
+    d.stdout(&["plan", "-out", "gone.plan"]);
+    let jobs = someones_job(&client).await;
+    running(&d, &jobs, "someones-job").await;
+    let unfinished = format!(
+        "k8s.training-operator: bundle \"kfaws-{}-training-operator\": this change deletes CRD \
+         pytorchjobs.kubeflow.org and with it training jobs that have not finished: PyTorchJob \
+         {USER_NS}/someones-job;",
+        d.name
+    );
+    for refused in [d.fails(&["apply", "gone.plan"]), d.fails(&["plan"])] {
+        assert!(
+            refused.contains(&unfinished) && refused.contains("kubectl delete pytorchjob"),
+            "{refused}"
+        );
+    }
+    // So is an update whose manifests no longer hold the CRD.
+    let operator = std::fs::read_to_string(fixtures.join("training-operator.yaml")).unwrap();
+    let (_, without_crd) = operator.split_once("\n---\n").unwrap();
+    std::fs::write(d.dir.path().join("operator.yaml"), without_crd).unwrap();
+    d.write_config(&format!(
+        "[kubeflow]\nmanifests = {:?}\ntraining_operator = \"operator.yaml\"\n",
+        fixtures.join("platform.yaml").display().to_string()
+    ));
+    let refused = d.fails(&["plan"]);
+    assert!(refused.contains(&unfinished), "{refused}");
+    jobs.get("someones-job").await.expect("nothing was deleted");
+    // Once it has finished, the plan goes ahead and lists it.
+    finish(&jobs, "someones-job").await;
     d.write_config(&format!(
         "[kubeflow]\nmanifests = {:?}\n",
         fixtures.join("platform.yaml").display().to_string()
     ));
     let planned = d.stdout(&["plan"]);
+    assert!(
+        planned.contains(
+            "- kubeflow-user-example-com/someones-job (PyTorchJob.kubeflow.org)  # not applied \
+             by `kfaws apply`; deleted with CRD pytorchjobs.kubeflow.org"
+        ),
+        "{planned}"
+    );
     assert!(planned.contains("- k8s.training-operator"), "{planned}");
     assert!(
         planned.contains(
@@ -765,6 +845,16 @@ async fn replace_recreates_a_bundle_and_a_node_group_and_refuses_what_others_dep
     let crds = Api::<CustomResourceDefinition>::all(client.clone());
     let crd_uid = |crd: CustomResourceDefinition| crd.metadata.uid.unwrap();
     let old_uid = crd_uid(crds.get("pytorchjobs.kubeflow.org").await.unwrap());
+    // Not while the job runs.
+    running(&d, &jobs, "someones-job").await;
+    let refused = d.fails(&["plan", "--replace", "k8s.training-operator"]);
+    assert!(
+        refused.contains(&format!(
+            "training jobs that have not finished: PyTorchJob {USER_NS}/someones-job"
+        )),
+        "{refused}"
+    );
+    finish(&jobs, "someones-job").await;
     let planned = d.stdout(&["plan", "--replace", "k8s.training-operator"]);
     assert!(
         planned.contains("-/+ k8s.training-operator")

@@ -500,6 +500,7 @@ pub async fn apply_saved(
         &handles,
         store.state(),
         &saved.delete_options,
+        saved.destroy,
         usize::from(parallelism),
     );
     interruptible(cancel, checking).await??;

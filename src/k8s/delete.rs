@@ -391,14 +391,9 @@ pub async fn crd_instances(
     name: &str,
     deadline: Instant,
 ) -> Result<Option<(ApiResource, Vec<ObjectMeta>)>, RetryError> {
-    let crds = Api::<CustomResourceDefinition>::all(client.clone());
-    let Some(crd) = retry::retry(deadline, || crds.get_opt(name)).await? else {
+    let Some((resource, api)) = crd_api(client, name, deadline).await? else {
         return Ok(None);
     };
-    let Some(resource) = crd_resource(&crd) else {
-        return Ok(None);
-    };
-    let api = Api::<DynamicObject>::all_with(client.clone(), &resource);
     let all = ListParams::default();
     match retry::retry(deadline, || api.list_metadata(&all)).await {
         Ok(list) => {
@@ -409,6 +404,27 @@ pub async fn crd_instances(
         Err(RetryError::Failed(kube::Error::Api(s))) if s.code == 404 => Ok(None),
         Err(e) => Err(e),
     }
+}
+
+/// The API of CRD `name`'s custom resources in every namespace, through
+/// [`crd_resource`]'s version, with that resource; `None` when the CRD is
+/// gone or serves no version. Transient errors are retried until `deadline`.
+///
+/// # Errors
+/// [`RetryError`] when the CRD cannot be read.
+pub async fn crd_api(
+    client: &Client,
+    name: &str,
+    deadline: Instant,
+) -> Result<Option<(ApiResource, Api<DynamicObject>)>, RetryError> {
+    let crds = Api::<CustomResourceDefinition>::all(client.clone());
+    let Some(crd) = retry::retry(deadline, || crds.get_opt(name)).await? else {
+        return Ok(None);
+    };
+    Ok(crd_resource(&crd).map(|resource| {
+        let api = Api::<DynamicObject>::all_with(client.clone(), &resource);
+        (resource, api)
+    }))
 }
 
 fn object_ref(resource: &ApiResource, meta: &ObjectMeta) -> ObjectRef {

@@ -47,6 +47,7 @@ pub mod delete;
 pub mod discovery;
 pub mod efs;
 pub mod exec_credential;
+pub mod jobs;
 pub mod kubeconfig;
 pub mod object;
 pub mod phases;

@@ -550,6 +550,65 @@ impl ManifestsResource {
         )))
     }
 
+    /// Refuses, at plan, a change that deletes CRDs among `removed` (object
+    /// keys) whose training jobs have not finished ([`super::jobs`]), other
+    /// than those among `known` (applied by the bundle): deleting the CRD
+    /// would delete them and stop their pods mid-run. Without a cluster
+    /// there are none.
+    async fn refuse_unfinished_jobs(
+        &self,
+        removed: &[String],
+        known: &[String],
+    ) -> Result<(), ResourceError> {
+        let crds = removed_crds(removed);
+        if crds.is_empty() {
+            return Ok(());
+        }
+        let Some(client) = self.connector.connect().await? else {
+            return Ok(());
+        };
+        let known: BTreeSet<&str> = known.iter().map(String::as_str).collect();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        let mut running = Vec::new();
+        for crd in &crds {
+            let jobs = super::jobs::unfinished_jobs(&client, crd, deadline)
+                .await
+                .map_err(|e| {
+                    ResourceError::msg(format!("listing the custom resources of CRD {crd}: {e}"))
+                })?;
+            running.extend(jobs.into_iter().filter_map(|j| {
+                let k = key(&j.gk, j.namespace.as_deref(), &j.name);
+                (!known.contains(k.as_str())).then(|| {
+                    format!(
+                        "{} {}{}",
+                        j.gk.kind,
+                        j.namespace.map(|ns| format!("{ns}/")).unwrap_or_default(),
+                        j.name
+                    )
+                })
+            }));
+        }
+        if running.is_empty() {
+            return Ok(());
+        }
+        let cap = super::delete::MAX_HOLDERS;
+        let more = running.len().saturating_sub(cap);
+        running.truncate(cap);
+        let mut listed = running.join(", ");
+        if more > 0 {
+            listed.push_str(&format!(" and {more} more"));
+        }
+        Err(ResourceError::msg(format!(
+            "bundle {:?}: this change deletes CRD {} and with it training jobs that have not \
+             finished: {listed}; deleting a CRD deletes every custom resource of it, and a job's \
+             pods with the job. Wait for them to finish (Succeeded or Failed) or delete them \
+             (e.g. `kubectl delete pytorchjob NAME -n NAMESPACE`), then run the command again; \
+             finished jobs are deleted with the CRD, as the plan lists",
+            self.bundle,
+            crds.join(", ")
+        )))
+    }
+
     /// For the CRDs among `removed` (object keys), their custom resources
     /// that are not among `known` (not applied by the bundle: a PyTorchJob of `kfaws train` or a user's),
     /// which the delete removes too ([`super::delete`]); each with its
@@ -557,11 +616,7 @@ impl ManifestsResource {
     /// [`super::delete::MAX_HOLDERS`] per CRD, the rest counted. Best effort
     /// for a plan: without a cluster, or when a list fails (logged), none.
     async fn unlisted_custom_resources(&self, removed: &[String], known: &[String]) -> Vec<Detail> {
-        const CRD_KIND: &str = "CustomResourceDefinition.apiextensions.k8s.io ";
-        let crds: Vec<&str> = removed
-            .iter()
-            .filter_map(|k| k.strip_prefix(CRD_KIND))
-            .collect();
+        let crds = removed_crds(removed);
         if crds.is_empty() {
             return vec![];
         }
@@ -1284,6 +1339,14 @@ fn as_written(live: String, written: impl Fn(&str) -> bool) -> String {
     }
 }
 
+/// The names of the CRDs among object keys ([`key`]).
+fn removed_crds(keys: &[String]) -> Vec<&str> {
+    const CRD_KIND: &str = "CustomResourceDefinition.apiextensions.k8s.io ";
+    keys.iter()
+        .filter_map(|k| k.strip_prefix(CRD_KIND))
+        .collect()
+}
+
 fn key(gk: &GroupKind, namespace: Option<&str>, name: &str) -> String {
     match namespace {
         Some(ns) => format!("{gk} {ns}/{name}"),
@@ -1465,8 +1528,17 @@ impl Resource for ManifestsResource {
 
     async fn check(&self, check: &Check<'_>) -> Result<(), ResourceError> {
         use crate::plan::Action;
+        let recorded = check.recorded.map(recorded_objects).unwrap_or_default();
         if matches!(check.action, Action::Delete) {
-            return self.claims_in_use(&self.claims()?).await;
+            self.claims_in_use(&self.claims()?).await?;
+            // A destroy takes the cluster too: its plan lists the jobs.
+            if !check.destroy {
+                self.refuse_unfinished_jobs(&recorded, &recorded).await?;
+            }
+            return Ok(());
+        }
+        if matches!(check.action, Action::Replace) {
+            self.refuse_unfinished_jobs(&recorded, &recorded).await?;
         }
         // Before the cluster exists there is nothing to check against (and
         // nothing applied that an update could prune); the API versions
@@ -1476,10 +1548,17 @@ impl Resource for ManifestsResource {
             return Ok(());
         };
         let bundle = self.bundle(None)?;
-        if let (Action::Update, Some(recorded)) = (check.action, check.recorded) {
-            let pruned = pruned(recorded, &bundle);
+        if let (Action::Update, Some(entry)) = (check.action, check.recorded) {
+            let pruned = pruned(entry, &bundle);
             self.prunes_used_namespaces(&pruned)?;
             self.claims_in_use(&dropped_claims(&pruned)).await?;
+            let kept: BTreeSet<String> = self.objects().into_iter().collect();
+            let removed: Vec<String> = recorded
+                .iter()
+                .filter(|k| !kept.contains(*k))
+                .cloned()
+                .collect();
+            self.refuse_unfinished_jobs(&removed, &recorded).await?;
         }
         let applier = self.applier(client.clone());
         let targets = boxed_check(&applier, &bundle)

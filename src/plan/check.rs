@@ -30,7 +30,7 @@ fn render(failures: &[(Address, String)]) -> String {
 }
 
 /// Runs the check of every change that creates, updates, replaces or
-/// deletes, at most `parallelism` at once; all run, so every problem is
+/// deletes (of a destroy plan when `destroy`), at most `parallelism` at once; all run, so every problem is
 /// reported together.
 ///
 /// # Errors
@@ -43,6 +43,7 @@ pub async fn check(
     handles: &Handles,
     state: &State,
     options: &DeleteOptions,
+    destroy: bool,
     parallelism: usize,
 ) -> Result<(), CheckError> {
     let checks = changes.iter().filter(|c| c.action.is_change()).map(|c| {
@@ -53,6 +54,7 @@ pub async fn check(
             action: c.action,
             recorded: state.resources.get(&c.address),
             options,
+            destroy,
             state,
         };
         async move { (c.address.clone(), handle.check(&request).await) }
