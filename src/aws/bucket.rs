@@ -93,8 +93,8 @@ pub async fn holder(s3: &Client, name: &str) -> Result<Holder, String> {
 /// most 1,000 entries; `more` when there are further pages). Shown as
 /// `2 object versions and 1 delete marker`; when truncated, `more than
 /// 1000 object versions and delete markers (… on the first page of its
-/// listing)`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// listing)`. [`empty`] returns one with everything it deleted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Contents {
     /// Object versions on the first page (current and noncurrent).
     pub versions: usize,
@@ -158,8 +158,8 @@ pub async fn contents(s3: &Client, name: &str) -> Result<Option<Contents>, Strin
 }
 
 /// Deletes every object version and delete marker of bucket `name`, in
-/// batches of at most [`DELETE_BATCH`]; returns how many it deleted. A
-/// missing bucket is empty.
+/// batches of at most [`DELETE_BATCH`]; returns how many of each it
+/// deleted (`more` is false). A missing bucket is empty.
 ///
 /// Each round lists the first page again rather than paging on: what the
 /// previous round deleted is gone, so the listing shrinks to nothing, and a
@@ -168,8 +168,8 @@ pub async fn contents(s3: &Client, name: &str) -> Result<Option<Contents>, Strin
 /// # Errors
 /// The SDK's message, or the first key S3 refused to delete (DeleteObjects
 /// reports per-key errors in a successful response).
-pub async fn empty(s3: &Client, name: &str) -> Result<usize, String> {
-    let mut deleted = 0;
+pub async fn empty(s3: &Client, name: &str) -> Result<Contents, String> {
+    let mut deleted = Contents::default();
     loop {
         let page = match s3
             .list_object_versions()
@@ -182,21 +182,23 @@ pub async fn empty(s3: &Client, name: &str) -> Result<usize, String> {
             Err(e) if e.code() == Some("NoSuchBucket") => return Ok(deleted),
             Err(e) => return Err(format!("ListObjectVersions {name}: {}", error_message(&e))),
         };
-        let ids: Vec<ObjectIdentifier> = page
+        // `true` for a delete marker, counted apart.
+        let ids: Vec<(ObjectIdentifier, bool)> = page
             .versions()
             .iter()
-            .map(|v| (v.key(), v.version_id()))
+            .map(|v| (v.key(), v.version_id(), false))
             .chain(
                 page.delete_markers()
                     .iter()
-                    .map(|m| (m.key(), m.version_id())),
+                    .map(|m| (m.key(), m.version_id(), true)),
             )
-            .filter_map(|(key, version)| {
-                ObjectIdentifier::builder()
+            .filter_map(|(key, version, marker)| {
+                let id = ObjectIdentifier::builder()
                     .key(key?)
                     .set_version_id(version.map(str::to_string))
                     .build()
-                    .ok()
+                    .ok()?;
+                Some((id, marker))
             })
             .collect();
         if ids.is_empty() {
@@ -204,7 +206,7 @@ pub async fn empty(s3: &Client, name: &str) -> Result<usize, String> {
         }
         for batch in ids.chunks(DELETE_BATCH) {
             let delete = Delete::builder()
-                .set_objects(Some(batch.to_vec()))
+                .set_objects(Some(batch.iter().map(|(id, _)| id.clone()).collect()))
                 .quiet(true)
                 .build()
                 .map_err(|e| e.to_string())?;
@@ -224,7 +226,9 @@ pub async fn empty(s3: &Client, name: &str) -> Result<usize, String> {
                     err.message().unwrap_or("no message")
                 ));
             }
-            deleted += batch.len();
+            let markers = batch.iter().filter(|(_, marker)| *marker).count();
+            deleted.delete_markers += markers;
+            deleted.versions += batch.len() - markers;
         }
     }
 }

@@ -519,17 +519,13 @@ impl Guard for BucketGuard {
             return Ok(());
         }
         if options.force_destroy_buckets {
-            let n = bucket::empty(&self.s3, &name)
+            let deleted = bucket::empty(&self.s3, &name)
                 .await
                 .map_err(ResourceError::msg)?;
             // Shown at the default level: objects that cannot be recovered went.
-            let what = match n {
-                1 => "1 object version or delete marker".to_string(),
-                n => format!("{n} object versions and delete markers"),
-            };
             tracing::warn!(
                 "emptied S3 bucket {name} before deleting it (--force-destroy-buckets): deleted \
-                 {what}"
+                 {deleted}"
             );
             return Ok(());
         }
