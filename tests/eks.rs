@@ -1065,6 +1065,58 @@ async fn the_first_interrupt_stops_the_wait_for_an_upgrading_cluster() {
     d.stdout(&["destroy", "--auto-approve"]);
 }
 
+/// The first Ctrl-C during a node group upgrade stops the wait for it, as
+/// for the cluster's: exit 130, the entry keeps the unfinished update, and
+/// the next apply waits for that upgrade and asks for none again.
+#[tokio::test]
+async fn the_first_interrupt_stops_the_wait_for_an_upgrading_node_group() {
+    let d = Deployment::new("kubernetes_version = \"1.32\"");
+    d.stdout(&["apply", "--auto-approve", "--target", "eks.nodegroup.cpu"]);
+    // The control plane first, alone: the node group then lags one version.
+    d.write_config("kubernetes_version = \"1.33\"");
+    d.stdout(&["apply", "--auto-approve", "--target", "eks.cluster"]);
+    assert_eq!(d.calls("UpdateNodegroupVersion"), 0);
+    let eks = aws_sdk_eks::Client::new(&d.sdk().await);
+    // Node group updates take 30 s.
+    d.lifecycle(r#"{"scale": 0.05}"#);
+    let group = format!("{}-cpu", d.name);
+    let apply = ["apply", "--auto-approve", "--target", "eks.nodegroup.cpu"];
+    let (out, took) = interrupt_when(&d, &apply, "UPDATING", || async {
+        let out = eks
+            .describe_nodegroup()
+            .cluster_name(&d.name)
+            .nodegroup_name(&group)
+            .send()
+            .await
+            .unwrap();
+        out.nodegroup().unwrap().status().unwrap().as_str() == "UPDATING"
+    })
+    .await;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(130), "{stdout}");
+    assert!(
+        took < Duration::from_secs(15),
+        "stopped {took:?} after the interrupt; the upgrade takes 30 s: {stdout}"
+    );
+    assert!(
+        stdout.contains("Interrupted: eks.nodegroup.cpu: update: stopped waiting for")
+            && !stdout.contains("failed after"),
+        "{stdout}"
+    );
+    let entry = d.state()["resources"]["eks.nodegroup.cpu"].clone();
+    assert_eq!(entry["updating"]["kubernetes_version"], "1.33", "{entry}");
+    d.lifecycle(r#"{"scale": 0}"#);
+    d.stdout(&["apply", "--auto-approve", "--target", "eks.nodegroup.cpu"]);
+    assert_eq!(
+        d.calls("UpdateNodegroupVersion"),
+        1,
+        "the upgrade is asked once"
+    );
+    let entry = d.state()["resources"]["eks.nodegroup.cpu"].clone();
+    assert!(entry.get("updating").is_none(), "{entry}");
+    d.stdout(&["destroy", "--auto-approve"]);
+}
+
 #[tokio::test]
 async fn an_upgrade_killed_midway_is_applied_again_not_taken_for_drift() {
     let d = Deployment::new("kubernetes_version = \"1.32\"");
