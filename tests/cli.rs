@@ -1529,6 +1529,59 @@ async fn a_stack_being_deleted_outside_kfaws_is_planned_for_replacement_and_appl
     assert!(d.live_stack_names().await.is_empty());
 }
 
+/// The first Ctrl-C while CloudFormation updates a stack stops the wait
+/// (the update carries on): exit 130, the entry keeps the unfinished update,
+/// and the next apply waits for it to end and executes no second change set.
+#[tokio::test]
+async fn the_first_interrupt_stops_the_wait_for_a_stack_update() {
+    let d = Deployment::new("");
+    d.stdout(&["apply", "--auto-approve", "--target", "stack.iam"]);
+    let cfn = d.aws().await.cloudformation();
+    let stack = format!("kfaws-{}-iam", d.name);
+    // Stack updates take 30 s.
+    d.lifecycle(r#"{"scale": 1}"#);
+    d.write_config("[options]\nsagemaker_role_policy = \"scoped\"\n");
+    let apply = ["apply", "--auto-approve", "--target", "stack.iam"];
+    let (out, took) = d
+        .interrupt_when(&apply, "UPDATE_IN_PROGRESS", || async {
+            let out = cfn
+                .describe_stacks()
+                .stack_name(&stack)
+                .send()
+                .await
+                .unwrap();
+            out.stacks()[0].stack_status().map(|s| s.as_str()) == Some("UPDATE_IN_PROGRESS")
+        })
+        .await;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(130), "{stdout}");
+    assert!(
+        took < std::time::Duration::from_secs(15),
+        "stopped {took:?} after the interrupt; the update takes 30 s: {stdout}"
+    );
+    assert!(
+        stdout.contains(&format!(
+            "Interrupted: stack.iam: update: stopped waiting for stack {stack} to finish updating"
+        )) && !stdout.contains("failed after"),
+        "{stdout}"
+    );
+    let entry = d.state()["resources"]["stack.iam"].clone();
+    assert!(entry["updating"].is_object(), "{entry}");
+    assert_eq!(d.calls("ExecuteChangeSet"), 1);
+    d.lifecycle(r#"{"scale": 0}"#);
+    d.stdout(&["apply", "--auto-approve", "--target", "stack.iam"]);
+    assert_eq!(
+        d.calls("ExecuteChangeSet"),
+        1,
+        "the update is not executed twice"
+    );
+    let entry = d.state()["resources"]["stack.iam"].clone();
+    assert!(entry.get("updating").is_none(), "{entry}");
+    d.kfaws(&["plan", "--target", "stack.iam", "--detailed-exitcode"])
+        .assert()
+        .code(0);
+}
+
 #[tokio::test]
 async fn a_stack_update_is_planned_and_applied_through_a_change_set() {
     let d = Deployment::new("");

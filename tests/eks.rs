@@ -921,10 +921,11 @@ async fn the_first_interrupt_stops_the_wait_for_a_creating_cluster_and_the_next_
     // A 60 s cluster; stacks 3 s.
     d.lifecycle(r#"{"scale": 0.1}"#);
     let eks = aws_sdk_eks::Client::new(&d.sdk().await);
-    let (out, took) = interrupt_when(&d, &["apply", "--auto-approve"], "CREATING", || async {
-        eks.describe_cluster().name(&d.name).send().await.is_ok()
-    })
-    .await;
+    let (out, took) = d
+        .interrupt_when(&["apply", "--auto-approve"], "CREATING", || async {
+            eks.describe_cluster().name(&d.name).send().await.is_ok()
+        })
+        .await;
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(130), "{stderr}");
     assert!(
@@ -988,41 +989,6 @@ async fn the_first_interrupt_stops_the_wait_for_a_creating_cluster_and_the_next_
     d.stdout(&["destroy", "--auto-approve"]);
 }
 
-/// Starts `kfaws ARGS` in `d` with its output piped, polls `reached` every
-/// 100 ms (the cluster `state` it waits for, at most 60 s), lets 1 s more
-/// pass, then sends the first Ctrl-C (SIGINT): the command's output and how
-/// long after the interrupt it ended.
-async fn interrupt_when<F, Fut>(
-    d: &Deployment,
-    args: &[&str],
-    state: &str,
-    reached: F,
-) -> (std::process::Output, Duration)
-where
-    F: Fn() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let child = d
-        .process(args)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let started = Instant::now();
-    while !reached().await {
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "the cluster never reached {state}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let interrupted = Instant::now();
-    common::signal(child.id(), "INT");
-    let out = child.wait_with_output().unwrap();
-    (out, interrupted.elapsed())
-}
-
 /// The first Ctrl-C during a cluster upgrade stops the wait for it (EKS
 /// carries on): exit 130, the entry keeps the unfinished update, and the
 /// next apply waits for the upgrade and asks for none again.
@@ -1035,11 +1001,12 @@ async fn the_first_interrupt_stops_the_wait_for_an_upgrading_cluster() {
     d.lifecycle(r#"{"scale": 0.1}"#);
     d.write_config("kubernetes_version = \"1.33\"");
     let apply = ["apply", "--auto-approve", "--target", "eks.cluster"];
-    let (out, took) = interrupt_when(&d, &apply, "UPDATING", || async {
-        let out = eks.describe_cluster().name(&d.name).send().await.unwrap();
-        out.cluster().unwrap().status().unwrap().as_str() == "UPDATING"
-    })
-    .await;
+    let (out, took) = d
+        .interrupt_when(&apply, "UPDATING", || async {
+            let out = eks.describe_cluster().name(&d.name).send().await.unwrap();
+            out.cluster().unwrap().status().unwrap().as_str() == "UPDATING"
+        })
+        .await;
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(130), "{stdout}");
     assert!(
@@ -1081,17 +1048,18 @@ async fn the_first_interrupt_stops_the_wait_for_an_upgrading_node_group() {
     d.lifecycle(r#"{"scale": 0.05}"#);
     let group = format!("{}-cpu", d.name);
     let apply = ["apply", "--auto-approve", "--target", "eks.nodegroup.cpu"];
-    let (out, took) = interrupt_when(&d, &apply, "UPDATING", || async {
-        let out = eks
-            .describe_nodegroup()
-            .cluster_name(&d.name)
-            .nodegroup_name(&group)
-            .send()
-            .await
-            .unwrap();
-        out.nodegroup().unwrap().status().unwrap().as_str() == "UPDATING"
-    })
-    .await;
+    let (out, took) = d
+        .interrupt_when(&apply, "UPDATING", || async {
+            let out = eks
+                .describe_nodegroup()
+                .cluster_name(&d.name)
+                .nodegroup_name(&group)
+                .send()
+                .await
+                .unwrap();
+            out.nodegroup().unwrap().status().unwrap().as_str() == "UPDATING"
+        })
+        .await;
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(130), "{stdout}");
     assert!(

@@ -487,6 +487,42 @@ impl Deployment {
         Command::from_std(self.process(args))
     }
 
+    /// Starts `kfaws ARGS` with its output piped, polls `reached` every
+    /// 100 ms (the `state` it waits for, e.g. a cluster's `UPDATING`, at most
+    /// 60 s), lets 1 s more pass, then sends the first Ctrl-C (SIGINT): the
+    /// command's output and how long after the interrupt it ended.
+    pub async fn interrupt_when<F, Fut>(
+        &self,
+        args: &[&str],
+        state: &str,
+        reached: F,
+    ) -> (std::process::Output, std::time::Duration)
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = bool>,
+    {
+        use std::time::{Duration, Instant};
+        let child = self
+            .process(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let started = Instant::now();
+        while !reached().await {
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "never reached {state}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let interrupted = Instant::now();
+        super::signal(child.id(), "INT");
+        let out = child.wait_with_output().unwrap();
+        (out, interrupted.elapsed())
+    }
+
     /// [`Deployment::kfaws`] as a plain process, for a test that reads its
     /// output while it runs.
     pub fn process(&self, args: &[&str]) -> std::process::Command {
