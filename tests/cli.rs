@@ -325,6 +325,14 @@ fn state_commands_read_name_and_state_dir_from_a_config_that_plan_refuses() {
         .assert()
         .code(1)
         .stderr(predicate::str::contains("unknown field `node_group`"));
+    // So does destroy, which needs the whole config, without the state commands' warning.
+    d.kfaws(&["destroy", "--auto-approve"])
+        .assert()
+        .code(1)
+        .stderr(
+            predicate::str::contains("unknown field `node_group`")
+                .and(predicate::str::contains("reading only").not()),
+        );
     // The state commands find the deployment and its state directory anyway, and warn.
     let state_dir = d.dir.path().join("elsewhere");
     let held = kfaws::state::lock::StateLock::acquire(&state_dir, &d.name, "apply").unwrap();

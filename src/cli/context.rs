@@ -96,12 +96,22 @@ pub fn deployment(g: &Global) -> anyhow::Result<(String, PathBuf)> {
         Err(e) => return Err(e.into()),
     };
     let (file, state_dir) = with_state_dir(g, file, &path)?;
-    let name = g
-        .name
+    Ok((name(g, file)?, state_dir))
+}
+
+/// [`deployment`] for a command that needs the whole config valid anyway (a
+/// destroy): a config error is that error, without a warning first.
+pub fn deployment_strict(g: &Global) -> anyhow::Result<(String, PathBuf)> {
+    let (file, state_dir) = read_file(g)?;
+    Ok((name(g, file)?, state_dir))
+}
+
+/// `--name`, else the file's `name`.
+fn name(g: &Global, file: ConfigFile) -> anyhow::Result<String> {
+    g.name
         .clone()
         .or(file.name)
-        .context("name is not set: pass --name or set `name` in kfaws.toml")?;
-    Ok((name, state_dir))
+        .context("name is not set: pass --name or set `name` in kfaws.toml")
 }
 
 /// Loads and validates the config. The profile is the flag's, else the one

@@ -401,7 +401,7 @@ pub async fn apply(
     let destroy = goal.destroy;
     let operation = if destroy { "destroy" } else { "apply" };
     if destroy {
-        let (name, state_dir) = context::deployment(g)?;
+        let (name, state_dir) = context::deployment_strict(g)?;
         let store = StateStore::open(&state_dir, &name)?;
         // Never written: its lineage is new, so nothing carries its tags.
         if store.state().serial == 0 {
