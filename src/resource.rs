@@ -210,9 +210,10 @@ pub struct Check<'a> {
     pub recorded: Option<&'a ResourceState>,
     /// The destroy's choices.
     pub options: &'a DeleteOptions,
-    /// Whether the plan is a destroy (its deletes take the whole
-    /// deployment), not an apply's delete of what left the config.
-    pub destroy: bool,
+    /// Every address the plan deletes or replaces (this one too, when it
+    /// does): what goes with this resource's dependencies, e.g. the cluster
+    /// a Kubernetes bundle's objects live in.
+    pub deletes: &'a std::collections::BTreeSet<Address>,
     /// The whole state the plan was made against.
     pub state: &'a crate::state::State,
 }

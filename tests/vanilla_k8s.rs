@@ -569,12 +569,26 @@ async fn a_bundle_that_left_the_config_is_deleted_by_its_applyset() {
          {USER_NS}/someones-job;",
         d.name
     );
-    for refused in [d.fails(&["apply", "gone.plan"]), d.fails(&["plan"])] {
+    // A destroy targeted at the operator leaves the cluster, so it is refused too.
+    for refused in [
+        d.fails(&["apply", "gone.plan"]),
+        d.fails(&["plan"]),
+        d.fails(&["plan", "--destroy", "--target", "k8s.training-operator"]),
+    ] {
         assert!(
-            refused.contains(&unfinished) && refused.contains("kubectl delete pytorchjob"),
+            refused.contains(&unfinished)
+                && refused.contains(&format!(
+                    "`kubectl delete pytorchjob.kubeflow.org someones-job -n {USER_NS}`"
+                )),
             "{refused}"
         );
     }
+    // A destroy of the cluster takes the jobs with it: its plan lists them.
+    let destroying = d.stdout(&["plan", "--destroy", "--target", "eks.cluster"]);
+    assert!(
+        destroying.contains("- kubeflow-user-example-com/someones-job (PyTorchJob.kubeflow.org)"),
+        "{destroying}"
+    );
     // So is an update whose manifests no longer hold the CRD.
     let operator = std::fs::read_to_string(fixtures.join("training-operator.yaml")).unwrap();
     let (_, without_crd) = operator.split_once("\n---\n").unwrap();

@@ -500,7 +500,6 @@ pub async fn apply_saved(
         &handles,
         store.state(),
         &saved.delete_options,
-        saved.destroy,
         usize::from(parallelism),
     );
     interruptible(cancel, checking).await??;

@@ -4,10 +4,11 @@
 //! (Kubernetes docs, "Delete a CustomResourceDefinition"), and with a
 //! Kubeflow job its pods (they are owned by it). A plan that removes the
 //! training operator from the config, replaces its bundle, or updates it to
-//! manifests without one of its CRDs would so stop the cluster's users'
-//! running PyTorchJobs; such a plan is refused while one has not finished
-//! ([`unfinished_jobs`]). A destroy is not: the cluster goes with it, and
-//! its plan lists the jobs.
+//! manifests without one of its CRDs, or a destroy targeted at it, would
+//! so stop the cluster's users' running PyTorchJobs; such a plan is refused
+//! while one has not finished ([`unfinished_jobs`]). A plan that deletes
+//! the cluster too (a destroy) is not: the jobs go with the cluster, and its
+//! plan lists them.
 
 use kube::api::{DynamicObject, ListParams};
 use kube::Client;

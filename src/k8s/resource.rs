@@ -269,6 +269,10 @@ pub struct ManifestsResource {
     pub serves: Vec<ServedKind>,
     /// How the cluster is reached.
     pub connector: ClusterConnector,
+    /// The address of the EKS cluster the objects live in: a plan that also
+    /// deletes it takes them with it, so what would stop only the bundle's
+    /// delete (training jobs that have not finished) does not stop that plan.
+    pub cluster: Address,
     /// Expected apply time.
     pub estimate: Duration,
     /// Deadline of one apply or destroy, retries and waits included.
@@ -576,36 +580,41 @@ impl ManifestsResource {
                 .map_err(|e| {
                     ResourceError::msg(format!("listing the custom resources of CRD {crd}: {e}"))
                 })?;
-            running.extend(jobs.into_iter().filter_map(|j| {
-                let k = key(&j.gk, j.namespace.as_deref(), &j.name);
-                (!known.contains(k.as_str())).then(|| {
-                    format!(
-                        "{} {}{}",
-                        j.gk.kind,
-                        j.namespace.map(|ns| format!("{ns}/")).unwrap_or_default(),
-                        j.name
-                    )
-                })
-            }));
+            running.extend(
+                jobs.into_iter().filter(|j| {
+                    !known.contains(key(&j.gk, j.namespace.as_deref(), &j.name).as_str())
+                }),
+            );
         }
-        if running.is_empty() {
+        let Some(first) = running.first() else {
             return Ok(());
-        }
+        };
+        let namespace = |j: &super::jobs::UnfinishedJob| match &j.namespace {
+            Some(ns) => (format!("{ns}/"), format!(" -n {ns}")),
+            None => (String::new(), String::new()),
+        };
         let cap = super::delete::MAX_HOLDERS;
-        let more = running.len().saturating_sub(cap);
-        running.truncate(cap);
-        let mut listed = running.join(", ");
-        if more > 0 {
-            listed.push_str(&format!(" and {more} more"));
+        let mut listed = running
+            .iter()
+            .take(cap)
+            .map(|j| format!("{} {}{}", j.gk.kind, namespace(j).0, j.name))
+            .collect::<Vec<_>>()
+            .join(", ");
+        if running.len() > cap {
+            listed.push_str(&format!(" and {} more", running.len() - cap));
         }
         Err(ResourceError::msg(format!(
             "bundle {:?}: this change deletes CRD {} and with it training jobs that have not \
              finished: {listed}; deleting a CRD deletes every custom resource of it, and a job's \
              pods with the job. Wait for them to finish (Succeeded or Failed) or delete them \
-             (e.g. `kubectl delete pytorchjob NAME -n NAMESPACE`), then run the command again; \
-             finished jobs are deleted with the CRD, as the plan lists",
+             (e.g. `kubectl delete {}.{} {}{}`), then run the command again; finished jobs are \
+             deleted with the CRD, as the plan lists",
             self.bundle,
-            crds.join(", ")
+            crds.join(", "),
+            first.gk.kind.to_lowercase(),
+            first.gk.group,
+            first.name,
+            namespace(first).1
         )))
     }
 
@@ -1529,15 +1538,17 @@ impl Resource for ManifestsResource {
     async fn check(&self, check: &Check<'_>) -> Result<(), ResourceError> {
         use crate::plan::Action;
         let recorded = check.recorded.map(recorded_objects).unwrap_or_default();
+        // Jobs go with the cluster when the plan deletes it too (a destroy):
+        // its plan lists them.
+        let cluster_stays = !check.deletes.contains(&self.cluster);
         if matches!(check.action, Action::Delete) {
             self.claims_in_use(&self.claims()?).await?;
-            // A destroy takes the cluster too: its plan lists the jobs.
-            if !check.destroy {
+            if cluster_stays {
                 self.refuse_unfinished_jobs(&recorded, &recorded).await?;
             }
             return Ok(());
         }
-        if matches!(check.action, Action::Replace) {
+        if matches!(check.action, Action::Replace) && cluster_stays {
             self.refuse_unfinished_jobs(&recorded, &recorded).await?;
         }
         // Before the cluster exists there is nothing to check against (and

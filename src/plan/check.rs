@@ -6,9 +6,11 @@
 //!
 //! [`Resource::check`]: crate::resource::Resource::check
 
+use std::collections::BTreeSet;
+
 use futures::stream::{self, StreamExt};
 
-use super::{Change, Handles};
+use super::{Action, Change, Handles};
 use crate::address::Address;
 use crate::resource::{Check, DeleteOptions};
 use crate::state::State;
@@ -30,8 +32,8 @@ fn render(failures: &[(Address, String)]) -> String {
 }
 
 /// Runs the check of every change that creates, updates, replaces or
-/// deletes (of a destroy plan when `destroy`), at most `parallelism` at once; all run, so every problem is
-/// reported together.
+/// deletes, at most `parallelism` at once; all run, so every problem is
+/// reported together. Each is told what else the plan deletes.
 ///
 /// # Errors
 /// [`CheckError`] listing every failed check.
@@ -43,9 +45,14 @@ pub async fn check(
     handles: &Handles,
     state: &State,
     options: &DeleteOptions,
-    destroy: bool,
     parallelism: usize,
 ) -> Result<(), CheckError> {
+    let deletes: BTreeSet<Address> = changes
+        .iter()
+        .filter(|c| matches!(c.action, Action::Delete | Action::Replace))
+        .map(|c| c.address.clone())
+        .collect();
+    let deletes = &deletes;
     let checks = changes.iter().filter(|c| c.action.is_change()).map(|c| {
         let handle = handles
             .get(&c.address)
@@ -54,7 +61,7 @@ pub async fn check(
             action: c.action,
             recorded: state.resources.get(&c.address),
             options,
-            destroy,
+            deletes,
             state,
         };
         async move { (c.address.clone(), handle.check(&request).await) }

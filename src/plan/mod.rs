@@ -499,7 +499,6 @@ pub async fn make_plan(req: PlanRequest<'_>) -> Result<(Plan, Handles), PlanErro
         &handles,
         req.state,
         &req.delete_options,
-        req.destroy,
         req.parallelism,
     )
     .await?;
