@@ -431,4 +431,38 @@ fn kubeconfig_with_a_profile_no_file_defines_is_refused_and_writes_nothing() {
             .and(predicates::str::contains("nothing was written")),
         );
     assert!(!kubeconfig.exists());
+    // The same for AWS_PROFILE, which the kubeconfig would record as well.
+    Command::cargo_bin("kfaws")
+        .unwrap()
+        .current_dir(dir.path())
+        .env("AWS_CONFIG_FILE", &aws_config)
+        .env("AWS_SHARED_CREDENTIALS_FILE", dir.path().join("none"))
+        .env("AWS_PROFILE", "nope")
+        .args(["--name", "ml", "kubeconfig", "--kubeconfig"])
+        .arg(&kubeconfig)
+        .assert()
+        .code(1)
+        .stderr(
+            predicates::str::contains("profile \"nope\" (from AWS_PROFILE) is defined in neither")
+                .and(predicates::str::contains("unset AWS_PROFILE")),
+        );
+    assert!(!kubeconfig.exists());
+    // kubectl's plugin call names the undefined profile too.
+    Command::cargo_bin("kfaws")
+        .unwrap()
+        .env("AWS_CONFIG_FILE", &aws_config)
+        .env("AWS_SHARED_CREDENTIALS_FILE", dir.path().join("none"))
+        .args([
+            "--aws-profile",
+            "nope",
+            "eks",
+            "get-token",
+            "--cluster-name",
+            "ml",
+        ])
+        .assert()
+        .code(1)
+        .stderr(predicates::str::contains(
+            "profile \"nope\" (from --aws-profile) is defined in neither",
+        ));
 }

@@ -5,7 +5,7 @@ use aws_config::{BehaviorVersion, Region};
 use aws_types::os_shim_internal::Env;
 use kfaws::aws::token;
 use kfaws::k8s::exec_credential::{requested_api_version, ExecCredential};
-use kfaws::k8s::kubeconfig::{self, ClusterAccess};
+use kfaws::k8s::kubeconfig::{self, AwsProfile, ClusterAccess};
 use kfaws::state::store::StateStore;
 
 use super::{context, Global};
@@ -22,7 +22,20 @@ pub async fn get_token(g: &Global, cluster: &str) -> anyhow::Result<u8> {
     let sdk = kfaws::aws::with_profile(loader, g.aws_profile.as_deref())
         .load()
         .await;
-    let t = token::get_token(&sdk, cluster).await?;
+    let t = match token::get_token(&sdk, cluster).await {
+        Ok(t) => t,
+        // Name the cause the credential provider's error does not.
+        Err(e) => match &g.aws_profile {
+            Some(p) => {
+                let (env, fs) = (Env::real(), aws_types::os_shim_internal::Fs::real());
+                match kfaws::aws::identity::undefined_profile(&env, &fs, p, "--aws-profile").await {
+                    Some(problem) => anyhow::bail!("{e}: {problem}"),
+                    None => return Err(e.into()),
+                }
+            }
+            None => return Err(e.into()),
+        },
+    };
     tracing::debug!(cluster, expiration = %t.expiration, "made an EKS token");
     let info = std::env::var("KUBERNETES_EXEC_INFO").ok();
     let credential = ExecCredential::new(
@@ -41,21 +54,33 @@ pub async fn get_token(g: &Global, cluster: &str) -> anyhow::Result<u8> {
 /// of another account's identity is refused by the cluster (401
 /// Unauthorized). A mismatch, or credentials that cannot be checked, is a
 /// warning: the kubeconfig is written either way, as kubectl may run with
-/// other credentials. A `--aws-profile` that no profile file defines is an
-/// error and nothing is written (as `aws eks update-kubeconfig --profile`):
-/// every kubectl call would fail with it.
+/// other credentials. A profile to record (`--aws-profile`, else
+/// `AWS_PROFILE`) that no profile file defines is an error and nothing is
+/// written (as `aws eks update-kubeconfig --profile`): kubectl calls would
+/// fail with it.
 pub async fn kubeconfig(
     g: &Global,
     path: Option<&std::path::Path>,
     alias: Option<&str>,
 ) -> anyhow::Result<u8> {
-    if let Some(profile) = &g.aws_profile {
+    let exec = context::exec_auth(g)?;
+    let recorded = match &exec.aws_profile {
+        Some(AwsProfile::Flag(p)) => Some((p, "--aws-profile", "")),
+        Some(AwsProfile::Env(p)) => Some((
+            p,
+            "AWS_PROFILE",
+            " (unset AWS_PROFILE, or set it to a defined profile)",
+        )),
+        None => None,
+    };
+    if let Some((profile, from, fix)) = recorded {
         let (env, fs) = (Env::real(), aws_types::os_shim_internal::Fs::real());
         if let Some(problem) =
-            kfaws::aws::identity::undefined_profile(&env, &fs, profile, "--aws-profile").await
+            kfaws::aws::identity::undefined_profile(&env, &fs, profile, from).await
         {
             anyhow::bail!(
-                "{problem}: the kubeconfig would make every kubectl call fail; nothing was written"
+                "{problem}: the kubeconfig would record it for kubectl's `kfaws eks get-token`, \
+                 so nothing was written{fix}"
             );
         }
     }
@@ -67,7 +92,6 @@ pub async fn kubeconfig(
         format!("deployment {name:?} has no eks.cluster in its state: run `kfaws apply` first")
     })?;
     let access = ClusterAccess::from_outputs(&recorded.outputs, state.region.as_deref())?;
-    let exec = context::exec_auth(g)?;
     let path = match path {
         Some(p) => p.to_path_buf(),
         None => kubeconfig::default_path()?,
