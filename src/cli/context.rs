@@ -85,8 +85,8 @@ pub fn deployment(g: &Global) -> anyhow::Result<(String, PathBuf)> {
             match ConfigFile::load_location(&path, g.config.is_some()) {
                 Ok(file) => {
                     tracing::warn!(
-                        "reading only `name` and `state_dir` from the config, which plan and \
-                         apply refuse: {strict}"
+                        "reading only `name` and `state_dir` from the config, which plan, \
+                         apply, destroy and validate refuse: {strict}"
                     );
                     file
                 }
