@@ -66,16 +66,21 @@ async fn labelled(client: &Client, ids: &[String]) -> Vec<String> {
     out
 }
 
-/// Creates the PyTorchJob `someones-job` in the user namespace, as a user
-/// of the cluster would; returns the API of its kind there.
-async fn someones_job(client: &Client) -> Api<DynamicObject> {
-    let job_type = kube::discovery::ApiResource {
+/// `kubeflow.org/v1 PyTorchJob`.
+fn job_type() -> kube::discovery::ApiResource {
+    kube::discovery::ApiResource {
         group: "kubeflow.org".into(),
         version: "v1".into(),
         api_version: "kubeflow.org/v1".into(),
         kind: "PyTorchJob".into(),
         plural: "pytorchjobs".into(),
-    };
+    }
+}
+
+/// Creates the PyTorchJob `someones-job` in the user namespace, as a user
+/// of the cluster would; returns the API of its kind there.
+async fn someones_job(client: &Client) -> Api<DynamicObject> {
+    let job_type = job_type();
     let jobs = Api::<DynamicObject>::namespaced_with(client.clone(), USER_NS, &job_type);
     let mut job = DynamicObject::new("someones-job", &job_type);
     job.data = serde_json::json!({"spec": {"pytorchReplicaSpecs": {}}});
@@ -566,7 +571,7 @@ async fn a_bundle_that_left_the_config_is_deleted_by_its_applyset() {
     let unfinished = format!(
         "k8s.training-operator: bundle \"kfaws-{}-training-operator\": this change deletes CRD \
          pytorchjobs.kubeflow.org and with it training jobs that have not finished: PyTorchJob \
-         {USER_NS}/someones-job;",
+         {USER_NS}/someones-job.",
         d.name
     );
     // A destroy targeted at the operator leaves the cluster, so it is refused too.
@@ -583,12 +588,6 @@ async fn a_bundle_that_left_the_config_is_deleted_by_its_applyset() {
             "{refused}"
         );
     }
-    // A destroy of the cluster takes the jobs with it: its plan lists them.
-    let destroying = d.stdout(&["plan", "--destroy", "--target", "eks.cluster"]);
-    assert!(
-        destroying.contains("- kubeflow-user-example-com/someones-job (PyTorchJob.kubeflow.org)"),
-        "{destroying}"
-    );
     // So is an update whose manifests no longer hold the CRD.
     let operator = std::fs::read_to_string(fixtures.join("training-operator.yaml")).unwrap();
     let (_, without_crd) = operator.split_once("\n---\n").unwrap();
@@ -599,6 +598,40 @@ async fn a_bundle_that_left_the_config_is_deleted_by_its_applyset() {
     ));
     let refused = d.fails(&["plan"]);
     assert!(refused.contains(&unfinished), "{refused}");
+    // And a destroy of the namespace the job runs in. A job already being deleted (held by
+    // a finalizer) goes anyway and is not named.
+    let mut leaving = DynamicObject::new("leaving", &job_type());
+    leaving.metadata.finalizers = Some(vec!["kfaws.test/hold".into()]);
+    leaving.data = serde_json::json!({"spec": {"pytorchReplicaSpecs": {}}});
+    jobs.create(&Default::default(), &leaving).await.unwrap();
+    running(&d, &jobs, "leaving").await;
+    jobs.delete("leaving", &DeleteParams::default())
+        .await
+        .unwrap();
+    let refused = d.fails(&["plan", "--destroy", "--target", "k8s.user-namespace"]);
+    assert!(
+        refused.contains(&format!(
+            "k8s.user-namespace: bundle \"kfaws-{}-user-namespace\": this change deletes \
+             namespace {USER_NS} and with it training jobs that have not finished: PyTorchJob \
+             {USER_NS}/someones-job.",
+            d.name
+        )),
+        "{refused}"
+    );
+    let _ = jobs
+        .patch(
+            "leaving",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(serde_json::json!({"metadata": {"finalizers": null}})),
+        )
+        .await
+        .unwrap();
+    // A destroy of the cluster takes the jobs with it: its plan lists them.
+    let destroying = d.stdout(&["plan", "--destroy", "--target", "eks.cluster"]);
+    assert!(
+        destroying.contains("- kubeflow-user-example-com/someones-job (PyTorchJob.kubeflow.org)"),
+        "{destroying}"
+    );
     jobs.get("someones-job").await.expect("nothing was deleted");
     // Once it has finished, the plan goes ahead and lists it.
     finish(&jobs, "someones-job").await;

@@ -1,16 +1,22 @@
-//! Training jobs that a change deleting their CRD would kill mid-run.
+//! Training jobs that a change deleting their CRD or their namespace would
+//! kill mid-run.
 //!
 //! Deleting a CustomResourceDefinition deletes every custom resource of it
-//! (Kubernetes docs, "Delete a CustomResourceDefinition"), and with a
+//! (Kubernetes docs, "Delete a CustomResourceDefinition"), deleting a
+//! namespace everything in it (Kubernetes docs, "Namespaces"), and with a
 //! Kubeflow job its pods (they are owned by it). A plan that removes the
 //! training operator from the config, replaces its bundle, or updates it to
-//! manifests without one of its CRDs, or a destroy targeted at it, would
-//! so stop the cluster's users' running PyTorchJobs; such a plan is refused
-//! while one has not finished ([`unfinished_jobs`]). A plan that deletes
-//! the cluster too (a destroy) is not: the jobs go with the cluster, and its
-//! plan lists them.
+//! manifests without one of its CRDs, a destroy targeted at it, or one that
+//! deletes the user namespace (a targeted destroy, a changed
+//! `user_namespace`) would so stop the cluster's users' running PyTorchJobs;
+//! such a plan is refused while one has not finished ([`unfinished_jobs`]).
+//! A plan that deletes the cluster too (a destroy) is not: the jobs go with
+//! the cluster, and its plan lists them. A job whose delete was already
+//! requested (`metadata.deletionTimestamp`) is going anyway and does not
+//! count.
 
-use kube::api::{DynamicObject, ListParams};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DynamicObject, ListParams};
 use kube::Client;
 use serde_json::Value;
 use tokio::time::Instant;
@@ -57,9 +63,10 @@ pub struct UnfinishedJob {
     pub name: String,
 }
 
-/// The jobs ([`is_job_kind`]) of CRD `crd` that have not [`finished`], in
-/// list order; empty when the CRD is gone, serves no version, or its kind
-/// is not a job kind. Transient errors are retried until `deadline`.
+/// The jobs ([`is_job_kind`]) of CRD `crd` that have not [`finished`] and
+/// are not being deleted, in list order; empty when the CRD is gone, serves
+/// no version, or its kind is not a job kind. Transient errors are retried
+/// until `deadline`.
 ///
 /// # Errors
 /// [`RetryError`] when the CRD or its custom resources cannot be read.
@@ -85,13 +92,32 @@ pub async fn unfinished_jobs(
     Ok(list
         .items
         .iter()
-        .filter(|job| !finished(job))
+        .filter(|job| !finished(job) && job.metadata.deletion_timestamp.is_none())
         .map(|job| UnfinishedJob {
             gk: gk.clone(),
             namespace: job.metadata.namespace.clone(),
             name: job.metadata.name.clone().unwrap_or_default(),
         })
         .collect())
+}
+
+/// The names of the CRDs in the cluster whose kind is a job kind
+/// ([`is_job_kind`]), sorted. Transient errors are retried until `deadline`.
+///
+/// # Errors
+/// [`RetryError`] when the CRDs cannot be listed.
+pub async fn job_crds(client: &Client, deadline: Instant) -> Result<Vec<String>, RetryError> {
+    let crds = Api::<CustomResourceDefinition>::all(client.clone());
+    let all = ListParams::default();
+    let list = retry::retry(deadline, || crds.list(&all)).await?;
+    let mut names: Vec<String> = list
+        .items
+        .into_iter()
+        .filter(|crd| is_job_kind(&crd.spec.names.kind))
+        .filter_map(|crd| crd.metadata.name)
+        .collect();
+    names.sort();
+    Ok(names)
 }
 
 #[cfg(test)]

@@ -554,18 +554,20 @@ impl ManifestsResource {
         )))
     }
 
-    /// Refuses, at plan, a change that deletes CRDs among `removed` (object
-    /// keys) whose training jobs have not finished ([`super::jobs`]), other
-    /// than those among `known` (applied by the bundle): deleting the CRD
-    /// would delete them and stop their pods mid-run. Without a cluster
-    /// there are none.
+    /// Refuses, at plan, a change that deletes CRDs or namespaces among
+    /// `removed` (object keys) while training jobs of those CRDs or in those
+    /// namespaces have not finished ([`super::jobs`]), other than those among
+    /// `known` (applied by the bundle): the delete would take them and stop
+    /// their pods mid-run. Without a cluster there are none.
     async fn refuse_unfinished_jobs(
         &self,
         removed: &[String],
         known: &[String],
     ) -> Result<(), ResourceError> {
+        use super::jobs::{job_crds, unfinished_jobs, UnfinishedJob};
         let crds = removed_crds(removed);
-        if crds.is_empty() {
+        let namespaces = removed_namespaces(removed);
+        if crds.is_empty() && namespaces.is_empty() {
             return Ok(());
         }
         let Some(client) = self.connector.connect().await? else {
@@ -573,23 +575,35 @@ impl ManifestsResource {
         };
         let known: BTreeSet<&str> = known.iter().map(String::as_str).collect();
         let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-        let mut running = Vec::new();
-        for crd in &crds {
-            let jobs = super::jobs::unfinished_jobs(&client, crd, deadline)
-                .await
-                .map_err(|e| {
-                    ResourceError::msg(format!("listing the custom resources of CRD {crd}: {e}"))
-                })?;
-            running.extend(
-                jobs.into_iter().filter(|j| {
-                    !known.contains(key(&j.gk, j.namespace.as_deref(), &j.name).as_str())
-                }),
+        let listing = |what: &str, e: super::retry::RetryError| {
+            ResourceError::msg(format!("listing {what}: {e}"))
+        };
+        // Every job kind's CRD when a namespace goes: its jobs in it go too.
+        let mut sources: BTreeSet<String> = crds.iter().map(|c| c.to_string()).collect();
+        if !namespaces.is_empty() {
+            sources.extend(
+                job_crds(&client, deadline)
+                    .await
+                    .map_err(|e| listing("the CRDs", e))?,
             );
+        }
+        let mut running: Vec<UnfinishedJob> = Vec::new();
+        for crd in &sources {
+            let jobs = unfinished_jobs(&client, crd, deadline)
+                .await
+                .map_err(|e| listing(&format!("the custom resources of CRD {crd}"), e))?;
+            running.extend(jobs.into_iter().filter(|j| {
+                let goes = crds.contains(&crd.as_str())
+                    || j.namespace
+                        .as_deref()
+                        .is_some_and(|ns| namespaces.contains(&ns));
+                goes && !known.contains(key(&j.gk, j.namespace.as_deref(), &j.name).as_str())
+            }));
         }
         let Some(first) = running.first() else {
             return Ok(());
         };
-        let namespace = |j: &super::jobs::UnfinishedJob| match &j.namespace {
+        let namespace = |j: &UnfinishedJob| match &j.namespace {
             Some(ns) => (format!("{ns}/"), format!(" -n {ns}")),
             None => (String::new(), String::new()),
         };
@@ -603,14 +617,28 @@ impl ManifestsResource {
         if running.len() > cap {
             listed.push_str(&format!(" and {} more", running.len() - cap));
         }
+        let plural = |n: usize, one: &'static str, many: &'static str| match n {
+            1 => one,
+            _ => many,
+        };
+        let mut deleted = Vec::new();
+        if !crds.is_empty() {
+            let what = plural(crds.len(), "CRD", "CRDs");
+            deleted.push(format!("{what} {}", crds.join(", ")));
+        }
+        if !namespaces.is_empty() {
+            let what = plural(namespaces.len(), "namespace", "namespaces");
+            deleted.push(format!("{what} {}", namespaces.join(", ")));
+        }
         Err(ResourceError::msg(format!(
-            "bundle {:?}: this change deletes CRD {} and with it training jobs that have not \
-             finished: {listed}; deleting a CRD deletes every custom resource of it, and a job's \
-             pods with the job. Wait for them to finish (Succeeded or Failed) or delete them \
-             (e.g. `kubectl delete {}.{} {}{}`), then run the command again; finished jobs are \
-             deleted with the CRD, as the plan lists",
+            "bundle {:?}: this change deletes {} and with {} training jobs that have not \
+             finished: {listed}. Deleting a CRD deletes every custom resource of it, deleting a \
+             namespace everything in it, and a job's pods go with the job. Wait for them to \
+             finish (Succeeded, Failed or Complete) or delete them (e.g. `kubectl delete {}.{} \
+             {}{}`), then run the command again; finished jobs are deleted with the rest",
             self.bundle,
-            crds.join(", "),
+            deleted.join(" and "),
+            plural(crds.len() + namespaces.len(), "it", "them"),
             first.gk.kind.to_lowercase(),
             first.gk.group,
             first.name,
@@ -1353,6 +1381,13 @@ fn removed_crds(keys: &[String]) -> Vec<&str> {
     const CRD_KIND: &str = "CustomResourceDefinition.apiextensions.k8s.io ";
     keys.iter()
         .filter_map(|k| k.strip_prefix(CRD_KIND))
+        .collect()
+}
+
+/// The names of the namespaces among object keys ([`key`]).
+fn removed_namespaces(keys: &[String]) -> Vec<&str> {
+    keys.iter()
+        .filter_map(|k| k.strip_prefix("Namespace "))
         .collect()
 }
 
