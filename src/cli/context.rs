@@ -85,8 +85,9 @@ pub fn deployment(g: &Global) -> anyhow::Result<(String, PathBuf)> {
             match ConfigFile::load_location(&path, g.config.is_some()) {
                 Ok(file) => {
                     tracing::warn!(
-                        "reading only `name` and `state_dir` from the config, which plan, \
-                         apply, destroy and validate refuse: {strict}"
+                        "reading only `name` and `state_dir` from the config, which the \
+                         commands that read all of it (plan, apply, destroy, validate, graph) \
+                         refuse: {strict}"
                     );
                     file
                 }

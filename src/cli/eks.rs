@@ -24,17 +24,22 @@ pub async fn get_token(g: &Global, cluster: &str) -> anyhow::Result<u8> {
         .await;
     let t = match token::get_token(&sdk, cluster).await {
         Ok(t) => t,
-        // Name the cause the credential provider's error does not.
-        Err(e) => match &g.aws_profile {
-            Some(p) => {
-                let (env, fs) = (Env::real(), aws_types::os_shim_internal::Fs::real());
-                match kfaws::aws::identity::undefined_profile(&env, &fs, p, "--aws-profile").await {
-                    Some(problem) => anyhow::bail!("{e}: {problem}"),
-                    None => return Err(e.into()),
-                }
+        // Name the cause the credential provider's error does not: the
+        // profile a kubeconfig recorded may be gone since.
+        Err(e) => {
+            let (env, fs) = (Env::real(), aws_types::os_shim_internal::Fs::real());
+            let selected = match &g.aws_profile {
+                Some(p) => Some((p.clone(), "--aws-profile")),
+                None => kfaws::aws::env_profile(&env).map(|p| (p, "AWS_PROFILE")),
+            };
+            let Some((profile, from)) = selected else {
+                return Err(e.into());
+            };
+            match kfaws::aws::identity::undefined_profile(&env, &fs, &profile, from).await {
+                Some(problem) => anyhow::bail!("{e}; {problem}"),
+                None => return Err(e.into()),
             }
-            None => return Err(e.into()),
-        },
+        }
     };
     tracing::debug!(cluster, expiration = %t.expiration, "made an EKS token");
     let info = std::env::var("KUBERNETES_EXEC_INFO").ok();
@@ -79,7 +84,7 @@ pub async fn kubeconfig(
             kfaws::aws::identity::undefined_profile(&env, &fs, profile, from).await
         {
             anyhow::bail!(
-                "{problem}: the kubeconfig would record it for kubectl's `kfaws eks get-token`, \
+                "{problem}. The kubeconfig would record it for kubectl's `kfaws eks get-token`, \
                  so nothing was written{fix}"
             );
         }
