@@ -481,6 +481,29 @@ impl Deployment {
         control("eks/cluster-endpoint", "PUT", &body.to_string());
     }
 
+    /// Asserts that a command stopped by [`Deployment::interrupt_when`]
+    /// exited 130 less than `within` after the interrupt, and that its
+    /// standard output says `says` (its `Interrupted: ADDRESS: …` line) and
+    /// no "failed after". Returns that output.
+    pub fn assert_stopped(
+        out: &std::process::Output,
+        took: std::time::Duration,
+        within: std::time::Duration,
+        says: &str,
+    ) -> String {
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert_eq!(out.status.code(), Some(130), "{stdout}");
+        assert!(
+            took < within,
+            "stopped {took:?} after the interrupt, not within {within:?}: {stdout}"
+        );
+        assert!(
+            stdout.contains(says) && !stdout.contains("failed after"),
+            "{stdout}"
+        );
+        stdout
+    }
+
     /// `kfaws ARGS` in the deployment's directory and account. An `apply`
     /// first starts the cluster's API server ([`Deployment::cluster`]).
     pub fn kfaws(&self, args: &[&str]) -> Command {
