@@ -465,4 +465,18 @@ fn kubeconfig_with_a_profile_no_file_defines_is_refused_and_writes_nothing() {
         .stderr(predicates::str::contains(
             "profile \"nope\" (from --aws-profile) is defined in neither",
         ));
+    // And the AWS_PROFILE a kubeconfig recorded, once no file defines it.
+    Command::cargo_bin("kfaws")
+        .unwrap()
+        .env("AWS_CONFIG_FILE", &aws_config)
+        .env("AWS_SHARED_CREDENTIALS_FILE", dir.path().join("none"))
+        .env("AWS_PROFILE", "nope")
+        .env_remove("AWS_ACCESS_KEY_ID")
+        .env_remove("AWS_SECRET_ACCESS_KEY")
+        .args(["eks", "get-token", "--cluster-name", "ml"])
+        .assert()
+        .code(1)
+        .stderr(predicates::str::contains(
+            "profile \"nope\" (from AWS_PROFILE) is defined in neither",
+        ));
 }
