@@ -402,81 +402,57 @@ async fn kubeconfig_from_the_state_lists_namespaces_through_the_exec_plugin() {
 }
 
 #[test]
-fn kubeconfig_with_a_profile_no_file_defines_is_refused_and_writes_nothing() {
+fn a_profile_no_file_defines_is_refused_by_kubeconfig_which_writes_nothing_and_named_by_get_token() {
     let dir = tempfile::tempdir().unwrap();
     let aws_config = dir.path().join("aws-config");
     std::fs::write(&aws_config, "[profile dev]\nregion = us-east-1\n").unwrap();
     let kubeconfig = dir.path().join("kube-config");
-    Command::cargo_bin("kfaws")
-        .unwrap()
-        .current_dir(dir.path())
-        .env("AWS_CONFIG_FILE", &aws_config)
-        .env("AWS_SHARED_CREDENTIALS_FILE", dir.path().join("none"))
-        .args([
-            "--aws-profile",
-            "nope",
-            "--name",
-            "ml",
-            "kubeconfig",
-            "--kubeconfig",
-        ])
-        .arg(&kubeconfig)
+    // `kfaws ARGS` whose profile files define only `dev`, with AWS_PROFILE
+    // `env_profile` (keys in the environment removed with it: a profile is
+    // then the only source).
+    let kfaws = |env_profile: Option<&str>, args: &[&str]| {
+        let mut cmd = Command::cargo_bin("kfaws").unwrap();
+        cmd.current_dir(dir.path())
+            .env("AWS_CONFIG_FILE", &aws_config)
+            .env("AWS_SHARED_CREDENTIALS_FILE", dir.path().join("none"))
+            .args(args);
+        if let Some(p) = env_profile {
+            cmd.env("AWS_PROFILE", p)
+                .env_remove("AWS_ACCESS_KEY_ID")
+                .env_remove("AWS_SECRET_ACCESS_KEY");
+        }
+        cmd
+    };
+    let undefined = |from: &str| {
+        predicates::str::contains(format!(
+            "profile \"nope\" (from {from}) is defined in neither"
+        ))
+    };
+    let write = ["--name", "ml", "kubeconfig", "--kubeconfig", "kube-config"];
+    kfaws(None, &[&["--aws-profile", "nope"][..], &write].concat())
         .assert()
         .code(1)
         .stderr(
-            predicates::str::contains(
-                "profile \"nope\" (from --aws-profile) is defined in neither",
-            )
-            .and(predicates::str::contains("profiles defined: dev"))
-            .and(predicates::str::contains("nothing was written")),
+            undefined("--aws-profile")
+                .and(predicates::str::contains("profiles defined: dev"))
+                .and(predicates::str::contains("nothing was written")),
         );
     assert!(!kubeconfig.exists());
     // The same for AWS_PROFILE, which the kubeconfig would record as well.
-    Command::cargo_bin("kfaws")
-        .unwrap()
-        .current_dir(dir.path())
-        .env("AWS_CONFIG_FILE", &aws_config)
-        .env("AWS_SHARED_CREDENTIALS_FILE", dir.path().join("none"))
-        .env("AWS_PROFILE", "nope")
-        .args(["--name", "ml", "kubeconfig", "--kubeconfig"])
-        .arg(&kubeconfig)
+    kfaws(Some("nope"), &write)
         .assert()
         .code(1)
-        .stderr(
-            predicates::str::contains("profile \"nope\" (from AWS_PROFILE) is defined in neither")
-                .and(predicates::str::contains("unset AWS_PROFILE")),
-        );
+        .stderr(undefined("AWS_PROFILE").and(predicates::str::contains("unset AWS_PROFILE")));
     assert!(!kubeconfig.exists());
-    // kubectl's plugin call names the undefined profile too.
-    Command::cargo_bin("kfaws")
-        .unwrap()
-        .env("AWS_CONFIG_FILE", &aws_config)
-        .env("AWS_SHARED_CREDENTIALS_FILE", dir.path().join("none"))
-        .args([
-            "--aws-profile",
-            "nope",
-            "eks",
-            "get-token",
-            "--cluster-name",
-            "ml",
-        ])
+    // kubectl's plugin call names the undefined profile too, whichever selected it (a
+    // kubeconfig records AWS_PROFILE in its exec env).
+    let token = ["eks", "get-token", "--cluster-name", "ml"];
+    kfaws(None, &[&["--aws-profile", "nope"][..], &token].concat())
         .assert()
         .code(1)
-        .stderr(predicates::str::contains(
-            "profile \"nope\" (from --aws-profile) is defined in neither",
-        ));
-    // And the AWS_PROFILE a kubeconfig recorded, once no file defines it.
-    Command::cargo_bin("kfaws")
-        .unwrap()
-        .env("AWS_CONFIG_FILE", &aws_config)
-        .env("AWS_SHARED_CREDENTIALS_FILE", dir.path().join("none"))
-        .env("AWS_PROFILE", "nope")
-        .env_remove("AWS_ACCESS_KEY_ID")
-        .env_remove("AWS_SECRET_ACCESS_KEY")
-        .args(["eks", "get-token", "--cluster-name", "ml"])
+        .stderr(undefined("--aws-profile"));
+    kfaws(Some("nope"), &token)
         .assert()
         .code(1)
-        .stderr(predicates::str::contains(
-            "profile \"nope\" (from AWS_PROFILE) is defined in neither",
-        ));
+        .stderr(undefined("AWS_PROFILE"));
 }
