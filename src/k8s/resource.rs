@@ -1598,13 +1598,7 @@ impl Resource for ManifestsResource {
             let pruned = pruned(entry, &bundle);
             self.prunes_used_namespaces(&pruned)?;
             self.claims_in_use(&dropped_claims(&pruned)).await?;
-            let kept: BTreeSet<String> = self.objects().into_iter().collect();
-            let removed: Vec<String> = recorded
-                .iter()
-                .filter(|k| !kept.contains(*k))
-                .cloned()
-                .collect();
-            self.refuse_unfinished_jobs(&removed, &recorded).await?;
+            self.refuse_unfinished_jobs(&pruned, &recorded).await?;
         }
         let applier = self.applier(client.clone());
         let targets = boxed_check(&applier, &bundle)
