@@ -402,7 +402,7 @@ async fn kubeconfig_from_the_state_lists_namespaces_through_the_exec_plugin() {
 }
 
 #[test]
-fn a_profile_no_file_defines_is_refused_by_kubeconfig_which_writes_nothing_and_named_by_get_token() {
+fn an_undefined_profile_is_refused_by_kubeconfig_and_named_by_get_token() {
     let dir = tempfile::tempdir().unwrap();
     let aws_config = dir.path().join("aws-config");
     std::fs::write(&aws_config, "[profile dev]\nregion = us-east-1\n").unwrap();
