@@ -1016,15 +1016,7 @@ async fn the_first_interrupt_stops_the_wait_for_an_upgrading_cluster() {
     );
     let entry = d.state()["resources"]["eks.cluster"].clone();
     assert_eq!(entry["updating"]["kubernetes_version"], "1.33", "{entry}");
-    d.lifecycle(r#"{"scale": 0}"#);
-    d.stdout(&["apply", "--auto-approve", "--target", "eks.cluster"]);
-    assert_eq!(
-        d.calls("UpdateClusterVersion"),
-        1,
-        "the upgrade is asked once"
-    );
-    let entry = d.state()["resources"]["eks.cluster"].clone();
-    assert!(entry.get("updating").is_none(), "{entry}");
+    d.resume_interrupted_update("eks.cluster", "UpdateClusterVersion");
     d.stdout(&["destroy", "--auto-approve"]);
 }
 
@@ -1065,15 +1057,7 @@ async fn the_first_interrupt_stops_the_wait_for_an_upgrading_node_group() {
     );
     let entry = d.state()["resources"]["eks.nodegroup.cpu"].clone();
     assert_eq!(entry["updating"]["kubernetes_version"], "1.33", "{entry}");
-    d.lifecycle(r#"{"scale": 0}"#);
-    d.stdout(&["apply", "--auto-approve", "--target", "eks.nodegroup.cpu"]);
-    assert_eq!(
-        d.calls("UpdateNodegroupVersion"),
-        1,
-        "the upgrade is asked once"
-    );
-    let entry = d.state()["resources"]["eks.nodegroup.cpu"].clone();
-    assert!(entry.get("updating").is_none(), "{entry}");
+    d.resume_interrupted_update("eks.nodegroup.cpu", "UpdateNodegroupVersion");
     d.stdout(&["destroy", "--auto-approve"]);
 }
 

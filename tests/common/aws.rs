@@ -504,6 +504,18 @@ impl Deployment {
         stdout
     }
 
+    /// After an update of `address` was interrupted: lets the emulator
+    /// finish it at once, applies `address` again, and asserts that the
+    /// update's call `operation` was made once in all and that the entry
+    /// keeps no unfinished update.
+    pub fn resume_interrupted_update(&self, address: &str, operation: &str) {
+        self.lifecycle(r#"{"scale": 0}"#);
+        self.stdout(&["apply", "--auto-approve", "--target", address]);
+        assert_eq!(self.calls(operation), 1, "{operation} is called once");
+        let entry = self.state()["resources"][address].clone();
+        assert!(entry.get("updating").is_none(), "{entry}");
+    }
+
     /// `kfaws ARGS` in the deployment's directory and account. An `apply`
     /// first starts the cluster's API server ([`Deployment::cluster`]).
     pub fn kfaws(&self, args: &[&str]) -> Command {
