@@ -116,6 +116,37 @@ fn propagate_input_changes(desired: &[Arc<dyn Resource>], changes: &mut [Change]
     }
 }
 
+/// Why a resource whose recorded [`inputs_hash`] differs is updated: its
+/// dependencies' outputs changed, or the dependencies themselves (a newer
+/// profile orders it after another resource); the update records them, which
+/// a later destroy of it orders by.
+fn dependencies_changed(recorded: &ResourceState, now: &[Address]) -> String {
+    let then: BTreeSet<&Address> = recorded.dependencies.iter().collect();
+    let now: BTreeSet<&Address> = now.iter().collect();
+    if then == now {
+        return "its dependencies' outputs changed since it was last applied".to_string();
+    }
+    let list = |set: BTreeSet<&&Address>| {
+        set.into_iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let mut parts = Vec::new();
+    let added: BTreeSet<_> = now.difference(&then).collect();
+    if !added.is_empty() {
+        parts.push(format!("now after {}", list(added)));
+    }
+    let gone: BTreeSet<_> = then.difference(&now).collect();
+    if !gone.is_empty() {
+        parts.push(format!("no longer after {}", list(gone)));
+    }
+    format!(
+        "its dependencies changed since it was last applied ({}); applied again to record them",
+        parts.join("; ")
+    )
+}
+
 /// Changes for a destroy: a delete for every recorded resource, sorted by address.
 pub fn diff_destroy(state: &State, observed: &BTreeMap<Address, Observed>) -> Vec<Change> {
     state
@@ -285,10 +316,7 @@ fn diff_one(
                             c.conditional = true;
                             c
                         }
-                        None => change(
-                            Action::Update,
-                            "its dependencies' outputs changed since it was last applied",
-                        ),
+                        None => change(Action::Update, &dependencies_changed(recorded, &deps)),
                     }
                 } else {
                     let mut c = change(Action::NoOp, "up to date");
@@ -985,6 +1013,46 @@ pub(crate) mod tests {
             .unwrap();
         assert_eq!(c.action, Action::Update);
         assert!(c.reason.contains("outputs changed"), "{}", c.reason);
+    }
+
+    #[test]
+    fn a_resource_with_a_dependency_added_since_it_was_applied_says_so() {
+        let other = Address::new("stack.iam").unwrap();
+        let storage: Arc<dyn Resource> = Arc::new(Fake {
+            address: Address::new("stack.storage").unwrap(),
+            spec: SPEC(),
+            mode: Mode::Managed,
+            deps: vec![addr(), other.clone()],
+            repairs_in_place: false,
+
+            replaceable: false,
+        });
+        let mut state = State::new("ml");
+        state
+            .resources
+            .insert(addr(), recorded(Status::Created, SPEC()));
+        state
+            .resources
+            .insert(other.clone(), recorded(Status::Created, SPEC()));
+        // Applied by a version that ordered it after the network only.
+        let mut st = recorded(Status::Created, SPEC());
+        st.dependencies = vec![addr()];
+        st.inputs_hash = Some(inputs_hash(&state, &[addr()]));
+        state
+            .resources
+            .insert(Address::new("stack.storage").unwrap(), st);
+        let observed = BTreeMap::from([(Address::new("stack.storage").unwrap(), present(SPEC()))]);
+        let changes = diff_apply(&[storage], &state, &observed, &BTreeSet::new());
+        let c = changes
+            .iter()
+            .find(|c| c.address.as_str() == "stack.storage")
+            .unwrap();
+        assert_eq!(c.action, Action::Update);
+        assert_eq!(
+            c.reason,
+            "its dependencies changed since it was last applied (now after stack.iam); applied \
+             again to record them"
+        );
     }
 
     #[test]
