@@ -357,6 +357,24 @@ fn state_commands_read_name_and_state_dir_from_a_config_that_plan_refuses() {
     // A file that is not TOML at all, or a name that is not a string, is still an error.
     d.write_config("name = [");
     d.kfaws(&["state", "list"]).assert().code(1);
+    // Unless --name and --state-dir both say what the file would.
+    d.kfaws(&[
+        "--name",
+        &d.name,
+        "--state-dir",
+        "elsewhere",
+        "state",
+        "list",
+    ])
+    .assert()
+    .success()
+    .stdout(predicate::str::contains(format!(
+        "Deployment {:?} has no resources",
+        d.name
+    )))
+    .stderr(predicate::str::contains(
+        "ignoring the config, which cannot be read",
+    ));
     std::fs::write(d.dir.path().join("kfaws.toml"), "name = 3\n").unwrap();
     d.kfaws(&["state", "list"])
         .assert()

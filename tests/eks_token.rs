@@ -341,6 +341,22 @@ async fn kubeconfig_from_the_state_lists_namespaces_through_the_exec_plugin() {
          current-context: other\n",
     )
     .unwrap();
+    // A --region other than the state's is refused before anything is written.
+    let before = std::fs::read(&path).unwrap();
+    Command::cargo_bin("kfaws")
+        .unwrap()
+        .current_dir(dir.path())
+        .env_remove("KFAWS_NAME")
+        .env_remove("KFAWS_CONFIG")
+        .args(["--region", "eu-west-1", "kubeconfig", "--kubeconfig"])
+        .arg(&path)
+        .assert()
+        .code(1)
+        .stderr(predicates::str::contains(format!(
+            "--region eu-west-1: the EKS cluster of deployment \"{cluster}\" is in region \
+             us-east-1 (recorded in its state)"
+        )));
+    assert_eq!(std::fs::read(&path).unwrap(), before, "nothing was written");
     // With credentials of the cluster's account: no warning; with another
     // account's, a warning naming both (the file is written either way).
     let other = new_account();

@@ -76,7 +76,9 @@ fn check_state_dir(dir: &Path, named_by: &str) -> anyhow::Result<()> {
 ///
 /// A config that breaks the schema elsewhere (an unfinished edit) does not
 /// stop them: `name` and `state_dir` are read on their own, with a warning
-/// that shows the error the next plan or apply will report.
+/// that shows the error the next plan or apply will report. A file that is
+/// not TOML at all is an error unless `--name` and `--state-dir` are both
+/// given (then it is ignored, with a warning).
 pub fn deployment(g: &Global) -> anyhow::Result<(String, PathBuf)> {
     let path = config_path(g);
     let file = match ConfigFile::load(&path, g.config.is_some()) {
@@ -90,6 +92,14 @@ pub fn deployment(g: &Global) -> anyhow::Result<(String, PathBuf)> {
                          refuse: {strict}"
                     );
                     file
+                }
+                // Both flags given: the file is not needed at all.
+                Err(unreadable) if g.name.is_some() && g.state_dir.is_some() => {
+                    tracing::warn!(
+                        "ignoring the config, which cannot be read ({unreadable}): --name and \
+                         --state-dir name the deployment and its state directory"
+                    );
+                    ConfigFile::default()
                 }
                 Err(_) => return Err(strict.into()),
             }

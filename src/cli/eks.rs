@@ -62,7 +62,8 @@ pub async fn get_token(g: &Global, cluster: &str) -> anyhow::Result<u8> {
 /// other credentials. A profile to record (`--aws-profile`, else
 /// `AWS_PROFILE`) that no profile file defines is an error and nothing is
 /// written (as `aws eks update-kubeconfig --profile`): kubectl calls would
-/// fail with it.
+/// fail with it. So is a `--region` other than the one the state records:
+/// the context would point at the recorded cluster anyway.
 pub async fn kubeconfig(
     g: &Global,
     path: Option<&std::path::Path>,
@@ -96,6 +97,15 @@ pub async fn kubeconfig(
     let recorded = state.resources.get(&cluster).with_context(|| {
         format!("deployment {name:?} has no eks.cluster in its state: run `kfaws apply` first")
     })?;
+    if let (Some(asked), Some(region)) = (&g.region, &state.region) {
+        if asked != region {
+            anyhow::bail!(
+                "--region {asked}: the EKS cluster of deployment {name:?} is in region {region} \
+                 (recorded in its state), and the kubeconfig points at that cluster, so nothing \
+                 was written; drop --region, or name the deployment of region {asked} with --name"
+            );
+        }
+    }
     let access = ClusterAccess::from_outputs(&recorded.outputs, state.region.as_deref())?;
     let path = match path {
         Some(p) => p.to_path_buf(),
