@@ -581,8 +581,12 @@ async fn c6_destroy_deletes_custom_resources_users_made_while_their_controller_r
         .unwrap();
 }
 
+/// Case C6 for a namespace the bundle deletes: the custom resources users
+/// made in it go in the first step, while their controllers still run, and
+/// one held by a finalizer is named there; anything else that holds the
+/// namespace is named as what keeps it.
 #[tokio::test]
-async fn c6_a_namespace_held_by_a_users_object_names_that_object() {
+async fn c6_a_namespace_being_deleted_loses_users_custom_resources_first_or_names_its_holder() {
     let client = client().await;
     let crd = bundle("c6-widget-crd", "c6-widget-crd.yaml");
     let ns = bundle("c6-users", "c6-user-namespace.yaml");
@@ -593,9 +597,38 @@ async fn c6_a_namespace_held_by_a_users_object_names_that_object() {
     let (ar, _) = served.get("c6.kfaws.test", "v1", "Widget").unwrap();
     let widgets: Api<DynamicObject> = Api::namespaced_with(client.clone(), "c6-users", ar);
     user_object(&widgets, "Widget", "stuck", &["c6.kfaws.test/cleanup"]).await;
+    user_object(&widgets, "Widget", "plain", &[]).await;
 
     let (step, remaining, err) = destroy_times_out(&client, &ns, Duration::from_secs(15)).await;
-    assert_eq!(step, "namespaces");
+    assert_eq!(step, "custom resources", "{err}");
+    let left: Vec<String> = remaining.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        left,
+        ["Widget c6-users/stuck (finalizers: c6.kfaws.test/cleanup)"]
+    );
+    assert!(
+        err.contains("Widget c6-users/stuck (finalizers: c6.kfaws.test/cleanup)"),
+        "{err}"
+    );
+    assert!(widgets.get_opt("plain").await.unwrap().is_none());
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let namespace = namespaces.get("c6-users").await.unwrap();
+    assert!(
+        namespace.metadata.deletion_timestamp.is_none(),
+        "the namespace waits for the step before"
+    );
+
+    // What the Widget's controller would do; then something that is not a
+    // custom resource holds the namespace.
+    drop_finalizers(&widgets, "stuck").await;
+    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), "c6-users");
+    let held: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "held", "finalizers": ["example.com/hold"]},
+    }))
+    .unwrap();
+    maps.create(&PostParams::default(), &held).await.unwrap();
+    let (step, remaining, err) = destroy_times_out(&client, &ns, Duration::from_secs(15)).await;
+    assert_eq!(step, "namespaces", "{err}");
     assert_eq!(remaining.len(), 1, "{err}");
     assert_eq!(remaining[0].object.to_string(), "Namespace c6-users");
     let holders: Vec<String> = remaining[0]
@@ -605,14 +638,20 @@ async fn c6_a_namespace_held_by_a_users_object_names_that_object() {
         .collect();
     assert_eq!(
         holders,
-        ["Widget c6-users/stuck (finalizers: c6.kfaws.test/cleanup)"]
+        ["ConfigMap c6-users/held (finalizers: example.com/hold)"]
     );
     assert!(
-        err.contains("held by Widget c6-users/stuck (finalizers: c6.kfaws.test/cleanup)"),
+        err.contains("held by ConfigMap c6-users/held (finalizers: example.com/hold)"),
         "{err}"
     );
 
-    drop_finalizers(&widgets, "stuck").await;
+    maps.patch(
+        "held",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .unwrap();
     long.destroy(&ns).await.unwrap();
     long.destroy(&crd).await.unwrap();
 }

@@ -80,8 +80,13 @@ fn job_type() -> kube::discovery::ApiResource {
 /// Creates the PyTorchJob `someones-job` in the user namespace, as a user
 /// of the cluster would; returns the API of its kind there.
 async fn someones_job(client: &Client) -> Api<DynamicObject> {
+    someones_job_in(client, USER_NS).await
+}
+
+/// [`someones_job`] in namespace `ns`.
+async fn someones_job_in(client: &Client, ns: &str) -> Api<DynamicObject> {
     let job_type = job_type();
-    let jobs = Api::<DynamicObject>::namespaced_with(client.clone(), USER_NS, &job_type);
+    let jobs = Api::<DynamicObject>::namespaced_with(client.clone(), ns, &job_type);
     let mut job = DynamicObject::new("someones-job", &job_type);
     job.data = serde_json::json!({"spec": {"pytorchReplicaSpecs": {}}});
     jobs.create(&Default::default(), &job).await.unwrap();
@@ -775,8 +780,10 @@ async fn a_bundle_that_failed_half_way_is_applied_again_in_place() {
         destroying.contains("- k8s.training-operator") && !destroying.contains("one by one"),
         "{destroying}"
     );
+    // The user namespace, applied after the operator, was not applied.
+    assert!(d.state()["resources"]["k8s.user-namespace"].is_null());
     let client = d.cluster().client().await;
-    let jobs = someones_job(&client).await;
+    let jobs = someones_job_in(&client, "default").await;
 
     d.write_config(&kubeflow_config());
     let planned = d.stdout(&["plan"]);
@@ -1246,6 +1253,73 @@ async fn the_first_interrupt_stops_a_delete_wait_and_says_it_was_interrupted() {
     .await
     .unwrap();
     d.stdout(&["destroy", "--auto-approve"]);
+}
+
+/// Case C6 in the vanilla profile: users' PyTorchJobs live in the user
+/// namespace, so a destroy deletes it while the training operator still
+/// runs, and a job held by a finalizer stops the destroy there; the operator
+/// (whose CRD delete would wait for the same job again) is not started.
+#[tokio::test]
+async fn a_destroy_deletes_the_user_namespace_before_the_training_operator() {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    use std::time::Duration;
+
+    let d = Deployment::new(&kubeflow_config());
+    d.lifecycle(FAST);
+    d.stdout(&["apply", "--auto-approve"]);
+    let client = d.cluster().client().await;
+    let jobs = someones_job(&client).await;
+    let hold = |finalizers: serde_json::Value| {
+        let jobs = jobs.clone();
+        async move {
+            jobs.patch(
+                "someones-job",
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(
+                    serde_json::json!({"metadata": {"finalizers": finalizers}}),
+                ),
+            )
+            .await
+            .unwrap();
+        }
+    };
+    hold(serde_json::json!(["example.com/hold"])).await;
+
+    let (status, _, stdout, stderr) = interrupt_after(
+        &d,
+        &["destroy", "--auto-approve"],
+        "k8s.user-namespace: Destroying...",
+        Duration::from_secs(4),
+    );
+    assert_eq!(status.code(), Some(130), "{stdout}\n{stderr}");
+    assert!(
+        !stdout.contains("k8s.training-operator: Destroying..."),
+        "{stdout}\n{stderr}"
+    );
+    let state = d.state();
+    assert_eq!(
+        state["resources"]["k8s.user-namespace"]["status"],
+        "deleting"
+    );
+    assert_eq!(
+        state["resources"]["k8s.training-operator"]["status"],
+        "created"
+    );
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    assert!(crds
+        .get_opt("pytorchjobs.kubeflow.org")
+        .await
+        .unwrap()
+        .is_some());
+
+    // The job's finalizer goes (what its controller does): the destroy finishes.
+    hold(serde_json::Value::Null).await;
+    d.stdout(&["destroy", "--auto-approve"]);
+    assert!(crds
+        .get_opt("pytorchjobs.kubeflow.org")
+        .await
+        .unwrap()
+        .is_none());
 }
 
 /// Runs kfaws with `args`, sends SIGINT `wait` after its stdout shows a line

@@ -6,7 +6,9 @@
 //!    namespace forever), including those of a CRD being deleted that
 //!    kfaws did not create (a user's PyTorchJob): deleting the CRD would
 //!    delete them anyway (Kubernetes docs, "Custom Resources"), but later,
-//!    after their controller is gone;
+//!    after their controller is gone, and those in a namespace being deleted
+//!    (a user's PyTorchJob in the user namespace, whose pods would keep the
+//!    namespace's PersistentVolumeClaim from going in step 3);
 //! 2. webhook configurations, before their backends go (a `failurePolicy:
 //!    Fail` webhook without a backend blocks every object it intercepts);
 //! 3. everything else but CRDs and namespaces (Deployments, Services, RBAC…);
@@ -173,8 +175,9 @@ pub enum DeleteError {
 pub struct DeleteReport {
     /// Objects deleted and confirmed gone (namespaces: see `terminating`).
     pub deleted: Vec<ObjectRef>,
-    /// Of `deleted`, the custom resources that were not members: those of
-    /// a CRD being deleted that others created (see the module docs).
+    /// Of `deleted`, the custom resources that were not members: those
+    /// others created of a CRD or in a namespace being deleted (see the
+    /// module docs).
     pub unlisted: Vec<ObjectRef>,
     /// Namespaces deleted but not waited for, because no namespace
     /// controller runs (no kube-controller-manager holds its lease); the
@@ -268,12 +271,21 @@ pub async fn delete_in_order(
 ) -> Result<DeleteReport, DeleteError> {
     let started = Instant::now();
     let mut report = DeleteReport::default();
-    let unlisted = instances_of_deleted_crds(client, &members, deadline, concurrency).await?;
+    let mut unlisted = instances_of_deleted_crds(client, &members, deadline, concurrency).await?;
+    let seen: HashSet<ObjectRef> = unlisted.iter().map(|m| m.object.clone()).collect();
+    let in_namespaces =
+        instances_in_deleted_namespaces(client, &members, deadline, concurrency).await?;
+    unlisted.extend(
+        in_namespaces
+            .into_iter()
+            .filter(|m| !seen.contains(&m.object)),
+    );
+    unlisted.sort_by(|a, b| a.object.cmp(&b.object));
     if !unlisted.is_empty() {
         tracing::info!(
             count = unlisted.len(),
-            "deleting the custom resources of CRDs being deleted that kfaws did not create, \
-             while their controllers still run"
+            "deleting the custom resources kfaws did not create of CRDs or in namespaces being \
+             deleted, while their controllers still run"
         );
         report.unlisted = unlisted.iter().map(|m| m.object.clone()).collect();
     }
@@ -490,6 +502,89 @@ async fn instances_of_deleted_crds(
         }
     }
     out.sort_by(|a, b| a.object.cmp(&b.object));
+    Ok(out)
+}
+
+/// The custom resources in the Namespaces among `members` that are not
+/// members themselves (a user's PyTorchJob in the user namespace): deleted
+/// in the first step, while their controllers still run (case C6), instead
+/// of by the namespace controller once the namespace goes. A job's pods go
+/// with the job, and with them what they keep, such as a
+/// PersistentVolumeClaim they mount (`kubernetes.io/pvc-protection`) that a
+/// later step deletes.
+///
+/// # Errors
+/// [`DeleteError::Api`] when the CRDs or their custom resources cannot be read.
+async fn instances_in_deleted_namespaces(
+    client: &Client,
+    members: &[Member],
+    deadline: Instant,
+    concurrency: usize,
+) -> Result<Vec<Member>, DeleteError> {
+    let namespaces: Vec<&str> = members
+        .iter()
+        .filter(|m| is_namespace(&m.object.gk))
+        .map(|m| m.object.name.as_str())
+        .collect();
+    if namespaces.is_empty() {
+        return Ok(vec![]);
+    }
+    let crds = Api::<CustomResourceDefinition>::all(client.clone());
+    let all = ListParams::default();
+    let list = retry::retry(deadline, || crds.list(&all))
+        .await
+        .map_err(|e| DeleteError::Api {
+            what: "listing CustomResourceDefinitions".into(),
+            message: e.to_string(),
+        })?;
+    let resources: Vec<ApiResource> = list
+        .items
+        .iter()
+        .filter(|c| c.spec.scope == "Namespaced")
+        .filter_map(crd_resource)
+        .collect();
+    let reads: Vec<_> = namespaces
+        .iter()
+        .flat_map(|ns| resources.iter().map(move |r| (*ns, r)))
+        .map(|(ns, resource)| async move {
+            let api = Api::<DynamicObject>::namespaced_with(client.clone(), ns, resource);
+            let all = ListParams::default();
+            match retry::retry(deadline, || api.list_metadata(&all)).await {
+                Ok(list) => Ok(list
+                    .items
+                    .into_iter()
+                    .map(|o| (resource.clone(), o.metadata))
+                    .collect()),
+                // Not served (any more): nothing of it is stored.
+                Err(RetryError::Failed(kube::Error::Api(s))) if s.code == 404 => Ok(vec![]),
+                Err(e) => Err(DeleteError::Api {
+                    what: format!("listing the {} in namespace {ns}", resource.plural),
+                    message: e.to_string(),
+                }),
+            }
+        })
+        .collect();
+    let found: Vec<Result<Vec<(ApiResource, ObjectMeta)>, DeleteError>> = stream::iter(reads)
+        .buffer_unordered(concurrency.max(1))
+        .collect()
+        .await;
+    let known: HashSet<&ObjectRef> = members.iter().map(|m| &m.object).collect();
+    let mut out = Vec::new();
+    for (resource, meta) in found
+        .into_iter()
+        .collect::<Result<Vec<_>, _>>()?
+        .into_iter()
+        .flatten()
+    {
+        let object = object_ref(&resource, &meta);
+        if !known.contains(&object) {
+            out.push(Member {
+                object,
+                resource,
+                meta,
+            });
+        }
+    }
     Ok(out)
 }
 

@@ -283,6 +283,11 @@ pub struct ManifestsResource {
     /// delete them too (Kubernetes docs, "Namespaces"), so the plan refuses
     /// it. Empty for a bundle known only from state.
     pub used_elsewhere: BTreeMap<String, String>,
+    /// Whether `--replace` may replace the bundle while bundles that depend
+    /// on it exist ([`Resource::replaceable_under_dependants`]): `true` only
+    /// where those hold no object of the kinds it serves and none in its
+    /// namespaces, so they keep working across its delete and create.
+    pub replaceable_under_dependants: bool,
 }
 
 /// Why a bundle's source cannot be used.
@@ -1620,6 +1625,10 @@ impl Resource for ManifestsResource {
     /// from the failed node").
     fn repairs_taint_in_place(&self) -> bool {
         true
+    }
+
+    fn replaceable_under_dependants(&self) -> bool {
+        self.replaceable_under_dependants
     }
 
     async fn preview_update(

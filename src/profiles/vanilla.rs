@@ -12,7 +12,8 @@
 //! k8s.efs-storage      ← k8s.efs-csi, stack.efs           (manifests/efs-storage.yaml)
 //! k8s.kubeflow         ← eks.nodegroup.*                  (config kubeflow.manifests)
 //! k8s.training-operator ← k8s.kubeflow                    (config kubeflow.training_operator)
-//! k8s.user-namespace   ← k8s.kubeflow, k8s.efs-storage, stack.irsa (manifests/user-namespace.yaml)
+//! k8s.user-namespace   ← k8s.kubeflow, k8s.training-operator, k8s.efs-storage, stack.irsa
+//!                                                         (manifests/user-namespace.yaml)
 //! ```
 //!
 //! `k8s.kubeflow` and `k8s.training-operator` are in the graph when their
@@ -768,6 +769,7 @@ fn bundles(
         estimate: Duration::from_secs(estimate),
         timeout: Duration::from_secs(timeout),
         used_elsewhere: BTreeMap::new(),
+        replaceable_under_dependants: false,
     };
     let input = |placeholder, from: &str, output| InputValue {
         placeholder,
@@ -803,10 +805,6 @@ fn bundles(
         kubeflow,
         training_operator: operator,
     } = sources.clone();
-    // Not after the training operator: a destroy would then delete the
-    // user namespace's EFS claim first, which the pods of users' PyTorchJobs
-    // keep (`kubernetes.io/pvc-protection`) until the operator's delete
-    // takes the jobs with their CRD. Both go in parallel instead.
     let mut user_after = vec![addr(EFS_STORAGE_ADDRESS)];
     if let Some(source) = kubeflow {
         out.push(bundle(
@@ -838,7 +836,19 @@ fn bundles(
             api_version: "kubeflow.org/v1",
             kind: "PyTorchJob",
         }];
+        // Its one dependant, the user namespace, applies no PyTorchJob and
+        // nothing in the operator's namespaces: a replacement takes users'
+        // jobs with the CRD (listed in the plan, refused while they run) and
+        // leaves the namespace working.
+        operator.replaceable_under_dependants = true;
         out.push(operator);
+        // Users' PyTorchJobs live in the user namespace: a destroy deletes
+        // them first with it ([`crate::k8s::delete`]) while their controller
+        // still runs (case C6), and their pods with them, which keep the
+        // namespace's EFS claim. A job held by a finalizer stops the destroy
+        // there instead of a second wait for the same job when the
+        // operator's CRD goes.
+        user_after.push(addr(TRAINING_OPERATOR_ADDRESS));
     }
     let editor = if sources.kubeflow.is_some() {
         // The ClusterRole Kubeflow's profile controller binds default-editor to.
@@ -1014,6 +1024,7 @@ pub fn bundle_from_state(
         estimate: Duration::from_secs(5),
         timeout: Duration::from_secs(600),
         used_elsewhere: BTreeMap::new(),
+        replaceable_under_dependants: false,
     }))
 }
 
@@ -1324,7 +1335,12 @@ mod tests {
         );
         assert_eq!(
             deps("k8s.user-namespace"),
-            ["k8s.efs-storage", "k8s.kubeflow", "stack.irsa"]
+            [
+                "k8s.efs-storage",
+                "k8s.kubeflow",
+                "k8s.training-operator",
+                "stack.irsa"
+            ]
         );
         // C15 in the user's manifests fails the build, naming the field.
         std::fs::write(
