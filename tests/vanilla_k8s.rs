@@ -484,12 +484,20 @@ async fn apply_installs_the_kubernetes_half_from_the_aws_outputs_and_destroy_rem
     pods.delete("trainer-1", &DeleteParams::default().grace_period(0))
         .await
         .unwrap();
-    // Without it the plan goes through and says what the prune takes with it.
+    // Without it the plan goes through and says what the prune takes with
+    // it, by name: a user's (finished) PyTorchJob too.
+    let jobs = someones_job(&client).await;
+    running(&d, &jobs, "someones-job").await;
+    finish(&jobs, "someones-job").await;
     let moved = d.planned_changes();
     assert!(
         moved.contains(&format!(
             "- {USER_NS} (Namespace)  # deletes everything in the namespace, whoever created it"
-        )) && moved.contains("+ team-ml (Namespace)"),
+        )) && moved.contains("+ team-ml (Namespace)")
+            && moved.contains(&format!(
+                "- {USER_NS}/someones-job (PyTorchJob.kubeflow.org)  # not applied by `kfaws \
+                 apply`; deleted with namespace {USER_NS}"
+            )),
         "{moved}"
     );
     d.write_config(&kubeflow_config());
@@ -1284,6 +1292,15 @@ async fn a_destroy_deletes_the_user_namespace_before_the_training_operator() {
         }
     };
     hold(serde_json::json!(["example.com/hold"])).await;
+    // The plan names it with the namespace that goes first.
+    let planned = d.stdout(&["plan", "--destroy"]);
+    assert!(
+        planned.contains(&format!(
+            "- {USER_NS}/someones-job (PyTorchJob.kubeflow.org)  # not applied by `kfaws apply`; \
+             deleted with namespace {USER_NS}; finalizers example.com/hold"
+        )),
+        "{planned}"
+    );
 
     let (status, _, stdout, stderr) = interrupt_after(
         &d,

@@ -526,6 +526,35 @@ async fn instances_in_deleted_namespaces(
         .filter(|m| is_namespace(&m.object.gk))
         .map(|m| m.object.name.as_str())
         .collect();
+    let known: HashSet<&ObjectRef> = members.iter().map(|m| &m.object).collect();
+    Ok(
+        namespace_instances(client, &namespaces, deadline, concurrency)
+            .await?
+            .into_iter()
+            .filter_map(|(resource, meta)| {
+                let object = object_ref(&resource, &meta);
+                (!known.contains(&object)).then_some(Member {
+                    object,
+                    resource,
+                    meta,
+                })
+            })
+            .collect(),
+    )
+}
+
+/// Every custom resource in `namespaces` (of each namespaced CRD, read
+/// through [`crd_resource`]'s version), with the resource it was listed
+/// through. Transient errors are retried until `deadline`.
+///
+/// # Errors
+/// [`DeleteError::Api`] when the CRDs or their custom resources cannot be read.
+pub async fn namespace_instances(
+    client: &Client,
+    namespaces: &[&str],
+    deadline: Instant,
+    concurrency: usize,
+) -> Result<Vec<(ApiResource, ObjectMeta)>, DeleteError> {
     if namespaces.is_empty() {
         return Ok(vec![]);
     }
@@ -568,23 +597,13 @@ async fn instances_in_deleted_namespaces(
         .buffer_unordered(concurrency.max(1))
         .collect()
         .await;
-    let known: HashSet<&ObjectRef> = members.iter().map(|m| &m.object).collect();
-    let mut out = Vec::new();
-    for (resource, meta) in found
+    let mut out: Vec<(ApiResource, ObjectMeta)> = found
         .into_iter()
         .collect::<Result<Vec<_>, _>>()?
         .into_iter()
         .flatten()
-    {
-        let object = object_ref(&resource, &meta);
-        if !known.contains(&object) {
-            out.push(Member {
-                object,
-                resource,
-                meta,
-            });
-        }
-    }
+        .collect();
+    out.sort_by_key(|(resource, meta)| object_ref(resource, meta));
     Ok(out)
 }
 

@@ -37,6 +37,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use aws_sdk_eks::types::ClusterStatus;
 use futures::future::BoxFuture;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::Client;
 use regex_lite::Regex;
@@ -651,61 +652,86 @@ impl ManifestsResource {
         )))
     }
 
-    /// For the CRDs among `removed` (object keys), their custom resources
-    /// that are not among `known` (not applied by the bundle: a PyTorchJob of `kfaws train` or a user's),
-    /// which the delete removes too ([`super::delete`]); each with its
-    /// finalizers, whose controller must still run to remove them. At most
-    /// [`super::delete::MAX_HOLDERS`] per CRD, the rest counted. Best effort
-    /// for a plan: without a cluster, or when a list fails (logged), none.
+    /// For the CRDs and Namespaces among `removed` (object keys), their
+    /// custom resources (those in the namespaces) that are not among `known`
+    /// (not applied by the bundle: a PyTorchJob of `kfaws train` or a
+    /// user's), which the delete removes too ([`super::delete`]); each with
+    /// its finalizers, whose controller must still run to remove them. At
+    /// most [`super::delete::MAX_HOLDERS`] per CRD or namespace, the rest
+    /// counted. Best effort for a plan: without a cluster, or when a list
+    /// fails (logged), none.
     async fn unlisted_custom_resources(&self, removed: &[String], known: &[String]) -> Vec<Detail> {
         let crds = removed_crds(removed);
-        if crds.is_empty() {
+        let namespaces = removed_namespaces(removed);
+        if crds.is_empty() && namespaces.is_empty() {
             return vec![];
         }
         let Ok(Some(client)) = self.connector.connect().await else {
             return vec![];
         };
-        let known: BTreeSet<&str> = known.iter().map(String::as_str).collect();
+        let mut known: BTreeSet<String> = known.iter().cloned().collect();
         let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-        let mut details = Vec::new();
+        // (what deletes them, the custom resources), in that order.
+        let mut groups: Vec<(String, Vec<(GroupKind, ObjectMeta)>)> = Vec::new();
         for crd in crds {
-            let (resource, items) = match super::delete::crd_instances(&client, crd, deadline).await
-            {
-                Ok(Some(found)) => found,
-                Ok(None) => continue,
+            match super::delete::crd_instances(&client, crd, deadline).await {
+                Ok(Some((resource, items))) => {
+                    let gk = GroupKind::new(&resource.group, &resource.kind);
+                    let items = items.into_iter().map(|m| (gk.clone(), m)).collect();
+                    groups.push((format!("CRD {crd}"), items));
+                }
+                Ok(None) => {}
                 Err(e) => {
                     tracing::warn!(crd, error = %e, "cannot list the custom resources of a CRD the plan deletes");
+                }
+            }
+        }
+        match super::delete::namespace_instances(&client, &namespaces, deadline, 8).await {
+            Ok(found) => {
+                for ns in &namespaces {
+                    let items = found
+                        .iter()
+                        .filter(|(_, m)| m.namespace.as_deref() == Some(*ns))
+                        .map(|(r, m)| (GroupKind::new(&r.group, &r.kind), m.clone()))
+                        .collect();
+                    groups.push((format!("namespace {ns}"), items));
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot list the custom resources in a namespace the plan deletes");
+            }
+        }
+        let mut details = Vec::new();
+        for (by, items) in groups {
+            let note = format!("not applied by `kfaws apply`; deleted with {by}");
+            let mut others: Vec<Detail> = Vec::new();
+            for (gk, meta) in &items {
+                let Some(name) = meta.name.as_deref() else {
+                    continue;
+                };
+                let k = key(gk, meta.namespace.as_deref(), name);
+                // Once: a job of a CRD being deleted, in a namespace being deleted.
+                if !known.insert(k.clone()) {
                     continue;
                 }
-            };
-            let gk = GroupKind::new(&resource.group, &resource.kind);
-            let others: Vec<Detail> = items
-                .iter()
-                .filter_map(|meta| {
-                    let name = meta.name.as_deref()?;
-                    let k = key(&gk, meta.namespace.as_deref(), name);
-                    if known.contains(k.as_str()) {
-                        return None;
-                    }
-                    let finalizers = meta.finalizers.clone().unwrap_or_default();
-                    let mut note = format!("not applied by `kfaws apply`; deleted with CRD {crd}");
-                    if !finalizers.is_empty() {
-                        note.push_str(&format!(
-                            "; finalizers {} (their controller must still run to remove them)",
-                            finalizers.join(", ")
-                        ));
-                    }
-                    let (kind, object) = k.split_once(' ').unwrap_or((&k, ""));
-                    Some(Detail {
-                        action: "Remove".into(),
-                        name: object.to_string(),
-                        kind: kind.to_string(),
-                        replacement: None,
-                        condition: None,
-                        note: Some(note),
-                    })
-                })
-                .collect();
+                let finalizers = meta.finalizers.clone().unwrap_or_default();
+                let mut note = note.clone();
+                if !finalizers.is_empty() {
+                    note.push_str(&format!(
+                        "; finalizers {} (their controller must still run to remove them)",
+                        finalizers.join(", ")
+                    ));
+                }
+                let (kind, object) = k.split_once(' ').unwrap_or((&k, ""));
+                others.push(Detail {
+                    action: "Remove".into(),
+                    name: object.to_string(),
+                    kind: kind.to_string(),
+                    replacement: None,
+                    condition: None,
+                    note: Some(note),
+                });
+            }
             let cap = super::delete::MAX_HOLDERS;
             if others.len() > cap {
                 let more = others.len() - cap;
@@ -713,12 +739,10 @@ impl ManifestsResource {
                 details.push(Detail {
                     action: "Remove".into(),
                     name: format!("{more} more"),
-                    kind: gk.to_string(),
+                    kind: "custom resources".to_string(),
                     replacement: None,
                     condition: None,
-                    note: Some(format!(
-                        "not applied by `kfaws apply`; deleted with CRD {crd}"
-                    )),
+                    note: Some(note),
                 });
             } else {
                 details.extend(others);
