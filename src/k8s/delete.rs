@@ -331,7 +331,7 @@ pub async fn delete_in_order(
             } else {
                 let more = n.saturating_sub(first.len());
                 Err(format!(
-                    "waiting for {n} {step} to go: {}{}",
+                    "waiting for {step} to go ({n} left): {}{}",
                     first.join(", "),
                     if more > 0 {
                         format!(", … {more} more")
