@@ -34,7 +34,10 @@ pub fn diff_apply(
             if replace.contains(r.address()) {
                 force_replacement(&mut c, recorded, live);
             }
-            if let (Action::Replace, Some(note)) = (c.action, r.replace_note()) {
+            // Not for a delete already under way: what it interrupts is
+            // interrupted, and the advice to avoid that is too late.
+            let deleting = recorded.is_some_and(|r| r.status == Status::Deleting);
+            if let (Action::Replace, Some(note), false) = (c.action, r.replace_note(), deleting) {
                 c.reason = format!("{}; {note}", c.reason);
             }
             c
@@ -459,6 +462,10 @@ pub(crate) mod tests {
         }
         fn replaceable_under_dependants(&self) -> bool {
             self.replaceable
+        }
+        /// A replaceable fake stands for a node group, which has a note.
+        fn replace_note(&self) -> Option<&'static str> {
+            self.replaceable.then_some("the old one goes first")
         }
         fn estimate(&self) -> Duration {
             Duration::from_secs(1)
@@ -1053,6 +1060,34 @@ pub(crate) mod tests {
             "its dependencies changed since it was last applied (now after stack.iam); applied \
              again to record them"
         );
+    }
+
+    #[test]
+    fn the_replace_note_is_left_out_once_the_delete_is_under_way() {
+        let nodes = |status: Status| {
+            let r: Arc<dyn Resource> = Arc::new(Fake {
+                address: addr(),
+                spec: SPEC(),
+                mode: Mode::Managed,
+                deps: vec![],
+                repairs_in_place: false,
+                replaceable: true,
+            });
+            let mut state = State::new("ml");
+            state.resources.insert(addr(), recorded(status, SPEC()));
+            let observed = BTreeMap::from([(addr(), present(SPEC()))]);
+            diff_apply(&[r], &state, &observed, &BTreeSet::new()).remove(0)
+        };
+        let tainted = nodes(Status::Tainted);
+        assert_eq!(tainted.action, Action::Replace);
+        assert!(
+            tainted.reason.ends_with("; the old one goes first"),
+            "{}",
+            tainted.reason
+        );
+        let deleting = nodes(Status::Deleting);
+        assert_eq!(deleting.action, Action::Replace);
+        assert_eq!(deleting.reason, "an earlier delete did not finish");
     }
 
     #[test]
