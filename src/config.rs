@@ -805,7 +805,16 @@ impl Config {
                     "must be at least 1 (EKS NodegroupScalingConfig, maxSize)".into(),
                 ));
             }
-            if !(ng.min_size <= ng.desired_size && ng.desired_size <= ng.max_size) {
+            if ng.min_size > ng.max_size {
+                errors.push(invalid(
+                    &field("min_size"),
+                    &ng.min_size.to_string(),
+                    format!(
+                        "must be at most max_size ({}) (EKS NodegroupScalingConfig)",
+                        ng.max_size
+                    ),
+                ));
+            } else if !(ng.min_size <= ng.desired_size && ng.desired_size <= ng.max_size) {
                 errors.push(invalid(
                     &field("desired_size"),
                     &ng.desired_size.to_string(),
@@ -1213,6 +1222,10 @@ mod tests {
             (
                 "region = \"us-east-1\"\n[node_groups.cpu]\ninstance_type = \"m5.large\"\nmin_size = 3\ndesired_size = 2\nmax_size = 4",
                 "node_groups.cpu.desired_size",
+            ),
+            (
+                "region = \"us-east-1\"\n[node_groups.cpu]\ninstance_type = \"m5.large\"\nmin_size = 5\ndesired_size = 1\nmax_size = 4",
+                "node_groups.cpu.min_size",
             ),
             (
                 "region = \"us-east-1\"\n[node_groups.cpu]\ninstance_type = \"large\"\nmin_size = 1\ndesired_size = 1\nmax_size = 1",

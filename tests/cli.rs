@@ -382,6 +382,24 @@ fn state_commands_read_name_and_state_dir_from_a_config_that_plan_refuses() {
         .stderr(predicate::str::contains("invalid type"));
 }
 
+/// Without a kfaws.toml (and without --name), the error says the file is
+/// missing, not only that the name is.
+#[test]
+fn a_missing_config_file_is_named_when_the_name_is_not_set() {
+    let d = Deployment::new("");
+    std::fs::remove_file(d.dir.path().join("kfaws.toml")).unwrap();
+    for args in [&["state", "list"][..], &["validate"], &["output"]] {
+        d.kfaws(args)
+            .env_remove("KFAWS_NAME")
+            .assert()
+            .code(1)
+            .stderr(
+                predicate::str::contains("name is not set")
+                    .and(predicate::str::contains("(there is no kfaws.toml in")),
+            );
+    }
+}
+
 #[test]
 fn invalid_names_fail_before_any_api_call() {
     // An endpoint where nothing listens: any API call would fail with a

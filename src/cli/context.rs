@@ -3,7 +3,6 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::Context as _;
 use aws_config::SdkConfig;
 use comfy_table::{presets::UTF8_BORDERS_ONLY, Table};
 use kfaws::aws::identity::{caller_identity, CallerIdentity};
@@ -117,12 +116,29 @@ pub fn deployment_strict(g: &Global) -> anyhow::Result<(String, PathBuf)> {
     Ok((name(g, file)?, state_dir))
 }
 
-/// `--name`, else the file's `name`.
+/// `--name`, else the file's `name`; the error says when the file it would
+/// come from does not exist.
 fn name(g: &Global, file: ConfigFile) -> anyhow::Result<String> {
-    g.name
-        .clone()
-        .or(file.name)
-        .context("name is not set: pass --name or set `name` in kfaws.toml")
+    if let Some(name) = g.name.clone().or(file.name) {
+        return Ok(name);
+    }
+    anyhow::bail!(
+        "name is not set: pass --name or set `name` in kfaws.toml{}",
+        missing_file(g)
+    )
+}
+
+/// ` (there is no kfaws.toml in DIR)` when the config file does not exist
+/// (a default one that is missing is an empty config), else empty.
+fn missing_file(g: &Global) -> String {
+    let path = config_path(g);
+    if path.exists() {
+        return String::new();
+    }
+    let dir = std::env::current_dir()
+        .map(|d| d.display().to_string())
+        .unwrap_or_else(|_| ".".into());
+    format!(" (there is no {} in {dir})", path.display())
 }
 
 /// Loads and validates the config. The profile is the flag's, else the one
@@ -154,7 +170,12 @@ pub fn load_for(g: &Global, profile: Option<ProfileName>, destroy: bool) -> anyh
         profile: profile.or(recorded),
         destroy,
     };
-    let config = file.resolve(&overrides, env_region())?;
+    let config = file
+        .resolve(&overrides, env_region())
+        .map_err(|e| match e {
+            ConfigError::Missing { .. } => anyhow::anyhow!("{e}{}", missing_file(g)),
+            e => e.into(),
+        })?;
     Ok(Loaded { config, state_dir })
 }
 
