@@ -127,6 +127,13 @@ async fn plan_apply_noop_plan_outputs_and_destroy() {
         .assert()
         .success()
         .stdout(predicate::str::contains("No resources to destroy"));
+    d.kfaws(&["output"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains(format!(
+            "Deployment {:?} has no outputs: its state records none.",
+            d.name
+        )));
 }
 
 #[tokio::test]
@@ -380,6 +387,24 @@ fn state_commands_read_name_and_state_dir_from_a_config_that_plan_refuses() {
         .assert()
         .code(1)
         .stderr(predicate::str::contains("invalid type"));
+}
+
+/// A destroy of a deployment never applied from here says so and calls no
+/// API (an endpoint where nothing listens would fail any call).
+#[test]
+fn a_destroy_of_a_never_applied_deployment_says_so_without_api_calls() {
+    let d = Deployment::new("");
+    d.kfaws(&["destroy", "--auto-approve"])
+        .env("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
+        .assert()
+        .success()
+        .stdout(predicate::str::contains(format!(
+            "No resources to destroy: the state of deployment {:?} in",
+            d.name
+        )))
+        .stdout(predicate::str::contains(
+            "records nothing (never applied from here).",
+        ));
 }
 
 /// Without a kfaws.toml (and without --name), the error says the file is

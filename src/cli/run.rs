@@ -406,8 +406,8 @@ pub async fn apply(
         // Never written: its lineage is new, so nothing carries its tags.
         if store.state().serial == 0 {
             outln!(
-                "No resources to destroy: deployment {name:?} has no state in {} (never applied \
-                 from here).",
+                "No resources to destroy: the state of deployment {name:?} in {} records \
+                 nothing (never applied from here).",
                 state_dir.display()
             )?;
             return Ok(0);

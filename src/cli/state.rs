@@ -166,7 +166,9 @@ pub fn output(g: &Global, name: Option<&str>, json: bool) -> anyhow::Result<u8> 
             }
         }
         None if json => outln!("{}", serde_json::to_string_pretty(&named)?)?,
-        None if named.is_empty() => outln!("Deployment {deployment:?} has no outputs yet.")?,
+        None if named.is_empty() => {
+            outln!("Deployment {deployment:?} has no outputs: its state records none.")?
+        }
         None => {
             for o in kfaws::profiles::named_outputs(profile) {
                 if let Some(v) = named.get(o.name) {
