@@ -1339,6 +1339,71 @@ async fn a_destroy_deletes_the_user_namespace_before_the_training_operator() {
         .is_none());
 }
 
+/// An update interrupted half way (the user namespace moved: the new one
+/// applied, the old one's delete held by a finalizer) leaves objects of both
+/// in the cluster: with the config moved back, the next plan does not take
+/// them for drift and prunes the new namespace, and a destroy plan names
+/// both namespaces, which the destroy deletes.
+#[tokio::test]
+async fn objects_an_interrupted_update_applied_are_in_the_plans_that_follow() {
+    use std::time::Duration;
+
+    let d = Deployment::new("");
+    d.lifecycle(FAST);
+    d.stdout(&["apply", "--auto-approve"]);
+    let client = d.cluster().client().await;
+    let held: Api<ConfigMap> = Api::namespaced(client.clone(), USER_NS);
+    let object: ConfigMap = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "held", "finalizers": ["example.com/hold"]},
+    }))
+    .unwrap();
+    held.create(&Default::default(), &object).await.unwrap();
+
+    d.write_config("[options]\nuser_namespace = \"team-ml\"\n");
+    let (status, _, stdout, stderr) = interrupt_after(
+        &d,
+        &["apply", "--auto-approve"],
+        "k8s.user-namespace: Modifying...",
+        Duration::from_secs(4),
+    );
+    assert_eq!(status.code(), Some(130), "{stdout}\n{stderr}");
+    assert!(
+        Api::<Namespace>::all(client.clone())
+            .get_opt("team-ml")
+            .await
+            .unwrap()
+            .is_some(),
+        "{stdout}"
+    );
+
+    d.write_config("");
+    let planned = d.stdout(&["plan"]);
+    assert!(
+        planned.contains("an earlier update did not finish")
+            && !planned.contains("changed outside kfaws")
+            && planned.contains("- team-ml (Namespace)"),
+        "{planned}"
+    );
+    let destroying = d.stdout(&["plan", "--destroy"]);
+    assert!(
+        destroying.contains("- team-ml (Namespace)")
+            && destroying.contains(&format!("- {USER_NS} (Namespace)")),
+        "{destroying}"
+    );
+    held.patch(
+        "held",
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(serde_json::json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .unwrap();
+    d.stdout(&["destroy", "--auto-approve"]);
+    let namespaces = Api::<Namespace>::all(client.clone());
+    for ns in ["team-ml", USER_NS] {
+        assert!(namespaces.get_opt(ns).await.unwrap().is_none(), "{ns}");
+    }
+}
+
 /// Runs kfaws with `args`, sends SIGINT `wait` after its stdout shows a line
 /// containing `marker`, and returns its exit status, how long it took to exit
 /// after the signal, its stdout lines joined, and its stderr.

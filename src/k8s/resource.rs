@@ -1238,18 +1238,26 @@ fn dropped_claims(pruned: &[String]) -> Vec<(String, String)> {
         .collect()
 }
 
-/// The objects recorded in a state entry's spec.
+/// The objects recorded in a state entry's spec and, after an unfinished
+/// update ([`ResourceState::updating`]), those it was applying: any of them
+/// may be in the cluster (its ApplySet), so a delete or a prune may take
+/// them. Sorted, once each.
 fn recorded_objects(recorded: &ResourceState) -> Vec<String> {
-    recorded
-        .spec
-        .get("objects")
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(|v| v.as_str().map(str::to_string))
-                .collect()
-        })
-        .unwrap_or_default()
+    let objects = |spec: &Value| -> Vec<String> {
+        spec.get("objects")
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(|v| v.as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let mut all: BTreeSet<String> = objects(&recorded.spec).into_iter().collect();
+    if let Some(updating) = &recorded.updating {
+        all.extend(objects(updating));
+    }
+    all.into_iter().collect()
 }
 
 /// A plan line for an object key `Kind.group namespace/name`; removing a
@@ -1311,8 +1319,8 @@ pub const PARENT_DELETED: &str = "deleted outside kfaws";
 impl ManifestsResource {
     /// The group-kinds to look for members of this bundle's ApplySet in without its parent
     /// (which lists them): those of the bundle as configured now and as recorded at the last
-    /// apply (`recorded`'s `objects`), so a member whose kind left the manifests since is
-    /// found too.
+    /// apply or by an unfinished update ([`recorded_objects`]), so a member whose kind left
+    /// the manifests since is found too.
     fn member_kinds(
         &self,
         recorded: Option<&ResourceState>,
@@ -1321,13 +1329,7 @@ impl ManifestsResource {
         for m in &self.bundle(None)?.objects {
             kinds.group_kinds.insert(GroupKind::new(m.group(), &m.kind));
         }
-        let recorded_objects = recorded
-            .and_then(|r| r.spec.get("objects"))
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .filter_map(Value::as_str);
-        for object in recorded_objects {
+        for object in recorded.map(recorded_objects).unwrap_or_default() {
             if let Some(gk) = object.split(' ').next().and_then(GroupKind::parse) {
                 kinds.group_kinds.insert(gk);
             }

@@ -403,7 +403,10 @@ fn field_changes(
             let (now, drift) = match live.and_then(|l| l.get(k)) {
                 Some(seen) => (
                     Some(seen),
-                    Some(seen) != was && previous.is_none_or(|p| Some(seen) != p.get(k)),
+                    Some(seen) != was
+                        && previous.is_none_or(|p| {
+                            Some(seen) != p.get(k) && !partly_updated(seen, was, p.get(k))
+                        }),
                 ),
                 None => (was, false),
             };
@@ -417,6 +420,22 @@ fn field_changes(
             })
         })
         .collect()
+}
+
+/// Whether list `seen` is what an unfinished update of a list field may
+/// have left: every element in the list it wanted (`wanted`) or in the one
+/// before it (`before`), in any mix (a bundle's objects after an update that
+/// applied some new objects and pruned some old ones). Not lists: `false`.
+fn partly_updated(seen: &Value, wanted: Option<&Value>, before: Option<&Value>) -> bool {
+    let (Some(seen), Some(wanted), Some(before)) = (
+        seen.as_array(),
+        wanted.and_then(Value::as_array),
+        before.and_then(Value::as_array),
+    ) else {
+        return false;
+    };
+    seen.iter()
+        .all(|v| wanted.contains(v) || before.contains(v))
 }
 
 #[cfg(test)]
@@ -657,6 +676,28 @@ pub(crate) mod tests {
         );
         assert_eq!(c.action, Action::NoOp);
         assert!(c.refreshed.iter().all(|f| f.drift) && !c.refreshed.is_empty());
+    }
+
+    #[test]
+    fn a_list_an_unfinished_update_left_half_changed_is_not_drift() {
+        let before = json!({"objects": ["Namespace a", "ConfigMap a/x"]});
+        let wanted = json!({"objects": ["Namespace b", "ConfigMap b/x"]});
+        let mut r = recorded(Status::Created, before.clone());
+        r.updating = Some(wanted.clone());
+        // The update applied the new namespace, then failed before its prune;
+        // the config went back to the old objects.
+        let half = json!({"objects": ["ConfigMap a/x", "Namespace a", "Namespace b"]});
+        let c = one(Some(before.clone()), Some(r.clone()), Some(present(half)));
+        assert_eq!(c.action, Action::Update);
+        assert!(!c.drift && !c.fields[0].drift, "{c:?}");
+        assert_eq!(
+            c.reason,
+            format!("{UNFINISHED_UPDATE}; config changed: objects")
+        );
+        // An element in neither list was added outside kfaws.
+        let other = json!({"objects": ["Namespace a", "Namespace c"]});
+        let c = one(Some(before), Some(r), Some(present(other)));
+        assert!(c.drift && c.fields[0].drift, "{c:?}");
     }
 
     #[test]
