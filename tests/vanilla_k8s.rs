@@ -1302,15 +1302,23 @@ async fn a_destroy_deletes_the_user_namespace_before_the_training_operator() {
         "{planned}"
     );
 
+    // Past the first progress line (10 s), which says what holds the job.
     let (status, _, stdout, stderr) = interrupt_after(
         &d,
         &["destroy", "--auto-approve"],
         "k8s.user-namespace: Destroying...",
-        Duration::from_secs(4),
+        Duration::from_secs(13),
     );
     assert_eq!(status.code(), Some(130), "{stdout}\n{stderr}");
     assert!(
         !stdout.contains("k8s.training-operator: Destroying..."),
+        "{stdout}\n{stderr}"
+    );
+    assert!(
+        stdout.contains(&format!(
+            "(waiting for custom resources to go (1 left): PyTorchJob {USER_NS}/someones-job \
+             (finalizers: example.com/hold))"
+        )),
         "{stdout}\n{stderr}"
     );
     let state = d.state();

@@ -324,7 +324,18 @@ pub async fn delete_in_order(
         let gone = wait::until(deadline, || async {
             let still = present(client, &batch, concurrency).await;
             let n = still.len();
-            let first: Vec<String> = still.iter().take(3).map(|r| r.object.to_string()).collect();
+            // With what holds each, where known, so a stuck delete is
+            // explained while it waits, not only at its deadline.
+            let first: Vec<String> = still
+                .iter()
+                .take(3)
+                .map(
+                    |r| match r.finalizers.is_empty() && r.conditions.is_empty() {
+                        true => r.object.to_string(),
+                        false => r.to_string(),
+                    },
+                )
+                .collect();
             *left.lock().unwrap_or_else(|p| p.into_inner()) = still;
             Ok(if n == 0 {
                 Ok(())
