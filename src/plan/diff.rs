@@ -182,7 +182,11 @@ fn delete_change(
         (false, Status::Creating) => {
             format!("{why}; its create never finished, deleting what it made")
         }
-        (false, Status::Deleting) => format!("{why}; finishing an interrupted delete"),
+        (false, Status::Deleting) => {
+            format!(
+                "{why}; an earlier delete did not finish (interrupted or failed), deleting again"
+            )
+        }
         (false, Status::Tainted) => format!("{why} (tainted)"),
         (false, Status::Created) => why.to_string(),
     };
@@ -1194,6 +1198,14 @@ pub(crate) mod tests {
         // that made nothing is only forgotten.
         let gone = |a: &Address| changes.iter().find(|c| &c.address == a).unwrap().gone;
         assert!(gone(&addr()) && !gone(&deleting));
+        // Still there: deleted again, without calling a failed delete interrupted.
+        let observed = BTreeMap::from([(deleting.clone(), present(SPEC()))]);
+        let again = diff_destroy(&state, &observed);
+        let again = &again.iter().find(|c| c.address == deleting).unwrap().reason;
+        assert_eq!(
+            again,
+            "destroy; an earlier delete did not finish (interrupted or failed), deleting again"
+        );
     }
 
     #[test]
