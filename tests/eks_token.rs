@@ -357,6 +357,21 @@ async fn kubeconfig_from_the_state_lists_namespaces_through_the_exec_plugin() {
              us-east-1 (recorded in its state)"
         )));
     assert_eq!(std::fs::read(&path).unwrap(), before, "nothing was written");
+    for region in ["", "not-a-region"] {
+        Command::cargo_bin("kfaws")
+            .unwrap()
+            .current_dir(dir.path())
+            .env_remove("KFAWS_NAME")
+            .env_remove("KFAWS_CONFIG")
+            .args(["--region", region, "kubeconfig", "--kubeconfig"])
+            .arg(&path)
+            .assert()
+            .code(1)
+            .stderr(predicates::str::contains(format!(
+                "--region {region:?} is not an AWS Region kfaws knows"
+            )));
+    }
+    assert_eq!(std::fs::read(&path).unwrap(), before, "nothing was written");
     // With credentials of the cluster's account: no warning; with another
     // account's, a warning naming both (the file is written either way).
     let other = new_account();

@@ -97,6 +97,14 @@ pub async fn kubeconfig(
     let recorded = state.resources.get(&cluster).with_context(|| {
         format!("deployment {name:?} has no eks.cluster in its state: run `kfaws apply` first")
     })?;
+    if let Some(asked) = &g.region {
+        if !kfaws::naming::KNOWN_REGIONS.contains(&asked.as_str()) {
+            anyhow::bail!(
+                "--region {asked:?} is not an AWS Region kfaws knows (AWS General Reference, \
+                 \"AWS Regions\"); nothing was written"
+            );
+        }
+    }
     if let (Some(asked), Some(region)) = (&g.region, &state.region) {
         if asked != region {
             anyhow::bail!(
