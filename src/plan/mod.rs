@@ -377,8 +377,9 @@ pub enum PlanError {
     /// state does not hold: kfaws has nothing of it to delete.
     #[error(
         "target {0} is not in the state, so there is nothing of it to destroy (it is in the \
-         configuration; removed with `kfaws state rm`, or never applied). If it exists with \
-         this deployment's tags, `kfaws apply --target {0}` imports it, then destroy deletes it"
+         configuration; removed with `kfaws state rm`, or never applied). If it exists (an AWS \
+         resource with this deployment's tags, a Kubernetes bundle with its ApplySet parent), \
+         `kfaws apply --target {0}` imports it, then destroy deletes it"
     )]
     TargetNotInState(Address),
     /// A recorded resource's kind is unknown to this build.
