@@ -1292,12 +1292,21 @@ async fn a_destroy_deletes_the_user_namespace_before_the_training_operator() {
         }
     };
     hold(serde_json::json!(["example.com/hold"])).await;
-    // The plan names it with the namespace that goes first.
+    // A job still running goes too (the cluster goes with this plan).
+    let mut busy = DynamicObject::new("busy", &job_type());
+    busy.data = serde_json::json!({"spec": {"pytorchReplicaSpecs": {}}});
+    jobs.create(&Default::default(), &busy).await.unwrap();
+    running(&d, &jobs, "busy").await;
+    // The plan names them with the namespace that goes first, and says
+    // which has not finished.
     let planned = d.stdout(&["plan", "--destroy"]);
     assert!(
         planned.contains(&format!(
             "- {USER_NS}/someones-job (PyTorchJob.kubeflow.org)  # not applied by `kfaws apply`; \
              deleted with namespace {USER_NS}; finalizers example.com/hold"
+        )) && planned.contains(&format!(
+            "- {USER_NS}/busy (PyTorchJob.kubeflow.org)  # not applied by `kfaws apply`; deleted \
+             with namespace {USER_NS}; has not finished: deleting it stops its training"
         )),
         "{planned}"
     );

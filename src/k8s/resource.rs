@@ -701,6 +701,32 @@ impl ManifestsResource {
                 tracing::warn!(error = %e, "cannot list the custom resources in a namespace the plan deletes");
             }
         }
+        // Jobs that have not finished: deleting one stops its training
+        // (a plan that deletes the cluster too is not refused for them).
+        let mut unfinished: BTreeSet<String> = BTreeSet::new();
+        let jobs_listed = groups.iter().any(|(_, items)| {
+            items
+                .iter()
+                .any(|(gk, _)| super::jobs::is_job_kind(&gk.kind))
+        });
+        if jobs_listed {
+            match super::jobs::job_crds(&client, deadline).await {
+                Ok(crds) => {
+                    for crd in crds {
+                        match super::jobs::unfinished_jobs(&client, &crd, deadline).await {
+                            Ok(jobs) => unfinished.extend(
+                                jobs.iter()
+                                    .map(|j| key(&j.gk, j.namespace.as_deref(), &j.name)),
+                            ),
+                            Err(e) => {
+                                tracing::warn!(crd, error = %e, "cannot list the jobs of a CRD");
+                            }
+                        }
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "cannot list the CRDs of training jobs"),
+            }
+        }
         let mut details = Vec::new();
         for (by, items) in groups {
             let note = format!("not applied by `kfaws apply`; deleted with {by}");
@@ -716,6 +742,9 @@ impl ManifestsResource {
                 }
                 let finalizers = meta.finalizers.clone().unwrap_or_default();
                 let mut note = note.clone();
+                if unfinished.contains(&k) {
+                    note.push_str("; has not finished: deleting it stops its training");
+                }
                 if !finalizers.is_empty() {
                     note.push_str(&format!(
                         "; finalizers {} (their controller must still run to remove them)",
