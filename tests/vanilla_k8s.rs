@@ -1216,12 +1216,7 @@ async fn the_first_interrupt_stops_a_delete_wait_and_says_it_was_interrupted() {
     d.lifecycle(FAST);
     d.stdout(&["apply", "--auto-approve"]);
     let client = d.cluster().client().await;
-    let held: Api<ConfigMap> = Api::namespaced(client.clone(), USER_NS);
-    let object: ConfigMap = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": "held", "finalizers": ["example.com/hold"]},
-    }))
-    .unwrap();
-    held.create(&Default::default(), &object).await.unwrap();
+    let held = held_config_map(&client).await;
 
     // Into the wait for the namespace (the step's deadline is minutes away).
     let (status, took, stdout, stderr) = interrupt_after(
@@ -1253,13 +1248,7 @@ async fn the_first_interrupt_stops_a_delete_wait_and_says_it_was_interrupted() {
     );
 
     // Once the finalizer is gone, the next destroy finishes the delete.
-    held.patch(
-        "held",
-        &kube::api::PatchParams::default(),
-        &kube::api::Patch::Merge(serde_json::json!({"metadata": {"finalizers": null}})),
-    )
-    .await
-    .unwrap();
+    release(&held).await;
     d.stdout(&["destroy", "--auto-approve"]);
 }
 
@@ -1369,12 +1358,7 @@ async fn objects_an_interrupted_update_applied_are_in_the_plans_that_follow() {
     d.lifecycle(FAST);
     d.stdout(&["apply", "--auto-approve"]);
     let client = d.cluster().client().await;
-    let held: Api<ConfigMap> = Api::namespaced(client.clone(), USER_NS);
-    let object: ConfigMap = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": "held", "finalizers": ["example.com/hold"]},
-    }))
-    .unwrap();
-    held.create(&Default::default(), &object).await.unwrap();
+    let held = held_config_map(&client).await;
 
     d.write_config("[options]\nuser_namespace = \"team-ml\"\n");
     let (status, _, stdout, stderr) = interrupt_after(
@@ -1407,6 +1391,30 @@ async fn objects_an_interrupted_update_applied_are_in_the_plans_that_follow() {
             && destroying.contains(&format!("- {USER_NS} (Namespace)")),
         "{destroying}"
     );
+    release(&held).await;
+    d.stdout(&["destroy", "--auto-approve"]);
+    let namespaces = Api::<Namespace>::all(client.clone());
+    for ns in ["team-ml", USER_NS] {
+        assert!(namespaces.get_opt(ns).await.unwrap().is_none(), "{ns}");
+    }
+}
+
+/// Creates ConfigMap `held` in the user namespace, held by someone else's
+/// finalizer (`example.com/hold`), so a delete of the namespace waits;
+/// returns the API of ConfigMaps there.
+async fn held_config_map(client: &Client) -> Api<ConfigMap> {
+    let held: Api<ConfigMap> = Api::namespaced(client.clone(), USER_NS);
+    let object: ConfigMap = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "held", "finalizers": ["example.com/hold"]},
+    }))
+    .unwrap();
+    held.create(&Default::default(), &object).await.unwrap();
+    held
+}
+
+/// Removes the finalizers of [`held_config_map`]'s ConfigMap, as their
+/// controller would.
+async fn release(held: &Api<ConfigMap>) {
     held.patch(
         "held",
         &kube::api::PatchParams::default(),
@@ -1414,11 +1422,6 @@ async fn objects_an_interrupted_update_applied_are_in_the_plans_that_follow() {
     )
     .await
     .unwrap();
-    d.stdout(&["destroy", "--auto-approve"]);
-    let namespaces = Api::<Namespace>::all(client.clone());
-    for ns in ["team-ml", USER_NS] {
-        assert!(namespaces.get_opt(ns).await.unwrap().is_none(), "{ns}");
-    }
 }
 
 /// Runs kfaws with `args`, sends SIGINT `wait` after its stdout shows a line
