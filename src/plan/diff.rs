@@ -460,6 +460,21 @@ pub(crate) mod tests {
         pub(crate) replaceable: bool,
     }
 
+    impl Fake {
+        /// A managed fake at `address` with spec `SPEC()` depending on
+        /// `deps`, neither repaired in place nor replaceable under dependants.
+        pub(crate) fn managed(address: Address, deps: Vec<Address>) -> Self {
+            Fake {
+                address,
+                spec: SPEC(),
+                mode: Mode::Managed,
+                deps,
+                repairs_in_place: false,
+                replaceable: false,
+            }
+        }
+    }
+
     #[async_trait]
     impl Resource for Fake {
         fn address(&self) -> &Address {
@@ -803,13 +818,8 @@ pub(crate) mod tests {
     #[test]
     fn tainted_is_an_update_for_resources_that_repair_in_place() {
         let r: Arc<dyn Resource> = Arc::new(Fake {
-            address: addr(),
-            spec: SPEC(),
-            mode: Mode::Managed,
-            deps: vec![],
             repairs_in_place: true,
-
-            replaceable: false,
+            ..Fake::managed(addr(), vec![])
         });
         let mut state = State::new("ml");
         state
@@ -860,24 +870,11 @@ pub(crate) mod tests {
     #[test]
     fn dependants_of_a_changing_resource_are_updated_with_its_outputs() {
         let net: Arc<dyn Resource> = fake(json!({"cidr": "10.1.0.0/16", "tags": {"a": "1"}}));
-        let storage: Arc<dyn Resource> = Arc::new(Fake {
-            address: Address::new("stack.storage").unwrap(),
-            spec: SPEC(),
-            mode: Mode::Managed,
-            deps: vec![addr()],
-            repairs_in_place: false,
-
-            replaceable: false,
-        });
-        let far: Arc<dyn Resource> = Arc::new(Fake {
-            address: Address::new("far").unwrap(),
-            spec: SPEC(),
-            mode: Mode::Managed,
-            deps: vec![],
-            repairs_in_place: false,
-
-            replaceable: false,
-        });
+        let storage: Arc<dyn Resource> = Arc::new(Fake::managed(
+            Address::new("stack.storage").unwrap(),
+            vec![addr()],
+        ));
+        let far: Arc<dyn Resource> = Arc::new(Fake::managed(Address::new("far").unwrap(), vec![]));
         let mut state = State::new("ml");
         let mut observed = BTreeMap::new();
         for a in ["stack.network", "stack.storage", "far"] {
@@ -1023,15 +1020,10 @@ pub(crate) mod tests {
 
     #[test]
     fn a_resource_whose_dependencies_outputs_changed_since_it_was_applied_is_updated() {
-        let storage: Arc<dyn Resource> = Arc::new(Fake {
-            address: Address::new("stack.storage").unwrap(),
-            spec: SPEC(),
-            mode: Mode::Managed,
-            deps: vec![addr()],
-            repairs_in_place: false,
-
-            replaceable: false,
-        });
+        let storage: Arc<dyn Resource> = Arc::new(Fake::managed(
+            Address::new("stack.storage").unwrap(),
+            vec![addr()],
+        ));
         let mut state = State::new("ml");
         let mut net = recorded(Status::Created, SPEC());
         net.outputs.insert("subnet".into(), json!("subnet-old"));
@@ -1070,15 +1062,10 @@ pub(crate) mod tests {
     #[test]
     fn a_resource_with_a_dependency_added_since_it_was_applied_says_so() {
         let other = Address::new("stack.iam").unwrap();
-        let storage: Arc<dyn Resource> = Arc::new(Fake {
-            address: Address::new("stack.storage").unwrap(),
-            spec: SPEC(),
-            mode: Mode::Managed,
-            deps: vec![addr(), other.clone()],
-            repairs_in_place: false,
-
-            replaceable: false,
-        });
+        let storage: Arc<dyn Resource> = Arc::new(Fake::managed(
+            Address::new("stack.storage").unwrap(),
+            vec![addr(), other.clone()],
+        ));
         let mut state = State::new("ml");
         state
             .resources
