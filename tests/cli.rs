@@ -450,6 +450,40 @@ fn invalid_names_fail_before_any_api_call() {
         .stderr(predicate::str::contains("region \"us-east1\" is invalid"));
 }
 
+/// A mistyped `--target` or a `--replace` the plan would refuse needs no
+/// call to be found: it fails before the credentials are looked up (with
+/// nothing listening at the endpoint, a call would fail with a connection
+/// error or hang in retries first).
+#[test]
+fn a_mistyped_target_or_replace_fails_before_any_api_call() {
+    let d = Deployment::new("");
+    for (args, message) in [
+        (
+            &["plan", "--target", "stack.netwrok"][..],
+            "target stack.netwrok is not a resource of this deployment",
+        ),
+        (
+            &["apply", "--auto-approve", "--target", "eks.nodegroup.gpu"],
+            "target eks.nodegroup.gpu is not a resource of this deployment",
+        ),
+        (
+            &["plan", "--replace", "eks.cluster"],
+            "--replace eks.cluster: not in the state",
+        ),
+        (
+            &["apply", "--auto-approve", "--replace", "k8s.nothing"],
+            "--replace k8s.nothing: no such resource in the configuration",
+        ),
+    ] {
+        d.kfaws(args)
+            .env("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
+            .assert()
+            .code(1)
+            .stderr(predicate::str::contains(message))
+            .stderr(predicate::str::contains("cannot reach").not());
+    }
+}
+
 #[test]
 fn broken_manifests_and_an_unavailable_profile_fail_before_any_api_call_naming_each_problem() {
     let d =

@@ -200,17 +200,35 @@ pub async fn check_identity(
 
 /// Reads and checks the manifests named in config (strict YAML, removed
 /// APIs, EFS CSI rules, objects in two bundles) and builds the graph from
-/// them with an unconfigured SDK: no AWS call is made, so bad manifests are
-/// refused before the first one. The manifests are read once: a plan
-/// builds its graph from the returned sources once the profile is prepared.
+/// them offline ([`build_offline`]), so bad manifests are refused before
+/// the first call. The manifests are read once: a plan builds its graph
+/// from the returned sources once the profile is prepared.
 pub fn check_sources(g: &Global, c: &Config) -> anyhow::Result<kfaws::profiles::Sources> {
     let sources = kfaws::profiles::read_sources(c)?;
+    build_offline(g, c, &sources)?;
+    Ok(sources)
+}
+
+/// The profile's resources for config `c` and `sources`, built with an
+/// unconfigured SDK and the nil lineage: no AWS call is made (nor can be),
+/// and the addresses and dependencies are those of the plan, which depend
+/// on the config alone. For checks that must come before the credentials.
+pub fn build_offline(
+    g: &Global,
+    c: &Config,
+    sources: &kfaws::profiles::Sources,
+) -> anyhow::Result<kfaws::profiles::Built> {
     let offline = aws_config::SdkConfig::builder()
         .behavior_version(aws_config::BehaviorVersion::latest())
         .region(aws_config::Region::new(c.region.clone()))
         .build();
-    kfaws::profiles::build(c, &offline, uuid::Uuid::nil(), &exec_auth(g)?, &sources)?;
-    Ok(sources)
+    Ok(kfaws::profiles::build(
+        c,
+        &offline,
+        uuid::Uuid::nil(),
+        &exec_auth(g)?,
+        sources,
+    )?)
 }
 
 /// `kfaws validate`.

@@ -84,6 +84,16 @@ async fn make(
     };
     let lock = StateLock::acquire(&loaded.state_dir, &loaded.config.name, operation)?;
     let store = StateStore::open(&loaded.state_dir, &loaded.config.name)?;
+    // The addresses depend on the config alone: a mistyped --target or a
+    // refused --replace fails before the credentials are looked up.
+    let offline = context::build_offline(g, &loaded.config, &sources)?;
+    plan::select(
+        &offline.resources,
+        store.state(),
+        &flags.target,
+        goal.replace,
+        goal.destroy,
+    )?;
     let aws = context::aws(g, &loaded.config).await;
     let id = interruptible(
         cancel,

@@ -437,6 +437,49 @@ pub struct PlanRequest<'a> {
 /// Handles for every address a plan touches.
 pub type Handles = BTreeMap<Address, Arc<dyn Resource>>;
 
+/// The `--target` selection and the `--replace` checks of a plan, which
+/// need no call: the targets with their dependencies (apply, from the graph
+/// of `desired`) or their dependants (destroy, from the graph of `state`),
+/// or `None` without targets. [`make_plan`] runs it before the refresh; the
+/// CLI runs it on resources built offline before the credentials are
+/// looked up, so a mistyped address fails before the first AWS call (the
+/// profile's addresses depend on the config alone).
+///
+/// # Errors
+/// [`PlanError::Graph`] for a dependency cycle or a target that is not a
+/// resource ([`crate::graph::GraphError::UnknownTarget`]);
+/// [`PlanError::TargetNotInState`] for a destroy target only the config
+/// holds; [`PlanError::Replace`] for a refused `--replace`.
+pub fn select(
+    desired: &[Arc<dyn Resource>],
+    state: &State,
+    targets: &[Address],
+    replace: &[Address],
+    destroy: bool,
+) -> Result<Option<Dag>, PlanError> {
+    let desired_graph = Dag::new(
+        desired
+            .iter()
+            .map(|r| (r.address().clone(), r.dependencies())),
+    )?;
+    let targeted = match targets {
+        [] => None,
+        targets if destroy => {
+            if let Some(t) = targets.iter().find(|t| {
+                !state.resources.contains_key(*t) && desired.iter().any(|r| r.address() == *t)
+            }) {
+                return Err(PlanError::TargetNotInState(t.clone()));
+            }
+            Some(state_graph(state)?.select(targets, Closure::Dependants)?)
+        }
+        targets => Some(desired_graph.select(targets, Closure::Dependencies)?),
+    };
+    if !destroy {
+        replace::check(replace, desired, state, targeted.as_ref())?;
+    }
+    Ok(targeted)
+}
+
 /// Refreshes, diffs and targets: the whole of `kfaws plan` but the printing.
 ///
 /// # Errors
@@ -448,30 +491,13 @@ pub async fn make_plan(req: PlanRequest<'_>) -> Result<(Plan, Handles), PlanErro
             addresses,
         });
     }
-    let desired_graph = Dag::new(
-        req.desired
-            .iter()
-            .map(|r| (r.address().clone(), r.dependencies())),
+    let targeted = select(
+        req.desired,
+        req.state,
+        req.targets,
+        req.replace,
+        req.destroy,
     )?;
-    // --target: the targets with their dependencies (apply) or dependants
-    // (destroy), selected before the refresh, so an unknown address fails
-    // before any call.
-    let targeted = match req.targets {
-        [] => None,
-        targets if req.destroy => {
-            if let Some(t) = targets.iter().find(|t| {
-                !req.state.resources.contains_key(*t)
-                    && req.desired.iter().any(|r| r.address() == *t)
-            }) {
-                return Err(PlanError::TargetNotInState(t.clone()));
-            }
-            Some(state_graph(req.state)?.select(targets, Closure::Dependants)?)
-        }
-        targets => Some(desired_graph.select(targets, Closure::Dependencies)?),
-    };
-    if !req.destroy {
-        replace::check(req.replace, req.desired, req.state, targeted.as_ref())?;
-    }
     let handles = handles(req.desired, req.provider, req.state)?;
     let observed = refresh::refresh(&handles, req.state, req.parallelism).await?;
     let mut changes = if req.destroy {
