@@ -311,6 +311,10 @@ async fn apply_installs_the_kubernetes_half_from_the_aws_outputs_and_destroy_rem
     assert!(terminating.deletion_timestamp.is_some());
     let drift = d.planned_changes();
     assert!(drift.contains("~ k8s.user-namespace"), "{drift}");
+    assert!(
+        drift.contains("/efs-claim\"  # deleted outside kfaws\n"),
+        "{drift}"
+    );
     // The finalizer's "controller" lets go while the apply waits.
     let release = tokio::spawn({
         let (claims, set_finalizers) = (claims.clone(), set_finalizers.clone());

@@ -82,6 +82,7 @@ fn nested(
         before: before.cloned(),
         after: after.cloned(),
         drifted: recorded.map(|was| was != before),
+        recorded: recorded.flatten().cloned(),
     });
 }
 
@@ -91,6 +92,8 @@ struct Line {
     before: Option<Value>,
     after: Option<Value>,
     drifted: Option<bool>,
+    /// The value at the last apply, where known.
+    recorded: Option<Value>,
 }
 
 /// For two lists of strings or numbers holding different elements: the
@@ -115,22 +118,42 @@ fn list_change<'a>(
 
 /// Writes one field line, `      ~ path: before -> after` and its notes; a
 /// list of scalars whose elements differ is written element by element
-/// (`- removed`, `+ added`) under `      ~ path:`.
+/// (`- removed`, `+ added`) under `      ~ path:`. With `drifted_from`, the
+/// list at the last apply of a field changed outside kfaws, each element
+/// says which way it drifted: `+ v  # deleted outside kfaws` for one the
+/// last apply had that is gone now (apply puts it back), `- v  # added
+/// outside kfaws` for one present now that the last apply did not have
+/// (apply takes it away); an element only the config adds or drops has no
+/// note.
 fn field_line(
     out: &mut String,
     path: &str,
     before: Option<&Value>,
     after: Option<&Value>,
+    drifted_from: Option<&Value>,
     notes: &[&str],
 ) {
     let notes: String = notes.iter().map(|n| format!("  # {n}")).collect();
     if let Some((gone, new)) = list_change(before, after) {
+        let had = |v: &Value| {
+            drifted_from
+                .and_then(Value::as_array)
+                .map(|was| was.contains(v))
+        };
         let _ = writeln!(out, "      ~ {path}:{notes}");
         for v in gone {
-            let _ = writeln!(out, "          - {v}");
+            let note = match had(v) {
+                Some(false) => "  # added outside kfaws",
+                _ => "",
+            };
+            let _ = writeln!(out, "          - {v}{note}");
         }
         for v in new {
-            let _ = writeln!(out, "          + {v}");
+            let note = match had(v) {
+                Some(true) => "  # deleted outside kfaws",
+                _ => "",
+            };
+            let _ = writeln!(out, "          + {v}{note}");
         }
         return;
     }
@@ -171,6 +194,7 @@ fn refreshes(plan: &Plan, out: &mut String) {
                     &l.path,
                     l.before.as_ref(),
                     l.after.as_ref(),
+                    None,
                     &["changed outside kfaws"],
                 );
             }
@@ -225,7 +249,8 @@ pub fn human(plan: &Plan) -> String {
             );
             for l in lines {
                 let mut notes = Vec::new();
-                if f.drift && l.drifted.unwrap_or(true) {
+                let drifted = f.drift && l.drifted.unwrap_or(true);
+                if drifted {
                     notes.push("changed outside kfaws");
                 }
                 if f.forces_replacement {
@@ -236,6 +261,7 @@ pub fn human(plan: &Plan) -> String {
                     &l.path,
                     l.before.as_ref(),
                     l.after.as_ref(),
+                    l.recorded.as_ref().filter(|_| drifted),
                     &notes,
                 );
             }
@@ -477,6 +503,32 @@ mod tests {
         let text = human(&plan(vec![reordered]));
         assert!(
             text.contains("~ order: [\"a\",\"b\"] -> [\"b\",\"a\"]\n"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn each_element_of_a_drifted_list_says_which_way_it_drifted() {
+        let mut update = change("k8s.efs-storage", Action::Update);
+        // Live: `sc` deleted and `stray` added outside kfaws; the config
+        // drops `old` and adds `new`, which are no drift.
+        update.fields.push(FieldChange {
+            field: "objects".into(),
+            before: Some(json!(["old", "pv", "stray"])),
+            after: Some(json!(["new", "pv", "sc"])),
+            forces_replacement: false,
+            drift: true,
+            recorded: Some(json!(["old", "pv", "sc"])),
+        });
+        let text = human(&plan(vec![update]));
+        assert!(
+            text.contains(
+                "      ~ objects:  # changed outside kfaws\n\
+                 \x20         - \"old\"\n\
+                 \x20         - \"stray\"  # added outside kfaws\n\
+                 \x20         + \"new\"\n\
+                 \x20         + \"sc\"  # deleted outside kfaws\n"
+            ),
             "{text}"
         );
     }
