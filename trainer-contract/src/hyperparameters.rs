@@ -20,9 +20,13 @@ pub enum HyperparameterError {
         quoted(value)
     )]
     Invalid {
+        /// The key as given.
         key: String,
+        /// The value as given, before any JSON decoding.
         value: String,
+        /// Where it came from: `--hp`, a `hyperparameters.json` path, ...
         origin: String,
+        /// What the value must be, e.g. `a positive integer`.
         rule: String,
     },
     /// A name the trainer does not know.
@@ -31,8 +35,11 @@ pub enum HyperparameterError {
         quoted(key)
     )]
     Unknown {
+        /// The key as given.
         key: String,
+        /// Where it came from.
         origin: String,
+        /// The known keys, comma-separated.
         known: String,
     },
     /// Two keys name the same hyperparameter (`batch-size` and `batch_size`, or one key
@@ -43,13 +50,21 @@ pub enum HyperparameterError {
         quoted(first)
     )]
     Duplicate {
+        /// The key seen first.
         first: String,
+        /// The key seen second, naming the same hyperparameter.
         second: String,
+        /// Where they came from.
         origin: String,
     },
     /// `hyperparameters.json` is not a JSON object.
     #[error("{origin}: {detail}")]
-    Json { origin: String, detail: String },
+    Json {
+        /// The file's path.
+        origin: String,
+        /// The JSON parser's message.
+        detail: String,
+    },
 }
 
 /// The longest value an error quotes whole, in characters.
