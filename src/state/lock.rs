@@ -107,13 +107,23 @@ fn liveness(info: &LockInfo) -> &'static str {
 }
 
 /// Whether the holder runs: `Some` only for a lock taken on this host,
-/// where its pid can be looked up (`/proc/<pid>` on Linux); `None`
-/// elsewhere. A reused pid reads as running (hence `--force`).
+/// where its pid can be looked up (`/proc/<pid>/stat` on Linux); `None`
+/// elsewhere. A process that exited but that its parent has not reaped yet
+/// (a zombie, state `Z`, or `X` while it goes: proc(5), `/proc/pid/stat`
+/// field 3) does not run: a kfaws killed under a parent that never waits
+/// for it leaves one. A reused pid reads as running (hence `--force`).
 fn running_here(info: &LockInfo) -> Option<bool> {
     if info.host != host() || !cfg!(target_os = "linux") {
         return None;
     }
-    Some(Path::new(&format!("/proc/{}", info.pid)).exists())
+    let Ok(stat) = fs::read_to_string(format!("/proc/{}/stat", info.pid)) else {
+        return Some(false);
+    };
+    // `pid (comm) state …`: comm may hold spaces and parentheses.
+    let state = stat
+        .rsplit_once(')')
+        .and_then(|(_, rest)| rest.trim_start().chars().next());
+    Some(!matches!(state, Some('Z' | 'X' | 'x')))
 }
 
 /// `uid N` of this process, for a `who` when no user name is in the environment.
@@ -432,6 +442,49 @@ mod tests {
             force_unlock(dir.path(), "ml", &id, true),
             Err(LockError::NotLocked)
         ));
+    }
+
+    /// A holder killed under a parent that has not waited for it yet
+    /// (a zombie) is no longer running: its lock can be unlocked by id.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_lock_left_by_a_killed_process_not_yet_reaped_can_be_unlocked() {
+        let _serial = serial();
+        let dir = tempfile::tempdir().unwrap();
+        let lock = StateLock::acquire(dir.path(), "ml", "apply").unwrap();
+        let mut info = lock.info().clone();
+        std::mem::forget(lock);
+        let mut child = std::process::Command::new("sleep")
+            .arg("600")
+            .spawn()
+            .unwrap();
+        info.pid = child.id();
+        fs::write(
+            lock_path(dir.path(), "ml"),
+            serde_json::to_vec(&info).unwrap(),
+        )
+        .unwrap();
+        let alive = StateLock::acquire(dir.path(), "ml", "apply").unwrap_err();
+        assert!(!alive.to_string().contains("no longer running"), "{alive}");
+        child.kill().unwrap();
+        // Not reaped: the pid stays a zombie until `wait`.
+        let stat = format!("/proc/{}/stat", child.id());
+        let zombie = |s: String| {
+            s.rsplit_once(')')
+                .is_some_and(|(_, r)| r.trim_start().starts_with('Z'))
+        };
+        for _ in 0..200 {
+            if fs::read_to_string(&stat).is_ok_and(zombie) {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert!(fs::read_to_string(&stat).is_ok_and(zombie), "a zombie");
+        let err = StateLock::acquire(dir.path(), "ml", "apply").unwrap_err();
+        assert!(err.to_string().contains("no longer running"), "{err}");
+        let unlocked = force_unlock(dir.path(), "ml", &info.id.to_string(), false);
+        child.wait().unwrap();
+        assert_eq!(unlocked.unwrap().id, info.id);
     }
 
     #[test]
