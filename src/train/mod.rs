@@ -101,8 +101,26 @@ pub fn check_hyperparameters(
         } else {
             "--hp".to_string()
         };
-        if let Err(e) = parsed.set(key, value, &origin) {
-            problems.push(e);
+        match parsed.set(key, value, &origin) {
+            Ok(()) => {}
+            // The keys `--hp` accepts: those of the flags are refused there.
+            Err(kfaws_trainer_contract::HyperparameterError::Unknown { key, origin, known }) => {
+                let known: Vec<&str> = known
+                    .split(", ")
+                    .filter(|k| !FLAG_KEYS.contains(k))
+                    .collect();
+                let flags: Vec<String> = FLAG_KEYS.iter().map(|k| format!("--{k}")).collect();
+                problems.push(kfaws_trainer_contract::HyperparameterError::Unknown {
+                    known: format!(
+                        "{}; and with their own flags: {}",
+                        known.join(", "),
+                        flags.join(", ")
+                    ),
+                    key,
+                    origin,
+                });
+            }
+            Err(e) => problems.push(e),
         }
     }
     if problems.is_empty() {
@@ -487,6 +505,16 @@ mod tests {
         let err = check(0.02, &[("learning-rate", "1")]).unwrap_err();
         assert!(
             err.contains("unknown hyperparameter \"learning-rate\"") && err.contains("momentum"),
+            "{err}"
+        );
+        // The keys of kfaws' flags are named as flags, not as keys --hp would refuse.
+        let (listed, flags) = err.split_once("; and with their own flags: ").unwrap();
+        assert!(
+            !listed.contains("epochs") && !listed.contains(" lr") && !listed.contains("backend"),
+            "{err}"
+        );
+        assert!(
+            flags.starts_with("--epochs, --batch-size, --lr, --backend"),
             "{err}"
         );
         let err = check(0.02, &[("momentum", "1.5")]).unwrap_err();
