@@ -43,21 +43,34 @@ pub enum CheckpointError {
     /// File system failure.
     #[error("checkpoint {path}: {source}")]
     Io {
+        /// The checkpoint file being written or read (when saving, the final file's path even if
+        /// creating the directory, the temporary file or deleting an older checkpoint failed);
+        /// the checkpoint directory when listing it failed.
         path: PathBuf,
+        /// The operating system's error.
         #[source]
         source: std::io::Error,
     },
     /// Not a checkpoint of this format, or cut short.
     #[error("checkpoint {path} is corrupt: {detail}")]
-    Corrupt { path: PathBuf, detail: String },
+    Corrupt {
+        /// The newest checkpoint file, the one read.
+        path: PathBuf,
+        /// What decoding found wrong: bad magic, an unknown format version, a dataset name that
+        /// is not UTF-8, or the byte at which the file ends short.
+        detail: String,
+    },
     /// Written for another model.
     #[error(
         "checkpoint {path} holds {found} parameters but this model has {expected}: it belongs \
          to another dataset or model; remove it or choose another checkpoint directory"
     )]
     WrongModel {
+        /// The newest checkpoint file, the one read.
         path: PathBuf,
+        /// Parameters (`f32` elements) of the model this run builds.
         expected: usize,
+        /// Parameters (`f32` elements) the checkpoint holds.
         found: usize,
     },
     /// Written while training on another dataset of the same shape.
@@ -67,8 +80,13 @@ pub enum CheckpointError {
          choose another checkpoint directory"
     )]
     WrongDataset {
+        /// The newest checkpoint file, the one read.
         path: PathBuf,
+        /// The dataset this run trains on, as [`DatasetKind::name`] spells it.
+        ///
+        /// [`DatasetKind::name`]: kfaws_trainer_contract::DatasetKind::name
         expected: String,
+        /// The dataset name the checkpoint records.
         found: String,
     },
 }

@@ -34,25 +34,48 @@ pub enum TrainError {
     Checkpoint(#[from] CheckpointError),
     /// Writing the model failed.
     #[error("writing the model to {path}: {detail}")]
-    ModelOutput { path: String, detail: String },
+    ModelOutput {
+        /// The model directory written to (the run configuration's `model_dir`).
+        path: String,
+        /// The error creating it, or writing the model record or `model.json` into it.
+        detail: String,
+    },
     /// The newest checkpoint resumes `epoch` at `step`, past the `steps` this configuration has
     /// per epoch: it was written with another batch size, world size or dataset.
     #[error(
         "the newest checkpoint resumes epoch {epoch} at step {step}, but this configuration has {steps} steps per epoch: batch-size, world size or the dataset changed since it was written; train with the settings it was written with, or start from an empty checkpoint directory"
     )]
-    CheckpointMismatch { epoch: u64, step: u64, steps: u64 },
+    CheckpointMismatch {
+        /// The epoch the checkpoint resumes, counted from 1.
+        epoch: u64,
+        /// Steps of that epoch the checkpoint has done.
+        step: u64,
+        /// Steps per epoch of this configuration: this rank's share of the training split
+        /// divided by the batch size, rounded up.
+        steps: u64,
+    },
     /// The epoch's mean training loss is not finite: the parameters are NaN or infinite, and
     /// nothing after this point would be worth keeping. Nothing is checkpointed or written.
     #[error(
         "training diverged in epoch {epoch}: mean training loss {loss}; lower the learning rate (lr) or raise batch-size"
     )]
-    Diverged { epoch: u64, loss: f64 },
+    Diverged {
+        /// The epoch, counted from 1.
+        epoch: u64,
+        /// Mean cross-entropy per training example over all ranks (NaN or infinite).
+        loss: f64,
+    },
     /// SIGTERM or SIGINT arrived (on any rank); all ranks stopped before the same step and
     /// rank 0 wrote the checkpoint of `epoch`/`step`.
     #[error(
         "stopped by SIGTERM or SIGINT before epoch {epoch} step {step}; rank 0 wrote the checkpoint, the job can resume from it"
     )]
-    Terminated { epoch: u64, step: u64 },
+    Terminated {
+        /// The epoch stopped in, counted from 1.
+        epoch: u64,
+        /// Steps of that epoch done: the checkpoint's, and the one training resumes at.
+        step: u64,
+    },
 }
 
 impl TrainError {

@@ -91,10 +91,20 @@ pub const DEFAULT_BODY_TIMEOUT_SECS: u64 = 60;
 pub enum ServeError {
     /// The model directory is incomplete or unreadable.
     #[error("cannot load the model from {path}: {detail}")]
-    Model { path: PathBuf, detail: String },
+    Model {
+        /// The file that could not be loaded: `model.json` or the model record `model.bpk`.
+        path: PathBuf,
+        /// The I/O, JSON or burn record error.
+        detail: String,
+    },
     /// The port could not be bound.
     #[error("cannot listen on {addr}: {detail}")]
-    Bind { addr: String, detail: String },
+    Bind {
+        /// The address asked for, `bind_addr:port`.
+        addr: String,
+        /// The operating system's error.
+        detail: String,
+    },
     /// The asynchronous I/O runtime (tokio) could not start: no file descriptor or thread left.
     #[error("cannot start the I/O runtime: {0}")]
     Runtime(String),

@@ -27,17 +27,34 @@ pub enum ConfigError {
     Hyperparameter(#[from] HyperparameterError),
     /// A configuration file is not the JSON expected.
     #[error("{path}: {detail}")]
-    Json { path: String, detail: String },
+    Json {
+        /// The file: SageMaker's `resourceconfig.json` or `hyperparameters.json`.
+        path: String,
+        /// Why it could not be used: the I/O error reading it, or serde_json's parse error.
+        detail: String,
+    },
     /// A runtime contract is inconsistent.
     #[error("{source_name}: {detail}")]
-    Contract { source_name: String, detail: String },
+    Contract {
+        /// Where the inconsistent settings came from: a file or directory path, a launcher's
+        /// environment variables (e.g. `PyTorchJob environment`), or flags with their
+        /// `TRAINER_*` variables.
+        source_name: String,
+        /// What is inconsistent, with the values found.
+        detail: String,
+    },
     /// A required setting was given by no source.
     #[error("{0}")]
     Missing(String),
     /// The compute device the `backend` asks for is not on this machine (no NVIDIA driver, or
     /// no CUDA device): not retryable on the same node.
     #[error("backend={backend}: {detail}")]
-    Device { backend: String, detail: String },
+    Device {
+        /// The `backend` hyperparameter's value that asked for the device (`nccl`).
+        backend: String,
+        /// What is missing: the driver library, a driver that does not start, or a device.
+        detail: String,
+    },
 }
 
 /// `kfaws-trainer train` flags. Each also reads the `TRAINER_*` variable shown in `--help`.

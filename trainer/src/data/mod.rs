@@ -32,63 +32,105 @@ pub enum DataError {
          train-labels-idx1-ubyte, t10k-images-idx3-ubyte, t10k-labels-idx1-ubyte, each \
          optionally .gz); found: [{found}]"
     )]
-    NotFound { dir: PathBuf, found: String },
+    NotFound {
+        /// The data directory searched.
+        dir: PathBuf,
+        /// Its entries' names, comma-separated: the first 20, then how many more.
+        found: String,
+    },
     /// Part of a dataset is there but one expected file is missing (often misnamed).
     #[error(
         "{path} is missing: the {dataset} dataset in this directory needs it (found: [{found}])"
     )]
     MissingFile {
+        /// The file expected; for IDX files a pattern, `<dir>/<name>[.gz]`, since either is read.
         path: PathBuf,
+        /// The format recognised: `CIFAR-10 binary`, `CIFAR-10 python` or
+        /// `IDX (MNIST/Fashion-MNIST)`.
         dataset: &'static str,
+        /// The data directory's entries' names, comma-separated: the first 20, then how many
+        /// more.
         found: String,
     },
     /// A CIFAR-10 python batch is not a pickled dict of `labels` and a `uint8` `data` array.
     #[error("{path}: not a CIFAR-10 python batch: {reason}")]
-    Pickle { path: PathBuf, reason: String },
+    Pickle {
+        /// The batch file.
+        path: PathBuf,
+        /// What is wrong: not a readable pickle, not a dict, or a `labels` or `data` entry
+        /// missing or not as expected (`data`: a C-order `uint8` numpy array of shape
+        /// `[n, 3072]`, n the number of labels).
+        reason: String,
+    },
     /// Reading a file failed.
     #[error("cannot read {path}: {source}")]
     Io {
+        /// The file read, or the data directory when listing it failed.
         path: PathBuf,
+        /// The operating system's (or gzip decoder's) error.
         #[source]
         source: std::io::Error,
     },
     /// An IDX file starts with the wrong magic number.
     #[error("{path}: wrong magic number 0x{found:08x}, expected 0x{expected:08x} ({what})")]
     BadMagic {
+        /// The IDX file.
         path: PathBuf,
+        /// The magic number this file must have: [`IDX_IMAGES_MAGIC`] or [`IDX_LABELS_MAGIC`]
+        /// (IDX format, yann.lecun.com/exdb/mnist).
         expected: u32,
+        /// The file's first 4 bytes (after gzip decompression), read big-endian.
         found: u32,
+        /// What the expected magic number means, e.g. `u8 images, 3 dimensions`.
         what: &'static str,
     },
     /// A file is shorter (or longer) than its header or record size says.
     #[error("{path}: {found} bytes, expected {expected}")]
     WrongSize {
+        /// The file.
         path: PathBuf,
+        /// The size it should have, in bytes, as a number or a rule (e.g. a multiple of
+        /// [`CIFAR10_RECORD_BYTES`]) with how it follows from the header or format.
         expected: String,
+        /// Bytes the file holds, after gzip decompression (for IDX dimensions too large to hold:
+        /// only the header's bytes, the rest is not read).
         found: u64,
     },
     /// Image and label files disagree on the number of examples.
     #[error("{images} holds {n_images} images but {labels} holds {n_labels} labels")]
     CountMismatch {
+        /// The IDX images file.
         images: PathBuf,
+        /// The IDX labels file.
         labels: PathBuf,
+        /// Images the images file's header declares (its first dimension).
         n_images: usize,
+        /// Labels the labels file holds.
         n_labels: usize,
     },
     /// A label outside `0..10`.
     #[error("{path}: label {label} of example {index} is outside 0..{classes}")]
     BadLabel {
+        /// The file holding the label (CIFAR-10 batch or IDX labels file).
         path: PathBuf,
+        /// The example's position in that file, counted from 0.
         index: usize,
+        /// The label found (a CIFAR-10 python label outside `0..=255` reads as 255).
         label: u8,
+        /// Number of classes; labels must be below it (10 for every dataset supported).
         classes: usize,
     },
     /// Images of a size the dataset kind does not have.
     #[error("{path}: images are {found:?} (C×H×W), {dataset} images are {expected:?}")]
     WrongShape {
+        /// The images file.
         path: PathBuf,
+        /// The dataset the images should belong to, e.g. `MNIST/Fashion-MNIST`.
         dataset: &'static str,
+        /// That dataset's image shape, `[C, H, W]` (`[1, 28, 28]` for MNIST and Fashion-MNIST).
         expected: [usize; 3],
+        /// The shape the file's header declares, `[C, H, W]`; C is 1 for IDX files, which
+        /// have no channel dimension.
         found: [usize; 3],
     },
     /// The `dataset` hyperparameter names a dataset other than the one the files hold.
@@ -98,8 +140,12 @@ pub enum DataError {
          them apart)"
     )]
     NotTheDataset {
+        /// The data directory.
         dir: PathBuf,
+        /// The dataset the hyperparameter names, as [`DatasetKind::name`] spells it.
         asked: &'static str,
+        /// What the directory holds, e.g. `CIFAR-10 binary batches` or
+        /// `IDX files (MNIST or Fashion-MNIST)`.
         found: &'static str,
     },
 }

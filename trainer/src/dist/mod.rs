@@ -140,22 +140,30 @@ pub enum CommError {
     /// Rank 0 could not listen.
     #[error("rank 0 cannot listen on {addr}: {source}")]
     Bind {
+        /// The address rank 0 listens on, `bind_addr:master_port`.
         addr: String,
+        /// Why binding the listener, or accepting a connection on it, failed.
         #[source]
         source: io::Error,
     },
     /// A rank could not reach rank 0 before the connect timeout.
     #[error("rank {rank} could not connect to rank 0 at {addr} within {timeout:?}: {last_error}")]
     ConnectTimeout {
+        /// This process's rank.
         rank: usize,
+        /// Rank 0's address, `master_addr:master_port`.
         addr: String,
+        /// How long this rank kept trying: the connect timeout.
         timeout: Duration,
+        /// Why the last attempt failed (name resolution or connection).
         last_error: String,
     },
     /// Rank 0 did not hear from every rank before the connect timeout.
     #[error("rank 0 waited {timeout:?} for ranks {missing:?} to connect")]
     RendezvousTimeout {
+        /// How long rank 0 waited: the connect timeout.
         timeout: Duration,
+        /// The ranks that had not joined, in ascending order.
         missing: Vec<usize>,
     },
     /// The ranks disagree on something they must share: a configuration error, not transient.
@@ -163,24 +171,48 @@ pub enum CommError {
     Mismatch(String),
     /// A peer's connection closed: the process died or was killed.
     #[error("rank {rank} closed its connection (process died or was killed?)")]
-    PeerClosed { rank: usize },
+    PeerClosed {
+        /// The peer's rank.
+        rank: usize,
+    },
     /// A peer did not answer in time.
     #[error("rank {rank} did not respond within {timeout:?} (hung or overloaded?)")]
-    PeerTimeout { rank: usize, timeout: Duration },
+    PeerTimeout {
+        /// The peer's rank.
+        rank: usize,
+        /// How long this rank waited for it: the collective timeout, or more where the peer may
+        /// itself be waiting on another (twice it for a worker waiting on rank 0 and for a ring
+        /// rank after its first frame; the connect timeout plus it in a worker's handshake).
+        timeout: Duration,
+    },
     /// Another I/O failure talking to a peer.
     #[error("talking to rank {rank}: {source}")]
     PeerIo {
+        /// The peer's rank.
         rank: usize,
+        /// The I/O error (connecting to a ring successor: its connect failure, as text).
         #[source]
         source: io::Error,
     },
     /// A peer sent something this protocol does not allow.
     #[error("rank {rank} broke the protocol: {detail}")]
-    Protocol { rank: usize, detail: String },
+    Protocol {
+        /// The rank that sent it.
+        rank: usize,
+        /// What arrived instead of what was expected: a frame of another tag, or a payload of
+        /// the wrong length.
+        detail: String,
+    },
     /// Another rank found a failure and aborted the job (rank 0 in the star; in the ring,
     /// the rank that found it, relayed by the others).
     #[error("rank {rank} aborted the job: {reason}")]
-    Aborted { rank: usize, reason: String },
+    Aborted {
+        /// The rank that found the failure, kept as the `Abort` is relayed (0 when the frame
+        /// is too short to name one).
+        rank: usize,
+        /// That rank's diagnosis: the text of its error.
+        reason: String,
+    },
 }
 
 impl CommError {
