@@ -17,9 +17,6 @@ fn headline(c: &Change) -> String {
         Action::Create if c.resume_token.is_some() => "will be created (resuming)",
         Action::Create if c.import.is_some() => "will be imported",
         Action::Create => "will be created",
-        Action::Update if c.conditional => {
-            "may be updated in place (only if a dependency's outputs change)"
-        }
         Action::Update => "will be updated in place",
         Action::Replace => "must be replaced",
         Action::Delete if c.gone => "will be removed from the state (already gone)",
@@ -225,6 +222,12 @@ pub fn human(plan: &Plan) -> String {
     } else {
         out.push_str("kfaws will perform the following actions:\n");
     }
+    // Updates that run only if a dependency's outputs change come last, one
+    // line each: a change to one stack can make every dependant one, and a
+    // block each would bury the change itself.
+    let (maybe, changes): (Vec<&Change>, Vec<&Change>) = changes
+        .into_iter()
+        .partition(|c| c.action == Action::Update && c.conditional);
     for c in changes {
         out.push('\n');
         out.push_str(&headline(c));
@@ -282,6 +285,20 @@ pub fn human(plan: &Plan) -> String {
             }
             out.push('\n');
         }
+    }
+    if !maybe.is_empty() {
+        out.push_str(
+            "\n  # re-checked after their dependencies' changes, updated in place only if a \
+             dependency's outputs change (known after apply):\n",
+        );
+    }
+    for c in maybe {
+        // The reason's first clause names the dependency.
+        let why = c
+            .reason
+            .split_once("; ")
+            .map_or(c.reason.as_str(), |(w, _)| w);
+        let _ = writeln!(out, "  ~ {} ({})  # {why}", c.address, c.kind);
     }
     let s = plan.summary();
     if plan.has_changes() {
@@ -617,14 +634,17 @@ mod tests {
             text.starts_with("Changed outside kfaws since the last apply"),
             "{text}"
         );
-        // Its headline says the update may not happen; a plain one will.
-        assert!(
-            text.contains(
-                "  # eks.cluster may be updated in place (only if a dependency's outputs \
-                 change)\n"
-            ) && text.contains("  # b will be updated in place\n"),
-            "{text}"
-        );
+        // It is listed after the updates that will happen, on one line
+        // saying the update may not happen.
+        let will = text.find("  # b will be updated in place\n").unwrap();
+        let may = text
+            .find(
+                "\n  # re-checked after their dependencies' changes, updated in place only if \
+                 a dependency's outputs change (known after apply):\n  ~ eks.cluster (fake)  \
+                 # because\n",
+            )
+            .unwrap_or_else(|| panic!("{text}"));
+        assert!(will < may, "{text}");
     }
 
     #[test]
