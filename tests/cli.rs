@@ -690,6 +690,40 @@ fn an_error_on_a_closed_stderr_still_exits_1() {
     }
 }
 
+/// `validate` names the Kubernetes bundles the config makes, and says what
+/// leaving out each optional `[kubeflow]` file means.
+#[test]
+fn validate_lists_the_bundles_and_notes_a_missing_kubeflow_part() {
+    let d = Deployment::new("");
+    let out = d.stdout(&["validate"]);
+    assert!(out.contains("The configuration is valid"), "{out}");
+    assert!(
+        out.contains("Kubernetes bundles: k8s.efs-csi, k8s.efs-storage, k8s.user-namespace.\n"),
+        "{out}"
+    );
+    assert!(out.contains("Note: kubeflow.manifests is not set"), "{out}");
+    assert!(
+        out.contains("Note: kubeflow.training_operator is not set")
+            && out.contains("`kfaws train --runtime kubernetes` has no PyTorchJob kind"),
+        "{out}"
+    );
+    let with =
+        Deployment::new("[kubeflow]\nmanifests = \"kf.yaml\"\ntraining_operator = \"op.yaml\"\n");
+    for (file, namespace) in [("kf.yaml", "kubeflow"), ("op.yaml", "kubeflow-system")] {
+        std::fs::write(
+            with.dir.path().join(file),
+            format!("apiVersion: v1\nkind: Namespace\nmetadata: {{name: {namespace}}}\n"),
+        )
+        .unwrap();
+    }
+    let out = with.stdout(&["validate"]);
+    assert!(
+        out.contains("k8s.kubeflow") && out.contains("k8s.training-operator"),
+        "{out}"
+    );
+    assert!(!out.contains("Note:"), "{out}");
+}
+
 #[test]
 fn graph_prints_dot_with_every_resource() {
     let d = Deployment::new("");

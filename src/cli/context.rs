@@ -235,7 +235,8 @@ pub fn build_offline(
 pub fn validate(g: &Global, profile: Option<ProfileName>) -> anyhow::Result<u8> {
     let loaded = load(g, profile)?;
     let c = &loaded.config;
-    check_sources(g, c)?;
+    let sources = kfaws::profiles::read_sources(c)?;
+    let built = build_offline(g, c, &sources)?;
     outln!(
         "The configuration is valid: deployment {:?}, profile {}, region {}, Kubernetes {}.\n",
         c.name,
@@ -243,6 +244,28 @@ pub fn validate(g: &Global, profile: Option<ProfileName>) -> anyhow::Result<u8> 
         c.region,
         c.kubernetes_version
     )?;
+    let bundles: Vec<String> = built
+        .resources
+        .iter()
+        .filter(|r| r.kind() == kfaws::k8s::resource::KIND)
+        .map(|r| r.address().to_string())
+        .collect();
+    outln!("Kubernetes bundles: {}.", bundles.join(", "))?;
+    // Both are optional; say what leaving one out means.
+    if c.kubeflow.manifests.is_none() {
+        outln!(
+            "Note: kubeflow.manifests is not set, so the Kubeflow platform is not installed \
+             (set it to a manifests file or directory to add k8s.kubeflow)."
+        )?;
+    }
+    if c.kubeflow.training_operator.is_none() {
+        outln!(
+            "Note: kubeflow.training_operator is not set, so no training operator is installed \
+             and `kfaws train --runtime kubernetes` has no PyTorchJob kind to create (set it to add \
+             k8s.training-operator)."
+        )?;
+    }
+    outln!()?;
     let mut table = Table::new();
     table.load_style(UTF8_BORDERS_ONLY);
     table.set_header(["Name", "Kind", "From"]);
