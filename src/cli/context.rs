@@ -198,21 +198,15 @@ pub async fn check_identity(
     Ok(id)
 }
 
-/// Reads and checks the manifests named in config (strict YAML, removed
-/// APIs, EFS CSI rules, objects in two bundles) and builds the graph from
-/// them offline ([`build_offline`]), so bad manifests are refused before
-/// the first call. The manifests are read once: a plan builds its graph
-/// from the returned sources once the profile is prepared.
-pub fn check_sources(g: &Global, c: &Config) -> anyhow::Result<kfaws::profiles::Sources> {
-    let sources = kfaws::profiles::read_sources(c)?;
-    build_offline(g, c, &sources)?;
-    Ok(sources)
-}
-
-/// The profile's resources for config `c` and `sources`, built with an
-/// unconfigured SDK and the nil lineage: no AWS call is made (nor can be),
-/// and the addresses and dependencies are those of the plan, which depend
-/// on the config alone. For checks that must come before the credentials.
+/// The profile's resources for config `c` and `sources` ([`read_sources`]
+/// of it: strict YAML, removed APIs, EFS CSI rules), built with an
+/// unconfigured SDK and the nil lineage: no AWS call is made (nor can be).
+/// Refuses objects in two bundles; the addresses and dependencies are those
+/// of the plan, which depend on the config alone. For checks that must come
+/// before the first call: the manifests are read once, and a plan builds
+/// its graph from the same sources once the profile is prepared.
+///
+/// [`read_sources`]: kfaws::profiles::read_sources
 pub fn build_offline(
     g: &Global,
     c: &Config,

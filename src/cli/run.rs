@@ -80,13 +80,14 @@ async fn make(
     // A destroy reads no [kubeflow] manifests (prepare drops them).
     let sources = match goal.destroy {
         true => profiles::Sources::default(),
-        false => context::check_sources(g, &loaded.config)?,
+        false => profiles::read_sources(&loaded.config)?,
     };
+    // Bad manifests are refused before the first call; the addresses depend
+    // on the config alone, so a mistyped --target or a refused --replace
+    // fails before the credentials are looked up too.
+    let offline = context::build_offline(g, &loaded.config, &sources)?;
     let lock = StateLock::acquire(&loaded.state_dir, &loaded.config.name, operation)?;
     let store = StateStore::open(&loaded.state_dir, &loaded.config.name)?;
-    // The addresses depend on the config alone: a mistyped --target or a
-    // refused --replace fails before the credentials are looked up.
-    let offline = context::build_offline(g, &loaded.config, &sources)?;
     plan::select(
         &offline.resources,
         store.state(),
