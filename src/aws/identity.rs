@@ -92,10 +92,30 @@ async fn credential_hints(env: &Env, fs: &Fs, profile: Option<&str>) -> Vec<Stri
         Some(p) => Some((p.to_string(), "--aws-profile")),
         None => super::env_profile(env).map(|p| (p, "AWS_PROFILE")),
     };
-    if let Some((name, from)) = selected {
-        hints.extend(undefined_profile(env, fs, &name, from).await);
+    match selected {
+        Some((name, from)) => hints.extend(undefined_profile(env, fs, &name, from).await),
+        // The default profile is optional, but files it cannot parse stop
+        // the whole profile provider.
+        None => {
+            let files = Default::default();
+            if let Err(e) = aws_config::profile::load(fs, env, &files, None).await {
+                hints.push(unreadable(&e));
+            }
+        }
     }
     hints
+}
+
+/// `the AWS profile files cannot be read: …` with each cause of `e` (the
+/// parse error names the file and line).
+fn unreadable(e: &(dyn std::error::Error + 'static)) -> String {
+    let causes: Vec<String> = std::iter::successors(Some(e), |e| e.source())
+        .map(ToString::to_string)
+        .collect();
+    format!(
+        "the AWS profile files cannot be read: {}",
+        causes.join(": ")
+    )
 }
 
 /// Why the profile `name` (selected by `from`, e.g. `--aws-profile`) cannot
@@ -121,7 +141,7 @@ pub async fn undefined_profile(env: &Env, fs: &Fs, name: &str, from: &str) -> Op
             ))
         }
         Ok(_) => None,
-        Err(e) => Some(format!("the AWS profile files cannot be read: {e}")),
+        Err(e) => Some(unreadable(&e)),
     }
 }
 
@@ -146,6 +166,25 @@ mod tests {
                 "[default]\naws_access_key_id = AKIAEXAMPLE\naws_secret_access_key = x\n",
             ),
         ])
+    }
+
+    #[tokio::test]
+    async fn profile_files_that_do_not_parse_are_named_with_the_line_with_or_without_a_profile() {
+        let broken = Fs::from_slice(&[("/home/.aws/config", "[default]\nregion = x\nfoo\n")]);
+        let env = Env::from_slice(&[("HOME", "/home")]);
+        for hints in [
+            credential_hints(&env, &broken, None).await,
+            credential_hints(&env, &broken, Some("dev")).await,
+        ] {
+            assert_eq!(hints.len(), 1, "{hints:?}");
+            assert!(
+                hints[0].starts_with("the AWS profile files cannot be read: ")
+                    && hints[0].contains("/home/.aws/config on line 3"),
+                "{hints:?}"
+            );
+        }
+        // Files that parse, without a selected profile: nothing to say.
+        assert!(credential_hints(&env, &files(), None).await.is_empty());
     }
 
     #[tokio::test]
