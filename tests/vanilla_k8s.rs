@@ -1303,6 +1303,13 @@ async fn a_destroy_deletes_the_user_namespace_before_the_training_operator() {
         )),
         "{planned}"
     );
+    // Once each, though the operator's CRD goes in the same plan.
+    for job in ["someones-job", "busy"] {
+        let listed = planned
+            .matches(&format!("/{job} (PyTorchJob.kubeflow.org)"))
+            .count();
+        assert_eq!(listed, 1, "{planned}");
+    }
 
     // Past the first progress line (10 s), which says what holds the job.
     let (status, _, stdout, stderr) = interrupt_after(

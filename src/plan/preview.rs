@@ -117,6 +117,7 @@ pub async fn preview(
             Err(e) => failures.push((changes[i].address.clone(), e.to_string())),
         }
     }
+    list_objects_once(changes, handles, state);
     // Creates of addresses the state does not hold, or whose recorded
     // resource is gone (deleted outside kfaws, or an id edited by hand): a
     // live resource with this state's tags is imported (create re-attaches
@@ -176,4 +177,48 @@ pub async fn lookup_imports<K>(
         .buffer_unordered(parallelism.max(1))
         .collect()
         .await
+}
+
+/// A Kubernetes object that several deletes of one plan remove (a user's
+/// PyTorchJob goes with its namespace and with its CRD) is listed once,
+/// under the change that deletes it first: dependants are deleted before
+/// their dependencies, so the latest in the state's dependency order.
+/// Objects are told apart by kind and `namespace/name` (unique in a
+/// cluster; every bundle of a deployment is in the same one); entries that
+/// are not one object (`3 more` custom resources: a Kubernetes name has no
+/// space) are left alone.
+fn list_objects_once(changes: &mut [Change], handles: &Handles, state: &State) {
+    let Ok(graph) = super::state_graph(state) else {
+        return; // make_plan reports the graph error
+    };
+    let rank: std::collections::BTreeMap<Address, usize> = graph
+        .reverse_topological_order()
+        .into_iter()
+        .enumerate()
+        .map(|(i, a)| (a, i))
+        .collect();
+    let mut deleting: Vec<usize> = changes
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| matches!(c.action, Action::Delete | Action::Replace))
+        .filter(|(_, c)| {
+            handles
+                .get(&c.address)
+                .is_some_and(|h| h.kind() == crate::k8s::resource::KIND)
+        })
+        .map(|(i, _)| i)
+        .collect();
+    deleting.sort_by_key(|i| {
+        rank.get(&changes[*i].address)
+            .copied()
+            .unwrap_or(usize::MAX)
+    });
+    let mut seen = std::collections::BTreeSet::new();
+    for i in deleting {
+        changes[i].details.retain(|d| {
+            d.action != "Remove"
+                || d.name.contains(' ')
+                || seen.insert((d.kind.clone(), d.name.clone()))
+        });
+    }
 }
