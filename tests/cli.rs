@@ -669,6 +669,26 @@ fn a_bad_value_from_an_environment_variable_names_the_variable() {
     .stderr(predicate::str::contains("environment variable").not());
 }
 
+/// `kfaws train --runtime local` needs nothing from kfaws.toml, but a
+/// `--config` it cannot read, or a file with errors, is refused as by every
+/// other command, before anything runs.
+#[test]
+fn a_local_train_reads_the_config_it_is_given() {
+    let d = Deployment::new("");
+    let local = ["train", "--runtime", "local", "--data", "/nonexistent"];
+    let mut args = local.to_vec();
+    args.extend(["--config", "/nonexistent.toml"]);
+    d.kfaws(&args)
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("cannot read /nonexistent.toml"));
+    d.write_config("bogus_key = 1\n");
+    d.kfaws(&local)
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("bogus_key"));
+}
+
 /// An error reported to a closed stderr (`kfaws … 2>&1 | head` after
 /// `head` exited) keeps its exit status: 1, not a panic's 101. At -vv the
 /// log lines go to the closed pipe too.

@@ -411,9 +411,12 @@ impl Problems {
 
 /// `kfaws train`.
 pub async fn train(g: &Global, args: &TrainArgs, cancel: &CancellationToken) -> anyhow::Result<u8> {
+    // Read also when --runtime is given: a --config that cannot be read, or
+    // a kfaws.toml with errors, is refused as by every other command.
+    let (file, _) = context::read_file(g)?;
     let runtime = match args.runtime {
         Some(r) => r,
-        None => context::read_file(g)?.0.training_runtime.context(
+        None => file.training_runtime.context(
             "no runtime: pass --runtime local|kubernetes|sagemaker, set KFAWS_TRAINING_RUNTIME, \
              or set training_runtime in kfaws.toml",
         )?,
