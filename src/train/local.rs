@@ -153,6 +153,9 @@ fn command(job: &LocalJob, rank: u32, port: u16) -> Command {
         // A SageMaker layout left at /opt/ml on this machine would take
         // precedence over the PyTorchJob contract; point the trainer away.
         .env("TRAINER_SAGEMAKER_ROOT", job.job_dir.join("no-sagemaker"))
+        // A rank whose kfaws is killed (SIGKILL: nothing can stop the ranks then)
+        // checkpoints and exits instead of training on beside the next run of the job.
+        .env("TRAINER_PARENT_PID", std::process::id().to_string())
         // The processes share this machine's cores: without this each would start a thread
         // per core (torchrun likewise sets OMP_NUM_THREADS=1 for several processes per node).
         .env(
@@ -531,6 +534,29 @@ mod tests {
         assert!(is_running(dir.path()));
         drop(lock);
         assert!(!is_running(dir.path()));
+    }
+
+    /// Each rank is told this process's pid: a rank whose parent is no longer it (kfaws was
+    /// killed) checkpoints and exits (the trainer's `--parent-pid`, tested with the trainer).
+    #[test]
+    fn each_rank_watches_this_process() {
+        let job = LocalJob {
+            trainer: PathBuf::from("kfaws-trainer"),
+            workers: 2,
+            data_dir: PathBuf::from("/data"),
+            job_dir: PathBuf::from("/jobs/j"),
+            hyperparameters: BTreeMap::new(),
+        };
+        let cmd = command(&job, 1, 29500);
+        let parent = cmd
+            .as_std()
+            .get_envs()
+            .find(|(k, _)| *k == "TRAINER_PARENT_PID")
+            .and_then(|(_, v)| v);
+        assert_eq!(
+            parent.and_then(|v| v.to_str()),
+            Some(std::process::id().to_string().as_str())
+        );
     }
 
     #[test]

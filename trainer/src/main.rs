@@ -133,6 +133,26 @@ fn stop_deadline(stop: Arc<AtomicBool>, grace: Duration) {
     });
 }
 
+/// Sets `stop` (as SIGTERM does) once this process's parent is no longer `parent`: when a
+/// parent dies its children are re-parented (to init or a subreaper, proc(5) `PPid`), so
+/// the launcher of a local job that was killed is noticed within 500 ms, also if it died
+/// before this started.
+fn watch_parent(parent: u32, stop: Arc<AtomicBool>) {
+    std::thread::spawn(move || loop {
+        let now = std::os::unix::process::parent_id();
+        if now != parent {
+            tracing::warn!(
+                parent,
+                now,
+                "the process that started this rank is gone; stopping as after SIGTERM"
+            );
+            stop.store(true, Ordering::SeqCst);
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    });
+}
+
 /// Writes test image `index` as PNG (grey for one channel, RGB for three) and prints
 /// `label=<class name> index=<class index>` on stdout.
 fn run_sample(args: &SampleArgs) -> ExitCode {
@@ -237,6 +257,9 @@ fn run_serve(args: &ServeArgs) -> ExitCode {
 fn run_train(args: &TrainArgs) -> ExitCode {
     let stop = stop_flag();
     stop_deadline(Arc::clone(&stop), Duration::from_secs(args.stop_grace_secs));
+    if let Some(parent) = args.parent_pid {
+        watch_parent(parent, Arc::clone(&stop));
+    }
     let config = match contract::resolve(args, &|name| std::env::var(name).ok()) {
         Ok(config) => config,
         Err(e) => {

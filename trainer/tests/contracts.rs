@@ -506,6 +506,68 @@ fn sigterm_checkpoints_and_the_next_run_resumes() {
     assert_eq!(fourth.test_accuracies(), third.test_accuracies(), "{line}");
 }
 
+/// A rank started with `--parent-pid` whose parent dies mid-epoch (as a local job's kfaws
+/// killed with SIGKILL) stops as after SIGTERM: it writes a checkpoint and exits, instead of
+/// training on unwatched. The parent here is a shell that starts the rank in the background
+/// and exits once training has begun.
+#[test]
+fn a_rank_whose_parent_dies_checkpoints_and_exits() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = |name: &str| dir.path().join(name).display().to_string();
+    let (err, pid) = (path("rank.err"), path("rank.pid"));
+    let script = "TRAINER_PARENT_PID=$$ \"$0\" train \"$@\" >/dev/null 2>\"$ERR\" & \
+                  echo $! >\"$PID\"; \
+                  until grep -q step= \"$ERR\"; do sleep 0.1; done";
+    let status = std::process::Command::new("sh")
+        .args(["-c", script, env!("CARGO_BIN_EXE_kfaws-trainer")])
+        .arg(format!("--data-dir={}", fashion_mnist().display()))
+        .arg(format!("--model-dir={}", path("model")))
+        .arg(format!("--checkpoint-dir={}", path("ckpt")))
+        // The whole training set: the parent dies well before the epoch ends.
+        .args([
+            "--hp=epochs=1",
+            "--hp=max-train-samples=60000",
+            "--hp=log-interval=10",
+        ])
+        .args(backend_args())
+        .env("ERR", &err)
+        .env("PID", &pid)
+        .env("RUST_LOG", "info")
+        .env("TRAINER_SAGEMAKER_ROOT", path("no-sagemaker"))
+        .env_remove("MASTER_ADDR")
+        .env_remove("WORLD_SIZE")
+        .env_remove("PET_NNODES")
+        .stdin(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let pid = std::fs::read_to_string(&pid).unwrap().trim().to_string();
+    // Gone, or a zombie nobody reaps (the rank is not this test's child any more).
+    let running = || {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+            s.rsplit_once(')')
+                .is_some_and(|(_, r)| !r.trim_start().starts_with('Z'))
+        })
+    };
+    let start = std::time::Instant::now();
+    while running() && start.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let log = std::fs::read_to_string(&err).unwrap();
+    assert!(
+        !running(),
+        "still training 60 s after its parent died:\n{log}"
+    );
+    assert!(
+        log.contains("the process that started this rank is gone")
+            && log.contains("checkpoint written"),
+        "{log}"
+    );
+    if let Err(saved) = has_mid_epoch_checkpoint(&dir.path().join("ckpt")) {
+        panic!("no mid-epoch checkpoint: {saved:?}");
+    }
+}
+
 /// A rank blocked in the rendezvous (its rank 0 never comes) still exits 143 shortly after
 /// SIGTERM, within the configured grace.
 #[test]

@@ -105,6 +105,11 @@ pub struct TrainArgs {
     /// (SageMaker's StopTrainingJob sends SIGKILL 120 s after SIGTERM).
     #[arg(long, env = "TRAINER_STOP_GRACE", default_value_t = 30)]
     pub stop_grace_secs: u64,
+    /// Stop as after SIGTERM (checkpoint, exit 143) once this process's parent is no longer
+    /// this pid: the launcher of a local job died (SIGKILL cannot be caught), and its ranks
+    /// must not train on unwatched beside the next run of the same job. Checked every 500 ms.
+    #[arg(long, env = "TRAINER_PARENT_PID")]
+    pub parent_pid: Option<u32>,
     /// Serve Prometheus metrics on this port (rank 0 only; `/metrics`).
     #[arg(long, env = "TRAINER_METRICS_PORT")]
     pub metrics_port: Option<u16>,
