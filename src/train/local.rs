@@ -96,18 +96,18 @@ pub enum LocalError {
     },
     /// `--resume` with settings that move the checkpoint's position in the data.
     #[error(
-        "--resume: the job ran with {setting} {recorded}, this run asks for {requested}; a \
-         checkpoint's position (epoch, step) names the same examples only with the same \
-         --workers, batch size, seed, max-train-samples and data. Resume with {setting} \
-         {recorded}, or start another --job-name"
+        "--resume: the job ran with {}; a checkpoint's position (epoch, step) names the same \
+         examples only with the same --workers, batch size, seed, max-train-samples and data. \
+         Resume with {}, or start another --job-name",
+        .mismatches.iter().map(|(s, was, now)| format!("{s} {was} (this run asks for {now})"))
+            .collect::<Vec<_>>().join(", "),
+        .mismatches.iter().map(|(s, was, _)| format!("{s} {was}")).collect::<Vec<_>>().join(", ")
     )]
     ResumeMismatch {
-        /// The setting, as a flag or hyperparameter name.
-        setting: String,
-        /// Its value in the job's record.
-        recorded: String,
-        /// Its value now.
-        requested: String,
+        /// Every setting that differs, as `(setting, recorded, requested)`: the flag or
+        /// hyperparameter name, its value in the job's record, its value now
+        /// ([`JobRecord::resume_mismatches`]).
+        mismatches: Vec<(String, String, String)>,
     },
     /// A trainer process cannot be started.
     #[error("cannot start {trainer} (rank {rank}): {source}")]
@@ -306,13 +306,6 @@ impl JobRecord {
         }
     }
 
-    /// The first setting in which `requested` would resume at another position in
-    /// the data than this record's run, as `(setting, recorded, requested)`
-    /// ([`Self::resume_mismatches`]).
-    pub fn resume_mismatch(&self, requested: &Self) -> Option<(String, String, String)> {
-        self.resume_mismatches(requested).into_iter().next()
-    }
-
     /// Every setting in which `requested` would resume at another position in the
     /// data than this record's run, as `(setting, recorded, requested)`: `--workers`,
     /// `--data`, then the hyperparameters `batch-size`, `seed`, `max-train-samples` and
@@ -376,7 +369,7 @@ impl JobRecord {
     /// record's run, as `(name, recorded, requested)` sorted by name (keys
     /// compared with `_` read as `-`, as the trainer reads them; a key only
     /// one side sets shows `default` on the other). On a resume these are
-    /// the settings that may differ ([`Self::resume_mismatch`] refuses the
+    /// the settings that may differ ([`Self::resume_mismatches`] refuses the
     /// others), e.g. `epochs` or `lr`.
     pub fn changed(&self, requested: &Self) -> Vec<(String, String, String)> {
         let canonical = |h: &BTreeMap<String, String>| -> BTreeMap<String, String> {
@@ -425,7 +418,7 @@ pub fn is_running(job_dir: &Path) -> bool {
 ///
 /// # Errors
 /// [`LocalError::Busy`] when another process holds the lock,
-/// [`LocalError::ResumeMismatch`] naming the first setting that differs,
+/// [`LocalError::ResumeMismatch`] naming every setting that differs,
 /// [`LocalError::JobDir`] / [`LocalError::Record`] for I/O.
 pub fn claim_job_dir(name: &str, job: &LocalJob, resume: bool) -> Result<Claim, LocalError> {
     let dir_err = |source| LocalError::JobDir {
@@ -461,12 +454,9 @@ pub fn claim_job_dir(name: &str, job: &LocalJob, resume: bool) -> Result<Claim, 
         if let Ok(text) = std::fs::read_to_string(&record_path) {
             let recorded: JobRecord =
                 serde_json::from_str(&text).map_err(|e| record_err(e.to_string()))?;
-            if let Some((setting, recorded, requested)) = recorded.resume_mismatch(&requested) {
-                return Err(LocalError::ResumeMismatch {
-                    setting,
-                    recorded,
-                    requested,
-                });
+            let mismatches = recorded.resume_mismatches(&requested);
+            if !mismatches.is_empty() {
+                return Err(LocalError::ResumeMismatch { mismatches });
             }
             changed = recorded.changed(&requested);
         }
@@ -652,9 +642,19 @@ mod tests {
         ] {
             let err = claim_job_dir("j", &other, true).unwrap_err();
             assert!(
-                matches!(&err, LocalError::ResumeMismatch { setting: s, .. } if s == setting),
+                matches!(&err, LocalError::ResumeMismatch { mismatches: m } if m.len() == 1 && m[0].0 == setting),
                 "{err}"
             );
         }
+        // Every setting that differs is named, in one error.
+        let other = job(root.path(), 1, &[("batch-size", "64"), ("seed", "9")]);
+        let err = claim_job_dir("j", &other, true).unwrap_err().to_string();
+        assert!(
+            err.starts_with(
+                "--resume: the job ran with --workers 2 (this run asks for 1), batch-size 32 \
+                 (this run asks for 64), seed 1 (this run asks for 9);"
+            ) && err.contains("Resume with --workers 2, batch-size 32, seed 1, or"),
+            "{err}"
+        );
     }
 }
