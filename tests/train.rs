@@ -2012,6 +2012,15 @@ async fn demo_path_trains_on_both_runtimes_serves_the_model_and_destroys_everyth
         }
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
+    // SageMaker uploads a stopped job's model too; only a completed job's is deployed.
+    let err = d.fails(&["endpoint", "deploy", "--job", "demo-long"]);
+    assert!(
+        err.contains(
+            "training job demo-long is Stopped, not Completed: only a completed job's model is \
+             deployed (its model artifact is from a run that did not finish)"
+        ),
+        "{err}"
+    );
     // Stopped (its trainer checkpointed on SIGTERM), it is resumed by a new job. Ctrl-C on
     // kfaws stops that one (StopTrainingJob), and kfaws says how to continue it.
     {

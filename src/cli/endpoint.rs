@@ -46,12 +46,20 @@ pub async fn deploy(
     let sm = kfaws::aws::client::<aws_sdk_sagemaker::Client>(&aws);
     let described = kfaws::sagemaker::training::describe_training_job(&sm, job).await?;
     let status = described.status.as_str();
-    let Some(model_data_url) = described
-        .model_artifact
-        .clone()
-        .filter(|_| status == "Completed")
-    else {
-        bail!("training job {job} is {status}, not Completed: it has no model artifact to deploy");
+    let model_data_url = match (status, described.model_artifact.clone()) {
+        ("Completed", Some(url)) => url,
+        ("Completed", None) => {
+            bail!("training job {job} is Completed but names no model artifact to deploy")
+        }
+        // SageMaker uploads the model directory of a stopped (or failed) job too.
+        (_, Some(_)) => bail!(
+            "training job {job} is {status}, not Completed: only a completed job's model is \
+             deployed (its model artifact is from a run that did not finish)"
+        ),
+        (_, None) => bail!(
+            "training job {job} is {status}, not Completed: only a completed job's model is \
+             deployed, and it has no model artifact"
+        ),
     };
     let image = described
         .image
