@@ -286,6 +286,14 @@ fn local_runtime_ctrl_c_checkpoints_and_resume_continues() {
     let err = String::from_utf8_lossy(&mismatch.stderr);
     assert_eq!(mismatch.status.code(), Some(1), "{err}");
     assert!(err.contains("the job ran with batch-size 32"), "{err}");
+    // Finished: resumed with no more epochs it would train nothing.
+    let done = train(&["--resume"]).output().unwrap();
+    let err = String::from_utf8_lossy(&done.stderr);
+    assert_eq!(done.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("past --epochs 1: the job would train nothing; pass --epochs 2 or more"),
+        "{err}"
+    );
 
     // Ranks that fail before writing anything (a trainer that reads the data,
     // then exits 1 at start) leave no directory: the name is free again.

@@ -109,6 +109,23 @@ pub enum LocalError {
         /// ([`JobRecord::resume_mismatches`]).
         mismatches: Vec<(String, String, String)>,
     },
+    /// `--resume` of a job whose newest checkpoint is past the epochs asked for: the
+    /// trainer would train nothing (as a SageMaker `--resume-from`,
+    /// [`crate::sagemaker::resume::checkpoint_problem`]).
+    #[error(
+        "--resume: the newest checkpoint ({name}) starts epoch {epoch} at step {step}, past \
+         --epochs {epochs}: the job would train nothing; pass --epochs {epoch} or more"
+    )]
+    NothingToTrain {
+        /// The checkpoint's file name.
+        name: String,
+        /// The epoch it starts (1-based).
+        epoch: u64,
+        /// The step of that epoch it starts at.
+        step: u64,
+        /// The epochs this run asks for.
+        epochs: u64,
+    },
     /// A trainer process cannot be started.
     #[error("cannot start {trainer} (rank {rank}): {source}")]
     Spawn {
@@ -306,6 +323,17 @@ impl JobRecord {
         }
     }
 
+    /// The hyperparameters as the trainer reads them (defaults applied, `batch_size` =
+    /// `batch-size`).
+    pub fn parsed(&self) -> kfaws_trainer_contract::Hyperparameters {
+        let mut p = kfaws_trainer_contract::Hyperparameters::default();
+        for (k, v) in &self.hyperparameters {
+            // Checked before the job started; a value the trainer refuses cannot be here.
+            let _ = p.set(k, v, "job.json");
+        }
+        p
+    }
+
     /// Every setting in which `requested` would resume at another position in the
     /// data than this record's run, as `(setting, recorded, requested)`: `--workers`,
     /// `--data`, then the hyperparameters `batch-size`, `seed`, `max-train-samples` and
@@ -328,18 +356,7 @@ impl JobRecord {
                 requested.data_dir.display().to_string(),
             ));
         }
-        let parse = |h: &BTreeMap<String, String>| {
-            let mut p = kfaws_trainer_contract::Hyperparameters::default();
-            for (k, v) in h {
-                // Checked before the job started; a value the trainer refuses cannot be here.
-                let _ = p.set(k, v, "job.json");
-            }
-            p
-        };
-        let (was, now) = (
-            parse(&self.hyperparameters),
-            parse(&requested.hyperparameters),
-        );
+        let (was, now) = (self.parsed(), requested.parsed());
         let mut differs = |name: &str, a: String, b: String| {
             if a != b {
                 out.push((name.to_string(), a, b));
@@ -451,13 +468,33 @@ pub fn claim_job_dir(name: &str, job: &LocalJob, resume: bool) -> Result<Claim, 
     let requested = JobRecord::of(job);
     let mut changed = Vec::new();
     if resume {
-        if let Ok(text) = std::fs::read_to_string(&record_path) {
-            let recorded: JobRecord =
-                serde_json::from_str(&text).map_err(|e| record_err(e.to_string()))?;
-            let mismatches = recorded.resume_mismatches(&requested);
-            if !mismatches.is_empty() {
-                return Err(LocalError::ResumeMismatch { mismatches });
+        let recorded: Option<JobRecord> = match std::fs::read_to_string(&record_path) {
+            Ok(text) => Some(serde_json::from_str(&text).map_err(|e| record_err(e.to_string()))?),
+            Err(_) => None,
+        };
+        let mismatches = recorded
+            .as_ref()
+            .map(|r| r.resume_mismatches(&requested))
+            .unwrap_or_default();
+        if !mismatches.is_empty() {
+            return Err(LocalError::ResumeMismatch { mismatches });
+        }
+        if let Some((name, (epoch, step))) = newest_checkpoint(&job.job_dir).and_then(|p| {
+            let name = p.file_name()?.to_str()?.to_string();
+            let position = kfaws_trainer_contract::checkpoint::parse_file_name(&name)?;
+            Some((name, position))
+        }) {
+            let epochs = requested.parsed().epochs;
+            if epoch > epochs {
+                return Err(LocalError::NothingToTrain {
+                    name,
+                    epoch,
+                    step,
+                    epochs,
+                });
             }
+        }
+        if let Some(recorded) = recorded {
             changed = recorded.changed(&requested);
         }
     }
@@ -598,6 +635,28 @@ mod tests {
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
         }
+    }
+
+    /// A finished job's newest checkpoint starts the epoch after its last: resumed with no
+    /// more epochs it would train nothing, and is refused as a SageMaker `--resume-from` is.
+    #[test]
+    fn a_resume_past_the_last_epoch_is_refused() {
+        let root = tempfile::tempdir().unwrap();
+        let ran = job(root.path(), 1, &[("epochs", "2")]);
+        drop(claim_job_dir("j", &ran, false).unwrap());
+        let checkpoints = ran.job_dir.join("checkpoints");
+        std::fs::create_dir_all(&checkpoints).unwrap();
+        for (epoch, step) in [(2, 0), (3, 0)] {
+            let name = kfaws_trainer_contract::checkpoint::file_name(epoch, step);
+            std::fs::write(checkpoints.join(name), "").unwrap();
+        }
+        let err = claim_job_dir("j", &ran, true).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "--resume: the newest checkpoint (checkpoint-000003-00000000.bin) starts epoch 3 at \
+             step 0, past --epochs 2: the job would train nothing; pass --epochs 3 or more"
+        );
+        drop(claim_job_dir("j", &job(root.path(), 1, &[("epochs", "3")]), true).unwrap());
     }
 
     #[test]
