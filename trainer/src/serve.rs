@@ -493,10 +493,44 @@ pub(crate) fn response(
     response
 }
 
+/// Whether an `Accept` header value allows the `application/json` answer: absent, or a
+/// media range of it (`application/json`, `application/*`, `*/*`) without `q=0` (RFC 9110
+/// §12.5.1: weight 0 means "not acceptable"). SageMaker passes InvokeEndpoint's `Accept`
+/// through to the container.
+fn accepts_json(accept: Option<&str>) -> bool {
+    let Some(accept) = accept.filter(|a| !a.trim().is_empty()) else {
+        return true;
+    };
+    accept.split(',').any(|range| {
+        let mut parts = range.split(';').map(str::trim);
+        let media = parts.next().unwrap_or("").to_ascii_lowercase();
+        let refused = parts.any(|p| {
+            p.split_once('=').is_some_and(|(k, v)| {
+                k.trim().eq_ignore_ascii_case("q") && v.trim().parse::<f32>() == Ok(0.0)
+            })
+        });
+        !refused && matches!(media.as_str(), "application/json" | "application/*" | "*/*")
+    })
+}
+
 /// Admits the invocation (503 when `--workers` and their queue are taken), receives its body
 /// (413 over the limit, 408 when it does not arrive within the body timeout), then classifies
-/// it on a blocking thread once a worker is free.
+/// it on a blocking thread once a worker is free. 406 when `Accept` does not allow the JSON
+/// answer ([`accepts_json`]).
 async fn invocation(request: Request<Incoming>, shared: &Arc<Shared>) -> Answer {
+    let accept = request
+        .headers()
+        .get(header::ACCEPT)
+        .map(|v| v.to_str().unwrap_or("(not text)"));
+    if !accepts_json(accept) {
+        return Err(reject(
+            406,
+            format!(
+                "the answer is application/json, which Accept {:?} does not allow",
+                accept.unwrap_or_default()
+            ),
+        ));
+    }
     let Ok(admitted) = Arc::clone(&shared.admitted).try_acquire_owned() else {
         return Err(reject(
             503,
@@ -552,6 +586,29 @@ async fn invocation(request: Request<Incoming>, shared: &Arc<Shared>) -> Answer 
 mod tests {
     use super::*;
     use crate::data::DatasetKind;
+
+    #[test]
+    fn the_json_answer_is_given_to_an_accept_that_allows_it() {
+        for ok in [
+            None,
+            Some(""),
+            Some("application/json"),
+            Some("Application/JSON; charset=utf-8"),
+            Some("text/csv, application/json;q=0.5"),
+            Some("application/*"),
+            Some("*/*"),
+        ] {
+            assert!(accepts_json(ok), "{ok:?}");
+        }
+        for refused in [
+            Some("text/csv"),
+            Some("application/json;q=0"),
+            Some("image/png, */*; q=0.0"),
+            Some("(not text)"),
+        ] {
+            assert!(!accepts_json(refused), "{refused:?}");
+        }
+    }
 
     /// An untrained Fashion-MNIST model written to a temporary model directory.
     fn classifier() -> (tempfile::TempDir, Classifier) {

@@ -154,6 +154,16 @@ fn sagemaker_layout_trains_then_serves_a_real_test_image() {
         DatasetKind::FashionMnist.classes()[usize::from(test.labels[0])]
     );
     assert_eq!(answer["score"][0].as_array().unwrap().len(), 10);
+    // The answer is JSON: an Accept that does not allow it is 406 (SageMaker passes Accept on).
+    let (status, body) = http_with(
+        port,
+        "POST",
+        "/invocations",
+        &[("Content-Type", "image/png"), ("Accept", "text/csv")],
+        &png(0, 84),
+    )
+    .unwrap();
+    assert_eq!(status, 406, "{body}");
     // Any size is resized to 28×28.
     let (status, _) = http(port, "POST", "/invocations", "image/png", &png(0, 84)).unwrap();
     assert_eq!(status, 200);
