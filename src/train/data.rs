@@ -93,11 +93,17 @@ impl LocalDataset {
 
 impl LocalDataset {
     /// What a run with `max-train-samples` = `max` trains on: the first `max` training
-    /// examples (the trainer's truncation), said as "600 of 60000 training images".
+    /// examples (the trainer's truncation), said as "600 of 60000 training images"; a `max`
+    /// past the training split's size takes all of it, and says so.
     pub fn describe(&self, max: Option<usize>) -> String {
         match max {
             Some(n) if n < self.train => format!(
                 "{} ({n} of {} training images (max-train-samples) and {} test images of {})",
+                self.name, self.train, self.test, self.shape
+            ),
+            Some(n) if n > self.train => format!(
+                "{} (all {} training images: max-train-samples {n} is more than there are; and \
+                 {} test images of {})",
                 self.name, self.train, self.test, self.shape
             ),
             _ => self.to_string(),
@@ -343,6 +349,11 @@ mod tests {
              images of 1x28x28)"
         );
         assert_eq!(d.describe(Some(60000)), d.to_string(), "no limit in effect");
+        assert_eq!(
+            d.describe(Some(100000)),
+            "fashion-mnist (all 60000 training images: max-train-samples 100000 is more than \
+             there are; and 10000 test images of 1x28x28)"
+        );
         assert_eq!(d.describe(None), d.to_string());
         for bad in [
             "",

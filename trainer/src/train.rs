@@ -92,6 +92,13 @@ fn cuda_device() -> Result<Device, ConfigError> {
 pub fn load_dataset(config: &RunConfig) -> Result<Dataset, TrainError> {
     let mut dataset = data::load_dir(&config.data_dir, config.hp.dataset)?;
     if let Some(n) = config.hp.max_train_samples {
+        if n > dataset.train.len() {
+            tracing::warn!(
+                max_train_samples = n,
+                train = dataset.train.len(),
+                "max-train-samples is more than the training split holds: all of it is used"
+            );
+        }
         dataset.train.truncate(n);
     }
     Ok(dataset)
