@@ -1060,6 +1060,12 @@ async fn demo_path_trains_on_both_runtimes_serves_the_model_and_destroys_everyth
         "demo-k8s",
     ]);
     assert!(k8s.contains("Training job demo-k8s succeeded"), "{k8s}");
+    // Every condition the job went through, as it turned True, in order (watched, not polled).
+    let at = |c: &str| k8s.find(&format!("\n  {c}: PyTorchJob demo-k8s "));
+    assert!(
+        matches!((at("Created"), at("Running"), at("Succeeded")), (Some(c), Some(r), Some(s)) if c < r && r < s),
+        "{k8s}"
+    );
     // The master's last metric line, printed as the other runtimes print theirs.
     assert_eq!(final_metric_names(&k8s), FINAL_METRICS, "{k8s}");
     assert!(k8s.contains("Final metrics: epoch=1 "), "{k8s}");

@@ -10,7 +10,7 @@
 //! the model and the checkpoints.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DynamicObject, ListParams, LogParams, PostParams};
@@ -329,11 +329,17 @@ fn conditions(job: &DynamicObject) -> Vec<(String, String, String, String)> {
         .unwrap_or_default()
 }
 
-/// Polls the job until its `Succeeded` or `Failed` condition is `True`,
-/// calling `on_event` with each new condition (`Created`, `Running`, …).
+/// Watches the job until its `Succeeded` or `Failed` condition is `True`,
+/// calling `on_event` with each condition as it turns `True` (`Created`,
+/// `Running`, …), in the order the job's updates arrive. A watch sees every
+/// update, so a `Running` that is `True` only between two of them is not
+/// missed, as a poll could miss it. A watch that breaks is re-established
+/// with kube's default backoff (its error logged).
 ///
 /// # Errors
-/// [`PyTorchJobError::Timeout`] with the last conditions, or a failed call.
+/// [`PyTorchJobError::Timeout`] after `timeout` with the last conditions;
+/// [`PyTorchJobError::Deleted`] when the job is or becomes absent;
+/// [`PyTorchJobError::Kube`] when the job's outcome cannot be read.
 pub async fn wait(
     client: &Client,
     namespace: &str,
@@ -341,19 +347,62 @@ pub async fn wait(
     timeout: Duration,
     mut on_event: impl FnMut(&str),
 ) -> Result<JobOutcome, PyTorchJobError> {
+    use futures::TryStreamExt as _;
+    use kube::runtime::{watcher, WatchStreamExt as _};
+
     let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &resource());
-    let started = Instant::now();
+    let deadline = tokio::time::Instant::now() + timeout;
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let mut events = std::pin::pin!(watcher(api, config).default_backoff());
+    let deleted = || PyTorchJobError::Deleted {
+        name: name.to_string(),
+        namespace: namespace.to_string(),
+    };
     let mut seen = Vec::new();
+    let mut last = Vec::new();
+    // Whether the current (re)list has shown the job.
+    let mut listed = false;
     loop {
-        let Some(job) = api
-            .get_opt(name)
-            .await
-            .map_err(kube_err(format!("reading PyTorchJob {name}")))?
-        else {
-            return Err(PyTorchJobError::Deleted {
-                name: name.to_string(),
-                namespace: namespace.to_string(),
-            });
+        let event = match tokio::time::timeout_at(deadline, events.try_next()).await {
+            Err(_) => {
+                return Err(PyTorchJobError::Timeout {
+                    name: name.to_string(),
+                    timeout,
+                    conditions: last
+                        .iter()
+                        .map(|c: &(String, String, String, String)| {
+                            format!("{}={} ({})", c.0, c.1, c.2)
+                        })
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                })
+            }
+            Ok(Ok(Some(event))) => event,
+            Ok(Ok(None)) => return Err(deleted()),
+            // Refused (no permission to watch, the kind no longer served): no retry helps.
+            Ok(Err(
+                watcher::Error::InitialListFailed(e @ kube::Error::Api(_))
+                | watcher::Error::WatchStartFailed(e @ kube::Error::Api(_)),
+            )) if matches!(&e, kube::Error::Api(s) if matches!(s.code, 401 | 403 | 404)) => {
+                return Err(kube_err(format!("watching PyTorchJob {name}"))(e));
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(job = name, error = %e, "watching the PyTorchJob failed; watching again");
+                continue;
+            }
+        };
+        let job = match event {
+            watcher::Event::Init => {
+                listed = false;
+                continue;
+            }
+            watcher::Event::InitDone if !listed => return Err(deleted()),
+            watcher::Event::InitDone => continue,
+            watcher::Event::Delete(_) => return Err(deleted()),
+            watcher::Event::Apply(job) | watcher::Event::InitApply(job) => {
+                listed = true;
+                job
+            }
         };
         let conds = conditions(&job);
         for c in &conds {
@@ -378,18 +427,7 @@ pub async fn wait(
                 failed_replica,
             });
         }
-        if started.elapsed() > timeout {
-            return Err(PyTorchJobError::Timeout {
-                name: name.to_string(),
-                timeout,
-                conditions: conds
-                    .iter()
-                    .map(|c| format!("{}={} ({})", c.0, c.1, c.2))
-                    .collect::<Vec<_>>()
-                    .join(", "),
-            });
-        }
-        tokio::time::sleep(Duration::from_secs(2)).await;
+        last = conds;
     }
 }
 
