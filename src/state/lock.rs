@@ -444,6 +444,17 @@ mod tests {
         ));
     }
 
+    /// The lock of deployment `ml` in `dir` as a process `pid` of this host left it (taken,
+    /// never released); its info.
+    fn left_by(dir: &Path, pid: u32) -> LockInfo {
+        let lock = StateLock::acquire(dir, "ml", "apply").unwrap();
+        let mut info = lock.info().clone();
+        std::mem::forget(lock);
+        info.pid = pid;
+        fs::write(lock_path(dir, "ml"), serde_json::to_vec(&info).unwrap()).unwrap();
+        info
+    }
+
     /// A holder killed under a parent that has not waited for it yet
     /// (a zombie) is no longer running: its lock can be unlocked by id.
     #[cfg(target_os = "linux")]
@@ -451,19 +462,11 @@ mod tests {
     fn a_lock_left_by_a_killed_process_not_yet_reaped_can_be_unlocked() {
         let _serial = serial();
         let dir = tempfile::tempdir().unwrap();
-        let lock = StateLock::acquire(dir.path(), "ml", "apply").unwrap();
-        let mut info = lock.info().clone();
-        std::mem::forget(lock);
         let mut child = std::process::Command::new("sleep")
             .arg("600")
             .spawn()
             .unwrap();
-        info.pid = child.id();
-        fs::write(
-            lock_path(dir.path(), "ml"),
-            serde_json::to_vec(&info).unwrap(),
-        )
-        .unwrap();
+        let info = left_by(dir.path(), child.id());
         let alive = StateLock::acquire(dir.path(), "ml", "apply").unwrap_err();
         assert!(!alive.to_string().contains("no longer running"), "{alive}");
         child.kill().unwrap();
@@ -491,15 +494,7 @@ mod tests {
     fn a_lock_left_by_a_dead_process_says_so() {
         let _serial = serial();
         let dir = tempfile::tempdir().unwrap();
-        let lock = StateLock::acquire(dir.path(), "ml", "apply").unwrap();
-        let mut info = lock.info().clone();
-        std::mem::forget(lock);
-        info.pid = u32::MAX - 1;
-        fs::write(
-            lock_path(dir.path(), "ml"),
-            serde_json::to_vec(&info).unwrap(),
-        )
-        .unwrap();
+        left_by(dir.path(), u32::MAX - 1);
         let err = StateLock::acquire(dir.path(), "ml", "apply").unwrap_err();
         if cfg!(target_os = "linux") {
             assert!(err.to_string().contains("no longer running"), "{err}");
