@@ -436,6 +436,7 @@ pub fn is_running(job_dir: &Path) -> bool {
 /// # Errors
 /// [`LocalError::Busy`] when another process holds the lock,
 /// [`LocalError::ResumeMismatch`] naming every setting that differs,
+/// [`LocalError::NothingToTrain`] when the newest checkpoint is past the epochs asked for,
 /// [`LocalError::JobDir`] / [`LocalError::Record`] for I/O.
 pub fn claim_job_dir(name: &str, job: &LocalJob, resume: bool) -> Result<Claim, LocalError> {
     let dir_err = |source| LocalError::JobDir {
