@@ -285,7 +285,12 @@ pub trait Resource: Send + Sync {
     }
 
     /// Reads the live resource. `recorded` is the state entry (absent for
-    /// data sources read for the first time).
+    /// data sources read for the first time). A resource whose delete is
+    /// under way (or failed half-way) says so in a field of
+    /// [`Resource::replace_fields`] (`health`: EKS `DELETING`, CloudFormation
+    /// `DELETE_IN_PROGRESS`, `DELETE_FAILED`): the plan tells such a resource
+    /// from one whose delete the service refused, which is still whole and is
+    /// kept ([`crate::plan::diff`]).
     async fn read(&self, recorded: Option<&ResourceState>) -> Result<Observed, ResourceError>;
 
     /// Creates the resource, idempotently for `token` (see the module docs),

@@ -840,6 +840,28 @@ async fn node_group_drift_is_repaired_scaling_changes_in_place_and_a_removed_gro
         (Some(1), Some(2), Some(2))
     );
 
+    // A delete EKS answers with an error (not one kfaws knows changed nothing): the entry
+    // stays `deleting`, but the group is still ACTIVE and whole, so the next plan keeps it
+    // instead of replacing a working group.
+    common::aws::control(
+        "faults",
+        "POST",
+        &format!(
+            r#"{{"service":"eks","operation":"DeleteNodegroup","kind":"server_error","code":"InvalidParameterException","status":400,"message":"refused","count":1,"account_id":"{}"}}"#,
+            d.account
+        ),
+    );
+    d.fails(&["destroy", "--target", "eks.nodegroup.cpu", "--auto-approve"]);
+    let plan = d.stdout(&["plan"]);
+    assert!(
+        plan.contains("~ eks.nodegroup.cpu")
+            && plan.contains("an earlier delete did not take effect: it is still there and whole")
+            && !plan.contains("-/+ eks.nodegroup.cpu"),
+        "{plan}"
+    );
+    d.stdout(&["apply", "--auto-approve"]);
+    d.kfaws(&["plan", "--detailed-exitcode"]).assert().code(0);
+
     d.stdout(&["destroy", "--auto-approve"]);
     assert!(eks
         .list_clusters()

@@ -240,6 +240,33 @@ fn diff_one(
     let Some(recorded) = recorded else {
         return change(Action::Create, "not in state");
     };
+    // A delete the service refused (DeleteCluster answered an error) left the
+    // resource whole: it is diffed as created and kept, not replaced. One under
+    // way or failed half-way reports so in a replace field (`health`,
+    // [`Resource::read`]) and is replaced below. A bundle's delete may have
+    // taken some objects and left namespaces terminating: replaced too.
+    if recorded.status == Status::Deleting
+        && matches!(observed, Some(Observed::Present { .. }))
+        && !r.repairs_taint_in_place()
+    {
+        let as_created = ResourceState {
+            status: Status::Created,
+            ..recorded.clone()
+        };
+        let mut c = diff_one(r, state, Some(&as_created), observed);
+        if c.action != Action::Replace {
+            let kept = "an earlier delete did not take effect: it is still there and whole, so it \
+                        is kept and recorded as created again";
+            c.reason = match c.action {
+                Action::NoOp => kept.to_string(),
+                _ => format!("{kept}; {}", c.reason),
+            };
+            // An update records the status (the calls find nothing to change).
+            c.action = Action::Update;
+            c.conditional = false;
+            return c;
+        }
+    }
     match (recorded.status, observed) {
         (Status::Creating, _) => {
             let mut c = change(
@@ -833,10 +860,12 @@ pub(crate) mod tests {
 
     #[test]
     fn interrupted_delete_of_a_desired_resource_is_replace_or_create() {
+        // Still going: the live resource says so in a replace field (as `health`). A live
+        // resource still whole is kept (a_refused_delete_keeps_the_resource).
         let c = one(
             Some(SPEC()),
             Some(recorded(Status::Deleting, SPEC())),
-            Some(present(SPEC())),
+            Some(present(json!({"cidr": "DELETING", "tags": {"a": "1"}}))),
         );
         assert_eq!(c.action, Action::Replace);
         let c = one(
@@ -1118,8 +1147,64 @@ pub(crate) mod tests {
             tainted.reason
         );
         let deleting = nodes(Status::Deleting);
+        assert_eq!(deleting.action, Action::Update, "a refused delete keeps it");
+        // Under way: the live resource says so in a replace field.
+        let r: Arc<dyn Resource> = Arc::new(Fake {
+            replaceable: true,
+            ..Fake::managed(addr(), vec![])
+        });
+        let mut state = State::new("ml");
+        state
+            .resources
+            .insert(addr(), recorded(Status::Deleting, SPEC()));
+        let going = json!({"cidr": "DELETING", "tags": {"a": "1"}});
+        let observed = BTreeMap::from([(addr(), present(going))]);
+        let deleting = diff_apply(&[r], &state, &observed, &BTreeSet::new()).remove(0);
         assert_eq!(deleting.action, Action::Replace);
         assert_eq!(deleting.reason, "an earlier delete did not finish");
+    }
+
+    /// A delete the service refused (its call failed) left the resource whole: an apply
+    /// keeps it, recording it as created again, rather than replacing a healthy resource;
+    /// drift on it is still repaired. A bundle, which a delete may have half taken, is
+    /// replaced.
+    #[test]
+    fn a_refused_delete_keeps_the_resource() {
+        let kept = one(
+            Some(SPEC()),
+            Some(recorded(Status::Deleting, SPEC())),
+            Some(present(SPEC())),
+        );
+        assert_eq!(kept.action, Action::Update);
+        assert_eq!(
+            kept.reason,
+            "an earlier delete did not take effect: it is still there and whole, so it is kept \
+             and recorded as created again"
+        );
+        let drifted = one(
+            Some(SPEC()),
+            Some(recorded(Status::Deleting, SPEC())),
+            Some(present(json!({"cidr": "10.0.0.0/16", "tags": {"a": "2"}}))),
+        );
+        assert_eq!(drifted.action, Action::Update);
+        assert!(
+            drifted
+                .reason
+                .ends_with("recorded as created again; drift: changed outside kfaws: tags"),
+            "{}",
+            drifted.reason
+        );
+        let bundle: Arc<dyn Resource> = Arc::new(Fake {
+            repairs_in_place: true,
+            ..Fake::managed(addr(), vec![])
+        });
+        let mut state = State::new("ml");
+        state
+            .resources
+            .insert(addr(), recorded(Status::Deleting, SPEC()));
+        let observed = BTreeMap::from([(addr(), present(SPEC()))]);
+        let c = diff_apply(&[bundle], &state, &observed, &BTreeSet::new()).remove(0);
+        assert_eq!(c.action, Action::Replace);
     }
 
     #[test]
