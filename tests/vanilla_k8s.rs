@@ -312,7 +312,7 @@ async fn apply_installs_the_kubernetes_half_from_the_aws_outputs_and_destroy_rem
     let drift = d.planned_changes();
     assert!(drift.contains("~ k8s.user-namespace"), "{drift}");
     assert!(
-        drift.contains("/efs-claim\"  # deleted outside kfaws\n"),
+        drift.contains("/efs-claim\"  # removed outside kfaws\n"),
         "{drift}"
     );
     // The finalizer's "controller" lets go while the apply waits.
@@ -352,7 +352,7 @@ async fn apply_installs_the_kubernetes_half_from_the_aws_outputs_and_destroy_rem
         edited.contains("~ k8s.efs-csi")
             && edited.contains(
                 "- \"ServiceAccount kube-system/efs-csi-controller-sa: \
-                 metadata.annotations[eks.amazonaws.com/role-arn]\""
+                 metadata.annotations[eks.amazonaws.com/role-arn] (removed)\"\n"
             ),
         "{edited}"
     );

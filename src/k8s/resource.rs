@@ -1138,6 +1138,34 @@ pub fn edited_fields(
     out
 }
 
+/// An edited field of [`edited_fields`] as the plan names it: an annotation or a label with
+/// what it is now, `PATH (removed)` or `PATH (now "value")` (the members' metadata holds
+/// them; a value over 64 characters is shortened), so a removed IRSA role annotation reads
+/// apart from one pointing at another role; any other path as it is (members are read as
+/// metadata only).
+pub fn describe_edit(
+    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    path: &str,
+) -> String {
+    for (prefix, map) in [
+        ("metadata.annotations", &meta.annotations),
+        ("metadata.labels", &meta.labels),
+    ] {
+        let key = path.strip_prefix(prefix).and_then(|rest| {
+            rest.strip_prefix('[')
+                .and_then(|r| r.strip_suffix(']'))
+                .or_else(|| rest.strip_prefix('.'))
+        });
+        if let Some(key) = key {
+            return match map.as_ref().and_then(|m| m.get(key)) {
+                None => format!("{path} (removed)"),
+                Some(v) => format!("{path} (now {})", kfaws_trainer_contract::quoted(v)),
+            };
+        }
+    }
+    path.to_string()
+}
+
 /// Appends to `out` every field path of `manifest` that is not in `owned`
 /// (a `fieldsV1` tree: keys `f:<name>` for fields, `k:<json>` for the entry
 /// of a list of maps keyed by its merge keys, `v:<json>` for an entry of a
@@ -1341,6 +1369,13 @@ fn manifest_key(m: &super::Manifest) -> String {
     )
 }
 
+/// The spec field listing what was edited outside kfaws in the bundle's objects, one entry
+/// per object and its lost fields (`ServiceAccount kube-system/sa:
+/// metadata.annotations[eks.amazonaws.com/role-arn]`), or a deleted ApplySet parent
+/// ([`PARENT_DELETED`]); empty in the desired spec, so any entry is drift. Its entries are
+/// edits, not things that were added.
+pub const EDITED: &str = "edited";
+
 /// What [`ManifestsResource::read`] records for an ApplySet parent deleted outside kfaws
 /// while members of the set remain, under `edited` (the next apply writes the parent again).
 pub const PARENT_DELETED: &str = "deleted outside kfaws";
@@ -1395,7 +1430,7 @@ impl ManifestsResource {
         );
         let mut spec = serde_json::Map::new();
         spec.insert("objects".into(), json!(live));
-        spec.insert("edited".into(), json!([parent]));
+        spec.insert(EDITED.into(), json!([parent]));
         Ok(Observed::Present {
             physical_id: Some(set.id.clone()),
             spec,
@@ -1506,7 +1541,7 @@ impl Resource for ManifestsResource {
             "values": self.values,
             "objects": self.objects(),
             "content": self.content(),
-            "edited": [],
+            EDITED: [],
         })
     }
 
@@ -1586,13 +1621,16 @@ impl Resource for ManifestsResource {
                     &m.object.name,
                 ));
                 let manifest = manifests.get(&k)?;
-                let fields = edited_fields(&m.meta, &field_manager, manifest);
+                let fields: Vec<String> = edited_fields(&m.meta, &field_manager, manifest)
+                    .iter()
+                    .map(|f| describe_edit(&m.meta, f))
+                    .collect();
                 (!fields.is_empty()).then(|| format!("{k}: {}", fields.join(", ")))
             })
             .collect();
         let mut spec = serde_json::Map::new();
         spec.insert("objects".into(), json!(live));
-        spec.insert("edited".into(), json!(edited));
+        spec.insert(EDITED.into(), json!(edited));
         let outputs = recorded.map(|r| r.outputs.clone()).unwrap_or_default();
         Ok(Observed::Present {
             physical_id: Some(set.id.clone()),
@@ -1915,5 +1953,34 @@ mod tests {
         // Only lowercase names are placeholders: shell and kustomize
         // variables in other text are left alone.
         assert_eq!(render("$(X) ${HOME}", &values).unwrap(), "$(X) ${HOME}");
+    }
+
+    #[test]
+    fn an_edited_annotation_or_label_says_what_it_is_now() {
+        let meta = k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            annotations: Some(BTreeMap::from([(
+                "eks.amazonaws.com/role-arn".to_string(),
+                "arn:aws:iam::1:role/other".to_string(),
+            )])),
+            labels: Some(BTreeMap::new()),
+            ..Default::default()
+        };
+        assert_eq!(
+            describe_edit(&meta, "metadata.annotations[eks.amazonaws.com/role-arn]"),
+            "metadata.annotations[eks.amazonaws.com/role-arn] (now \"arn:aws:iam::1:role/other\")"
+        );
+        assert_eq!(
+            describe_edit(&meta, "metadata.labels.app"),
+            "metadata.labels.app (removed)"
+        );
+        assert_eq!(
+            describe_edit(&meta, "metadata.annotations[other/key]"),
+            "metadata.annotations[other/key] (removed)"
+        );
+        // Other fields are not read: named as they are.
+        assert_eq!(
+            describe_edit(&meta, "spec.template.spec.containers[efs-plugin].image"),
+            "spec.template.spec.containers[efs-plugin].image"
+        );
     }
 }

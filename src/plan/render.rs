@@ -117,7 +117,7 @@ fn list_change<'a>(
 /// list of scalars whose elements differ is written element by element
 /// (`- removed`, `+ added`) under `      ~ path:`. With `drifted_from`, the
 /// list at the last apply of a field changed outside kfaws, each element
-/// says which way it drifted: `+ v  # deleted outside kfaws` for one the
+/// says which way it drifted: `+ v  # removed outside kfaws` for one the
 /// last apply had that is gone now (apply puts it back), `- v  # added
 /// outside kfaws` for one present now that the last apply did not have
 /// (apply takes it away); an element only the config adds or drops has no
@@ -147,7 +147,7 @@ fn field_line(
         }
         for v in new {
             let note = match had(v) {
-                Some(true) => "  # deleted outside kfaws",
+                Some(true) => "  # removed outside kfaws",
                 _ => "",
             };
             let _ = writeln!(out, "          + {v}{note}");
@@ -264,7 +264,11 @@ pub fn human(plan: &Plan) -> String {
                     &l.path,
                     l.before.as_ref(),
                     l.after.as_ref(),
-                    l.recorded.as_ref().filter(|_| drifted),
+                    // The entries of `edited` are edits (their header says so), not
+                    // things added.
+                    l.recorded
+                        .as_ref()
+                        .filter(|_| drifted && l.path != crate::k8s::resource::EDITED),
                     &notes,
                 );
             }
@@ -544,8 +548,33 @@ mod tests {
                  \x20         - \"old\"\n\
                  \x20         - \"stray\"  # added outside kfaws\n\
                  \x20         + \"new\"\n\
-                 \x20         + \"sc\"  # deleted outside kfaws\n"
+                 \x20         + \"sc\"  # removed outside kfaws\n"
             ),
+            "{text}"
+        );
+    }
+
+    /// The entries of a bundle's `edited` are edits made outside kfaws, not things added:
+    /// the field says it changed, its entries carry no "added" note.
+    #[test]
+    fn the_edits_of_a_bundle_are_not_called_added() {
+        let mut update = change("k8s.efs-csi", Action::Update);
+        let edit =
+            "ServiceAccount kube-system/sa: metadata.annotations[eks.amazonaws.com/role-arn]";
+        update.fields.push(FieldChange {
+            field: crate::k8s::resource::EDITED.into(),
+            before: Some(json!([edit])),
+            after: Some(json!([])),
+            forces_replacement: false,
+            drift: true,
+            recorded: Some(json!([])),
+        });
+        let text = human(&plan(vec![update]));
+        assert!(
+            text.contains(&format!(
+                "      ~ edited:  # changed outside kfaws\n          - {}\n",
+                json!(edit)
+            )),
             "{text}"
         );
     }
