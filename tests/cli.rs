@@ -466,6 +466,11 @@ fn a_mistyped_target_or_replace_fails_before_any_api_call() {
             &["apply", "--auto-approve", "--target", "eks.nodegroup.gpu"],
             "target eks.nodegroup.gpu is not a resource of this deployment",
         ),
+        // Also on a state that records nothing yet.
+        (
+            &["destroy", "--auto-approve", "--target", "stack.netwrok"],
+            "target stack.netwrok is not a resource of this deployment",
+        ),
         (
             &["plan", "--replace", "eks.cluster"],
             "--replace eks.cluster: not in the state",

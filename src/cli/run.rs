@@ -414,8 +414,10 @@ pub async fn apply(
     if destroy {
         let (name, state_dir) = context::deployment_strict(g)?;
         let store = StateStore::open(&state_dir, &name)?;
-        // Never written: its lineage is new, so nothing carries its tags.
-        if store.state().serial == 0 {
+        // Never written: its lineage is new, so nothing carries its tags. With
+        // --target the plan checks the addresses first (before any call): a
+        // typo is an error, not "nothing to destroy".
+        if store.state().serial == 0 && flags.target.is_empty() {
             outln!(
                 "No resources to destroy: the state of deployment {name:?} in {} records \
                  nothing (never applied from here).",
