@@ -820,8 +820,15 @@ impl Config {
                     &ng.desired_size.to_string(),
                     format!(
                         "must satisfy min_size ({}) <= desired_size <= max_size ({}) \
-                         (EKS NodegroupScalingConfig)",
-                        ng.min_size, ng.max_size
+                         (EKS NodegroupScalingConfig){}",
+                        ng.min_size,
+                        ng.max_size,
+                        // Serde fills a left-out key with the default: say so, as the
+                        // user may not have written it.
+                        match ng.desired_size == NodeGroup::default().desired_size {
+                            true => "; 2 is the default when desired_size is not set",
+                            false => "",
+                        }
                     ),
                 ));
             }
@@ -1238,6 +1245,20 @@ mod tests {
                 other => panic!("{toml}: expected Invalid {field}, got {other:?}"),
             }
         }
+    }
+
+    /// A desired_size left out takes its default, which the error says when it is the one
+    /// out of range.
+    #[test]
+    fn a_defaulted_desired_size_out_of_range_says_it_is_the_default() {
+        let toml = "name = \"ml\"\nregion = \"us-east-1\"\n[node_groups.gpu]\n\
+                    instance_type = \"g5.xlarge\"\nmin_size = 0\nmax_size = 1";
+        let err = resolve(toml).unwrap_err().to_string();
+        assert!(
+            err.contains("node_groups.gpu.desired_size")
+                && err.contains("; 2 is the default when desired_size is not set"),
+            "{err}"
+        );
     }
 
     #[test]
