@@ -773,17 +773,21 @@ async fn node_group_drift_is_repaired_scaling_changes_in_place_and_a_removed_gro
     assert_eq!(launch_templates(&ec2, &d).await, [format!("kfaws-{cpu}")]);
     d.kfaws(&["plan", "--detailed-exitcode"]).assert().code(0);
 
+    // The next call of EKS `operation` answers 400 InvalidParameterException.
+    let refuse_once = |operation: &str| {
+        common::aws::control(
+            "faults",
+            "POST",
+            &format!(
+                r#"{{"service":"eks","operation":"{operation}","kind":"server_error","code":"InvalidParameterException","status":400,"message":"refused","count":1,"account_id":"{}"}}"#,
+                d.account
+            ),
+        )
+    };
     // An update EKS refuses: the next plan applies the config's change
     // again, and the size the update never reached is not taken for a
     // change made outside kfaws.
-    common::aws::control(
-        "faults",
-        "POST",
-        &format!(
-            r#"{{"service":"eks","operation":"UpdateNodegroupConfig","kind":"server_error","code":"InvalidParameterException","status":400,"message":"refused","count":1,"account_id":"{}"}}"#,
-            d.account
-        ),
-    );
+    refuse_once("UpdateNodegroupConfig");
     d.write_config("[node_groups.cpu]\nmin_size = 1\ndesired_size = 3\nmax_size = 3");
     let failed = d.kfaws(&["apply", "--auto-approve"]).assert().code(1);
     let out = failed.get_output();
@@ -843,14 +847,7 @@ async fn node_group_drift_is_repaired_scaling_changes_in_place_and_a_removed_gro
     // A delete EKS answers with an error (not one kfaws knows changed nothing): the entry
     // stays `deleting`, but the group is still ACTIVE and whole, so the next plan keeps it
     // instead of replacing a working group.
-    common::aws::control(
-        "faults",
-        "POST",
-        &format!(
-            r#"{{"service":"eks","operation":"DeleteNodegroup","kind":"server_error","code":"InvalidParameterException","status":400,"message":"refused","count":1,"account_id":"{}"}}"#,
-            d.account
-        ),
-    );
+    refuse_once("DeleteNodegroup");
     d.fails(&["destroy", "--target", "eks.nodegroup.cpu", "--auto-approve"]);
     let plan = d.stdout(&["plan"]);
     assert!(

@@ -1149,17 +1149,12 @@ pub(crate) mod tests {
         let deleting = nodes(Status::Deleting);
         assert_eq!(deleting.action, Action::Update, "a refused delete keeps it");
         // Under way: the live resource says so in a replace field.
-        let r: Arc<dyn Resource> = Arc::new(Fake {
+        let replaceable = Fake {
             replaceable: true,
             ..Fake::managed(addr(), vec![])
-        });
-        let mut state = State::new("ml");
-        state
-            .resources
-            .insert(addr(), recorded(Status::Deleting, SPEC()));
+        };
         let going = json!({"cidr": "DELETING", "tags": {"a": "1"}});
-        let observed = BTreeMap::from([(addr(), present(going))]);
-        let deleting = diff_apply(&[r], &state, &observed, &BTreeSet::new()).remove(0);
+        let deleting = diff_recorded(replaceable, Status::Deleting, going);
         assert_eq!(deleting.action, Action::Replace);
         assert_eq!(deleting.reason, "an earlier delete did not finish");
     }
@@ -1194,17 +1189,23 @@ pub(crate) mod tests {
             "{}",
             drifted.reason
         );
-        let bundle: Arc<dyn Resource> = Arc::new(Fake {
+        let bundle = Fake {
             repairs_in_place: true,
             ..Fake::managed(addr(), vec![])
-        });
+        };
+        let c = diff_recorded(bundle, Status::Deleting, SPEC());
+        assert_eq!(c.action, Action::Replace);
+    }
+
+    /// The apply diff of `r`, recorded with `status` and spec `SPEC()`, live as `live`.
+    fn diff_recorded(r: Fake, status: Status, live: Value) -> Change {
         let mut state = State::new("ml");
         state
             .resources
-            .insert(addr(), recorded(Status::Deleting, SPEC()));
-        let observed = BTreeMap::from([(addr(), present(SPEC()))]);
-        let c = diff_apply(&[bundle], &state, &observed, &BTreeSet::new()).remove(0);
-        assert_eq!(c.action, Action::Replace);
+            .insert(r.address.clone(), recorded(status, SPEC()));
+        let observed = BTreeMap::from([(r.address.clone(), present(live))]);
+        let r: Arc<dyn Resource> = Arc::new(r);
+        diff_apply(&[r], &state, &observed, &BTreeSet::new()).remove(0)
     }
 
     #[test]
