@@ -352,7 +352,8 @@ async fn apply_installs_the_kubernetes_half_from_the_aws_outputs_and_destroy_rem
         edited.contains("~ k8s.efs-csi")
             && edited.contains(
                 "- \"ServiceAccount kube-system/efs-csi-controller-sa: \
-                 metadata.annotations[eks.amazonaws.com/role-arn] (removed)\"\n"
+                 metadata.annotations[eks.amazonaws.com/role-arn] (removed)\"  # apply undoes \
+                 this edit\n"
             ),
         "{edited}"
     );

@@ -141,6 +141,7 @@ fn field_line(
         for v in gone {
             let note = match had(v) {
                 Some(false) => "  # added outside kfaws",
+                _ if path == crate::k8s::resource::EDITED => "  # apply undoes this edit",
                 _ => "",
             };
             let _ = writeln!(out, "          - {v}{note}");
@@ -264,8 +265,8 @@ pub fn human(plan: &Plan) -> String {
                     &l.path,
                     l.before.as_ref(),
                     l.after.as_ref(),
-                    // The entries of `edited` are edits (their header says so), not
-                    // things added.
+                    // The entries of `edited` are edits, not things added: they get
+                    // their own note.
                     l.recorded
                         .as_ref()
                         .filter(|_| drifted && l.path != crate::k8s::resource::EDITED),
@@ -555,7 +556,7 @@ mod tests {
     }
 
     /// The entries of a bundle's `edited` are edits made outside kfaws, not things added:
-    /// the field says it changed, its entries carry no "added" note.
+    /// each says apply undoes it, none is called "added".
     #[test]
     fn the_edits_of_a_bundle_are_not_called_added() {
         let mut update = change("k8s.efs-csi", Action::Update);
@@ -572,7 +573,7 @@ mod tests {
         let text = human(&plan(vec![update]));
         assert!(
             text.contains(&format!(
-                "      ~ edited:  # changed outside kfaws\n          - {}\n",
+                "      ~ edited:  # changed outside kfaws\n          - {}  # apply undoes this edit\n",
                 json!(edit)
             )),
             "{text}"
