@@ -851,12 +851,22 @@ async fn node_group_drift_is_repaired_scaling_changes_in_place_and_a_removed_gro
     d.fails(&["destroy", "--target", "eks.nodegroup.cpu", "--auto-approve"]);
     let plan = d.stdout(&["plan"]);
     assert!(
-        plan.contains("~ eks.nodegroup.cpu")
+        plan.contains("# eks.nodegroup.cpu will be kept and recorded as created again")
             && plan.contains("an earlier delete did not take effect: it is still there and whole")
+            && plan.contains("0 to change, 0 to destroy, 1 to keep (recorded as created again)")
             && !plan.contains("-/+ eks.nodegroup.cpu"),
         "{plan}"
     );
-    d.stdout(&["apply", "--auto-approve"]);
+    // Nothing in the group differs, so apply only records it: no EKS update call.
+    let updates =
+        |d: &Deployment| d.calls("UpdateNodegroupConfig") + d.calls("UpdateNodegroupVersion");
+    let before = updates(&d);
+    let applied = d.stdout(&["apply", "--auto-approve"]);
+    assert!(
+        applied.contains("0 changed, 0 destroyed, 1 kept (recorded as created again)"),
+        "{applied}"
+    );
+    assert_eq!(updates(&d), before);
     d.kfaws(&["plan", "--detailed-exitcode"]).assert().code(0);
 
     d.stdout(&["destroy", "--auto-approve"]);

@@ -633,6 +633,10 @@ fn finish(plan: &Plan, report: &ApplyReport, state_path: &Path) -> anyhow::Resul
         0 => String::new(),
         n => format!(", {n} removed from the state (already gone)"),
     };
+    let forgotten = match count(&[Step::Keep]) {
+        0 => forgotten,
+        n => format!("{forgotten}, {n} kept (recorded as created again)"),
+    };
     let destroyed = count(&[Step::Delete, Step::Replace]);
     let verb = if plan.destroy { "Destroy" } else { "Apply" };
     if report.succeeded() {

@@ -478,6 +478,19 @@ async fn update(job: &Job) -> Result<Action, Failure> {
             return Ok(Action::NoOp);
         }
     }
+    // An earlier delete left it whole and nothing differs: no call, the
+    // state records it as created again.
+    if job.change.kept {
+        job.store
+            .persist(move |s| {
+                if let Some(r) = s.resources.get_mut(&address) {
+                    r.status = Status::Created;
+                    r.updated_at = Utc::now();
+                }
+            })
+            .await?;
+        return Ok(Action::Update);
+    }
     // Recorded before the calls: if they are cut short, the next plan tells
     // this update's effects from changes made outside kfaws.
     let mut marked = current.clone();

@@ -59,6 +59,7 @@ fn doing(step: Step) -> &'static str {
         Step::Replace => "Replacing",
         Step::Delete => "Destroying",
         Step::Forget => "Removing from the state (already gone)",
+        Step::Keep => "Recording as created again (an earlier delete did not take effect)",
         Step::Read => "Reading",
         Step::NoOp => "Checking",
     }
@@ -72,6 +73,7 @@ fn done(step: Step) -> &'static str {
         Step::Replace => "Replacement complete",
         Step::Delete => "Destruction complete",
         Step::Forget => "Removed from the state (already gone)",
+        Step::Keep => "Recorded as created again",
         Step::Read => "Read complete",
         Step::NoOp => "Checked",
     }

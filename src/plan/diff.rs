@@ -103,11 +103,10 @@ fn propagate_input_changes(desired: &[Arc<dyn Resource>], changes: &mut [Change]
         if changes[i].action != Action::NoOp {
             continue;
         }
+        // A kept resource changes nothing its dependants read.
         let moving = dag.dependencies(&address).into_iter().find(|d| {
-            matches!(
-                changes[index[*d]].action,
-                Action::Create | Action::Update | Action::Replace
-            )
+            let c = &changes[index[*d]];
+            matches!(c.action, Action::Create | Action::Update | Action::Replace) && !c.kept
         });
         if let Some(d) = moving {
             changes[i].action = Action::Update;
@@ -208,6 +207,7 @@ fn delete_change(
         // went outside kfaws, or a create that never made anything, is only
         // forgotten.
         gone: gone && recorded.status != Status::Deleting,
+        kept: false,
     }
 }
 
@@ -233,6 +233,7 @@ fn diff_one(
         refreshed: Vec::new(),
         import: None,
         gone: false,
+        kept: false,
     };
     if r.mode() == Mode::Data {
         return change(Action::Read, "data source, read for its outputs");
@@ -261,7 +262,9 @@ fn diff_one(
                 Action::NoOp => kept.to_string(),
                 _ => format!("{kept}; {}", c.reason),
             };
-            // An update records the status (the calls find nothing to change).
+            // With nothing to change, apply only records the status; drift
+            // or a config change is an update as any other.
+            c.kept = c.action == Action::NoOp;
             c.action = Action::Update;
             c.conditional = false;
             return c;
@@ -925,6 +928,32 @@ pub(crate) mod tests {
         assert_eq!(by["far"].action, Action::NoOp);
     }
 
+    /// A kept resource (an earlier delete left it whole, nothing differs) changes no
+    /// output, so its dependants are not planned as conditional updates.
+    #[test]
+    fn dependants_of_a_kept_resource_stay_up_to_date() {
+        let net: Arc<dyn Resource> = fake(SPEC());
+        let storage: Arc<dyn Resource> = Arc::new(Fake::managed(
+            Address::new("stack.storage").unwrap(),
+            vec![addr()],
+        ));
+        let mut state = State::new("ml");
+        let mut observed = BTreeMap::new();
+        for (a, status) in [
+            ("stack.network", Status::Deleting),
+            ("stack.storage", Status::Created),
+        ] {
+            state
+                .resources
+                .insert(Address::new(a).unwrap(), recorded(status, SPEC()));
+            observed.insert(Address::new(a).unwrap(), present(SPEC()));
+        }
+        let changes = diff_apply(&[net, storage], &state, &observed, &BTreeSet::new());
+        let by: BTreeMap<&str, &Change> = changes.iter().map(|c| (c.address.as_str(), c)).collect();
+        assert!(by["stack.network"].kept, "{:?}", by["stack.network"]);
+        assert_eq!(by["stack.storage"].action, Action::NoOp);
+    }
+
     #[test]
     fn replace_forces_a_replacement_of_what_exists_and_moves_its_dependants() {
         let bundle = |name: &str, deps: Vec<Address>| -> Arc<dyn Resource> {
@@ -1171,6 +1200,8 @@ pub(crate) mod tests {
             Some(present(SPEC())),
         );
         assert_eq!(kept.action, Action::Update);
+        assert!(kept.kept, "nothing differs: only recorded");
+        assert_eq!(kept.step(), crate::plan::Step::Keep);
         assert_eq!(
             kept.reason,
             "an earlier delete did not take effect: it is still there and whole, so it is kept \
@@ -1182,6 +1213,7 @@ pub(crate) mod tests {
             Some(present(json!({"cidr": "10.0.0.0/16", "tags": {"a": "2"}}))),
         );
         assert_eq!(drifted.action, Action::Update);
+        assert!(!drifted.kept, "drift is repaired by the update's calls");
         assert!(
             drifted
                 .reason

@@ -151,6 +151,12 @@ pub struct Change {
     /// object its refresh finds deleted); not counted in "to destroy".
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub gone: bool,
+    /// For an update: an earlier delete the service refused left the
+    /// resource whole, and nothing in it differs from the config, so apply
+    /// makes no call and only records it as created again; not counted in
+    /// "to change".
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub kept: bool,
 }
 
 impl Change {
@@ -161,6 +167,7 @@ impl Change {
         match self.action {
             Action::Create if self.import.is_some() => Step::Import,
             Action::Delete if self.gone => Step::Forget,
+            Action::Update if self.kept => Step::Keep,
             other => Step::from(other),
         }
     }
@@ -182,6 +189,9 @@ pub enum Step {
     Delete,
     /// Remove from the state a resource already gone ([`Change::gone`]).
     Forget,
+    /// Record as created again a resource an earlier delete left whole
+    /// ([`Change::kept`]).
+    Keep,
     /// Nothing to do (or a conditional update that found nothing changed).
     NoOp,
     /// Read a data source.
@@ -207,6 +217,7 @@ impl Step {
         match self {
             Self::Import => "import",
             Self::Forget => "forget",
+            Self::Keep => "keep",
             Self::Create => Action::Create.as_str(),
             Self::Update => Action::Update.as_str(),
             Self::Replace => Action::Replace.as_str(),
@@ -238,6 +249,10 @@ pub struct Summary {
     /// from the state, not counted in `destroy`.
     #[serde(default)]
     pub forget: usize,
+    /// Updates that only record a resource as created again
+    /// ([`Change::kept`]), not counted in `change`.
+    #[serde(default)]
+    pub keep: usize,
 }
 
 /// A complete plan.
@@ -279,6 +294,7 @@ impl Plan {
                 Action::Create if c.import.is_some() => s.import += 1,
                 Action::Create => s.add += 1,
                 Action::Update if c.conditional => s.conditional += 1,
+                Action::Update if c.kept => s.keep += 1,
                 Action::Update => s.change += 1,
                 Action::Replace => {
                     s.add += 1;

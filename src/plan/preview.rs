@@ -60,7 +60,7 @@ pub async fn preview(
     let previewed: Vec<usize> = changes
         .iter()
         .enumerate()
-        .filter(|(_, c)| c.action == Action::Update)
+        .filter(|(_, c)| c.action == Action::Update && !c.kept)
         .filter(|(_, c)| {
             let handle = &handles[&c.address];
             !handle.preview_reads_inputs()

@@ -17,6 +17,7 @@ fn headline(c: &Change) -> String {
         Action::Create if c.resume_token.is_some() => "will be created (resuming)",
         Action::Create if c.import.is_some() => "will be imported",
         Action::Create => "will be created",
+        Action::Update if c.kept => "will be kept and recorded as created again",
         Action::Update => "will be updated in place",
         Action::Replace => "must be replaced",
         Action::Delete if c.gone => "will be removed from the state (already gone)",
@@ -323,6 +324,9 @@ pub fn human(plan: &Plan) -> String {
                 s.forget
             );
         }
+        if s.keep > 0 {
+            let _ = write!(out, ", {} to keep (recorded as created again)", s.keep);
+        }
         if s.conditional > 0 {
             let _ = write!(
                 out,
@@ -371,6 +375,7 @@ mod tests {
             refreshed: vec![],
             import: None,
             gone: false,
+            kept: false,
         }
     }
 
@@ -688,6 +693,25 @@ mod tests {
         );
         assert!(
             text.ends_with("Plan: 1 to import, 1 to add, 0 to change, 0 to destroy.\n"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_kept_resource_reads_as_kept_not_as_an_update() {
+        let mut kept = change("eks.nodegroup.cpu", Action::Update);
+        kept.kept = true;
+        let text = human(&plan(vec![kept, change("stack.iam", Action::Update)]));
+        assert!(
+            text.contains("  # eks.nodegroup.cpu will be kept and recorded as created again\n")
+                && text.contains("  # stack.iam will be updated in place\n"),
+            "{text}"
+        );
+        assert!(
+            text.ends_with(
+                "Plan: 0 to add, 1 to change, 0 to destroy, 1 to keep (recorded as created \
+                 again).\n"
+            ),
             "{text}"
         );
     }
