@@ -473,10 +473,20 @@ pub trait Provider: Send + Sync {
     /// this provider does not know.
     fn handle_for(&self, address: &Address, recorded: &ResourceState) -> Option<Arc<dyn Resource>>;
 
-    /// Why the recorded resource at `address` is no longer in the config,
-    /// when the config's rules say more than "not in the configuration any
-    /// more" (a default that an explicit setting replaced); `None` otherwise.
-    fn why_removed(&self, _address: &Address) -> Option<String> {
+    /// Why the profile has no resource at `address` under this config, for
+    /// an address the profile makes under another config: which kfaws.toml
+    /// setting would add it (`kfaws.toml has no [node_groups.gpu]`,
+    /// `kubeflow.manifests is not set`). `None` for an address this config
+    /// has, or one the profile never makes.
+    fn why_absent(&self, _address: &Address) -> Option<String> {
         None
+    }
+
+    /// Why the recorded resource at `address` is no longer in the config:
+    /// "not in the configuration any more" with [`Provider::why_absent`]'s
+    /// words, or `None` where it has none.
+    fn why_removed(&self, address: &Address) -> Option<String> {
+        self.why_absent(address)
+            .map(|why| format!("{}: {why}", crate::plan::diff::NOT_IN_CONFIG))
     }
 }

@@ -460,16 +460,24 @@ fn a_mistyped_target_or_replace_fails_before_any_api_call() {
     for (args, message) in [
         (
             &["plan", "--target", "stack.netwrok"][..],
-            "target stack.netwrok is not a resource of this deployment",
+            "--target stack.netwrok: not a resource of this deployment; did you mean \
+             stack.network? (`kfaws graph` lists the resources)",
         ),
         (
             &["apply", "--auto-approve", "--target", "eks.nodegroup.gpu"],
-            "target eks.nodegroup.gpu is not a resource of this deployment",
+            "--target eks.nodegroup.gpu: not a resource of this deployment: kfaws.toml has no \
+             [node_groups.gpu]",
+        ),
+        (
+            &["plan", "--target", "k8s.kubeflow"],
+            "--target k8s.kubeflow: not a resource of this deployment: kubeflow.manifests is not \
+             set in kfaws.toml",
         ),
         // Also on a state that records nothing yet.
         (
             &["destroy", "--auto-approve", "--target", "stack.netwrok"],
-            "target stack.netwrok is not a resource of this deployment",
+            "--target stack.netwrok: not a resource of this deployment; did you mean \
+             stack.network? (`kfaws state list` lists what the state holds)",
         ),
         (
             &["plan", "--replace", "eks.cluster"],
@@ -477,7 +485,8 @@ fn a_mistyped_target_or_replace_fails_before_any_api_call() {
         ),
         (
             &["apply", "--auto-approve", "--replace", "k8s.nothing"],
-            "--replace k8s.nothing: no such resource in the configuration",
+            "--replace k8s.nothing: not a resource of this deployment (`kfaws graph` lists the \
+             resources)",
         ),
     ] {
         d.kfaws(args)
@@ -867,7 +876,7 @@ async fn state_rm_forgets_without_deleting_and_apply_adopts_it_again() {
     // A target the state does not hold is named so, with the way back.
     let err = d.fails(&["destroy", "--auto-approve", "--target", "stack.iam"]);
     assert!(
-        err.contains("target stack.iam is not in the state, so there is nothing of it to destroy")
+        err.contains("--target stack.iam: not in the state, so there is nothing of it to destroy")
             && err.contains("`kfaws apply --target stack.iam` imports it"),
         "{err}"
     );

@@ -91,6 +91,7 @@ async fn make(
     plan::select(
         &offline.resources,
         store.state(),
+        offline.provider.as_ref(),
         &flags.target,
         goal.replace,
         goal.destroy,

@@ -14,6 +14,7 @@ pub mod preview;
 pub mod refresh;
 pub mod render;
 pub mod replace;
+pub mod unknown;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -367,6 +368,9 @@ pub enum PlanError {
     /// A `--replace` address cannot be replaced.
     #[error(transparent)]
     Replace(#[from] replace::ReplaceError),
+    /// A `--target` address names no resource.
+    #[error(transparent)]
+    Unknown(#[from] unknown::UnknownAddress),
     /// Plan-time checks found changes that could not finish.
     #[error(transparent)]
     Check(#[from] check::CheckError),
@@ -392,7 +396,7 @@ pub enum PlanError {
     /// A destroy `--target` names a resource of the configuration that the
     /// state does not hold: kfaws has nothing of it to delete.
     #[error(
-        "target {0} is not in the state, so there is nothing of it to destroy (it is in the \
+        "--target {0}: not in the state, so there is nothing of it to destroy (it is in the \
          configuration; removed with `kfaws state rm`, or never applied). If it exists (an AWS \
          resource with this deployment's tags, a Kubernetes bundle with its ApplySet parent), \
          `kfaws apply --target {0}` imports it, then destroy deletes it"
@@ -459,16 +463,19 @@ pub type Handles = BTreeMap<Address, Arc<dyn Resource>>;
 /// or `None` without targets. [`make_plan`] runs it before the refresh; the
 /// CLI runs it on resources built offline before the credentials are
 /// looked up, so a mistyped address fails before the first AWS call (the
-/// profile's addresses depend on the config alone).
+/// profile's addresses depend on the config alone). `provider` says why an
+/// address is absent ([`Provider::why_absent`]).
 ///
 /// # Errors
-/// [`PlanError::Graph`] for a dependency cycle or a target that is not a
-/// resource ([`crate::graph::GraphError::UnknownTarget`]);
+/// [`PlanError::Graph`] for a dependency cycle; [`PlanError::Unknown`] for
+/// a target that names no resource (an apply's: none of the config; a
+/// destroy's: none of the config or the state);
 /// [`PlanError::TargetNotInState`] for a destroy target only the config
 /// holds; [`PlanError::Replace`] for a refused `--replace`.
 pub fn select(
     desired: &[Arc<dyn Resource>],
     state: &State,
+    provider: &dyn Provider,
     targets: &[Address],
     replace: &[Address],
     destroy: bool,
@@ -478,12 +485,17 @@ pub fn select(
             .iter()
             .map(|r| (r.address().clone(), r.dependencies())),
     )?;
+    let known = unknown::Known {
+        desired,
+        state,
+        provider,
+        destroy,
+    };
+    known.check(unknown::Flag::Target, targets)?;
     let targeted = match targets {
         [] => None,
         targets if destroy => {
-            if let Some(t) = targets.iter().find(|t| {
-                !state.resources.contains_key(*t) && desired.iter().any(|r| r.address() == *t)
-            }) {
+            if let Some(t) = targets.iter().find(|t| !state.resources.contains_key(*t)) {
                 return Err(PlanError::TargetNotInState(t.clone()));
             }
             Some(state_graph(state)?.select(targets, Closure::Dependants)?)
@@ -491,7 +503,7 @@ pub fn select(
         targets => Some(desired_graph.select(targets, Closure::Dependencies)?),
     };
     if !destroy {
-        replace::check(replace, desired, state, targeted.as_ref())?;
+        replace::check(replace, &known, targeted.as_ref())?;
     }
     Ok(targeted)
 }
@@ -510,6 +522,7 @@ pub async fn make_plan(req: PlanRequest<'_>) -> Result<(Plan, Handles), PlanErro
     let targeted = select(
         req.desired,
         req.state,
+        req.provider,
         req.targets,
         req.replace,
         req.destroy,

@@ -15,6 +15,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+use super::unknown::{Flag, Known, UnknownAddress};
 use crate::address::Address;
 use crate::resource::{Mode, Observed, Resource};
 use crate::state::State;
@@ -23,8 +24,8 @@ use crate::state::State;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ReplaceError {
     /// The address is not a resource of the configuration.
-    #[error("--replace {0}: no such resource in the configuration (`kfaws graph` lists them)")]
-    NotInConfig(Address),
+    #[error(transparent)]
+    NotInConfig(#[from] UnknownAddress),
     /// The address is a data source: it is read, never created.
     #[error(
         "--replace {0}: a data source is read on every plan, not created, so it cannot be replaced"
@@ -53,21 +54,21 @@ pub enum ReplaceError {
 }
 
 /// Checks every address of `replace` against the desired resources and
-/// the state, and against `targets` (an address `--target` leaves out of
-/// the plan): what needs no call, so a mistyped address fails before the
-/// refresh.
+/// the state (`known`, whose `destroy` is false), and against `targets` (an
+/// address `--target` leaves out of the plan): what needs no call, so a
+/// mistyped address fails before the refresh.
 ///
 /// # Errors
 /// The first [`ReplaceError`], in the order of `replace`.
 pub fn check(
     replace: &[Address],
-    desired: &[Arc<dyn Resource>],
-    state: &State,
+    known: &Known<'_>,
     targeted: Option<&crate::graph::Dag>,
 ) -> Result<(), ReplaceError> {
+    let (desired, state) = (known.desired, known.state);
     for address in replace {
         let Some(handle) = desired.iter().find(|r| r.address() == address) else {
-            return Err(ReplaceError::NotInConfig(address.clone()));
+            return Err(known.unknown(Flag::Replace, address).into());
         };
         if handle.mode() == Mode::Data {
             return Err(ReplaceError::DataSource(address.clone()));
@@ -137,6 +138,34 @@ mod tests {
 
     fn a(name: &str) -> Address {
         Address::new(name).unwrap()
+    }
+
+    /// A profile with nothing to say about absent addresses.
+    struct Plain;
+
+    impl crate::resource::Provider for Plain {
+        fn handle_for(
+            &self,
+            _: &Address,
+            _: &crate::state::ResourceState,
+        ) -> Option<Arc<dyn Resource>> {
+            None
+        }
+    }
+
+    fn check(
+        replace: &[Address],
+        desired: &[Arc<dyn Resource>],
+        state: &State,
+        targeted: Option<&crate::graph::Dag>,
+    ) -> Result<(), ReplaceError> {
+        let known = Known {
+            desired,
+            state,
+            provider: &Plain,
+            destroy: false,
+        };
+        super::check(replace, &known, targeted)
     }
 
     fn fake(name: &str, deps: &[&str], mode: Mode, replaceable: bool) -> Arc<dyn Resource> {
@@ -216,10 +245,18 @@ mod tests {
     #[test]
     fn unknown_data_source_unrecorded_and_untargeted_addresses_are_refused() {
         let (desired, mut state) = world(false);
-        assert_eq!(
-            check(&[a("nowhere")], &desired, &state, None),
-            Err(ReplaceError::NotInConfig(a("nowhere")))
+        let e = check(&[a("nowher")], &desired, &state, None).unwrap_err();
+        assert!(
+            matches!(e, ReplaceError::NotInConfig(ref u) if u.address == a("nowher")),
+            "{e:?}"
         );
+        assert_eq!(
+            e.to_string(),
+            "--replace nowher: not a resource of this deployment (`kfaws graph` lists the \
+             resources)"
+        );
+        let e = check(&[a("netwrok")], &desired, &state, None).unwrap_err();
+        assert!(e.to_string().contains("did you mean network?"), "{e}");
         assert_eq!(
             check(&[a("zones")], &desired, &state, None),
             Err(ReplaceError::DataSource(a("zones")))

@@ -176,9 +176,9 @@ impl Provider for AwsProvider {
         }
     }
 
-    fn why_removed(&self, address: &Address) -> Option<String> {
+    fn why_absent(&self, address: &Address) -> Option<String> {
         match self.config.profile {
-            ProfileName::Vanilla => vanilla::why_removed(&self.config, address),
+            ProfileName::Vanilla => vanilla::why_absent(&self.config, address),
             _ => None,
         }
     }

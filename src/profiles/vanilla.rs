@@ -84,18 +84,29 @@ pub const OIDC: &str = "iam.oidc";
 /// The prefix of the node groups' addresses, `eks.nodegroup.<group>`.
 pub const NODEGROUP_PREFIX: &str = "eks.nodegroup.";
 
-/// Why node group `eks.nodegroup.<group>` left the config: the default
-/// group ([`crate::config::DEFAULT_NODE_GROUP`]) is made only while
-/// kfaws.toml has no `[node_groups]` table, so adding one without it
-/// removes the default group. `None` for other addresses and for groups
-/// still configured.
-pub fn why_removed(config: &Config, address: &Address) -> Option<String> {
+/// Why this config has no resource at `address` that the profile makes
+/// under another config ([`crate::resource::Provider::why_absent`]): a node
+/// group without its `[node_groups.<group>]` table (the default group
+/// [`crate::config::DEFAULT_NODE_GROUP`] is made only while kfaws.toml has
+/// no `[node_groups]` table, so adding one without it removes the default
+/// group), `k8s.kubeflow` or `k8s.training-operator` without its
+/// `[kubeflow]` setting. `None` for addresses this config has and for
+/// addresses the profile never makes.
+pub fn why_absent(config: &Config, address: &Address) -> Option<String> {
+    match address.as_str() {
+        KUBEFLOW_ADDRESS if config.kubeflow.manifests.is_none() => {
+            return Some("kubeflow.manifests is not set in kfaws.toml".into())
+        }
+        TRAINING_OPERATOR_ADDRESS if config.kubeflow.training_operator.is_none() => {
+            return Some("kubeflow.training_operator is not set in kfaws.toml".into())
+        }
+        _ => {}
+    }
     let group = address.as_str().strip_prefix(NODEGROUP_PREFIX)?;
     if config.node_groups.contains_key(group) {
         return None;
     }
-    let mut why =
-        format!("not in the configuration any more: kfaws.toml has no [node_groups.{group}]");
+    let mut why = format!("kfaws.toml has no [node_groups.{group}]");
     if group == crate::config::DEFAULT_NODE_GROUP {
         why.push_str(&format!(
             " (the default group {group} is made only while there is no [node_groups] table; \
@@ -1159,21 +1170,37 @@ mod tests {
     fn a_removed_node_group_names_its_table_and_the_default_group_says_why_it_went() {
         let a = |s: &str| Address::new(s).unwrap();
         let gpu_only = config("[node_groups.gpu]\ninstance_type = \"g5.xlarge\"");
-        let why = why_removed(&gpu_only, &a("eks.nodegroup.cpu")).unwrap();
+        let why = why_absent(&gpu_only, &a("eks.nodegroup.cpu")).unwrap();
         assert!(
-            why.contains("kfaws.toml has no [node_groups.cpu]")
+            why.starts_with("kfaws.toml has no [node_groups.cpu]")
                 && why.contains("made only while there is no [node_groups] table")
                 && why.contains("add [node_groups.cpu] to keep it"),
             "{why}"
         );
-        let why = why_removed(&config(""), &a("eks.nodegroup.gpu")).unwrap();
-        assert!(
-            why.ends_with("kfaws.toml has no [node_groups.gpu]"),
-            "{why}"
+        let why = why_absent(&config(""), &a("eks.nodegroup.gpu")).unwrap();
+        assert_eq!(why, "kfaws.toml has no [node_groups.gpu]");
+        assert_eq!(why_absent(&gpu_only, &a("eks.nodegroup.gpu")), None);
+        assert_eq!(why_absent(&config(""), &a("eks.nodegroup.cpu")), None);
+        assert_eq!(why_absent(&gpu_only, &a("stack.iam")), None);
+    }
+
+    #[test]
+    fn the_kubeflow_bundles_name_the_setting_that_adds_them() {
+        let a = |s: &str| Address::new(s).unwrap();
+        let none = config("");
+        assert_eq!(
+            why_absent(&none, &a(KUBEFLOW_ADDRESS)).as_deref(),
+            Some("kubeflow.manifests is not set in kfaws.toml")
         );
-        assert_eq!(why_removed(&gpu_only, &a("eks.nodegroup.gpu")), None);
-        assert_eq!(why_removed(&config(""), &a("eks.nodegroup.cpu")), None);
-        assert_eq!(why_removed(&gpu_only, &a("stack.iam")), None);
+        assert_eq!(
+            why_absent(&none, &a(TRAINING_OPERATOR_ADDRESS)).as_deref(),
+            Some("kubeflow.training_operator is not set in kfaws.toml")
+        );
+        let mut both = config("");
+        both.kubeflow.manifests = Some("k.yaml".into());
+        both.kubeflow.training_operator = Some("t.yaml".into());
+        assert_eq!(why_absent(&both, &a(KUBEFLOW_ADDRESS)), None);
+        assert_eq!(why_absent(&both, &a(TRAINING_OPERATOR_ADDRESS)), None);
     }
 
     fn exec() -> ExecAuth {
