@@ -869,6 +869,27 @@ async fn node_group_drift_is_repaired_scaling_changes_in_place_and_a_removed_gro
     assert_eq!(updates(&d), before);
     d.kfaws(&["plan", "--detailed-exitcode"]).assert().code(0);
 
+    // A delete the SDK retries (three slow 500s, then accepted): the progress lines say
+    // which call is retried and why, not only "Still destroying".
+    common::aws::control(
+        "faults",
+        "POST",
+        &format!(
+            r#"{{"service":"eks","operation":"DeleteNodegroup","kind":"server_error","latency_ms":6000,"count":3,"account_id":"{}"}}"#,
+            d.account
+        ),
+    );
+    let destroyed = d.stdout(&["destroy", "--target", "eks.nodegroup.cpu", "--auto-approve"]);
+    assert!(
+        destroyed
+            .lines()
+            .any(|l| l.contains("eks.nodegroup.cpu: Still destroying... [")
+                && l.contains("(retrying EKS DeleteNodegroup, attempt ")
+                && l.contains(" of 8, after: HTTP 500 InternalFailure)")),
+        "{destroyed}"
+    );
+    assert!(destroyed.contains("Destroy complete!"), "{destroyed}");
+
     d.stdout(&["destroy", "--auto-approve"]);
     assert!(eks
         .list_clusters()

@@ -1,8 +1,8 @@
 //! Every AWS service client kfaws uses, made one way: from the shared
 //! [`SdkConfig`] plus what that config cannot carry, the
-//! [`UnreachableNotice`] interceptor and the [`NoRetryOnceStopping`] retry
-//! classifier (an `SdkConfig` holds neither, so `Client::new(&config)`
-//! would leave them out).
+//! [`UnreachableNotice`] and [`RetryNotice`] interceptors and the
+//! [`NoRetryOnceStopping`] retry classifier (an `SdkConfig` holds none of
+//! them, so `Client::new(&config)` would leave them out).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -16,8 +16,10 @@ use aws_smithy_runtime_api::client::interceptors::context::{
 use aws_smithy_runtime_api::client::interceptors::Intercept;
 use aws_smithy_runtime_api::client::orchestrator::Metadata;
 use aws_smithy_runtime_api::client::retries::classifiers::{ClassifyRetry, RetryAction};
+use aws_smithy_runtime_api::client::retries::RequestAttempts;
 use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
 use aws_smithy_types::config_bag::{Storable, StoreReplace};
+use aws_smithy_types::retry::RetryConfig;
 
 /// A service client made from an [`SdkConfig`] with kfaws's interceptors.
 pub trait Service: Sized {
@@ -39,6 +41,7 @@ macro_rules! services {
                 $sdk::Client::from_conf(
                     $sdk::config::Builder::from(config)
                         .interceptor(UnreachableNotice)
+                        .interceptor(RetryNotice)
                         .retry_classifier(NoRetryOnceStopping(
                             crate::engine::interrupt::stopping(),
                         ))
@@ -168,6 +171,114 @@ impl Intercept for UnreachableNotice {
     }
 }
 
+/// Tells the progress display of the resource job making a call
+/// ([`crate::engine::progress::report_retry`]) that the SDK retries it:
+/// before each retry, which call, which attempt of how many, and what the
+/// last one got (`retrying EKS DeleteNodegroup, attempt 2 of 8, after: HTTP
+/// 500: …`), and when its attempts end, that they did. Without it, a call
+/// the standard retries repeat (up to [`super::MAX_ATTEMPTS`] attempts with
+/// jittered backoff up to 20 s, about a minute) shows only "Still
+/// destroying…" until it fails. Outside a resource job it does nothing.
+#[derive(Debug, Clone, Copy)]
+pub struct RetryNotice;
+
+/// What the last failed attempt of the call got, kept for [`RetryNotice`]
+/// until the next attempt starts.
+#[derive(Debug, Clone)]
+struct LastFailure(String);
+
+impl Storable for LastFailure {
+    type Storer = StoreReplace<Self>;
+}
+
+/// The AWS error code of an error response, where the protocol puts it in
+/// a place every service shares: the `x-amzn-ErrorType` header of the JSON
+/// protocols (EKS, EFS, SageMaker; the part before any `:`, Smithy
+/// "awsJson1_1 / restJson1 operation error serialization"), or the
+/// `<Code>` element of the XML ones (CloudFormation, IAM, STS, EC2, S3).
+/// The operation's own error is type-erased here, so its
+/// `ProvideErrorMetadata` is out of reach.
+fn error_code(response: &aws_smithy_runtime_api::http::Response) -> Option<String> {
+    if let Some(kind) = response.headers().get("x-amzn-ErrorType") {
+        let code = kind.split(':').next().unwrap_or(kind).trim();
+        return (!code.is_empty()).then(|| code.to_string());
+    }
+    let body = std::str::from_utf8(response.body().bytes()?).ok()?;
+    let start = body.find("<Code>")? + "<Code>".len();
+    let len = body[start..].find("</Code>")?;
+    let code = body[start..start + len].trim();
+    (!code.is_empty()).then(|| code.to_string())
+}
+
+impl Intercept for RetryNotice {
+    fn name(&self) -> &'static str {
+        "kfaws::RetryNotice"
+    }
+
+    fn read_after_attempt(
+        &self,
+        context: &FinalizerInterceptorContextRef<'_>,
+        _runtime_components: &RuntimeComponents,
+        cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        if let Some(Err(e)) = context.output_or_error() {
+            let failure = match context.response() {
+                Some(r) => match error_code(r) {
+                    Some(code) => format!("HTTP {} {code}", r.status().as_u16()),
+                    None => format!("HTTP {}", r.status().as_u16()),
+                },
+                None => super::error_chain(e),
+            };
+            cfg.interceptor_state().store_put(LastFailure(failure));
+        }
+        Ok(())
+    }
+
+    fn read_before_attempt(
+        &self,
+        _context: &BeforeTransmitInterceptorContextRef<'_>,
+        _runtime_components: &RuntimeComponents,
+        cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        let attempt = cfg
+            .load::<RequestAttempts>()
+            .map_or(1, RequestAttempts::attempts);
+        if attempt < 2 {
+            return Ok(());
+        }
+        let of = cfg
+            .load::<RetryConfig>()
+            .map_or(super::MAX_ATTEMPTS, RetryConfig::max_attempts);
+        let call = cfg.load::<Metadata>().map_or_else(
+            || "a call".to_string(),
+            |m| format!("{} {}", m.service(), m.name()),
+        );
+        let after = cfg
+            .load::<LastFailure>()
+            .map_or_else(String::new, |f| format!(", after: {}", f.0));
+        crate::engine::progress::report_retry(Some(&format!(
+            "retrying {call}, attempt {attempt} of {of}{after}"
+        )));
+        Ok(())
+    }
+
+    fn read_after_execution(
+        &self,
+        _context: &FinalizerInterceptorContextRef<'_>,
+        _runtime_components: &RuntimeComponents,
+        cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        if cfg
+            .load::<RequestAttempts>()
+            .map_or(1, RequestAttempts::attempts)
+            > 1
+        {
+            crate::engine::progress::report_retry(None);
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::io::Write;
@@ -243,6 +354,114 @@ mod tests {
             }
         });
         (format!("http://{addr}"), count)
+    }
+
+    /// An endpoint that answers the first `failures` requests with HTTP 503,
+    /// then an empty EKS ListClusters.
+    async fn flaky(failures: usize) -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            let mut seen = 0;
+            while let Ok((mut socket, _)) = listener.accept().await {
+                let mut buf = [0u8; 4096];
+                let _ = socket.read(&mut buf).await;
+                seen += 1;
+                let answer: &[u8] = match seen <= failures {
+                    true => b"HTTP/1.1 503 Service Unavailable\r\nx-amzn-ErrorType: ServiceUnavailableException:http://internal.amazon.com/coral/\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+                    false => b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 15\r\nconnection: close\r\n\r\n{\"clusters\":[]}",
+                };
+                let _ = socket.write_all(answer).await;
+            }
+        });
+        format!("http://{addr}")
+    }
+
+    /// The retries a resource job's progress display was told of.
+    #[derive(Default)]
+    struct Retries(Mutex<Vec<Option<String>>>);
+
+    impl crate::engine::progress::Progress for Retries {
+        fn started(&self, _: &crate::address::Address, _: crate::plan::Step) {}
+        fn finished(
+            &self,
+            _: &crate::address::Address,
+            _: crate::plan::Step,
+            _: &crate::engine::walk::Outcome,
+            _: std::time::Duration,
+        ) {
+        }
+        fn retry(&self, _: &crate::address::Address, retry: Option<&str>) {
+            self.0.lock().unwrap().push(retry.map(str::to_string));
+        }
+    }
+
+    #[test]
+    fn the_error_code_comes_from_the_json_header_or_the_xml_body() {
+        let response = |header: Option<&str>, body: &str| {
+            let mut r = aws_smithy_runtime_api::http::Response::new(
+                aws_smithy_runtime_api::http::StatusCode::try_from(500).unwrap(),
+                aws_smithy_types::body::SdkBody::from(body),
+            );
+            if let Some(h) = header {
+                r.headers_mut().insert("x-amzn-ErrorType", h.to_string());
+            }
+            r
+        };
+        assert_eq!(
+            error_code(&response(Some("InternalFailure:http://x/"), "")).as_deref(),
+            Some("InternalFailure")
+        );
+        assert_eq!(
+            error_code(&response(
+                None,
+                "<ErrorResponse><Error><Type>Receiver</Type><Code>Throttling</Code>\
+                 <Message>Rate exceeded</Message></Error></ErrorResponse>"
+            ))
+            .as_deref(),
+            Some("Throttling")
+        );
+        assert_eq!(error_code(&response(None, "")), None);
+    }
+
+    /// Each retry of a call is told to the job's progress display before it
+    /// starts, with the attempt and what the last one got; the end of the
+    /// retries is told too. A call that succeeds at once tells nothing.
+    #[tokio::test]
+    async fn a_retried_call_is_told_to_the_progress_display_of_its_job() {
+        let seen = Arc::new(Retries::default());
+        let scope = crate::engine::progress::Scope {
+            progress: Arc::clone(&seen) as Arc<dyn crate::engine::progress::Progress>,
+            address: "eks.cluster".parse().unwrap(),
+        };
+        let endpoint = flaky(2).await;
+        crate::engine::progress::SCOPE
+            .scope(scope, async {
+                // Without the UnreachableNotice: its flag is the process's, which the
+                // test of it running beside this one reads.
+                let eks = aws_sdk_eks::Client::from_conf(
+                    aws_sdk_eks::config::Builder::from(&config(&endpoint))
+                        .interceptor(RetryNotice)
+                        .build(),
+                );
+                eks.list_clusters().send().await.unwrap();
+                eks.list_clusters().send().await.unwrap();
+            })
+            .await;
+        let seen = seen.0.lock().unwrap().clone();
+        assert_eq!(seen.len(), 3, "{seen:?}");
+        for (i, told) in seen[..2].iter().enumerate() {
+            let told = told.as_deref().unwrap();
+            assert_eq!(
+                told,
+                format!(
+                    "retrying EKS ListClusters, attempt {} of 3, after: HTTP 503 \
+                     ServiceUnavailableException",
+                    i + 2
+                ),
+            );
+        }
+        assert_eq!(seen[2], None, "the retries ended");
     }
 
     #[tokio::test]

@@ -154,11 +154,11 @@ pub async fn execute(
             async move {
                 let t0 = Instant::now();
                 job.progress.started(&job.change.address, job.change.step());
-                let status: Arc<dyn Fn(&str) + Send + Sync> = {
-                    let (progress, address) = (Arc::clone(&job.progress), address.clone());
-                    Arc::new(move |s: &str| progress.status(&address, s))
+                let scope = super::progress::Scope {
+                    progress: Arc::clone(&job.progress),
+                    address: address.clone(),
                 };
-                let result = super::progress::STATUS.scope(status, run(&job)).await;
+                let result = super::progress::SCOPE.scope(scope, run(&job)).await;
                 let performed = match &result {
                     Ok(action) => *action,
                     Err(_) => job.change.action,

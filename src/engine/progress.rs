@@ -27,19 +27,41 @@ pub trait Progress: Send + Sync {
     /// `DELETE_IN_PROGRESS`, `waiting for instance i-… to go`): see
     /// [`report_status`].
     fn status(&self, _address: &Address, _status: &str) {}
+    /// An AWS call of a running resource's job is being retried after a
+    /// failed attempt (`Some`: which call, which attempt, why), or its
+    /// retries ended (`None`): see [`report_retry`]. Shown beside the
+    /// status, which it does not replace.
+    fn retry(&self, _address: &Address, _retry: Option<&str>) {}
+}
+
+/// The resource job a task runs: where [`report_status`] and
+/// [`report_retry`] send what they are told.
+#[derive(Clone)]
+pub struct Scope {
+    /// The progress display.
+    pub progress: Arc<dyn Progress>,
+    /// The job's resource.
+    pub address: Address,
 }
 
 tokio::task_local! {
-    /// Where [`report_status`] sends a status: set by the executor around
-    /// each resource's job, to that resource's [`Progress::status`].
-    pub static STATUS: Arc<dyn Fn(&str) + Send + Sync>;
+    /// Set by the executor around each resource's job.
+    pub static SCOPE: Scope;
 }
 
 /// Reports what the current resource job is waiting for to its progress
-/// display (the executor scopes [`STATUS`] around each job). Outside a job,
+/// display (the executor scopes [`SCOPE`] around each job). Outside a job,
 /// or in a task the job spawned, it does nothing.
 pub fn report_status(status: &str) {
-    let _ = STATUS.try_with(|report| report(status));
+    let _ = SCOPE.try_with(|s| s.progress.status(&s.address, status));
+}
+
+/// Reports that an AWS call of the current resource job is being retried
+/// (`Some`), or that its retries ended (`None`), to its progress display
+/// ([`Progress::retry`]); called by the SDK clients' retry notice
+/// ([`crate::aws::clients::RetryNotice`]). Outside a job it does nothing.
+pub fn report_retry(retry: Option<&str>) {
+    let _ = SCOPE.try_with(|s| s.progress.retry(&s.address, retry));
 }
 
 /// Discards every event (tests, `--quiet` callers).
@@ -84,13 +106,29 @@ fn done(step: Step) -> &'static str {
 pub const STILL_EVERY: Duration = Duration::from_secs(10);
 
 /// A running resource: the step, when it started, how many
-/// [`STILL_EVERY`] intervals a plain-line console has reported, and the
-/// last status its job reported.
+/// [`STILL_EVERY`] intervals a plain-line console has reported, the last
+/// status its job reported and the AWS call it is retrying, if any.
 struct Run {
     step: Step,
     started: Instant,
     reported: u64,
     status: Option<String>,
+    retry: Option<String>,
+}
+
+impl Run {
+    /// What the job says it is doing, for the spinner and the plain lines:
+    /// the status, then the retry, as `(DELETING; retrying …)`.
+    fn note(&self) -> String {
+        let parts: Vec<&str> = [self.status.as_deref(), self.retry.as_deref()]
+            .into_iter()
+            .flatten()
+            .collect();
+        match parts.is_empty() {
+            true => String::new(),
+            false => format!(" ({})", parts.join("; ")),
+        }
+    }
 }
 
 /// The running resources, by address.
@@ -157,9 +195,7 @@ fn still_lines(running: &Running, now: Instant) -> Vec<String> {
                     "{address}: Still {}... [{}s elapsed]{}",
                     doing(run.step).to_lowercase(),
                     due * STILL_EVERY.as_secs(),
-                    run.status
-                        .as_ref()
-                        .map_or(String::new(), |s| format!(" ({s})"))
+                    run.note()
                 )
             })
         })
@@ -195,6 +231,15 @@ impl Console {
             });
         }
         Self { bars, running }
+    }
+
+    /// Puts `run`'s step and note on its spinner, if any.
+    fn redraw(&self, address: &Address, run: &Run) {
+        if let Some((_, bars)) = &self.bars {
+            if let Some(bar) = bars.lock().expect("not poisoned").get(address) {
+                bar.set_message(format!("{}{}", doing(run.step), run.note()));
+            }
+        }
     }
 
     fn line(&self, text: String) {
@@ -235,6 +280,7 @@ impl Progress for Console {
                     started: Instant::now(),
                     reported: 0,
                     status: None,
+                    retry: None,
                 },
             );
         match &self.bars {
@@ -264,11 +310,19 @@ impl Progress for Console {
             return;
         };
         run.status = Some(status.to_string());
-        if let Some((_, bars)) = &self.bars {
-            if let Some(bar) = bars.lock().expect("not poisoned").get(address) {
-                bar.set_message(format!("{} ({status})", doing(run.step)));
-            }
-        }
+        self.redraw(address, run);
+    }
+
+    fn retry(&self, address: &Address, retry: Option<&str>) {
+        let mut running = self
+            .running
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let Some(run) = running.get_mut(address) else {
+            return;
+        };
+        run.retry = retry.map(str::to_string);
+        self.redraw(address, run);
     }
 
     fn finished(&self, address: &Address, step: Step, outcome: &Outcome, elapsed: Duration) {
@@ -359,6 +413,7 @@ mod tests {
                 started: t0,
                 reported: 0,
                 status: None,
+                retry: None,
             },
         );
         assert!(still_lines(&running, t0 + Duration::from_secs(9)).is_empty());
@@ -379,21 +434,64 @@ mod tests {
             still_lines(&running, t0 + Duration::from_secs(40)),
             ["k8s.kubeflow: Still modifying... [40s elapsed] (waiting for instance i-1 to go)"]
         );
+        // A retried call is said beside the status, until its retries end.
+        running.lock().unwrap().get_mut(&address).unwrap().retry =
+            Some("retrying EKS DeleteNodegroup".into());
+        assert_eq!(
+            still_lines(&running, t0 + Duration::from_secs(50)),
+            [
+                "k8s.kubeflow: Still modifying... [50s elapsed] (waiting for instance i-1 to go; \
+                 retrying EKS DeleteNodegroup)"
+            ]
+        );
+        let run = &mut *running.lock().unwrap();
+        let run = run.get_mut(&address).unwrap();
+        run.status = None;
+        assert_eq!(run.note(), " (retrying EKS DeleteNodegroup)");
+        run.retry = None;
+        assert_eq!(run.note(), "");
     }
 
-    /// A status reported inside a job reaches that job's resource; outside
-    /// any job it goes nowhere.
+    /// What a job reports (its status, a retry) reaches that job's resource;
+    /// outside any job it goes nowhere.
     #[tokio::test]
     async fn a_status_reported_in_a_job_reaches_its_resource() {
-        let seen: Arc<Mutex<Vec<String>>> = Arc::default();
-        let sink = Arc::clone(&seen);
+        #[derive(Default)]
+        struct Seen(Mutex<Vec<String>>);
+        impl Progress for Seen {
+            fn started(&self, _: &Address, _: Step) {}
+            fn finished(&self, _: &Address, _: Step, _: &Outcome, _: Duration) {}
+            fn status(&self, address: &Address, status: &str) {
+                self.0.lock().unwrap().push(format!("{address}: {status}"));
+            }
+            fn retry(&self, address: &Address, retry: Option<&str>) {
+                self.0
+                    .lock()
+                    .unwrap()
+                    .push(format!("{address}: retry {retry:?}"));
+            }
+        }
+        let seen = Arc::new(Seen::default());
         report_status("nobody listens");
-        STATUS
-            .scope(
-                Arc::new(move |s: &str| sink.lock().unwrap().push(s.to_string())),
-                async { report_status("CREATING") },
-            )
+        report_retry(Some("nobody listens"));
+        let scope = Scope {
+            progress: Arc::clone(&seen) as Arc<dyn Progress>,
+            address: "eks.cluster".parse().unwrap(),
+        };
+        SCOPE
+            .scope(scope, async {
+                report_status("CREATING");
+                report_retry(Some("retrying EKS CreateCluster"));
+                report_retry(None);
+            })
             .await;
-        assert_eq!(*seen.lock().unwrap(), ["CREATING"]);
+        assert_eq!(
+            *seen.0.lock().unwrap(),
+            [
+                "eks.cluster: CREATING",
+                "eks.cluster: retry Some(\"retrying EKS CreateCluster\")",
+                "eks.cluster: retry None"
+            ]
+        );
     }
 }
