@@ -233,8 +233,17 @@ impl Console {
         Self { bars, running }
     }
 
-    /// Puts `run`'s step and note on its spinner, if any.
-    fn redraw(&self, address: &Address, run: &Run) {
+    /// Changes what the running resource at `address` says (`change`), and
+    /// puts it on its spinner, if any.
+    fn note(&self, address: &Address, change: impl FnOnce(&mut Run)) {
+        let mut running = self
+            .running
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let Some(run) = running.get_mut(address) else {
+            return;
+        };
+        change(run);
         if let Some((_, bars)) = &self.bars {
             if let Some(bar) = bars.lock().expect("not poisoned").get(address) {
                 bar.set_message(format!("{}{}", doing(run.step), run.note()));
@@ -302,27 +311,11 @@ impl Progress for Console {
     }
 
     fn status(&self, address: &Address, status: &str) {
-        let mut running = self
-            .running
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let Some(run) = running.get_mut(address) else {
-            return;
-        };
-        run.status = Some(status.to_string());
-        self.redraw(address, run);
+        self.note(address, |run| run.status = Some(status.to_string()));
     }
 
     fn retry(&self, address: &Address, retry: Option<&str>) {
-        let mut running = self
-            .running
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let Some(run) = running.get_mut(address) else {
-            return;
-        };
-        run.retry = retry.map(str::to_string);
-        self.redraw(address, run);
+        self.note(address, |run| run.retry = retry.map(str::to_string));
     }
 
     fn finished(&self, address: &Address, step: Step, outcome: &Outcome, elapsed: Duration) {

@@ -170,7 +170,7 @@ mod tests {
     }
 
     #[test]
-    fn a_typo_gets_the_nearest_address_and_a_far_miss_gets_none() {
+    fn a_typo_gets_the_nearest_address_a_far_miss_none_and_an_absent_one_its_setting() {
         let desired = desired();
         let state = State::new("ml");
         let known = Known {
@@ -200,19 +200,8 @@ mod tests {
              resources)"
         );
         assert_eq!(known.check(Flag::Target, &[a("k8s.efs-csi")]), Ok(()));
-    }
-
-    #[test]
-    fn an_address_the_profile_makes_under_another_config_says_which_setting() {
-        let desired = desired();
-        let state = State::new("ml");
-        let known = Known {
-            desired: &desired,
-            state: &state,
-            provider: &Groups,
-            destroy: false,
-        };
-        // The delete of a recorded one gives the same reason.
+        // An address the profile makes under another config says which setting adds it;
+        // the delete of a recorded one gives the same reason.
         assert_eq!(
             Groups.why_removed(&a("eks.nodegroup.gpu")).as_deref(),
             Some("not in the configuration any more: kfaws.toml has no [node_groups.gpu]")
