@@ -24,7 +24,7 @@ pub struct IdentityError(String);
 /// # Errors
 /// [`IdentityError`] with the SDK's message (expired token, unreachable
 /// endpoint, ...); when the credential provider failed, it says so, names
-/// what is half set up ([`credential_hints`]) and lists where the SDK's
+/// what is half set up (`credential_hints`) and lists where the SDK's
 /// default chain looks (AWS SDKs and Tools Reference Guide, "Understand the
 /// credential provider chain").
 pub async fn caller_identity(

@@ -419,7 +419,7 @@ impl Resource for OidcProviderResource {
     /// A create is refused at plan when the cluster's issuer is already
     /// known (the cluster is recorded) and an OIDC provider for it exists
     /// that this state did not make: IAM allows one provider per URL, and
-    /// kfaws does not adopt another's ([`Self::refuse`]). A cluster still to
+    /// kfaws does not adopt another's (`Self::refuse`). A cluster still to
     /// be created has no issuer yet; its create refuses then.
     async fn check(&self, check: &Check<'_>) -> Result<(), ResourceError> {
         if check.action != Action::Create {

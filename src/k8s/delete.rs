@@ -430,7 +430,7 @@ pub async fn crd_instances(
 }
 
 /// The API of CRD `name`'s custom resources in every namespace, through
-/// [`crd_resource`]'s version, with that resource; `None` when the CRD is
+/// `crd_resource`'s version, with that resource; `None` when the CRD is
 /// gone or serves no version. Transient errors are retried until `deadline`.
 ///
 /// # Errors
@@ -555,7 +555,7 @@ async fn instances_in_deleted_namespaces(
 }
 
 /// Every custom resource in `namespaces` (of each namespaced CRD, read
-/// through [`crd_resource`]'s version), with the resource it was listed
+/// through `crd_resource`'s version), with the resource it was listed
 /// through. Transient errors are retried until `deadline`.
 ///
 /// # Errors

@@ -97,7 +97,7 @@ impl Checkpoint {
     }
 
     /// Writes the checkpoint into `dir` (temporary file, fsync, rename) and deletes all but the
-    /// newest [`KEEP`] + 1. Returns the path written.
+    /// newest `KEEP` + 1. Returns the path written.
     ///
     /// # Errors
     /// [`CheckpointError::Io`].

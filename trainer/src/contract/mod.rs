@@ -4,7 +4,7 @@
 //! 2. SageMaker: `<root>/input/config/resourceconfig.json` and `hyperparameters.json`
 //!    ([`sagemaker`]), root `/opt/ml` unless `--sagemaker-root` says otherwise;
 //! 3. Kubeflow PyTorchJob (`MASTER_ADDR`, `MASTER_PORT`, `WORLD_SIZE`, `RANK`) or Trainer v2
-//!    (`PET_NNODES`, `PET_NODE_RANK`, `PET_MASTER_ADDR`, `PET_MASTER_PORT`) ([`env`]);
+//!    (`PET_NNODES`, `PET_NODE_RANK`, `PET_MASTER_ADDR`, `PET_MASTER_PORT`) ([`env`](mod@env));
 //! 4. otherwise a single process.
 
 pub mod env;
