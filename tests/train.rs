@@ -510,6 +510,19 @@ async fn bad_input_is_refused_before_any_job_is_created() {
             vec!["train", "--runtime", "local", "--data", data, "--epochs", "-1"],
             "--epochs -1: must be at least 1",
         ),
+        // Past u64 too: the same rule, not the parser's "too large".
+        (
+            vec![
+                "train",
+                "--runtime",
+                "local",
+                "--data",
+                data,
+                "--epochs",
+                "18446744073709551616",
+            ],
+            "--epochs 18446744073709551616: must be from 1 to 4294967295",
+        ),
         // Out-of-range counts and a bad name are told with the other problems, in one run.
         (
             vec![

@@ -33,15 +33,16 @@ pub struct TrainArgs {
     // The ranges of --workers, --epochs and --batch-size are checked with the
     // other arguments (`request`), so that every problem is told in one run;
     // allow_negative_numbers: `--workers -1` is a value out of range, not an
-    // unknown flag `-1`.
+    // unknown flag `-1`; i128, so that a value past u64 (`--epochs
+    // 18446744073709551616`) gets the same range message, not clap's "too large".
     #[arg(long, default_value_t = 2, allow_negative_numbers = true)]
-    pub workers: i64,
+    pub workers: i128,
     /// Epochs (at least 1).
     #[arg(long, default_value_t = 2, allow_negative_numbers = true)]
-    pub epochs: i64,
+    pub epochs: i128,
     /// Batch size per rank, at least 1 (the trainer's default for Fashion-MNIST).
     #[arg(long, default_value_t = 32, allow_negative_numbers = true)]
-    pub batch_size: i64,
+    pub batch_size: i128,
     /// Learning rate (SGD with momentum 0.9 unless --hp momentum=…).
     #[arg(long, default_value_t = 0.02, allow_negative_numbers = true)]
     pub lr: f64,
@@ -76,7 +77,7 @@ pub struct TrainArgs {
     /// StoppingCondition.MaxRuntimeInSeconds) (sagemaker: its MaxRuntimeInSeconds; kubernetes:
     /// how long kfaws waits) [default: 86400].
     #[arg(long, allow_negative_numbers = true)]
-    pub max_runtime: Option<i64>,
+    pub max_runtime: Option<i128>,
     /// SageMaker: run the containers without network access (VpcConfig still applies).
     #[arg(long)]
     pub network_isolation: bool,
@@ -201,13 +202,13 @@ pub struct Request {
 /// problem, naming the flag and the range.
 fn in_range(
     flag: &str,
-    value: i64,
-    range: std::ops::RangeInclusive<i64>,
+    value: i128,
+    range: std::ops::RangeInclusive<i128>,
     why: &str,
 ) -> Result<u32, String> {
     match range.contains(&value) {
         true => Ok(u32::try_from(value).expect("the ranges lie in u32")),
-        false if *range.end() == i64::from(u32::MAX) && value < *range.start() => Err(format!(
+        false if *range.end() == i128::from(u32::MAX) && value < *range.start() => Err(format!(
             "{flag} {value}: must be at least {}{why}",
             range.start()
         )),
@@ -229,7 +230,7 @@ fn request(args: &TrainArgs, runtime: Runtime) -> anyhow::Result<Request> {
             .ok(),
         None => Some(JobName::generate("kfaws-train", chrono::Utc::now())?),
     };
-    let mut count = |flag: &str, value: i64, max: i64, why: &str| {
+    let mut count = |flag: &str, value: i128, max: i128, why: &str| {
         in_range(flag, value, 1..=max, why)
             .map_err(|e| problems.push(e))
             .ok()
@@ -237,17 +238,17 @@ fn request(args: &TrainArgs, runtime: Runtime) -> anyhow::Result<Request> {
     let workers = count(
         "--workers",
         args.workers,
-        i64::from(MAX_REPLICAS) - 1,
+        i128::from(MAX_REPLICAS) - 1,
         " (one rank per replica)",
     );
-    let epochs = count("--epochs", args.epochs, i64::from(u32::MAX), "");
-    let batch_size = count("--batch-size", args.batch_size, i64::from(u32::MAX), "");
+    let epochs = count("--epochs", args.epochs, i128::from(u32::MAX), "");
+    let batch_size = count("--batch-size", args.batch_size, i128::from(u32::MAX), "");
     let max_runtime = match args.max_runtime {
         None => DEFAULT_MAX_RUNTIME,
         Some(secs) => in_range(
             "--max-runtime",
             secs,
-            1..=MAX_RUNTIME_LIMIT as i64,
+            1..=i128::from(MAX_RUNTIME_LIMIT),
             " seconds (28 days: SageMaker's limit for StoppingCondition.MaxRuntimeInSeconds)",
         )
         .map_or_else(
