@@ -466,7 +466,7 @@ fn a_mistyped_target_or_replace_fails_before_any_api_call() {
         (
             &["apply", "--auto-approve", "--target", "eks.nodegroup.gpu"],
             "--target eks.nodegroup.gpu: not a resource of this deployment: kfaws.toml has no \
-             [node_groups.gpu]",
+             [node_groups.gpu]; did you mean eks.nodegroup.cpu?",
         ),
         (
             &["plan", "--target", "k8s.kubeflow"],

@@ -70,10 +70,21 @@ impl Known<'_> {
     /// The error for `address`, which [`Known::has`] said names nothing.
     /// In the state but not the config (an apply): it says it left the
     /// config and what deletes it. Else the profile's reason, where it
-    /// makes the address under another config; else the nearest address
-    /// ([`nearest`]).
+    /// makes the address under another config, and the nearest address
+    /// ([`nearest`]) where one is near.
     pub fn unknown(&self, flag: Flag, address: &Address) -> UnknownAddress {
         let why = self.provider.why_absent(address);
+        let lists = match self.destroy {
+            true => "`kfaws state list` lists what the state holds",
+            false => "`kfaws graph` lists the resources",
+        };
+        let mut candidates: Vec<&Address> = self.desired.iter().map(|r| r.address()).collect();
+        if self.destroy {
+            candidates.extend(self.state.resources.keys());
+        }
+        let near = nearest(address, candidates)
+            .map(|n| format!("; did you mean {n}?"))
+            .unwrap_or_default();
         let hint = if self.state.resources.contains_key(address) {
             format!(
                 "in the state but not in the configuration any more{}; a whole `kfaws apply` \
@@ -81,22 +92,9 @@ impl Known<'_> {
                 why.map(|w| format!(" ({w})")).unwrap_or_default()
             )
         } else if let Some(why) = why {
-            format!("not a resource of this deployment: {why}")
+            format!("not a resource of this deployment: {why}{near}")
         } else {
-            let lists = match self.destroy {
-                true => "`kfaws state list` lists what the state holds",
-                false => "`kfaws graph` lists the resources",
-            };
-            let mut candidates: Vec<&Address> = self.desired.iter().map(|r| r.address()).collect();
-            if self.destroy {
-                candidates.extend(self.state.resources.keys());
-            }
-            match nearest(address, candidates) {
-                Some(near) => {
-                    format!("not a resource of this deployment; did you mean {near}? ({lists})")
-                }
-                None => format!("not a resource of this deployment ({lists})"),
-            }
+            format!("not a resource of this deployment{near} ({lists})")
         };
         UnknownAddress {
             flag,
@@ -163,10 +161,15 @@ mod tests {
     }
 
     fn desired() -> Vec<Arc<dyn Resource>> {
-        ["k8s.kubeflow", "k8s.efs-csi", "stack.network"]
-            .into_iter()
-            .map(|s| Arc::new(Fake::managed(a(s), vec![])) as Arc<dyn Resource>)
-            .collect()
+        [
+            "k8s.kubeflow",
+            "k8s.efs-csi",
+            "stack.network",
+            "eks.nodegroup.cpu",
+        ]
+        .into_iter()
+        .map(|s| Arc::new(Fake::managed(a(s), vec![])) as Arc<dyn Resource>)
+        .collect()
     }
 
     #[test]
@@ -210,7 +213,7 @@ mod tests {
         assert_eq!(
             e.to_string(),
             "--target eks.nodegroup.gpu: not a resource of this deployment: kfaws.toml has no \
-             [node_groups.gpu]"
+             [node_groups.gpu]; did you mean eks.nodegroup.cpu?"
         );
     }
 
