@@ -630,19 +630,22 @@ fn finish(plan: &Plan, report: &ApplyReport, state_path: &Path) -> anyhow::Resul
     };
     let added = count(&[Step::Create, Step::Replace]);
     let changed = count(&[Step::Update]);
-    let forgotten = match count(&[Step::Forget]) {
-        0 => String::new(),
-        n => format!(", {n} removed from the state (already gone)"),
-    };
-    let forgotten = match count(&[Step::Keep]) {
-        0 => forgotten,
-        n => format!("{forgotten}, {n} kept (recorded as created again)"),
-    };
+    // What only the state saw: entries dropped or recorded again, no call made.
+    let recorded: String = [
+        (Step::Forget, "removed from the state (already gone)"),
+        (Step::Keep, "kept (recorded as created again)"),
+    ]
+    .into_iter()
+    .filter_map(|(step, what)| match count(&[step]) {
+        0 => None,
+        n => Some(format!(", {n} {what}")),
+    })
+    .collect();
     let destroyed = count(&[Step::Delete, Step::Replace]);
     let verb = if plan.destroy { "Destroy" } else { "Apply" };
     if report.succeeded() {
         outln!(
-            "{verb} complete! Resources: {imported}{added} added, {changed} changed, {destroyed} destroyed{forgotten}."
+            "{verb} complete! Resources: {imported}{added} added, {changed} changed, {destroyed} destroyed{recorded}."
         )?;
         Ok(0)
     } else if report.interrupted {
@@ -657,7 +660,7 @@ fn finish(plan: &Plan, report: &ApplyReport, state_path: &Path) -> anyhow::Resul
             n => format!(", {n} failed (see the errors above)"),
         };
         outln!(
-            "{verb} interrupted after {imported}{added} added, {changed} changed, {destroyed} destroyed{forgotten}{failed}. \
+            "{verb} interrupted after {imported}{added} added, {changed} changed, {destroyed} destroyed{recorded}{failed}. \
              The state ({}) records everything that may exist; run the command again to resume.",
             state_path.display()
         )?;
@@ -670,7 +673,7 @@ fn finish(plan: &Plan, report: &ApplyReport, state_path: &Path) -> anyhow::Resul
              applied again in place), failed updates are planned again"
         };
         outln!(
-            "{verb} failed after {imported}{added} added, {changed} changed, {destroyed} destroyed{forgotten}. \
+            "{verb} failed after {imported}{added} added, {changed} changed, {destroyed} destroyed{recorded}. \
              {what}; fix the cause and run the command again to resume."
         )?;
         Ok(1)
