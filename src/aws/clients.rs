@@ -178,7 +178,8 @@ impl Intercept for UnreachableNotice {
 /// 500: …`), and when its attempts end, that they did. Without it, a call
 /// the standard retries repeat (up to [`super::MAX_ATTEMPTS`] attempts with
 /// jittered backoff up to 20 s, about a minute) shows only "Still
-/// destroying…" until it fails. Outside a resource job it does nothing.
+/// destroying…" until it fails. Each retry is also logged at INFO (`-v`),
+/// which is all there is of it outside a resource job.
 #[derive(Debug, Clone, Copy)]
 pub struct RetryNotice;
 
@@ -256,9 +257,11 @@ impl Intercept for RetryNotice {
         let after = cfg
             .load::<LastFailure>()
             .map_or_else(String::new, |f| format!(", after: {}", f.0));
-        crate::engine::progress::report_retry(Some(&format!(
-            "retrying {call}, attempt {attempt} of {of}{after}"
-        )));
+        let retry = format!("retrying {call}, attempt {attempt} of {of}{after}");
+        // Outside a resource job (a plan's refresh, `kfaws train`) only the
+        // log says so: `-v` shows it.
+        tracing::info!("{retry}");
+        crate::engine::progress::report_retry(Some(&retry));
         Ok(())
     }
 
@@ -429,6 +432,13 @@ mod tests {
     /// retries is told too. A call that succeeds at once tells nothing.
     #[tokio::test]
     async fn a_retried_call_is_told_to_the_progress_display_of_its_job() {
+        let lines = Lines::default();
+        let writer = lines.clone();
+        let _guard = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .with_max_level(tracing::Level::INFO)
+            .set_default();
         let seen = Arc::new(Retries::default());
         let scope = crate::engine::progress::Scope {
             progress: Arc::clone(&seen) as Arc<dyn crate::engine::progress::Progress>,
@@ -462,6 +472,15 @@ mod tests {
             );
         }
         assert_eq!(seen[2], None, "the retries ended");
+        // The log (`-v`) says each retry too.
+        let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+        assert_eq!(
+            text.lines()
+                .filter(|l| l.contains("INFO") && l.contains("retrying EKS ListClusters, attempt"))
+                .count(),
+            2,
+            "{text}"
+        );
     }
 
     #[tokio::test]
