@@ -89,7 +89,7 @@ impl Known<'_> {
             format!(
                 "in the state but not in the configuration any more{}; a whole `kfaws apply` \
                  deletes it, as does `kfaws destroy --target {address}`",
-                why.map(|w| format!(" ({w})")).unwrap_or_default()
+                why.map(|w| format!(": {w}")).unwrap_or_default()
             )
         } else if let Some(why) = why {
             format!("not a resource of this deployment: {why}{near}")
@@ -247,8 +247,8 @@ mod tests {
             .unwrap_err();
         assert_eq!(
             e.to_string(),
-            "--target eks.nodegroup.gpu: in the state but not in the configuration any more \
-             (kfaws.toml has no [node_groups.gpu]); a whole `kfaws apply` deletes it, as does \
+            "--target eks.nodegroup.gpu: in the state but not in the configuration any more: \
+             kfaws.toml has no [node_groups.gpu]; a whole `kfaws apply` deletes it, as does \
              `kfaws destroy --target eks.nodegroup.gpu`"
         );
     }
