@@ -739,6 +739,16 @@ async fn node_group_drift_is_repaired_scaling_changes_in_place_and_a_removed_gro
         ),
         "{plan}"
     );
+    // Targeted, it is named as what it is: recorded, no longer configured.
+    let err = d.fails(&["plan", "--target", "eks.nodegroup.gpu"]);
+    assert!(
+        err.contains(
+            "--target eks.nodegroup.gpu: in the state but not in the configuration any more: \
+             kfaws.toml has no [node_groups.gpu]; a whole `kfaws apply` deletes it, as does \
+             `kfaws destroy --target eks.nodegroup.gpu`"
+        ),
+        "{err}"
+    );
     // k8s.efs-csi runs on the node groups: its inputs are now one group's
     // outputs instead of two, so it is re-applied, and what follows it
     // only if its outputs change.
