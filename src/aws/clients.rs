@@ -324,24 +324,14 @@ mod tests {
             .build()
     }
 
-    /// An endpoint that answers every request with HTTP 500 and no body.
-    async fn answering() -> String {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        tokio::spawn(async move {
-            while let Ok((mut socket, _)) = listener.accept().await {
-                let mut buf = [0u8; 4096];
-                let _ = socket.read(&mut buf).await;
-                let _ = socket
-                    .write_all(b"HTTP/1.1 500 Internal Server Error\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
-                    .await;
-            }
-        });
-        format!("http://{addr}")
-    }
+    const ERROR_500: &[u8] =
+        b"HTTP/1.1 500 Internal Server Error\r\ncontent-length: 0\r\nconnection: close\r\n\r\n";
 
-    /// An endpoint that answers HTTP 500 to every request, and counts them.
-    async fn failing() -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+    /// A loopback endpoint that answers request `n` (from 1) with
+    /// `answer(n)`, and counts the requests.
+    async fn endpoint(
+        answer: impl Fn(usize) -> &'static [u8] + Send + 'static,
+    ) -> (String, Arc<std::sync::atomic::AtomicUsize>) {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let count = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -350,10 +340,8 @@ mod tests {
             while let Ok((mut socket, _)) = listener.accept().await {
                 let mut buf = [0u8; 4096];
                 let _ = socket.read(&mut buf).await;
-                seen.fetch_add(1, Ordering::SeqCst);
-                let _ = socket
-                    .write_all(b"HTTP/1.1 500 Internal Server Error\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
-                    .await;
+                let n = seen.fetch_add(1, Ordering::SeqCst) + 1;
+                let _ = socket.write_all(answer(n)).await;
             }
         });
         (format!("http://{addr}"), count)
@@ -362,22 +350,12 @@ mod tests {
     /// An endpoint that answers the first `failures` requests with HTTP 503,
     /// then an empty EKS ListClusters.
     async fn flaky(failures: usize) -> String {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        tokio::spawn(async move {
-            let mut seen = 0;
-            while let Ok((mut socket, _)) = listener.accept().await {
-                let mut buf = [0u8; 4096];
-                let _ = socket.read(&mut buf).await;
-                seen += 1;
-                let answer: &[u8] = match seen <= failures {
-                    true => b"HTTP/1.1 503 Service Unavailable\r\nx-amzn-ErrorType: ServiceUnavailableException:http://internal.amazon.com/coral/\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
-                    false => b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 15\r\nconnection: close\r\n\r\n{\"clusters\":[]}",
-                };
-                let _ = socket.write_all(answer).await;
-            }
-        });
-        format!("http://{addr}")
+        let (url, _) = endpoint(move |n| match n <= failures {
+            true => b"HTTP/1.1 503 Service Unavailable\r\nx-amzn-ErrorType: ServiceUnavailableException:http://internal.amazon.com/coral/\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+            false => b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 15\r\nconnection: close\r\n\r\n{\"clusters\":[]}",
+        })
+        .await;
+        url
     }
 
     /// The retries a resource job's progress display was told of.
@@ -485,7 +463,7 @@ mod tests {
 
     #[tokio::test]
     async fn no_call_is_retried_once_the_command_is_stopping() {
-        let (endpoint, attempts) = failing().await;
+        let (endpoint, attempts) = endpoint(|_| ERROR_500).await;
         let call = |token: tokio_util::sync::CancellationToken| {
             let config = config(&endpoint);
             async move {
@@ -520,7 +498,7 @@ mod tests {
         let describe = || refused.describe_cluster().name("ml").send();
         describe().await.unwrap_err();
         describe().await.unwrap_err();
-        let answered = client::<aws_sdk_eks::Client>(&config(&answering().await));
+        let answered = client::<aws_sdk_eks::Client>(&config(&endpoint(|_| ERROR_500).await.0));
         answered
             .describe_cluster()
             .name("ml")
