@@ -450,17 +450,23 @@ async fn create(job: &Job, resume: Option<String>) -> Result<(), Failure> {
             Err(failed.into())
         }
         Err(failed) => {
-            job.store
-                .persist(move |s| {
-                    if let Some(r) = s.resources.get_mut(&address) {
-                        r.status = Status::Tainted;
-                        r.updated_at = Utc::now();
-                    }
-                })
-                .await?;
+            set_status(job, address, Status::Tainted).await?;
             Err(failed.into())
         }
     }
+}
+
+/// Records `status` on the state entry at `address`, if any.
+async fn set_status(job: &Job, address: Address, status: Status) -> Result<(), Failure> {
+    job.store
+        .persist(move |s| {
+            if let Some(r) = s.resources.get_mut(&address) {
+                r.status = status;
+                r.updated_at = Utc::now();
+            }
+        })
+        .await?;
+    Ok(())
 }
 
 async fn update(job: &Job) -> Result<Action, Failure> {
@@ -481,14 +487,7 @@ async fn update(job: &Job) -> Result<Action, Failure> {
     // An earlier delete left it whole and nothing differs: no call, the
     // state records it as created again.
     if job.change.kept {
-        job.store
-            .persist(move |s| {
-                if let Some(r) = s.resources.get_mut(&address) {
-                    r.status = Status::Created;
-                    r.updated_at = Utc::now();
-                }
-            })
-            .await?;
+        set_status(job, address, Status::Created).await?;
         return Ok(Action::Update);
     }
     // Recorded before the calls: if they are cut short, the next plan tells
