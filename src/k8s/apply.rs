@@ -30,7 +30,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectMeta};
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use kube::core::GroupVersionKind;
 use kube::Client;
@@ -304,7 +304,9 @@ impl Applier {
     }
 
     /// The objects of `bundle` that exist in the cluster without this
-    /// bundle's ApplySet label, with the ApplySet they carry, if any. Kinds
+    /// bundle's ApplySet label, with the ApplySet they carry, if any; an
+    /// object with no ApplySet label that kfaws's field manager applied
+    /// ([`applied_by`]) is not one of them (its label was taken off). Kinds
     /// a CRD of the bundle defines and the cluster does not serve yet have
     /// no objects to find. Read-only.
     ///
@@ -321,6 +323,7 @@ impl Applier {
         let targets = resolved(bundle, &served)?;
         let set = self.applyset(&bundle.name);
         let ours = set.id.as_str();
+        let manager = self.options.field_manager.as_str();
         let reads: Vec<_> = targets
             .iter()
             .filter(|t| !t.from_bundle_crd)
@@ -339,9 +342,14 @@ impl Applier {
                         let id = o
                             .metadata
                             .labels
+                            .as_ref()
                             .and_then(|l| l.get(applyset::PART_OF).cloned());
                         match id {
                             Some(id) if id == ours => None,
+                            // kfaws applied it and someone took the label off: drift
+                            // the next apply repairs (it puts the label back), not
+                            // another's object.
+                            None if applied_by(&o.metadata, manager) => None,
                             other => Some((t.object.clone(), other)),
                         }
                     });
@@ -625,6 +633,29 @@ impl Applier {
     }
 }
 
+/// The `metadata.managedFields` entries of the main resource (not of a
+/// subresource such as `status`).
+fn main_entries(live: &ObjectMeta) -> Vec<&ManagedFieldsEntry> {
+    live.managed_fields
+        .iter()
+        .flatten()
+        .filter(|e| e.subresource.as_deref().unwrap_or("").is_empty())
+        .collect()
+}
+
+fn is_apply_of(entry: &ManagedFieldsEntry, field_manager: &str) -> bool {
+    entry.manager.as_deref() == Some(field_manager) && entry.operation.as_deref() == Some("Apply")
+}
+
+/// Whether `field_manager` server-side applied the live object: its
+/// `metadata.managedFields` has an `Apply` entry of that manager for the
+/// main resource (Kubernetes "Server-Side Apply: field management").
+pub fn applied_by(live: &ObjectMeta, field_manager: &str) -> bool {
+    main_entries(live)
+        .iter()
+        .any(|e| is_apply_of(e, field_manager))
+}
+
 /// Whether a live object is proven unchanged (see the module docs).
 pub fn unchanged(live: &ObjectMeta, hash: &str, field_manager: &str) -> bool {
     if live.deletion_timestamp.is_some() {
@@ -634,15 +665,8 @@ pub fn unchanged(live: &ObjectMeta, hash: &str, field_manager: &str) -> bool {
     if recorded.map(String::as_str) != Some(hash) {
         return false;
     }
-    let main: Vec<_> = live
-        .managed_fields
-        .iter()
-        .flatten()
-        .filter(|e| e.subresource.as_deref().unwrap_or("").is_empty())
-        .collect();
-    let Some(ours) = main.iter().position(|e| {
-        e.manager.as_deref() == Some(field_manager) && e.operation.as_deref() == Some("Apply")
-    }) else {
+    let main = main_entries(live);
+    let Some(ours) = main.iter().position(|e| is_apply_of(e, field_manager)) else {
         return false;
     };
     let Some(since) = main[ours].time.as_ref() else {
@@ -1075,6 +1099,19 @@ mod tests {
             managed_fields: Some(entries),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn applied_by_needs_an_apply_entry_of_the_manager_on_the_main_resource() {
+        let applied = |entries| applied_by(&meta("h", entries), "kfaws");
+        assert!(applied(vec![
+            entry("kubectl-label", "Update", 200, None),
+            entry("kfaws", "Apply", 100, None),
+        ]));
+        assert!(!applied(vec![entry("kfaws", "Update", 100, None)]));
+        assert!(!applied(vec![entry("kfaws", "Apply", 100, Some("status"))]));
+        assert!(!applied(vec![entry("helm", "Apply", 100, None)]));
+        assert!(!applied(vec![]));
     }
 
     #[test]
