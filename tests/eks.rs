@@ -744,8 +744,8 @@ async fn node_group_drift_is_repaired_scaling_changes_in_place_and_a_removed_gro
     assert!(
         err.contains(
             "--target eks.nodegroup.gpu: in the state but not in the configuration any more: \
-             kfaws.toml has no [node_groups.gpu]; a whole `kfaws apply` deletes it, as does \
-             `kfaws destroy --target eks.nodegroup.gpu`"
+             kfaws.toml has no [node_groups.gpu]; a whole `kfaws apply` deletes it (`kfaws plan` \
+             shows what that changes)"
         ),
         "{err}"
     );
@@ -877,6 +877,19 @@ async fn node_group_drift_is_repaired_scaling_changes_in_place_and_a_removed_gro
         "{applied}"
     );
     assert_eq!(updates(&d), before);
+    d.kfaws(&["plan", "--detailed-exitcode"]).assert().code(0);
+    // Refused again, then replaced on purpose: --replace wins over keeping it.
+    refuse_once("DeleteNodegroup");
+    d.fails(&["destroy", "--target", "eks.nodegroup.cpu", "--auto-approve"]);
+    let deletes = d.calls("DeleteNodegroup");
+    let replaced = d.stdout(&["apply", "--auto-approve", "--replace", "eks.nodegroup.cpu"]);
+    // (The bundles on the group, which the targeted destroy took, are created too.)
+    assert!(
+        replaced.contains("# eks.nodegroup.cpu must be replaced")
+            && replaced.contains("added, 0 changed, 1 destroyed."),
+        "{replaced}"
+    );
+    assert_eq!(d.calls("DeleteNodegroup"), deletes + 1);
     d.kfaws(&["plan", "--detailed-exitcode"]).assert().code(0);
 
     // A delete the SDK retries (three slow 500s, then accepted): the progress lines say

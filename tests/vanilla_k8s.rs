@@ -723,6 +723,30 @@ async fn a_bundle_that_left_the_config_is_deleted_by_its_applyset() {
     )
     .unwrap();
     d.stdout(&["apply", "--auto-approve"]);
+    // kfaws's own object with its ApplySet label taken off (`kubectl label … part-of-`)
+    // is drift that apply repairs, not someone else's object to refuse.
+    let config_maps = Api::<ConfigMap>::namespaced(client.clone(), "kubeflow");
+    config_maps
+        .patch(
+            "extra",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(
+                serde_json::json!({"metadata": {"labels": {applyset::PART_OF: null}}}),
+            ),
+        )
+        .await
+        .unwrap();
+    let drift = d.planned_changes();
+    assert!(
+        drift.contains("~ k8s.kubeflow") && !drift.contains("not applied by this bundle"),
+        "{drift}"
+    );
+    d.stdout(&["apply", "--auto-approve"]);
+    let labels = config_maps.get("extra").await.unwrap().metadata.labels;
+    assert!(
+        labels.is_some_and(|l| l.contains_key(applyset::PART_OF)),
+        "the label is back"
+    );
     d.write_config(&format!(
         "[kubeflow]\nmanifests = {:?}\n",
         fixtures.join("platform.yaml").display().to_string()
@@ -902,7 +926,10 @@ async fn replace_recreates_a_bundle_and_a_node_group_and_refuses_what_others_dep
         "{refused}"
     );
     let refused = d.fails(&["plan", "--replace", "k8s.nowhere"]);
-    assert!(refused.contains("no such resource"), "{refused}");
+    assert!(
+        refused.contains("--replace k8s.nowhere: not a resource of this deployment"),
+        "{refused}"
+    );
     assert_eq!(d.state()["serial"], before["serial"], "nothing was written");
 
     // A bundle: its objects are deleted (the CRD with every PyTorchJob) and
@@ -984,6 +1011,35 @@ async fn replace_recreates_a_bundle_and_a_node_group_and_refuses_what_others_dep
     );
     assert_eq!(after["resources"]["eks.nodegroup.cpu"]["status"], "created");
     assert_eq!(after["resources"]["k8s.kubeflow"]["status"], "created");
+
+    // A replacement whose create fails says that the old one is gone; the next apply
+    // creates it.
+    common::aws::control(
+        "faults",
+        "POST",
+        &format!(
+            r#"{{"service":"eks","operation":"CreateNodegroup","kind":"server_error","code":"ResourceLimitExceededException","status":400,"message":"quota","count":1,"account_id":"{}"}}"#,
+            d.account
+        ),
+    );
+    let out = d
+        .kfaws(&["apply", "--auto-approve", "--replace", "eks.nodegroup.cpu"])
+        .assert()
+        .code(1)
+        .get_output()
+        .clone();
+    let failed = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        failed.contains("eks.nodegroup.cpu: the old one was deleted, then create failed: ")
+            && failed.contains("ResourceLimitExceededException"),
+        "{failed}"
+    );
+    d.stdout(&["apply", "--auto-approve"]);
+    d.kfaws(&["plan", "--detailed-exitcode"]).assert().code(0);
     d.stdout(&["destroy", "--auto-approve"]);
 }
 

@@ -354,7 +354,14 @@ async fn run(job: &Job) -> Result<Action, Failure> {
         Action::Create => create(job, job.change.resume_token.clone()).await?,
         Action::Replace => {
             delete(job).await?;
-            create(job, None).await?
+            // Said, since a create that fails now leaves nothing in its place.
+            super::progress::report_status("the old one is deleted; creating it again");
+            create(job, None).await.map_err(|e| match e {
+                Failure::Resource(m) => {
+                    Failure::Resource(format!("the old one was deleted, then {m}"))
+                }
+                other => other,
+            })?
         }
         Action::Update => return update(job).await,
         Action::Delete => {

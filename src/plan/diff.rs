@@ -61,17 +61,23 @@ pub fn diff_apply(
 
 /// Turns `c` into a replacement requested with `--replace` when the
 /// resource exists: created (or tainted, which a Kubernetes bundle would
-/// otherwise repair in place) and not gone. An unfinished create or delete,
-/// or a resource deleted outside kfaws, keeps its diff: it is made again
-/// anyway.
+/// otherwise repair in place, or `deleting` but left whole by a refused
+/// delete) and not gone. An unfinished create, a delete under way, or a
+/// resource deleted outside kfaws keeps its diff: it is made again anyway.
 fn force_replacement(c: &mut Change, recorded: Option<&ResourceState>, live: Option<&Observed>) {
-    let exists = recorded.is_some_and(|r| matches!(r.status, Status::Created | Status::Tainted))
-        && !matches!(live, Some(Observed::Gone));
+    // A `deleting` entry whose delete left the resource whole is kept as an
+    // update ([`diff_one`]): --replace replaces it as any live resource.
+    let exists = recorded.is_some_and(|r| match r.status {
+        Status::Created | Status::Tainted => true,
+        Status::Deleting => c.action == Action::Update,
+        Status::Creating => false,
+    }) && !matches!(live, Some(Observed::Gone));
     if !exists || c.action == Action::Replace {
         return;
     }
     c.action = Action::Replace;
     c.conditional = false;
+    c.kept = false;
     c.reason = if c.fields.is_empty() {
         "replacement requested with --replace".to_string()
     } else {
@@ -1227,6 +1233,21 @@ pub(crate) mod tests {
         };
         let c = diff_recorded(bundle, Status::Deleting, SPEC());
         assert_eq!(c.action, Action::Replace);
+        // --replace of a kept one replaces it, as the user asked.
+        let mut state = State::new("ml");
+        state
+            .resources
+            .insert(addr(), recorded(Status::Deleting, SPEC()));
+        let observed = BTreeMap::from([(addr(), present(SPEC()))]);
+        let c = diff_apply(
+            &[fake(SPEC())],
+            &state,
+            &observed,
+            &BTreeSet::from([addr()]),
+        )
+        .remove(0);
+        assert_eq!(c.action, Action::Replace, "{c:?}");
+        assert!(!c.kept && c.reason.starts_with("replacement requested with --replace"));
     }
 
     /// The apply diff of `r`, recorded with `status` and spec `SPEC()`, live as `live`.

@@ -70,8 +70,9 @@ impl Known<'_> {
     /// The error for `address`, which [`Known::has`] said names nothing.
     /// In the state but not the config (an apply): it says it left the
     /// config and what deletes it. Else the profile's reason, where it
-    /// makes the address under another config, and the nearest address
-    /// ([`nearest`]) where one is near.
+    /// makes the address under another config; and the nearest address
+    /// ([`nearest`]) where one is near, else the addresses it is a prefix of
+    /// (`eks.nodegroup` names the node groups).
     pub fn unknown(&self, flag: Flag, address: &Address) -> UnknownAddress {
         let why = self.provider.why_absent(address);
         let lists = match self.destroy {
@@ -82,13 +83,29 @@ impl Known<'_> {
         if self.destroy {
             candidates.extend(self.state.resources.keys());
         }
-        let near = nearest(address, candidates)
-            .map(|n| format!("; did you mean {n}?"))
-            .unwrap_or_default();
+        // A near typo, else the addresses under it (`eks.nodegroup` for its groups).
+        let under = format!("{address}.");
+        let mut near: Vec<String> = match nearest(address, candidates.iter().copied()) {
+            Some(n) => vec![n.to_string()],
+            None => candidates
+                .iter()
+                .filter(|c| c.as_str().starts_with(&under))
+                .map(ToString::to_string)
+                .collect(),
+        };
+        near.sort();
+        near.dedup();
+        let near = match near.as_slice() {
+            [] => String::new(),
+            [one] => format!("; did you mean {one}?"),
+            many => format!("; did you mean one of {}?", many.join(", ")),
+        };
         let hint = if self.state.resources.contains_key(address) {
+            // Not `destroy --target`: it takes the dependants too (every bundle on a
+            // node group).
             format!(
                 "in the state but not in the configuration any more{}; a whole `kfaws apply` \
-                 deletes it, as does `kfaws destroy --target {address}`",
+                 deletes it (`kfaws plan` shows what that changes)",
                 why.map(|w| format!(": {w}")).unwrap_or_default()
             )
         } else if let Some(why) = why {
@@ -203,6 +220,21 @@ mod tests {
              resources)"
         );
         assert_eq!(known.check(Flag::Target, &[a("k8s.efs-csi")]), Ok(()));
+        // A prefix of addresses names them.
+        let e = known
+            .check(Flag::Replace, &[a("eks.nodegroup")])
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "--replace eks.nodegroup: not a resource of this deployment; did you mean \
+             eks.nodegroup.cpu? (`kfaws graph` lists the resources)"
+        );
+        let e = known.check(Flag::Target, &[a("k8s")]).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("did you mean one of k8s.efs-csi, k8s.kubeflow?"),
+            "{e}"
+        );
         // An address the profile makes under another config says which setting adds it;
         // the delete of a recorded one gives the same reason.
         assert_eq!(
@@ -248,8 +280,8 @@ mod tests {
         assert_eq!(
             e.to_string(),
             "--target eks.nodegroup.gpu: in the state but not in the configuration any more: \
-             kfaws.toml has no [node_groups.gpu]; a whole `kfaws apply` deletes it, as does \
-             `kfaws destroy --target eks.nodegroup.gpu`"
+             kfaws.toml has no [node_groups.gpu]; a whole `kfaws apply` deletes it (`kfaws plan` \
+             shows what that changes)"
         );
     }
 
