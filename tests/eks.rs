@@ -739,6 +739,14 @@ async fn node_group_drift_is_repaired_scaling_changes_in_place_and_a_removed_gro
         ),
         "{plan}"
     );
+    // The plan's graph holds the delete, with its dependants before it.
+    let dot = d.stdout(&["graph", "--plan"]);
+    assert!(
+        dot.contains(
+            r#"label = "eks.nodegroup.gpu\ndelete" shape = box style = filled fillcolor = "salmon""#
+        ),
+        "{dot}"
+    );
     // Targeted, it is named as what it is: recorded, no longer configured.
     let err = d.fails(&["plan", "--target", "eks.nodegroup.gpu"]);
     assert!(

@@ -63,13 +63,13 @@ pub async fn graph(
         &context::exec_auth(g)?,
         &sources,
     )?;
-    let dag = Dag::new(
+    let mut dag = Dag::new(
         built
             .resources
             .iter()
             .map(|r| (r.address().clone(), r.dependencies())),
     )?;
-    let mut actions = BTreeMap::new();
+    let mut styles = BTreeMap::new();
     if with_plan {
         let planning = make_plan(PlanRequest {
             config,
@@ -83,16 +83,25 @@ pub async fn graph(
             delete_options: Default::default(),
         });
         let (plan, _) = super::interruptible(cancel, planning).await??;
-        actions = plan
+        // In execution order, with what the apply deletes (resources that
+        // left the config), which the config's graph does not hold.
+        dag = plan.execution_graph()?;
+        styles = plan
             .changes
             .into_iter()
-            .map(|c| (c.address, c.action))
+            .map(|c| {
+                let note = match c.conditional {
+                    true => "update if a dependency's outputs change".to_string(),
+                    false => c.step().as_str().to_string(),
+                };
+                (c.address.clone(), (c.action, note))
+            })
             .collect();
     }
-    let dot = dag.to_dot(|a| match actions.get(a) {
-        Some(action) => NodeStyle {
+    let dot = dag.to_dot(|a| match styles.get(a) {
+        Some((action, note)) => NodeStyle {
             fill: Some(colour(*action)),
-            note: Some(action.as_str().to_string()),
+            note: Some(note.clone()),
         },
         None => NodeStyle::default(),
     });

@@ -256,7 +256,8 @@ enum Command {
         /// Deployment profile.
         #[arg(long, value_enum)]
         profile: Option<ProfileName>,
-        /// Colour nodes by planned action (refreshes like `plan`).
+        /// Colour nodes by planned action (refreshes like `plan`); the graph is then the
+        /// plan's, in execution order, with the resources apply deletes.
         #[arg(long)]
         plan: bool,
     },
