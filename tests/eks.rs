@@ -767,7 +767,21 @@ async fn node_group_drift_is_repaired_scaling_changes_in_place_and_a_removed_gro
         ),
         "{plan}"
     );
-    d.stdout(&["apply", "--auto-approve"]);
+    let applied = d.stdout(&["apply", "--auto-approve"]);
+    // The conditional updates say "Checking" until they know whether they change anything.
+    let checked: Vec<&str> = applied
+        .lines()
+        .filter_map(|l| l.split_once(": Checked after").map(|(a, _)| a))
+        .filter_map(|a| a.rsplit(' ').next())
+        .collect();
+    assert!(!checked.is_empty(), "{applied}");
+    for a in checked {
+        assert!(
+            applied.contains(&format!("{a}: Checking..."))
+                && !applied.contains(&format!("{a}: Modifying...")),
+            "{a}: {applied}"
+        );
+    }
     let group = eks
         .describe_nodegroup()
         .cluster_name(n)

@@ -153,7 +153,13 @@ pub async fn execute(
             let abort = abort.clone();
             async move {
                 let t0 = Instant::now();
-                job.progress.started(&job.change.address, job.change.step());
+                // A conditional update first checks its dependencies' outputs: it
+                // is "Checking" until it knows it changes anything.
+                let starting = match job.change.conditional {
+                    true => Step::NoOp,
+                    false => job.change.step(),
+                };
+                job.progress.started(&job.change.address, starting);
                 let scope = super::progress::Scope {
                     progress: Arc::clone(&job.progress),
                     address: address.clone(),
