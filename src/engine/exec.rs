@@ -496,6 +496,7 @@ async fn update(job: &Job) -> Result<Action, Failure> {
             tracing::debug!(%address, "dependencies' outputs unchanged; not re-applied");
             return Ok(Action::NoOp);
         }
+        super::progress::report_status("a dependency's outputs changed: re-applying it");
     }
     // An earlier delete left it whole and nothing differs: no call, the
     // state records it as created again.
