@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 use tokio::process::{Child, Command};
@@ -254,22 +255,7 @@ pub async fn run(
         pumps.push(tokio::spawn(pump(err, rank, print.clone())));
         children.push(child);
     }
-    let pids: Vec<u32> = children.iter().filter_map(Child::id).collect();
-    let mut interrupted = false;
-    let mut exit_codes = Vec::new();
-    for child in &mut children {
-        let status = loop {
-            tokio::select! {
-                status = child.wait() => break status,
-                () = cancel.cancelled(), if !interrupted => {
-                    interrupted = true;
-                    // Every rank, not only this one: all checkpoint and stop.
-                    pids.iter().for_each(|&pid| terminate(pid));
-                }
-            }
-        };
-        exit_codes.push(status.ok().and_then(|s| s.code()));
-    }
+    let (exit_codes, interrupted) = wait_all(&mut children, cancel, STOP_AFTER).await;
     let mut metrics = Vec::new();
     for p in pumps {
         metrics.push(p.await.ok().flatten());
@@ -286,6 +272,87 @@ pub async fn run(
             .map(|l| super::FinalMetrics::from_line(&l)),
         interrupted,
     })
+}
+
+/// How long the other ranks have to exit once one failed or all were told
+/// to stop, before they are sent SIGTERM (after a failure) and then SIGKILL:
+/// the trainer's stop grace (`TRAINER_STOP_GRACE`, 30 s) plus 5 s. A peer
+/// that sees the failed rank's connection close fails at once; one that
+/// does not (stopped, stuck in uninterruptible I/O) would otherwise hold
+/// the job forever, since its collective timeout runs only while it runs.
+pub const STOP_AFTER: Duration = Duration::from_secs(35);
+
+/// Waits for every rank: each one's exit code (`None`: killed by a
+/// signal), and whether `cancel` fired. On `cancel` every rank is sent
+/// SIGTERM (they checkpoint and exit). Once a rank has failed, those still
+/// running after `stop_after` ([`STOP_AFTER`]) are sent SIGTERM, and after
+/// another `stop_after` SIGKILL; once told to stop, SIGKILL after
+/// `stop_after`. So a hung rank cannot hold the job.
+async fn wait_all(
+    children: &mut [Child],
+    cancel: &CancellationToken,
+    stop_after: Duration,
+) -> (Vec<Option<i32>>, bool) {
+    let pids: Vec<Option<u32>> = children.iter().map(Child::id).collect();
+    let mut codes: Vec<Option<Option<i32>>> = vec![None; children.len()];
+    let mut interrupted = false;
+    // When the ranks still running are sent SIGTERM, then SIGKILL.
+    let mut term_at: Option<tokio::time::Instant> = None;
+    let mut kill_at: Option<tokio::time::Instant> = None;
+    let running = |codes: &[Option<Option<i32>>]| {
+        pids.iter()
+            .zip(codes)
+            .filter(|(_, c)| c.is_none())
+            .filter_map(|(p, _)| *p)
+            .collect::<Vec<u32>>()
+    };
+    while codes.iter().any(Option::is_none) {
+        for (i, child) in children.iter_mut().enumerate() {
+            if codes[i].is_none() {
+                if let Ok(Some(status)) = child.try_wait() {
+                    codes[i] = Some(status.code());
+                    let failed = status.code() != Some(0);
+                    if failed && kill_at.is_none() {
+                        let now = tokio::time::Instant::now();
+                        term_at = Some(now + stop_after);
+                        kill_at = Some(now + 2 * stop_after);
+                    }
+                }
+            }
+        }
+        let now = tokio::time::Instant::now();
+        if term_at.is_some_and(|t| now >= t) {
+            term_at = None;
+            running(&codes).into_iter().for_each(terminate);
+        }
+        if kill_at.is_some_and(|t| now >= t) {
+            kill_at = None;
+            for (i, child) in children.iter_mut().enumerate() {
+                if codes[i].is_none() {
+                    tracing::warn!(
+                        "rank {i} was still running well after the job failed or was told to \
+                         stop (hung?): killed"
+                    );
+                    let _ = child.start_kill();
+                }
+            }
+        }
+        tokio::select! {
+            () = tokio::time::sleep(Duration::from_millis(100)) => {}
+            () = cancel.cancelled(), if !interrupted => {
+                interrupted = true;
+                // Every rank: all checkpoint and stop.
+                running(&codes).into_iter().for_each(terminate);
+                let now = tokio::time::Instant::now();
+                term_at = None;
+                kill_at = Some(now + stop_after);
+            }
+        }
+    }
+    (
+        codes.into_iter().map(Option::flatten).collect(),
+        interrupted,
+    )
 }
 
 /// The model directory of a local job under `root` (`./kfaws-jobs/<job>`).
@@ -552,8 +619,21 @@ pub fn remove_if_empty(job_dir: &Path) -> bool {
 mod tests {
     use super::*;
 
+    /// Held by the tests that take job locks and by those that start
+    /// processes: a process forked while a lock file is open holds its lock
+    /// (flock(2) locks belong to the open file description) until it execs,
+    /// so a claim in another test could find the lock busy.
+    static FORKS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    fn forks() -> std::sync::MutexGuard<'static, ()> {
+        FORKS
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     #[test]
     fn a_job_is_running_while_its_lock_is_held() {
+        let _forks = forks();
         let dir = tempfile::tempdir().unwrap();
         assert!(!is_running(dir.path()), "no lock file");
         let lock = std::fs::File::create(dir.path().join(LOCK_FILE)).unwrap();
@@ -585,6 +665,36 @@ mod tests {
             parent.and_then(|v| v.to_str()),
             Some(std::process::id().to_string().as_str())
         );
+    }
+
+    /// A rank that neither exits after a peer failed nor heeds SIGTERM (stopped,
+    /// hung) is killed; the job's wait ends.
+    #[tokio::test]
+    async fn a_hung_rank_is_killed_once_a_peer_failed() {
+        let spawn = |script: &str| {
+            Command::new("sh")
+                .args(["-c", script])
+                .kill_on_drop(true)
+                .spawn()
+                .unwrap()
+        };
+        let forks = forks();
+        let mut children = vec![
+            spawn("exit 3"),
+            spawn("trap '' TERM; sleep 30 & wait; sleep 30"),
+            spawn("sleep 30"),
+        ];
+        drop(forks);
+        let t0 = std::time::Instant::now();
+        let (codes, interrupted) = wait_all(
+            &mut children,
+            &CancellationToken::new(),
+            Duration::from_millis(300),
+        )
+        .await;
+        assert_eq!(codes, [Some(3), None, None], "killed by signals");
+        assert!(!interrupted);
+        assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
     }
 
     #[test]
@@ -662,6 +772,7 @@ mod tests {
 
     #[test]
     fn a_job_dir_is_held_by_one_process_and_resumed_only_with_the_same_data_position() {
+        let _forks = forks();
         let root = tempfile::tempdir().unwrap();
         let first = job(root.path(), 2, &[("batch-size", "32"), ("lr", "0.02")]);
         let held = claim_job_dir("j", &first, false).unwrap();
