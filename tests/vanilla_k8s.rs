@@ -893,6 +893,14 @@ async fn a_bundle_that_failed_half_way_is_applied_again_in_place() {
             && targeted.contains("k8s.efs-storage ("),
         "{targeted}"
     );
+    // The file system the stack's delete takes, with its files, is named with its metered size.
+    let fs = d.output("stack.efs", "FileSystemId");
+    assert!(
+        targeted.contains(&format!(
+            "- {fs} (EFS file system)  # deleted with every file on it (metered size 0 B at "
+        )) && targeted.contains("kfaws takes no backup"),
+        "{targeted}"
+    );
     let destroyed = d.stdout(&["destroy", "--auto-approve"]);
     let summary = destroyed
         .find("Destroy complete!")

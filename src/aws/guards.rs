@@ -14,7 +14,8 @@
 //!   `--force-destroy-buckets`, and then is emptied right before the stack
 //!   delete.
 //! - [`FileSystemGuard`] (`stack.efs`): the EFS file system deleted
-//!   outside kfaws is drift that replaces the stack.
+//!   outside kfaws is drift that replaces the stack; a plan that deletes
+//!   the file system names it with its metered size (its files go too).
 //! - [`VpcGuard`] (`stack.network`, case C4): what other actors left in the
 //!   VPC ([`super::vpc`]).
 //! - [`InUseGuard`] (`stack.iam`): the cluster role and the secrets key
@@ -554,8 +555,78 @@ pub struct FileSystemGuard {
 /// The stack output naming the file system (`stacks/efs.yaml`).
 pub const FILE_SYSTEM_OUTPUT: &str = "FileSystemId";
 
+/// The plan detail of a file system that a delete of `stack.efs` deletes
+/// with everything on it, from `DescribeFileSystems`' `SizeInBytes`: the
+/// last metered size and when it was metered (EFS meters "at intervals,
+/// not in real time": Amazon EFS User Guide, "Metering: how Amazon EFS
+/// reports file system and object sizes"). Pure.
+fn file_system_removed(id: &str, size: Option<&aws_sdk_efs::types::FileSystemSize>) -> Detail {
+    let metered = size.map_or_else(String::new, |s| {
+        let at = s
+            .timestamp()
+            .and_then(|t| chrono::DateTime::from_timestamp(t.secs(), 0))
+            .map_or_else(String::new, |t| {
+                format!(" at {}", t.format("%Y-%m-%d %H:%M UTC"))
+            });
+        format!(
+            " (metered size {}{at})",
+            indicatif::HumanBytes(u64::try_from(s.value()).unwrap_or(0))
+        )
+    });
+    Detail {
+        action: "Remove".into(),
+        name: id.to_string(),
+        kind: "EFS file system".into(),
+        replacement: None,
+        condition: None,
+        note: Some(format!(
+            "deleted with every file on it{metered}, training data and checkpoints included; \
+             kfaws takes no backup: copy what you need first (AWS Backup, or from a pod that \
+             mounts efs-claim)"
+        )),
+    }
+}
+
 #[async_trait]
 impl Guard for FileSystemGuard {
+    /// The file system the delete takes with it, with its metered size, so
+    /// that a destroy or replacement plan shows the data it deletes (EFS
+    /// keeps no copy of a deleted file system). Nothing when it is gone.
+    async fn preview_delete(&self, recorded: &ResourceState) -> Result<Vec<Detail>, ResourceError> {
+        let Some(id) = recorded
+            .outputs
+            .get(FILE_SYSTEM_OUTPUT)
+            .and_then(serde_json::Value::as_str)
+        else {
+            return Ok(Vec::new());
+        };
+        match self
+            .efs
+            .describe_file_systems()
+            .file_system_id(id)
+            .send()
+            .await
+        {
+            Ok(out) => Ok(out
+                .file_systems()
+                .iter()
+                .filter(|f| {
+                    !matches!(
+                        f.life_cycle_state(),
+                        aws_sdk_efs::types::LifeCycleState::Deleting
+                            | aws_sdk_efs::types::LifeCycleState::Deleted
+                    )
+                })
+                .map(|f| file_system_removed(id, f.size_in_bytes()))
+                .collect()),
+            Err(e) if e.code() == Some("FileSystemNotFound") => Ok(Vec::new()),
+            Err(e) => Err(ResourceError::msg(format!(
+                "DescribeFileSystems {id}: {}",
+                error_message(&e)
+            ))),
+        }
+    }
+
     async fn observe(
         &self,
         recorded: &ResourceState,
@@ -1035,5 +1106,38 @@ impl Guard for InUseGuard {
             "this run did not delete it first (its delete did not finish, or it left the state \
              since the plan); destroy it first: `kfaws destroy --target eks.cluster`, or plan again",
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use aws_sdk_efs::types::FileSystemSize;
+
+    use super::file_system_removed;
+
+    #[test]
+    fn a_deleted_file_system_is_named_with_its_metered_size_and_time() {
+        let size = FileSystemSize::builder()
+            .value(3 * 1024 * 1024 * 1024)
+            .timestamp(aws_smithy_types::DateTime::from_secs(1_796_000_000))
+            .build();
+        let d = file_system_removed("fs-0123", Some(&size));
+        assert_eq!(
+            (d.action.as_str(), d.name.as_str(), d.kind.as_str()),
+            ("Remove", "fs-0123", "EFS file system")
+        );
+        let note = d.note.unwrap();
+        assert!(
+            note.starts_with(
+                "deleted with every file on it (metered size 3.00 GiB at 2026-11-30 00:53 UTC)"
+            ) && note.contains("kfaws takes no backup"),
+            "{note}"
+        );
+        // Without a size (not reported), the note still says what is lost.
+        let note = file_system_removed("fs-0123", None).note.unwrap();
+        assert!(
+            note.starts_with("deleted with every file on it, "),
+            "{note}"
+        );
     }
 }
