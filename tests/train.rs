@@ -135,31 +135,62 @@ fn local_train(dir: &Path, job: &str, extra: &[&str]) -> std::process::Command {
     c
 }
 
+/// Also: the trainer's tuning variables set for kfaws reach every rank, a bad one is refused
+/// before the job exists, and the launch contract's are not passed (with a warning).
 #[test]
 fn local_runtime_trains_two_ranks_and_writes_the_model() {
     let dir = tempfile::tempdir().unwrap();
-    let out = local_train(
-        dir.path(),
-        "local-two-ranks",
-        &[
-            "--workers",
-            "2",
-            "--epochs",
-            "1",
-            "--hp",
-            "max-train-samples=3000",
-        ],
-    )
-    .output()
-    .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let args = [
+        "--workers",
+        "2",
+        "--epochs",
+        "1",
+        "--hp",
+        "max-train-samples=3000",
+    ];
+    let refused = local_train(dir.path(), "local-two-ranks", &args)
+        .env("TRAINER_COLLECTIVE_TIMEOUT", "10m")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(1), "{err}");
     assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
+        err.contains(
+            "TRAINER_COLLECTIVE_TIMEOUT=\"10m\" in the environment: must be whole seconds"
+        ),
+        "{err}"
     );
+    assert!(!dir.path().join("kfaws-jobs/local-two-ranks").exists());
+    // 3 threads with 1 replica each: not what the runner picks on any machine (its threads
+    // are the CPUs shared out, and the replicas follow the threads).
+    let out = local_train(dir.path(), "local-two-ranks", &args)
+        .env("TRAINER_THREADS", "3")
+        .env("TRAINER_REPLICAS", "1")
+        .env("TRAINER_DATA_DIR", "/nowhere")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
     assert!(stdout.contains("[rank 1]"), "both ranks ran: {stdout}");
     assert!(stdout.contains("world_size=2"), "{stdout}");
+    assert!(
+        stdout.contains("Passed to every rank: TRAINER_REPLICAS=1 TRAINER_THREADS=3"),
+        "{stdout}"
+    );
+    for rank in 0..2 {
+        assert!(
+            stdout
+                .lines()
+                .any(|l| l.starts_with(&format!("[rank {rank}]"))
+                    && l.contains("threads=3 replicas=1")),
+            "{stdout}"
+        );
+    }
+    assert!(
+        stderr.contains("Warning: not passed to the ranks: TRAINER_DATA_DIR (kfaws train sets"),
+        "{stderr}"
+    );
     let model = dir.path().join("kfaws-jobs/local-two-ranks/model");
     let json: serde_json::Value =
         serde_json::from_slice(&std::fs::read(model.join("model.json")).unwrap()).unwrap();

@@ -450,6 +450,11 @@ async fn train_local(
     let DataSource::Local(data_dir) = req.data else {
         unreachable!("checked by check_runtime")
     };
+    let tuning = local::Tuning::from_env(
+        std::env::vars_os()
+            .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?))),
+    )
+    .map_err(anyhow::Error::msg)?;
     let exe = std::env::current_exe().context("cannot locate the kfaws executable")?;
     let trainer =
         kfaws::train::trainer_binary(args.trainer.as_deref(), &exe).map_err(anyhow::Error::msg)?;
@@ -509,6 +514,7 @@ async fn train_local(
         data_dir,
         job_dir,
         hyperparameters: req.hyperparameters,
+        tuning,
     };
     // Held until this function returns: a second kfaws on the same job is refused.
     let claim = match local::claim_job_dir(req.job.as_str(), &job, args.resume) {
@@ -534,6 +540,22 @@ async fn train_local(
         // Nobody reads the job's output: start nothing, keep the name free.
         local::remove_if_empty(&job.job_dir);
         return Err(e.into());
+    }
+    if !job.tuning.passed.is_empty() {
+        let passed: Vec<String> = job
+            .tuning
+            .passed
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        outln!("Passed to every rank: {}", passed.join(" "))?;
+    }
+    if !job.tuning.dropped.is_empty() {
+        errln!(
+            "Warning: not passed to the ranks: {} (kfaws train sets the launch contract itself: \
+             --workers, --data, --hp, --output-dir)",
+            job.tuning.dropped.join(", ")
+        );
     }
     if args.resume {
         match local::newest_checkpoint(&job.job_dir) {

@@ -21,6 +21,106 @@ use tokio_util::sync::CancellationToken;
 const CONTRACT_PREFIXES: [&str; 3] = ["TRAINER_", "PET_", "SM_"];
 const CONTRACT_VARS: [&str; 4] = ["MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK"];
 
+/// The trainer's tuning variables (`kfaws-trainer train --help`) that a
+/// local run passes from kfaws' environment to every rank: they change how
+/// the ranks wait, reduce and use threads, not where they read, write or
+/// meet, which this runner sets. Each is checked by [`Tuning::from_env`].
+pub const TUNING_VARS: [(&str, Rule); 7] = [
+    ("TRAINER_CONNECT_TIMEOUT", Rule::Seconds),
+    ("TRAINER_COLLECTIVE_TIMEOUT", Rule::Seconds),
+    ("TRAINER_STOP_GRACE", Rule::Seconds),
+    ("TRAINER_ALL_REDUCE", Rule::AllReduce),
+    ("TRAINER_THREADS", Rule::Count),
+    ("TRAINER_REPLICAS", Rule::Count),
+    ("TRAINER_METRICS_PORT", Rule::Port),
+];
+
+/// What a [`TUNING_VARS`] value must be: the trainer's own parse of it
+/// (`trainer/src/contract`), so a bad value is refused once, naming the
+/// variable, before any rank starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rule {
+    /// Whole seconds, `u64`.
+    Seconds,
+    /// `star` or `ring` (the trainer's `--all-reduce`).
+    AllReduce,
+    /// A count of at least 1.
+    Count,
+    /// A TCP port, 1..=65535 (rank 0 serves `/metrics` there).
+    Port,
+}
+
+impl Rule {
+    /// `None` when `value` obeys the rule; else what it must be.
+    fn broken_by(self, value: &str) -> Option<&'static str> {
+        let ok = match self {
+            Self::Seconds => value.parse::<u64>().is_ok(),
+            Self::AllReduce => matches!(value, "star" | "ring"),
+            Self::Count => value.parse::<usize>().is_ok_and(|n| n >= 1),
+            Self::Port => value.parse::<u16>().is_ok_and(|n| n >= 1),
+        };
+        (!ok).then_some(match self {
+            Self::Seconds => "whole seconds (0 or more)",
+            Self::AllReduce => "star or ring",
+            Self::Count => "a whole number, at least 1",
+            Self::Port => "a TCP port, 1 to 65535",
+        })
+    }
+}
+
+/// The trainer variables of kfaws' own environment, sorted out for a local
+/// run: the [`TUNING_VARS`] each rank gets, and the other launch-contract
+/// variables ([`CONTRACT_PREFIXES`], [`CONTRACT_VARS`]) it does not, since
+/// `kfaws train` sets the contract itself (`--workers`, `--data`, `--hp`,
+/// `--output-dir`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Tuning {
+    /// Passed to every rank, by name.
+    pub passed: BTreeMap<String, String>,
+    /// Not passed, by name (for a warning).
+    pub dropped: Vec<String>,
+}
+
+impl Tuning {
+    /// Sorts `vars` (an environment's `(name, value)` pairs). Pure.
+    ///
+    /// # Errors
+    /// A message naming the first [`TUNING_VARS`] variable whose value
+    /// breaks its [`Rule`], and the rule.
+    pub fn from_env(vars: impl IntoIterator<Item = (String, String)>) -> Result<Self, String> {
+        let mut tuning = Self::default();
+        for (k, v) in vars {
+            if let Some((_, rule)) = TUNING_VARS.iter().find(|(name, _)| *name == k) {
+                if let Some(must) = rule.broken_by(&v) {
+                    return Err(format!(
+                        "{k}={v:?} in the environment: must be {must} (the trainer's {k}, \
+                         passed to every local rank); fix or unset it"
+                    ));
+                }
+                tuning.passed.insert(k, v);
+            } else if CONTRACT_PREFIXES.iter().any(|p| k.starts_with(p))
+                || CONTRACT_VARS.contains(&k.as_str())
+            {
+                tuning.dropped.push(k);
+            }
+        }
+        tuning.dropped.sort();
+        Ok(tuning)
+    }
+
+    /// How long the ranks have to exit once one failed or all were told
+    /// to stop: the stop grace they were given plus 5 s ([`STOP_AFTER`]
+    /// for the trainer's default 30 s).
+    pub fn stop_after(&self) -> Duration {
+        self.passed
+            .get("TRAINER_STOP_GRACE")
+            .and_then(|v| v.parse::<u64>().ok())
+            .map_or(STOP_AFTER, |grace| {
+                Duration::from_secs(grace.saturating_add(5))
+            })
+    }
+}
+
 /// Where each line a rank prints goes: `(rank, line)`.
 pub type LineSink = Arc<dyn Fn(u32, &str) + Send + Sync>;
 
@@ -37,6 +137,9 @@ pub struct LocalJob {
     pub job_dir: PathBuf,
     /// Hyperparameters, passed as `--hp KEY=VALUE`.
     pub hyperparameters: BTreeMap<String, String>,
+    /// The trainer's tuning variables from kfaws' environment, set in every
+    /// rank's (over this runner's own `TRAINER_THREADS`).
+    pub tuning: Tuning,
 }
 
 /// How a local run ended.
@@ -180,6 +283,7 @@ fn command(job: &LocalJob, rank: u32, port: u16) -> Command {
             "TRAINER_THREADS",
             threads_per_worker(job.workers).to_string(),
         )
+        .envs(&job.tuning.passed)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -255,7 +359,7 @@ pub async fn run(
         pumps.push(tokio::spawn(pump(err, rank, print.clone())));
         children.push(child);
     }
-    let (exit_codes, interrupted) = wait_all(&mut children, cancel, STOP_AFTER).await;
+    let (exit_codes, interrupted) = wait_all(&mut children, cancel, job.tuning.stop_after()).await;
     let mut metrics = Vec::new();
     for p in pumps {
         metrics.push(p.await.ok().flatten());
@@ -285,7 +389,7 @@ pub const STOP_AFTER: Duration = Duration::from_secs(35);
 /// Waits for every rank: each one's exit code (`None`: killed by a
 /// signal), and whether `cancel` fired. On `cancel` every rank is sent
 /// SIGTERM (they checkpoint and exit). Once a rank has failed, those still
-/// running after `stop_after` ([`STOP_AFTER`]) are sent SIGTERM, and after
+/// running after `stop_after` ([`Tuning::stop_after`]) are sent SIGTERM, and after
 /// another `stop_after` SIGKILL; once told to stop, SIGKILL after
 /// `stop_after`. So a hung rank cannot hold the job.
 async fn wait_all(
@@ -644,6 +748,79 @@ mod tests {
         assert!(!is_running(dir.path()));
     }
 
+    fn vars(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    /// The trainer's tuning variables reach the ranks; the launch contract's do not (this
+    /// runner sets it) and are listed for the warning; the rest of the environment is not
+    /// the runner's business.
+    #[test]
+    fn tuning_variables_are_passed_and_contract_variables_listed_as_dropped() {
+        let t = Tuning::from_env(vars(&[
+            ("TRAINER_COLLECTIVE_TIMEOUT", "600"),
+            ("TRAINER_DATA_DIR", "/elsewhere"),
+            ("MASTER_PORT", "1"),
+            ("TRAINER_ALL_REDUCE", "ring"),
+            ("PET_NNODES", "4"),
+            ("HOME", "/root"),
+            ("RAYON_NUM_THREADS", "2"),
+        ]))
+        .unwrap();
+        assert_eq!(
+            t.passed,
+            BTreeMap::from([
+                ("TRAINER_ALL_REDUCE".to_string(), "ring".to_string()),
+                ("TRAINER_COLLECTIVE_TIMEOUT".to_string(), "600".to_string()),
+            ])
+        );
+        assert_eq!(t.dropped, ["MASTER_PORT", "PET_NNODES", "TRAINER_DATA_DIR"]);
+        assert_eq!(t.stop_after(), STOP_AFTER);
+    }
+
+    #[test]
+    fn a_bad_tuning_value_is_refused_naming_the_variable_and_its_rule() {
+        for (k, v, must) in [
+            ("TRAINER_COLLECTIVE_TIMEOUT", "10m", "whole seconds"),
+            ("TRAINER_STOP_GRACE", "-1", "whole seconds"),
+            ("TRAINER_ALL_REDUCE", "tree", "star or ring"),
+            ("TRAINER_THREADS", "0", "at least 1"),
+            ("TRAINER_METRICS_PORT", "70000", "1 to 65535"),
+        ] {
+            let e = Tuning::from_env(vars(&[(k, v)])).unwrap_err();
+            assert!(
+                e.starts_with(&format!("{k}={v:?} in the environment: must be "))
+                    && e.contains(must),
+                "{e}"
+            );
+        }
+    }
+
+    /// A longer stop grace gives the ranks longer before SIGTERM and SIGKILL: the
+    /// runner must not kill a rank still inside the grace it was given.
+    #[test]
+    fn the_ranks_stop_grace_sets_how_long_they_have_to_exit() {
+        let t = Tuning::from_env(vars(&[("TRAINER_STOP_GRACE", "100")])).unwrap();
+        assert_eq!(t.stop_after(), Duration::from_secs(105));
+    }
+
+    /// A tuning variable set for kfaws wins over the runner's own default for it.
+    #[test]
+    fn a_passed_tuning_variable_overrides_the_runners_default() {
+        let mut j = job(Path::new("/jobs"), 2, &[]);
+        j.tuning = Tuning::from_env(vars(&[("TRAINER_THREADS", "7")])).unwrap();
+        let cmd = command(&j, 0, 29500);
+        let threads = cmd
+            .as_std()
+            .get_envs()
+            .find(|(k, _)| *k == "TRAINER_THREADS")
+            .and_then(|(_, v)| v);
+        assert_eq!(threads.and_then(|v| v.to_str()), Some("7"));
+    }
+
     /// Each rank is told this process's pid: a rank whose parent is no longer it (kfaws was
     /// killed) checkpoints and exits (the trainer's `--parent-pid`, tested with the trainer).
     #[test]
@@ -654,6 +831,7 @@ mod tests {
             data_dir: PathBuf::from("/data"),
             job_dir: PathBuf::from("/jobs/j"),
             hyperparameters: BTreeMap::new(),
+            tuning: Tuning::default(),
         };
         let cmd = command(&job, 1, 29500);
         let parent = cmd
@@ -745,6 +923,7 @@ mod tests {
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
+            tuning: Tuning::default(),
         }
     }
 
