@@ -935,6 +935,35 @@ async fn node_group_drift_is_repaired_scaling_changes_in_place_and_a_removed_gro
     );
     assert!(destroyed.contains("Destroy complete!"), "{destroyed}");
 
+    // DeleteCluster refused as in use with no node group left: the error says what else can
+    // hold a cluster, not node groups, and the cluster, untouched, is no change to the plan.
+    common::aws::control(
+        "faults",
+        "POST",
+        &format!(
+            r#"{{"service":"eks","operation":"DeleteCluster","kind":"server_error","code":"ResourceInUseException","status":409,"message":"Cluster has Fargate profiles attached","count":1,"account_id":"{}"}}"#,
+            d.account
+        ),
+    );
+    let refused = d
+        .kfaws(&["destroy", "--target", "eks.cluster", "--auto-approve"])
+        .assert()
+        .code(1);
+    let out = refused.get_output();
+    let err = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        err.contains("it has no node groups left, so something else holds it")
+            && err.contains("list-fargate-profiles")
+            && !err.contains("node groups still attached"),
+        "{err}"
+    );
+    let plan = d.stdout(&["plan", "--target", "eks.cluster"]);
+    assert!(!plan.contains("eks.cluster will"), "{plan}");
+
     d.stdout(&["destroy", "--auto-approve"]);
     assert!(eks
         .list_clusters()

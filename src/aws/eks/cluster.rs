@@ -792,15 +792,11 @@ impl Resource for ClusterResource {
                 Ok(_) => {}
                 Err(e) if is_not_found(&e) => return Ok(()),
                 Err(e) if code(&e) == Some("ResourceInUseException") => {
-                    let groups = self.nodegroups().await.unwrap_or_default().join(", ");
                     // Nothing was deleted: the entry stays as it was.
-                    return Err(ResourceError::refused(format!(
-                        "DeleteCluster {}: {}; node groups still attached: [{groups}] (kfaws \
-                         deletes the node groups its state records first; delete others with \
-                         `aws eks delete-nodegroup`, or `kfaws apply` to import this \
-                         deployment's own again); nothing was deleted",
-                        self.name,
-                        error_message(&e)
+                    return Err(ResourceError::refused(in_use(
+                        &self.name,
+                        &error_message(&e),
+                        &self.nodegroups().await.unwrap_or_default(),
                     )));
                 }
                 Err(e) => {
@@ -817,9 +813,45 @@ impl Resource for ClusterResource {
     }
 }
 
+/// The refusal of a DeleteCluster that EKS answered `ResourceInUseException`
+/// (`message`), by what still holds the cluster: its node groups (`groups`,
+/// from ListNodegroups), else what else the API reference names for the
+/// exception (a Fargate profile, an update in progress). Pure.
+fn in_use(name: &str, message: &str, groups: &[String]) -> String {
+    if groups.is_empty() {
+        format!(
+            "DeleteCluster {name}: {message}; it has no node groups left, so something else holds \
+             it: an update still in progress, or Fargate profiles made outside kfaws (`aws eks \
+             list-fargate-profiles --cluster-name {name}`); wait for the update or delete them, \
+             then run the destroy again; nothing was deleted"
+        )
+    } else {
+        format!(
+            "DeleteCluster {name}: {message}; node groups still attached: [{}] (kfaws deletes \
+             the node groups its state records first; delete others with `aws eks \
+             delete-nodegroup`, or `kfaws apply` to import this deployment's own again); nothing \
+             was deleted",
+            groups.join(", ")
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cluster_in_use_names_its_node_groups_or_else_what_else_holds_it() {
+        let e = in_use("ml", "in use", &["gpu".to_string(), "cpu".to_string()]);
+        assert!(e.contains("node groups still attached: [gpu, cpu]"), "{e}");
+        let e = in_use("ml", "in use", &[]);
+        assert!(
+            e.contains("it has no node groups left")
+                && e.contains("--cluster-name ml")
+                && !e.contains("attached"),
+            "{e}"
+        );
+    }
 
     #[test]
     fn upgrades_step_one_minor_version_at_a_time_and_never_down() {
