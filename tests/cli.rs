@@ -1194,6 +1194,27 @@ fn an_interrupt_while_planning_exits_128_plus_the_signal_and_leaves_no_lock() {
     }
 }
 
+/// A call the SDK retried until its attempts ran out (8, the standard retry mode's budget
+/// as kfaws sets it) says so in its error: the user sees it was not one unlucky answer.
+#[test]
+fn a_call_whose_every_attempt_failed_says_how_many_it_made() {
+    let d = Deployment::new("");
+    common::aws::control(
+        "faults",
+        "POST",
+        &format!(
+            r#"{{"service":"sts","operation":"GetCallerIdentity","kind":"server_error","count":8,"account_id":"{}"}}"#,
+            d.account
+        ),
+    );
+    let err = d.fails(&["plan"]);
+    assert!(
+        err.contains("cannot determine the AWS identity (sts:GetCallerIdentity): InternalFailure")
+            && err.contains(", after 8 attempts)"),
+        "{err}"
+    );
+}
+
 #[tokio::test]
 async fn a_template_edited_outside_kfaws_is_drift_and_apply_restores_it() {
     let d = Deployment::new("");

@@ -11,7 +11,8 @@ use aws_sdk_sts::config::ConfigBag;
 use aws_smithy_runtime_api::box_error::BoxError;
 use aws_smithy_runtime_api::client::interceptors::context::InterceptorContext;
 use aws_smithy_runtime_api::client::interceptors::context::{
-    BeforeTransmitInterceptorContextRef, FinalizerInterceptorContextRef,
+    BeforeDeserializationInterceptorContextMut, BeforeTransmitInterceptorContextRef,
+    FinalizerInterceptorContextRef,
 };
 use aws_smithy_runtime_api::client::interceptors::Intercept;
 use aws_smithy_runtime_api::client::orchestrator::Metadata;
@@ -183,6 +184,10 @@ impl Intercept for UnreachableNotice {
 #[derive(Debug, Clone, Copy)]
 pub struct RetryNotice;
 
+/// The response header in which [`RetryNotice`] records the attempt that
+/// got the response, on retries only (kfaws' own; no AWS response has it).
+pub const ATTEMPTS_HEADER: &str = "x-kfaws-attempt";
+
 /// What the last failed attempt of the call got, kept for [`RetryNotice`]
 /// until the next attempt starts.
 #[derive(Debug, Clone)]
@@ -262,6 +267,27 @@ impl Intercept for RetryNotice {
         // log says so: `-v` shows it.
         tracing::info!("{retry}");
         crate::engine::progress::report_retry(Some(&retry));
+        Ok(())
+    }
+
+    /// Marks the response of a retry with its attempt number
+    /// ([`ATTEMPTS_HEADER`]), so the error of a call whose last attempt
+    /// failed too says how many it made ([`super::error_message`]).
+    fn modify_before_deserialization(
+        &self,
+        context: &mut BeforeDeserializationInterceptorContextMut<'_>,
+        _runtime_components: &RuntimeComponents,
+        cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        let attempt = cfg
+            .load::<RequestAttempts>()
+            .map_or(1, RequestAttempts::attempts);
+        if attempt > 1 {
+            context
+                .response_mut()
+                .headers_mut()
+                .insert(ATTEMPTS_HEADER, attempt.to_string());
+        }
         Ok(())
     }
 
@@ -458,6 +484,48 @@ mod tests {
                 .count(),
             2,
             "{text}"
+        );
+    }
+
+    /// A call whose retries all failed says how many attempts it made; one refused at its
+    /// first attempt (not retryable) says nothing of attempts.
+    #[tokio::test]
+    async fn the_error_of_a_retried_call_says_how_many_attempts_it_made() {
+        let with_notice = |endpoint: &str| {
+            aws_sdk_eks::Client::from_conf(
+                aws_sdk_eks::config::Builder::from(&config(endpoint))
+                    .interceptor(RetryNotice)
+                    .build(),
+            )
+        };
+        let (failing, _) = endpoint(|_| {
+            b"HTTP/1.1 500 Internal Server Error\r\nx-amzn-ErrorType: InternalFailure\r\n\
+              x-amzn-requestid: r-1\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{}"
+        })
+        .await;
+        let e = with_notice(&failing)
+            .list_clusters()
+            .send()
+            .await
+            .unwrap_err();
+        assert_eq!(
+            super::super::error_message(&e),
+            "InternalFailure: no message (request id r-1, after 3 attempts)"
+        );
+        let (refusing, attempts) = endpoint(|_| {
+            b"HTTP/1.1 400 Bad Request\r\nx-amzn-ErrorType: InvalidParameterException\r\n\
+              content-length: 17\r\nconnection: close\r\n\r\n{\"message\":\"bad\"}"
+        })
+        .await;
+        let e = with_notice(&refusing)
+            .list_clusters()
+            .send()
+            .await
+            .unwrap_err();
+        assert_eq!(attempts.load(Ordering::SeqCst), 1);
+        assert_eq!(
+            super::super::error_message(&e),
+            "InvalidParameterException: bad"
         );
     }
 

@@ -56,8 +56,9 @@ pub fn partition(region: &str) -> &'static str {
     }
 }
 
-/// A one-line description of a failed AWS call: `Code: message (request id)`
-/// for errors the service returned, the SDK's own description (timeouts,
+/// A one-line description of a failed AWS call: `Code: message (request id
+/// …, after N attempts)` for errors the service returned (the attempts only
+/// when the SDK retried the call, from [`clients::ATTEMPTS_HEADER`]), the SDK's own description (timeouts,
 /// connection and credential errors) otherwise, never the raw response dump.
 pub fn error_message<E>(e: &aws_sdk_sts::error::SdkError<E>) -> String
 where
@@ -65,11 +66,22 @@ where
 {
     match e.as_service_error() {
         Some(service) => {
-            let request = e
-                .raw_response()
-                .and_then(|r| r.headers().get("x-amzn-requestid"))
-                .map(|id| format!(" (request id {id})"))
-                .unwrap_or_default();
+            let headers = e.raw_response().map(|r| r.headers());
+            let notes: Vec<String> = [
+                headers
+                    .and_then(|h| h.get("x-amzn-requestid"))
+                    .map(|id| format!("request id {id}")),
+                headers
+                    .and_then(|h| h.get(clients::ATTEMPTS_HEADER))
+                    .map(|n| format!("after {n} attempts")),
+            ]
+            .into_iter()
+            .flatten()
+            .collect();
+            let request = match notes.is_empty() {
+                true => String::new(),
+                false => format!(" ({})", notes.join(", ")),
+            };
             match service.code() {
                 Some(code) => {
                     let message = service.message().unwrap_or("no message");
