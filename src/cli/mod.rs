@@ -383,6 +383,44 @@ enum StateCommand {
 }
 
 /// Parses `args` and runs the command; returns the process exit code.
+/// The long flags kfaws shares with Terraform, which spells them with one
+/// dash (`terraform plan -destroy -out=tf.plan`; Terraform CLI docs,
+/// "Command: plan", "Command: apply").
+const TERRAFORM_FLAGS: [&str; 8] = [
+    "out",
+    "destroy",
+    "target",
+    "replace",
+    "parallelism",
+    "auto-approve",
+    "detailed-exitcode",
+    "json",
+];
+
+/// `args` with Terraform's one-dash spelling of a [`TERRAFORM_FLAGS`] flag
+/// (`-destroy`, `-out FILE`, `-target=ADDR`) made the two-dash one clap
+/// reads (it would take `-destroy` for the short flags `-d -e -s …`).
+/// Arguments after `--` are left as they are. Pure.
+pub fn terraform_spelling(args: impl IntoIterator<Item = OsString>) -> Vec<OsString> {
+    let mut rest = false;
+    args.into_iter()
+        .map(|a| {
+            let Some(s) = a.to_str().filter(|_| !rest) else {
+                return a;
+            };
+            rest = s == "--";
+            let name = s
+                .strip_prefix('-')
+                .filter(|n| !n.starts_with('-'))
+                .map(|n| n.split_once('=').map_or(n, |(name, _)| name));
+            match name {
+                Some(name) if TERRAFORM_FLAGS.contains(&name) => format!("-{s}").into(),
+                _ => a,
+            }
+        })
+        .collect()
+}
+
 pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
     // Usage errors exit 1, not clap's 2: `plan --detailed-exitcode` uses 2
     // for "changes present", and a script must not mistake one for the other.
@@ -737,7 +775,44 @@ async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
 
 #[cfg(test)]
 mod tests {
-    use super::is_sdk_wire_target;
+    use super::{is_sdk_wire_target, terraform_spelling};
+
+    #[test]
+    fn terraforms_one_dash_flags_are_read_as_two_dash_ones() {
+        let spelled = |args: &[&str]| -> Vec<String> {
+            terraform_spelling(args.iter().map(Into::into))
+                .into_iter()
+                .map(|a| a.into_string().unwrap())
+                .collect()
+        };
+        assert_eq!(
+            spelled(&[
+                "kfaws",
+                "plan",
+                "-destroy",
+                "-out",
+                "tf.plan",
+                "-target=stack.efs",
+                "-v",
+                "--json"
+            ]),
+            [
+                "kfaws",
+                "plan",
+                "--destroy",
+                "--out",
+                "tf.plan",
+                "--target=stack.efs",
+                "-v",
+                "--json"
+            ]
+        );
+        // Not a shared flag, a value, or after `--`: left alone.
+        assert_eq!(
+            spelled(&["kfaws", "apply", "-lock=false", "--", "-destroy"]),
+            ["kfaws", "apply", "-lock=false", "--", "-destroy"]
+        );
+    }
 
     #[test]
     fn sdk_wire_targets_match_their_modules_only() {
