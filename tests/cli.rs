@@ -199,7 +199,8 @@ async fn a_stack_deleted_out_of_band_is_drift_and_apply_repairs_it() {
         .send()
         .await
         .unwrap();
-    let plan = d.stdout(&["plan", "--destroy"]);
+    // Terraform's one-dash spelling of the flags is read too.
+    let plan = d.stdout(&["plan", "-destroy"]);
     assert!(
         plan.contains("# stack.efs will be removed from the state (already gone)")
             && plan.contains(
@@ -208,7 +209,7 @@ async fn a_stack_deleted_out_of_band_is_drift_and_apply_repairs_it() {
             ),
         "{plan}"
     );
-    let destroyed = d.stdout(&["destroy", "--auto-approve"]);
+    let destroyed = d.stdout(&["destroy", "-auto-approve"]);
     assert!(
         destroyed.contains("stack.efs: Removed from the state (already gone) after")
             && destroyed.contains(
