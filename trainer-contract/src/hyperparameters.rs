@@ -45,9 +45,9 @@ pub enum HyperparameterError {
     /// Two keys name the same hyperparameter (`batch-size` and `batch_size`, or one key
     /// twice): which value was meant cannot be known.
     #[error(
-        "hyperparameter {} (from {origin}) is given twice (also as {}); keep one",
+        "hyperparameter {} (from {origin}) is given twice{}; keep one",
         quoted(second),
-        quoted(first)
+        also_as(first, second)
     )]
     Duplicate {
         /// The key seen first.
@@ -65,6 +65,15 @@ pub enum HyperparameterError {
         /// The JSON parser's message.
         detail: String,
     },
+}
+
+/// ` (also as "batch-size")` where the two keys of a [`HyperparameterError::Duplicate`] are
+/// spelled differently; nothing where it is one key twice.
+fn also_as(first: &str, second: &str) -> String {
+    match first == second {
+        true => String::new(),
+        false => format!(" (also as {})", quoted(first)),
+    }
 }
 
 /// The longest value an error quotes whole, in characters.
@@ -452,6 +461,21 @@ mod tests {
             Some(("seed", "seed"))
         );
         assert_eq!(find_duplicate(["seed", "lr", "momentum"]), None);
+        // The message names the other spelling only where there is one.
+        assert_eq!(
+            err.to_string(),
+            "hyperparameter \"batch_size\" (from hp.json) is given twice (also as \
+             \"batch-size\"); keep one"
+        );
+        let twice = HyperparameterError::Duplicate {
+            first: "seed".into(),
+            second: "seed".into(),
+            origin: "--hp".into(),
+        };
+        assert_eq!(
+            twice.to_string(),
+            "hyperparameter \"seed\" (from --hp) is given twice; keep one"
+        );
     }
 
     #[test]

@@ -297,7 +297,7 @@ impl Classifier {
                                 };
                                 reject(
                                     400,
-                                    format!("instance {i}: pixel {shown} is outside 0..=255"),
+                                    format!("instance {i}: pixel {shown} is not from 0 to 255"),
                                 )
                             })
                     })
@@ -700,13 +700,16 @@ mod tests {
             .invoke("application/json", body.as_bytes())
             .unwrap_err()
             .message
-            .contains("pixel 300 is outside 0..=255"));
+            .contains("pixel 300 is not from 0 to 255"));
         let huge = serde_json::json!({ "instances": [vec![1e308; 784]] }).to_string();
         let message = c
             .invoke("application/json", huge.as_bytes())
             .unwrap_err()
             .message;
-        assert!(message.contains("pixel 1e308 is outside"), "{message}");
+        assert!(
+            message.contains("pixel 1e308 is not from 0 to 255"),
+            "{message}"
+        );
         assert_eq!(c.invoke("application/json", b"{}").unwrap_err().status, 400);
     }
 

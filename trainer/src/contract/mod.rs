@@ -278,7 +278,10 @@ pub fn resolve(
         let detail = if world_size == 0 {
             "the world size must be at least 1".to_string()
         } else {
-            format!("rank {rank} is outside 0..{world_size} (ranks count from 0)")
+            format!(
+                "rank {rank} is not from 0 to {} (ranks count from 0; world size {world_size})",
+                world_size - 1
+            )
         };
         return Err(ConfigError::Contract {
             source_name,

@@ -216,7 +216,10 @@ fn partial_or_malformed_environment_names_the_variable() {
     ]);
     let error = resolve(&args, &env).unwrap_err().to_string();
     assert!(error.contains("PyTorchJob topology"), "{error}");
-    assert!(error.contains("rank 2 is outside 0..2"), "{error}");
+    assert!(
+        error.contains("rank 2 is not from 0 to 1 (ranks count from 0; world size 2)"),
+        "{error}"
+    );
     // Given as flags, the error names the flags.
     let flags = TrainArgs {
         rank: Some(2),
@@ -225,7 +228,10 @@ fn partial_or_malformed_environment_names_the_variable() {
     };
     let error = resolve(&flags, &|_| None).unwrap_err().to_string();
     assert!(error.contains("--rank/--world-size"), "{error}");
-    assert!(error.contains("rank 2 is outside 0..2"), "{error}");
+    assert!(
+        error.contains("rank 2 is not from 0 to 1 (ranks count from 0; world size 2)"),
+        "{error}"
+    );
     let none = TrainArgs {
         world_size: Some(0),
         ..args

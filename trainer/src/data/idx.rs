@@ -331,7 +331,10 @@ mod tests {
         assert!(err.contains("holds 3 images but"), "{err}");
         std::fs::write(&path, idx(IDX_LABELS_MAGIC, &[3], &[0, 12, 1])).unwrap();
         let err = load_dir(dir.path(), None).unwrap_err().to_string();
-        assert!(err.contains("label 12 of example 1"), "{err}");
+        assert!(
+            err.contains("label 12 of example 1 is not a class: labels are from 0 to 9"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -108,8 +108,11 @@ pub enum DataError {
         /// Labels the labels file holds.
         n_labels: usize,
     },
-    /// A label outside `0..10`.
-    #[error("{path}: label {label} of example {index} is outside 0..{classes}")]
+    /// A label that is not a class index (0 to 9).
+    #[error(
+        "{path}: label {label} of example {index} is not a class: labels are from 0 to {}",
+        classes - 1
+    )]
     BadLabel {
         /// The file holding the label (CIFAR-10 batch or IDX labels file).
         path: PathBuf,

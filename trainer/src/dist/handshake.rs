@@ -79,7 +79,10 @@ pub(super) fn check_hello(
         ));
     }
     if rank == 0 || rank >= world_size {
-        return Err(format!("rank {rank} is outside 1..{world_size}"));
+        return Err(format!(
+            "rank {rank} is not from 1 to {} (world size {world_size})",
+            world_size - 1
+        ));
     }
     if params != agreement.param_count {
         return Err(format!(
