@@ -331,7 +331,8 @@ fn local_runtime_ctrl_c_checkpoints_and_resume_continues() {
     let failing = dir.path().join("failing-trainer");
     std::fs::write(
         &failing,
-        "#!/bin/sh\nif [ \"$1\" = check-data ]; then\n  echo 'dataset=fashion-mnist train=60000 \
+        "#!/bin/sh\nif [ \"$1\" = --version ]; then\n  echo 'kfaws-trainer 0.1.0 (backends: gloo)'\n  \
+         exit 0\nfi\nif [ \"$1\" = check-data ]; then\n  echo 'dataset=fashion-mnist train=60000 \
          test=10000 shape=1x28x28'\n  exit 0\nfi\necho 'cannot start' >&2\nexit 1\n",
     )
     .unwrap();
@@ -348,6 +349,55 @@ fn local_runtime_ctrl_c_checkpoints_and_resume_continues() {
     assert_eq!(failed.status.code(), Some(1), "{err}");
     assert!(err.contains("its directory was removed"), "{err}");
     assert!(!dir.path().join("kfaws-jobs/failing").exists());
+
+    // Ctrl-C before any checkpoint (ranks that stop at once, as the trainer does while it
+    // still loads the data): nothing to resume, so the name is free again too.
+    let slow = dir.path().join("slow-trainer");
+    std::fs::write(
+        &slow,
+        "#!/bin/sh\nif [ \"$1\" = --version ]; then\n  echo 'kfaws-trainer 0.1.0 (backends: gloo)'\n  \
+         exit 0\nfi\nif [ \"$1\" = check-data ]; then\n  echo 'dataset=fashion-mnist train=60000 \
+         test=10000 shape=1x28x28'\n  exit 0\nfi\ntrap 'kill $!; exit 143' INT TERM\necho started\n\
+         sleep 30 &\nwait\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&slow, std::os::unix::fs::PermissionsExt::from_mode(0o755));
+    let mut child = local_train(
+        dir.path(),
+        "stopped-early",
+        &["--workers", "2", "--trainer"],
+    )
+    .arg(&slow)
+    .process_group(0)
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::null())
+    .spawn()
+    .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut seen = String::new();
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        seen.push_str(&line);
+        seen.push('\n');
+        if seen.matches("started").count() == 2 {
+            break;
+        }
+    }
+    assert!(std::process::Command::new("kill")
+        .args(["-INT", "--", &format!("-{}", child.id())])
+        .status()
+        .unwrap()
+        .success());
+    seen.extend(lines.map(|l| l.unwrap() + "\n"));
+    assert_eq!(child.wait().unwrap().code(), Some(130), "{seen}");
+    assert!(
+        seen.contains(
+            "stopped by a signal before any checkpoint was written (rank 0: 143, rank 1: 143); it \
+             wrote nothing, and its directory was removed"
+        ),
+        "{seen}"
+    );
+    assert!(!dir.path().join("kfaws-jobs/stopped-early").exists());
 }
 
 /// `kfaws train … | head`: when the reader of the output goes away, kfaws
@@ -536,6 +586,19 @@ async fn bad_input_is_refused_before_any_job_is_created() {
         (
             vec!["train", "--runtime", "docker", "--data", data],
             "invalid value 'docker'",
+        ),
+        // Another program as the trainer is named as such, not blamed on the data.
+        (
+            vec![
+                "train",
+                "--runtime",
+                "local",
+                "--data",
+                data,
+                "--trainer",
+                "/bin/true",
+            ],
+            "the trainer binary /bin/true is not a kfaws-trainer: `/bin/true --version` printed",
         ),
         (
             vec!["train", "--runtime", "local", "--data", data, "--epochs", "-1"],

@@ -458,14 +458,16 @@ async fn train_local(
     let exe = std::env::current_exe().context("cannot locate the kfaws executable")?;
     let trainer =
         kfaws::train::trainer_binary(args.trainer.as_deref(), &exe).map_err(anyhow::Error::msg)?;
+    let out = tokio::process::Command::new(&trainer)
+        .arg("--version")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .with_context(|| format!("cannot run {} --version", trainer.display()))?;
+    let version = kfaws::train::trainer_version(&trainer, out.status.success(), &out.stdout)
+        .map_err(anyhow::Error::msg)?;
     if args.backend != "gloo" {
         // A CPU build refuses the backend in every rank; say so once, before any starts.
-        let out = tokio::process::Command::new(&trainer)
-            .arg("--version")
-            .output()
-            .await
-            .with_context(|| format!("cannot run {} --version", trainer.display()))?;
-        let version = String::from_utf8_lossy(&out.stdout);
         if let Some(backends) = kfaws::train::trainer_backends(&version) {
             if !backends.contains(&args.backend) {
                 bail!(
@@ -581,6 +583,20 @@ async fn train_local(
         let progress = progress.clone();
         Arc::new(move |rank, line| progress.line(&format!("[rank {rank}] {line}")))
     };
+    if stop.is_cancelled() {
+        // A signal before the first rank started: start none, and free the name.
+        let removed = !args.resume && local::remove_if_empty(&job.job_dir);
+        outln!(
+            "Training job {} stopped by a signal before it started{}.",
+            req.job,
+            if removed {
+                "; it wrote nothing, and its directory was removed"
+            } else {
+                ""
+            }
+        )?;
+        return Ok(kfaws::engine::interrupt::exit_status());
+    }
     let outcome = match local::run(&job, &stop, print).await {
         Ok(outcome) => outcome,
         Err(e) => {
@@ -657,11 +673,21 @@ async fn train_local(
                 codes(),
                 resume_hint()
             )?,
-            None => outln!(
-                "Training job {} stopped by a signal before any checkpoint was written ({}).",
-                req.job,
-                codes()
-            )?,
+            None => {
+                // Nothing to resume: a new job that wrote nothing frees its name.
+                let removed = !args.resume && local::remove_if_empty(&job.job_dir);
+                outln!(
+                    "Training job {} stopped by a signal before any checkpoint was written \
+                     ({}){}.",
+                    req.job,
+                    codes(),
+                    if removed {
+                        "; it wrote nothing, and its directory was removed"
+                    } else {
+                        ""
+                    }
+                )?;
+            }
         }
         return Ok(kfaws::engine::interrupt::exit_status());
     }

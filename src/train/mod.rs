@@ -274,6 +274,32 @@ pub fn trainer_backends(version: &str) -> Option<Vec<String>> {
     Some(list.split_whitespace().map(str::to_string).collect())
 }
 
+/// The version line of a `kfaws-trainer --version` run (`kfaws-trainer
+/// 0.1.0 (backends: gloo)`), from whether it exited 0 and what it printed:
+/// so that a `--trainer` that is some other program is refused as such,
+/// not blamed on the data it is then asked to check. Pure.
+///
+/// # Errors
+/// A message naming `trainer` and what it printed.
+pub fn trainer_version(trainer: &Path, succeeded: bool, stdout: &[u8]) -> Result<String, String> {
+    let printed = String::from_utf8_lossy(stdout);
+    let line = printed.lines().next().unwrap_or("").trim();
+    if succeeded && line.starts_with("kfaws-trainer ") {
+        return Ok(line.to_string());
+    }
+    Err(format!(
+        "the trainer binary {} is not a kfaws-trainer: `{} --version` {}; pass --trainer with \
+         the kfaws-trainer built beside kfaws (`cargo build --workspace --bins`)",
+        trainer.display(),
+        trainer.display(),
+        match (succeeded, line.is_empty()) {
+            (_, true) => "printed nothing".to_string(),
+            (true, false) => format!("printed {line:?}"),
+            (false, false) => format!("failed, printing {line:?}"),
+        }
+    ))
+}
+
 /// Parses `KEY=VALUE` (a `--hp` flag).
 ///
 /// # Errors
@@ -310,6 +336,27 @@ pub fn trainer_binary(explicit: Option<&Path>, kfaws_exe: &Path) -> Result<PathB
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn only_a_kfaws_trainer_is_taken_for_the_trainer() {
+        let path = std::path::Path::new("/usr/bin/python3");
+        assert_eq!(
+            super::trainer_version(path, true, b"kfaws-trainer 0.1.0 (backends: gloo)\n"),
+            Ok("kfaws-trainer 0.1.0 (backends: gloo)".to_string())
+        );
+        let e = super::trainer_version(path, true, b"Python 3.13.5\n").unwrap_err();
+        assert!(
+            e.starts_with(
+                "the trainer binary /usr/bin/python3 is not a kfaws-trainer: \
+                 `/usr/bin/python3 --version` printed \"Python 3.13.5\""
+            ),
+            "{e}"
+        );
+        let e = super::trainer_version(path, false, b"").unwrap_err();
+        assert!(e.contains("--version` printed nothing"), "{e}");
+        let e = super::trainer_version(path, false, b"kfaws-trainer 0.1.0").unwrap_err();
+        assert!(e.contains("failed, printing"), "{e}");
+    }
+
     #[test]
     fn quantities_follow_the_kubernetes_grammar() {
         for ok in [
