@@ -361,7 +361,7 @@ fn local_runtime_ctrl_c_checkpoints_and_resume_continues() {
          sleep 30 &\nwait\n",
     )
     .unwrap();
-    std::fs::set_permissions(&slow, std::os::unix::fs::PermissionsExt::from_mode(0o755));
+    std::fs::set_permissions(&slow, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let mut child = local_train(
         dir.path(),
         "stopped-early",
