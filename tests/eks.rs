@@ -840,6 +840,17 @@ async fn node_group_drift_is_repaired_scaling_changes_in_place_and_a_removed_gro
     d.write_config("[node_groups.cpu]\nmin_size = 1\ndesired_size = 2\nmax_size = 3");
     d.stdout(&["apply", "--auto-approve"]);
     d.kfaws(&["plan", "--detailed-exitcode"]).assert().code(0);
+    // Two changes that each force a replacement: the reason names both (planned only).
+    d.write_config(
+        "[node_groups.cpu]\ninstance_type = \"m5.2xlarge\"\ndisk_size_gib = 120\nmin_size = 1\n\
+         desired_size = 2\nmax_size = 3",
+    );
+    let plan = d.stdout(&["plan"]);
+    assert!(
+        plan.contains("reason: disk_size_gib and instance_type changed, which force replacement"),
+        "{plan}"
+    );
+    d.write_config("[node_groups.cpu]\nmin_size = 1\ndesired_size = 2\nmax_size = 3");
 
     // Bounds widened outside kfaws and the size moved to 3 within them:
     // apply restores max 2 and so removes a node, which the plan says.

@@ -318,16 +318,8 @@ fn diff_one(
             };
             let fields = field_changes(&desired, before, previous, live, r.replace_fields());
             let drift = fields.iter().any(|f| f.drift);
-            let mut c = if let Some(f) = fields.iter().find(|f| f.forces_replacement) {
-                let why = if f.drift {
-                    "changed outside kfaws"
-                } else {
-                    "changed"
-                };
-                change(
-                    Action::Replace,
-                    &format!("{} {why}, which forces replacement", f.field),
-                )
+            let mut c = if fields.iter().any(|f| f.forces_replacement) {
+                change(Action::Replace, &replacement_reason(&fields))
             } else if recorded.updating.is_some() {
                 let reason = if fields.is_empty() {
                     UNFINISHED_UPDATE.to_string()
@@ -478,6 +470,37 @@ fn partly_updated(seen: &Value, wanted: Option<&Value>, before: Option<&Value>) 
         .all(|v| wanted.contains(v) || before.contains(v))
 }
 
+/// Why a replacement: every field that forces it, those the config changed
+/// first, then those changed outside kfaws (`cidr and zone changed; tags
+/// changed outside kfaws, which force replacement`). Pure.
+fn replacement_reason(fields: &[FieldChange]) -> String {
+    let names = |drift: bool| -> Vec<&str> {
+        fields
+            .iter()
+            .filter(|f| f.forces_replacement && f.drift == drift)
+            .map(|f| f.field.as_str())
+            .collect()
+    };
+    let and = |names: &[&str]| match names {
+        [] => String::new(),
+        [one] => (*one).to_string(),
+        [rest @ .., last] => format!("{} and {last}", rest.join(", ")),
+    };
+    let (changed, outside) = (names(false), names(true));
+    let mut clauses = Vec::new();
+    if !changed.is_empty() {
+        clauses.push(format!("{} changed", and(&changed)));
+    }
+    if !outside.is_empty() {
+        clauses.push(format!("{} changed outside kfaws", and(&outside)));
+    }
+    let verb = match changed.len() + outside.len() {
+        1 => "forces",
+        _ => "force",
+    };
+    format!("{}, which {verb} replacement", clauses.join("; "))
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -529,7 +552,7 @@ pub(crate) mod tests {
             self.spec.clone()
         }
         fn replace_fields(&self) -> &[&str] {
-            &["cidr"]
+            &["cidr", "zone"]
         }
         fn repairs_taint_in_place(&self) -> bool {
             self.repairs_in_place
@@ -766,6 +789,29 @@ pub(crate) mod tests {
         assert_eq!(c.action, Action::Replace);
         assert_eq!(c.reason, "cidr changed, which forces replacement");
         assert!(c.fields[0].forces_replacement);
+    }
+
+    /// Every field that forces the replacement is named, by who changed it.
+    #[test]
+    fn a_replacement_forced_by_several_fields_names_each() {
+        let spec = |cidr: &str, zone: &str| json!({"cidr": cidr, "zone": zone, "tags": {"a": "1"}});
+        let recorded_spec = spec("10.0.0.0/16", "a");
+        let c = one(
+            Some(spec("10.1.0.0/16", "b")),
+            Some(recorded(Status::Created, recorded_spec.clone())),
+            Some(present(recorded_spec.clone())),
+        );
+        assert_eq!(c.reason, "cidr and zone changed, which force replacement");
+        // The zone changed outside kfaws too: it is named as such, after the config's change.
+        let c = one(
+            Some(spec("10.1.0.0/16", "a")),
+            Some(recorded(Status::Created, recorded_spec)),
+            Some(present(spec("10.0.0.0/16", "c"))),
+        );
+        assert_eq!(
+            c.reason,
+            "cidr changed; zone changed outside kfaws, which force replacement"
+        );
     }
 
     #[test]
