@@ -241,8 +241,8 @@ fn local_runtime_ctrl_c_checkpoints_and_resume_continues() {
     // Starts the job, waits for a "step=20…" log line, sends `signal` to the
     // process group (as a terminal's Ctrl-C does) or to one rank only, and
     // returns kfaws's exit code and output.
-    let interrupt = |extra: &[&str], signal: &str, one_rank: bool| {
-        let mut child = train(extra)
+    let interrupt = |mut command: std::process::Command, signal: &str, one_rank: bool| {
+        let mut child = command
             .process_group(0)
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::null())
@@ -282,7 +282,7 @@ fn local_runtime_ctrl_c_checkpoints_and_resume_continues() {
         (child.wait().unwrap().code(), seen)
     };
     // Ctrl-C in the terminal: SIGINT to the whole process group.
-    let (code, seen) = interrupt(&[], "INT", false);
+    let (code, seen) = interrupt(train(&[]), "INT", false);
     assert_eq!(code, Some(130), "{seen}");
     assert!(
         seen.contains("stopped by a signal (rank 0: 143, rank 1: 143)")
@@ -291,25 +291,50 @@ fn local_runtime_ctrl_c_checkpoints_and_resume_continues() {
     );
     assert!(local_checkpoint_count(dir.path()) >= 1, "{seen}");
     // SIGTERM to one rank only, on a resumed run: the same stop, reported the same way.
-    // (Resumed after step 20, the line it waits for is step=200.)
-    let (code, seen) = interrupt(&["--resume"], "TERM", true);
+    // (Resumed after step 20, the line it waits for is step=200.) The resume gives only
+    // --resume (and the log interval): the workers, epochs and max-train-samples are the
+    // job's recorded ones, not the flags' defaults (which would be refused or said changed).
+    let resume_only = local_train(
+        dir.path(),
+        "interrupted",
+        &["--resume", "--hp", "log-interval=10"],
+    );
+    let (code, seen) = interrupt(resume_only, "TERM", true);
     assert_eq!(code, Some(130), "{seen}");
     assert!(
         seen.contains("Resuming from")
+            && seen.contains("2 process(es)")
+            && !seen.contains("Changed since the last run")
             && seen.contains("stopped by a signal (rank 0: 143, rank 1: 143)"),
         "{seen}"
     );
 
-    // Resumed with another learning rate: allowed, and said.
-    let resumed = train(&["--resume", "--lr", "0.01"]).output().unwrap();
+    // Resumed with another learning rate, from the same data moved elsewhere (compared by
+    // what the trainer finds there, not by path): allowed, and said.
+    let moved = dir.path().join("moved-data");
+    std::os::unix::fs::symlink(FASHION_MNIST, &moved).unwrap();
+    let resumed = std::process::Command::new(bin("kfaws"))
+        .current_dir(dir.path())
+        .args(["train", "--runtime", "local", "--data"])
+        .arg(&moved)
+        .args(["--job-name", "interrupted", "--resume", "--lr", "0.01"])
+        .output()
+        .unwrap();
     let stdout = String::from_utf8_lossy(&resumed.stdout);
-    assert!(resumed.status.success(), "{stdout}");
+    assert!(
+        resumed.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&resumed.stderr)
+    );
     assert!(
         stdout.contains("resuming from checkpoint") && stdout.contains("completed"),
         "{stdout}"
     );
     assert!(
-        stdout.contains("Changed since the last run: lr 0.02 → 0.01"),
+        stdout.contains(&format!(
+            "Changed since the last run: data {FASHION_MNIST} → {}, lr 0.02 → 0.01",
+            moved.display()
+        )),
         "{stdout}"
     );
     // Resuming with another batch size would put the checkpoint's step elsewhere in the data.

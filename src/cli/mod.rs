@@ -46,7 +46,7 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Args, CommandFactory, Parser, Subcommand};
+use clap::{Args, CommandFactory, FromArgMatches as _, Parser, Subcommand};
 use kfaws::address::Address;
 use kfaws::config::ProfileName;
 use kfaws::engine::interrupt::{cancel_on_signals, exit_status, STOPPING_CHANGES};
@@ -425,7 +425,18 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
     // Usage errors exit 1, not clap's 2: `plan --detailed-exitcode` uses 2
     // for "changes present", and a script must not mistake one for the other.
     let args: Vec<OsString> = args.into_iter().collect();
-    let cli = match Cli::try_parse_from(&args) {
+    let parsed = Cli::command()
+        .try_get_matches_from(&args)
+        .and_then(|matches| {
+            let mut cli = Cli::from_arg_matches(&matches)?;
+            if let (Command::Train(train), Some(sub)) =
+                (&mut cli.command, matches.subcommand_matches("train"))
+            {
+                train.note_given(sub);
+            }
+            Ok(cli)
+        });
+    let cli = match parsed {
         Ok(cli) => cli,
         Err(e) => {
             let _ = e.print();

@@ -101,8 +101,8 @@ pub struct TrainArgs {
     pub output_dir: Option<PathBuf>,
     /// Run a local job that ran before again, in its directory: the trainer resumes from its
     /// newest checkpoint (same --workers, --batch-size, data, seed and max-train-samples: they
-    /// fix each epoch's shards; epochs, lr and momentum may change) and overwrites its model
-    /// (local).
+    /// fix each epoch's shards; epochs, lr and momentum may change) and overwrites its model;
+    /// flags and --hp keys left out keep the job's recorded values, not their defaults (local).
     #[arg(long, requires = "job_name")]
     pub resume: bool,
     /// Start the new job from the checkpoints of training job JOB (Stopped, Failed or Completed,
@@ -111,6 +111,13 @@ pub struct TrainArgs {
     /// max-train-samples (they fix each epoch's shards); epochs and lr may change (sagemaker).
     #[arg(long, value_name = "JOB")]
     pub resume_from: Option<String>,
+    /// The hyperparameter flags given on the command line or by their
+    /// environment variable, not left to their defaults, as the keys they set
+    /// (`workers`, `epochs`, `batch-size`, `lr`, `backend`): a local
+    /// `--resume` takes the others from the job's record
+    /// ([`TrainArgs::note_given`]).
+    #[arg(skip)]
+    pub given: std::collections::BTreeSet<String>,
 }
 
 /// Where local jobs go without `--output-dir`, relative to the working directory.
@@ -124,6 +131,26 @@ const MAX_RUNTIME_LIMIT: u64 = 28 * 24 * 3600;
 const DEFAULT_MAX_RUNTIME: u64 = 86_400;
 
 impl TrainArgs {
+    /// Fills [`TrainArgs::given`] from the parsed `train` subcommand's
+    /// matches (clap's `ValueSource`: a default is not "given").
+    pub fn note_given(&mut self, matches: &clap::ArgMatches) {
+        use clap::parser::ValueSource;
+        for (id, key) in [
+            ("workers", "workers"),
+            ("epochs", "epochs"),
+            ("batch_size", "batch-size"),
+            ("lr", "lr"),
+            ("backend", "backend"),
+        ] {
+            if matches!(
+                matches.value_source(id),
+                Some(ValueSource::CommandLine | ValueSource::EnvVariable)
+            ) {
+                self.given.insert(key.to_string());
+            }
+        }
+    }
+
     /// `--instance-type`, or its default.
     pub fn instance_type(&self) -> &str {
         self.instance_type.as_deref().unwrap_or("ml.m5.xlarge")
@@ -444,7 +471,7 @@ fn local_room(workers: u32) -> anyhow::Result<()> {
 
 async fn train_local(
     args: &TrainArgs,
-    req: Request,
+    mut req: Request,
     cancel: &CancellationToken,
 ) -> anyhow::Result<u8> {
     let DataSource::Local(data_dir) = req.data else {
@@ -480,6 +507,27 @@ async fn train_local(
             }
         }
     }
+    let job_dir = local::job_dir(args.output_dir(), req.job.as_str());
+    // A resume continues with the job's recorded settings, but for the flags given now.
+    if args.resume {
+        if let Some(recorded) = local::JobRecord::read(&job_dir)? {
+            let given: std::collections::BTreeSet<String> = args
+                .given
+                .iter()
+                .cloned()
+                .chain(args.hp.iter().map(|(k, _)| k.replace('_', "-")))
+                .collect();
+            let requested = local::JobRecord {
+                workers: req.workers,
+                data_dir: data_dir.clone(),
+                hyperparameters: req.hyperparameters.clone(),
+                data: None,
+            };
+            let resumed = recorded.resumed_with(&requested, &given);
+            req.workers = resumed.workers;
+            req.hyperparameters = resumed.hyperparameters;
+        }
+    }
     local_room(req.workers)?;
     let dataset = kfaws::train::data::check_local(
         &trainer,
@@ -487,7 +535,6 @@ async fn train_local(
         req.hyperparameters.get("dataset").map(String::as_str),
     )
     .await?;
-    let job_dir = local::job_dir(args.output_dir(), req.job.as_str());
     match (job_dir.exists(), args.resume) {
         (true, _) if local::is_running(&job_dir) => bail!(
             "a local job named {} is running now (another kfaws holds {}); wait for it to end, \
@@ -517,6 +564,7 @@ async fn train_local(
         job_dir,
         hyperparameters: req.hyperparameters,
         tuning,
+        dataset: dataset.as_ref().map(ToString::to_string),
     };
     // Held until this function returns: a second kfaws on the same job is refused.
     let claim = match local::claim_job_dir(req.job.as_str(), &job, args.resume) {
@@ -1096,6 +1144,21 @@ mod tests {
         );
         assert_eq!(args.lr as f32, trainer.lr);
         assert_eq!(args.backend, trainer.backend);
+    }
+
+    /// Only flags given count as given: a default is not, an environment variable's value is.
+    #[test]
+    fn only_flags_given_are_noted_as_given() {
+        use clap::{CommandFactory as _, FromArgMatches as _};
+        let matches = Command::command()
+            .try_get_matches_from(["kfaws-train", "--data", "d", "--epochs", "2", "--lr", "0.1"])
+            .unwrap();
+        let mut args = Command::from_arg_matches(&matches).unwrap().train;
+        args.note_given(&matches);
+        assert_eq!(
+            args.given.iter().map(String::as_str).collect::<Vec<_>>(),
+            ["epochs", "lr"]
+        );
     }
 
     /// A flag of another runtime is one problem, whatever its value.

@@ -236,6 +236,7 @@ pub fn problems(previous: &PreviousJob, requested: &Requested<'_>) -> Vec<String
         // Compared above.
         data_dir: PathBuf::new(),
         hyperparameters: hyperparameters.clone(),
+        data: None,
     };
     // The world size is told above, with its own remedy.
     let was = record(requested.instance_count, &previous.hyperparameters);
@@ -311,6 +312,7 @@ pub fn changed(
         workers: 0,
         data_dir: PathBuf::new(),
         hyperparameters: h.clone(),
+        data: None,
     };
     record(&previous.hyperparameters)
         .changed(&record(hyperparameters))

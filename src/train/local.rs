@@ -140,6 +140,10 @@ pub struct LocalJob {
     /// The trainer's tuning variables from kfaws' environment, set in every
     /// rank's (over this runner's own `TRAINER_THREADS`).
     pub tuning: Tuning,
+    /// What `kfaws-trainer check-data` found in `data_dir` (its summary line),
+    /// when the trainer build can check data; recorded for a resume
+    /// ([`JobRecord::data`]).
+    pub dataset: Option<String>,
 }
 
 /// How a local run ended.
@@ -482,6 +486,11 @@ pub struct JobRecord {
     pub data_dir: PathBuf,
     /// The hyperparameters passed (canonical `-` keys as given).
     pub hyperparameters: BTreeMap<String, String>,
+    /// What the trainer found in the data directory ([`super::data::LocalDataset`]'s
+    /// line: dataset, example counts, shape), when it could say: a resume compares this,
+    /// not the path, so moved data resumes and other data in the same place does not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<String>,
 }
 
 impl JobRecord {
@@ -491,6 +500,7 @@ impl JobRecord {
             workers: job.workers,
             data_dir: job.data_dir.clone(),
             hyperparameters: job.hyperparameters.clone(),
+            data: job.dataset.clone(),
         }
     }
 
@@ -507,7 +517,8 @@ impl JobRecord {
 
     /// Every setting in which `requested` would resume at another position in the
     /// data than this record's run, as `(setting, recorded, requested)`: `--workers`,
-    /// `--data`, then the hyperparameters `batch-size`, `seed`, `max-train-samples` and
+    /// `--data` (what the trainer found there when both runs recorded it, else the
+    /// path), then the hyperparameters `batch-size`, `seed`, `max-train-samples` and
     /// `dataset`, compared as the trainer reads them (defaults applied, `batch_size` =
     /// `batch-size`). A `dataset` set on one side only is no mismatch: unset, the trainer
     /// detects it from the same files.
@@ -520,12 +531,20 @@ impl JobRecord {
                 requested.workers.to_string(),
             ));
         }
-        if self.data_dir != requested.data_dir {
-            out.push((
+        match (&self.data, &requested.data) {
+            // What the trainer reads decides, wherever it lies.
+            (Some(was), Some(now)) if was != now => out.push((
+                "--data".into(),
+                format!("{} ({was})", self.data_dir.display()),
+                format!("{} ({now})", requested.data_dir.display()),
+            )),
+            (Some(_), Some(_)) => {}
+            _ if self.data_dir != requested.data_dir => out.push((
                 "--data".into(),
                 self.data_dir.display().to_string(),
                 requested.data_dir.display().to_string(),
-            ));
+            )),
+            _ => {}
         }
         let (was, now) = (self.parsed(), requested.parsed());
         let mut differs = |name: &str, a: String, b: String| {
@@ -553,6 +572,64 @@ impl JobRecord {
 }
 
 impl JobRecord {
+    /// The settings a resume runs with: this record's (the job's last
+    /// run), except those `given` names, which `requested` sets: `workers`
+    /// for `--workers`, a hyperparameter key (with `_` read as `-`) for its
+    /// flag or `--hp`. So a resume with only `--resume` continues with the
+    /// job's own settings, not the flags' defaults, as the hint after an
+    /// interrupt ("the same command and --resume") implies. The data is
+    /// always `requested`'s (`--data` is required). Pure.
+    pub fn resumed_with(
+        &self,
+        requested: &Self,
+        given: &std::collections::BTreeSet<String>,
+    ) -> Self {
+        let mut hyperparameters: BTreeMap<String, String> = self
+            .hyperparameters
+            .iter()
+            .filter(|(k, _)| !given.contains(&k.replace('_', "-")))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        hyperparameters.extend(
+            requested
+                .hyperparameters
+                .iter()
+                .filter(|(k, _)| given.contains(&k.replace('_', "-")))
+                .map(|(k, v)| (k.clone(), v.clone())),
+        );
+        Self {
+            workers: match given.contains("workers") {
+                true => requested.workers,
+                false => self.workers,
+            },
+            data_dir: requested.data_dir.clone(),
+            hyperparameters,
+            data: requested.data.clone(),
+        }
+    }
+
+    /// Reads the record of the job in `job_dir` ([`RECORD_FILE`]);
+    /// `Ok(None)` when there is none (a job that never started).
+    ///
+    /// # Errors
+    /// [`LocalError::Record`] for a record that cannot be read or parsed.
+    pub fn read(job_dir: &Path) -> Result<Option<Self>, LocalError> {
+        let path = job_dir.join(RECORD_FILE);
+        match std::fs::read_to_string(&path) {
+            Ok(text) => serde_json::from_str(&text)
+                .map(Some)
+                .map_err(|e| LocalError::Record {
+                    path,
+                    detail: e.to_string(),
+                }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(LocalError::Record {
+                path,
+                detail: e.to_string(),
+            }),
+        }
+    }
+
     /// The hyperparameters `requested` sets to other values than this
     /// record's run, as `(name, recorded, requested)` sorted by name (keys
     /// compared with `_` read as `-`, as the trainer reads them; a key only
@@ -571,9 +648,21 @@ impl JobRecord {
         );
         let keys: std::collections::BTreeSet<&String> = was.keys().chain(now.keys()).collect();
         let shown = |v: Option<&String>| v.map_or_else(|| "default".to_string(), Clone::clone);
-        keys.into_iter()
-            .filter(|k| was.get(*k) != now.get(*k))
-            .map(|k| (k.clone(), shown(was.get(k)), shown(now.get(k))))
+        // The same data moved elsewhere ([`Self::resume_mismatches`] refuses other data).
+        let moved = (self.data_dir != requested.data_dir).then(|| {
+            (
+                "data".to_string(),
+                self.data_dir.display().to_string(),
+                requested.data_dir.display().to_string(),
+            )
+        });
+        moved
+            .into_iter()
+            .chain(
+                keys.into_iter()
+                    .filter(|k| was.get(*k) != now.get(*k))
+                    .map(|k| (k.clone(), shown(was.get(k)), shown(now.get(k)))),
+            )
             .collect()
     }
 }
@@ -799,6 +888,83 @@ mod tests {
         }
     }
 
+    /// A resume keeps the recorded settings but those given now, whichever spelling of a key.
+    #[test]
+    fn a_resume_takes_what_was_not_given_from_the_record() {
+        let record = |workers: u32, hp: &[(&str, &str)]| JobRecord {
+            workers,
+            data_dir: "/data".into(),
+            hyperparameters: hp
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            data: None,
+        };
+        let recorded = record(
+            4,
+            &[("epochs", "10"), ("lr", "0.05"), ("test_batch_size", "500")],
+        );
+        // The flags' defaults, with --epochs 12 and --hp test-batch-size=100 given.
+        let requested = record(
+            2,
+            &[("epochs", "12"), ("lr", "0.02"), ("test-batch-size", "100")],
+        );
+        let given = ["epochs", "test-batch-size"].map(String::from).into();
+        let resumed = recorded.resumed_with(&requested, &given);
+        assert_eq!(resumed.workers, 4);
+        assert_eq!(
+            resumed.hyperparameters,
+            record(
+                0,
+                &[("epochs", "12"), ("lr", "0.05"), ("test-batch-size", "100")]
+            )
+            .hyperparameters
+        );
+        // --workers given: the new world size (refused later as a mismatch, by name).
+        let given = ["workers".to_string()].into();
+        assert_eq!(recorded.resumed_with(&requested, &given).workers, 2);
+    }
+
+    /// With what the trainer found recorded on both sides, the data is compared by that, not
+    /// by its path: moved data resumes (and the move is said), other data in its place does not.
+    #[test]
+    fn a_resume_compares_the_data_the_trainer_found_not_its_path() {
+        let record = |dir: &str, data: Option<&str>| JobRecord {
+            workers: 2,
+            data_dir: dir.into(),
+            hyperparameters: BTreeMap::new(),
+            data: data.map(str::to_string),
+        };
+        let fashion = "fashion-mnist (60000 training and 10000 test images of 1x28x28)";
+        let mnist = "mnist (60000 training and 10000 test images of 1x28x28)";
+        let was = record("/data/a", Some(fashion));
+        let moved = record("/data/b", Some(fashion));
+        assert!(was.resume_mismatches(&moved).is_empty());
+        assert_eq!(
+            was.changed(&moved),
+            [(
+                "data".to_string(),
+                "/data/a".to_string(),
+                "/data/b".to_string()
+            )]
+        );
+        let replaced = record("/data/a", Some(mnist));
+        assert_eq!(
+            was.resume_mismatches(&replaced),
+            [(
+                "--data".to_string(),
+                format!("/data/a ({fashion})"),
+                format!("/data/a ({mnist})")
+            )]
+        );
+        // A record without it (an older kfaws, a trainer without check-data): the path.
+        let old = record("/data/a", None);
+        assert_eq!(old.resume_mismatches(&moved).len(), 1);
+        assert!(old
+            .resume_mismatches(&record("/data/a", Some(mnist)))
+            .is_empty());
+    }
+
     /// A longer stop grace gives the ranks longer before SIGTERM and SIGKILL: the
     /// runner must not kill a rank still inside the grace it was given.
     #[test]
@@ -832,6 +998,7 @@ mod tests {
             job_dir: PathBuf::from("/jobs/j"),
             hyperparameters: BTreeMap::new(),
             tuning: Tuning::default(),
+            dataset: None,
         };
         let cmd = command(&job, 1, 29500);
         let parent = cmd
@@ -924,6 +1091,7 @@ mod tests {
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
             tuning: Tuning::default(),
+            dataset: None,
         }
     }
 
