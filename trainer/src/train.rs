@@ -9,7 +9,6 @@ use std::time::Instant;
 use burn::nn::loss::{CrossEntropyLoss, CrossEntropyLossConfig};
 use burn::prelude::*;
 use burn::tensor::TensorData;
-use sha2::{Digest, Sha256};
 
 use crate::checkpoint::Checkpoint;
 use crate::contract::{ConfigError, HyperparameterError, RunConfig};
@@ -104,20 +103,17 @@ pub fn load_dataset(config: &RunConfig) -> Result<Dataset, TrainError> {
     Ok(dataset)
 }
 
-/// SHA-256 of everything the ranks must share: hyperparameters, dataset kind and sizes, world
-/// size.
-pub fn config_hash(config: &RunConfig, dataset: &Dataset) -> [u8; 32] {
-    let shared = serde_json::json!({
+/// Everything the ranks must share, as the JSON object the handshake compares
+/// ([`crate::dist::Agreement::config`]): hyperparameters, dataset kind and sizes, world size.
+pub fn shared_config(config: &RunConfig, dataset: &Dataset) -> String {
+    serde_json::json!({
         "hyperparameters": config.hp,
         "dataset": dataset.kind,
         "train_examples": dataset.train.len(),
         "test_examples": dataset.test.len(),
         "world_size": config.rendezvous.world_size,
-    });
-    let digest = Sha256::digest(shared.to_string().as_bytes());
-    let mut hash = [0u8; 32];
-    hash.copy_from_slice(&digest);
-    hash
+    })
+    .to_string()
 }
 
 /// Trains on `dataset` as rank `config.rendezvous.rank`, calling `on_epoch` with each epoch's
@@ -142,7 +138,7 @@ pub fn train(
     let model = Net::new(dataset.kind.shape(), &train_device);
     let agreement = Agreement {
         param_count: model.num_params() as u64,
-        config_hash: config_hash(config, dataset),
+        config: shared_config(config, dataset),
     };
     let mut comm = Communicator::connect(&config.rendezvous, &agreement)?;
     let rank = comm.rank();

@@ -179,7 +179,7 @@ fn all_reduce_ms(
         .port();
     let agreement = Agreement {
         param_count: floats as u64,
-        config_hash: [0; 32],
+        config: "{}".to_string(),
     };
     let ranks: Vec<_> = (0..world)
         .map(|rank| {

@@ -1,7 +1,7 @@
 //! The rendezvous: rank 0 admits every other rank after checking its handshake (protocol
-//! version, world size, parameter count, configuration hash, all-reduce algorithm), workers
-//! connect with retries; for the ring, the welcome tells each worker where its successor
-//! listens (`link` module).
+//! version, world size, parameter count, hash of the training configuration, all-reduce
+//! algorithm), workers connect with retries; for the ring, the welcome tells each worker where
+//! its successor listens (`link` module).
 
 use std::io;
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
@@ -15,8 +15,11 @@ const MAGIC: &[u8; 8] = b"KFAWS-AR";
 /// How long rank 0 waits for a new connection's handshake.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Length of a version-2 handshake.
-const HELLO_LEN: usize = 8 + 4 + 4 + 4 + 8 + 32 + 1 + 2;
+/// Length of a version-3 handshake before its configuration (the rest of the payload).
+const HELLO_FIXED: usize = 8 + 4 + 4 + 4 + 8 + 32 + 1 + 2;
+
+/// At most this many differing fields are named in a mismatch.
+const DIFFERENCES_SHOWN: usize = 6;
 
 /// What a handshake announces beyond what must match.
 #[derive(Debug, Clone, Copy)]
@@ -27,8 +30,9 @@ pub(super) struct Hello {
 }
 
 /// The handshake a worker sends to rank 0, and a ring predecessor to its successor: magic,
-/// protocol version, rank, world size, parameter count, configuration hash, all-reduce
-/// algorithm, ring listener port (0: none).
+/// protocol version, rank, world size, parameter count, SHA-256 of the training
+/// configuration (compared), all-reduce algorithm, ring listener port (0: none), then the
+/// configuration itself (UTF-8 JSON, the rest of the payload: read only to name what differs).
 pub(super) fn hello(
     rank: usize,
     world_size: usize,
@@ -41,10 +45,62 @@ pub(super) fn hello(
     out.extend((rank as u32).to_le_bytes());
     out.extend((world_size as u32).to_le_bytes());
     out.extend(agreement.param_count.to_le_bytes());
-    out.extend(agreement.config_hash);
+    out.extend(config_hash(&agreement.config));
     out.push(all_reduce.code());
     out.extend(ring_port.to_le_bytes());
+    out.extend(agreement.config.as_bytes());
     out
+}
+
+/// SHA-256 of a training configuration, the handshake's check.
+fn config_hash(config: &str) -> [u8; 32] {
+    use sha2::Digest as _;
+    sha2::Sha256::digest(config.as_bytes()).into()
+}
+
+/// The fields in which configuration `theirs` (rank `rank`'s) differs from `ours` (rank 0's),
+/// as `hyperparameters.lr "0.01" on rank 1, "0.02" on rank 0`, one level into objects, at
+/// most [`DIFFERENCES_SHOWN`] of them; both are JSON objects (else the texts are said to
+/// differ).
+fn differences(rank: usize, theirs: &str, ours: &str) -> String {
+    let (Ok(serde_json::Value::Object(a)), Ok(serde_json::Value::Object(b))) = (
+        serde_json::from_str::<serde_json::Value>(theirs),
+        serde_json::from_str::<serde_json::Value>(ours),
+    ) else {
+        return format!("rank {rank} sent a configuration rank 0 cannot read");
+    };
+    let mut found = Vec::new();
+    let mut compare = |path: String,
+                       x: Option<&serde_json::Value>,
+                       y: Option<&serde_json::Value>| {
+        if x != y {
+            let shown =
+                |v: Option<&serde_json::Value>| v.map_or("unset".to_string(), ToString::to_string);
+            found.push(format!(
+                "{path} {} on rank {rank}, {} on rank 0",
+                shown(x),
+                shown(y)
+            ));
+        }
+    };
+    let keys: std::collections::BTreeSet<&String> = a.keys().chain(b.keys()).collect();
+    for k in keys {
+        match (a.get(k), b.get(k)) {
+            (Some(serde_json::Value::Object(x)), Some(serde_json::Value::Object(y))) => {
+                let inner: std::collections::BTreeSet<&String> = x.keys().chain(y.keys()).collect();
+                for i in inner {
+                    compare(format!("{k}.{i}"), x.get(i), y.get(i));
+                }
+            }
+            (x, y) => compare(k.clone(), x, y),
+        }
+    }
+    let more = found.len().saturating_sub(DIFFERENCES_SHOWN);
+    found.truncate(DIFFERENCES_SHOWN);
+    if more > 0 {
+        found.push(format!("and {more} more"));
+    }
+    found.join("; ")
 }
 
 /// Checks a peer's handshake against ours; returns what it announces or why it is refused.
@@ -59,7 +115,7 @@ pub(super) fn check_hello(
     }
     let u32_at = |at: usize| u32::from_le_bytes(payload[at..at + 4].try_into().expect("4 bytes"));
     let version = u32_at(8);
-    if version != PROTOCOL_VERSION || payload.len() != HELLO_LEN {
+    if version != PROTOCOL_VERSION || payload.len() < HELLO_FIXED {
         let rank = payload
             .get(12..16)
             .map_or("?".into(), |_| u32_at(12).to_string());
@@ -90,12 +146,11 @@ pub(super) fn check_hello(
             agreement.param_count
         ));
     }
-    if hash != agreement.config_hash {
+    if hash != config_hash(&agreement.config) {
+        let config = String::from_utf8_lossy(&payload[HELLO_FIXED..]);
         return Err(format!(
-            "rank {rank}'s training configuration differs from rank 0's (hyperparameters, dataset \
-             or seed; configuration hash {} vs {})",
-            hex8(&hash),
-            hex8(&agreement.config_hash)
+            "rank {rank}'s training configuration differs from rank 0's: {}",
+            differences(rank, &config, &agreement.config)
         ));
     }
     if peer_all_reduce != Some(all_reduce) {
@@ -107,10 +162,6 @@ pub(super) fn check_hello(
         ));
     }
     Ok(Hello { rank, ring_port })
-}
-
-fn hex8(hash: &[u8; 32]) -> String {
-    hash[..4].iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// The star's links, and the ring's where the all-reduce is [`AllReduce::Ring`].
@@ -343,5 +394,35 @@ fn handshake(
             rank: 0,
             detail: format!("answered the handshake with {other:?}"),
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::differences;
+
+    #[test]
+    fn a_mismatch_names_each_differing_field_and_no_more_than_six() {
+        let ours = r#"{"dataset":"FashionMnist","hyperparameters":{"lr":"0.02","seed":1},"train_examples":60000}"#;
+        let theirs = r#"{"dataset":"FashionMnist","hyperparameters":{"lr":"0.02","seed":2},"train_examples":3000}"#;
+        assert_eq!(
+            differences(1, theirs, ours),
+            "hyperparameters.seed 2 on rank 1, 1 on rank 0; train_examples 3000 on rank 1, 60000 \
+             on rank 0"
+        );
+        let many: String = (0..8)
+            .map(|i| format!(r#""k{i}":{i}"#))
+            .collect::<Vec<_>>()
+            .join(",");
+        let listed = differences(2, &format!("{{{many}}}"), "{}");
+        assert!(
+            listed.starts_with("k0 0 on rank 2, unset on rank 0; ")
+                && listed.ends_with("; and 2 more"),
+            "{listed}"
+        );
+        assert_eq!(
+            differences(3, "not json", "{}"),
+            "rank 3 sent a configuration rank 0 cannot read"
+        );
     }
 }

@@ -67,8 +67,9 @@ use handshake::{accept_peers, join};
 use wire::{abort_payload, decode_floats, parse_abort, read_frame, write_floats, write_frame, Tag};
 
 /// Version of the wire protocol; bumped on any incompatible change (2: the all-reduce topology
-/// and ring port in the handshake, the aborting rank in `Abort`).
-pub const PROTOCOL_VERSION: u32 = 2;
+/// and ring port in the handshake, the aborting rank in `Abort`; 3: the training configuration
+/// itself after its hash in the handshake, so a mismatch names what differs).
+pub const PROTOCOL_VERSION: u32 = 3;
 
 /// How an all-reduce moves the data (module doc: what each costs, as measured).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -130,8 +131,12 @@ pub struct Rendezvous {
 pub struct Agreement {
     /// Number of model parameters (length of every all-reduced gradient vector).
     pub param_count: u64,
-    /// SHA-256 of the training configuration that must match across ranks.
-    pub config_hash: [u8; 32],
+    /// The training configuration that must match across ranks, as a JSON object (the
+    /// trainer's is `crate::train::shared_config`: hyperparameters, dataset, example counts,
+    /// world size). The handshake compares its SHA-256, and sends it whole beside (a few
+    /// hundred bytes, nothing secret: the hyperparameters are in the job's own description)
+    /// so that a mismatch names each differing field.
+    pub config: String,
 }
 
 /// Why a collective failed.

@@ -29,7 +29,7 @@ fn rendezvous(port: u16, rank: usize, world_size: usize) -> Rendezvous {
 fn agreement(param_count: u64) -> Agreement {
     Agreement {
         param_count,
-        config_hash: [7; 32],
+        config: "{}".to_string(),
     }
 }
 
@@ -120,13 +120,17 @@ fn handshake_mismatches_fail_both_sides_with_the_reason() {
             Box::new(|r| (rendezvous(0, r, 2), agreement(10 + r as u64))),
         ),
         (
-            "training configuration differs",
+            "training configuration differs from rank 0's: hyperparameters.lr \"0.02\" on rank 1, \
+             \"0.01\" on rank 0",
             Box::new(|r| {
                 (
                     rendezvous(0, r, 2),
                     Agreement {
                         param_count: 1,
-                        config_hash: [r as u8; 32],
+                        config: format!(
+                            r#"{{"hyperparameters":{{"lr":"0.0{}","seed":1}}}}"#,
+                            r + 1
+                        ),
                     },
                 )
             }),
