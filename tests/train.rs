@@ -238,10 +238,13 @@ fn local_runtime_ctrl_c_checkpoints_and_resume_continues() {
         c.args(["--hp", "log-interval=10"]).args(extra);
         c
     };
-    // Starts the job, waits for a "step=20…" log line, sends `signal` to the
+    // Starts the job, waits until its output so far is `ready`, sends `signal` to the
     // process group (as a terminal's Ctrl-C does) or to one rank only, and
     // returns kfaws's exit code and output.
-    let interrupt = |mut command: std::process::Command, signal: &str, one_rank: bool| {
+    let interrupt = |mut command: std::process::Command,
+                     signal: &str,
+                     one_rank: bool,
+                     ready: &dyn Fn(&str) -> bool| {
         let mut child = command
             .process_group(0)
             .stdout(std::process::Stdio::piped())
@@ -254,7 +257,7 @@ fn local_runtime_ctrl_c_checkpoints_and_resume_continues() {
             let line = line.unwrap();
             seen.push_str(&line);
             seen.push('\n');
-            if line.contains("step=20") {
+            if ready(&seen) {
                 break;
             }
         }
@@ -282,7 +285,8 @@ fn local_runtime_ctrl_c_checkpoints_and_resume_continues() {
         (child.wait().unwrap().code(), seen)
     };
     // Ctrl-C in the terminal: SIGINT to the whole process group.
-    let (code, seen) = interrupt(train(&[]), "INT", false);
+    let training = |seen: &str| seen.contains("step=20");
+    let (code, seen) = interrupt(train(&[]), "INT", false, &training);
     assert_eq!(code, Some(130), "{seen}");
     assert!(
         seen.contains("stopped by a signal (rank 0: 143, rank 1: 143)")
@@ -299,7 +303,7 @@ fn local_runtime_ctrl_c_checkpoints_and_resume_continues() {
         "interrupted",
         &["--resume", "--hp", "log-interval=10"],
     );
-    let (code, seen) = interrupt(resume_only, "TERM", true);
+    let (code, seen) = interrupt(resume_only, "TERM", true, &training);
     assert_eq!(code, Some(130), "{seen}");
     assert!(
         seen.contains("Resuming from")
@@ -387,34 +391,16 @@ fn local_runtime_ctrl_c_checkpoints_and_resume_continues() {
     )
     .unwrap();
     std::fs::set_permissions(&slow, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    let mut child = local_train(
+    let mut early = local_train(
         dir.path(),
         "stopped-early",
         &["--workers", "2", "--trainer"],
-    )
-    .arg(&slow)
-    .process_group(0)
-    .stdout(std::process::Stdio::piped())
-    .stderr(std::process::Stdio::null())
-    .spawn()
-    .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let mut seen = String::new();
-    for line in lines.by_ref() {
-        let line = line.unwrap();
-        seen.push_str(&line);
-        seen.push('\n');
-        if seen.matches("started").count() == 2 {
-            break;
-        }
-    }
-    assert!(std::process::Command::new("kill")
-        .args(["-INT", "--", &format!("-{}", child.id())])
-        .status()
-        .unwrap()
-        .success());
-    seen.extend(lines.map(|l| l.unwrap() + "\n"));
-    assert_eq!(child.wait().unwrap().code(), Some(130), "{seen}");
+    );
+    early.arg(&slow);
+    let (code, seen) = interrupt(early, "INT", false, &|seen: &str| {
+        seen.matches("started").count() == 2
+    });
+    assert_eq!(code, Some(130), "{seen}");
     assert!(
         seen.contains(
             "stopped by a signal before any checkpoint was written (rank 0: 143, rank 1: 143); it \
