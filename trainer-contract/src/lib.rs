@@ -6,6 +6,12 @@
 //! parser over the hyperparameters it is about to send, so a misspelt name or a value out of
 //! range is refused before a job is created rather than minutes later inside it.
 
+/// The longest timeout or grace the trainer takes, in seconds (28 days: SageMaker's longest
+/// `MaxRuntimeInSeconds`, so no job can outlive it): `TRAINER_CONNECT_TIMEOUT`,
+/// `TRAINER_COLLECTIVE_TIMEOUT` and `TRAINER_STOP_GRACE` are refused above it, which also
+/// keeps the trainer's deadline arithmetic (`Instant + timeout`, `timeout * 2`) in range.
+pub const MAX_TIMEOUT_SECS: u64 = 28 * 24 * 3600;
+
 pub mod checkpoint;
 mod dataset;
 mod hyperparameters;

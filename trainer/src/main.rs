@@ -117,13 +117,18 @@ fn stop_flag() -> Arc<AtomicBool> {
 }
 
 /// After SIGTERM or SIGINT the training loop checkpoints and exits after its next step, within
-/// milliseconds. A rank blocked elsewhere (waiting for peers to connect or answer) would only
-/// notice at its timeout, past the orchestrator's SIGKILL: this watchdog exits with 143 once
-/// `grace` has passed since the signal.
+/// milliseconds. A rank blocked elsewhere (waiting for peers to answer) would only notice at
+/// its timeout, past the orchestrator's SIGKILL: this watchdog exits with 143 once `grace` has
+/// passed since the signal; at once if the ranks have not all joined yet
+/// ([`train::RENDEZVOUS_DONE`]: waiting for a peer that may never come, with nothing to save).
 fn stop_deadline(stop: Arc<AtomicBool>, grace: Duration) {
     std::thread::spawn(move || {
         while !stop.load(Ordering::SeqCst) {
             std::thread::sleep(Duration::from_millis(100));
+        }
+        if !train::RENDEZVOUS_DONE.load(Ordering::SeqCst) {
+            tracing::error!("signalled to stop while waiting for the other ranks to join; exiting");
+            std::process::exit(EXIT_TERMINATED);
         }
         std::thread::sleep(grace);
         tracing::error!(
@@ -285,6 +290,9 @@ fn run_train(args: &TrainArgs) -> ExitCode {
     tracing::info!(
         launcher = ?config.launcher, rank = rv.rank, world_size = rv.world_size,
         master = %format!("{}:{}", rv.master_addr, rv.master_port),
+        all_reduce = rv.all_reduce.name(),
+        connect_timeout_s = rv.connect_timeout.as_secs(),
+        collective_timeout_s = rv.collective_timeout.as_secs(),
         data = %config.data_dir.display(), "starting"
     );
     let result = train::load_dataset(&config).and_then(|dataset| {
@@ -297,7 +305,7 @@ fn run_train(args: &TrainArgs) -> ExitCode {
         let is_rank0 = rv.rank == 0;
         let latest = prometheus::Latest::default();
         if let (Some(port), true) = (config.metrics_port, is_rank0) {
-            match prometheus::spawn(port, latest.clone()) {
+            match prometheus::spawn(&config.rendezvous.bind_addr, port, latest.clone()) {
                 Ok(addr) => tracing::info!(%addr, "Prometheus metrics on /metrics"),
                 Err(e) => tracing::warn!("no metrics endpoint: {e}"),
             }

@@ -66,12 +66,14 @@ fn gauge(name: &str, help: &str, value: f64) -> String {
     )
 }
 
-/// Serves `latest` on `0.0.0.0:port` from a background thread for the life of the process.
+/// Serves `latest` on `bind_addr:port` (the rank's `--bind-addr`: all interfaces in a pod or
+/// a SageMaker container, loopback for a local job) from a background thread for the life
+/// of the process.
 ///
 /// # Errors
 /// The bind error, as text.
-pub fn spawn(port: u16, latest: Latest) -> Result<std::net::SocketAddr, String> {
-    let listener = std::net::TcpListener::bind(("0.0.0.0", port))
+pub fn spawn(bind_addr: &str, port: u16, latest: Latest) -> Result<std::net::SocketAddr, String> {
+    let listener = std::net::TcpListener::bind((bind_addr, port))
         .and_then(|l| l.set_nonblocking(true).map(|()| l))
         .map_err(|e| format!("metrics port {port}: {e}"))?;
     let addr = listener
@@ -124,7 +126,7 @@ mod tests {
     #[test]
     fn serves_the_latest_epoch_as_gauges() {
         let latest: Latest = Arc::default();
-        let addr = spawn(0, Arc::clone(&latest)).unwrap();
+        let addr = spawn("127.0.0.1", 0, Arc::clone(&latest)).unwrap();
         let get = || {
             let mut s = std::net::TcpStream::connect(("127.0.0.1", addr.port())).unwrap();
             s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")

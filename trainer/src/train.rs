@@ -103,6 +103,12 @@ pub fn load_dataset(config: &RunConfig) -> Result<Dataset, TrainError> {
     Ok(dataset)
 }
 
+/// Set once every rank has joined ([`Communicator::connect`] returned): before that a stop
+/// signal has nothing to wait for (no step to finish, no checkpoint to write), so the
+/// binary's stop watchdog exits at once instead of after its grace.
+pub static RENDEZVOUS_DONE: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
 /// Everything the ranks must share, as the JSON object the handshake compares
 /// ([`crate::dist::Agreement::config`]): hyperparameters, dataset kind and sizes, world size.
 pub fn shared_config(config: &RunConfig, dataset: &Dataset) -> String {
@@ -141,6 +147,7 @@ pub fn train(
         config: shared_config(config, dataset),
     };
     let mut comm = Communicator::connect(&config.rendezvous, &agreement)?;
+    RENDEZVOUS_DONE.store(true, std::sync::atomic::Ordering::SeqCst);
     let rank = comm.rank();
     let world_size = comm.world_size();
 

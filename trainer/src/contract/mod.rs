@@ -18,6 +18,7 @@ use sagemaker::SageMakerLayout;
 
 use crate::dist::{AllReduce, Rendezvous};
 use crate::replicas::Parallelism;
+use kfaws_trainer_contract::MAX_TIMEOUT_SECS;
 
 /// A configuration that cannot work; never retryable (exit code 1).
 #[derive(Debug, thiserror::Error)]
@@ -92,10 +93,20 @@ pub struct TrainArgs {
     #[arg(long, env = "TRAINER_BIND_ADDR", default_value = "0.0.0.0")]
     pub bind_addr: String,
     /// Seconds to wait for all ranks to connect.
-    #[arg(long, env = "TRAINER_CONNECT_TIMEOUT", default_value_t = 300)]
+    #[arg(
+        long,
+        env = "TRAINER_CONNECT_TIMEOUT",
+        default_value_t = 300,
+        value_parser = clap::value_parser!(u64).range(..=MAX_TIMEOUT_SECS)
+    )]
     pub connect_timeout_secs: u64,
     /// Seconds any collective waits for a peer before failing the job.
-    #[arg(long, env = "TRAINER_COLLECTIVE_TIMEOUT", default_value_t = 120)]
+    #[arg(
+        long,
+        env = "TRAINER_COLLECTIVE_TIMEOUT",
+        default_value_t = 120,
+        value_parser = clap::value_parser!(u64).range(..=MAX_TIMEOUT_SECS)
+    )]
     pub collective_timeout_secs: u64,
     /// All-reduce algorithm for the gradients (every rank must use the same; the handshake
     /// checks): `star` (reduce to rank 0, broadcast) or `ring` (reduce-scatter, all-gather).
@@ -103,7 +114,12 @@ pub struct TrainArgs {
     pub all_reduce: AllReduce,
     /// Seconds after SIGTERM before a rank still blocked waiting for peers exits with 143
     /// (SageMaker's StopTrainingJob sends SIGKILL 120 s after SIGTERM).
-    #[arg(long, env = "TRAINER_STOP_GRACE", default_value_t = 30)]
+    #[arg(
+        long,
+        env = "TRAINER_STOP_GRACE",
+        default_value_t = 30,
+        value_parser = clap::value_parser!(u64).range(..=MAX_TIMEOUT_SECS)
+    )]
     pub stop_grace_secs: u64,
     /// Stop as after SIGTERM (checkpoint, exit 143) once this process's parent is no longer
     /// this pid: the launcher of a local job died (SIGKILL cannot be caught), and its ranks
