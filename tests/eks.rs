@@ -969,9 +969,11 @@ async fn node_group_drift_is_repaired_scaling_changes_in_place_and_a_removed_gro
     assert!(
         err.contains("it has no node groups left, so something else holds it")
             && err.contains("list-fargate-profiles")
-            && !err.contains("node groups still attached"),
+            && !err.contains("node groups still attached")
+            && err.contains("one refused before anything was deleted, such as a cluster still in use, keeps its status"),
         "{err}"
     );
+    assert_eq!(d.state()["resources"]["eks.cluster"]["status"], "created");
     let plan = d.stdout(&["plan", "--target", "eks.cluster"]);
     assert!(!plan.contains("eks.cluster will"), "{plan}");
 

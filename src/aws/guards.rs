@@ -569,7 +569,7 @@ fn file_system_removed(id: &str, size: Option<&aws_sdk_efs::types::FileSystemSiz
                 format!(" at {}", t.format("%Y-%m-%d %H:%M UTC"))
             });
         format!(
-            " (metered size {}{at})",
+            " (metered size {}{at}; EFS meters at intervals, so recent writes may not show)",
             indicatif::HumanBytes(u64::try_from(s.value()).unwrap_or(0))
         )
     });
@@ -1129,7 +1129,7 @@ mod tests {
         let note = d.note.unwrap();
         assert!(
             note.starts_with(
-                "deleted with every file on it (metered size 3.00 GiB at 2026-11-30 00:53 UTC)"
+                "deleted with every file on it (metered size 3.00 GiB at 2026-11-30 00:53 UTC; EFS meters at intervals, so recent writes may not show)"
             ) && note.contains("kfaws takes no backup"),
             "{note}"
         );

@@ -667,7 +667,8 @@ fn finish(plan: &Plan, report: &ApplyReport, state_path: &Path) -> anyhow::Resul
         Ok(exit_status())
     } else {
         let what = if plan.destroy {
-            "Failed deletes stay recorded (status deleting)"
+            "Failed deletes stay recorded (status deleting; one refused before anything was \
+             deleted, such as a cluster still in use, keeps its status)"
         } else {
             "Failed creates are tainted (replaced by the next apply; a Kubernetes bundle is \
              applied again in place), failed updates are planned again"
