@@ -42,6 +42,7 @@ mod state;
 mod train;
 mod train_sagemaker;
 
+use std::collections::BTreeSet;
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -383,48 +384,91 @@ enum StateCommand {
 }
 
 /// Parses `args` and runs the command; returns the process exit code.
-/// The long flags kfaws shares with Terraform, which spells them with one
-/// dash (`terraform plan -destroy -out=tf.plan`; Terraform CLI docs,
-/// "Command: plan", "Command: apply").
-const TERRAFORM_FLAGS: [&str; 8] = [
-    "out",
-    "destroy",
-    "target",
-    "replace",
-    "parallelism",
-    "auto-approve",
-    "detailed-exitcode",
-    "json",
-];
+/// Every long flag (`destroy`, `force-destroy-buckets`, …) and short flag (`v`, `h`) of
+/// `command` and its subcommands.
+fn flags_of(command: &clap::Command) -> (BTreeSet<String>, BTreeSet<char>) {
+    let (mut longs, mut shorts) = (BTreeSet::new(), BTreeSet::new());
+    let mut stack = vec![command.clone()];
+    while let Some(c) = stack.pop() {
+        for a in c.get_arguments() {
+            longs.extend(
+                a.get_long_and_visible_aliases()
+                    .into_iter()
+                    .flatten()
+                    .map(str::to_string),
+            );
+            shorts.extend(a.get_short_and_visible_aliases().into_iter().flatten());
+        }
+        longs.extend(["help", "version"].map(str::to_string));
+        shorts.extend(['h', 'V']);
+        stack.extend(c.get_subcommands().cloned());
+    }
+    (longs, shorts)
+}
 
-/// `args` with Terraform's one-dash spelling of a [`TERRAFORM_FLAGS`] flag
-/// (`-destroy`, `-out FILE`, `-target=ADDR`) made the two-dash one clap
-/// reads (it would take `-destroy` for the short flags `-d -e -s …`).
-/// Arguments after `--` are left as they are. Pure.
-pub fn terraform_spelling(args: impl IntoIterator<Item = OsString>) -> Vec<OsString> {
+/// `args` with Terraform's one-dash spelling of kfaws' long flags (`-destroy`, `-out FILE`,
+/// `-target=ADDR`, `-force-destroy-buckets`; Terraform CLI docs, "Command: plan") made the
+/// two-dash one clap reads (it would take `-destroy` for the short flags `-d -e -s …`).
+/// `longs` and `shorts` are the CLI's flags ([`flags_of`]); arguments after `--`, numbers
+/// (`-1`) and clusters of short flags (`-vv`) are left as they are. Pure.
+///
+/// # Errors
+/// For a one-dash word that is neither (`-no-color`, `-lock=false`: a Terraform flag kfaws
+/// does not have), naming it; and for `apply -destroy`, which kfaws spells `kfaws destroy`.
+pub fn terraform_spelling(
+    args: impl IntoIterator<Item = OsString>,
+    longs: &BTreeSet<String>,
+    shorts: &BTreeSet<char>,
+) -> Result<Vec<OsString>, String> {
     let mut rest = false;
-    args.into_iter()
-        .map(|a| {
-            let Some(s) = a.to_str().filter(|_| !rest) else {
-                return a;
-            };
-            rest = s == "--";
-            let name = s
-                .strip_prefix('-')
-                .filter(|n| !n.starts_with('-'))
-                .map(|n| n.split_once('=').map_or(n, |(name, _)| name));
-            match name {
-                Some(name) if TERRAFORM_FLAGS.contains(&name) => format!("-{s}").into(),
-                _ => a,
+    let mut out = Vec::new();
+    for a in args {
+        let Some(s) = a.to_str().filter(|_| !rest) else {
+            out.push(a);
+            continue;
+        };
+        rest = s == "--";
+        let name = s
+            .strip_prefix('-')
+            .filter(|n| n.starts_with(|c: char| c.is_ascii_alphabetic()))
+            .map(|n| n.split_once('=').map_or(n, |(name, _)| name));
+        match name {
+            Some(name) if name.len() > 1 && longs.contains(name) => {
+                out.push(format!("-{s}").into())
             }
-        })
-        .collect()
+            Some(name) if name.len() > 1 && !name.chars().all(|c| shorts.contains(&c)) => {
+                return Err(format!(
+                    "unknown option '{s}': kfaws takes Terraform's one-dash spelling only for \
+                     flags it has (`-destroy`, `-target=ADDR`, `-out FILE`, …); see `kfaws \
+                     <command> --help`"
+                ))
+            }
+            _ => out.push(a),
+        }
+    }
+    let words: Vec<&str> = out.iter().filter_map(|a| a.to_str()).collect();
+    let command = words.iter().skip(1).find(|w| !w.starts_with('-'));
+    if command == Some(&"apply") && words.contains(&"--destroy") {
+        return Err(
+            "kfaws apply has no --destroy: run `kfaws destroy` (Terraform's `apply -destroy`), or \
+             `kfaws plan --destroy -out FILE` then `kfaws apply FILE`"
+                .into(),
+        );
+    }
+    Ok(out)
 }
 
 pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
     // Usage errors exit 1, not clap's 2: `plan --detailed-exitcode` uses 2
     // for "changes present", and a script must not mistake one for the other.
-    let args: Vec<OsString> = args.into_iter().collect();
+    let (longs, shorts) = flags_of(&Cli::command());
+    let args = match terraform_spelling(args, &longs, &shorts) {
+        Ok(args) => args,
+        Err(e) => {
+            errln!("error: {e}");
+            return ExitCode::from(1);
+        }
+    };
     let parsed = Cli::command()
         .try_get_matches_from(&args)
         .and_then(|matches| {
@@ -631,8 +675,8 @@ async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
     let cancel = cancel_on_signals(match &cli.command {
         Command::Train(args) => match args.runtime {
             Some(kfaws::train::Runtime::Local) => {
-                "stopping the training job: every rank checkpoints and \
-                 exits. Interrupt again to exit at once."
+                "stopping the training job: no rank starts after this, and every rank running \
+                 checkpoints and exits. Interrupt again to exit at once."
             }
             // The interrupt may come before the job exists (checks, upload).
             Some(kfaws::train::Runtime::Sagemaker) => {
@@ -790,11 +834,15 @@ mod tests {
 
     #[test]
     fn terraforms_one_dash_flags_are_read_as_two_dash_ones() {
-        let spelled = |args: &[&str]| -> Vec<String> {
-            terraform_spelling(args.iter().map(Into::into))
-                .into_iter()
-                .map(|a| a.into_string().unwrap())
-                .collect()
+        use clap::CommandFactory as _;
+        let (longs, shorts) = super::flags_of(&super::Cli::command());
+        let spelled = |args: &[&str]| -> Result<Vec<String>, String> {
+            Ok(
+                terraform_spelling(args.iter().map(Into::into), &longs, &shorts)?
+                    .into_iter()
+                    .map(|a| a.into_string().unwrap())
+                    .collect(),
+            )
         };
         assert_eq!(
             spelled(&[
@@ -804,9 +852,11 @@ mod tests {
                 "-out",
                 "tf.plan",
                 "-target=stack.efs",
-                "-v",
+                "-force-destroy-buckets",
+                "-vv",
                 "--json"
-            ]),
+            ])
+            .unwrap(),
             [
                 "kfaws",
                 "plan",
@@ -814,15 +864,23 @@ mod tests {
                 "--out",
                 "tf.plan",
                 "--target=stack.efs",
-                "-v",
+                "--force-destroy-buckets",
+                "-vv",
                 "--json"
             ]
         );
-        // Not a shared flag, a value, or after `--`: left alone.
+        // Numbers, short flags and what follows `--` are left alone.
         assert_eq!(
-            spelled(&["kfaws", "apply", "-lock=false", "--", "-destroy"]),
-            ["kfaws", "apply", "-lock=false", "--", "-destroy"]
+            spelled(&["kfaws", "train", "--lr", "-1", "-h", "--", "-destroy"]).unwrap(),
+            ["kfaws", "train", "--lr", "-1", "-h", "--", "-destroy"]
         );
+        // A Terraform flag kfaws does not have is named, not read as short flags.
+        for unknown in ["-lock=false", "-no-color", "-refresh=false", "-destory"] {
+            let e = spelled(&["kfaws", "plan", unknown]).unwrap_err();
+            assert!(e.starts_with(&format!("unknown option '{unknown}'")), "{e}");
+        }
+        let e = spelled(&["kfaws", "apply", "-destroy"]).unwrap_err();
+        assert!(e.contains("run `kfaws destroy`"), "{e}");
     }
 
     #[test]
