@@ -135,6 +135,42 @@ fn local_train(dir: &Path, job: &str, extra: &[&str]) -> std::process::Command {
     c
 }
 
+/// kfaws sorts the trainer's variables (passed to local ranks, set by kfaws itself, or the
+/// serving container's) from the list the trainer's own help gives: none is missed, none is
+/// made up.
+#[test]
+fn every_trainer_variable_is_known_to_the_local_runner() {
+    use kfaws::train::local::{OTHER_TRAINER_VARS, TUNING_VARS};
+    let mut read: Vec<String> = ["train", "serve"]
+        .iter()
+        .flat_map(|command| {
+            let help = std::process::Command::new(bin("kfaws-trainer"))
+                .args([command, "--help"])
+                .output()
+                .unwrap();
+            // Wrapped lines may split "[env:" from the name.
+            let help = String::from_utf8(help.stdout)
+                .unwrap()
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ");
+            help.split("[env: ")
+                .skip(1)
+                .map(|rest| rest.split(['=', ']']).next().unwrap().to_string())
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    read.sort();
+    read.dedup();
+    let mut known: Vec<String> = TUNING_VARS
+        .iter()
+        .map(|(name, _)| name.to_string())
+        .chain(OTHER_TRAINER_VARS.iter().map(ToString::to_string))
+        .collect();
+    known.sort();
+    assert_eq!(known, read);
+}
+
 /// Also: the trainer's tuning variables set for kfaws reach every rank, a bad one is refused
 /// before the job exists, and the launch contract's are not passed (with a warning).
 #[test]
@@ -166,7 +202,9 @@ fn local_runtime_trains_two_ranks_and_writes_the_model() {
     let out = local_train(dir.path(), "local-two-ranks", &args)
         .env("TRAINER_THREADS", "3")
         .env("TRAINER_REPLICAS", "1")
+        .env("TRAINER_ALL_REDUCE", "ring")
         .env("TRAINER_DATA_DIR", "/nowhere")
+        .env("TRAINER_THREAD", "2")
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -175,7 +213,9 @@ fn local_runtime_trains_two_ranks_and_writes_the_model() {
     assert!(stdout.contains("[rank 1]"), "both ranks ran: {stdout}");
     assert!(stdout.contains("world_size=2"), "{stdout}");
     assert!(
-        stdout.contains("Passed to every rank: TRAINER_REPLICAS=1 TRAINER_THREADS=3"),
+        stdout.contains(
+            "Passed to every rank: TRAINER_ALL_REDUCE=ring TRAINER_REPLICAS=1 TRAINER_THREADS=3"
+        ),
         "{stdout}"
     );
     for rank in 0..2 {
@@ -186,9 +226,20 @@ fn local_runtime_trains_two_ranks_and_writes_the_model() {
                     && l.contains("threads=3 replicas=1")),
             "{stdout}"
         );
+        assert!(
+            stdout
+                .lines()
+                .any(|l| l.starts_with(&format!("[rank {rank}]"))
+                    && l.contains("all_reduce=\"ring\"")),
+            "{stdout}"
+        );
     }
     assert!(
-        stderr.contains("Warning: not passed to the ranks: TRAINER_DATA_DIR (kfaws train sets"),
+        stderr.contains("Warning: not passed to the ranks: TRAINER_DATA_DIR (kfaws train sets")
+            && stderr.contains(
+                "Warning: TRAINER_THREAD is not a variable kfaws-trainer reads (did you mean \
+                 TRAINER_THREADS?)"
+            ),
         "{stderr}"
     );
     let model = dir.path().join("kfaws-jobs/local-two-ranks/model");
@@ -378,6 +429,44 @@ fn local_runtime_ctrl_c_checkpoints_and_resume_continues() {
     assert_eq!(failed.status.code(), Some(1), "{err}");
     assert!(err.contains("its directory was removed"), "{err}");
     assert!(!dir.path().join("kfaws-jobs/failing").exists());
+
+    // A rank that fails before its peers join: the others are stopped at once, and rank 0,
+    // still waiting for it to connect, exits then instead of at its 5-minute connect timeout.
+    let half = dir.path().join("half-trainer");
+    std::fs::write(
+        &half,
+        format!(
+            "#!/bin/sh\nif [ \"$RANK\" = 1 ] && [ \"$1\" = train ]; then\n  sleep 1\n  echo 'rank 1 fails' >&2\n  \
+             exit 3\nfi\nexec {} \"$@\"\n",
+            bin("kfaws-trainer").display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&half, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let failed = local_train(
+        dir.path(),
+        "peer-failed",
+        &[
+            "--workers",
+            "2",
+            "--hp",
+            "max-train-samples=500",
+            "--trainer",
+        ],
+    )
+    .arg(&half)
+    .output()
+    .unwrap();
+    let (out, err) = (
+        String::from_utf8_lossy(&failed.stdout),
+        String::from_utf8_lossy(&failed.stderr),
+    );
+    assert_eq!(failed.status.code(), Some(1), "{out}{err}");
+    assert!(
+        out.contains("signalled to stop while waiting for the other ranks to join")
+            && err.contains("(rank 0: 143, rank 1: 3)"),
+        "{out}{err}"
+    );
 
     // Ctrl-C before any checkpoint (ranks that stop at once, as the trainer does while it
     // still loads the data): nothing to resume, so the name is free again too.

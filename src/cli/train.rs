@@ -469,6 +469,45 @@ fn local_room(workers: u32) -> anyhow::Result<()> {
     }
 }
 
+/// What must hold before any local rank starts, asked of the trainer binary itself: it is a
+/// kfaws-trainer ([`kfaws::train::trainer_version`]) whose build has `backend`, `workers`
+/// ranks fit in the memory available, and it can read `data_dir` (its summary, when it can
+/// check data).
+///
+/// # Errors
+/// The first that does not hold, with what to do.
+async fn preflight(
+    trainer: &Path,
+    backend: &str,
+    workers: u32,
+    data_dir: &Path,
+    dataset: Option<&str>,
+) -> anyhow::Result<Option<kfaws::train::data::LocalDataset>> {
+    let out = tokio::process::Command::new(trainer)
+        .arg("--version")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .with_context(|| format!("cannot run {} --version", trainer.display()))?;
+    let version = kfaws::train::trainer_version(trainer, out.status.success(), &out.stdout)
+        .map_err(anyhow::Error::msg)?;
+    if backend != "gloo" {
+        // A CPU build refuses the backend in every rank; say so once, before any starts.
+        if let Some(backends) = kfaws::train::trainer_backends(&version) {
+            if !backends.iter().any(|b| b == backend) {
+                bail!(
+                    "--backend {backend} is not in this trainer build ({}: {}); pass --trainer \
+                     with a kfaws-trainer built with --features cuda, or --backend gloo",
+                    trainer.display(),
+                    version.trim()
+                );
+            }
+        }
+    }
+    local_room(workers)?;
+    Ok(kfaws::train::data::check_local(trainer, data_dir, dataset).await?)
+}
+
 async fn train_local(
     args: &TrainArgs,
     mut req: Request,
@@ -485,28 +524,6 @@ async fn train_local(
     let exe = std::env::current_exe().context("cannot locate the kfaws executable")?;
     let trainer =
         kfaws::train::trainer_binary(args.trainer.as_deref(), &exe).map_err(anyhow::Error::msg)?;
-    let out = tokio::process::Command::new(&trainer)
-        .arg("--version")
-        .stdin(std::process::Stdio::null())
-        .output()
-        .await
-        .with_context(|| format!("cannot run {} --version", trainer.display()))?;
-    let version = kfaws::train::trainer_version(&trainer, out.status.success(), &out.stdout)
-        .map_err(anyhow::Error::msg)?;
-    if args.backend != "gloo" {
-        // A CPU build refuses the backend in every rank; say so once, before any starts.
-        if let Some(backends) = kfaws::train::trainer_backends(&version) {
-            if !backends.contains(&args.backend) {
-                bail!(
-                    "--backend {} is not in this trainer build ({}: {}); pass --trainer with a \
-                     kfaws-trainer built with --features cuda, or --backend gloo",
-                    args.backend,
-                    trainer.display(),
-                    version.trim()
-                );
-            }
-        }
-    }
     let job_dir = local::job_dir(args.output_dir(), req.job.as_str());
     // A resume continues with the job's recorded settings, but for the flags given now.
     if args.resume {
@@ -528,13 +545,28 @@ async fn train_local(
             req.hyperparameters = resumed.hyperparameters;
         }
     }
-    local_room(req.workers)?;
-    let dataset = kfaws::train::data::check_local(
+    let hp = |k: &str| req.hyperparameters.get(k).map(String::as_str);
+    let dataset = match preflight(
         &trainer,
+        hp("backend").unwrap_or("gloo"),
+        req.workers,
         &data_dir,
-        req.hyperparameters.get("dataset").map(String::as_str),
+        hp("dataset"),
     )
-    .await?;
+    .await
+    {
+        Ok(dataset) => dataset,
+        // A Ctrl-C from a terminal reaches the trainer checks too (one process group): what
+        // failed then is the interrupt, not the trainer or the data.
+        Err(_) if cancel.is_cancelled() => {
+            outln!(
+                "Training job {} stopped by a signal before it started; nothing was created.",
+                req.job
+            )?;
+            return Ok(kfaws::engine::interrupt::exit_status());
+        }
+        Err(e) => return Err(e),
+    };
     match (job_dir.exists(), args.resume) {
         (true, _) if local::is_running(&job_dir) => bail!(
             "a local job named {} is running now (another kfaws holds {}); wait for it to end, \
@@ -599,6 +631,13 @@ async fn train_local(
             .map(|(k, v)| format!("{k}={v}"))
             .collect();
         outln!("Passed to every rank: {}", passed.join(" "))?;
+    }
+    for (name, near) in &job.tuning.unknown {
+        errln!(
+            "Warning: {name} is not a variable kfaws-trainer reads{}; not passed to the ranks \
+             (`kfaws-trainer train --help` lists them)",
+            near.map_or(String::new(), |n| format!(" (did you mean {n}?)"))
+        );
     }
     if !job.tuning.dropped.is_empty() {
         errln!(

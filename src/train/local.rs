@@ -40,7 +40,7 @@ pub const TUNING_VARS: [(&str, Rule); 7] = [
 /// variable, before any rank starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Rule {
-    /// Whole seconds, `u64`.
+    /// Whole seconds, at most [`kfaws_trainer_contract::MAX_TIMEOUT_SECS`].
     Seconds,
     /// `star` or `ring` (the trainer's `--all-reduce`).
     AllReduce,
@@ -52,21 +52,50 @@ pub enum Rule {
 
 impl Rule {
     /// `None` when `value` obeys the rule; else what it must be.
-    fn broken_by(self, value: &str) -> Option<&'static str> {
+    fn broken_by(self, value: &str) -> Option<String> {
         let ok = match self {
-            Self::Seconds => value.parse::<u64>().is_ok(),
+            Self::Seconds => value
+                .parse::<u64>()
+                .is_ok_and(|n| n <= kfaws_trainer_contract::MAX_TIMEOUT_SECS),
             Self::AllReduce => matches!(value, "star" | "ring"),
             Self::Count => value.parse::<usize>().is_ok_and(|n| n >= 1),
             Self::Port => value.parse::<u16>().is_ok_and(|n| n >= 1),
         };
-        (!ok).then_some(match self {
-            Self::Seconds => "whole seconds (0 or more)",
-            Self::AllReduce => "star or ring",
-            Self::Count => "a whole number, at least 1",
-            Self::Port => "a TCP port, 1 to 65535",
+        (!ok).then(|| match self {
+            Self::Seconds => format!(
+                "whole seconds, 0 to {} (28 days)",
+                kfaws_trainer_contract::MAX_TIMEOUT_SECS
+            ),
+            Self::AllReduce => "star or ring".into(),
+            Self::Count => "a whole number, at least 1".into(),
+            Self::Port => "a TCP port, 1 to 65535".into(),
         })
     }
 }
+
+/// The trainer's variables that are not [`TUNING_VARS`] (`kfaws-trainer train --help`
+/// and `serve --help`): where it reads, writes and meets, which this runner sets itself,
+/// and the serving container's, which `train` does not read.
+pub const OTHER_TRAINER_VARS: [&str; 18] = [
+    "TRAINER_BIND_ADDR",
+    "TRAINER_CHANNEL",
+    "TRAINER_CHECKPOINT_DIR",
+    "TRAINER_DATA_DIR",
+    "TRAINER_HYPERPARAMETERS",
+    "TRAINER_MASTER_ADDR",
+    "TRAINER_MASTER_PORT",
+    "TRAINER_MODEL_DIR",
+    "TRAINER_PARENT_PID",
+    "TRAINER_RANK",
+    "TRAINER_SAGEMAKER_ROOT",
+    "TRAINER_WORLD_SIZE",
+    "TRAINER_BODY_TIMEOUT",
+    "TRAINER_MAX_BODY_BYTES",
+    "TRAINER_MAX_IMAGE_PIXELS",
+    "TRAINER_SERVE_BIND_ADDR",
+    "TRAINER_SERVE_PORT",
+    "TRAINER_SERVE_WORKERS",
+];
 
 /// The trainer variables of kfaws' own environment, sorted out for a local
 /// run: the [`TUNING_VARS`] each rank gets, and the other launch-contract
@@ -79,6 +108,9 @@ pub struct Tuning {
     pub passed: BTreeMap<String, String>,
     /// Not passed, by name (for a warning).
     pub dropped: Vec<String>,
+    /// `TRAINER_*` names the trainer does not read at all (a typo?), not passed, each with
+    /// the tuning variable it is nearest to, if one is near (for a warning).
+    pub unknown: Vec<(String, Option<&'static str>)>,
 }
 
 impl Tuning {
@@ -98,6 +130,14 @@ impl Tuning {
                     ));
                 }
                 tuning.passed.insert(k, v);
+            } else if k.starts_with("TRAINER_") && !OTHER_TRAINER_VARS.contains(&k.as_str()) {
+                let near = TUNING_VARS
+                    .iter()
+                    .map(|(name, _)| (strsim::jaro_winkler(name, &k), *name))
+                    .filter(|(score, _)| *score > 0.9)
+                    .max_by(|a, b| a.0.total_cmp(&b.0))
+                    .map(|(_, name)| name);
+                tuning.unknown.push((k, near));
             } else if CONTRACT_PREFIXES.iter().any(|p| k.starts_with(p))
                 || CONTRACT_VARS.contains(&k.as_str())
             {
@@ -105,6 +145,7 @@ impl Tuning {
             }
         }
         tuning.dropped.sort();
+        tuning.unknown.sort();
         Ok(tuning)
     }
 
@@ -382,20 +423,21 @@ pub async fn run(
     })
 }
 
-/// How long the other ranks have to exit once one failed or all were told
-/// to stop, before they are sent SIGTERM (after a failure) and then SIGKILL:
-/// the trainer's stop grace (`TRAINER_STOP_GRACE`, 30 s) plus 5 s. A peer
-/// that sees the failed rank's connection close fails at once; one that
-/// does not (stopped, stuck in uninterruptible I/O) would otherwise hold
-/// the job forever, since its collective timeout runs only while it runs.
+/// How long the other ranks have to exit once they were sent SIGTERM (one
+/// rank failed, or kfaws was told to stop) before SIGKILL: the trainer's
+/// stop grace (`TRAINER_STOP_GRACE`, 30 s) plus 5 s. A rank stopped or
+/// stuck in uninterruptible I/O would otherwise hold the job forever, since
+/// its collective timeout runs only while it runs.
 pub const STOP_AFTER: Duration = Duration::from_secs(35);
 
 /// Waits for every rank: each one's exit code (`None`: killed by a
 /// signal), and whether `cancel` fired. On `cancel` every rank is sent
-/// SIGTERM (they checkpoint and exit). Once a rank has failed, those still
-/// running after `stop_after` ([`Tuning::stop_after`]) are sent SIGTERM, and after
-/// another `stop_after` SIGKILL; once told to stop, SIGKILL after
-/// `stop_after`. So a hung rank cannot hold the job.
+/// SIGTERM (they checkpoint and exit). Once a rank has failed, the others are
+/// sent SIGTERM at once, as torchrun's agent stops a failed group's workers
+/// (a peer still waiting to rendezvous with the failed rank would otherwise
+/// wait out its connect timeout, 5 minutes); either way those still running
+/// `stop_after` ([`Tuning::stop_after`]) later get SIGKILL. So a hung rank
+/// cannot hold the job.
 async fn wait_all(
     children: &mut [Child],
     cancel: &CancellationToken,
@@ -422,8 +464,8 @@ async fn wait_all(
                     let failed = status.code() != Some(0);
                     if failed && kill_at.is_none() {
                         let now = tokio::time::Instant::now();
-                        term_at = Some(now + stop_after);
-                        kill_at = Some(now + 2 * stop_after);
+                        term_at = Some(now);
+                        kill_at = Some(now + stop_after);
                     }
                 }
             }
@@ -656,11 +698,21 @@ impl JobRecord {
                 requested.data_dir.display().to_string(),
             )
         });
+        // As the trainer reads them: `seed` unset and `seed=1` (its default) are the same.
+        let effective = |r: &Self| serde_json::to_value(r.parsed()).unwrap_or_default();
+        let (was_read, now_read) = (effective(self), effective(requested));
+        let differs = |k: &String| {
+            let field = k.replace('-', "_");
+            match (was_read.get(&field), now_read.get(&field)) {
+                (Some(a), Some(b)) => a != b,
+                _ => was.get(k) != now.get(k),
+            }
+        };
         moved
             .into_iter()
             .chain(
                 keys.into_iter()
-                    .filter(|k| was.get(*k) != now.get(*k))
+                    .filter(|k| was.get(*k) != now.get(*k) && differs(k))
                     .map(|k| (k.clone(), shown(was.get(k)), shown(now.get(k)))),
             )
             .collect()
@@ -854,6 +906,8 @@ mod tests {
             ("TRAINER_DATA_DIR", "/elsewhere"),
             ("MASTER_PORT", "1"),
             ("TRAINER_ALL_REDUCE", "ring"),
+            ("TRAINER_THREAD", "1"),
+            ("TRAINER_FOO", "1"),
             ("PET_NNODES", "4"),
             ("HOME", "/root"),
             ("RAYON_NUM_THREADS", "2"),
@@ -867,6 +921,13 @@ mod tests {
             ])
         );
         assert_eq!(t.dropped, ["MASTER_PORT", "PET_NNODES", "TRAINER_DATA_DIR"]);
+        assert_eq!(
+            t.unknown,
+            [
+                ("TRAINER_FOO".to_string(), None),
+                ("TRAINER_THREAD".to_string(), Some("TRAINER_THREADS"))
+            ]
+        );
         assert_eq!(t.stop_after(), STOP_AFTER);
     }
 
@@ -875,6 +936,11 @@ mod tests {
         for (k, v, must) in [
             ("TRAINER_COLLECTIVE_TIMEOUT", "10m", "whole seconds"),
             ("TRAINER_STOP_GRACE", "-1", "whole seconds"),
+            (
+                "TRAINER_CONNECT_TIMEOUT",
+                "18446744073709551615",
+                "0 to 2419200 (28 days)",
+            ),
             ("TRAINER_ALL_REDUCE", "tree", "star or ring"),
             ("TRAINER_THREADS", "0", "at least 1"),
             ("TRAINER_METRICS_PORT", "70000", "1 to 65535"),
@@ -886,6 +952,28 @@ mod tests {
                 "{e}"
             );
         }
+    }
+
+    /// A key set to the trainer's default on one side and unset on the other is no change.
+    #[test]
+    fn a_default_given_or_left_out_is_no_change() {
+        let record = |hp: &[(&str, &str)]| JobRecord {
+            workers: 2,
+            data_dir: "/data".into(),
+            hyperparameters: hp
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            data: None,
+        };
+        assert!(record(&[]).changed(&record(&[("seed", "1")])).is_empty());
+        assert!(record(&[("lr", "0.020")])
+            .changed(&record(&[("lr", "0.02")]))
+            .is_empty());
+        assert_eq!(
+            record(&[]).changed(&record(&[("seed", "2")])),
+            [("seed".to_string(), "default".to_string(), "2".to_string())]
+        );
     }
 
     /// A resume keeps the recorded settings but those given now, whichever spelling of a key.
@@ -1039,6 +1127,35 @@ mod tests {
         .await;
         assert_eq!(codes, [Some(3), None, None], "killed by signals");
         assert!(!interrupted);
+        assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
+    }
+
+    /// A peer of a failed rank is sent SIGTERM at once, not after the grace (a rank waiting
+    /// to rendezvous with the failed one would otherwise wait out its connect timeout).
+    #[tokio::test]
+    async fn the_peers_of_a_failed_rank_are_told_to_stop_at_once() {
+        let forks = forks();
+        let mut children = vec![
+            Command::new("sh")
+                .args(["-c", "exit 3"])
+                .kill_on_drop(true)
+                .spawn()
+                .unwrap(),
+            Command::new("sleep")
+                .arg("30")
+                .kill_on_drop(true)
+                .spawn()
+                .unwrap(),
+        ];
+        drop(forks);
+        let t0 = std::time::Instant::now();
+        let (codes, _) = wait_all(
+            &mut children,
+            &CancellationToken::new(),
+            Duration::from_secs(60),
+        )
+        .await;
+        assert_eq!(codes, [Some(3), None], "the sleeper ended by SIGTERM");
         assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
     }
 

@@ -319,23 +319,62 @@ pub fn parse_hyperparameter(s: &str) -> Result<(String, String), String> {
 /// # Errors
 /// A message naming the paths looked at.
 pub fn trainer_binary(explicit: Option<&Path>, kfaws_exe: &Path) -> Result<PathBuf, String> {
+    use std::os::unix::fs::PermissionsExt as _;
     let path = match explicit {
         Some(p) => p.to_path_buf(),
         None => kfaws_exe.with_file_name("kfaws-trainer"),
     };
-    if path.is_file() {
-        Ok(path)
-    } else {
-        Err(format!(
+    match std::fs::metadata(&path) {
+        Ok(m) if m.is_dir() => Err(format!(
+            "the trainer binary {} is a directory; pass --trainer with the kfaws-trainer file \
+             ({})",
+            path.display(),
+            path.join("kfaws-trainer").display()
+        )),
+        Ok(m) if m.permissions().mode() & 0o111 == 0 => Err(format!(
+            "the trainer binary {} is not executable; `chmod +x {}`",
+            path.display(),
+            path.display()
+        )),
+        Ok(_) => Ok(path),
+        // A bare name is a path relative to the working directory, not a command on PATH.
+        Err(_) if explicit.is_some() && path.components().count() == 1 => Err(format!(
+            "the trainer binary {} does not exist in the working directory; --trainer takes a \
+             path, not a command name (`--trainer \"$(command -v {})\"` for one on PATH)",
+            path.display(),
+            path.display()
+        )),
+        Err(_) => Err(format!(
             "the trainer binary {} does not exist; build it (`cargo build --workspace --bins`) \
              or pass --trainer PATH",
             path.display()
-        ))
+        )),
     }
 }
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_trainer_path_that_cannot_run_says_why() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let kfaws = dir.path().join("kfaws");
+        let e = super::trainer_binary(Some(dir.path()), &kfaws).unwrap_err();
+        assert!(e.contains("is a directory"), "{e}");
+        let file = dir.path().join("kfaws-trainer");
+        std::fs::write(&file, "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let e = super::trainer_binary(Some(&file), &kfaws).unwrap_err();
+        assert!(e.contains("is not executable; `chmod +x "), "{e}");
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert_eq!(super::trainer_binary(None, &kfaws).unwrap(), file);
+        let e = super::trainer_binary(Some(std::path::Path::new("kfaws-trainer-x")), &kfaws)
+            .unwrap_err();
+        assert!(e.contains("takes a path, not a command name"), "{e}");
+        let e = super::trainer_binary(None, &dir.path().join("sub/kfaws")).unwrap_err();
+        assert!(e.contains("does not exist; build it"), "{e}");
+    }
+
     #[test]
     fn only_a_kfaws_trainer_is_taken_for_the_trainer() {
         let path = std::path::Path::new("/usr/bin/python3");
