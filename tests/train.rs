@@ -125,6 +125,22 @@ fn truncated_fashion_mnist() -> tempfile::TempDir {
     dir
 }
 
+/// The start of a shell script that stands in for the trainer: it answers `--version` and
+/// `check-data` as kfaws-trainer does for Fashion-MNIST; what follows is its `train`.
+const FAKE_TRAINER: &str =
+    "#!/bin/sh\nif [ \"$1\" = --version ]; then\n  echo 'kfaws-trainer 0.1.0 \
+     (backends: gloo)'\n  exit 0\nfi\nif [ \"$1\" = check-data ]; then\n  echo \
+     'dataset=fashion-mnist train=60000 test=10000 shape=1x28x28'\n  exit 0\nfi\n";
+
+/// Writes the executable script `text` as `dir/name`; returns its path.
+fn script(dir: &Path, name: &str, text: &str) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt as _;
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path
+}
+
 /// `kfaws train --runtime local --data FASHION_MNIST --job-name JOB` in `dir`, then `extra`.
 fn local_train(dir: &Path, job: &str, extra: &[&str]) -> std::process::Command {
     let mut c = std::process::Command::new(bin("kfaws"));
@@ -408,19 +424,11 @@ fn local_runtime_ctrl_c_checkpoints_and_resume_continues() {
 
     // Ranks that fail before writing anything (a trainer that reads the data,
     // then exits 1 at start) leave no directory: the name is free again.
-    let failing = dir.path().join("failing-trainer");
-    std::fs::write(
-        &failing,
-        "#!/bin/sh\nif [ \"$1\" = --version ]; then\n  echo 'kfaws-trainer 0.1.0 (backends: gloo)'\n  \
-         exit 0\nfi\nif [ \"$1\" = check-data ]; then\n  echo 'dataset=fashion-mnist train=60000 \
-         test=10000 shape=1x28x28'\n  exit 0\nfi\necho 'cannot start' >&2\nexit 1\n",
-    )
-    .unwrap();
-    std::fs::set_permissions(
-        &failing,
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .unwrap();
+    let failing = script(
+        dir.path(),
+        "failing-trainer",
+        &format!("{FAKE_TRAINER}echo 'cannot start' >&2\nexit 1\n"),
+    );
     let failed = local_train(dir.path(), "failing", &["--workers", "2", "--trainer"])
         .arg(&failing)
         .output()
@@ -432,17 +440,15 @@ fn local_runtime_ctrl_c_checkpoints_and_resume_continues() {
 
     // A rank that fails before its peers join: the others are stopped at once, and rank 0,
     // still waiting for it to connect, exits then instead of at its 5-minute connect timeout.
-    let half = dir.path().join("half-trainer");
-    std::fs::write(
-        &half,
-        format!(
-            "#!/bin/sh\nif [ \"$RANK\" = 1 ] && [ \"$1\" = train ]; then\n  sleep 1\n  echo 'rank 1 fails' >&2\n  \
-             exit 3\nfi\nexec {} \"$@\"\n",
+    let half = script(
+        dir.path(),
+        "half-trainer",
+        &format!(
+            "#!/bin/sh\nif [ \"$RANK\" = 1 ] && [ \"$1\" = train ]; then\n  sleep 1\n  echo 'rank 1 \
+             fails' >&2\n  exit 3\nfi\nexec {} \"$@\"\n",
             bin("kfaws-trainer").display()
         ),
-    )
-    .unwrap();
-    std::fs::set_permissions(&half, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    );
     let failed = local_train(
         dir.path(),
         "peer-failed",
@@ -470,16 +476,13 @@ fn local_runtime_ctrl_c_checkpoints_and_resume_continues() {
 
     // Ctrl-C before any checkpoint (ranks that stop at once, as the trainer does while it
     // still loads the data): nothing to resume, so the name is free again too.
-    let slow = dir.path().join("slow-trainer");
-    std::fs::write(
-        &slow,
-        "#!/bin/sh\nif [ \"$1\" = --version ]; then\n  echo 'kfaws-trainer 0.1.0 (backends: gloo)'\n  \
-         exit 0\nfi\nif [ \"$1\" = check-data ]; then\n  echo 'dataset=fashion-mnist train=60000 \
-         test=10000 shape=1x28x28'\n  exit 0\nfi\ntrap 'kill $!; exit 143' INT TERM\necho started\n\
-         sleep 30 &\nwait\n",
-    )
-    .unwrap();
-    std::fs::set_permissions(&slow, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let slow = script(
+        dir.path(),
+        "slow-trainer",
+        &format!(
+            "{FAKE_TRAINER}trap 'kill $!; exit 143' INT TERM\necho started\nsleep 30 &\nwait\n"
+        ),
+    );
     let mut early = local_train(
         dir.path(),
         "stopped-early",
