@@ -1100,17 +1100,19 @@ mod tests {
         );
     }
 
+    /// `sh -c script`, killed when dropped.
+    fn spawn(script: &str) -> Child {
+        Command::new("sh")
+            .args(["-c", script])
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap()
+    }
+
     /// A rank that neither exits after a peer failed nor heeds SIGTERM (stopped,
     /// hung) is killed; the job's wait ends.
     #[tokio::test]
     async fn a_hung_rank_is_killed_once_a_peer_failed() {
-        let spawn = |script: &str| {
-            Command::new("sh")
-                .args(["-c", script])
-                .kill_on_drop(true)
-                .spawn()
-                .unwrap()
-        };
         let forks = forks();
         let mut children = vec![
             spawn("exit 3"),
@@ -1135,18 +1137,7 @@ mod tests {
     #[tokio::test]
     async fn the_peers_of_a_failed_rank_are_told_to_stop_at_once() {
         let forks = forks();
-        let mut children = vec![
-            Command::new("sh")
-                .args(["-c", "exit 3"])
-                .kill_on_drop(true)
-                .spawn()
-                .unwrap(),
-            Command::new("sleep")
-                .arg("30")
-                .kill_on_drop(true)
-                .spawn()
-                .unwrap(),
-        ];
+        let mut children = vec![spawn("exit 3"), spawn("exec sleep 30")];
         drop(forks);
         let t0 = std::time::Instant::now();
         let (codes, _) = wait_all(
