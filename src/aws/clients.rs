@@ -216,6 +216,12 @@ fn error_code(response: &aws_smithy_runtime_api::http::Response) -> Option<Strin
     (!code.is_empty()).then(|| code.to_string())
 }
 
+/// The number of the attempt under way (1 for the first; the orchestrator's count).
+fn attempt(cfg: &ConfigBag) -> u32 {
+    cfg.load::<RequestAttempts>()
+        .map_or(1, RequestAttempts::attempts)
+}
+
 impl Intercept for RetryNotice {
     fn name(&self) -> &'static str {
         "kfaws::RetryNotice"
@@ -246,9 +252,7 @@ impl Intercept for RetryNotice {
         _runtime_components: &RuntimeComponents,
         cfg: &mut ConfigBag,
     ) -> Result<(), BoxError> {
-        let attempt = cfg
-            .load::<RequestAttempts>()
-            .map_or(1, RequestAttempts::attempts);
+        let attempt = attempt(cfg);
         if attempt < 2 {
             return Ok(());
         }
@@ -279,9 +283,7 @@ impl Intercept for RetryNotice {
         _runtime_components: &RuntimeComponents,
         cfg: &mut ConfigBag,
     ) -> Result<(), BoxError> {
-        let attempt = cfg
-            .load::<RequestAttempts>()
-            .map_or(1, RequestAttempts::attempts);
+        let attempt = attempt(cfg);
         if attempt > 1 {
             context
                 .response_mut()
@@ -297,11 +299,7 @@ impl Intercept for RetryNotice {
         _runtime_components: &RuntimeComponents,
         cfg: &mut ConfigBag,
     ) -> Result<(), BoxError> {
-        if cfg
-            .load::<RequestAttempts>()
-            .map_or(1, RequestAttempts::attempts)
-            > 1
-        {
+        if attempt(cfg) > 1 {
             crate::engine::progress::report_retry(None);
         }
         Ok(())
