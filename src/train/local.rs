@@ -781,10 +781,7 @@ pub fn claim_job_dir(name: &str, job: &LocalJob, resume: bool) -> Result<Claim, 
     let requested = JobRecord::of(job);
     let mut changed = Vec::new();
     if resume {
-        let recorded: Option<JobRecord> = match std::fs::read_to_string(&record_path) {
-            Ok(text) => Some(serde_json::from_str(&text).map_err(|e| record_err(e.to_string()))?),
-            Err(_) => None,
-        };
+        let recorded = JobRecord::read(&job.job_dir)?;
         let mismatches = recorded
             .as_ref()
             .map(|r| r.resume_mismatches(&requested))
