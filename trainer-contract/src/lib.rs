@@ -12,6 +12,11 @@
 /// keeps the trainer's deadline arithmetic (`Instant + timeout`, `timeout * 2`) in range.
 pub const MAX_TIMEOUT_SECS: u64 = 28 * 24 * 3600;
 
+/// The most threads (and so model replicas) one trainer process takes: 1,024, above the
+/// vCPUs of any one instance SageMaker or EKS offers (448 for the largest `u7i`); a pool far
+/// above the CPUs only thrashes (100,000 threads turned a one-second job into minutes).
+pub const MAX_THREADS: usize = 1024;
+
 pub mod checkpoint;
 mod dataset;
 mod hyperparameters;

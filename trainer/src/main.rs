@@ -138,17 +138,21 @@ fn stop_deadline(stop: Arc<AtomicBool>, grace: Duration) {
     });
 }
 
-/// Sets `stop` (as SIGTERM does) once this process's parent is no longer `parent`: when a
-/// parent dies its children are re-parented (to init or a subreaper, proc(5) `PPid`), so
-/// the launcher of a local job that was killed is noticed within 500 ms, also if it died
-/// before this started.
-fn watch_parent(parent: u32, stop: Arc<AtomicBool>) {
+/// Sets `stop` (as SIGTERM does) once the launcher `launcher` (kfaws) is gone: this process's
+/// own parent changed since it started (a parent that dies has its children re-parented, to
+/// init or a subreaper: proc(5) `PPid`), or `launcher` no longer runs (`/proc/<pid>` gone or
+/// a zombie). The second covers a `--trainer` wrapper that runs the trainer as its child
+/// rather than `exec`ing it: the wrapper, not kfaws, is the parent then, and outlives a
+/// killed kfaws. Checked every 500 ms, so a killed launcher is noticed within about half a
+/// second, also if it died before this started.
+fn watch_parent(launcher: u32, stop: Arc<AtomicBool>) {
+    let started_under = std::os::unix::process::parent_id();
     std::thread::spawn(move || loop {
         let now = std::os::unix::process::parent_id();
-        if now != parent {
+        if now != started_under || !runs(launcher) {
             tracing::warn!(
-                parent,
-                now,
+                launcher,
+                parent = now,
                 "the process that started this rank is gone; stopping as after SIGTERM"
             );
             stop.store(true, Ordering::SeqCst);
@@ -156,6 +160,16 @@ fn watch_parent(parent: u32, stop: Arc<AtomicBool>) {
         }
         std::thread::sleep(Duration::from_millis(500));
     });
+}
+
+/// Whether process `pid` runs: `/proc/<pid>/stat` exists and its state (the field after the
+/// parenthesised command name, proc(5)) is not `Z` (a zombie has exited).
+fn runs(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state != "Z")
+    })
 }
 
 /// Writes test image `index` as PNG (grey for one channel, RGB for three) and prints

@@ -38,7 +38,8 @@ impl Parallelism {
     /// Replicas split the work of one device; on a GPU (`cpu == false`) there is one.
     ///
     /// # Errors
-    /// [`ConfigError::Contract`] for 0 threads, 0 replicas, or more replicas than threads.
+    /// [`ConfigError::Contract`] for 0 threads or more than
+    /// [`kfaws_trainer_contract::MAX_THREADS`], 0 replicas, or more replicas than threads.
     pub fn resolve(
         threads: usize,
         replicas: Option<usize>,
@@ -53,6 +54,12 @@ impl Parallelism {
         };
         if threads == 0 {
             return Err(bad("threads must be at least 1".into()));
+        }
+        if threads > kfaws_trainer_contract::MAX_THREADS {
+            return Err(bad(format!(
+                "{threads} threads: at most {} (far more threads than CPUs only thrash)",
+                kfaws_trainer_contract::MAX_THREADS
+            )));
         }
         let replicas = match replicas {
             Some(0) => return Err(bad("replicas must be at least 1".into())),
@@ -110,7 +117,8 @@ impl Parallelism {
 
 /// Threads available to this process: `RAYON_NUM_THREADS` (looked up with `env`) when set to
 /// a positive number, otherwise [`std::thread::available_parallelism`] (which honours cgroup
-/// CPU quotas, so a pod's CPU limit), otherwise 1.
+/// CPU quotas, so a pod's CPU limit; at most [`kfaws_trainer_contract::MAX_THREADS`]),
+/// otherwise 1.
 /// A value that is not a number is ignored with a warning (rayon ignores it too).
 pub fn default_threads(env: &dyn Fn(&str) -> Option<String>) -> usize {
     let value = env("RAYON_NUM_THREADS");
@@ -123,7 +131,12 @@ pub fn default_threads(env: &dyn Fn(&str) -> Option<String>) -> usize {
     value
         .and_then(|v| v.parse::<usize>().ok())
         .filter(|&n| n > 0)
-        .or_else(|| std::thread::available_parallelism().ok().map(|n| n.get()))
+        .or_else(|| {
+            // A default never exceeds the cap a value given is refused above.
+            std::thread::available_parallelism()
+                .ok()
+                .map(|n| n.get().min(kfaws_trainer_contract::MAX_THREADS))
+        })
         .unwrap_or(1)
 }
 
@@ -188,6 +201,7 @@ mod tests {
         );
         for (threads, replicas, needle) in [
             (0, None, "threads must be at least 1"),
+            (100_000, None, "100000 threads: at most 1024"),
             (2, Some(0), "replicas must be at least 1"),
             (2, Some(3), "3 replicas need at least 3 threads, 2 given"),
         ] {

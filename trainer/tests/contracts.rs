@@ -578,10 +578,11 @@ fn a_rank_whose_parent_dies_checkpoints_and_exits() {
     }
 }
 
-/// A rank blocked in the rendezvous (its rank 0 never comes) still exits 143 shortly after
-/// SIGTERM, within the configured grace.
+/// A rank blocked in the rendezvous (its rank 0 never comes) exits 143 at once on SIGTERM,
+/// not after its stop grace (here a minute): before every rank has joined there is no step to
+/// finish and nothing to save.
 #[test]
-fn sigterm_while_waiting_for_peers_exits_within_the_grace() {
+fn sigterm_while_waiting_for_peers_to_join_exits_at_once() {
     let dir = tempfile::tempdir().unwrap();
     let args = [
         format!("--data-dir={}", fashion_mnist().display()),
@@ -589,7 +590,7 @@ fn sigterm_while_waiting_for_peers_exits_within_the_grace() {
         "--world-size=2".to_string(),
         "--master-addr=127.0.0.1".to_string(),
         format!("--master-port={}", free_port()),
-        "--stop-grace-secs=1".to_string(),
+        "--stop-grace-secs=60".to_string(),
     ];
     let mut p = spawn_train(dir.path(), "waiting", &args, &[]);
     p.wait_for_log("dataset loaded", Duration::from_secs(60));
@@ -607,10 +608,52 @@ fn sigterm_while_waiting_for_peers_exits_within_the_grace() {
         sent.elapsed()
     );
     assert!(
-        p.stderr().contains("blocked waiting for peers"),
+        p.stderr()
+            .contains("signalled to stop while waiting for the other ranks to join"),
         "{}",
         p.stderr()
     );
+}
+
+/// Once the ranks have joined, a rank told to stop while blocked in a collective (its peer is
+/// stopped with SIGSTOP, so it neither answers nor fails) exits 143 when its stop grace ends.
+#[test]
+fn sigterm_while_blocked_in_a_collective_exits_after_the_grace() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let hp = ["epochs=1", "max-train-samples=60000", "log-interval=10"];
+    let mut ranks: Vec<Proc> = (0..2)
+        .map(|rank| {
+            let mut args = rank_args(dir.path(), &fashion_mnist(), rank, 2, port, &hp);
+            args.push("--stop-grace-secs=1".into());
+            spawn_train(dir.path(), &format!("rank{rank}"), &args, &[])
+        })
+        .collect();
+    ranks[0].wait_for_log("step=20", Duration::from_secs(120));
+    let signal = |flag: &str, p: &Proc| {
+        assert!(std::process::Command::new("kill")
+            .args([flag, &p.child.id().to_string()])
+            .status()
+            .unwrap()
+            .success());
+    };
+    signal("-STOP", &ranks[0]);
+    signal("-TERM", &ranks[1]);
+    assert_eq!(
+        ranks[1].wait(Duration::from_secs(20)),
+        143,
+        "{}",
+        ranks[1].stderr()
+    );
+    assert!(
+        ranks[1]
+            .stderr()
+            .contains("(blocked waiting for peers); exiting"),
+        "{}",
+        ranks[1].stderr()
+    );
+    signal("-KILL", &ranks[0]);
+    let _ = ranks[0].wait(Duration::from_secs(20));
 }
 
 /// `kfaws-trainer check-data` reads a directory as `train` does and says what it holds, or
@@ -663,5 +706,68 @@ fn check_data_reads_the_directory_as_train_does() {
             && stderr.contains("file19.txt, … 5 more]")
             && !stderr.contains("file20.txt"),
         "{stderr}"
+    );
+}
+
+/// A rank whose launcher (`--parent-pid`) is not its parent, as under a `--trainer` wrapper
+/// script that runs it without `exec`, trains on while the launcher runs, and stops as after
+/// SIGTERM once the launcher is gone although its own parent (here the test) stays.
+#[test]
+fn a_rank_stops_when_its_launcher_is_gone_even_when_it_is_not_the_parent() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut launcher = std::process::Command::new("sleep")
+        .arg("600")
+        .spawn()
+        .unwrap();
+    let mut rank = std::process::Command::new(env!("CARGO_BIN_EXE_kfaws-trainer"))
+        .arg("train")
+        .arg(format!("--data-dir={}", fashion_mnist().display()))
+        .arg(format!(
+            "--model-dir={}",
+            dir.path().join("model").display()
+        ))
+        .arg(format!(
+            "--checkpoint-dir={}",
+            dir.path().join("ckpt").display()
+        ))
+        .args([
+            "--hp=epochs=1",
+            "--hp=max-train-samples=60000",
+            "--hp=log-interval=10",
+        ])
+        .args(backend_args())
+        .env("TRAINER_PARENT_PID", launcher.id().to_string())
+        .env("RUST_LOG", "info")
+        .env("TRAINER_SAGEMAKER_ROOT", dir.path().join("no-sagemaker"))
+        .env_remove("MASTER_ADDR")
+        .env_remove("WORLD_SIZE")
+        .env_remove("PET_NNODES")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::{BufRead as _, BufReader};
+    let mut lines = BufReader::new(rank.stderr.take().unwrap()).lines();
+    let mut log = String::new();
+    // Training under a live launcher that is not its parent: not stopped.
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        log.push_str(&line);
+        log.push('\n');
+        if line.contains("step=20") {
+            break;
+        }
+    }
+    assert!(!log.contains("is gone"), "{log}");
+    launcher.kill().unwrap();
+    launcher.wait().unwrap();
+    log.extend(lines.map(|l| l.unwrap() + "\n"));
+    let status = rank.wait().unwrap();
+    assert_eq!(status.code(), Some(143), "{log}");
+    assert!(
+        log.contains("the process that started this rank is gone")
+            && log.contains("checkpoint written"),
+        "{log}"
     );
 }

@@ -121,9 +121,10 @@ pub struct TrainArgs {
         value_parser = clap::value_parser!(u64).range(..=MAX_TIMEOUT_SECS)
     )]
     pub stop_grace_secs: u64,
-    /// Stop as after SIGTERM (checkpoint, exit 143) once this process's parent is no longer
-    /// this pid: the launcher of a local job died (SIGKILL cannot be caught), and its ranks
-    /// must not train on unwatched beside the next run of the same job. Checked every 500 ms.
+    /// Stop as after SIGTERM (checkpoint, exit 143) once the process of this pid (the launcher
+    /// of a local job) is gone, or this process's parent changed: the launcher died (SIGKILL
+    /// cannot be caught), and its ranks must not train on unwatched beside the next run of the
+    /// same job. Checked every 500 ms.
     #[arg(long, env = "TRAINER_PARENT_PID")]
     pub parent_pid: Option<u32>,
     /// Serve Prometheus metrics on this port (rank 0 only; `/metrics`).
