@@ -364,17 +364,26 @@ fn local_runtime_ctrl_c_checkpoints_and_resume_continues() {
     // SIGTERM to one rank only, on a resumed run: the same stop, reported the same way.
     // (Resumed after step 20, the line it waits for is step=200.) The resume gives only
     // --resume (and the log interval): the workers, epochs and max-train-samples are the
-    // job's recorded ones, not the flags' defaults (which would be refused or said changed).
-    let resume_only = local_train(
-        dir.path(),
+    // job's recorded ones, not the flags' defaults (which would be refused or said changed),
+    // and so is the data (no --data).
+    let mut resume_only = std::process::Command::new(bin("kfaws"));
+    resume_only.current_dir(dir.path()).args([
+        "train",
+        "--runtime",
+        "local",
+        "--job-name",
         "interrupted",
-        &["--resume", "--hp", "log-interval=10"],
-    );
+        "--resume",
+        "--hp",
+        "log-interval=10",
+    ]);
     let (code, seen) = interrupt(resume_only, "TERM", true, &training);
     assert_eq!(code, Some(130), "{seen}");
     assert!(
         seen.contains("Resuming from")
-            && seen.contains("2 process(es)")
+            && seen.contains(&format!(
+                "2 process(es) on this machine, data {FASHION_MNIST}"
+            ))
             && !seen.contains("Changed since the last run")
             && seen.contains("stopped by a signal (rank 0: 143, rank 1: 143)"),
         "{seen}"
@@ -472,6 +481,36 @@ fn local_runtime_ctrl_c_checkpoints_and_resume_continues() {
         out.contains("signalled to stop while waiting for the other ranks to join")
             && err.contains("(rank 0: 143, rank 1: 3)"),
         "{out}{err}"
+    );
+
+    // A wrapper that runs the trainer as its child (no `exec`, as `nice` or a setup script
+    // would): the ranks' parent is the wrapper, not kfaws, and they train to the end.
+    let wrapper = script(
+        dir.path(),
+        "wrapping-trainer",
+        &format!("#!/bin/sh\n{} \"$@\"\n", bin("kfaws-trainer").display()),
+    );
+    let wrapped = local_train(
+        dir.path(),
+        "wrapped",
+        &[
+            "--workers",
+            "2",
+            "--epochs",
+            "1",
+            "--hp",
+            "max-train-samples=300",
+            "--trainer",
+        ],
+    )
+    .arg(&wrapper)
+    .output()
+    .unwrap();
+    let out = String::from_utf8_lossy(&wrapped.stdout);
+    assert!(
+        wrapped.status.success() && out.contains("Training job wrapped completed"),
+        "{out}{}",
+        String::from_utf8_lossy(&wrapped.stderr)
     );
 
     // Ctrl-C before any checkpoint (ranks that stop at once, as the trainer does while it

@@ -54,9 +54,10 @@ pub struct TrainArgs {
     /// Names and values are checked with the bundled trainer's rules before a job is created.
     #[arg(long = "hp", value_name = "KEY=VALUE", value_parser = parse_hyperparameter)]
     pub hp: Vec<(String, String)>,
-    /// The dataset: s3://bucket/prefix, efs:/path (in the deployment's file system) or a local directory.
-    #[arg(long, value_name = "SOURCE")]
-    pub data: String,
+    /// The dataset: s3://bucket/prefix, efs:/path (in the deployment's file system) or a local
+    /// directory. A local --resume without it uses the job's recorded data.
+    #[arg(long, value_name = "SOURCE", required_unless_present = "resume")]
+    pub data: Option<String>,
     /// The job name [default: kfaws-train-<UTC time>-<random>].
     #[arg(long, value_name = "NAME")]
     pub job_name: Option<String>,
@@ -286,7 +287,7 @@ fn request(args: &TrainArgs, runtime: Runtime) -> anyhow::Result<Request> {
             u64::from,
         ),
     };
-    let data = match DataSource::parse(&args.data) {
+    let data = match DataSource::parse(args.data.as_deref().unwrap_or_default()) {
         Ok(data) => {
             if let Err(e) = data.check_runtime(runtime) {
                 problems.push(e.to_string());
@@ -448,6 +449,29 @@ pub async fn train(g: &Global, args: &TrainArgs, cancel: &CancellationToken) -> 
             "no runtime: pass --runtime local|kubernetes|sagemaker, set KFAWS_TRAINING_RUNTIME, \
              or set training_runtime in kfaws.toml",
         )?,
+    };
+    // A local --resume without --data takes the job's recorded data directory.
+    let recorded_data = match (&args.data, &args.job_name, runtime) {
+        (None, Some(name), Runtime::Local) if JobName::parse(name).is_ok() => {
+            local::JobRecord::read(&local::job_dir(args.output_dir(), name))?
+                .map(|r| r.data_dir.display().to_string())
+        }
+        _ => None,
+    };
+    let with_data;
+    let args = match recorded_data {
+        Some(data) => {
+            with_data = TrainArgs {
+                data: Some(data),
+                ..args.clone()
+            };
+            &with_data
+        }
+        None if args.data.is_none() => bail!(
+            "--data is required: only a local --resume of a job that ran (its job.json) takes \
+             the data it recorded"
+        ),
+        None => args,
     };
     let req = request(args, runtime)?;
     match runtime {

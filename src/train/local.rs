@@ -44,7 +44,7 @@ pub enum Rule {
     Seconds,
     /// `star` or `ring` (the trainer's `--all-reduce`).
     AllReduce,
-    /// A count of at least 1.
+    /// A count from 1 to [`kfaws_trainer_contract::MAX_THREADS`].
     Count,
     /// A TCP port, 1..=65535 (rank 0 serves `/metrics` there).
     Port,
@@ -58,7 +58,9 @@ impl Rule {
                 .parse::<u64>()
                 .is_ok_and(|n| n <= kfaws_trainer_contract::MAX_TIMEOUT_SECS),
             Self::AllReduce => matches!(value, "star" | "ring"),
-            Self::Count => value.parse::<usize>().is_ok_and(|n| n >= 1),
+            Self::Count => value
+                .parse::<usize>()
+                .is_ok_and(|n| (1..=kfaws_trainer_contract::MAX_THREADS).contains(&n)),
             Self::Port => value.parse::<u16>().is_ok_and(|n| n >= 1),
         };
         (!ok).then(|| match self {
@@ -67,7 +69,10 @@ impl Rule {
                 kfaws_trainer_contract::MAX_TIMEOUT_SECS
             ),
             Self::AllReduce => "star or ring".into(),
-            Self::Count => "a whole number, at least 1".into(),
+            Self::Count => format!(
+                "a whole number from 1 to {}",
+                kfaws_trainer_contract::MAX_THREADS
+            ),
             Self::Port => "a TCP port, 1 to 65535".into(),
         })
     }
@@ -939,7 +944,8 @@ mod tests {
                 "0 to 2419200 (28 days)",
             ),
             ("TRAINER_ALL_REDUCE", "tree", "star or ring"),
-            ("TRAINER_THREADS", "0", "at least 1"),
+            ("TRAINER_THREADS", "0", "from 1 to 1024"),
+            ("TRAINER_THREADS", "100000", "from 1 to 1024"),
             ("TRAINER_METRICS_PORT", "70000", "1 to 65535"),
         ] {
             let e = Tuning::from_env(vars(&[(k, v)])).unwrap_err();

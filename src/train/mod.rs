@@ -326,10 +326,9 @@ pub fn trainer_binary(explicit: Option<&Path>, kfaws_exe: &Path) -> Result<PathB
     };
     match std::fs::metadata(&path) {
         Ok(m) if m.is_dir() => Err(format!(
-            "the trainer binary {} is a directory; pass --trainer with the kfaws-trainer file \
-             ({})",
-            path.display(),
-            path.join("kfaws-trainer").display()
+            "the trainer binary {} is a directory; pass --trainer with the path of the \
+             kfaws-trainer binary itself",
+            path.display()
         )),
         Ok(m) if m.permissions().mode() & 0o111 == 0 => Err(format!(
             "the trainer binary {} is not executable; `chmod +x {}`",
