@@ -234,19 +234,14 @@ fn local_runtime_trains_two_ranks_and_writes_the_model() {
         ),
         "{stdout}"
     );
+    let logged = |rank: u32, needle: &str| {
+        stdout
+            .lines()
+            .any(|l| l.starts_with(&format!("[rank {rank}]")) && l.contains(needle))
+    };
     for rank in 0..2 {
         assert!(
-            stdout
-                .lines()
-                .any(|l| l.starts_with(&format!("[rank {rank}]"))
-                    && l.contains("threads=3 replicas=1")),
-            "{stdout}"
-        );
-        assert!(
-            stdout
-                .lines()
-                .any(|l| l.starts_with(&format!("[rank {rank}]"))
-                    && l.contains("all_reduce=\"ring\"")),
+            logged(rank, "threads=3 replicas=1") && logged(rank, "all_reduce=\"ring\""),
             "{stdout}"
         );
     }
