@@ -821,13 +821,7 @@ async fn node_group_drift_is_repaired_scaling_changes_in_place_and_a_removed_gro
     // change made outside kfaws.
     refuse_once("UpdateNodegroupConfig");
     d.write_config("[node_groups.cpu]\nmin_size = 1\ndesired_size = 3\nmax_size = 3");
-    let failed = d.kfaws(&["apply", "--auto-approve"]).assert().code(1);
-    let out = failed.get_output();
-    let failed = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let failed = d.fails_with_output(&["apply", "--auto-approve"]);
     assert!(failed.contains("InvalidParameterException"), "{failed}");
     let plan = d.stdout(&["plan"]);
     assert!(
@@ -956,16 +950,7 @@ async fn node_group_drift_is_repaired_scaling_changes_in_place_and_a_removed_gro
             d.account
         ),
     );
-    let refused = d
-        .kfaws(&["destroy", "--target", "eks.cluster", "--auto-approve"])
-        .assert()
-        .code(1);
-    let out = refused.get_output();
-    let err = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let err = d.fails_with_output(&["destroy", "--target", "eks.cluster", "--auto-approve"]);
     assert!(
         err.contains("it has no node groups left, so something else holds it")
             && err.contains("list-fargate-profiles")

@@ -1030,17 +1030,8 @@ async fn replace_recreates_a_bundle_and_a_node_group_and_refuses_what_others_dep
             d.account
         ),
     );
-    let out = d
-        .kfaws(&["apply", "--auto-approve", "--replace", "eks.nodegroup.cpu"])
-        .assert()
-        .code(1)
-        .get_output()
-        .clone();
-    let failed = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let failed =
+        d.fails_with_output(&["apply", "--auto-approve", "--replace", "eks.nodegroup.cpu"]);
     assert!(
         failed.contains("eks.nodegroup.cpu: the old one was deleted, then create failed: ")
             && failed.contains("ResourceLimitExceededException"),

@@ -601,6 +601,18 @@ impl Deployment {
         String::from_utf8(out).unwrap()
     }
 
+    /// Standard output then standard error of `kfaws ARGS`, which must exit 1: a failed
+    /// apply or destroy says a resource's error in its progress lines, on standard output.
+    pub fn fails_with_output(&self, args: &[&str]) -> String {
+        let assert = self.kfaws(args).assert().code(1);
+        let out = assert.get_output();
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    }
+
     /// Standard error of `kfaws ARGS`, which must exit 1.
     pub fn fails(&self, args: &[&str]) -> String {
         let out = self
