@@ -307,18 +307,20 @@ impl Hyperparameters {
     /// written by hand), skipping `sagemaker_*` keys.
     ///
     /// # Errors
-    /// [`HyperparameterError::Json`] when it is not a JSON object; as [`Self::set`] per key.
+    /// [`HyperparameterError::Json`] when it is not a JSON object;
+    /// [`HyperparameterError::Duplicate`] when a key appears twice, in either spelling (JSON
+    /// leaves duplicate names to the reader, RFC 8259 §4; a map would keep the last silently);
+    /// as [`Self::set`] per key.
     pub fn apply_sagemaker_json(
         &mut self,
         json: &str,
         origin: &str,
     ) -> Result<(), HyperparameterError> {
-        let map: BTreeMap<String, serde_json::Value> =
-            serde_json::from_str(json).map_err(|e| HyperparameterError::Json {
-                origin: origin.to_string(),
-                detail: e.to_string(),
-            })?;
-        if let Some((first, second)) = find_duplicate(map.keys().map(String::as_str)) {
+        let Members(map) = serde_json::from_str(json).map_err(|e| HyperparameterError::Json {
+            origin: origin.to_string(),
+            detail: e.to_string(),
+        })?;
+        if let Some((first, second)) = find_duplicate(map.iter().map(|(k, _)| k.as_str())) {
             return Err(HyperparameterError::Duplicate {
                 first: first.to_string(),
                 second: second.to_string(),
@@ -336,6 +338,33 @@ impl Hyperparameters {
             self.set(&key, &raw, origin)?;
         }
         Ok(())
+    }
+}
+
+/// A JSON object's members in document order, duplicates kept.
+struct Members(Vec<(String, serde_json::Value)>);
+
+impl<'de> serde::Deserialize<'de> for Members {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_map(MembersVisitor)
+    }
+}
+
+struct MembersVisitor;
+
+impl<'de> serde::de::Visitor<'de> for MembersVisitor {
+    type Value = Members;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON object of hyperparameters")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Members, A::Error> {
+        let mut members = Vec::new();
+        while let Some(member) = map.next_entry()? {
+            members.push(member);
+        }
+        Ok(Members(members))
     }
 }
 
@@ -476,6 +505,21 @@ mod tests {
             twice.to_string(),
             "hyperparameter \"seed\" (from --hp) is given twice; keep one"
         );
+    }
+
+    #[test]
+    fn a_key_given_twice_in_the_same_spelling_is_refused() {
+        let err = Hyperparameters::default()
+            .apply_sagemaker_json(r#"{"seed": "1", "lr": "0.1", "seed": "2"}"#, "hp.json")
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "hyperparameter \"seed\" (from hp.json) is given twice; keep one"
+        );
+        let mut hp = Hyperparameters::default();
+        hp.apply_sagemaker_json(r#"{"seed": "7", "sagemaker_region": "\"x\""}"#, "hp.json")
+            .unwrap();
+        assert_eq!(hp.seed, 7);
     }
 
     #[test]
