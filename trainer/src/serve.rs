@@ -220,12 +220,32 @@ impl Classifier {
     /// An image of any size and colour type → `C×H×W` pixels of the model's input. Its size
     /// is read from its header and checked before anything is decoded.
     fn decode_image(&self, body: &[u8]) -> Result<Vec<u8>, Rejection> {
-        let undecodable =
-            |e: image::ImageError| reject(400, format!("cannot decode the image: {e}"));
         let reader = || {
             image::ImageReader::new(std::io::Cursor::new(body))
                 .with_guessed_format()
                 .expect("reading from memory cannot fail")
+        };
+        // The format its signature names, so the error says which of the three cases it is.
+        let format = reader().format();
+        let undecodable = |e: image::ImageError| {
+            use image::ImageFormat::{Jpeg, Png};
+            reject(
+                400,
+                match format {
+                    Some(f @ (Png | Jpeg)) => format!(
+                        "cannot decode the image: its first bytes say {}, but it is damaged or \
+                         cut short ({e})",
+                        format!("{f:?}").to_uppercase()
+                    ),
+                    Some(f) => format!(
+                        "the image is {}; PNG and JPEG are accepted",
+                        format!("{f:?}").to_uppercase()
+                    ),
+                    None => "the body is not a PNG or JPEG image (its first bytes match neither \
+                             signature)"
+                        .to_string(),
+                },
+            )
         };
         let (width, height) = reader().into_dimensions().map_err(undecodable)?;
         let pixels = u64::from(width) * u64::from(height);
@@ -680,11 +700,38 @@ mod tests {
     fn bad_requests_get_their_status() {
         let (_dir, c) = classifier();
         assert_eq!(c.invoke("text/csv", b"1,2").unwrap_err().status, 415);
-        assert_eq!(
-            c.invoke("application/x-image", b"not an image")
-                .unwrap_err()
-                .status,
-            400
+        let not_image = c
+            .invoke("application/x-image", b"not an image")
+            .unwrap_err();
+        assert_eq!(not_image.status, 400);
+        assert!(
+            not_image.message.contains("not a PNG or JPEG image"),
+            "{}",
+            not_image.message
+        );
+        let whole = png(100, 37);
+        let cut = c
+            .invoke("image/png", &whole[..whole.len() / 2])
+            .unwrap_err();
+        assert_eq!(cut.status, 400);
+        assert!(
+            cut.message
+                .contains("its first bytes say PNG, but it is damaged or cut short"),
+            "{}",
+            cut.message
+        );
+        let gif = c
+            .invoke(
+                "application/x-image",
+                b"GIF89a\x01\x00\x01\x00\x00\x00\x00;",
+            )
+            .unwrap_err();
+        assert_eq!(gif.status, 400);
+        assert!(
+            gif.message
+                .contains("the image is GIF; PNG and JPEG are accepted"),
+            "{}",
+            gif.message
         );
         let short = c
             .invoke("application/json", br#"{"instances": [[1, 2, 3]]}"#)
