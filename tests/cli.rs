@@ -73,6 +73,29 @@ async fn plan_apply_noop_plan_outputs_and_destroy() {
 
     let vpc = d.stdout(&["output", "stack.network.VpcId"]);
     assert!(vpc.trim().starts_with("vpc-"), "{vpc}");
+
+    // A stack's delete lists what the live stack holds; --force-destroy-buckets warns only of
+    // a plan that deletes a bucket.
+    let destroying = d.stdout(&["plan", "--destroy", "--force-destroy-buckets"]);
+    assert!(
+        destroying.contains("\n        - Vpc (AWS::EC2::VPC)\n")
+            && destroying.contains("\n        - ArtifactBucket (AWS::S3::Bucket)\n")
+            && destroying.contains("--force-destroy-buckets: every S3 bucket this plan deletes"),
+        "{destroying}"
+    );
+    let iam = d.stdout(&[
+        "plan",
+        "--destroy",
+        "--force-destroy-buckets",
+        "--target",
+        "stack.iam",
+    ]);
+    assert!(
+        iam.contains("\n        - NodeRole (AWS::IAM::Role)\n")
+            && !iam.contains("AWS::S3::Bucket")
+            && !iam.contains("--force-destroy-buckets"),
+        "{iam}"
+    );
     let all: serde_json::Value = serde_json::from_str(&d.stdout(&["output", "--json"])).unwrap();
     assert_eq!(all["bucket_name"], format!("kfaws-{n}-us-east-1-artifacts"));
     assert!(all["sagemaker_role_arn"]
@@ -1487,6 +1510,17 @@ async fn plan_out_follows_links_and_refuses_what_is_not_a_regular_file() {
         .is_symlink());
     let saved: serde_json::Value = serde_json::from_slice(&std::fs::read(&real).unwrap()).unwrap();
     assert!(saved.is_object(), "{saved}");
+    // The command it suggests runs as printed: a name the shell would split, or kfaws would
+    // read as a flag, is written so that it is not.
+    for (name, word) in [("-x.plan", "./-x.plan"), ("my plan", "'my plan'")] {
+        let out = d.stdout(&["plan", &format!("-out={name}")]);
+        assert!(
+            out.contains(&format!(
+                "To perform exactly these actions, run: kfaws apply {word}\n"
+            )),
+            "{out}"
+        );
+    }
 
     let fifo = dir.path().join("fifo");
     assert!(std::process::Command::new("mkfifo")

@@ -23,7 +23,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use aws_sdk_cloudformation::error::ProvideErrorMetadata;
 use aws_sdk_cloudformation::types::{
-    Capability, ChangeSetType, OnFailure, Parameter, Stack, StackStatus, Tag,
+    Capability, ChangeSetType, OnFailure, Parameter, ResourceStatus, Stack, StackStatus, Tag,
 };
 use aws_sdk_cloudformation::Client;
 use serde_json::{json, Value};
@@ -236,6 +236,41 @@ impl StackResource {
             _ => "it was not created by kfaws for this deployment; delete or rename it".into(),
         };
         ResourceError::refused(format!("stack {} already exists: {why}", self.stack_name))
+    }
+
+    /// The resources stack `id` holds (ListStackResources), as its delete removes them:
+    /// `(physical id, Remove detail)` by logical id, without those already deleted.
+    async fn resources_of(&self, id: &str) -> Result<Vec<(Option<String>, Detail)>, ResourceError> {
+        let mut pages = self
+            .client
+            .list_stack_resources()
+            .stack_name(id)
+            .into_paginator()
+            .send();
+        let mut out = Vec::new();
+        while let Some(page) = pages.next().await {
+            let page = page.map_err(|e| {
+                ResourceError::msg(format!("ListStackResources {id}: {}", sdk_message(&e)))
+            })?;
+            for r in page.stack_resource_summaries() {
+                if r.resource_status() == Some(&ResourceStatus::DeleteComplete) {
+                    continue;
+                }
+                out.push((
+                    r.physical_resource_id().map(str::to_string),
+                    Detail {
+                        action: "Remove".into(),
+                        name: r.logical_resource_id().unwrap_or_default().to_string(),
+                        kind: r.resource_type().unwrap_or("unknown").to_string(),
+                        replacement: None,
+                        condition: None,
+                        note: None,
+                    },
+                ));
+            }
+        }
+        out.sort_by(|a, b| a.1.name.cmp(&b.1.name));
+        Ok(out)
     }
 
     /// The identifier to reach a recorded stack by: its stack ID when
@@ -562,11 +597,34 @@ impl Resource for StackResource {
         Ok(set.map(|s| s.changes).unwrap_or_default())
     }
 
+    /// What the delete removes: every resource the live stack holds (as `terraform plan
+    /// -destroy` lists each), with what its guards say in place of the resources they
+    /// describe (by physical id: a bucket emptied first), then the guards' other details.
     async fn preview_delete(&self, recorded: &ResourceState) -> Result<Vec<Detail>, ResourceError> {
-        let mut details = Vec::new();
+        let mut guarded = Vec::new();
         for guard in &self.guards {
-            details.extend(guard.preview_delete(recorded).await?);
+            guarded.extend(guard.preview_delete(recorded).await?);
         }
+        let live = match self.recorded_stack(Some(recorded)).await? {
+            Some(stack) => {
+                self.resources_of(stack.stack_id().unwrap_or(&self.stack_name))
+                    .await?
+            }
+            None => Vec::new(),
+        };
+        let mut details: Vec<Detail> = live
+            .into_iter()
+            .map(|(physical, detail)| {
+                match guarded
+                    .iter()
+                    .position(|g| Some(&g.name) == physical.as_ref())
+                {
+                    Some(i) => guarded.remove(i),
+                    None => detail,
+                }
+            })
+            .collect();
+        details.append(&mut guarded);
         Ok(details)
     }
 

@@ -368,7 +368,7 @@ pub async fn plan(
             outln!(
                 "\nSaved the plan to: {}\nTo perform exactly these actions, run: kfaws apply {}",
                 file.display(),
-                file.display()
+                shell_word(file)
             )?;
         }
     }
@@ -679,6 +679,18 @@ fn finish(plan: &Plan, report: &ApplyReport, state_path: &Path) -> anyhow::Resul
         )?;
         Ok(1)
     }
+}
+
+/// `path` as one word to paste into a POSIX shell after a command: quoted where the shell
+/// would split or expand it (`shlex`), and `./`-prefixed where the command would read it as
+/// a flag.
+fn shell_word(path: &std::path::Path) -> String {
+    let text = path.display().to_string();
+    let text = match text.starts_with('-') {
+        true => format!("./{text}"),
+        false => text,
+    };
+    shlex::try_quote(&text).map_or(text.clone(), std::borrow::Cow::into_owned)
 }
 
 #[cfg(test)]

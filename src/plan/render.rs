@@ -335,7 +335,14 @@ pub fn human(plan: &Plan) -> String {
             );
         }
         out.push_str(".\n");
-        if plan.delete_options.force_destroy_buckets && s.destroy > 0 {
+        // Said only where the plan deletes a bucket (a delete's preview lists it): a plan
+        // deleting none loses nothing by the flag.
+        let empties_a_bucket = plan.changes.iter().any(|c| {
+            c.details
+                .iter()
+                .any(|d| d.kind == "AWS::S3::Bucket" && d.action == "Remove")
+        });
+        if plan.delete_options.force_destroy_buckets && empties_a_bucket {
             out.push_str(
                 "\n--force-destroy-buckets: every S3 bucket this plan deletes is emptied first; its \
                  object versions and delete markers are deleted and cannot be recovered.\n",
@@ -402,10 +409,23 @@ mod tests {
 
     #[test]
     fn a_destroy_that_empties_buckets_says_so() {
-        let mut p = plan(vec![change("s", Action::Delete)]);
+        let mut storage = change("s", Action::Delete);
+        storage.details.push(crate::resource::Detail {
+            action: "Remove".into(),
+            name: "bucket-1".into(),
+            kind: "AWS::S3::Bucket".into(),
+            replacement: None,
+            condition: None,
+            note: Some("emptied first".into()),
+        });
+        let mut p = plan(vec![storage]);
         assert!(!human(&p).contains("--force-destroy-buckets"));
         p.delete_options.force_destroy_buckets = true;
         assert!(human(&p).contains("--force-destroy-buckets: every S3 bucket this plan deletes"));
+        // A delete of no bucket.
+        let mut other = plan(vec![change("n", Action::Delete)]);
+        other.delete_options.force_destroy_buckets = true;
+        assert!(!human(&other).contains("--force-destroy-buckets"));
         let nothing = plan(vec![change("s", Action::NoOp)]);
         let mut nothing_forced = nothing.clone();
         nothing_forced.delete_options.force_destroy_buckets = true;
