@@ -109,14 +109,16 @@ pub struct TrainArgs {
     /// Start the new job from the checkpoints of training job JOB (Stopped, Failed or Completed,
     /// started by this deployment): it gets the same CheckpointConfig S3 URI, so the trainer
     /// resumes from the newest checkpoint. Same --workers, --batch-size, --data, seed and
-    /// max-train-samples (they fix each epoch's shards); epochs and lr may change (sagemaker).
+    /// max-train-samples (they fix each epoch's shards); epochs and lr may change; --workers,
+    /// hyperparameter flags and --hp keys left out keep JOB's values, not their defaults
+    /// (sagemaker).
     #[arg(long, value_name = "JOB")]
     pub resume_from: Option<String>,
     /// The hyperparameter flags given on the command line or by their
     /// environment variable, not left to their defaults, as the keys they set
     /// (`workers`, `epochs`, `batch-size`, `lr`, `backend`): a local
-    /// `--resume` takes the others from the job's record
-    /// ([`TrainArgs::note_given`]).
+    /// `--resume` takes the others from the job's record, a SageMaker
+    /// `--resume-from` from the job resumed ([`TrainArgs::note_given`]).
     #[arg(skip)]
     pub given: std::collections::BTreeSet<String>,
 }
@@ -150,6 +152,17 @@ impl TrainArgs {
                 self.given.insert(key.to_string());
             }
         }
+    }
+
+    /// The settings this command sets rather than leaves to their defaults: [`TrainArgs::given`]
+    /// and the `--hp` keys (in their `-` spelling), as [`local::JobRecord::resumed_with`] takes
+    /// them.
+    pub fn given_keys(&self) -> std::collections::BTreeSet<String> {
+        self.given
+            .iter()
+            .cloned()
+            .chain(self.hp.iter().map(|(k, _)| k.replace('_', "-")))
+            .collect()
     }
 
     /// `--instance-type`, or its default.
@@ -552,12 +565,7 @@ async fn train_local(
     // A resume continues with the job's recorded settings, but for the flags given now.
     if args.resume {
         if let Some(recorded) = local::JobRecord::read(&job_dir)? {
-            let given: std::collections::BTreeSet<String> = args
-                .given
-                .iter()
-                .cloned()
-                .chain(args.hp.iter().map(|(k, _)| k.replace('_', "-")))
-                .collect();
+            let given = args.given_keys();
             let requested = local::JobRecord {
                 workers: req.workers,
                 data_dir: data_dir.clone(),

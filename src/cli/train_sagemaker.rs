@@ -4,7 +4,7 @@
 //! directory is uploaded to the bucket first, as the SageMaker Python SDK
 //! does with a local `inputs` path).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -14,6 +14,7 @@ use kfaws::sagemaker::logs::{follow_logs, follow_logs_from, FollowCursor};
 use kfaws::sagemaker::resume::{self, PreviousJob};
 use kfaws::sagemaker::training::{self, ChannelSource, TrainingJobSpec, TrainingStatus, VpcConfig};
 use kfaws::train::data::DataSource;
+use kfaws::train::local::JobRecord;
 use tokio_util::sync::CancellationToken;
 
 use super::progress::Progress;
@@ -280,6 +281,10 @@ async fn upload_dir(
 /// read, that channel (the files are not uploaded again).
 struct Resume {
     previous: PreviousJob,
+    /// The instance count and hyperparameters the new job runs with: the flags given, and the
+    /// resumed job's values for those left out.
+    instance_count: i32,
+    hyperparameters: BTreeMap<String, String>,
     checkpoint_s3_uri: String,
     channel: Option<String>,
     /// `(epoch, step)` of the newest checkpoint there, where the trainer starts.
@@ -518,12 +523,15 @@ fn files_with_sizes(dir: &Path) -> anyhow::Result<BTreeMap<String, u64>> {
 /// `--resume-from OLD`: reads training job `OLD` and reports every reason the new job
 /// (`requested`, whose data is `data`) cannot continue from its checkpoints
 /// ([`resume::problems`]), that a local `--data` directory holds other data than the
-/// channel it read, or that its checkpoint prefix is empty.
+/// channel it read, or that its checkpoint prefix is empty. The instance count and the
+/// hyperparameters not in `given` ([`TrainArgs::given_keys`]) are `OLD`'s, as a local
+/// `--resume` takes its record's ([`JobRecord::resumed_with`]).
 async fn resume_from(
     aws: &SdkConfig,
     old: &str,
     data: &DataSource,
     requested: resume::Requested<'_>,
+    given: &BTreeSet<String>,
     cancel: &CancellationToken,
 ) -> Result<Resume, Vec<anyhow::Error>> {
     let sm = kfaws::aws::client::<aws_sdk_sagemaker::Client>(aws);
@@ -531,6 +539,22 @@ async fn resume_from(
         .await
         .with_context(|| format!("--resume-from {old}"))
         .map_err(|e| vec![e])?;
+    let record = |instance_count: i32, hyperparameters: &BTreeMap<String, String>| JobRecord {
+        workers: u32::try_from(instance_count).unwrap_or(0),
+        data_dir: PathBuf::new(),
+        hyperparameters: hyperparameters.clone(),
+        data: None,
+    };
+    let settings = record(previous.instance_count, &previous.hyperparameters).resumed_with(
+        &record(requested.instance_count, requested.hyperparameters),
+        given,
+    );
+    let instance_count = i32::try_from(settings.workers).expect("from an i32");
+    let requested = resume::Requested {
+        instance_count,
+        hyperparameters: &settings.hyperparameters,
+        ..requested
+    };
     let mut problems: Vec<anyhow::Error> = resume::problems(&previous, &requested)
         .into_iter()
         .map(anyhow::Error::msg)
@@ -598,6 +622,8 @@ async fn resume_from(
     match (problems.is_empty(), newest) {
         (true, Some((epoch, step, _))) => Ok(Resume {
             previous,
+            instance_count,
+            hyperparameters: settings.hyperparameters,
             checkpoint_s3_uri: checkpoints,
             channel,
             from: (epoch, step),
@@ -738,7 +764,7 @@ pub async fn train(
                 input: requested_input.as_ref(),
                 deployment: (&d.loaded.config.name, &lineage),
             };
-            resume_from(&aws, old, &data, requested, cancel)
+            resume_from(&aws, old, &data, requested, &args.given_keys(), cancel)
                 .await
                 .map(Some)
         }
@@ -759,6 +785,13 @@ pub async fn train(
     }
     problems.finish()?;
     let image = image.expect("checked");
+    let (workers, hyperparameters) = match &resumed {
+        Some(r) => (r.instance_count, r.hyperparameters.clone()),
+        None => (
+            i32::try_from(workers).expect("at most 999"),
+            hyperparameters,
+        ),
+    };
     // A local directory is uploaded only once the job is known to be valid:
     // a refused job leaves nothing in the bucket.
     let mut upload = None;
@@ -792,7 +825,7 @@ pub async fn train(
         image,
         role_arn,
         instance_type: args.instance_type().to_string(),
-        instance_count: i32::try_from(workers).expect("at most 999"),
+        instance_count: workers,
         volume_size_gb: 30,
         hyperparameters,
         input,
