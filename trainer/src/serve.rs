@@ -51,7 +51,8 @@ pub struct ServeArgs {
     #[arg(long, env = "TRAINER_SERVE_BIND_ADDR", default_value = "0.0.0.0")]
     pub bind_addr: String,
     /// Largest request body accepted, in bytes (SageMaker real-time endpoints cap payloads at 6 MB).
-    #[arg(long, env = "TRAINER_MAX_BODY_BYTES", default_value_t = 6 * 1024 * 1024)]
+    #[arg(long, env = "TRAINER_MAX_BODY_BYTES", default_value_t = 6 * 1024 * 1024,
+          value_parser = clap::value_parser!(u64).range(1..))]
     pub max_body_bytes: u64,
     /// Largest image accepted, in pixels (width × height), checked from the image's header
     /// before it is decoded: the body limit bounds only the compressed size, and a 400 KB PNG
@@ -210,7 +211,7 @@ impl Classifier {
             other => {
                 return Err(reject(
                     415,
-                    format!("content type {other:?} is not supported: use application/x-image (PNG or JPEG) or application/json"),
+                    format!("content type {other:?} is not supported: use application/x-image, image/png or image/jpeg (a PNG or JPEG image), or application/json"),
                 ))
             }
         };
@@ -233,8 +234,8 @@ impl Classifier {
                 400,
                 match format {
                     Some(f @ (Png | Jpeg)) => format!(
-                        "cannot decode the image: its first bytes say {}, but it is damaged or \
-                         cut short ({e})",
+                        "cannot decode the image: its first bytes say {}, but it does not \
+                         decode (damaged, cut short or invalid: {e})",
                         format!("{f:?}").to_uppercase()
                     ),
                     Some(f) => format!(
@@ -697,6 +698,27 @@ mod tests {
     }
 
     #[test]
+    fn zero_limits_are_refused_at_start() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            serve: ServeArgs,
+        }
+        use clap::Parser as _;
+        for flag in [
+            "--max-body-bytes=0",
+            "--max-image-pixels=0",
+            "--body-timeout-secs=0",
+        ] {
+            let err = Cli::try_parse_from(["serve", flag])
+                .err()
+                .unwrap_or_else(|| panic!("{flag} accepted"))
+                .to_string();
+            assert!(err.contains("0 is not in 1.."), "{flag}: {err}");
+        }
+    }
+
+    #[test]
     fn bad_requests_get_their_status() {
         let (_dir, c) = classifier();
         assert_eq!(c.invoke("text/csv", b"1,2").unwrap_err().status, 415);
@@ -716,7 +738,7 @@ mod tests {
         assert_eq!(cut.status, 400);
         assert!(
             cut.message
-                .contains("its first bytes say PNG, but it is damaged or cut short"),
+                .contains("its first bytes say PNG, but it does not decode (damaged, cut short"),
             "{}",
             cut.message
         );

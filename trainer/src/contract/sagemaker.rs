@@ -74,6 +74,17 @@ impl SageMakerLayout {
         let config: ResourceConfig = read_json(&path)?;
         let mut hosts = config.hosts.clone();
         hosts.sort();
+        // A host named twice would count as a rank that never joins: the job would wait out
+        // the rendezvous timeout instead of failing now.
+        if let Some(twice) = hosts.windows(2).find(|w| w[0] == w[1]) {
+            return Err(ConfigError::Contract {
+                source_name: path.display().to_string(),
+                detail: format!(
+                    "host {:?} appears more than once in hosts {:?}; each host is one rank",
+                    twice[0], config.hosts
+                ),
+            });
+        }
         let rank = hosts
             .iter()
             .position(|h| *h == config.current_host)
@@ -174,6 +185,18 @@ mod tests {
         let err = layout.placement().unwrap_err().to_string();
         assert!(
             err.contains("resourceconfig.json") && err.contains("algo-9"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_host_named_twice_is_an_error() {
+        let (_d, layout) =
+            layout_with(r#"{"current_host": "algo-1", "hosts": ["algo-1", "algo-2", "algo-1"]}"#);
+        let err = layout.placement().unwrap_err().to_string();
+        assert!(
+            err.contains("resourceconfig.json")
+                && err.contains("host \"algo-1\" appears more than once"),
             "{err}"
         );
     }
