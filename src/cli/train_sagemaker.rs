@@ -14,7 +14,6 @@ use kfaws::sagemaker::logs::{follow_logs, follow_logs_from, FollowCursor};
 use kfaws::sagemaker::resume::{self, PreviousJob};
 use kfaws::sagemaker::training::{self, ChannelSource, TrainingJobSpec, TrainingStatus, VpcConfig};
 use kfaws::train::data::DataSource;
-use kfaws::train::local::JobRecord;
 use tokio_util::sync::CancellationToken;
 
 use super::progress::Progress;
@@ -524,8 +523,8 @@ fn files_with_sizes(dir: &Path) -> anyhow::Result<BTreeMap<String, u64>> {
 /// (`requested`, whose data is `data`) cannot continue from its checkpoints
 /// ([`resume::problems`]), that a local `--data` directory holds other data than the
 /// channel it read, or that its checkpoint prefix is empty. The instance count and the
-/// hyperparameters not in `given` ([`TrainArgs::given_keys`]) are `OLD`'s, as a local
-/// `--resume` takes its record's ([`JobRecord::resumed_with`]).
+/// hyperparameters not in `given` ([`TrainArgs::given_keys`]) are `OLD`'s
+/// ([`resume::settings`]).
 async fn resume_from(
     aws: &SdkConfig,
     old: &str,
@@ -539,20 +538,10 @@ async fn resume_from(
         .await
         .with_context(|| format!("--resume-from {old}"))
         .map_err(|e| vec![e])?;
-    let record = |instance_count: i32, hyperparameters: &BTreeMap<String, String>| JobRecord {
-        workers: u32::try_from(instance_count).unwrap_or(0),
-        data_dir: PathBuf::new(),
-        hyperparameters: hyperparameters.clone(),
-        data: None,
-    };
-    let settings = record(previous.instance_count, &previous.hyperparameters).resumed_with(
-        &record(requested.instance_count, requested.hyperparameters),
-        given,
-    );
-    let instance_count = i32::try_from(settings.workers).expect("from an i32");
+    let (instance_count, hyperparameters) = resume::settings(&previous, &requested, given);
     let requested = resume::Requested {
         instance_count,
-        hyperparameters: &settings.hyperparameters,
+        hyperparameters: &hyperparameters,
         ..requested
     };
     let mut problems: Vec<anyhow::Error> = resume::problems(&previous, &requested)
@@ -623,7 +612,7 @@ async fn resume_from(
         (true, Some((epoch, step, _))) => Ok(Resume {
             previous,
             instance_count,
-            hyperparameters: settings.hyperparameters,
+            hyperparameters,
             checkpoint_s3_uri: checkpoints,
             channel,
             from: (epoch, step),

@@ -231,14 +231,7 @@ pub fn problems(previous: &PreviousJob, requested: &Requested<'_>) -> Vec<String
         )),
         _ => {}
     }
-    let record = |workers: i32, hyperparameters: &BTreeMap<String, String>| JobRecord {
-        workers: u32::try_from(workers).unwrap_or(0),
-        // Compared above.
-        data_dir: PathBuf::new(),
-        hyperparameters: hyperparameters.clone(),
-        data: None,
-    };
-    // The world size is told above, with its own remedy.
+    // The world size is told above, with its own remedy; the data too.
     let was = record(requested.instance_count, &previous.hyperparameters);
     let now = record(requested.instance_count, requested.hyperparameters);
     for (setting, recorded, asked) in was.resume_mismatches(&now) {
@@ -301,6 +294,36 @@ pub fn checkpoint_problem<'a>(
     })
 }
 
+/// The settings of a job as a local job's record holds them, less the data (compared
+/// apart, by channel source or by files).
+fn record(instance_count: i32, hyperparameters: &BTreeMap<String, String>) -> JobRecord {
+    JobRecord {
+        workers: u32::try_from(instance_count).unwrap_or(0),
+        data_dir: PathBuf::new(),
+        hyperparameters: hyperparameters.clone(),
+        data: None,
+    }
+}
+
+/// The instance count and hyperparameters a job resuming `previous` runs with: those of
+/// `requested` that `given` names (`workers` for `--workers`, a hyperparameter key for its
+/// flag or `--hp`), `previous`'s for the rest, as a local `--resume` takes its record's
+/// ([`JobRecord::resumed_with`]). Pure.
+pub fn settings(
+    previous: &PreviousJob,
+    requested: &Requested<'_>,
+    given: &std::collections::BTreeSet<String>,
+) -> (i32, BTreeMap<String, String>) {
+    let merged = record(previous.instance_count, &previous.hyperparameters).resumed_with(
+        &record(requested.instance_count, requested.hyperparameters),
+        given,
+    );
+    (
+        i32::try_from(merged.workers).expect("from an i32"),
+        merged.hyperparameters,
+    )
+}
+
 /// The hyperparameters the new job sets to other values than `previous`
 /// (e.g. `epochs`, `lr`), as `(name, was, now)` ([`JobRecord::changed`]), less a
 /// `dataset` named on one side only (the same data: the same dataset).
@@ -308,14 +331,8 @@ pub fn changed(
     previous: &PreviousJob,
     hyperparameters: &BTreeMap<String, String>,
 ) -> Vec<(String, String, String)> {
-    let record = |h: &BTreeMap<String, String>| JobRecord {
-        workers: 0,
-        data_dir: PathBuf::new(),
-        hyperparameters: h.clone(),
-        data: None,
-    };
-    record(&previous.hyperparameters)
-        .changed(&record(hyperparameters))
+    record(0, &previous.hyperparameters)
+        .changed(&record(0, hyperparameters))
         .into_iter()
         // Unset on one side, the trainer detects the same dataset from the same files.
         .filter(|(k, was, now)| !(k == "dataset" && (was == "default" || now == "default")))
@@ -405,6 +422,31 @@ mod tests {
             input,
             deployment: ("ml", "L1"),
         }
+    }
+
+    #[test]
+    fn settings_left_out_are_the_resumed_jobs_not_the_defaults() {
+        // The flags' values: --workers defaulted to 1, --lr given, --epochs defaulted.
+        let h = hp(&[("epochs", "1"), ("batch-size", "64"), ("lr", "0.05")]);
+        let mut asked = requested(&h, None);
+        asked.instance_count = 1;
+        let given = ["lr".to_string()].into_iter().collect();
+        let (instance_count, merged) = settings(&previous(), &asked, &given);
+        assert_eq!(instance_count, 2);
+        assert_eq!(
+            merged,
+            hp(&[("epochs", "2"), ("batch-size", "32"), ("lr", "0.05")])
+        );
+        let given = ["workers", "batch-size"]
+            .map(String::from)
+            .into_iter()
+            .collect();
+        let (instance_count, merged) = settings(&previous(), &asked, &given);
+        assert_eq!(instance_count, 1);
+        assert_eq!(
+            merged,
+            hp(&[("epochs", "2"), ("batch-size", "64"), ("lr", "0.02")])
+        );
     }
 
     #[test]
