@@ -724,6 +724,12 @@ async fn bad_input_is_refused_before_any_job_is_created() {
             vec!["train", "--runtime", "docker", "--data", data],
             "invalid value 'docker'",
         ),
+        // A resume of a job that never ran: the job is what is missing, not --data.
+        (
+            vec!["train", "--runtime", "local", "--job-name", "nosuch", "--resume"],
+            "--resume: no local job named nosuch under kfaws-jobs (no directory \
+             kfaws-jobs/nosuch); start it without --resume, with --data",
+        ),
         // Another program as the trainer is named as such, not blamed on the data.
         (
             vec![

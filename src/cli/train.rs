@@ -480,10 +480,27 @@ pub async fn train(g: &Global, args: &TrainArgs, cancel: &CancellationToken) -> 
             };
             &with_data
         }
-        None if args.data.is_none() => bail!(
-            "--data is required: only a local --resume of a job that ran (its job.json) takes \
-             the data it recorded"
-        ),
+        None if args.data.is_none() => {
+            let dir = args
+                .job_name
+                .as_deref()
+                .filter(|name| JobName::parse(name).is_ok())
+                .map(|name| local::job_dir(args.output_dir(), name));
+            match dir {
+                // The job is missing, not its data: say that first.
+                Some(dir) if runtime == Runtime::Local && !dir.exists() => bail!(
+                    "--resume: no local job named {} under {} (no directory {}); start it \
+                     without --resume, with --data",
+                    args.job_name.as_deref().unwrap_or_default(),
+                    args.output_dir().display(),
+                    dir.display()
+                ),
+                _ => bail!(
+                    "--data is required: only a local --resume of a job that ran (its job.json) \
+                     takes the data it recorded"
+                ),
+            }
+        }
         None => args,
     };
     let req = request(args, runtime)?;

@@ -567,8 +567,9 @@ impl JobRecord {
     /// `--data` (what the trainer found there when both runs recorded it, else the
     /// path), then the hyperparameters `batch-size`, `seed`, `max-train-samples` and
     /// `dataset`, compared as the trainer reads them (defaults applied, `batch_size` =
-    /// `batch-size`). A `dataset` set on one side only is no mismatch: unset, the trainer
-    /// detects it from the same files.
+    /// `batch-size`). A `dataset` set on one side only is no mismatch while the trainer
+    /// finds that dataset in the files; one it reads the same files as another (`--hp
+    /// dataset=mnist` on Fashion-MNIST) is named as `dataset`, not `--data`.
     pub fn resume_mismatches(&self, requested: &Self) -> Vec<(String, String, String)> {
         let mut out = Vec::new();
         if self.workers != requested.workers {
@@ -578,12 +579,25 @@ impl JobRecord {
                 requested.workers.to_string(),
             ));
         }
+        let (was, now) = (self.parsed(), requested.parsed());
+        // `dataset (counts and shape)`, as the trainer's check of the data says it.
+        let split = |found: &str| {
+            let (name, rest) = found.split_once(' ').unwrap_or((found, ""));
+            (name.to_string(), rest.to_string())
+        };
         match (&self.data, &requested.data) {
+            // The same files read as another dataset because `--hp dataset` says so now: the
+            // dataset differs, not the data (named below when the job set one too).
+            (Some(a), Some(b)) if a != b && now.dataset.is_some() && split(a).1 == split(b).1 => {
+                if was.dataset.is_none() {
+                    out.push(("dataset".into(), split(a).0, split(b).0));
+                }
+            }
             // What the trainer reads decides, wherever it lies.
-            (Some(was), Some(now)) if was != now => out.push((
+            (Some(a), Some(b)) if a != b => out.push((
                 "--data".into(),
-                format!("{} ({was})", self.data_dir.display()),
-                format!("{} ({now})", requested.data_dir.display()),
+                format!("{} ({a})", self.data_dir.display()),
+                format!("{} ({b})", requested.data_dir.display()),
             )),
             (Some(_), Some(_)) => {}
             _ if self.data_dir != requested.data_dir => out.push((
@@ -593,7 +607,6 @@ impl JobRecord {
             )),
             _ => {}
         }
-        let (was, now) = (self.parsed(), requested.parsed());
         let mut differs = |name: &str, a: String, b: String| {
             if a != b {
                 out.push((name.to_string(), a, b));
@@ -1048,6 +1061,24 @@ mod tests {
                 format!("/data/a ({mnist})")
             )]
         );
+        // The same files read as another dataset by `--hp dataset`: the dataset is named.
+        let mut as_mnist = record("/data/a", Some(mnist));
+        as_mnist
+            .hyperparameters
+            .insert("dataset".into(), "mnist".into());
+        assert_eq!(
+            was.resume_mismatches(&as_mnist),
+            [(
+                "dataset".to_string(),
+                "fashion-mnist".to_string(),
+                "mnist".to_string()
+            )]
+        );
+        let mut was_fashion = was.clone();
+        was_fashion
+            .hyperparameters
+            .insert("dataset".into(), "fashion-mnist".into());
+        assert_eq!(was_fashion.resume_mismatches(&as_mnist).len(), 1);
         // A record without it (an older kfaws, a trainer without check-data): the path.
         let old = record("/data/a", None);
         assert_eq!(old.resume_mismatches(&moved).len(), 1);
