@@ -1511,9 +1511,10 @@ async fn plan_out_follows_links_and_refuses_what_is_not_a_regular_file() {
     let saved: serde_json::Value = serde_json::from_slice(&std::fs::read(&real).unwrap()).unwrap();
     assert!(saved.is_object(), "{saved}");
     // The command it suggests runs as printed: a name the shell would split, or kfaws would
-    // read as a flag, is written so that it is not.
+    // read as a flag, is written so that it is not. A name starting with a dash is the value
+    // of -out, as Terraform's CLI takes it.
     for (name, word) in [("-x.plan", "./-x.plan"), ("my plan", "'my plan'")] {
-        let out = d.stdout(&["plan", &format!("-out={name}")]);
+        let out = d.stdout(&["plan", "-out", name]);
         assert!(
             out.contains(&format!(
                 "To perform exactly these actions, run: kfaws apply {word}\n"

@@ -384,45 +384,67 @@ enum StateCommand {
 }
 
 /// Parses `args` and runs the command; returns the process exit code.
-/// Every long flag (`destroy`, `force-destroy-buckets`, …) and short flag (`v`, `h`) of
-/// `command` and its subcommands.
-fn flags_of(command: &clap::Command) -> (BTreeSet<String>, BTreeSet<char>) {
-    let (mut longs, mut shorts) = (BTreeSet::new(), BTreeSet::new());
+/// The flags of a command and its subcommands, as [`terraform_spelling`] reads them.
+#[derive(Debug, Default)]
+pub struct Flags {
+    /// Every long flag (`destroy`, `force-destroy-buckets`, `out`, …).
+    pub longs: BTreeSet<String>,
+    /// Every short flag (`v`, `h`).
+    pub shorts: BTreeSet<char>,
+    /// The long flags that take a value (`out`, `target`, `job-name`).
+    pub valued: BTreeSet<String>,
+}
+
+/// The flags of `command` and its subcommands.
+fn flags_of(command: &clap::Command) -> Flags {
+    let mut flags = Flags::default();
     let mut stack = vec![command.clone()];
     while let Some(c) = stack.pop() {
         for a in c.get_arguments() {
-            longs.extend(
-                a.get_long_and_visible_aliases()
-                    .into_iter()
-                    .flatten()
-                    .map(str::to_string),
-            );
-            shorts.extend(a.get_short_and_visible_aliases().into_iter().flatten());
+            let longs: Vec<String> = a
+                .get_long_and_visible_aliases()
+                .into_iter()
+                .flatten()
+                .map(str::to_string)
+                .collect();
+            if a.get_action().takes_values() {
+                flags.valued.extend(longs.iter().cloned());
+            }
+            flags.longs.extend(longs);
+            flags
+                .shorts
+                .extend(a.get_short_and_visible_aliases().into_iter().flatten());
         }
-        longs.extend(["help", "version"].map(str::to_string));
-        shorts.extend(['h', 'V']);
+        flags.longs.extend(["help", "version"].map(str::to_string));
+        flags.shorts.extend(['h', 'V']);
         stack.extend(c.get_subcommands().cloned());
     }
-    (longs, shorts)
+    flags
 }
 
 /// `args` with Terraform's one-dash spelling of kfaws' long flags (`-destroy`, `-out FILE`,
 /// `-target=ADDR`, `-force-destroy-buckets`; Terraform CLI docs, "Command: plan") made the
-/// two-dash one clap reads (it would take `-destroy` for the short flags `-d -e -s …`).
-/// `longs` and `shorts` are the CLI's flags ([`flags_of`]); arguments after `--`, numbers
-/// (`-1`) and clusters of short flags (`-vv`) are left as they are. Pure.
+/// two-dash one clap reads (it would take `-destroy` for the short flags `-d -e -s …`), and
+/// a word after a flag that takes a value, starting with `-` but no flag of kfaws
+/// (`-out -x.plan`, `--job-name -x`), made that flag's value (`--out=-x.plan`), as Go's
+/// `flag` package behind Terraform's CLI takes it (clap would read it as an unknown flag).
+/// `flags` are the CLI's ([`flags_of`]); arguments after `--`, numbers (`-1`) and clusters
+/// of short flags (`-vv`) are left as they are. Pure.
 ///
 /// # Errors
 /// For a one-dash word that is neither (`-no-color`, `-lock=false`: a Terraform flag kfaws
 /// does not have), naming it; and for `apply -destroy`, which kfaws spells `kfaws destroy`.
 pub fn terraform_spelling(
     args: impl IntoIterator<Item = OsString>,
-    longs: &BTreeSet<String>,
-    shorts: &BTreeSet<char>,
+    flags: &Flags,
 ) -> Result<Vec<OsString>, String> {
+    let shorts_only = |name: &str| name.chars().all(|c| flags.shorts.contains(&c));
     let mut rest = false;
-    let mut out = Vec::new();
+    // The last word was a long flag that takes a value, without `=VALUE`.
+    let mut wants_value = false;
+    let mut out: Vec<OsString> = Vec::new();
     for a in args {
+        let after_flag = std::mem::take(&mut wants_value);
         let Some(s) = a.to_str().filter(|_| !rest) else {
             out.push(a);
             continue;
@@ -432,11 +454,23 @@ pub fn terraform_spelling(
             .strip_prefix('-')
             .filter(|n| n.starts_with(|c: char| c.is_ascii_alphabetic()))
             .map(|n| n.split_once('=').map_or(n, |(name, _)| name));
+        let valued = s
+            .strip_prefix("--")
+            .or(name)
+            .is_some_and(|n| !s.contains('=') && flags.valued.contains(n));
         match name {
-            Some(name) if name.len() > 1 && longs.contains(name) => {
+            Some(name) if name.len() > 1 && flags.longs.contains(name) => {
                 out.push(format!("-{s}").into())
             }
-            Some(name) if name.len() > 1 && !name.chars().all(|c| shorts.contains(&c)) => {
+            Some(name) if after_flag && !shorts_only(name) => {
+                let flag = out.pop().expect("the flag before it");
+                let mut joined = flag;
+                joined.push("=");
+                joined.push(s);
+                out.push(joined);
+                continue;
+            }
+            Some(name) if name.len() > 1 && !shorts_only(name) => {
                 return Err(format!(
                     "unknown option '{s}': kfaws takes Terraform's one-dash spelling only for \
                      flags it has (`-destroy`, `-target=ADDR`, `-out FILE`, …); see `kfaws \
@@ -445,6 +479,7 @@ pub fn terraform_spelling(
             }
             _ => out.push(a),
         }
+        wants_value = valued;
     }
     let words: Vec<&str> = out.iter().filter_map(|a| a.to_str()).collect();
     let command = words.iter().skip(1).find(|w| !w.starts_with('-'));
@@ -461,8 +496,7 @@ pub fn terraform_spelling(
 pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
     // Usage errors exit 1, not clap's 2: `plan --detailed-exitcode` uses 2
     // for "changes present", and a script must not mistake one for the other.
-    let (longs, shorts) = flags_of(&Cli::command());
-    let args = match terraform_spelling(args, &longs, &shorts) {
+    let args = match terraform_spelling(args, &flags_of(&Cli::command())) {
         Ok(args) => args,
         Err(e) => {
             errln!("error: {e}");
@@ -835,14 +869,12 @@ mod tests {
     #[test]
     fn terraforms_one_dash_flags_are_read_as_two_dash_ones() {
         use clap::CommandFactory as _;
-        let (longs, shorts) = super::flags_of(&super::Cli::command());
+        let flags = super::flags_of(&super::Cli::command());
         let spelled = |args: &[&str]| -> Result<Vec<String>, String> {
-            Ok(
-                terraform_spelling(args.iter().map(Into::into), &longs, &shorts)?
-                    .into_iter()
-                    .map(|a| a.into_string().unwrap())
-                    .collect(),
-            )
+            Ok(terraform_spelling(args.iter().map(Into::into), &flags)?
+                .into_iter()
+                .map(|a| a.into_string().unwrap())
+                .collect())
         };
         assert_eq!(
             spelled(&[
@@ -873,6 +905,29 @@ mod tests {
         assert_eq!(
             spelled(&["kfaws", "train", "--lr", "-1", "-h", "--", "-destroy"]).unwrap(),
             ["kfaws", "train", "--lr", "-1", "-h", "--", "-destroy"]
+        );
+        // A value starting with a dash is the value of the flag before it, in either
+        // spelling; a flag of kfaws there is not.
+        assert_eq!(
+            spelled(&["kfaws", "plan", "-out", "-x y", "--target", "-t"]).unwrap(),
+            ["kfaws", "plan", "--out=-x y", "--target=-t"]
+        );
+        assert_eq!(
+            spelled(&[
+                "kfaws",
+                "train",
+                "--job-name",
+                "-lead",
+                "-v",
+                "--epochs",
+                "-1"
+            ])
+            .unwrap(),
+            ["kfaws", "train", "--job-name=-lead", "-v", "--epochs", "-1"]
+        );
+        assert_eq!(
+            spelled(&["kfaws", "plan", "-out=a", "-destroy", "--out", "-v"]).unwrap(),
+            ["kfaws", "plan", "--out=a", "--destroy", "--out", "-v"]
         );
         // A Terraform flag kfaws does not have is named, not read as short flags.
         for unknown in ["-lock=false", "-no-color", "-refresh=false", "-destory"] {
