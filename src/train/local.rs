@@ -585,14 +585,15 @@ impl JobRecord {
             let (name, rest) = found.split_once(' ').unwrap_or((found, ""));
             (name.to_string(), rest.to_string())
         };
+        // The same files read as another dataset because `--hp dataset` says so now: the
+        // dataset differs, not the data.
+        let reread = |a: &str, b: &str| now.dataset.is_some() && split(a).1 == split(b).1;
         match (&self.data, &requested.data) {
-            // The same files read as another dataset because `--hp dataset` says so now: the
-            // dataset differs, not the data (named below when the job set one too).
-            (Some(a), Some(b)) if a != b && now.dataset.is_some() && split(a).1 == split(b).1 => {
-                if was.dataset.is_none() {
-                    out.push(("dataset".into(), split(a).0, split(b).0));
-                }
+            (Some(a), Some(b)) if a != b && reread(a, b) && was.dataset.is_none() => {
+                out.push(("dataset".into(), split(a).0, split(b).0))
             }
+            // Named below, with the dataset the job set.
+            (Some(a), Some(b)) if a != b && reread(a, b) => {}
             // What the trainer reads decides, wherever it lies.
             (Some(a), Some(b)) if a != b => out.push((
                 "--data".into(),
