@@ -40,10 +40,11 @@ pub enum ReplaceError {
     /// Resources recorded in the state depend on it and would not survive
     /// its deletion.
     #[error(
-        "--replace {address}: {} depend(s) on it and would break while it is deleted and made \
+        "--replace {address}: {} {} on it and would break while it is deleted and made \
          again; replace them together in dependency order with `kfaws destroy --target \
          {address}` then `kfaws apply`",
-        dependants.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+        dependants.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "),
+        if dependants.len() == 1 { "depends" } else { "depend" }
     )]
     HasDependants {
         /// The address to replace.

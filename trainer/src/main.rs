@@ -291,6 +291,18 @@ fn run_train(args: &TrainArgs) -> ExitCode {
             return fail(&TrainError::from(e), failure_file.as_deref());
         }
     };
+    // A reason an earlier run under the same root left (SageMaker starts each job with a fresh
+    // /opt/ml; a reused local root does not) would outlive this run's success.
+    if let Some(path) = &config.failure_file {
+        if let Err(e) = std::fs::remove_file(path) {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                tracing::warn!(
+                    "cannot remove the earlier failure reason {}: {e}",
+                    path.display()
+                );
+            }
+        }
+    }
     // Evaluation, and training with one replica, run on rayon's global pool.
     if let Err(e) = config.parallelism.build_global_pool() {
         tracing::warn!("rayon's global pool was already started: {e}");

@@ -96,6 +96,9 @@ fn sagemaker_layout_trains_then_serves_a_real_test_image() {
         r#"{"backend": "\"gloo\"", "batch-size": "64", "epochs": "1", "lr": "0.02", "model-type": "\"custom\"",
             "max-train-samples": "12800", "dataset": "\"fashion-mnist\"", "sagemaker_program": "\"train.py\""}"#,
     );
+    // An earlier failed run under the same root: its reason does not outlive this success.
+    std::fs::create_dir_all(root.join("output")).unwrap();
+    std::fs::write(root.join("output/failure"), "an earlier run's reason").unwrap();
     let mut p = spawn_train(
         dir.path(),
         "sm",
