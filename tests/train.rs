@@ -1756,6 +1756,31 @@ async fn demo_path_trains_on_both_runtimes_serves_the_model_and_destroys_everyth
         "{resumed}"
     );
     assert_eq!(d.calls("PutObject"), puts, "nothing uploaded: {resumed}");
+    // --data left out too: the channel demo-sm read, said. With --epochs 1 the newest
+    // checkpoint leaves nothing to train, so the job is refused before anything is created.
+    let creates = d.calls("CreateTrainingJob");
+    let out = d.fails_with_output(&[
+        "train",
+        "--runtime",
+        "sagemaker",
+        "--epochs",
+        "1",
+        "--job-name",
+        "demo-sm-4",
+        "--image",
+        &image,
+        "--resume-from",
+        "demo-sm",
+    ]);
+    assert!(
+        out.contains(&format!(
+            "--data s3://{bucket}/kfaws/datasets/demo-sm/: the channel training job demo-sm read"
+        )) && out.contains("past --epochs 1: the job would train nothing")
+            && !out.contains("--workers is")
+            && !out.contains("holds other data"),
+        "{out}"
+    );
+    assert_eq!(d.calls("CreateTrainingJob"), creates, "{out}");
 
     // The bucket emptied since (a destroy and apply make it again): both the data demo-sm read
     // and its checkpoints are gone, and the errors say so rather than "other data".

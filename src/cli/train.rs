@@ -55,8 +55,9 @@ pub struct TrainArgs {
     #[arg(long = "hp", value_name = "KEY=VALUE", value_parser = parse_hyperparameter)]
     pub hp: Vec<(String, String)>,
     /// The dataset: s3://bucket/prefix, efs:/path (in the deployment's file system) or a local
-    /// directory. A local --resume without it uses the job's recorded data.
-    #[arg(long, value_name = "SOURCE", required_unless_present = "resume")]
+    /// directory. A local --resume without it uses the job's recorded data, a SageMaker
+    /// --resume-from the channel the job resumed read.
+    #[arg(long, value_name = "SOURCE", required_unless_present_any = ["resume", "resume_from"])]
     pub data: Option<String>,
     /// The job name [default: kfaws-train-<UTC time>-<random>].
     #[arg(long, value_name = "NAME")]
@@ -109,9 +110,9 @@ pub struct TrainArgs {
     /// Start the new job from the checkpoints of training job JOB (Stopped, Failed or Completed,
     /// started by this deployment): it gets the same CheckpointConfig S3 URI, so the trainer
     /// resumes from the newest checkpoint. Same --workers, --batch-size, --data, seed and
-    /// max-train-samples (they fix each epoch's shards); epochs and lr may change; --workers,
-    /// hyperparameter flags and --hp keys left out keep JOB's values, not their defaults
-    /// (sagemaker).
+    /// max-train-samples (they fix each epoch's shards); epochs and lr may change; --data,
+    /// --workers, hyperparameter flags and --hp keys left out keep JOB's values, not their
+    /// defaults (sagemaker).
     #[arg(long, value_name = "JOB")]
     pub resume_from: Option<String>,
     /// The hyperparameter flags given on the command line or by their
@@ -463,12 +464,17 @@ pub async fn train(g: &Global, args: &TrainArgs, cancel: &CancellationToken) -> 
              or set training_runtime in kfaws.toml",
         )?,
     };
-    // A local --resume without --data takes the job's recorded data directory.
+    // A local --resume without --data takes the job's recorded data directory; a SageMaker
+    // --resume-from, the channel the job resumed read.
     let recorded_data = match (&args.data, &args.job_name, runtime) {
         (None, Some(name), Runtime::Local) if JobName::parse(name).is_ok() => {
             local::JobRecord::read(&local::job_dir(args.output_dir(), name))?
                 .map(|r| r.data_dir.display().to_string())
         }
+        (None, _, Runtime::Sagemaker) => match &args.resume_from {
+            Some(old) => Some(super::train_sagemaker::channel_of(g, old, cancel).await?),
+            None => None,
+        },
         _ => None,
     };
     let with_data;
@@ -497,7 +503,7 @@ pub async fn train(g: &Global, args: &TrainArgs, cancel: &CancellationToken) -> 
                 ),
                 _ => bail!(
                     "--data is required: only a local --resume of a job that ran (its job.json) \
-                     takes the data it recorded"
+                     and a SageMaker --resume-from take the data of the job they continue"
                 ),
             }
         }

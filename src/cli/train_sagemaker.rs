@@ -519,6 +519,37 @@ fn files_with_sizes(dir: &Path) -> anyhow::Result<BTreeMap<String, u64>> {
         .collect()
 }
 
+/// `--data` for a `--resume-from OLD` without it: the source of the channel `OLD` read, as
+/// `--data` spells it (`s3://…`, `efs:/…`), said on standard output.
+///
+/// # Errors
+/// When the deployment, its credentials or `OLD` cannot be read, and when `OLD`'s channel is
+/// neither S3 nor EFS.
+pub async fn channel_of(
+    g: &Global,
+    old: &str,
+    cancel: &CancellationToken,
+) -> anyhow::Result<String> {
+    let d = Deployment::load(g)?;
+    let aws = d.aws(g, cancel).await?;
+    let sm = kfaws::aws::client::<aws_sdk_sagemaker::Client>(&aws);
+    let previous = resume::previous_job(&sm, old)
+        .await
+        .with_context(|| format!("--resume-from {old}"))?;
+    let data = match previous.input {
+        Some(ChannelSource::S3 { uri }) => uri,
+        Some(ChannelSource::Efs { directory_path, .. }) => format!("efs:{directory_path}"),
+        None => bail!(
+            "--resume-from {old}: its {} channel is neither S3 nor EFS; pass --data",
+            training::CHANNEL
+        ),
+    };
+    say(&format!(
+        "--data {data}: the channel training job {old} read"
+    ));
+    Ok(data)
+}
+
 /// `--resume-from OLD`: reads training job `OLD` and reports every reason the new job
 /// (`requested`, whose data is `data`) cannot continue from its checkpoints
 /// ([`resume::problems`]), that a local `--data` directory holds other data than the
