@@ -466,13 +466,18 @@ pub async fn train(g: &Global, args: &TrainArgs, cancel: &CancellationToken) -> 
     };
     // A local --resume without --data takes the job's recorded data directory; a SageMaker
     // --resume-from, the channel the job resumed read.
+    let mut read_before = None;
     let recorded_data = match (&args.data, &args.job_name, runtime) {
         (None, Some(name), Runtime::Local) if JobName::parse(name).is_ok() => {
             local::JobRecord::read(&local::job_dir(args.output_dir(), name))?
                 .map(|r| r.data_dir.display().to_string())
         }
         (None, _, Runtime::Sagemaker) => match &args.resume_from {
-            Some(old) => Some(super::train_sagemaker::channel_of(g, old, cancel).await?),
+            Some(old) => {
+                let (data, read) = super::train_sagemaker::channel_of(g, old, cancel).await?;
+                read_before = Some(read);
+                Some(data)
+            }
             None => None,
         },
         _ => None,
@@ -513,7 +518,9 @@ pub async fn train(g: &Global, args: &TrainArgs, cancel: &CancellationToken) -> 
     match runtime {
         Runtime::Local => train_local(args, req, cancel).await,
         Runtime::Kubernetes => train_kubernetes(g, args, req, cancel).await,
-        Runtime::Sagemaker => super::train_sagemaker::train(g, args, req, cancel).await,
+        Runtime::Sagemaker => {
+            super::train_sagemaker::train(g, args, req, read_before, cancel).await
+        }
     }
 }
 

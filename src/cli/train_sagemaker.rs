@@ -519,8 +519,17 @@ fn files_with_sizes(dir: &Path) -> anyhow::Result<BTreeMap<String, u64>> {
         .collect()
 }
 
+/// What [`channel_of`] read to find a channel, handed on to [`train`] so that the
+/// deployment, the caller's credentials and the resumed training job are read once.
+pub struct ReadBefore {
+    deployment: Deployment,
+    aws: SdkConfig,
+    previous: PreviousJob,
+}
+
 /// `--data` for a `--resume-from OLD` without it: the source of the channel `OLD` read, as
-/// `--data` spells it (`s3://…`, `efs:/…`), said on standard output.
+/// `--data` spells it (`s3://…`, `efs:/…`), said on standard output, with what was read to
+/// find it.
 ///
 /// # Errors
 /// When the deployment, its credentials or `OLD` cannot be read, and when `OLD`'s channel is
@@ -529,15 +538,15 @@ pub async fn channel_of(
     g: &Global,
     old: &str,
     cancel: &CancellationToken,
-) -> anyhow::Result<String> {
-    let d = Deployment::load(g)?;
-    let aws = d.aws(g, cancel).await?;
+) -> anyhow::Result<(String, ReadBefore)> {
+    let deployment = Deployment::load(g)?;
+    let aws = deployment.aws(g, cancel).await?;
     let sm = kfaws::aws::client::<aws_sdk_sagemaker::Client>(&aws);
     let previous = resume::previous_job(&sm, old)
         .await
         .with_context(|| format!("--resume-from {old}"))?;
-    let data = match previous.input {
-        Some(ChannelSource::S3 { uri }) => uri,
+    let data = match &previous.input {
+        Some(ChannelSource::S3 { uri }) => uri.clone(),
         Some(ChannelSource::Efs { directory_path, .. }) => format!("efs:{directory_path}"),
         None => bail!(
             "--resume-from {old}: its {} channel is neither S3 nor EFS; pass --data",
@@ -547,7 +556,14 @@ pub async fn channel_of(
     say(&format!(
         "--data {data}: the channel training job {old} read"
     ));
-    Ok(data)
+    Ok((
+        data,
+        ReadBefore {
+            deployment,
+            aws,
+            previous,
+        },
+    ))
 }
 
 /// `--resume-from OLD`: reads training job `OLD` and reports every reason the new job
@@ -555,20 +571,24 @@ pub async fn channel_of(
 /// ([`resume::problems`]), that a local `--data` directory holds other data than the
 /// channel it read, or that its checkpoint prefix is empty. The instance count and the
 /// hyperparameters not in `given` ([`TrainArgs::given_keys`]) are `OLD`'s
-/// ([`resume::settings`]).
+/// ([`resume::settings`]). `read` is `OLD` when [`channel_of`] already described it.
 async fn resume_from(
     aws: &SdkConfig,
     old: &str,
+    read: Option<PreviousJob>,
     data: &DataSource,
     requested: resume::Requested<'_>,
     given: &BTreeSet<String>,
     cancel: &CancellationToken,
 ) -> Result<Resume, Vec<anyhow::Error>> {
     let sm = kfaws::aws::client::<aws_sdk_sagemaker::Client>(aws);
-    let previous = resume::previous_job(&sm, old)
-        .await
-        .with_context(|| format!("--resume-from {old}"))
-        .map_err(|e| vec![e])?;
+    let previous = match read {
+        Some(previous) => previous,
+        None => resume::previous_job(&sm, old)
+            .await
+            .with_context(|| format!("--resume-from {old}"))
+            .map_err(|e| vec![e])?,
+    };
     let (instance_count, hyperparameters) = resume::settings(&previous, &requested, given);
     let requested = resume::Requested {
         instance_count,
@@ -685,7 +705,6 @@ fn say(line: &str) {
     let _ = writeln!(std::io::stdout().lock(), "{line}");
 }
 
-/// `kfaws train --runtime sagemaker`.
 /// A local directory is read by the trainer beside this kfaws (as its `train` would) before
 /// anything is uploaded: a directory the job would refuse costs no upload and no instance
 /// time. Without a trainer binary beside kfaws the check is skipped; the job reports the data.
@@ -703,10 +722,12 @@ async fn check_local_data(dir: &Path, dataset: Option<&String>) -> anyhow::Resul
     Ok(())
 }
 
+/// `kfaws train --runtime sagemaker`. `read` is what [`channel_of`] read, when it ran.
 pub async fn train(
     g: &Global,
     args: &TrainArgs,
     req: Request,
+    read: Option<ReadBefore>,
     cancel: &CancellationToken,
 ) -> anyhow::Result<u8> {
     let Request {
@@ -716,7 +737,10 @@ pub async fn train(
         max_runtime,
         hyperparameters,
     } = req;
-    let d = Deployment::load(g)?;
+    let (d, read_aws, read_previous) = match read {
+        Some(read) => (read.deployment, Some(read.aws), Some(read.previous)),
+        None => (Deployment::load(g)?, None, None),
+    };
     // Every check before the first call that creates something, all reported at once.
     let mut problems = Problems::default();
     if let DataSource::Local(dir) = &data {
@@ -750,7 +774,10 @@ pub async fn train(
     };
     problems.finish()?;
     let (role_arn, bucket) = (role_arn.expect("checked"), bucket.expect("checked"));
-    let aws = d.aws(g, cancel).await?;
+    let aws = match read_aws {
+        Some(aws) => aws,
+        None => d.aws(g, cancel).await?,
+    };
     let mut problems = Problems::default();
     // The channel asked for, as the job resumed would show it; a local directory is compared
     // by its files.
@@ -784,7 +811,8 @@ pub async fn train(
                 input: requested_input.as_ref(),
                 deployment: (&d.loaded.config.name, &lineage),
             };
-            resume_from(&aws, old, &data, requested, &args.given_keys(), cancel)
+            let given = args.given_keys();
+            resume_from(&aws, old, read_previous, &data, requested, &given, cancel)
                 .await
                 .map(Some)
         }
