@@ -1619,7 +1619,8 @@ async fn demo_path_trains_on_both_runtimes_serves_the_model_and_destroys_everyth
         let e = e.unwrap();
         std::fs::copy(e.path(), other.path().join(e.file_name())).unwrap();
     }
-    let err = d.fails(&[
+    // The dataset line says what max-train-samples takes of the directory.
+    let err = d.fails_with_output(&[
         "train",
         "--runtime",
         "sagemaker",
@@ -1627,6 +1628,8 @@ async fn demo_path_trains_on_both_runtimes_serves_the_model_and_destroys_everyth
         other.path().to_str().unwrap(),
         "--hp",
         "dataset=fashion-mnist",
+        "--hp",
+        "max-train-samples=600",
         "--job-name",
         "demo-sm",
         "--image",
@@ -1634,7 +1637,12 @@ async fn demo_path_trains_on_both_runtimes_serves_the_model_and_destroys_everyth
     ]);
     assert!(
         err.contains("training job \"demo-sm\" already exists (status Completed)")
-            && err.contains("use another name"),
+            && err.contains("use another name")
+            && err.contains(&format!(
+                "Dataset in {}: fashion-mnist (600 of 60000 training images (max-train-samples) \
+                 and 10000 test images of 1x28x28)",
+                other.path().display()
+            )),
         "{err}"
     );
     assert_eq!(d.calls("PutObject"), puts, "nothing uploaded: {err}");
@@ -1715,8 +1723,8 @@ async fn demo_path_trains_on_both_runtimes_serves_the_model_and_destroys_everyth
                  job would train nothing; pass --epochs 2 or more"
             ))
             && err.contains(&format!(
-                "holds other data than s3://{bucket}/kfaws/datasets/demo-sm/, which it read: {} \
-                 has the same size but other content here (CRC32 ",
+                "holds other data than s3://{bucket}/kfaws/datasets/demo-sm/, the channel demo-sm \
+                 read: {} has the same size but other content here (CRC32 ",
                 names[0].to_string_lossy(),
             )),
         "{err}"

@@ -524,6 +524,14 @@ pub async fn train(g: &Global, args: &TrainArgs, cancel: &CancellationToken) -> 
     }
 }
 
+/// The `max-train-samples` hyperparameter in either spelling (checked by
+/// `check_hyperparameters`), the number of training examples a run takes; `None` when absent.
+pub(super) fn max_train_samples(hyperparameters: &BTreeMap<String, String>) -> Option<usize> {
+    ["max-train-samples", "max_train_samples"]
+        .iter()
+        .find_map(|k| hyperparameters.get(*k)?.parse().ok())
+}
+
 /// Refuses a local world size whose ranks do not fit in the memory
 /// available now ([`kfaws::train::local_room`]); a platform that does not
 /// report it is not checked.
@@ -670,10 +678,7 @@ async fn train_local(
             return Err(e.into());
         }
     };
-    // Checked by `check_hyperparameters`; either spelling.
-    let max_train = ["max-train-samples", "max_train_samples"]
-        .iter()
-        .find_map(|k| job.hyperparameters.get(*k)?.parse().ok());
+    let max_train = max_train_samples(&job.hyperparameters);
     if let Err(e) = outln!(
         "Training job {} (local): {} process(es) on this machine, data {}{}",
         req.job,

@@ -13,7 +13,7 @@ use aws_config::SdkConfig;
 use kfaws::sagemaker::logs::{follow_logs, follow_logs_from, FollowCursor};
 use kfaws::sagemaker::resume::{self, PreviousJob};
 use kfaws::sagemaker::training::{self, ChannelSource, TrainingJobSpec, TrainingStatus, VpcConfig};
-use kfaws::train::data::DataSource;
+use kfaws::train::data::{DataSource, LocalDataset};
 use tokio_util::sync::CancellationToken;
 
 use super::progress::Progress;
@@ -612,8 +612,8 @@ async fn resume_from(
                      reads the same data: start a new job without --resume-from"
                 )),
                 Ok(Some(difference)) => problems.push(anyhow::anyhow!(
-                    "--resume-from {old}: --data {} holds other data than {uri}, which it \
-                         read: {difference}; a resumed job reads the same data",
+                    "--resume-from {old}: --data {} holds other data than {uri}, the channel \
+                         {old} read: {difference}; a resumed job reads the same data",
                     dir.display()
                 )),
                 Err(e) => problems.push(e.context(format!("--resume-from {old}"))),
@@ -707,19 +707,18 @@ fn say(line: &str) {
 
 /// A local directory is read by the trainer beside this kfaws (as its `train` would) before
 /// anything is uploaded: a directory the job would refuse costs no upload and no instance
-/// time. Without a trainer binary beside kfaws the check is skipped; the job reports the data.
-async fn check_local_data(dir: &Path, dataset: Option<&String>) -> anyhow::Result<()> {
+/// time. Without a trainer binary beside kfaws the check is skipped (`None`); the job reports
+/// the data.
+async fn check_local_data(
+    dir: &Path,
+    dataset: Option<&String>,
+) -> anyhow::Result<Option<LocalDataset>> {
     let exe = std::env::current_exe().context("cannot locate the kfaws executable")?;
     let Ok(trainer) = kfaws::train::trainer_binary(None, &exe) else {
         tracing::debug!("no kfaws-trainer beside kfaws: --data is not checked before upload");
-        return Ok(());
+        return Ok(None);
     };
-    if let Some(found) =
-        kfaws::train::data::check_local(&trainer, dir, dataset.map(String::as_str)).await?
-    {
-        say(&format!("Dataset in {}: {found}", dir.display()));
-    }
-    Ok(())
+    Ok(kfaws::train::data::check_local(&trainer, dir, dataset.map(String::as_str)).await?)
 }
 
 /// `kfaws train --runtime sagemaker`. `read` is what [`channel_of`] read, when it ran.
@@ -743,9 +742,12 @@ pub async fn train(
     };
     // Every check before the first call that creates something, all reported at once.
     let mut problems = Problems::default();
-    if let DataSource::Local(dir) = &data {
-        problems.check(check_local_data(dir, hyperparameters.get("dataset")).await);
-    }
+    let local_dataset = match &data {
+        DataSource::Local(dir) => problems
+            .check(check_local_data(dir, hyperparameters.get("dataset")).await)
+            .flatten(),
+        _ => None,
+    };
     // Everything the job needs from the deployment, before any call.
     let role_arn =
         problems.check(d.output("stack.iam", "SageMakerRoleArn", "SageMaker execution role"));
@@ -840,6 +842,15 @@ pub async fn train(
             hyperparameters,
         ),
     };
+    if let (DataSource::Local(dir), Some(found)) = (&data, &local_dataset) {
+        // Said with the settled hyperparameters: a resumed job's max-train-samples may be its.
+        let max = super::train::max_train_samples(&hyperparameters);
+        say(&format!(
+            "Dataset in {}: {}",
+            dir.display(),
+            found.describe(max)
+        ));
+    }
     // A local directory is uploaded only once the job is known to be valid:
     // a refused job leaves nothing in the bucket.
     let mut upload = None;
