@@ -318,7 +318,7 @@ impl Hyperparameters {
     ) -> Result<(), HyperparameterError> {
         let Members(map) = serde_json::from_str(json).map_err(|e| HyperparameterError::Json {
             origin: origin.to_string(),
-            detail: e.to_string(),
+            detail: crate::json_error(json, &e),
         })?;
         if let Some((first, second)) = find_duplicate(map.iter().map(|(k, _)| k.as_str())) {
             return Err(HyperparameterError::Duplicate {

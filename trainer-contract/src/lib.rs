@@ -20,9 +20,11 @@ pub const MAX_THREADS: usize = 1024;
 pub mod checkpoint;
 mod dataset;
 mod hyperparameters;
+mod json;
 
 pub use dataset::DatasetKind;
 pub use hyperparameters::{
     find_duplicate, help as hyperparameters_help, quoted, HyperparameterError, Hyperparameters,
     KNOWN,
 };
+pub use json::json_error;

@@ -142,7 +142,7 @@ pub(super) fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T
     })?;
     serde_json::from_str(&text).map_err(|e| ConfigError::Json {
         path: path.display().to_string(),
-        detail: e.to_string(),
+        detail: kfaws_trainer_contract::json_error(&text, &e),
     })
 }
 
@@ -197,6 +197,16 @@ mod tests {
         assert!(
             err.contains("resourceconfig.json")
                 && err.contains("host \"algo-1\" appears more than once"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn an_empty_resourceconfig_is_said_empty() {
+        let (_d, layout) = layout_with("");
+        let err = layout.placement().unwrap_err().to_string();
+        assert!(
+            err.ends_with("resourceconfig.json: it is empty; a JSON object was expected"),
             "{err}"
         );
     }
