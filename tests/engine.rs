@@ -102,6 +102,7 @@ struct Concurrency {
     now: AtomicUsize,
     peak: AtomicUsize,
     order: Mutex<Vec<String>>,
+    done: Mutex<Vec<String>>,
 }
 
 impl Progress for Concurrency {
@@ -110,8 +111,9 @@ impl Progress for Concurrency {
         self.peak.fetch_max(n, Ordering::SeqCst);
         self.order.lock().unwrap().push(address.to_string());
     }
-    fn finished(&self, _: &Address, _: Step, _: &Outcome, _: Duration) {
+    fn finished(&self, address: &Address, _: Step, _: &Outcome, _: Duration) {
         self.now.fetch_sub(1, Ordering::SeqCst);
+        self.done.lock().unwrap().push(address.to_string());
     }
 }
 
@@ -591,6 +593,95 @@ async fn a_resource_removed_from_the_config_is_deleted_after_its_dependants() {
     assert_eq!(*progress.order.lock().unwrap(), ["b", "a"]);
     assert!(env.world.live(&a("a")).is_empty() && env.world.live(&a("b")).is_empty());
     assert_eq!(env.world.live(&a("keep")).len(), 1);
+}
+
+/// `b` used `a`; the config drops `a` and `b`'s dependency on it. `b`'s update (slow) must
+/// finish before `a` is deleted: until then `b` still uses `a`.
+#[tokio::test]
+async fn a_dependency_removed_from_the_config_is_deleted_after_its_dependants_update() {
+    let env = Env::new();
+    let first: Vec<Arc<dyn Resource>> = vec![
+        Arc::new(TestResource::new(&env.world, "a", &[], Duration::ZERO)),
+        Arc::new(TestResource::new(
+            &env.world,
+            "b",
+            &["a"],
+            Duration::from_millis(300),
+        )),
+    ];
+    assert!(env.run(&first, false, 2).await.succeeded());
+    let without_a: Vec<Arc<dyn Resource>> = vec![Arc::new(TestResource::new(
+        &env.world,
+        "b",
+        &[],
+        Duration::from_millis(300),
+    ))];
+    let (plan, _) = env.plan(&without_a, false, &[]).await;
+    assert_eq!(
+        actions(&plan),
+        [
+            ("a".to_string(), Action::Delete),
+            ("b".to_string(), Action::Update)
+        ]
+    );
+    assert_eq!(plan.changes[1].released, [a("a")]);
+    let progress = Arc::new(Concurrency::default());
+    let report = env.run_with(&without_a, false, 2, progress.clone()).await;
+    assert!(report.succeeded(), "{report:?}");
+    assert_eq!(*progress.done.lock().unwrap(), ["b", "a"]);
+    assert_eq!(*progress.order.lock().unwrap(), ["b", "a"]);
+    assert!(env.world.live(&a("a")).is_empty());
+    assert_eq!(env.world.live(&a("b")).len(), 1);
+}
+
+/// `x` used `d`, which used `y`; the config drops `d` and makes `x` use `y` directly. With `y`
+/// unchanged, `x`'s update goes before `d`'s delete. With `y` changed too, `d` must go before
+/// `y`'s update (it used `y`) and `x`'s update after it (it uses `y`): `d` goes first, as
+/// without the config's move, and the plan is no cycle.
+#[tokio::test]
+async fn a_dependency_moved_past_a_removed_one_orders_without_a_cycle() {
+    for y_changes in [false, true] {
+        let env = Env::new();
+        let slow = Duration::from_millis(200);
+        let first: Vec<Arc<dyn Resource>> = vec![
+            Arc::new(TestResource::new(&env.world, "y", &[], Duration::ZERO)),
+            Arc::new(TestResource::new(&env.world, "d", &["y"], Duration::ZERO)),
+            Arc::new(TestResource::new(&env.world, "x", &["d"], slow)),
+        ];
+        assert!(env.run(&first, false, 3).await.succeeded());
+        let mut y = TestResource::new(&env.world, "y", &[], slow);
+        if y_changes {
+            y.spec["label"] = serde_json::json!("changed");
+        }
+        let moved: Vec<Arc<dyn Resource>> = vec![
+            Arc::new(y),
+            Arc::new(TestResource::new(&env.world, "x", &["y"], slow)),
+        ];
+        let (plan, _) = env.plan(&moved, false, &[]).await;
+        let y_action = if y_changes {
+            Action::Update
+        } else {
+            Action::NoOp
+        };
+        assert_eq!(
+            actions(&plan),
+            [
+                ("d".to_string(), Action::Delete),
+                ("x".to_string(), Action::Update),
+                ("y".to_string(), y_action)
+            ]
+        );
+        plan.execution_graph().expect("no cycle");
+        let progress = Arc::new(Concurrency::default());
+        let report = env.run_with(&moved, false, 3, progress.clone()).await;
+        assert!(report.succeeded(), "{report:?}");
+        let done = progress.done.lock().unwrap().clone();
+        match y_changes {
+            false => assert_eq!(done, ["x", "d"]),
+            true => assert_eq!(done, ["d", "y", "x"]),
+        }
+        assert!(env.world.live(&a("d")).is_empty());
+    }
 }
 
 #[tokio::test]

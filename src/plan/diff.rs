@@ -31,6 +31,14 @@ pub fn diff_apply(
             let recorded = state.resources.get(r.address());
             let live = observed.get(r.address());
             let mut c = diff_one(r.as_ref(), state, recorded, live);
+            if let Some(recorded) = recorded {
+                c.released = recorded
+                    .dependencies
+                    .iter()
+                    .filter(|d| !c.dependencies.contains(d))
+                    .cloned()
+                    .collect();
+            }
             if replace.contains(r.address()) {
                 force_replacement(&mut c, recorded, live);
             }
@@ -214,6 +222,7 @@ fn delete_change(
         // forgotten.
         gone: gone && recorded.status != Status::Deleting,
         kept: false,
+        released: Vec::new(),
     }
 }
 
@@ -240,6 +249,7 @@ fn diff_one(
         import: None,
         gone: false,
         kept: false,
+        released: Vec::new(),
     };
     if r.mode() == Mode::Data {
         return change(Action::Read, "data source, read for its outputs");

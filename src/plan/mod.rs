@@ -16,7 +16,7 @@ pub mod render;
 pub mod replace;
 pub mod unknown;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -158,6 +158,12 @@ pub struct Change {
     /// "to change".
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub kept: bool,
+    /// For a change of a recorded resource: the dependencies the state records for it that the
+    /// config no longer gives it. It may still use them until this change is applied, so a
+    /// delete of one waits for it (Terraform orders a destroy after the update of what used
+    /// it).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub released: Vec<Address>,
 }
 
 impl Change {
@@ -324,8 +330,15 @@ impl Plan {
     }
 
     /// The graph of the plan's changes in execution order: for an apply,
-    /// dependencies first (a delete waits for what depended on it); for a
-    /// destroy, dependants first.
+    /// dependencies first; for a destroy, dependants first. A delete of `c`
+    /// goes before every change to what `c` depended on, except a no-op or a
+    /// read, to which nothing happens (the reverse of creation order). A
+    /// delete of `d` also waits for the change of each resource that no
+    /// longer depends on `d` ([`Change::released`]), which uses it until that
+    /// change is applied, unless that change already waits for the delete
+    /// through the edges above (`x` → `d` → `y` where the config now makes
+    /// `x` depend on `y` and `y` changes: `d` goes first, as before; waiting
+    /// for `x` too would be a cycle).
     ///
     /// # Errors
     /// [`GraphError::Cycle`] when the recorded and desired dependencies
@@ -340,20 +353,44 @@ impl Plan {
             .collect();
         for c in &self.changes {
             for d in &c.dependencies {
-                if !present.contains_key(d) {
+                let Some(of_d) = present.get(d) else {
                     continue;
-                }
-                if c.action == Action::Delete {
-                    // `c` depended on `d`: whatever happens to `d` waits
-                    // until `c` is deleted (the reverse of creation order).
-                    deps.get_mut(d).expect("present").push(c.address.clone());
-                } else {
+                };
+                if c.action != Action::Delete {
                     deps.get_mut(&c.address).expect("present").push(d.clone());
+                } else if !matches!(of_d.action, Action::NoOp | Action::Read) {
+                    // `c` depended on `d`: whatever happens to `d` waits
+                    // until `c` is deleted.
+                    deps.get_mut(d).expect("present").push(c.address.clone());
+                }
+            }
+        }
+        for c in self.changes.iter().filter(|c| c.action != Action::Delete) {
+            for d in &c.released {
+                let deleted = present.get(d).is_some_and(|r| r.action == Action::Delete);
+                if deleted && !waits_for(&deps, &c.address, d) {
+                    deps.get_mut(d).expect("present").push(c.address.clone());
                 }
             }
         }
         Dag::new(deps)
     }
+}
+
+/// Whether `from` waits, directly or through others, for `to` in `deps`
+/// (address → the addresses it waits for).
+fn waits_for(deps: &BTreeMap<Address, Vec<Address>>, from: &Address, to: &Address) -> bool {
+    let mut seen = BTreeSet::new();
+    let mut next = vec![from];
+    while let Some(at) = next.pop() {
+        if at == to {
+            return true;
+        }
+        if seen.insert(at) {
+            next.extend(deps.get(at).into_iter().flatten());
+        }
+    }
+    false
 }
 
 /// Why no plan could be made.

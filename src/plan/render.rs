@@ -383,6 +383,7 @@ mod tests {
             import: None,
             gone: false,
             kept: false,
+            released: Vec::new(),
         }
     }
 
