@@ -216,6 +216,11 @@ pub struct Check<'a> {
     pub deletes: &'a std::collections::BTreeSet<Address>,
     /// The whole state the plan was made against.
     pub state: &'a crate::state::State,
+    /// For a create that re-attaches to a live resource of this state's (an interrupted
+    /// create, or one `kfaws state rm` dropped, [`crate::plan::Change::import`]): the provider
+    /// ids of what it holds (a stack's resources, by physical id), which are this deployment's
+    /// whatever their own tags say. Empty otherwise.
+    pub held: &'a std::collections::BTreeSet<String>,
 }
 
 /// A node of the graph: its identity, its desired spec and the calls that

@@ -807,6 +807,69 @@ fn graph_prints_dot_with_every_resource() {
     assert_eq!(dot.matches("->").count(), 15, "{dot}");
 }
 
+/// Tag-policy tooling replaces whole tag sets (PutBucketTagging, or roles retagged by hand):
+/// a stack's bucket and roles without kfaws' tags are still the stack's. After `kfaws state
+/// rm`, the plan imports the stacks rather than refusing their names as someone else's.
+#[tokio::test]
+async fn stacks_whose_bucket_and_roles_lost_their_tags_are_imported_again() {
+    use aws_sdk_s3::types::{Tag, Tagging};
+    let d = Deployment::new("");
+    let targets = ["--target", "stack.iam", "--target", "stack.storage"];
+    d.stdout(&[&["apply", "--auto-approve"][..], &targets].concat());
+    let bucket = d.output("stack.storage", "BucketName");
+    let aws = d.aws().await;
+    let team = Tag::builder().key("team").value("ml").build().unwrap();
+    aws.s3()
+        .put_bucket_tagging()
+        .bucket(&bucket)
+        .tagging(Tagging::builder().tag_set(team).build().unwrap())
+        .send()
+        .await
+        .unwrap();
+    let iam = aws.iam();
+    let mut untagged = 0;
+    for role in iam.list_roles().send().await.unwrap().roles() {
+        let tags = iam
+            .list_role_tags()
+            .role_name(role.role_name())
+            .send()
+            .await
+            .unwrap();
+        let ours: Vec<String> = tags
+            .tags()
+            .iter()
+            .map(|t| t.key().to_string())
+            .filter(|k| k.starts_with("kfaws:"))
+            .collect();
+        if !ours.is_empty() {
+            iam.untag_role()
+                .role_name(role.role_name())
+                .set_tag_keys(Some(ours))
+                .send()
+                .await
+                .unwrap();
+            untagged += 1;
+        }
+    }
+    assert_eq!(untagged, 3, "the cluster, node and SageMaker roles");
+    d.stdout(&["state", "rm", "stack.iam"]);
+    d.stdout(&["state", "rm", "stack.storage"]);
+    let plan = d.stdout(&[&["plan"][..], &targets].concat());
+    assert!(
+        plan.contains("# stack.iam will be imported")
+            && plan.contains("# stack.storage will be imported")
+            && plan.contains("Plan: 2 to import, 0 to add, 0 to change, 0 to destroy."),
+        "{plan}"
+    );
+    let created = stacks_created(&d);
+    let out = d.stdout(&[&["apply", "--auto-approve"][..], &targets].concat());
+    assert!(
+        out.contains("Resources: 2 imported, 0 added, 0 changed, 0 destroyed."),
+        "{out}"
+    );
+    assert_eq!(stacks_created(&d), created, "no CreateStack reached AWS");
+}
+
 #[tokio::test]
 async fn state_rm_forgets_without_deleting_and_apply_adopts_it_again() {
     let d = Deployment::new("");

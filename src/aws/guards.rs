@@ -171,7 +171,11 @@ impl Guard for RolesGuard {
             _ => return Ok(()),
         };
         let mut problems = Vec::new();
-        for role in checked {
+        // A role of the stack a create re-attaches to is the stack's, whatever its tags say.
+        for role in checked
+            .into_iter()
+            .filter(|r| !check.held.contains(&r.name))
+        {
             match self.taken(role).await {
                 Ok(None) => {}
                 Ok(Some(problem)) | Err(problem) => problems.push(problem),
@@ -370,6 +374,8 @@ impl Guard for BucketGuard {
         if check.action == Action::Create || renamed {
             let problem = match bucket::holder(&self.s3, &self.bucket).await {
                 Ok(Holder::Nobody) => None,
+                // The bucket of the stack a create re-attaches to, whatever its tags say.
+                Ok(Holder::Visible(_)) if check.held.contains(&self.bucket) => None,
                 Ok(Holder::Visible(tags)) => {
                     let pairs = || tags.iter().map(|(k, v)| (k.as_str(), v.as_str()));
                     if !self.owner.owns(pairs()) {

@@ -17,7 +17,7 @@
 //! - a stack left in `ROLLBACK_COMPLETE` can only be deleted, so create
 //!   deletes it first.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -645,16 +645,30 @@ impl Resource for StackResource {
     /// Before a create, a live stack of our name must be ours (an interrupted create, which
     /// `create` re-attaches to): another state's or anyone else's is refused here, at plan
     /// time, rather than by CreateStack half way through an apply. Then the guards.
+    /// The guards are told what a stack of ours that the create re-attaches to holds
+    /// ([`Check::held`]): its bucket and roles are the stack's even with their tags removed.
     async fn check(&self, check: &Check<'_>) -> Result<(), ResourceError> {
+        let mut held = BTreeSet::new();
         if check.action == Action::Create {
             if let Some(existing) = self.describe(&self.stack_name).await? {
                 if !self.owned(&existing) {
                     return Err(self.foreign(&existing));
                 }
+                let id = existing.stack_id().unwrap_or(&self.stack_name);
+                held = self
+                    .resources_of(id)
+                    .await?
+                    .into_iter()
+                    .filter_map(|(physical_id, _)| physical_id)
+                    .collect();
             }
         }
+        let check = Check {
+            held: &held,
+            ..*check
+        };
         for guard in &self.guards {
-            guard.check(check).await?;
+            guard.check(&check).await?;
         }
         Ok(())
     }

@@ -15,6 +15,10 @@ use crate::address::Address;
 use crate::resource::{Check, DeleteOptions};
 use crate::state::State;
 
+/// [`Check::held`] as the plan asks it: the resource fills it in for a create that
+/// re-attaches.
+static NOTHING_HELD: BTreeSet<String> = BTreeSet::new();
+
 /// The checks that failed, by address.
 #[derive(Debug, thiserror::Error)]
 #[error("the plan cannot be carried out; nothing was changed:\n{}", render(.failures))]
@@ -63,6 +67,7 @@ pub async fn check(
             options,
             deletes,
             state,
+            held: &NOTHING_HELD,
         };
         async move { (c.address.clone(), handle.check(&request).await) }
     });
