@@ -1027,8 +1027,28 @@ async fn destroy_refuses_to_delete_the_network_or_the_roles_under_a_cluster_the_
         "{err}"
     );
     assert_eq!(d.live_stack_names().await, stacks);
-    state["resources"]["stack.iam"]["status"] = "created".into();
-    std::fs::write(d.state_file(), serde_json::to_vec_pretty(&state).unwrap()).unwrap();
+    // `kfaws taint` points at --replace; `kfaws untaint` clears the taint, once.
+    let err = d.fails(&["taint", "stack.iam"]);
+    assert!(
+        err.contains("kfaws has no taint: run `kfaws apply --replace stack.iam`"),
+        "{err}"
+    );
+    let out = d.stdout(&["untaint", "stack.iam"]);
+    assert!(
+        out.contains(&format!(
+            "stack.iam ({}) is no longer tainted",
+            state["resources"]["stack.iam"]["physical_id"]
+                .as_str()
+                .unwrap()
+        )),
+        "{out}"
+    );
+    assert_eq!(d.state()["resources"]["stack.iam"]["status"], "created");
+    let err = d.fails(&["untaint", "stack.iam"]);
+    assert!(
+        err.contains("stack.iam is not tainted (its status is created)"),
+        "{err}"
+    );
     d.stdout(&["apply", "--auto-approve", "--target", "eks.cluster"]);
     d.stdout(&["destroy", "--auto-approve"]);
     assert!(d.live_stack_names().await.is_empty());

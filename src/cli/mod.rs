@@ -219,6 +219,21 @@ enum Command {
     /// Inspect and repair the state.
     #[command(subcommand)]
     State(StateCommand),
+    /// Clear a resource's taint (Terraform's untaint).
+    ///
+    /// For a tainted resource you have checked: the next plan compares it with the config
+    /// and the live resource, as any other, instead of replacing it.
+    Untaint {
+        /// The address.
+        address: Address,
+    },
+    /// Not a kfaws command: `kfaws apply --replace ADDR` replaces a resource (Terraform
+    /// 0.15.2 and later recommend -replace over taint), with the replacement in its plan.
+    #[command(hide = true)]
+    Taint {
+        /// The address.
+        address: Address,
+    },
     /// Write the deployment's EKS cluster into a kubeconfig, authenticating with `kfaws eks get-token`.
     ///
     /// Adds or replaces a cluster and a user named by the cluster ARN and a
@@ -821,6 +836,12 @@ async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::State(StateCommand::Show { address }) => state::show(&g, &address),
         Command::State(StateCommand::Rm { address }) => state::rm(&g, &address),
         Command::State(StateCommand::Unlock { id, force }) => state::unlock(&g, &id, force),
+        Command::Untaint { address } => state::untaint(&g, &address),
+        Command::Taint { address } => anyhow::bail!(
+            "kfaws has no taint: run `kfaws apply --replace {address}` (Terraform 0.15.2 and \
+             later recommend -replace over taint); its plan shows the replacement before anything \
+             is deleted"
+        ),
         Command::Kubeconfig { kubeconfig, alias } => {
             eks::kubeconfig(&g, kubeconfig.as_deref(), alias.as_deref()).await
         }

@@ -1,6 +1,6 @@
-//! `kfaws state ...` and `kfaws output`.
+//! `kfaws state ...`, `kfaws untaint` and `kfaws output`.
 
-use anyhow::Context as _;
+use anyhow::{bail, Context as _};
 use comfy_table::{presets::UTF8_BORDERS_ONLY, Table};
 use kfaws::address::Address;
 use kfaws::state::lock::{self, StateLock};
@@ -105,6 +105,46 @@ pub fn rm(g: &Global, address: &Address) -> anyhow::Result<u8> {
         r.physical_id
             .map(|id| format!(" ({id})"))
             .unwrap_or_default()
+    )?;
+    Ok(0)
+}
+
+/// `kfaws untaint ADDR`: a tainted entry becomes `created` again, so the next plan diffs it
+/// with the live resource instead of replacing it.
+///
+/// # Errors
+/// When the address is not in the state, is not tainted, or records no provider id (its
+/// failed create recorded nothing to keep: the next apply makes it anyway).
+pub fn untaint(g: &Global, address: &Address) -> anyhow::Result<u8> {
+    let (name, state_dir) = context::deployment(g)?;
+    let _lock = StateLock::acquire(&state_dir, &name, "untaint")?;
+    let mut store = StateStore::open(&state_dir, &name)?;
+    let r = store
+        .state()
+        .resources
+        .get(address)
+        .with_context(|| format!("{address} is not in the state of deployment {name:?}"))?;
+    if r.status != Status::Tainted {
+        bail!(
+            "{address} is not tainted (its status is {})",
+            r.status.as_str()
+        );
+    }
+    let Some(id) = r.physical_id.clone() else {
+        bail!(
+            "{address} records no provider id: its failed create recorded nothing to keep, and \
+             the next apply creates it (re-attaching to what that create made)"
+        );
+    };
+    let a = address.clone();
+    store.write(move |s| {
+        if let Some(r) = s.resources.get_mut(&a) {
+            r.status = Status::Created;
+        }
+    })?;
+    outln!(
+        "{address} ({id}) is no longer tainted: the next plan compares it with the config and \
+         the live resource instead of replacing it."
     )?;
     Ok(0)
 }
