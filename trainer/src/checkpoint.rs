@@ -126,19 +126,27 @@ impl Checkpoint {
             .and_then(|_| file.sync_all())
             .map_err(io)?;
         std::fs::rename(&tmp, &path).map_err(io)?;
+        // The rename is durable before the older checkpoints go (rename(2) is atomic, but
+        // only an fsync of the directory makes the new name survive a power loss).
+        std::fs::File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(io)?;
         for old in list(dir).map_err(io)?.into_iter().rev().skip(KEEP + 1) {
             std::fs::remove_file(old).map_err(io)?;
         }
         Ok(path)
     }
 
-    /// The newest checkpoint in `dir` (none if the directory is absent or empty), checked
-    /// against the model's parameter count and the dataset's name (a version 1 file, which
-    /// does not record it, is taken on its parameter count alone).
+    /// The newest checkpoint in `dir` that decodes (none if the directory is absent or empty),
+    /// checked against the model's parameter count and the dataset's name (a version 1 file,
+    /// which does not record it, is taken on its parameter count alone). A corrupt newest file
+    /// (cut short by a crash or a copy, e.g. a checkpoint sync to S3) is skipped with a warning
+    /// for the one before it: the older ones are kept for that ([`Checkpoint::save`]).
     ///
     /// # Errors
-    /// [`CheckpointError`] when the newest file cannot be read, is corrupt, or is for another
-    /// model or dataset.
+    /// [`CheckpointError::Corrupt`] (the newest file's) when every file is corrupt;
+    /// [`CheckpointError`] when a file cannot be read, or the first that decodes is for
+    /// another model or dataset.
     pub fn load_newest(
         dir: &Path,
         param_count: usize,
@@ -148,17 +156,36 @@ impl Checkpoint {
             path: dir.to_path_buf(),
             source,
         })?;
-        let Some(path) = files.last() else {
-            return Ok(None);
+        let mut newest_corrupt = None;
+        let mut found = None;
+        for path in files.iter().rev() {
+            let bytes = std::fs::read(path).map_err(|source| CheckpointError::Io {
+                path: path.clone(),
+                source,
+            })?;
+            match Self::decode(&bytes) {
+                Ok(checkpoint) => {
+                    found = Some((checkpoint, path));
+                    break;
+                }
+                Err(detail) => {
+                    tracing::warn!(
+                        "checkpoint {} is corrupt ({detail}); trying the one before it",
+                        path.display()
+                    );
+                    newest_corrupt.get_or_insert(CheckpointError::Corrupt {
+                        path: path.clone(),
+                        detail,
+                    });
+                }
+            }
+        }
+        let Some((checkpoint, path)) = found else {
+            return match newest_corrupt {
+                Some(e) => Err(e),
+                None => Ok(None),
+            };
         };
-        let bytes = std::fs::read(path).map_err(|source| CheckpointError::Io {
-            path: path.clone(),
-            source,
-        })?;
-        let checkpoint = Self::decode(&bytes).map_err(|detail| CheckpointError::Corrupt {
-            path: path.clone(),
-            detail,
-        })?;
         if checkpoint.params.len() != param_count {
             return Err(CheckpointError::WrongModel {
                 path: path.clone(),
@@ -179,10 +206,11 @@ impl Checkpoint {
     fn decode(bytes: &[u8]) -> Result<Self, String> {
         let mut at = 0usize;
         let mut take = |n: usize| -> Result<&[u8], String> {
+            let end = at.checked_add(n).ok_or("length overflow")?;
             let part = bytes
-                .get(at..at + n)
-                .ok_or_else(|| format!("ends at byte {} of at least {}", bytes.len(), at + n))?;
-            at += n;
+                .get(at..end)
+                .ok_or_else(|| format!("ends at byte {} of at least {end}", bytes.len()))?;
+            at = end;
             Ok(part)
         };
         if take(8)? != MAGIC {
@@ -214,6 +242,19 @@ impl Checkpoint {
         };
         let params = floats()?;
         let velocity = floats()?;
+        if !velocity.is_empty() && velocity.len() != params.len() {
+            return Err(format!(
+                "its momentum holds {} values for {} parameters",
+                velocity.len(),
+                params.len()
+            ));
+        }
+        if at != bytes.len() {
+            return Err(format!(
+                "{} bytes follow the end of its data",
+                bytes.len() - at
+            ));
+        }
         Ok(Self {
             epoch,
             step,
@@ -320,6 +361,50 @@ mod tests {
             .to_string();
         assert!(
             err.contains("checkpoint-000001-00000000.bin is corrupt"),
+            "{err}"
+        );
+        // Bytes past the data, and a momentum of another length, are corrupt too.
+        let mut longer = bytes.clone();
+        longer.push(0);
+        std::fs::write(&path, &longer).unwrap();
+        let err = Checkpoint::load_newest(dir.path(), 3, "fashion-mnist").unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("1 bytes follow the end of its data"),
+            "{err}"
+        );
+        let odd = Checkpoint {
+            velocity: vec![1.0],
+            ..sample(1, 0)
+        };
+        odd.save(dir.path()).unwrap();
+        let err = Checkpoint::load_newest(dir.path(), 3, "fashion-mnist").unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("its momentum holds 1 values for 3 parameters"),
+            "{err}"
+        );
+    }
+
+    /// A newest file cut short (a crash, an interrupted copy) falls back to the one before it;
+    /// only when every file is corrupt is the newest one's error returned.
+    #[test]
+    fn a_corrupt_newest_checkpoint_falls_back_to_the_one_before_it() {
+        let dir = tempfile::tempdir().unwrap();
+        sample(1, 0).save(dir.path()).unwrap();
+        let newest = sample(2, 0).save(dir.path()).unwrap();
+        let bytes = std::fs::read(&newest).unwrap();
+        std::fs::write(&newest, &bytes[..bytes.len() / 2]).unwrap();
+        let (read, path) = Checkpoint::load_newest(dir.path(), 3, "fashion-mnist")
+            .unwrap()
+            .unwrap();
+        assert_eq!(read, sample(1, 0));
+        assert!(path.ends_with("checkpoint-000001-00000000.bin"), "{path:?}");
+        let older = dir.path().join(sample(1, 0).file_name());
+        std::fs::write(&older, b"KFAWSCKP").unwrap();
+        let err = Checkpoint::load_newest(dir.path(), 3, "fashion-mnist").unwrap_err();
+        assert!(
+            matches!(&err, CheckpointError::Corrupt { path, .. } if *path == newest),
             "{err}"
         );
     }
