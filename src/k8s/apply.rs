@@ -55,6 +55,25 @@ fn is_immutable(status: &kube::core::Status) -> bool {
     status.code == 422 && status.message.contains("immutable")
 }
 
+/// What deleting a live object of kind `gk` would lose beyond the object itself, for the
+/// kinds whose immutable fields an apply does not change by deleting and re-creating them
+/// (what it does for any other kind): a PersistentVolumeClaim's dynamically provisioned
+/// volume goes with it under the usual `Delete` reclaim policy, and a
+/// CustomResourceDefinition takes every custom resource of its kind with it.
+fn not_replaced(gk: &super::object::GroupKind) -> Option<&'static str> {
+    use super::object::GroupKind;
+    if *gk == GroupKind::new("", "PersistentVolumeClaim") {
+        Some(
+            "its volume and the data on it may be deleted with it (a dynamically provisioned \
+             volume's reclaim policy is Delete)",
+        )
+    } else if *gk == GroupKind::new("apiextensions.k8s.io", "CustomResourceDefinition") {
+        Some("every custom resource of its kind would be deleted with it")
+    } else {
+        None
+    }
+}
+
 /// Annotation on every applied object: hex SHA-256 of the manifest applied
 /// (with the ApplySet label, without this annotation).
 pub const MANIFEST_HASH: &str = "kfaws/manifest-sha256";
@@ -849,6 +868,14 @@ impl Run<'_> {
                 if before.is_some() && is_immutable(&status) =>
             {
                 let message = status.message.clone();
+                if let Some(loses) = not_replaced(&t.object.gk) {
+                    return Err(format!(
+                        "{message}; kfaws does not delete and re-create a {} to change it: {loses}. \
+                         Change the manifest back, or delete it yourself once that is acceptable \
+                         and apply again",
+                        t.object.gk.kind
+                    ));
+                }
                 self.delete_for_replacement(&api, pos)
                     .await
                     .map_err(|e| format!("{message}; replacing it: {e}"))?;
