@@ -259,6 +259,64 @@ async fn a_secret_value_from_string_data_changed_by_someone_else_is_reapplied() 
     assert_eq!(value(api.get("db-creds").await.unwrap()), b"first-value");
 }
 
+/// An immutable field changed: a ConfigMap marked immutable is deleted and created again,
+/// a PersistentVolumeClaim is not (its volume, and the data on it, could go with it): the
+/// apply fails naming it, and the claim is the same object.
+#[tokio::test]
+async fn an_immutable_change_replaces_a_config_map_but_never_a_claim() {
+    use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+    let client = client().await;
+    let first = bundle("immutable", "immutable.yaml");
+    let a = applier(&client, Duration::from_secs(60));
+    a.apply(&first).await.unwrap();
+    let changed = |kind: &str, pointer: &str, value: serde_json::Value| {
+        let mut b = first.clone();
+        for m in b.objects.iter_mut().filter(|m| m.kind == kind) {
+            *m.object.pointer_mut(pointer).unwrap() = value.clone();
+        }
+        b
+    };
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), "immutable");
+    let before = config_maps.get("settings").await.unwrap().metadata.uid;
+    let report = a
+        .apply(&changed("ConfigMap", "/data/v", json!("2")))
+        .await
+        .unwrap();
+    assert!(
+        report
+            .objects
+            .iter()
+            .any(|(o, outcome)| o.name == "settings" && *outcome == Outcome::Replaced),
+        "{report:?}"
+    );
+    let after = config_maps.get("settings").await.unwrap();
+    assert_ne!(after.metadata.uid, before);
+    assert_eq!(after.data.unwrap()["v"], "2");
+
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), "immutable");
+    let uid = claims.get("data").await.unwrap().metadata.uid;
+    let err = a
+        .apply(&changed(
+            "PersistentVolumeClaim",
+            "/spec/storageClassName",
+            json!("fast"),
+        ))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("PersistentVolumeClaim immutable/data")
+            && err.contains(
+                "kfaws does not delete and re-create a PersistentVolumeClaim to change it: its \
+                 volume and the data on it may be deleted with it"
+            ),
+        "{err}"
+    );
+    let claim = claims.get("data").await.unwrap();
+    assert_eq!(claim.metadata.uid, uid);
+    assert!(claim.metadata.deletion_timestamp.is_none());
+}
+
 #[tokio::test]
 async fn an_object_removed_from_the_bundle_is_pruned() {
     let client = client().await;
@@ -326,6 +384,71 @@ async fn destroy_leaves_no_object_with_the_applyset_label() {
     // Nothing left to find: the ApplySet parent goes last.
     let set = ApplySet::new("destroy", "kfaws-system");
     assert!(set.read(&client).await.unwrap().is_none());
+}
+
+/// A CRD anywhere in the cluster that never becomes Established (its kind clashes with
+/// another CRD's in the same group), whose custom resources the API server therefore does not
+/// serve (a plain-text `404 page not found`), does not hold up the destroy of a bundle that
+/// owns a namespace: listing what is left of it is answered "not served", not retried until
+/// the destroy's deadline.
+#[tokio::test]
+async fn a_crd_that_is_never_established_does_not_hold_up_a_destroy() {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let client = client().await;
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let crd = |plural: &str| {
+        serde_json::from_value::<CustomResourceDefinition>(json!({
+            "apiVersion": "apiextensions.k8s.io/v1",
+            "kind": "CustomResourceDefinition",
+            "metadata": {"name": format!("{plural}.clash.kfaws.test")},
+            "spec": {
+                "group": "clash.kfaws.test",
+                "scope": "Namespaced",
+                "names": {"plural": plural, "kind": "Clash"},
+                "versions": [{
+                    "name": "v1", "served": true, "storage": true,
+                    "schema": {"openAPIV3Schema": {"type": "object"}}
+                }]
+            }
+        }))
+        .unwrap()
+    };
+    crds.create(&PostParams::default(), &crd("alphas"))
+        .await
+        .unwrap();
+    let established = |c: &CustomResourceDefinition| {
+        c.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|cs| {
+                cs.iter()
+                    .any(|c| c.type_ == "Established" && c.status == "True")
+            })
+    };
+    let until = Instant::now() + Duration::from_secs(30);
+    while !established(&crds.get("alphas.clash.kfaws.test").await.unwrap()) {
+        assert!(Instant::now() < until, "alphas never Established");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    crds.create(&PostParams::default(), &crd("betas"))
+        .await
+        .unwrap();
+    let b = bundle("clash", "clash.yaml");
+    let a = applier(&client, Duration::from_secs(20));
+    a.apply(&b).await.unwrap();
+    let betas = crds.get("betas.clash.kfaws.test").await.unwrap();
+    assert!(
+        !established(&betas),
+        "the kind clash keeps betas from being Established"
+    );
+
+    // Retried, the list would end at the deadline with an error: the destroy would fail.
+    let report = a.destroy(&b).await;
+    for name in ["alphas.clash.kfaws.test", "betas.clash.kfaws.test"] {
+        crds.delete(name, &Default::default()).await.unwrap();
+    }
+    let report = report.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(report.deleted.len(), b.objects.len(), "{report:?}");
 }
 
 #[tokio::test]

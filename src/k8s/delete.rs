@@ -418,7 +418,7 @@ pub async fn crd_instances(
         return Ok(None);
     };
     let all = ListParams::default();
-    match retry::retry(deadline, || api.list_metadata(&all)).await {
+    match retry::retry_served(deadline, || api.list_metadata(&all)).await {
         Ok(list) => {
             let items = list.items.into_iter().map(|o| o.metadata).collect();
             Ok(Some((resource, items)))
@@ -589,7 +589,7 @@ pub async fn namespace_instances(
         .map(|(ns, resource)| async move {
             let api = Api::<DynamicObject>::namespaced_with(client.clone(), ns, resource);
             let all = ListParams::default();
-            match retry::retry(deadline, || api.list_metadata(&all)).await {
+            match retry::retry_served(deadline, || api.list_metadata(&all)).await {
                 Ok(list) => Ok(list
                     .items
                     .into_iter()

@@ -82,7 +82,7 @@ pub async fn unfinished_jobs(
         return Ok(vec![]);
     }
     let all = ListParams::default();
-    let list = match retry::retry(deadline, || api.list(&all)).await {
+    let list = match retry::retry_served(deadline, || api.list(&all)).await {
         Ok(list) => list,
         // Not served (yet or any more): nothing can be stored through it.
         Err(RetryError::Failed(kube::Error::Api(s))) if s.code == 404 => return Ok(vec![]),

@@ -112,13 +112,50 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, kube::Error>>,
 {
-    retry_unless(deadline, &crate::engine::interrupt::stopping(), op).await
+    retry_unless(
+        deadline,
+        &crate::engine::interrupt::stopping(),
+        is_transient,
+        op,
+    )
+    .await
 }
 
-/// [`retry`] with the token that stops it.
+/// Whether the API server's generic 404 says the resource type itself is not served (a
+/// CRD not Established yet, or any more): [`is_transient`] waits for it, a read of what
+/// exists takes it as the answer.
+pub fn is_not_served(err: &kube::Error) -> bool {
+    matches!(err, kube::Error::Api(s) if s.code == 404) && is_transient(err)
+}
+
+/// [`retry`] for reading what exists of a kind that may not be served: a 404 for the type
+/// itself ([`is_not_served`]: its group and version are not registered, e.g. a CRD deleted
+/// since it was listed) is returned at once as [`RetryError::Failed`] (nothing can be stored
+/// through it) instead of being waited for until `deadline`. (A CRD that exists but is not
+/// Established is answered with a plain-text `404 page not found`, which is never retried.)
+///
+/// # Errors
+/// As [`retry`].
+pub async fn retry_served<T, F, Fut>(deadline: Instant, op: F) -> Result<T, RetryError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, kube::Error>>,
+{
+    let transient = |e: &kube::Error| is_transient(e) && !is_not_served(e);
+    retry_unless(
+        deadline,
+        &crate::engine::interrupt::stopping(),
+        transient,
+        op,
+    )
+    .await
+}
+
+/// [`retry`] with the token that stops it and the errors it retries.
 async fn retry_unless<T, F, Fut>(
     deadline: Instant,
     stopping: &tokio_util::sync::CancellationToken,
+    transient: impl Fn(&kube::Error) -> bool,
     op: F,
 ) -> Result<T, RetryError>
 where
@@ -129,7 +166,7 @@ where
     let attempt = op
         .retry(schedule())
         .sleep(tokio::time::sleep)
-        .when(|e| is_transient(e) && !stopping.is_cancelled())
+        .when(|e| transient(e) && !stopping.is_cancelled())
         .notify(|e, after| {
             tracing::debug!("transient error, retrying in {after:?}: {}", message(e));
             *last.lock().unwrap_or_else(|p| p.into_inner()) = Some(message(e));
@@ -220,6 +257,7 @@ mod tests {
         let err = retry_unless(
             Instant::now() + Duration::from_secs(60),
             &stopping,
+            is_transient,
             || async {
                 calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 Err::<(), _>(api(503, "ServiceUnavailable", "try later"))
@@ -229,5 +267,40 @@ mod tests {
         .unwrap_err();
         assert!(matches!(err, RetryError::Failed(_)), "{err}");
         assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 1);
+    }
+
+    /// A read of what exists takes "type not served" as its answer at once; other transient
+    /// errors are still retried.
+    #[tokio::test]
+    async fn a_read_of_a_kind_not_served_is_answered_at_once() {
+        let calls = std::sync::atomic::AtomicUsize::new(0);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let err = retry_served(deadline, || async {
+            calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Err::<(), _>(api(
+                404,
+                "NotFound",
+                "the server could not find the requested resource",
+            ))
+        })
+        .await
+        .unwrap_err();
+        assert!(
+            matches!(&err, RetryError::Failed(e) if is_not_served(e)),
+            "{err}"
+        );
+        assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 1);
+        assert!(!is_not_served(&api(
+            404,
+            "NotFound",
+            "namespaces \"missing\" not found"
+        )));
+        let short = Instant::now() + Duration::from_millis(600);
+        let err = retry_served(short, || async {
+            Err::<(), _>(api(503, "ServiceUnavailable", "try later"))
+        })
+        .await
+        .unwrap_err();
+        assert!(matches!(err, RetryError::DeadlineExceeded { .. }), "{err}");
     }
 }
