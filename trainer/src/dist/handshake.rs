@@ -181,17 +181,21 @@ pub(super) fn accept_peers(rv: &Rendezvous, agreement: &Agreement) -> Result<Lin
         })?;
     let deadline = Instant::now() + rv.connect_timeout;
     let mut peers: Vec<Option<(TcpStream, Hello)>> = (1..rv.world_size).map(|_| None).collect();
-    while peers.iter().any(Option::is_none) {
+    // A rank whose process died after its handshake is waited for again: its restarted
+    // process takes the closed connection's place ([`admit`]).
+    let missing = |peers: &[Option<(TcpStream, Hello)>]| -> Vec<usize> {
+        (1..rv.world_size)
+            .filter(|r| peers[r - 1].as_ref().is_none_or(|(s, _)| closed(s)))
+            .collect()
+    };
+    while !missing(&peers).is_empty() {
         let (stream, from) = match listener.accept() {
             Ok(conn) => conn,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 if Instant::now() >= deadline {
-                    let missing = (1..rv.world_size)
-                        .filter(|r| peers[r - 1].is_none())
-                        .collect();
                     return Err(CommError::RendezvousTimeout {
                         timeout: rv.connect_timeout,
-                        missing,
+                        missing: missing(&peers),
                     });
                 }
                 std::thread::sleep(Duration::from_millis(20));
@@ -264,10 +268,20 @@ fn admit(
 ) -> Result<(Hello, TcpStream), Admission> {
     let payload = read_hello(&mut stream, rv.collective_timeout).map_err(Admission::Ignored)?;
     let verdict = check_hello(&payload, rv.world_size, agreement, rv.all_reduce).and_then(|h| {
-        if peers[h.rank - 1].is_some() {
-            Err(format!("two processes claim rank {}", h.rank))
-        } else {
-            Ok(h)
+        match &peers[h.rank - 1] {
+            Some((earlier, _)) if !closed(earlier) => {
+                Err(format!("two processes claim rank {}", h.rank))
+            }
+            // The rank's process died after its handshake and was started again (a pod or
+            // container restarted): the new connection takes the closed one's place.
+            Some(_) => {
+                tracing::warn!(
+                    rank = h.rank,
+                    "rank reconnected; its earlier connection had closed"
+                );
+                Ok(h)
+            }
+            None => Ok(h),
         }
     });
     match verdict {
@@ -277,6 +291,20 @@ fn admit(
             Err(Admission::Refused(reason))
         }
     }
+}
+
+/// Whether the peer of an admitted connection has gone: it closed (a read would see the end
+/// of the stream) or the connection failed. An open connection with nothing to read is not.
+fn closed(stream: &TcpStream) -> bool {
+    if stream.set_nonblocking(true).is_err() {
+        return true;
+    }
+    let gone = match stream.peek(&mut [0u8; 1]) {
+        Ok(0) => true,
+        Ok(_) => false,
+        Err(e) => e.kind() != io::ErrorKind::WouldBlock,
+    };
+    gone || stream.set_nonblocking(false).is_err()
 }
 
 /// Configures an accepted connection and reads its first frame, which must be a handshake

@@ -282,6 +282,67 @@ fn stray_connection_is_ignored_and_the_rendezvous_completes() {
     assert_eq!((root.join().unwrap(), v[0]), (3.0, 3.0));
 }
 
+/// A worker that died after its handshake and was started again (a restarted pod) takes its
+/// closed connection's place; a second live process claiming a rank is still refused.
+#[test]
+fn a_rank_restarted_during_the_rendezvous_takes_its_closed_connections_place() {
+    let port = free_port();
+    let root = thread::spawn(move || {
+        let mut comm = Communicator::connect(&rendezvous(port, 0, 3), &agreement(1)).unwrap();
+        let mut v = [1.0];
+        comm.all_reduce_sum(&mut v).unwrap();
+        v[0]
+    });
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut first = loop {
+        match TcpStream::connect(("127.0.0.1", port)) {
+            Ok(s) => break s,
+            Err(_) if Instant::now() < deadline => thread::sleep(Duration::from_millis(20)),
+            Err(e) => panic!("{e}"),
+        }
+    };
+    let payload = handshake::hello(1, 3, &agreement(1), AllReduce::Star, 0);
+    wire::write_frame(&mut first, wire::Tag::Hello, &payload).unwrap();
+    drop(first);
+    let ranks: Vec<_> = [1, 2]
+        .into_iter()
+        .map(|rank| {
+            thread::spawn(move || {
+                let mut comm =
+                    Communicator::connect(&rendezvous(port, rank, 3), &agreement(1)).unwrap();
+                let mut v = [rank as f32 + 1.0];
+                comm.all_reduce_sum(&mut v).unwrap();
+                v[0]
+            })
+        })
+        .collect();
+    let sums: Vec<f32> = ranks.into_iter().map(|h| h.join().unwrap()).collect();
+    assert_eq!((root.join().unwrap(), sums), (6.0, vec![6.0, 6.0]));
+
+    // The first process still connected: the second claim of rank 1 is refused.
+    let port = free_port();
+    let root = thread::spawn(move || {
+        Communicator::connect(&rendezvous(port, 0, 3), &agreement(1))
+            .err()
+            .map(|e| e.to_string())
+    });
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut alive = loop {
+        match TcpStream::connect(("127.0.0.1", port)) {
+            Ok(s) => break s,
+            Err(_) if Instant::now() < deadline => thread::sleep(Duration::from_millis(20)),
+            Err(e) => panic!("{e}"),
+        }
+    };
+    let payload = handshake::hello(1, 3, &agreement(1), AllReduce::Star, 0);
+    wire::write_frame(&mut alive, wire::Tag::Hello, &payload).unwrap();
+    let second = Communicator::connect(&rendezvous(port, 1, 3), &agreement(1));
+    let err = root.join().unwrap().expect("rank 0 refuses");
+    assert!(err.contains("two processes claim rank 1"), "{err}");
+    assert!(second.is_err());
+    drop(alive);
+}
+
 fn ring_rendezvous(port: u16, rank: usize, world_size: usize) -> Rendezvous {
     Rendezvous {
         all_reduce: AllReduce::Ring,
