@@ -417,7 +417,12 @@ fn handshake(
         Tag::Reject => Err(CommError::Mismatch(
             String::from_utf8_lossy(&payload).into_owned(),
         )),
-        Tag::Abort => Err(CommError::aborted(&payload)),
+        // Before the job starts rank 0 aborts only when it refused another rank's handshake: a
+        // configuration error for every rank (exit 1), not a transient failure to retry.
+        Tag::Abort => Err(CommError::Mismatch(format!(
+            "rank 0 refused another rank's handshake, so the job cannot start: {}",
+            super::wire::parse_abort(&payload).1
+        ))),
         other => Err(CommError::Protocol {
             rank: 0,
             detail: format!("answered the handshake with {other:?}"),

@@ -159,6 +159,38 @@ fn handshake_mismatches_fail_both_sides_with_the_reason() {
     }
 }
 
+/// With three or more ranks, a worker admitted before another rank's handshake is refused
+/// learns it from rank 0's abort: a configuration error for it too (not transient, so not
+/// retried by a restart policy), with the reason.
+#[test]
+fn an_admitted_worker_fails_as_a_mismatch_when_rank_zero_refuses_another() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let rank_zero = thread::spawn(move || {
+        let (mut stream, _) = listener.accept().unwrap();
+        let (tag, _) = wire::read_frame(&mut stream).unwrap();
+        assert_eq!(tag, wire::Tag::Hello);
+        let reason = "rank 2 has 11 model parameters, rank 0 has 1";
+        wire::write_frame(
+            &mut stream,
+            wire::Tag::Abort,
+            &wire::abort_payload(0, reason),
+        )
+        .unwrap();
+    });
+    let Err(err) = Communicator::connect(&rendezvous(port, 1, 3), &agreement(1)) else {
+        panic!("rank 0 refused the rendezvous");
+    };
+    rank_zero.join().unwrap();
+    assert!(matches!(err, CommError::Mismatch(_)), "{err}");
+    assert!(!err.is_transient(), "{err}");
+    assert!(
+        err.to_string()
+            .contains("rank 2 has 11 model parameters, rank 0 has 1"),
+        "{err}"
+    );
+}
+
 #[test]
 fn dead_peer_fails_every_rank_naming_it() {
     let port = free_port();
