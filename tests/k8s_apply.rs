@@ -361,6 +361,43 @@ async fn an_object_removed_from_the_bundle_is_pruned() {
     );
 }
 
+/// The ApplySet parent deleted by hand, then an apply without one of the objects: the
+/// members still carry the set's label, so the one that left is pruned all the same (not
+/// left behind, labelled, where no later prune or destroy would look), and the rest are
+/// not re-created.
+#[tokio::test]
+async fn an_object_removed_while_the_parent_is_gone_is_still_pruned() {
+    let client = client().await;
+    let full = bundle("orphan", "orphan.yaml");
+    let a = applier(&client, Duration::from_secs(60));
+    a.apply(&full).await.unwrap();
+    let parents: Api<ConfigMap> = Api::namespaced(client.clone(), "kfaws-system");
+    parents.delete("orphan", &Default::default()).await.unwrap();
+    let mut smaller = full.clone();
+    smaller.objects.retain(|m| m.name != "leaving");
+    let report = a.apply(&smaller).await.unwrap();
+    let pruned: Vec<String> = report
+        .pruned
+        .deleted
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(pruned, ["ConfigMap orphan/leaving"], "{report:?}");
+    assert!(
+        report
+            .objects
+            .iter()
+            .all(|(_, outcome)| *outcome != Outcome::Created),
+        "{report:?}"
+    );
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "orphan");
+    assert!(cms.get_opt("leaving").await.unwrap().is_none());
+    assert!(
+        parents.get_opt("orphan").await.unwrap().is_some(),
+        "repaired"
+    );
+}
+
 #[tokio::test]
 async fn destroy_leaves_no_object_with_the_applyset_label() {
     let client = client().await;

@@ -429,13 +429,11 @@ impl Applier {
             .as_ref()
             .map(|r| r.union(&desired_inv))
             .unwrap_or_else(|| desired_inv.clone());
-        let live: Vec<Member> = match &recorded {
-            Some(_) => {
-                set.members(&self.client, &served, &union, self.options.concurrency)
-                    .await?
-            }
-            None => Vec::new(),
-        };
+        // Listed also without a parent (deleted by hand): members of the bundle's kinds still
+        // carry the set's label, and those that left the manifests are pruned all the same.
+        let live: Vec<Member> = set
+            .members(&self.client, &served, &union, self.options.concurrency)
+            .await?;
         // Record the union before touching members, so that an interrupted
         // apply leaves every member findable for the next prune or destroy.
         if recorded.as_ref() != Some(&union) {
