@@ -16,6 +16,28 @@ fn open(g: &Global) -> anyhow::Result<(StateStore, std::path::PathBuf, String)> 
     Ok((store, state_dir, name))
 }
 
+/// The state of the deployment, opened under its lock (held until the lock is dropped) for
+/// `operation`, which changes it; with the deployment's name.
+fn open_locked(g: &Global, operation: &str) -> anyhow::Result<(StateLock, StateStore, String)> {
+    let (name, state_dir) = context::deployment(g)?;
+    let lock = StateLock::acquire(&state_dir, &name, operation)?;
+    let store = StateStore::open(&state_dir, &name)?;
+    Ok((lock, store, name))
+}
+
+/// The state entry of `address`, or an error saying deployment `name` does not record it.
+fn entry<'a>(
+    store: &'a StateStore,
+    address: &Address,
+    name: &str,
+) -> anyhow::Result<&'a kfaws::state::ResourceState> {
+    store
+        .state()
+        .resources
+        .get(address)
+        .with_context(|| format!("{address} is not in the state of deployment {name:?}"))
+}
+
 /// `kfaws state list`.
 pub fn list(g: &Global) -> anyhow::Result<u8> {
     let (store, _, name) = open(g)?;
@@ -62,26 +84,15 @@ pub fn list(g: &Global) -> anyhow::Result<u8> {
 /// `kfaws state show ADDR`.
 pub fn show(g: &Global, address: &Address) -> anyhow::Result<u8> {
     let (store, _, name) = open(g)?;
-    let r = store
-        .state()
-        .resources
-        .get(address)
-        .with_context(|| format!("{address} is not in the state of deployment {name:?}"))?;
+    let r = entry(&store, address, &name)?;
     outln!("{}", serde_json::to_string_pretty(r)?)?;
     Ok(0)
 }
 
 /// `kfaws state rm ADDR`.
 pub fn rm(g: &Global, address: &Address) -> anyhow::Result<u8> {
-    let (name, state_dir) = context::deployment(g)?;
-    let _lock = StateLock::acquire(&state_dir, &name, "state rm")?;
-    let mut store = StateStore::open(&state_dir, &name)?;
-    let r = store
-        .state()
-        .resources
-        .get(address)
-        .cloned()
-        .with_context(|| format!("{address} is not in the state of deployment {name:?}"))?;
+    let (_lock, mut store, name) = open_locked(g, "state rm")?;
+    let r = entry(&store, address, &name)?.clone();
     let a = address.clone();
     store.write(move |s| {
         s.resources.remove(&a);
@@ -116,14 +127,8 @@ pub fn rm(g: &Global, address: &Address) -> anyhow::Result<u8> {
 /// When the address is not in the state, is not tainted, or records no provider id (its
 /// failed create recorded nothing to keep: the next apply makes it anyway).
 pub fn untaint(g: &Global, address: &Address) -> anyhow::Result<u8> {
-    let (name, state_dir) = context::deployment(g)?;
-    let _lock = StateLock::acquire(&state_dir, &name, "untaint")?;
-    let mut store = StateStore::open(&state_dir, &name)?;
-    let r = store
-        .state()
-        .resources
-        .get(address)
-        .with_context(|| format!("{address} is not in the state of deployment {name:?}"))?;
+    let (_lock, mut store, name) = open_locked(g, "untaint")?;
+    let r = entry(&store, address, &name)?;
     if r.status != Status::Tainted {
         bail!(
             "{address} is not tainted (its status is {})",

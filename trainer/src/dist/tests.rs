@@ -33,6 +33,18 @@ fn agreement(param_count: u64) -> Agreement {
     }
 }
 
+/// A raw connection to rank 0's port on loopback, retried for up to 5 s until it listens.
+fn connect_once_listening(port: u16) -> TcpStream {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match TcpStream::connect(("127.0.0.1", port)) {
+            Ok(s) => return s,
+            Err(_) if Instant::now() < deadline => thread::sleep(Duration::from_millis(20)),
+            Err(e) => panic!("{e}"),
+        }
+    }
+}
+
 /// Runs `body` on `world_size` ranks, each in its own thread, and returns their results by rank.
 fn run_ranks<T: Send + 'static>(
     world_size: usize,
@@ -298,14 +310,7 @@ fn stray_connection_is_ignored_and_the_rendezvous_completes() {
         v[0]
     });
     // A health check or port scan: connects, says something that is not a handshake, leaves.
-    let deadline = Instant::now() + Duration::from_secs(5);
-    let mut stray = loop {
-        match TcpStream::connect(("127.0.0.1", port)) {
-            Ok(s) => break s,
-            Err(_) if Instant::now() < deadline => thread::sleep(Duration::from_millis(20)),
-            Err(e) => panic!("{e}"),
-        }
-    };
+    let mut stray = connect_once_listening(port);
     std::io::Write::write_all(&mut stray, b"GET / HTTP/1.0\r\n\r\n").unwrap();
     drop(stray);
     let mut worker = Communicator::connect(&rendezvous(port, 1, 2), &agreement(1)).unwrap();
@@ -325,14 +330,7 @@ fn a_rank_restarted_during_the_rendezvous_takes_its_closed_connections_place() {
         comm.all_reduce_sum(&mut v).unwrap();
         v[0]
     });
-    let deadline = Instant::now() + Duration::from_secs(5);
-    let mut first = loop {
-        match TcpStream::connect(("127.0.0.1", port)) {
-            Ok(s) => break s,
-            Err(_) if Instant::now() < deadline => thread::sleep(Duration::from_millis(20)),
-            Err(e) => panic!("{e}"),
-        }
-    };
+    let mut first = connect_once_listening(port);
     let payload = handshake::hello(1, 3, &agreement(1), AllReduce::Star, 0);
     wire::write_frame(&mut first, wire::Tag::Hello, &payload).unwrap();
     drop(first);
@@ -358,14 +356,7 @@ fn a_rank_restarted_during_the_rendezvous_takes_its_closed_connections_place() {
             .err()
             .map(|e| e.to_string())
     });
-    let deadline = Instant::now() + Duration::from_secs(5);
-    let mut alive = loop {
-        match TcpStream::connect(("127.0.0.1", port)) {
-            Ok(s) => break s,
-            Err(_) if Instant::now() < deadline => thread::sleep(Duration::from_millis(20)),
-            Err(e) => panic!("{e}"),
-        }
-    };
+    let mut alive = connect_once_listening(port);
     let payload = handshake::hello(1, 3, &agreement(1), AllReduce::Star, 0);
     wire::write_frame(&mut alive, wire::Tag::Hello, &payload).unwrap();
     let second = Communicator::connect(&rendezvous(port, 1, 3), &agreement(1));
