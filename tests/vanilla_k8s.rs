@@ -576,6 +576,25 @@ async fn a_bundle_that_left_the_config_is_deleted_by_its_applyset() {
             && err.contains(" kubeflow/"),
         "{err}"
     );
+    // The platform manifests leave the config and the operator stays: deleting k8s.kubeflow
+    // would delete the `kubeflow` Namespace and the operator's objects with it.
+    d.write_config(&format!(
+        "[kubeflow]\ntraining_operator = {:?}\n",
+        fixtures
+            .join("training-operator.yaml")
+            .display()
+            .to_string()
+    ));
+    let err = d.fails(&["plan"]);
+    assert!(
+        err.contains("k8s.training-operator: ")
+            && err.contains(
+                "training-operator.yaml: namespace kubeflow is deleted with k8s.kubeflow, which \
+                 this plan destroys, and these objects would be deleted with it: "
+            )
+            && err.contains("keep k8s.kubeflow in the configuration"),
+        "{err}"
+    );
 
     // The training operator leaves the config: the plan deletes its bundle. A plan saved
     // before a user's PyTorchJob started is checked again when applied.

@@ -124,8 +124,7 @@ pub fn rm(g: &Global, address: &Address) -> anyhow::Result<u8> {
 /// with the live resource instead of replacing it.
 ///
 /// # Errors
-/// When the address is not in the state, is not tainted, or records no provider id (its
-/// failed create recorded nothing to keep: the next apply makes it anyway).
+/// When the address is not in the state or is not tainted.
 pub fn untaint(g: &Global, address: &Address) -> anyhow::Result<u8> {
     let (_lock, mut store, name) = open_locked(g, "untaint")?;
     let r = entry(&store, address, &name)?;
@@ -135,12 +134,11 @@ pub fn untaint(g: &Global, address: &Address) -> anyhow::Result<u8> {
             r.status.as_str()
         );
     }
-    let Some(id) = r.physical_id.clone() else {
-        bail!(
-            "{address} records no provider id: its failed create recorded nothing to keep, and \
-             the next apply creates it (re-attaching to what that create made)"
-        );
-    };
+    let id = r
+        .physical_id
+        .as_ref()
+        .map(|id| format!(" ({id})"))
+        .unwrap_or_default();
     let a = address.clone();
     store.write(move |s| {
         if let Some(r) = s.resources.get_mut(&a) {
@@ -148,8 +146,8 @@ pub fn untaint(g: &Global, address: &Address) -> anyhow::Result<u8> {
         }
     })?;
     outln!(
-        "{address} ({id}) is no longer tainted: the next plan compares it with the config and \
-         the live resource instead of replacing it."
+        "{address}{id} is no longer tainted: the next plan compares it with the config and the \
+         live resource instead of replacing it."
     )?;
     Ok(0)
 }

@@ -875,12 +875,16 @@ impl ManifestsResource {
     /// bundle of the configuration declares or uses (this bundle's Namespace
     /// objects, [`ManifestsResource::used_elsewhere`]): the apply would fail
     /// half way with `namespaces "…" not found`. One GET per such
-    /// namespace.
+    /// namespace. A namespace the cluster has is refused too when a bundle
+    /// this plan deletes (`check.deletes`) recorded its Namespace object:
+    /// deleting it deletes these objects with it, which the state would still
+    /// record as applied.
     async fn refuse_missing_namespaces(
         &self,
         client: &Client,
         bundle: &Bundle,
         targets: &[super::discovery::Target],
+        check: &Check<'_>,
     ) -> Result<(), ResourceError> {
         let declared: BTreeSet<&str> = bundle
             .objects
@@ -905,6 +909,24 @@ impl ManifestsResource {
         let api: kube::Api<k8s_openapi::api::core::v1::Namespace> = kube::Api::all(client.clone());
         let mut problems = Vec::new();
         for (ns, objects) in objects {
+            let namespace = format!("Namespace {ns}");
+            let deleted_with = check.deletes.iter().find(|a| {
+                check
+                    .state
+                    .resources
+                    .get(*a)
+                    .is_some_and(|r| r.kind == KIND && recorded_objects(r).contains(&namespace))
+            });
+            if let Some(owner) = deleted_with {
+                problems.push(format!(
+                    "{}: namespace {ns} is deleted with {owner}, which this plan destroys, and \
+                     these objects would be deleted with it: {}; keep {owner} in the \
+                     configuration, or add a Namespace object for {ns} to the manifests",
+                    self.source_label(),
+                    objects.join(", ")
+                ));
+                continue;
+            }
             let found = api.get_metadata_opt(ns).await.map_err(|e| {
                 ResourceError::msg(format!(
                     "reading Namespace {ns} from EKS cluster {}: {}",
@@ -1702,7 +1724,7 @@ impl Resource for ManifestsResource {
         let targets = boxed_check(&applier, &bundle)
             .await
             .map_err(|e| ResourceError::msg(e.to_string()))?;
-        self.refuse_missing_namespaces(&client, &bundle, &targets)
+        self.refuse_missing_namespaces(&client, &bundle, &targets, check)
             .await?;
         self.refuse_foreign(&applier, &bundle).await
     }
