@@ -561,13 +561,13 @@ async fn a_bundle_that_left_the_config_is_deleted_by_its_applyset() {
     // training operator's objects live in: the plan refuses to prune it.
     let without_namespace = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures/manifests/c8-crd-and-instance.yaml");
+    let operator = fixtures
+        .join("training-operator.yaml")
+        .display()
+        .to_string();
     d.write_config(&format!(
-        "[kubeflow]\nmanifests = {:?}\ntraining_operator = {:?}\n",
+        "[kubeflow]\nmanifests = {:?}\ntraining_operator = {operator:?}\n",
         without_namespace.display().to_string(),
-        fixtures
-            .join("training-operator.yaml")
-            .display()
-            .to_string()
     ));
     let err = d.fails(&["plan"]);
     assert!(
@@ -578,13 +578,7 @@ async fn a_bundle_that_left_the_config_is_deleted_by_its_applyset() {
     );
     // The platform manifests leave the config and the operator stays: deleting k8s.kubeflow
     // would delete the `kubeflow` Namespace and the operator's objects with it.
-    d.write_config(&format!(
-        "[kubeflow]\ntraining_operator = {:?}\n",
-        fixtures
-            .join("training-operator.yaml")
-            .display()
-            .to_string()
-    ));
+    d.write_config(&format!("[kubeflow]\ntraining_operator = {operator:?}\n"));
     let err = d.fails(&["plan"]);
     assert!(
         err.contains("k8s.training-operator: ")

@@ -906,18 +906,22 @@ impl ManifestsResource {
                 .or_default()
                 .push(format!("{} ({})", m.describe(), m.origin));
         }
+        // Namespace → the bundle this plan deletes that recorded its Namespace object.
+        let deleted_with: BTreeMap<String, &crate::address::Address> = check
+            .deletes
+            .iter()
+            .filter_map(|a| Some((a, check.state.resources.get(a)?)))
+            .filter(|(_, r)| r.kind == KIND)
+            .flat_map(|(a, r)| {
+                recorded_objects(r)
+                    .into_iter()
+                    .filter_map(move |o| Some((o.strip_prefix("Namespace ")?.to_string(), a)))
+            })
+            .collect();
         let api: kube::Api<k8s_openapi::api::core::v1::Namespace> = kube::Api::all(client.clone());
         let mut problems = Vec::new();
         for (ns, objects) in objects {
-            let namespace = format!("Namespace {ns}");
-            let deleted_with = check.deletes.iter().find(|a| {
-                check
-                    .state
-                    .resources
-                    .get(*a)
-                    .is_some_and(|r| r.kind == KIND && recorded_objects(r).contains(&namespace))
-            });
-            if let Some(owner) = deleted_with {
+            if let Some(owner) = deleted_with.get(ns) {
                 problems.push(format!(
                     "{}: namespace {ns} is deleted with {owner}, which this plan destroys, and \
                      these objects would be deleted with it: {}; keep {owner} in the \
