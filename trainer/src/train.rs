@@ -135,7 +135,7 @@ pub fn train(
     config: &RunConfig,
     dataset: &Dataset,
     stop: &AtomicBool,
-    mut on_epoch: impl FnMut(&EpochMetrics),
+    on_epoch: impl FnMut(&EpochMetrics),
 ) -> Result<Outcome, TrainError> {
     let hp = &config.hp;
     let device = device_for(&hp.backend)?;
@@ -148,10 +148,38 @@ pub fn train(
     };
     let mut comm = Communicator::connect(&config.rendezvous, &agreement)?;
     RENDEZVOUS_DONE.store(true, std::sync::atomic::Ordering::SeqCst);
+    let result = train_connected(config, dataset, stop, on_epoch, &mut comm, model, &device);
+    if let Err(err) = &result {
+        // A failure of rank 0's own (its checkpoint or model directory): the workers, waiting
+        // in the next collective, learn why instead of seeing a closed connection. Collective
+        // failures have told them already; a stop and the whole-job verdicts (divergence, a
+        // checkpoint of other settings) are reached by every rank alike.
+        if matches!(
+            err,
+            TrainError::Checkpoint(_) | TrainError::ModelOutput { .. }
+        ) {
+            comm.abort(&err.to_string());
+        }
+    }
+    result
+}
+
+/// [`train`] once every rank has joined.
+fn train_connected(
+    config: &RunConfig,
+    dataset: &Dataset,
+    stop: &AtomicBool,
+    mut on_epoch: impl FnMut(&EpochMetrics),
+    comm: &mut Communicator,
+    model: Net,
+    device: &Device,
+) -> Result<Outcome, TrainError> {
+    let hp = &config.hp;
+    let train_device = device.clone().autodiff();
     let rank = comm.rank();
     let world_size = comm.world_size();
 
-    let (start, params, sgd) = initial_state(&mut comm, &model, config, dataset.kind)?;
+    let (start, params, sgd) = initial_state(comm, &model, config, dataset.kind)?;
     let mut learner = Learner::new(
         model,
         params,
@@ -208,7 +236,7 @@ pub fn train(
                 loss,
                 correct,
                 stop: any_rank_stops,
-            } = learner.step(batch, &mut comm, stop.load(Ordering::SeqCst))?;
+            } = learner.step(batch, comm, stop.load(Ordering::SeqCst))?;
             stopping = any_rank_stops;
             tally.add(loss, correct, n);
             if rank == 0 && hp.log_interval > 0 && (step as u64 + 1).is_multiple_of(hp.log_interval)
@@ -226,13 +254,7 @@ pub fn train(
         let mut train_sums = tally.to_vec();
         comm.all_reduce_sum(&mut train_sums)?;
         let train = Tally::from_slice(&train_sums);
-        let test = evaluate_test_split(
-            &learner.model,
-            dataset,
-            hp.test_batch_size,
-            &device,
-            &mut comm,
-        )?;
+        let test = evaluate_test_split(&learner.model, dataset, hp.test_batch_size, device, comm)?;
         let ((train_loss, train_acc), (test_loss, test_acc)) = (train.means(), test.means());
         // Every rank holds the same all-reduced loss, so all of them stop here together.
         if !train_loss.is_finite() {
@@ -270,13 +292,8 @@ pub fn train(
                 epochs = hp.epochs,
                 "every epoch is already done according to the checkpoint; evaluating it"
             );
-            let test = evaluate_test_split(
-                &learner.model,
-                dataset,
-                hp.test_batch_size,
-                &device,
-                &mut comm,
-            )?;
+            let test =
+                evaluate_test_split(&learner.model, dataset, hp.test_batch_size, device, comm)?;
             let (test_loss, test_acc) = test.means();
             let summary = ModelSummary {
                 epochs: start.epoch.saturating_sub(1),

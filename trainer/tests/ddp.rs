@@ -259,6 +259,62 @@ fn a_signal_to_one_rank_stops_every_rank_at_the_same_step_with_a_checkpoint() {
     }
 }
 
+/// Rank 0 failing on its own between collectives tells the other rank why: its checkpoint
+/// directory is made a regular file during epoch 1, so the checkpoint after that epoch cannot
+/// be written. Rank 1, already waiting in epoch 2's first all-reduce, reports rank 0's abort
+/// with the checkpoint's path instead of "rank 0 closed its connection". Both exit 130:
+/// failed I/O may pass on a retry.
+#[test]
+fn rank_0_failing_to_write_its_checkpoint_tells_the_other_rank_why() {
+    let data = fashion_mnist();
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    // The whole training set, so epoch 1 is still running when the file appears.
+    let hp = ["epochs=2", "max-train-samples=60000", "log-interval=10"];
+    let mut ranks: Vec<_> = (0..2)
+        .map(|rank| {
+            spawn_train(
+                dir.path(),
+                &format!("rank{rank}"),
+                &rank_args(dir.path(), &data, rank, 2, port, &hp),
+                &[],
+            )
+        })
+        .collect();
+    ranks[0].wait_for_log("step=10", Duration::from_secs(300));
+    let checkpoints = dir.path().join("ckpt-0");
+    assert!(
+        !checkpoints.exists(),
+        "nothing checkpointed before epoch 1 ends"
+    );
+    std::fs::write(&checkpoints, b"not a directory").unwrap();
+    let codes: Vec<i32> = ranks
+        .iter_mut()
+        .map(|p| p.wait(Duration::from_secs(600)))
+        .collect();
+    let (rank0, rank1) = (ranks[0].stderr(), ranks[1].stderr());
+    assert_eq!(
+        codes,
+        [130, 130],
+        "exit codes\nrank 0:\n{rank0}\nrank 1:\n{rank1}"
+    );
+    assert!(
+        ranks[0].stdout().contains("epoch=1 "),
+        "epoch 1 ended before the checkpoint failed\n{rank0}"
+    );
+    for stderr in [&rank0, &rank1] {
+        assert!(
+            stderr.contains(&format!("checkpoint {}", checkpoints.display())),
+            "names the checkpoint\n{stderr}"
+        );
+    }
+    assert!(
+        rank1.contains("rank 0 aborted the job"),
+        "rank 1 says rank 0 aborted\n{rank1}"
+    );
+    assert!(!rank1.contains("closed its connection"), "{rank1}");
+}
+
 /// 3 ranks with the ring all-reduce (`--all-reduce=ring`: the rank 1 → rank 2 link is a
 /// connection of its own) take the same steps as 3 ranks with the star: only the summation
 /// order of the gradients differs (ring: each chunk from its own rank round the ring; star:

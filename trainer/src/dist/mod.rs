@@ -48,7 +48,8 @@
 //! Failure: every socket read and write has a deadline. A peer whose connection closes or who
 //! does not answer within the collective timeout fails the call with an error naming its rank;
 //! the rank that found it then tells the others why (an `Abort` frame naming itself and the
-//! reason) before closing, so every process exits promptly with the same diagnosis. Star:
+//! reason) before closing, so every process exits promptly with the same diagnosis; rank 0 does
+//! the same when it fails on its own between collectives ([`Communicator::abort`]). Star:
 //! rank 0 finds it and tells every worker; workers wait twice the timeout for rank 0, so its
 //! verdict — which names the actual culprit — arrives before their own deadline. Ring: the
 //! failed rank's successor finds it (see the `ring` module for why it is first) and the
@@ -377,6 +378,24 @@ impl Communicator {
                 write_floats(root, values).map_err(|e| CommError::from_io(0, timeout, e))?;
                 receive_floats(root, values, timeout)
             }
+        }
+    }
+
+    /// Ends the job for a failure of this rank's own, outside any collective (rank 0 could not
+    /// read or write its checkpoint), so the other ranks report it rather than "rank 0 closed
+    /// its connection": rank 0 sends every worker an `Abort` frame naming itself and `reason`,
+    /// which the worker's next receive returns as [`CommError::Aborted`] (with the ring, rank 1
+    /// reads it on the star link that is also its ring predecessor, and relays it round the
+    /// ring). Then every link is shut down. A collective that fails has told the others already
+    /// and needs no call. On a worker this only shuts down the ring's links: no worker fails on
+    /// its own past the rendezvous except inside a collective. Best effort: a peer that has
+    /// already gone is skipped.
+    pub fn abort(&mut self, reason: &str) {
+        if let Role::Root(peers) = &mut self.role {
+            abort_peers(peers, reason);
+        }
+        if let Some(ring) = &self.ring {
+            ring.close();
         }
     }
 
