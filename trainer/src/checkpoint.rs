@@ -265,24 +265,30 @@ impl Checkpoint {
     }
 }
 
-/// Checkpoint files in `dir`, oldest first (the zero-padded names sort by epoch, then step).
+/// Checkpoint files in `dir`, oldest first: those whose names
+/// [`kfaws_trainer_contract::checkpoint::parse_file_name`] reads, ordered by its
+/// `(epoch, step)` (then by name, for two spellings of one position). Any other file, even
+/// one named like `checkpoint-best.bin`, is not ours: it is neither loaded nor pruned. An
+/// absent directory has none.
+///
+/// # Errors
+/// The operating system's error when `dir` exists but cannot be listed.
 fn list(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
-    let mut files = match std::fs::read_dir(dir) {
-        Ok(entries) => entries
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| {
-                let name = p
-                    .file_name()
-                    .map(|n| n.to_string_lossy().into_owned())
-                    .unwrap_or_default();
-                name.starts_with("checkpoint-") && name.ends_with(".bin")
-            })
-            .collect::<Vec<_>>(),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(e),
     };
+    let mut files: Vec<((u64, u64), PathBuf)> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter_map(|path| {
+            let name = path.file_name()?.to_str()?;
+            let position = kfaws_trainer_contract::checkpoint::parse_file_name(name)?;
+            Some((position, path))
+        })
+        .collect();
     files.sort();
-    Ok(files)
+    Ok(files.into_iter().map(|(_, path)| path).collect())
 }
 
 #[cfg(test)]
@@ -324,6 +330,57 @@ mod tests {
             .map(|e| e.unwrap().file_name())
             .collect();
         assert_eq!(names.len(), KEEP + 1, "{names:?}");
+    }
+
+    /// A file named like a checkpoint but not written by [`Checkpoint::save`] is not read: it
+    /// is neither the newest checkpoint nor a corrupt one.
+    #[test]
+    fn a_foreign_file_is_not_loaded() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("checkpoint-best.bin"), b"not ours").unwrap();
+        assert!(Checkpoint::load_newest(dir.path(), 3, "fashion-mnist")
+            .unwrap()
+            .is_none());
+        sample(1, 0).save(dir.path()).unwrap();
+        let (read, _) = Checkpoint::load_newest(dir.path(), 3, "fashion-mnist")
+            .unwrap()
+            .unwrap();
+        assert_eq!(read, sample(1, 0));
+    }
+
+    /// Foreign files named like checkpoints are neither pruned nor take a place among the
+    /// KEEP + 1 kept, and positions order by number, not by name (epoch 1,000,000 has
+    /// 7 digits).
+    #[test]
+    fn pruning_keeps_foreign_files_and_orders_positions_by_number() {
+        let dir = tempfile::tempdir().unwrap();
+        for name in ["checkpoint-best.bin", "checkpoint-000001.bin"] {
+            std::fs::write(dir.path().join(name), b"not ours").unwrap();
+        }
+        for (epoch, step) in [(1, 0), (2, 0), (3, 0), (999_999, 5), (1_000_000, 0)] {
+            sample(epoch, step).save(dir.path()).unwrap();
+        }
+        let mut names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        assert_eq!(
+            names,
+            [
+                "checkpoint-000001.bin",
+                "checkpoint-000003-00000000.bin",
+                "checkpoint-1000000-00000000.bin",
+                "checkpoint-999999-00000005.bin",
+                "checkpoint-best.bin",
+            ],
+            "the newest KEEP + 1 = {} of ours are kept, the foreign files untouched",
+            KEEP + 1
+        );
+        let (newest, _) = Checkpoint::load_newest(dir.path(), 3, "fashion-mnist")
+            .unwrap()
+            .unwrap();
+        assert_eq!(newest, sample(1_000_000, 0));
     }
 
     #[test]

@@ -33,7 +33,7 @@ use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::model::Net;
 use crate::ModelInfo;
@@ -391,7 +391,7 @@ struct Shared {
     /// Invocations admitted: running, waiting for a worker, or still receiving their body.
     admitted: Arc<Semaphore>,
     /// Invocations classifying at once (`--workers`).
-    running: Semaphore,
+    running: Arc<Semaphore>,
 }
 
 async fn serve_async(
@@ -421,7 +421,7 @@ async fn serve_async(
         max_body: args.max_body_bytes,
         body_timeout,
         admitted: Arc::new(Semaphore::new(workers * (1 + QUEUED_PER_WORKER))),
-        running: Semaphore::new(workers),
+        running: Arc::new(Semaphore::new(workers)),
     });
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
@@ -591,16 +591,37 @@ async fn invocation(request: Request<Incoming>, shared: &Arc<Shared>) -> Answer 
             ))
         }
     };
-    let worker = shared.running.acquire().await.expect("never closed");
     let job = Arc::clone(shared);
-    let classified = tokio::task::spawn_blocking(move || {
+    let classified = classify_admitted(Arc::clone(&shared.running), admitted, move || {
         job.classifier
             .invoke(&content_type, &body)
             .map(|prediction| serde_json::to_string(&prediction).expect("serialisable"))
     })
     .await;
-    drop((worker, admitted));
     classified.unwrap_or_else(|e| Err(reject(500, format!("the invocation failed: {e}"))))
+}
+
+/// Waits for one of `running`'s permits (a free worker), then runs `classify` on a blocking
+/// thread and returns its result (a [`tokio::task::JoinError`] when it panicked).
+///
+/// The worker permit and the invocation's `admitted` permit move into the blocking task and
+/// are released only when `classify` returns. hyper drops a request's future when its client
+/// disconnects, but a blocking task cannot be cancelled: were the permits held by the future,
+/// each post-and-disconnect would free its place while its forward pass ran on, and a client
+/// repeating it would start any number of forward passes despite `--workers`. Dropping this
+/// future before a worker is free releases `admitted`, since nothing started.
+async fn classify_admitted<T: Send + 'static>(
+    running: Arc<Semaphore>,
+    admitted: OwnedSemaphorePermit,
+    classify: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, tokio::task::JoinError> {
+    let worker = running.acquire_owned().await.expect("never closed");
+    tokio::task::spawn_blocking(move || {
+        // Released when the classification ends, whether or not anyone still awaits it.
+        let _permits = (worker, admitted);
+        classify()
+    })
+    .await
 }
 
 #[cfg(test)]
@@ -695,6 +716,50 @@ mod tests {
         assert_eq!(from_json.score.len(), 2);
         assert_eq!(from_json.score[0], from_image.score[0]);
         assert_eq!(from_json.indices, vec![from_image.index; 2]);
+    }
+
+    /// With one worker: a request whose client disconnects while it is classified (hyper
+    /// drops its future) keeps both its permits until the classification ends, so a second
+    /// request waits for the worker instead of starting a second forward pass.
+    #[tokio::test]
+    async fn a_dropped_request_keeps_its_permits_until_its_classification_ends() {
+        let running = Arc::new(Semaphore::new(1));
+        let admitted = Arc::new(Semaphore::new(1 + QUEUED_PER_WORKER));
+        let (started, has_started) = tokio::sync::oneshot::channel();
+        let (finish, may_finish) = std::sync::mpsc::channel::<()>();
+        let first = tokio::spawn(classify_admitted(
+            Arc::clone(&running),
+            Arc::clone(&admitted).try_acquire_owned().unwrap(),
+            move || {
+                started.send(()).unwrap();
+                may_finish.recv().unwrap();
+                1
+            },
+        ));
+        has_started.await.unwrap();
+        first.abort();
+        assert!(first.await.unwrap_err().is_cancelled());
+        assert_eq!(running.available_permits(), 0, "the worker is still busy");
+        assert_eq!(
+            admitted.available_permits(),
+            QUEUED_PER_WORKER,
+            "the disconnected invocation is still admitted"
+        );
+        let mut second = tokio::spawn(classify_admitted(
+            Arc::clone(&running),
+            Arc::clone(&admitted).try_acquire_owned().unwrap(),
+            || 2,
+        ));
+        assert!(
+            tokio::time::timeout(Duration::from_millis(100), &mut second)
+                .await
+                .is_err(),
+            "the second invocation ran while the first one's classification was running"
+        );
+        finish.send(()).unwrap();
+        assert_eq!(second.await.unwrap().unwrap(), 2);
+        assert_eq!(running.available_permits(), 1);
+        assert_eq!(admitted.available_permits(), 1 + QUEUED_PER_WORKER);
     }
 
     #[test]

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use super::{read_maybe_gz, DataError, Split};
+use super::{read_maybe_gz_sized, DataError, Split};
 
 /// Bytes per record: 1 label + 3×32×32 pixels.
 pub const CIFAR10_RECORD_BYTES: usize = 1 + 3 * 32 * 32;
@@ -21,8 +21,9 @@ const TEST_FILE: &str = "test_batch.bin";
 /// Loads the five training batches and the test batch from `dir`.
 ///
 /// # Errors
-/// [`DataError::MissingFile`] naming the absent batch, [`DataError::WrongSize`] when a file is
-/// not a whole number of 3,073-byte records, [`DataError::BadLabel`] for a label above 9.
+/// [`DataError::MissingFile`] naming the absent batch, [`DataError::WrongSize`] when a file
+/// (after gzip decompression, by its magic bytes) is not a whole number of 3,073-byte records
+/// or its gzip stream is cut short or corrupt, [`DataError::BadLabel`] for a label above 9.
 pub fn load_cifar10(dir: &Path) -> Result<super::Dataset, DataError> {
     let found = super::list_dir(dir)?;
     let mut train = Split {
@@ -55,13 +56,17 @@ fn read_batch(dir: &Path, name: &str, found: &[String], into: &mut Split) -> Res
             found: super::found_list(found),
         });
     }
-    let bytes = read_maybe_gz(&path)?;
+    // A batch file does not record its number of records: the rule is all there is to say.
+    let expected = || {
+        format!(
+            "a non-zero multiple of {CIFAR10_RECORD_BYTES} (1 label + 3,072 pixel bytes \
+             per record; 30,730,000 for an official batch of 10,000)"
+        )
+    };
+    let bytes = read_maybe_gz_sized(&path, expected)?;
     if bytes.is_empty() || bytes.len() % CIFAR10_RECORD_BYTES != 0 {
         return Err(DataError::WrongSize {
-            expected: format!(
-                "a non-zero multiple of {CIFAR10_RECORD_BYTES} (1 label + 3,072 pixel bytes \
-                 per record; 30,730,000 for an official batch of 10,000)"
-            ),
+            expected: expected(),
             found: bytes.len() as u64,
             path,
         });
@@ -149,6 +154,47 @@ mod tests {
         let err = load_dir(dir.path(), None).unwrap_err().to_string();
         assert!(err.contains("data_batch_3.bin: 3173 bytes"), "{err}");
         assert!(err.contains("multiple of 3073"), "{err}");
+    }
+
+    fn gz(bytes: &[u8]) -> Vec<u8> {
+        use std::io::Write;
+        let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        enc.write_all(bytes).unwrap();
+        enc.finish().unwrap()
+    }
+
+    #[test]
+    fn a_gzip_batch_cut_short_is_a_wrong_size_with_the_record_size() {
+        let dir = tempfile::tempdir().unwrap();
+        write_cifar(dir.path(), 2);
+        let path = dir.path().join("data_batch_2.bin");
+        let whole = gz(&std::fs::read(&path).unwrap());
+        std::fs::write(&path, &whole[..whole.len() / 2]).unwrap();
+        let err = load_dir(dir.path(), None).unwrap_err();
+        assert!(matches!(err, DataError::WrongSize { .. }), "{err:?}");
+        let err = err.to_string();
+        assert!(err.contains("data_batch_2.bin: "), "{err}");
+        assert!(
+            err.contains("expected a non-zero multiple of 3073"),
+            "{err}"
+        );
+        assert!(err.contains("the gzip stream is cut short"), "{err}");
+    }
+
+    #[test]
+    fn every_member_of_a_multi_member_gzip_batch_is_read() {
+        let dir = tempfile::tempdir().unwrap();
+        write_cifar(dir.path(), 4);
+        let path = dir.path().join("data_batch_1.bin");
+        let whole = std::fs::read(&path).unwrap();
+        // `cat a.gz b.gz`, split within a record.
+        let mut members = gz(&whole[..5000]);
+        members.extend(gz(&whole[5000..]));
+        std::fs::write(&path, members).unwrap();
+        let ds = load_dir(dir.path(), None).unwrap();
+        assert_eq!(ds.train.len(), 20);
+        assert_eq!(&ds.train.labels[..4], &[0, 1, 2, 3]);
+        assert_eq!(ds.train.image(3)[1024], 200);
     }
 
     #[test]

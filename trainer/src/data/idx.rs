@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::{open_maybe_gz, DataError, Split};
+use super::{open_maybe_gz, read_error, DataError, MaybeGz, Split};
 
 /// Magic number of an IDX file of `u8` images with 3 dimensions (count, rows, columns).
 pub const IDX_IMAGES_MAGIC: u32 = 0x0000_0803;
@@ -15,30 +15,37 @@ pub const IDX_LABELS_MAGIC: u32 = 0x0000_0801;
 /// (`prefix` is `train` or `t10k`). `found` lists the directory's file names, for the error
 /// when one is missing.
 ///
+/// Both headers are read and checked (images `[n, 28, 28]`, labels `[n]`) before any data:
+/// a header declaring another shape or count is refused without reading what it declares.
+///
 /// # Errors
-/// [`DataError::MissingFile`], [`DataError::BadMagic`], [`DataError::WrongSize`] (truncated),
-/// [`DataError::CountMismatch`] or [`DataError::BadLabel`], each naming the file.
+/// [`DataError::MissingFile`], [`DataError::BadMagic`], [`DataError::WrongShape`] (images not
+/// 28×28), [`DataError::CountMismatch`], [`DataError::WrongSize`] (truncated or longer than
+/// the header says, or a gzip stream cut short or corrupt) or [`DataError::BadLabel`], each
+/// naming the file.
 pub fn load_idx_pair(dir: &Path, prefix: &str, found: &[String]) -> Result<Split, DataError> {
     let images_path = find(dir, &format!("{prefix}-images-idx3-ubyte"), found)?;
     let labels_path = find(dir, &format!("{prefix}-labels-idx1-ubyte"), found)?;
-    let (dims, images) = read_idx(&images_path, IDX_IMAGES_MAGIC, "u8 images, 3 dimensions")?;
-    let (_, labels) = read_idx(&labels_path, IDX_LABELS_MAGIC, "u8 labels, 1 dimension")?;
-    if dims[1] != 28 || dims[2] != 28 {
+    let images = IdxFile::open(&images_path, IDX_IMAGES_MAGIC, "u8 images, 3 dimensions")?;
+    if images.dims[1..] != [28, 28] {
         return Err(DataError::WrongShape {
             path: images_path,
             dataset: "MNIST/Fashion-MNIST",
             expected: [1, 28, 28],
-            found: [1, dims[1], dims[2]],
+            found: [1, images.dims[1], images.dims[2]],
         });
     }
-    if dims[0] != labels.len() {
+    let labels = IdxFile::open(&labels_path, IDX_LABELS_MAGIC, "u8 labels, 1 dimension")?;
+    if images.dims[0] != labels.dims[0] {
         return Err(DataError::CountMismatch {
             images: images_path,
             labels: labels_path,
-            n_images: dims[0],
-            n_labels: labels.len(),
+            n_images: images.dims[0],
+            n_labels: labels.dims[0],
         });
     }
+    let images = images.read_data()?;
+    let labels = labels.read_data()?;
     if let Some((index, &label)) = labels.iter().enumerate().find(|(_, &l)| l >= 10) {
         return Err(DataError::BadLabel {
             path: labels_path,
@@ -71,86 +78,144 @@ fn find(dir: &Path, stem: &str, found: &[String]) -> Result<PathBuf, DataError> 
     })
 }
 
-/// Reads an IDX file, checking the magic number and that the data is exactly as long as the
-/// dimensions say. Returns the dimensions and the data bytes. The file is read (and
-/// decompressed) only up to the size its header declares, plus one byte to tell a longer file:
-/// a gzip file that decompresses to gigabytes is refused without holding them in memory.
-fn read_idx(
-    path: &Path,
-    magic: u32,
-    what: &'static str,
-) -> Result<(Vec<usize>, Vec<u8>), DataError> {
-    use std::io::Read;
-    let io = |source| DataError::Io {
-        path: path.to_path_buf(),
-        source,
-    };
-    let wrong_size = |expected: String, found: usize| DataError::WrongSize {
-        path: path.to_path_buf(),
-        expected,
-        found: found as u64,
-    };
-    let mut reader = open_maybe_gz(path)?;
-    let mut read_up_to = |limit: usize| -> Result<Vec<u8>, DataError> {
-        let mut out = Vec::new();
-        (&mut reader)
-            .take(limit as u64)
-            .read_to_end(&mut out)
-            .map_err(io)?;
-        Ok(out)
-    };
-    let start = read_up_to(4)?;
-    let Ok(start4) = <[u8; 4]>::try_from(start.as_slice()) else {
-        return Err(wrong_size(
-            "at least a 4-byte IDX header".into(),
-            start.len(),
-        ));
-    };
-    let found = u32::from_be_bytes(start4);
-    if found != magic {
-        return Err(DataError::BadMagic {
+/// An IDX file whose header has been read and checked against its magic number; its data is
+/// still to be read.
+struct IdxFile {
+    path: PathBuf,
+    file: MaybeGz,
+    /// The dimensions the header declares, as many as the magic number's rank.
+    dims: Vec<usize>,
+    /// Header bytes: the 4-byte magic number and 4 per dimension.
+    header: usize,
+    /// Data bytes the dimensions declare (their product: one byte per `u8` element).
+    data_len: usize,
+}
+
+impl IdxFile {
+    /// Opens an IDX file and reads its header: the magic number, which must be `magic` (`what`
+    /// says what it means, for the error), then one big-endian `u32` per dimension.
+    ///
+    /// # Errors
+    /// [`DataError::BadMagic`]; [`DataError::WrongSize`] when the header is cut short, its
+    /// dimensions' product overflows `usize`, or a gzip stream ends or is corrupt within it;
+    /// [`DataError::Io`].
+    fn open(path: &Path, magic: u32, what: &'static str) -> Result<Self, DataError> {
+        let mut file = open_maybe_gz(path)?;
+        let wrong_size = |expected: String, found: usize| DataError::WrongSize {
             path: path.to_path_buf(),
-            expected: magic,
-            found,
-            what,
-        });
+            expected,
+            found: found as u64,
+        };
+        let rank = (magic & 0xff) as usize;
+        let header = 4 + 4 * rank;
+        let header_expected = || format!("at least a {header}-byte IDX header");
+        let start = read_up_to(path, &mut file, 4, 0, || {
+            "at least a 4-byte IDX header".into()
+        })?;
+        let Ok(start4) = <[u8; 4]>::try_from(start.as_slice()) else {
+            return Err(wrong_size(
+                "at least a 4-byte IDX header".into(),
+                start.len(),
+            ));
+        };
+        let found = u32::from_be_bytes(start4);
+        if found != magic {
+            return Err(DataError::BadMagic {
+                path: path.to_path_buf(),
+                expected: magic,
+                found,
+                what,
+            });
+        }
+        let dims_bytes = read_up_to(path, &mut file, 4 * rank, 4, header_expected)?;
+        if dims_bytes.len() != 4 * rank {
+            return Err(wrong_size(header_expected(), 4 + dims_bytes.len()));
+        }
+        let dims: Vec<usize> = dims_bytes
+            .chunks_exact(4)
+            .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as usize)
+            .collect();
+        let data_len = dims
+            .iter()
+            .try_fold(1usize, |n, &d| n.checked_mul(d))
+            .filter(|n| n.checked_add(header).is_some())
+            .ok_or_else(|| wrong_size(format!("dimensions {dims:?} that fit in memory"), header))?;
+        Ok(Self {
+            path: path.to_path_buf(),
+            file,
+            dims,
+            header,
+            data_len,
+        })
     }
-    let rank = (magic & 0xff) as usize;
-    let header = 4 + 4 * rank;
-    let dims_bytes = read_up_to(4 * rank)?;
-    if dims_bytes.len() != 4 * rank {
-        return Err(wrong_size(
-            format!("at least a {header}-byte IDX header"),
-            4 + dims_bytes.len(),
-        ));
-    }
-    let dims: Vec<usize> = dims_bytes
-        .chunks_exact(4)
-        .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as usize)
-        .collect();
-    let data_len = dims
-        .iter()
-        .try_fold(1usize, |n, &d| n.checked_mul(d))
-        .filter(|n| n.checked_add(header).is_some())
-        .ok_or_else(|| wrong_size(format!("dimensions {dims:?} that fit in memory"), header))?;
-    let data = read_up_to(data_len.saturating_add(1))?;
-    if data.len() != data_len {
+
+    /// Reads the data, which must be exactly as long as the dimensions say. The file is read
+    /// (and decompressed) only up to that size plus one byte, to tell a longer file: a gzip
+    /// file that decompresses to gigabytes is refused without holding them in memory.
+    ///
+    /// # Errors
+    /// [`DataError::WrongSize`] when the data is shorter or longer than declared, or a gzip
+    /// stream is cut short or corrupt; [`DataError::Io`].
+    fn read_data(mut self) -> Result<Vec<u8>, DataError> {
+        let (header, data_len, dims) = (self.header, self.data_len, &self.dims);
+        let expected = || {
+            format!(
+                "{} ({header}-byte header + {data_len} data bytes for dimensions {dims:?})",
+                header + data_len
+            )
+        };
+        let path = self.path.as_path();
+        let data = read_up_to(
+            path,
+            &mut self.file,
+            data_len.saturating_add(1),
+            header,
+            expected,
+        )?;
+        if data.len() == data_len {
+            return Ok(data);
+        }
         // Longer than declared: count the rest without keeping it.
         let rest = if data.len() > data_len {
-            std::io::copy(&mut reader, &mut std::io::sink()).map_err(io)? as usize
+            std::io::copy(&mut self.file.reader, &mut std::io::sink()).map_err(|source| {
+                read_error(path, self.file.gzip, source, header + data.len(), expected)
+            })? as usize
         } else {
             0
         };
-        return Err(wrong_size(
-            format!(
-                "{} ({header}-byte header + {data_len} data bytes for dimensions {dims:?}; \
-                 truncated or corrupt file?)",
-                header + data_len
-            ),
-            header + data.len() + rest,
-        ));
+        Err(DataError::WrongSize {
+            path: path.to_path_buf(),
+            expected: format!("{}; truncated or corrupt file?", expected()),
+            found: (header + data.len() + rest) as u64,
+        })
     }
-    Ok((dims, data))
+}
+
+/// Reads up to `limit` more bytes of `file` (at `path`), after `before` bytes already read; a
+/// shorter result means the file ends.
+///
+/// # Errors
+/// As [`read_error`], against `expected`, the size the file must have.
+fn read_up_to(
+    path: &Path,
+    file: &mut MaybeGz,
+    limit: usize,
+    before: usize,
+    expected: impl FnOnce() -> String,
+) -> Result<Vec<u8>, DataError> {
+    use std::io::Read;
+    let mut out = Vec::new();
+    // On an error `out` holds what was read before it (`Read::read_to_end`).
+    match (&mut file.reader).take(limit as u64).read_to_end(&mut out) {
+        Ok(_) => Ok(out),
+        Err(source) => Err(read_error(
+            path,
+            file.gzip,
+            source,
+            before + out.len(),
+            expected,
+        )),
+    }
 }
 
 #[cfg(test)]
@@ -292,6 +357,66 @@ mod tests {
         assert!(err.contains("train-labels-idx1-ubyte.gz"), "{err}");
         assert!(
             err.contains(&format!("{} bytes, expected 11", 11 + (1 << 20))),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_gzip_file_cut_short_is_a_wrong_size_with_the_expected_size() {
+        let dir = tempfile::tempdir().unwrap();
+        write_dataset(dir.path(), true);
+        let path = dir.path().join("train-images-idx3-ubyte.gz");
+        let whole = std::fs::read(&path).unwrap();
+        // Within the deflate data, then within the 8-byte CRC and length trailer.
+        for cut in [whole.len() / 2, whole.len() - 4] {
+            std::fs::write(&path, &whole[..cut]).unwrap();
+            let err = load_dir(dir.path(), None).unwrap_err();
+            assert!(matches!(err, DataError::WrongSize { .. }), "{err:?}");
+            let err = err.to_string();
+            assert!(err.contains("train-images-idx3-ubyte.gz: "), "{err}");
+            assert!(err.contains("expected 2368 (16-byte header"), "{err}");
+            assert!(err.contains("the gzip stream is cut short"), "{err}");
+        }
+    }
+
+    #[test]
+    fn every_member_of_a_multi_member_gzip_file_is_read() {
+        let dir = tempfile::tempdir().unwrap();
+        write_dataset(dir.path(), true);
+        let pixels: Vec<u8> = (0..3 * 784).map(|i| (i % 251) as u8).collect();
+        let whole = idx(IDX_IMAGES_MAGIC, &[3, 28, 28], &pixels);
+        // `cat a.gz b.gz`: the header and part of the data, then the rest.
+        let mut members = gz(&whole[..1000]);
+        members.extend(gz(&whole[1000..]));
+        std::fs::write(dir.path().join("train-images-idx3-ubyte.gz"), members).unwrap();
+        let ds = load_dir(dir.path(), None).unwrap();
+        assert_eq!(ds.train.images, pixels);
+    }
+
+    /// The header's shape and count are checked before its data is read: a header declaring
+    /// gigabytes over a short body is refused for its shape, not read and found short.
+    #[test]
+    fn a_header_of_another_shape_or_count_is_refused_before_its_data_is_read() {
+        let dir = tempfile::tempdir().unwrap();
+        write_dataset(dir.path(), false);
+        let path = dir.path().join("train-images-idx3-ubyte");
+        std::fs::write(&path, idx(IDX_IMAGES_MAGIC, &[1, 50_000, 50_000], &[0; 10])).unwrap();
+        let err = load_dir(dir.path(), None).unwrap_err();
+        assert!(matches!(err, DataError::WrongShape { .. }), "{err:?}");
+        assert!(
+            err.to_string()
+                .contains("images are [1, 50000, 50000] (C×H×W), MNIST/Fashion-MNIST images"),
+            "{err}"
+        );
+        std::fs::write(
+            &path,
+            idx(IDX_IMAGES_MAGIC, &[4_000_000_000, 28, 28], &[0; 10]),
+        )
+        .unwrap();
+        let err = load_dir(dir.path(), None).unwrap_err();
+        assert!(matches!(err, DataError::CountMismatch { .. }), "{err:?}");
+        assert!(
+            err.to_string().contains("holds 4000000000 images but"),
             "{err}"
         );
     }

@@ -11,6 +11,7 @@ mod cifar_python;
 mod idx;
 mod sampler;
 
+use std::io::Read as _;
 use std::path::{Path, PathBuf};
 
 pub use augment::augment_cifar;
@@ -84,7 +85,9 @@ pub enum DataError {
         /// What the expected magic number means, e.g. `u8 images, 3 dimensions`.
         what: &'static str,
     },
-    /// A file is shorter (or longer) than its header or record size says.
+    /// A file is shorter (or longer) than its header or record size says, or its gzip stream
+    /// is cut short or corrupt (then `expected` says so, and `found` counts the bytes
+    /// decompressed before that).
     #[error("{path}: {found} bytes, expected {expected}")]
     WrongSize {
         /// The file.
@@ -103,9 +106,10 @@ pub enum DataError {
         images: PathBuf,
         /// The IDX labels file.
         labels: PathBuf,
-        /// Images the images file's header declares (its first dimension).
+        /// Images the images file's header declares (its first dimension). Both headers are
+        /// compared before either file's data is read.
         n_images: usize,
-        /// Labels the labels file holds.
+        /// Labels the labels file's header declares (its only dimension).
         n_labels: usize,
     },
     /// A label that is not a class index (0 to 9).
@@ -344,9 +348,21 @@ fn list_dir(dir: &Path) -> Result<Vec<String>, DataError> {
     Ok(names)
 }
 
+/// A data file opened for reading by [`open_maybe_gz`].
+struct MaybeGz {
+    /// The file's bytes, decompressed as they are read when it is gzip.
+    reader: Box<dyn std::io::Read>,
+    /// Whether the file is gzip (starts with the magic bytes `1f 8b`, RFC 1952 §2.3.1).
+    gzip: bool,
+}
+
 /// Opens a file for reading, decompressing gzip (by its magic bytes, not its name) as it is
-/// read, so that a reader can stop at the size a header declares.
-fn open_maybe_gz(path: &Path) -> Result<Box<dyn std::io::Read>, DataError> {
+/// read, so that a reader can stop at the size a header declares. Every member of a
+/// multi-member gzip file (RFC 1952 §2.2: `cat a.gz b.gz`, bgzip) is decompressed, in order.
+///
+/// # Errors
+/// [`DataError::Io`] when the file cannot be opened or its first bytes read.
+fn open_maybe_gz(path: &Path) -> Result<MaybeGz, DataError> {
     use std::io::BufRead;
     let io = |source| DataError::Io {
         path: path.to_path_buf(),
@@ -354,22 +370,74 @@ fn open_maybe_gz(path: &Path) -> Result<Box<dyn std::io::Read>, DataError> {
     };
     let mut file = std::io::BufReader::new(std::fs::File::open(path).map_err(io)?);
     let gzip = file.fill_buf().map_err(io)?.starts_with(&[0x1f, 0x8b]);
-    Ok(if gzip {
-        Box::new(flate2::bufread::GzDecoder::new(file))
+    let reader: Box<dyn std::io::Read> = if gzip {
+        Box::new(flate2::bufread::MultiGzDecoder::new(file))
     } else {
         Box::new(file)
-    })
+    };
+    Ok(MaybeGz { reader, gzip })
 }
 
-/// Reads a whole file, decompressing gzip (by its magic bytes, not its name).
-fn read_maybe_gz(path: &Path) -> Result<Vec<u8>, DataError> {
-    use std::io::Read;
+/// The error for a read of `path` (gzip when `gzip`) that failed after `found` bytes
+/// (decompressed) when the format needs `expected` (a byte count or rule, as
+/// [`DataError::WrongSize`] states it).
+///
+/// flate2 reports a gzip file cut short (before the end of its header, its last deflate block
+/// or its 8-byte CRC and length trailer) as `UnexpectedEof`, and a corrupt one (a bad
+/// header, deflate data or checksum) as `InvalidInput`: either is [`DataError::WrongSize`]
+/// saying which. Any other error, and any error reading a file that is not gzip, is
+/// [`DataError::Io`].
+fn read_error(
+    path: &Path,
+    gzip: bool,
+    source: std::io::Error,
+    found: usize,
+    expected: impl FnOnce() -> String,
+) -> DataError {
+    let (what, hint) = match source.kind() {
+        std::io::ErrorKind::UnexpectedEof if gzip => ("cut short", ": the file is truncated"),
+        std::io::ErrorKind::InvalidInput if gzip => ("corrupt", ""),
+        _ => {
+            return DataError::Io {
+                path: path.to_path_buf(),
+                source,
+            }
+        }
+    };
+    DataError::WrongSize {
+        path: path.to_path_buf(),
+        expected: format!(
+            "{}; the gzip stream is {what} after {found} decompressed bytes ({source}){hint}",
+            expected()
+        ),
+        found: found as u64,
+    }
+}
+
+/// Reads a whole file, decompressing gzip (by its magic bytes, not its name, and every member
+/// of a multi-member file).
+///
+/// # Errors
+/// [`DataError::WrongSize`] against `expected` (the decompressed size the format needs, as
+/// [`DataError::WrongSize`] states it) when the gzip stream is cut short or corrupt;
+/// [`DataError::Io`] when the file cannot be read.
+fn read_maybe_gz_sized(
+    path: &Path,
+    expected: impl FnOnce() -> String,
+) -> Result<Vec<u8>, DataError> {
+    let mut file = open_maybe_gz(path)?;
     let mut out = Vec::new();
-    open_maybe_gz(path)?
-        .read_to_end(&mut out)
-        .map_err(|source| DataError::Io {
-            path: path.to_path_buf(),
-            source,
-        })?;
-    Ok(out)
+    // On an error `out` holds what was decompressed before it (`Read::read_to_end`).
+    match file.reader.read_to_end(&mut out) {
+        Ok(_) => Ok(out),
+        Err(source) => Err(read_error(path, file.gzip, source, out.len(), expected)),
+    }
+}
+
+/// [`read_maybe_gz_sized`] for a format whose size only its complete gzip stream tells.
+///
+/// # Errors
+/// As [`read_maybe_gz_sized`].
+fn read_maybe_gz(path: &Path) -> Result<Vec<u8>, DataError> {
+    read_maybe_gz_sized(path, || "the whole gzip stream".into())
 }
