@@ -577,6 +577,49 @@ async fn an_endpoint_that_cannot_start_fails_with_the_reason_and_deletes_cleanly
     endpoint::delete(&c.sagemaker, &spec.name).await.unwrap();
 }
 
+/// A DescribeEndpoint that fails past the SDK's retries ([`kfaws::aws::MAX_ATTEMPTS`]) for
+/// one poll ends neither the wait for `InService` nor the delete's waits: the deploy ends
+/// with the endpoint's own outcome (`Failed` here: no image behind it) and the delete
+/// deletes all three resources.
+#[tokio::test]
+async fn a_few_failed_endpoint_polls_end_neither_the_deploy_nor_the_delete() {
+    let c = clients().await;
+    let spec = endpoint_spec(&c, "ep-flaky-describe");
+    let failing = kfaws::aws::MAX_ATTEMPTS + 2;
+    let fault = || {
+        common::aws::control(
+            "faults",
+            "POST",
+            &format!(
+                r#"{{"service":"sagemaker","operation":"DescribeEndpoint","kind":"server_error","count":{failing},"account_id":"{}"}}"#,
+                c.account.id
+            ),
+        )
+    };
+    fault();
+    let e = endpoint::deploy(&c.sagemaker, &spec, Duration::from_secs(300), |_| {})
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&e, SageMakerError::Failed { reason, .. } if reason.starts_with("ClientError: ")),
+        "{e}"
+    );
+    let after_deploy = c.sagemaker_calls("DescribeEndpoint");
+    assert!(after_deploy > u64::from(failing), "{after_deploy}");
+
+    fault();
+    let deleted = endpoint::delete(&c.sagemaker, &spec.name).await.unwrap();
+    assert_eq!(deleted, [Kind::Endpoint, Kind::EndpointConfig, Kind::Model]);
+    assert!(c.sagemaker_calls("DescribeEndpoint") > after_deploy + u64::from(failing));
+    assert!(c
+        .sagemaker
+        .describe_endpoint()
+        .endpoint_name(&spec.name)
+        .send()
+        .await
+        .is_err());
+}
+
 #[tokio::test]
 async fn deleting_an_endpoint_that_never_existed_succeeds() {
     let c = clients().await;
@@ -584,7 +627,9 @@ async fn deleting_an_endpoint_that_never_existed_succeeds() {
         .await
         .unwrap();
     assert!(deleted.is_empty(), "nothing existed: {deleted:?}");
-    assert_eq!(c.sagemaker_calls("DeleteEndpoint"), 1);
+    // The endpoint is read first (to wait out a Creating one); a missing one is not deleted.
+    assert_eq!(c.sagemaker_calls("DescribeEndpoint"), 1);
+    assert_eq!(c.sagemaker_calls("DeleteEndpoint"), 0);
     assert_eq!(c.sagemaker_calls("DeleteModel"), 1);
 }
 

@@ -136,9 +136,13 @@ pub async fn deploy(
         }
         Err(_) => {
             say(&format!(
-                "Stopped; endpoint {name} is recorded in the state with whatever of its model, \
-                 endpoint config and endpoint was created: `kfaws endpoint delete {name}` or \
-                 `kfaws destroy` removes it."
+                "Stopped waiting; endpoint {name} is recorded in the state with whatever of its \
+                 model, endpoint config and endpoint was created, and SageMaker goes on creating \
+                 the endpoint (billed once InService). `kfaws endpoint delete {name}` or `kfaws \
+                 destroy` removes it: SageMaker refuses to delete an endpoint while it is \
+                 Creating, so they first wait for it to be InService or Failed (up to {} \
+                 minutes; past that they fail and are to be run again later).",
+                endpoint::DELETE_TIMEOUT.as_secs() / 60
             ));
             return Ok(kfaws::engine::interrupt::exit_status());
         }

@@ -1097,20 +1097,133 @@ pub async fn train(
             ));
             Ok(kfaws::engine::interrupt::exit_status())
         }
-        status => bail!(
-            "training job {job} {status}: {}",
-            outcome
-                .failure_reason
-                .as_deref()
-                .unwrap_or("no FailureReason given")
+        _ => bail!(
+            "{}",
+            unfinished(job.as_str(), &outcome, spec.checkpoint_s3_uri.as_deref())
         ),
     }
+}
+
+/// Why training job `job` ended `Failed`, or `Stopped` without this kfaws
+/// stopping it, and, for a stopped job with checkpoints (`checkpoints`, its
+/// `CheckpointConfig.S3Uri`), how to continue it. SageMaker's
+/// `FailureReason` when it gives one, else its `SecondaryStatus`, explained
+/// (Amazon SageMaker API Reference, DescribeTrainingJob, `SecondaryStatus`:
+/// <https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_DescribeTrainingJob.html>).
+fn unfinished(
+    job: &str,
+    outcome: &training::TrainingJobOutcome,
+    checkpoints: Option<&str>,
+) -> String {
+    let status = outcome.status;
+    let secondary = outcome.secondary_status.as_deref();
+    let why = match (outcome.failure_reason.as_deref(), secondary) {
+        (Some(reason), _) => format!("{status}: {reason}"),
+        (None, Some(secondary)) if status != TrainingStatus::Stopped => {
+            format!("{status}: no FailureReason given (secondary status {secondary})")
+        }
+        (None, Some(secondary)) => {
+            let explained = match secondary {
+                "MaxRuntimeExceeded" => {
+                    " (the job ran past --max-runtime, its StoppingCondition.MaxRuntimeInSeconds)"
+                }
+                "MaxWaitTimeExceeded" => {
+                    " (the job waited past its StoppingCondition.MaxWaitTimeInSeconds)"
+                }
+                "Interrupted" => " (its managed spot instances were interrupted)",
+                "Stopped" => {
+                    " (StopTrainingJob was called from elsewhere: the console, the AWS CLI or \
+                     another process)"
+                }
+                _ => "",
+            };
+            format!("stopped: {secondary}{explained}")
+        }
+        (None, None) => format!("{status}: no FailureReason or SecondaryStatus given"),
+    };
+    let resume = match (status, checkpoints) {
+        (TrainingStatus::Stopped, Some(uri)) => format!(
+            "; its checkpoints are in {uri}: `kfaws train --runtime sagemaker --resume-from \
+             {job}` continues it as a new job (with a larger --max-runtime if it needs more time)"
+        ),
+        _ => String::new(),
+    };
+    format!("training job {job} {why}{resume}")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use aws_sdk_s3::types::ChecksumType;
+
+    fn outcome(
+        status: TrainingStatus,
+        secondary: Option<&str>,
+        reason: Option<&str>,
+    ) -> training::TrainingJobOutcome {
+        training::TrainingJobOutcome {
+            name: "fmnist-1".into(),
+            arn: None,
+            status,
+            secondary_status: secondary.map(str::to_string),
+            model_artifact: None,
+            failure_reason: reason.map(str::to_string),
+            final_metrics: BTreeMap::new(),
+            billable_seconds: None,
+            training_seconds: None,
+            history: Default::default(),
+        }
+    }
+
+    #[test]
+    fn a_job_sagemaker_stopped_says_why_and_how_to_continue_it() {
+        let checkpoints = Some("s3://b/kfaws/checkpoints/fmnist-1");
+        let stopped = outcome(TrainingStatus::Stopped, Some("MaxRuntimeExceeded"), None);
+        assert_eq!(
+            unfinished("fmnist-1", &stopped, checkpoints),
+            "training job fmnist-1 stopped: MaxRuntimeExceeded (the job ran past --max-runtime, \
+             its StoppingCondition.MaxRuntimeInSeconds); its checkpoints are in \
+             s3://b/kfaws/checkpoints/fmnist-1: `kfaws train --runtime sagemaker --resume-from \
+             fmnist-1` continues it as a new job (with a larger --max-runtime if it needs more \
+             time)"
+        );
+        assert_eq!(
+            unfinished("fmnist-1", &stopped, None),
+            "training job fmnist-1 stopped: MaxRuntimeExceeded (the job ran past --max-runtime, \
+             its StoppingCondition.MaxRuntimeInSeconds)"
+        );
+        let by_hand = outcome(
+            TrainingStatus::Stopped,
+            Some("Stopped"),
+            Some("stopped by ops"),
+        );
+        let e = unfinished("fmnist-1", &by_hand, checkpoints);
+        assert!(
+            e.starts_with("training job fmnist-1 Stopped: stopped by ops; its checkpoints")
+                && e.contains("--resume-from fmnist-1`"),
+            "{e}"
+        );
+        // A failed job is not continued from its checkpoints by default.
+        let failed = outcome(
+            TrainingStatus::Failed,
+            Some("Failed"),
+            Some("AlgorithmError: x"),
+        );
+        assert_eq!(
+            unfinished("fmnist-1", &failed, checkpoints),
+            "training job fmnist-1 Failed: AlgorithmError: x"
+        );
+        let unexplained = outcome(TrainingStatus::Failed, Some("Failed"), None);
+        assert_eq!(
+            unfinished("fmnist-1", &unexplained, checkpoints),
+            "training job fmnist-1 Failed: no FailureReason given (secondary status Failed)"
+        );
+        let silent = outcome(TrainingStatus::Failed, None, None);
+        assert_eq!(
+            unfinished("fmnist-1", &silent, checkpoints),
+            "training job fmnist-1 Failed: no FailureReason or SecondaryStatus given"
+        );
+    }
 
     #[test]
     fn only_regular_files_are_uploaded_and_a_fifo_is_left_out() {

@@ -19,7 +19,7 @@
 //! existing resource back: one with the same spec (an earlier, interrupted
 //! deploy) is kept and the deploy goes on, one with another spec is an error.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::time::Duration;
 
 use aws_sdk_sagemaker::error::{ProvideErrorMetadata, SdkError};
@@ -33,13 +33,31 @@ use aws_sdk_sagemaker::Client;
 use aws_sdk_sagemakerruntime::operation::invoke_endpoint::InvokeEndpointError;
 
 use super::{is_not_found, tags_of, validate_name, Kind, SageMakerError};
-use crate::aws::wait::{wait_until, Backoff, Poll, WaitError};
+use crate::aws::wait::{wait_until, Backoff, Poll, Tolerance, WaitError};
 
 /// The name of the endpoint configuration's one production variant.
 pub const VARIANT: &str = "AllTraffic";
 
-/// How long [`delete`] waits for the endpoint to be gone.
+/// How long [`delete`] waits, all told, for SageMaker to let it delete the
+/// endpoint (see [`refuses_delete`]) and for the endpoint to be gone.
 pub const DELETE_TIMEOUT: Duration = Duration::from_secs(15 * 60);
+
+/// Whether SageMaker refuses DeleteEndpoint for an endpoint in `status`
+/// (`ValidationException`): while it is `Creating`, or being updated
+/// (`Updating`, `SystemUpdating`, `RollingBack`). An endpoint stuck
+/// `Creating` stays so until SageMaker fails it. Amazon SageMaker API
+/// Reference, DescribeEndpoint `EndpointStatus` and DeleteEndpoint:
+/// <https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_DescribeEndpoint.html>,
+/// <https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_DeleteEndpoint.html>.
+pub fn refuses_delete(status: &EndpointStatus) -> bool {
+    matches!(
+        status,
+        EndpointStatus::Creating
+            | EndpointStatus::Updating
+            | EndpointStatus::SystemUpdating
+            | EndpointStatus::RollingBack
+    )
+}
 
 /// What to deploy.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -440,6 +458,30 @@ async fn describe(
     }
 }
 
+/// One DescribeEndpoint of a wait. A failed call (after the SDK's retries)
+/// is a pending poll for the first [`Tolerance::LIMIT`] in a row, then the
+/// wait's end, with the error kept in `error`.
+async fn describe_polled<T>(
+    client: &Client,
+    name: &str,
+    tolerance: &Tolerance,
+    error: &RefCell<Option<SageMakerError>>,
+) -> Result<Option<DescribeEndpointOutput>, Poll<T>> {
+    match describe(client, name).await {
+        Ok(described) => {
+            tolerance.ok();
+            Ok(described)
+        }
+        Err(e) => {
+            let poll = tolerance.failed(e.to_string());
+            if matches!(poll, Poll::Failed(_)) {
+                *error.borrow_mut() = Some(e);
+            }
+            Err(poll)
+        }
+    }
+}
+
 /// What the wait for an endpoint made of its status.
 enum Step {
     /// `InService`.
@@ -473,9 +515,12 @@ async fn wait_in_service(
     let error: RefCell<Option<SageMakerError>> = RefCell::new(None);
     let on_event = RefCell::new(on_event);
     let last: RefCell<Option<String>> = RefCell::new(None);
-    let (error_ref, on_event_ref, last_ref) = (&error, &on_event, &last);
+    // A few failed polls in a row do not end a wait of minutes: the
+    // endpoint goes on being created regardless.
+    let tolerance = Tolerance::default();
+    let (error_ref, on_event_ref, last_ref, tolerance) = (&error, &on_event, &last, &tolerance);
     let waited = wait_until(Backoff::with_deadline(timeout), || async move {
-        let described = match describe(client, name).await {
+        let described = match describe_polled(client, name, tolerance, error_ref).await {
             Ok(Some(d)) => d,
             Ok(None) => {
                 *error_ref.borrow_mut() = Some(SageMakerError::NotFound {
@@ -484,11 +529,7 @@ async fn wait_in_service(
                 });
                 return Poll::Failed("the endpoint disappeared".into());
             }
-            Err(e) => {
-                let message = e.to_string();
-                *error_ref.borrow_mut() = Some(e);
-                return Poll::Failed(message);
-            }
+            Err(poll) => return poll,
         };
         let status = described
             .endpoint_status()
@@ -648,61 +689,42 @@ pub async fn invoke(
     }
 }
 
-/// Deletes endpoint `name`, waits (up to [`DELETE_TIMEOUT`]) until it is
-/// gone, then deletes its endpoint configuration and model (both named
-/// `name`). Each one that does not exist counts as deleted, so a delete
-/// can be repeated after an interruption. Returns the kinds that existed
-/// and were deleted, in that order.
+/// Deletes endpoint `name`, then its endpoint configuration and model (both
+/// named `name`). The endpoint is read first (DescribeEndpoint): SageMaker
+/// refuses to delete one that is `Creating` or being updated
+/// ([`refuses_delete`]), so while it is, this waits (polling as
+/// [`Backoff::with_deadline`]) for it to leave that state, then calls
+/// DeleteEndpoint and waits until the endpoint is gone; both waits together
+/// take at most [`DELETE_TIMEOUT`]. A few failed DescribeEndpoint polls in a
+/// row are tolerated ([`Tolerance`]). Each resource that does not exist
+/// counts as deleted, so a delete can be repeated after an interruption.
+/// Returns the kinds that existed and were deleted by this call, in that
+/// order.
 ///
 /// # Errors
 /// - [`SageMakerError::InvalidName`] before any call;
-/// - [`SageMakerError::TimedOut`] when the endpoint is still there after
-///   [`DELETE_TIMEOUT`];
-/// - [`SageMakerError::Api`] for a failed call.
+/// - [`SageMakerError::Busy`] when the endpoint is still `Creating` (or
+///   being updated) after [`DELETE_TIMEOUT`]: nothing was deleted, and the
+///   delete is to be retried later;
+/// - [`SageMakerError::TimedOut`] when the endpoint is still there
+///   [`DELETE_TIMEOUT`] after the wait began, DeleteEndpoint accepted;
+/// - [`SageMakerError::Api`] for a failed call (DescribeEndpoint: after
+///   [`Tolerance::LIMIT`] failed polls in a row), including a DeleteEndpoint
+///   that SageMaker refuses for an endpoint in none of the states above.
 pub async fn delete(client: &Client, name: &str) -> Result<Vec<Kind>, SageMakerError> {
+    delete_within(client, name, DELETE_TIMEOUT).await
+}
+
+/// [`delete`] with `deadline` for the endpoint's waits.
+async fn delete_within(
+    client: &Client,
+    name: &str,
+    deadline: Duration,
+) -> Result<Vec<Kind>, SageMakerError> {
     validate_name(Kind::Endpoint, name)?;
     let mut deleted = Vec::new();
-    match client.delete_endpoint().endpoint_name(name).send().await {
-        Ok(_) => deleted.push(Kind::Endpoint),
-        Err(e) if is_not_found(&e) => {}
-        Err(e) => return Err(SageMakerError::api("DeleteEndpoint", name, &e)),
-    }
-    let error: RefCell<Option<SageMakerError>> = RefCell::new(None);
-    let error_ref = &error;
-    let gone = wait_until(Backoff::with_deadline(DELETE_TIMEOUT), || async move {
-        match describe(client, name).await {
-            Ok(None) => Poll::Ready(()),
-            Ok(Some(d)) => Poll::Pending(
-                d.endpoint_status()
-                    .map_or("Unknown", |s| s.as_str())
-                    .to_string(),
-            ),
-            Err(e) => {
-                let message = e.to_string();
-                *error_ref.borrow_mut() = Some(e);
-                Poll::Failed(message)
-            }
-        }
-    })
-    .await;
-    match gone {
-        Ok(()) => {}
-        Err(_) if error.borrow().is_some() => return Err(error.into_inner().expect("checked")),
-        Err(WaitError::TimedOut { after, history }) => {
-            return Err(SageMakerError::TimedOut {
-                kind: Kind::Endpoint,
-                name: name.to_string(),
-                after,
-                history,
-            })
-        }
-        Err(WaitError::Failed { message, .. }) => {
-            return Err(SageMakerError::Api {
-                operation: "DescribeEndpoint",
-                name: name.to_string(),
-                message,
-            })
-        }
+    if delete_endpoint(client, name, deadline).await? {
+        deleted.push(Kind::Endpoint);
     }
     match client
         .delete_endpoint_config()
@@ -722,9 +744,378 @@ pub async fn delete(client: &Client, name: &str) -> Result<Vec<Kind>, SageMakerE
     Ok(deleted)
 }
 
+/// Deletes endpoint `name` once SageMaker takes DeleteEndpoint for it and
+/// waits until it is gone, within `deadline`; whether this call deleted it
+/// (`false`: it did not exist, or something else was deleting it).
+async fn delete_endpoint(
+    client: &Client,
+    name: &str,
+    deadline: Duration,
+) -> Result<bool, SageMakerError> {
+    let error: RefCell<Option<SageMakerError>> = RefCell::new(None);
+    // DeleteEndpoint was taken.
+    let sent = Cell::new(false);
+    // DeleteEndpoint refused the endpoint in a status that allows it: an
+    // update that began after the DescribeEndpoint before it, or a refusal
+    // for another reason, which the next poll tells apart.
+    let refused: RefCell<Option<SageMakerError>> = RefCell::new(None);
+    let status: RefCell<Option<EndpointStatus>> = RefCell::new(None);
+    let tolerance = Tolerance::default();
+    let (error_ref, sent_ref, refused_ref, status_ref, tolerance) =
+        (&error, &sent, &refused, &status, &tolerance);
+    let gone = wait_until(Backoff::with_deadline(deadline), || async move {
+        let described = match describe_polled(client, name, tolerance, error_ref).await {
+            Ok(Some(d)) => d,
+            Ok(None) => return Poll::Ready(()),
+            Err(poll) => return poll,
+        };
+        let now = described
+            .endpoint_status()
+            .cloned()
+            .unwrap_or(EndpointStatus::from("Unknown"));
+        *status_ref.borrow_mut() = Some(now.clone());
+        let label = now.as_str().to_string();
+        if refuses_delete(&now) {
+            refused_ref.take();
+            return Poll::Pending(label);
+        }
+        if sent_ref.get() || now == EndpointStatus::Deleting {
+            return Poll::Pending(label);
+        }
+        if let Some(e) = refused_ref.take() {
+            let message = e.to_string();
+            *error_ref.borrow_mut() = Some(e);
+            return Poll::Failed(message);
+        }
+        match client.delete_endpoint().endpoint_name(name).send().await {
+            Ok(_) => {
+                sent_ref.set(true);
+                Poll::Pending(label)
+            }
+            Err(e) if is_not_found(&e) => Poll::Ready(()),
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|s| s.code() == Some("ValidationException")) =>
+            {
+                *refused_ref.borrow_mut() = Some(SageMakerError::api("DeleteEndpoint", name, &e));
+                Poll::Pending(label)
+            }
+            Err(e) => {
+                let e = SageMakerError::api("DeleteEndpoint", name, &e);
+                let message = e.to_string();
+                *error_ref.borrow_mut() = Some(e);
+                Poll::Failed(message)
+            }
+        }
+    })
+    .await;
+    match gone {
+        Ok(()) => Ok(sent.get()),
+        Err(_) if error.borrow().is_some() => Err(error.into_inner().expect("checked")),
+        Err(WaitError::TimedOut { after, history }) => match status.into_inner() {
+            Some(last) if refuses_delete(&last) && !sent.get() => Err(SageMakerError::Busy {
+                kind: Kind::Endpoint,
+                name: name.to_string(),
+                status: last.as_str().to_string(),
+                after,
+                history,
+            }),
+            _ => Err(SageMakerError::TimedOut {
+                kind: Kind::Endpoint,
+                name: name.to_string(),
+                after,
+                history,
+            }),
+        },
+        Err(WaitError::Failed { message, .. }) => Err(SageMakerError::Api {
+            operation: "DescribeEndpoint",
+            name: name.to_string(),
+            message,
+        }),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::{Arc, Mutex};
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+    /// A loopback SageMaker (JSON 1.1 protocol: the operation in
+    /// `X-Amz-Target`) whose answer to the `n`th call (from 1) of an
+    /// operation is `answer(operation, n)`: an HTTP status and a JSON body.
+    /// Its client makes one attempt per call, so an error answer is one
+    /// failed poll. Returns the client and the operations called, in order.
+    async fn sagemaker(
+        answer: impl Fn(&str, usize) -> (u16, String) + Send + 'static,
+    ) -> (Client, Arc<Mutex<Vec<String>>>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let calls = Arc::new(Mutex::new(Vec::<String>::new()));
+        let seen = Arc::clone(&calls);
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                let mut request = Vec::new();
+                let mut buf = [0u8; 4096];
+                // The headers, then as much body as they announce.
+                let (head, length) = loop {
+                    let n = socket.read(&mut buf).await.unwrap_or(0);
+                    request.extend_from_slice(&buf[..n]);
+                    let text = String::from_utf8_lossy(&request).to_string();
+                    if let Some(end) = text.find("\r\n\r\n") {
+                        let length = text[..end]
+                            .lines()
+                            .find_map(|l| {
+                                let (k, v) = l.split_once(':')?;
+                                k.eq_ignore_ascii_case("content-length")
+                                    .then(|| v.trim().parse::<usize>().ok())?
+                            })
+                            .unwrap_or(0);
+                        break (text[..end].to_string(), end + 4 + length);
+                    }
+                    if n == 0 {
+                        break (text, 0);
+                    }
+                };
+                while request.len() < length {
+                    let n = socket.read(&mut buf).await.unwrap_or(0);
+                    if n == 0 {
+                        break;
+                    }
+                    request.extend_from_slice(&buf[..n]);
+                }
+                let operation = head
+                    .lines()
+                    .find_map(|l| {
+                        let (k, v) = l.split_once(':')?;
+                        k.eq_ignore_ascii_case("x-amz-target")
+                            .then(|| v.trim().trim_start_matches("SageMaker.").to_string())
+                    })
+                    .unwrap_or_default();
+                let n = {
+                    let mut calls = seen.lock().unwrap();
+                    calls.push(operation.clone());
+                    calls.iter().filter(|c| **c == operation).count()
+                };
+                let (status, body) = answer(&operation, n);
+                let response = format!(
+                    "HTTP/1.1 {status} X\r\ncontent-type: application/x-amz-json-1.1\r\n\
+                     content-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = socket.write_all(response.as_bytes()).await;
+            }
+        });
+        let config = aws_sdk_sagemaker::Config::builder()
+            .behavior_version(aws_sdk_sagemaker::config::BehaviorVersion::latest())
+            .region(aws_sdk_sagemaker::config::Region::new("us-east-1"))
+            .endpoint_url(url)
+            .credentials_provider(aws_sdk_sagemaker::config::Credentials::for_tests())
+            .retry_config(aws_sdk_sagemaker::config::retry::RetryConfig::disabled())
+            .build();
+        (Client::from_conf(config), calls)
+    }
+
+    /// DescribeEndpoint's answer for endpoint `fmnist-1` in `status`.
+    fn endpoint_in(status: &str) -> (u16, String) {
+        (
+            200,
+            format!(
+                r#"{{"EndpointName":"fmnist-1","EndpointArn":"arn:aws:sagemaker:us-east-1:123456789012:endpoint/fmnist-1","EndpointConfigName":"fmnist-1","EndpointStatus":"{status}","CreationTime":0,"LastModifiedTime":0}}"#
+            ),
+        )
+    }
+
+    fn validation(message: &str) -> (u16, String) {
+        (
+            400,
+            format!(r#"{{"__type":"ValidationException","message":"{message}"}}"#),
+        )
+    }
+
+    fn gone() -> (u16, String) {
+        validation("Could not find endpoint fmnist-1.")
+    }
+
+    fn server_error() -> (u16, String) {
+        (
+            500,
+            r#"{"__type":"InternalFailure","message":"boom"}"#.into(),
+        )
+    }
+
+    fn ok() -> (u16, String) {
+        (200, "{}".into())
+    }
+
+    fn called(calls: &Mutex<Vec<String>>) -> Vec<String> {
+        calls.lock().unwrap().clone()
+    }
+
+    /// SageMaker refuses DeleteEndpoint while the endpoint is Creating; the
+    /// delete waits for it to be InService, then deletes it and the rest.
+    #[tokio::test]
+    async fn an_endpoint_still_creating_is_deleted_once_sagemaker_lets_it() {
+        let (client, calls) = sagemaker(|operation, n| match (operation, n) {
+            ("DescribeEndpoint", 1..=3) => endpoint_in("Creating"),
+            ("DescribeEndpoint", 4) => endpoint_in("InService"),
+            ("DescribeEndpoint", 5) => endpoint_in("Deleting"),
+            ("DescribeEndpoint", _) => gone(),
+            ("DeleteEndpoint", _) => ok(),
+            ("DeleteEndpointConfig" | "DeleteModel", _) => ok(),
+            _ => server_error(),
+        })
+        .await;
+        let deleted = delete_within(&client, "fmnist-1", Duration::from_secs(30))
+            .await
+            .unwrap();
+        assert_eq!(deleted, [Kind::Endpoint, Kind::EndpointConfig, Kind::Model]);
+        assert_eq!(
+            called(&calls),
+            [
+                "DescribeEndpoint",
+                "DescribeEndpoint",
+                "DescribeEndpoint",
+                "DescribeEndpoint",
+                "DeleteEndpoint",
+                "DescribeEndpoint",
+                "DescribeEndpoint",
+                "DeleteEndpointConfig",
+                "DeleteModel"
+            ]
+        );
+    }
+
+    /// Past the deadline an endpoint still Creating is left, with all the
+    /// rest, and the error says so and to retry later.
+    #[tokio::test]
+    async fn an_endpoint_creating_past_the_deadline_is_left_and_the_error_says_retry_later() {
+        let (client, calls) = sagemaker(|operation, _| match operation {
+            "DescribeEndpoint" => endpoint_in("Creating"),
+            _ => validation("Cannot delete an endpoint that is Creating."),
+        })
+        .await;
+        let e = delete_within(&client, "fmnist-1", Duration::from_millis(500))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&e, SageMakerError::Busy { status, .. } if status == "Creating"),
+            "{e:?}"
+        );
+        let text = e.to_string();
+        assert!(
+            text.starts_with("endpoint \"fmnist-1\" is still Creating after 0s (statuses: Creating at 0s): SageMaker refuses to delete")
+                && text.ends_with("nothing was deleted; retry the delete later"),
+            "{text}"
+        );
+        assert!(
+            called(&calls).iter().all(|c| c == "DescribeEndpoint"),
+            "{:?}",
+            called(&calls)
+        );
+    }
+
+    /// A refusal from an update that began after the endpoint was read is
+    /// waited out; a refusal of an endpoint that SageMaker could delete is
+    /// the error.
+    #[tokio::test]
+    async fn a_refused_delete_is_retried_only_after_an_update() {
+        let (client, calls) = sagemaker(|operation, n| match (operation, n) {
+            ("DescribeEndpoint", 1) => endpoint_in("InService"),
+            ("DescribeEndpoint", 2) => endpoint_in("SystemUpdating"),
+            ("DescribeEndpoint", 3) => endpoint_in("InService"),
+            ("DescribeEndpoint", _) => gone(),
+            ("DeleteEndpoint", 1) => validation("Cannot delete an endpoint that is updating."),
+            _ => ok(),
+        })
+        .await;
+        let deleted = delete_within(&client, "fmnist-1", Duration::from_secs(30))
+            .await
+            .unwrap();
+        assert_eq!(deleted[0], Kind::Endpoint);
+        let deletes = called(&calls)
+            .iter()
+            .filter(|c| *c == "DeleteEndpoint")
+            .count();
+        assert_eq!(deletes, 2);
+
+        let (client, calls) = sagemaker(|operation, _| match operation {
+            "DescribeEndpoint" => endpoint_in("InService"),
+            "DeleteEndpoint" => validation("It has inference components."),
+            _ => ok(),
+        })
+        .await;
+        let e = delete_within(&client, "fmnist-1", Duration::from_secs(30))
+            .await
+            .unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("DeleteEndpoint fmnist-1: ValidationException: It has inference"),
+            "{e}"
+        );
+        assert!(!called(&calls).contains(&"DeleteModel".to_string()));
+    }
+
+    /// A few failed DescribeEndpoint polls in a row do not end either wait;
+    /// one more than [`Tolerance::LIMIT`] does.
+    #[tokio::test]
+    async fn a_few_failed_polls_do_not_end_the_endpoint_waits() {
+        let limit = Tolerance::LIMIT as usize;
+        let (client, _) = sagemaker(move |operation, n| match operation {
+            "DescribeEndpoint" if n <= limit => server_error(),
+            "DescribeEndpoint" if n == limit + 1 => endpoint_in("Creating"),
+            "DescribeEndpoint" if n <= 2 * limit + 1 => server_error(),
+            "DescribeEndpoint" => endpoint_in("InService"),
+            _ => ok(),
+        })
+        .await;
+        let mut events = Vec::new();
+        let info = wait_in_service(&client, "fmnist-1", Duration::from_secs(30), |e| {
+            events.push(e.to_string())
+        })
+        .await
+        .unwrap();
+        assert_eq!(info.status, "InService");
+        assert_eq!(
+            events,
+            [
+                "endpoint fmnist-1: Creating",
+                "endpoint fmnist-1: InService"
+            ]
+        );
+
+        let (client, _) = sagemaker(move |operation, n| match operation {
+            "DescribeEndpoint" if n <= limit => server_error(),
+            "DescribeEndpoint" => gone(),
+            _ => ok(),
+        })
+        .await;
+        let deleted = delete_within(&client, "fmnist-1", Duration::from_secs(30))
+            .await
+            .unwrap();
+        assert_eq!(deleted, [Kind::EndpointConfig, Kind::Model]);
+
+        let (client, calls) = sagemaker(|operation, _| match operation {
+            "DescribeEndpoint" => server_error(),
+            _ => ok(),
+        })
+        .await;
+        let e = wait_in_service(&client, "fmnist-1", Duration::from_secs(30), |_| {})
+            .await
+            .unwrap_err();
+        assert!(
+            e.to_string().starts_with("DescribeEndpoint fmnist-1: "),
+            "{e}"
+        );
+        assert_eq!(called(&calls).len(), limit + 1);
+        let e = delete_within(&client, "fmnist-1", Duration::from_secs(30))
+            .await
+            .unwrap_err();
+        assert!(
+            e.to_string().starts_with("DescribeEndpoint fmnist-1: "),
+            "{e}"
+        );
+    }
 
     #[test]
     fn a_body_the_container_would_refuse_is_refused_naming_it() {

@@ -243,6 +243,28 @@ pub enum SageMakerError {
         /// The statuses seen.
         history: History,
     },
+    /// A resource stayed, until the deadline, in a status in which SageMaker
+    /// refuses to delete it (an endpoint `Creating` or being updated:
+    /// [`endpoint::refuses_delete`]); nothing was deleted.
+    #[error(
+        "{kind} {name:?} is still {status} after {}s{}: SageMaker refuses to delete an endpoint \
+         while it is Creating, Updating, SystemUpdating or RollingBack (DeleteEndpoint), so \
+         nothing was deleted; retry the delete later",
+        after.as_secs(),
+        .history.suffix()
+    )]
+    Busy {
+        /// What was to be deleted.
+        kind: Kind,
+        /// Its name.
+        name: String,
+        /// The status it was last seen in, e.g. `Creating`.
+        status: String,
+        /// How long the delete waited.
+        after: Duration,
+        /// The statuses seen.
+        history: History,
+    },
     /// The endpoint's container answered an invocation with an error
     /// (InvokeEndpoint `ModelError`).
     #[error(

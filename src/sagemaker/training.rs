@@ -28,10 +28,10 @@ use aws_sdk_sagemaker::operation::create_training_job::CreateTrainingJobError;
 use aws_sdk_sagemaker::operation::describe_training_job::DescribeTrainingJobOutput;
 pub use aws_sdk_sagemaker::types::MetricDefinition;
 use aws_sdk_sagemaker::types::{
-    AlgorithmSpecification, Channel, CheckpointConfig, DataSource, FileSystemAccessMode,
-    FileSystemDataSource, FileSystemType, OutputDataConfig, ResourceConfig, S3DataDistribution,
-    S3DataSource, S3DataType, StoppingCondition, TrainingInputMode, TrainingInstanceType,
-    TrainingJobStatus,
+    AlgorithmSpecification, Channel, CheckpointConfig, CompressionType, DataSource,
+    FileSystemAccessMode, FileSystemDataSource, FileSystemType, OutputDataConfig, RecordWrapper,
+    ResourceConfig, S3DataDistribution, S3DataSource, S3DataType, StoppingCondition,
+    TrainingInputMode, TrainingInstanceType, TrainingJobStatus,
 };
 use aws_sdk_sagemaker::Client;
 
@@ -536,9 +536,10 @@ pub fn differences(spec: &TrainingJobSpec, job: &DescribeTrainingJobOutput) -> V
         resources.and_then(|r| r.volume_size_in_gb()) == Some(spec.volume_size_gb),
     );
     let channels = job.input_data_config();
+    let job_mode = algorithm.and_then(|a| a.training_input_mode());
     check(
         "input",
-        channels.len() == 1 && channels[0] == channel(&spec.input),
+        channels.len() == 1 && same_channel(&channels[0], job_mode, &spec.input),
     );
     check(
         "output",
@@ -572,6 +573,60 @@ pub fn differences(spec: &TrainingJobSpec, job: &DescribeTrainingJobOutput) -> V
             == spec.inter_container_encryption,
     );
     out
+}
+
+/// Whether `described`, a channel of DescribeTrainingJob's
+/// `InputDataConfig`, reads what [`channel`] of `wanted` asked for, so that
+/// an identical re-run is not reported as differing. Compared: the channel
+/// name, the input mode (the channel's, else `job_mode`, the job's
+/// `AlgorithmSpecification.TrainingInputMode`), the compression and record
+/// wrapper (kfaws sets neither: absent and `None`, the API's default, are
+/// equal), and the data source: for S3 the type, URI and distribution
+/// (absent equals `FullyReplicated`, the default), for EFS the file system,
+/// directory, type and access mode. `ContentType`, `ShuffleConfig` and what
+/// else SageMaker fills in change nothing the trainer reads and are not
+/// compared. Amazon SageMaker API Reference, `Channel`, `S3DataSource`,
+/// `FileSystemDataSource`:
+/// <https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_Channel.html>,
+/// <https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_S3DataSource.html>,
+/// <https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_FileSystemDataSource.html>.
+fn same_channel(
+    described: &Channel,
+    job_mode: Option<&TrainingInputMode>,
+    wanted: &ChannelSource,
+) -> bool {
+    let mode = described.input_mode().or(job_mode);
+    let compression = described
+        .compression_type()
+        .is_none_or(|c| *c == CompressionType::None);
+    let wrapper = described
+        .record_wrapper_type()
+        .is_none_or(|r| *r == RecordWrapper::None);
+    let source = described.data_source();
+    let same_source = match wanted {
+        ChannelSource::S3 { uri } => source.and_then(|d| d.s3_data_source()).is_some_and(|s| {
+            s.s3_data_type() == Some(&S3DataType::S3Prefix)
+                && s.s3_uri() == Some(uri.as_str())
+                && s.s3_data_distribution_type()
+                    .is_none_or(|d| *d == S3DataDistribution::FullyReplicated)
+        }),
+        ChannelSource::Efs {
+            file_system_id,
+            directory_path,
+        } => source
+            .and_then(|d| d.file_system_data_source())
+            .is_some_and(|f| {
+                f.file_system_id() == Some(file_system_id.as_str())
+                    && f.directory_path() == Some(directory_path.as_str())
+                    && f.file_system_type() == Some(&FileSystemType::Efs)
+                    && f.file_system_access_mode() == Some(&FileSystemAccessMode::Ro)
+            }),
+    };
+    described.channel_name() == Some(CHANNEL)
+        && mode == Some(&TrainingInputMode::File)
+        && compression
+        && wrapper
+        && same_source
 }
 
 /// A change seen while waiting: the job's status, its secondary status and
@@ -1181,6 +1236,12 @@ mod tests {
     }
 
     fn described(spec: &TrainingJobSpec) -> DescribeTrainingJobOutput {
+        described_with(spec, channel(&spec.input))
+    }
+
+    /// The job of `spec` as DescribeTrainingJob answers it, with `input` as
+    /// its one channel.
+    fn described_with(spec: &TrainingJobSpec, input: Channel) -> DescribeTrainingJobOutput {
         DescribeTrainingJobOutput::builder()
             .training_job_name(&spec.name)
             .algorithm_specification(
@@ -1191,7 +1252,7 @@ mod tests {
             )
             .role_arn(&spec.role_arn)
             .set_hyper_parameters(Some(spec.hyperparameters.clone().into_iter().collect()))
-            .input_data_config(channel(&spec.input))
+            .input_data_config(input)
             .output_data_config(
                 OutputDataConfig::builder()
                     .s3_output_path(&spec.output_s3_uri)
@@ -1273,6 +1334,80 @@ mod tests {
         assert_eq!(
             differences(&changed, &described(&s)),
             ["hyperparameters", "instance count", "input"]
+        );
+    }
+
+    /// The channel as DescribeTrainingJob answers it: the server's defaults
+    /// filled in (`CompressionType` and `RecordWrapperType` `None`), the
+    /// input mode left to the job's, no `ContentType` or `ShuffleConfig`.
+    fn served(source: DataSource, compression: CompressionType) -> Channel {
+        Channel::builder()
+            .channel_name(CHANNEL)
+            .data_source(source)
+            .compression_type(compression)
+            .record_wrapper_type(RecordWrapper::None)
+            .build()
+    }
+
+    #[test]
+    fn a_channel_with_the_servers_defaults_is_the_same_input() {
+        let s = spec();
+        let ChannelSource::S3 { uri } = &s.input else {
+            panic!("the test spec reads S3")
+        };
+        let s3 = |distribution: Option<S3DataDistribution>| {
+            DataSource::builder()
+                .s3_data_source(
+                    S3DataSource::builder()
+                        .s3_data_type(S3DataType::S3Prefix)
+                        .s3_uri(uri)
+                        .set_s3_data_distribution_type(distribution)
+                        .build(),
+                )
+                .build()
+        };
+        for distribution in [None, Some(S3DataDistribution::FullyReplicated)] {
+            let job = described_with(&s, served(s3(distribution.clone()), CompressionType::None));
+            assert_eq!(
+                differences(&s, &job),
+                Vec::<String>::new(),
+                "{distribution:?}"
+            );
+        }
+        let efs = TrainingJobSpec {
+            input: ChannelSource::Efs {
+                file_system_id: "fs-0123456789abcdef0".into(),
+                directory_path: "/fashion-mnist".into(),
+            },
+            ..spec()
+        };
+        let efs_source = channel(&efs.input).data_source().unwrap().clone();
+        let job = described_with(&efs, served(efs_source.clone(), CompressionType::None));
+        assert_eq!(differences(&efs, &job), Vec::<String>::new());
+
+        // What does change the data the trainer reads still differs.
+        let gzip = described_with(&s, served(s3(None), CompressionType::Gzip));
+        assert_eq!(differences(&s, &gzip), ["input"]);
+        let sharded = described_with(
+            &s,
+            served(
+                s3(Some(S3DataDistribution::ShardedByS3Key)),
+                CompressionType::None,
+            ),
+        );
+        assert_eq!(differences(&s, &sharded), ["input"]);
+        let pipe = Channel::builder()
+            .channel_name(CHANNEL)
+            .data_source(s3(None))
+            .input_mode(TrainingInputMode::Pipe)
+            .build();
+        assert_eq!(differences(&s, &described_with(&s, pipe)), ["input"]);
+        assert_eq!(
+            differences(
+                &s,
+                &described_with(&efs, served(efs_source, CompressionType::None))
+            ),
+            ["input"]
         );
     }
 
