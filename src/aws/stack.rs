@@ -8,12 +8,14 @@
 //!   the same name that carries our deployment tag is re-attached to (the
 //!   previous create was interrupted), one without it is refused;
 //! - waits poll `DescribeStacks` until `CREATE_COMPLETE` / `UPDATE_COMPLETE`
-//!   / gone, and a failure reports the first failing resource and its
-//!   reason from `DescribeStackEvents`;
+//!   / gone, and a failure reports the first failing resource of the latest
+//!   operation and its reason from `DescribeStackEvents`;
 //! - `plan` shows an update's resource changes from a change set it creates
 //!   and deletes again; `apply` updates through a change set it executes;
 //!   a change set without changes ("No updates are to be performed") is
-//!   success;
+//!   success, and deleted (only an executed change set goes by itself);
+//! - every delete is a DeleteStack request with a token of its own, so a
+//!   stack an earlier delete left `DELETE_FAILED` is deleted again;
 //! - a stack left in `ROLLBACK_COMPLETE` can only be deleted, so create
 //!   deletes it first.
 
@@ -44,6 +46,19 @@ pub const DEPLOYMENT_TAG: &str = "kfaws:deployment";
 /// copies of a deployment's state (two folders, two machines) never adopt
 /// each other's stacks.
 pub const LINEAGE_TAG: &str = "kfaws:lineage";
+
+/// Stack-level statuses that begin an operation (AWS CloudFormation User Guide, "Stack
+/// status codes"); rollbacks and cleanups continue the operation before them.
+const OPERATION_STARTS: [&str; 4] = [
+    "CREATE_IN_PROGRESS",
+    "UPDATE_IN_PROGRESS",
+    "DELETE_IN_PROGRESS",
+    "IMPORT_IN_PROGRESS",
+];
+
+/// Pages of stack events (100 events each) read for a failure's cause: more than any of our
+/// templates' operations emit (5 to 40 resources, a handful of events each).
+const MAX_EVENT_PAGES: usize = 10;
 
 /// What [`health`] says of a stack that works.
 const HEALTHY: &str = "healthy";
@@ -136,35 +151,49 @@ impl StackResource {
         }
     }
 
-    /// The first resource that failed, from the stack events (oldest first).
-    async fn first_failure(&self) -> String {
-        let Ok(out) = self
+    /// The first resource that failed in stack `id`'s latest operation, from its events
+    /// ([DescribeStackEvents](https://docs.aws.amazon.com/AWSCloudFormation/latest/APIReference/API_DescribeStackEvents.html)
+    /// lists them newest first, a page at a time). The operation begins at the newest
+    /// stack-level event in [`OPERATION_STARTS`]; failures of earlier operations are not its
+    /// cause, so the walk stops there (or after [`MAX_EVENT_PAGES`] pages).
+    async fn first_failure(&self, id: &str) -> String {
+        let mut pages = self
             .client
             .describe_stack_events()
-            .stack_name(&self.stack_name)
-            .send()
-            .await
-        else {
-            return "no stack events available".into();
-        };
-        out.stack_events()
-            .iter()
-            .rev()
-            .find(|e| {
-                e.resource_status()
-                    .is_some_and(|s| s.as_str().ends_with("_FAILED"))
-                    && e.logical_resource_id() != Some(self.stack_name.as_str())
-            })
-            .map(|e| {
-                format!(
-                    "{} ({}): {}: {}",
-                    e.logical_resource_id().unwrap_or("?"),
-                    e.resource_type().unwrap_or("?"),
-                    e.resource_status().map(|s| s.as_str()).unwrap_or("?"),
-                    e.resource_status_reason().unwrap_or("no reason given")
-                )
-            })
-            .unwrap_or_else(|| "no failed resource in the stack events".into())
+            .stack_name(id)
+            .into_paginator()
+            .send();
+        let mut read = 0;
+        let mut oldest_failure = None;
+        'pages: while let Some(page) = pages.next().await {
+            let Ok(page) = page else {
+                break;
+            };
+            read += 1;
+            for e in page.stack_events() {
+                let status = e.resource_status().map_or("", |s| s.as_str());
+                if e.logical_resource_id() == Some(self.stack_name.as_str()) {
+                    if OPERATION_STARTS.contains(&status) {
+                        break 'pages;
+                    }
+                } else if status.ends_with("_FAILED") {
+                    oldest_failure = Some(format!(
+                        "{} ({}): {status}: {}",
+                        e.logical_resource_id().unwrap_or("?"),
+                        e.resource_type().unwrap_or("?"),
+                        e.resource_status_reason().unwrap_or("no reason given")
+                    ));
+                }
+            }
+            if read == MAX_EVENT_PAGES {
+                break;
+            }
+        }
+        match (read, oldest_failure) {
+            (_, Some(failure)) => failure,
+            (0, None) => "no stack events available".into(),
+            (_, None) => "no failed resource in the stack events".into(),
+        }
     }
 
     fn all_parameters(&self, inputs: &Inputs) -> Result<Vec<Parameter>, ResourceError> {
@@ -329,7 +358,7 @@ impl StackResource {
             if s.ends_with("_IN_PROGRESS") {
                 return Poll::Pending(s.to_string());
             }
-            let reason = self.first_failure().await;
+            let reason = self.first_failure(id).await;
             Poll::Failed(format!(
                 "stack {} is {s}; first failure: {reason}",
                 self.stack_name
@@ -463,15 +492,21 @@ impl Resource for StackResource {
             match existing.stack_status() {
                 Some(StackStatus::RollbackComplete) => {
                     // Only deletion is possible from ROLLBACK_COMPLETE.
-                    self.delete_stack(&id, &format!("{token}-rollback")).await?;
+                    self.delete_stack(&id).await?;
                 }
                 _ => {
                     // An earlier create of ours (interrupted before its
-                    // result was recorded): re-attach.
+                    // result was recorded): re-attach. A stack whose last
+                    // update rolled back works too (the previous template
+                    // is back); the next plan updates it as it would any.
                     let stack = self
                         .wait_for(
                             &id,
-                            &[StackStatus::CreateComplete, StackStatus::UpdateComplete],
+                            &[
+                                StackStatus::CreateComplete,
+                                StackStatus::UpdateComplete,
+                                StackStatus::UpdateRollbackComplete,
+                            ],
                             false,
                         )
                         .await?
@@ -556,7 +591,7 @@ impl Resource for StackResource {
             .await?
             .expect("not gone");
         if set.is_some() && stack.stack_status() == Some(&StackStatus::UpdateRollbackComplete) {
-            let reason = self.first_failure().await;
+            let reason = self.first_failure(id).await;
             return Err(ResourceError::msg(format!(
                 "stack {} is UPDATE_ROLLBACK_COMPLETE; first failure: {reason}",
                 self.stack_name
@@ -629,17 +664,13 @@ impl Resource for StackResource {
     }
 
     async fn delete(&self, recorded: &ResourceState) -> Result<(), ResourceError> {
-        let token = recorded.idempotency_token.as_deref().map_or_else(
-            || uuid::Uuid::new_v4().to_string(),
-            |t| format!("{t}-delete"),
-        );
         // Only the stack kfaws recorded, or, for a create never recorded as
         // finished, the stack of that name if it carries our tags.
         let Some(stack) = self.recorded_stack(Some(recorded)).await? else {
             return Ok(());
         };
         let id = stack.stack_id().unwrap_or(&self.stack_name).to_string();
-        self.delete_stack(&id, &token).await
+        self.delete_stack(&id).await
     }
 
     /// Before a create, a live stack of our name must be ours (an interrupted create, which
@@ -760,7 +791,9 @@ impl StackResource {
         })
         .await
         .map_err(|e| ResourceError::msg(format!("stack {}: {e}", self.stack_name)));
-        if delete_after {
+        // A change set that is not executed stays until deleted; one that found nothing to
+        // change is of no use to anyone.
+        if delete_after || matches!(described, Ok(None)) {
             let deleted = self
                 .client
                 .delete_change_set()
@@ -823,11 +856,17 @@ impl StackResource {
     }
 
     /// Deletes the stack `id` (callers have just described it) and waits until it is gone.
-    async fn delete_stack(&self, id: &str, token: &str) -> Result<(), ResourceError> {
+    ///
+    /// Each call is a new DeleteStack request with a `ClientRequestToken` of its own: the token
+    /// marks retries of one request (DeleteStack, API reference), which the SDK's own retries of
+    /// this call are. A delete run again after one that left the stack `DELETE_FAILED` (the
+    /// cause removed by hand, say) is a new request: sent with the old token, CloudFormation
+    /// would take it for the old one, or refuse it (`TokenAlreadyExistsException`).
+    async fn delete_stack(&self, id: &str) -> Result<(), ResourceError> {
         self.client
             .delete_stack()
             .stack_name(id)
-            .client_request_token(token)
+            .client_request_token(uuid::Uuid::new_v4().to_string())
             .send()
             .await
             .map_err(|e| {

@@ -5,10 +5,13 @@
 //! DeleteVpc: "You must detach or delete all gateways and resources that
 //! are associated with the VPC before you can delete it"; DeleteSubnet
 //! likewise for network interfaces). Kubernetes controllers create such
-//! things outside kfaws' stacks: the AWS Load Balancer Controller and the
-//! in-tree service controller make security groups tagged
-//! `kubernetes.io/cluster/<name>`, the VPC CNI leaves detached (`available`)
-//! network interfaces carrying the cluster's security groups. The stack
+//! things outside kfaws' stacks: the in-tree service controller makes
+//! security groups tagged `kubernetes.io/cluster/<name>: owned`, the AWS Load
+//! Balancer Controller ones tagged `elbv2.k8s.aws/cluster: <name>`, the VPC
+//! CNI leaves detached (`available`) network interfaces carrying the
+//! cluster's security groups. A resource tagged
+//! `kubernetes.io/cluster/<name>: shared` is someone else's that the cluster
+//! may use: a blocker, never removed. The stack
 //! delete would fail on them after an hour of retries, with the cluster
 //! already gone.
 //!
@@ -48,6 +51,11 @@ use super::wait::{wait_until, Backoff, Poll};
 /// User Guide, "Managed node groups": `eks:cluster-name` and
 /// `eks:nodegroup-name` on the node group's resources).
 pub const NODEGROUP_TAG: &str = "eks:nodegroup-name";
+
+/// The tag the AWS Load Balancer Controller puts on the security groups it
+/// makes, valued with the cluster's name (AWS Load Balancer Controller
+/// documentation, "Security Groups for Load Balancers": `elbv2.k8s.aws/cluster`).
+pub const LBC_CLUSTER_TAG: &str = "elbv2.k8s.aws/cluster";
 
 /// A network interface, as far as the classification needs it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -161,8 +169,8 @@ pub struct Findings {
 }
 
 /// The tag Kubernetes' AWS integrations put on what they make for cluster
-/// `name` (EKS User Guide, "Subnet requirements"; AWS Load Balancer
-/// Controller, "Security group tags").
+/// `name`, with the value `owned` (`shared` marks a resource made by someone
+/// else that the cluster may use: EKS User Guide, "Subnet requirements").
 pub fn cluster_tag(cluster: &str) -> String {
     format!("kubernetes.io/cluster/{cluster}")
 }
@@ -210,8 +218,11 @@ pub fn mount_target_file_system(eni: &Eni) -> Option<&str> {
 /// deployment's stacks made; `cluster` is the EKS cluster name.
 pub fn classify(survey: &Survey, ours: &BTreeSet<String>, cluster: &str) -> Findings {
     let tag = cluster_tag(cluster);
+    // `owned`, not `shared`: a resource tagged `shared` is someone else's that the cluster may
+    // use (EKS User Guide, "Subnet requirements"), and is not ours to delete.
     let tagged = |tags: &BTreeMap<String, String>| {
-        tags.contains_key(&tag) || tags.get("eks:cluster-name").map(String::as_str) == Some(cluster)
+        let is = |key: &str, value: &str| tags.get(key).map(String::as_str) == Some(value);
+        is(&tag, "owned") || is("eks:cluster-name", cluster) || is(LBC_CLUSTER_TAG, cluster)
     };
     let mut f = Findings::default();
     let remove_groups: BTreeSet<String> = survey
@@ -349,7 +360,9 @@ fn vpc_filter(name: &str, vpc_id: &str) -> Filter {
     Filter::builder().name(name).values(vpc_id).build()
 }
 
-/// Reads what VPC `vpc_id` holds (read-only calls; a deleted VPC holds nothing).
+/// Reads what VPC `vpc_id` holds (read-only calls; a deleted VPC holds nothing): every page
+/// of each listing, filtered by the VPC on the server (`vpc-id`, `attachment.vpc-id` for
+/// internet gateways; EC2 API Reference, each Describe* call's filters) and again here.
 ///
 /// # Errors
 /// The SDK's message of the first failed call.
@@ -389,10 +402,13 @@ pub async fn survey(ec2: &Client, vpc_id: &str) -> Result<Survey, String> {
     let groups = ec2
         .describe_security_groups()
         .filters(vpc_filter("vpc-id", vpc_id))
+        .into_paginator()
+        .items()
         .send()
+        .try_collect()
         .await
         .map_err(|e| format!("DescribeSecurityGroups: {}", error_message(&e)))?;
-    for g in groups.security_groups() {
+    for g in &groups {
         let id = g.group_id().unwrap_or_default().to_string();
         for (egress, perms) in [
             (false, g.ip_permissions()),
@@ -421,13 +437,16 @@ pub async fn survey(ec2: &Client, vpc_id: &str) -> Result<Survey, String> {
             tags: tags_of(g.tags()),
         });
     }
-    let instances = ec2
+    let reservations = ec2
         .describe_instances()
         .filters(vpc_filter("vpc-id", vpc_id))
+        .into_paginator()
+        .items()
         .send()
+        .try_collect()
         .await
         .map_err(|e| format!("DescribeInstances: {}", error_message(&e)))?;
-    for r in instances.reservations() {
+    for r in &reservations {
         for i in r.instances() {
             let state = i.state().and_then(|s| s.name()).map(|n| n.as_str());
             if state == Some("terminated") {
@@ -441,11 +460,14 @@ pub async fn survey(ec2: &Client, vpc_id: &str) -> Result<Survey, String> {
     }
     let endpoints = ec2
         .describe_vpc_endpoints()
+        .filters(vpc_filter("vpc-id", vpc_id))
+        .into_paginator()
+        .items()
         .send()
+        .try_collect()
         .await
         .map_err(|e| format!("DescribeVpcEndpoints: {}", error_message(&e)))?;
     s.endpoints = endpoints
-        .vpc_endpoints()
         .iter()
         .filter(|e| e.vpc_id() == Some(vpc_id))
         .filter(|e| {
@@ -461,21 +483,26 @@ pub async fn survey(ec2: &Client, vpc_id: &str) -> Result<Survey, String> {
     let subnets = ec2
         .describe_subnets()
         .filters(vpc_filter("vpc-id", vpc_id))
+        .into_paginator()
+        .items()
         .send()
+        .try_collect()
         .await
         .map_err(|e| format!("DescribeSubnets: {}", error_message(&e)))?;
     s.subnets = subnets
-        .subnets()
         .iter()
         .filter_map(|n| n.subnet_id().map(str::to_string))
         .collect();
     let nats = ec2
         .describe_nat_gateways()
+        .filter(vpc_filter("vpc-id", vpc_id))
+        .into_paginator()
+        .items()
         .send()
+        .try_collect()
         .await
         .map_err(|e| format!("DescribeNatGateways: {}", error_message(&e)))?;
     s.nat_gateways = nats
-        .nat_gateways()
         .iter()
         .filter(|n| n.vpc_id() == Some(vpc_id))
         .filter(|n| n.state().map(|s| s.as_str()) != Some("deleted"))
@@ -491,11 +518,14 @@ pub async fn survey(ec2: &Client, vpc_id: &str) -> Result<Survey, String> {
         .collect();
     let igws = ec2
         .describe_internet_gateways()
+        .filters(vpc_filter("attachment.vpc-id", vpc_id))
+        .into_paginator()
+        .items()
         .send()
+        .try_collect()
         .await
         .map_err(|e| format!("DescribeInternetGateways: {}", error_message(&e)))?;
     s.internet_gateways = igws
-        .internet_gateways()
         .iter()
         .filter(|g| g.attachments().iter().any(|a| a.vpc_id() == Some(vpc_id)))
         .filter_map(|g| g.internet_gateway_id().map(str::to_string))
@@ -503,11 +533,13 @@ pub async fn survey(ec2: &Client, vpc_id: &str) -> Result<Survey, String> {
     let tables = ec2
         .describe_route_tables()
         .filters(vpc_filter("vpc-id", vpc_id))
+        .into_paginator()
+        .items()
         .send()
+        .try_collect()
         .await
         .map_err(|e| format!("DescribeRouteTables: {}", error_message(&e)))?;
     s.route_tables = tables
-        .route_tables()
         .iter()
         .filter(|t| !t.associations().iter().any(|a| a.main() == Some(true)))
         .filter_map(|t| t.route_table_id().map(str::to_string))
@@ -719,6 +751,30 @@ mod tests {
             ["eni-node"]
         );
         assert!(f.blockers.is_empty(), "{:?}", f.blockers);
+    }
+
+    #[test]
+    fn a_group_shared_with_the_cluster_is_a_blocker_and_one_of_the_load_balancer_controller_goes() {
+        let mut s = survey();
+        s.groups.push(group(
+            "sg-shared",
+            "team-ingress",
+            &[("kubernetes.io/cluster/ml", "shared")],
+        ));
+        s.groups.push(group(
+            "sg-alb",
+            "k8s-traffic-ml-1a2b",
+            &[(LBC_CLUSTER_TAG, "ml")],
+        ));
+        s.groups.push(group(
+            "sg-alb-other",
+            "k8s-traffic-other-3c4d",
+            &[(LBC_CLUSTER_TAG, "other")],
+        ));
+        let f = classify(&s, &ours(), "ml");
+        assert_eq!(f.remove_groups, ["sg-alb", "sg-lb"]);
+        let blockers: Vec<&str> = f.blockers.iter().map(|b| b.id.as_str()).collect();
+        assert_eq!(blockers, ["sg-shared", "sg-alb-other"]);
     }
 
     #[test]

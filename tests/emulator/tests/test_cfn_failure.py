@@ -171,3 +171,17 @@ def test_a_failed_update_describes_the_previous_template_parameters_and_outputs(
     assert _described(cfn, stack_id) == before
     body = cfn.get_template(StackName=stack_id)["TemplateBody"]
     assert (body if isinstance(body, dict) else json.loads(body)) == json.loads(SUBNET_PARAMETER)
+
+
+def test_a_rolled_back_stack_lists_its_resources_without_making_them(aws):
+    # The bucket's name is taken, so the stack's create fails and rolls back; listing the
+    # stack must not try to make the bucket again.
+    cfn, s3 = aws("cloudformation"), aws("s3")
+    s3.create_bucket(Bucket="taken-by-someone")
+    template = {"Resources": {"Bucket": {"Type": "AWS::S3::Bucket", "Properties": {"BucketName": "taken-by-someone"}}}}
+    stack_id = cfn.create_stack(StackName="taken", TemplateBody=json.dumps(template))["StackId"]
+    wait_for(lambda: cfn.describe_stacks(StackName=stack_id)["Stacks"][0]["StackStatus"] == "ROLLBACK_COMPLETE")
+    listed = cfn.list_stack_resources(StackName=stack_id)["StackResourceSummaries"]
+    assert [r for r in listed if r["ResourceStatus"] != "DELETE_COMPLETE"] == []
+    described = cfn.describe_stack_resources(StackName=stack_id)["StackResources"]
+    assert [r for r in described if r["ResourceStatus"] != "DELETE_COMPLETE"] == []

@@ -99,3 +99,37 @@ def test_a_resource_deleted_outside_cloudformation_counts_as_deleted(aws):
     assert "still-there" not in roles
     events = cfn.describe_stack_events(StackName=stack_id)["StackEvents"]
     assert ("Gone", "DELETE_COMPLETE") in {(e["LogicalResourceId"], e["ResourceStatus"]) for e in events}
+
+
+def test_delete_stack_resent_with_its_token_starts_no_new_delete(aws):
+    # A network interface in the subnet makes the subnet's deletion, and so the stack's, fail.
+    cfn, ec2 = aws("cloudformation"), aws("ec2")
+    template = {
+        "Resources": {
+            "Vpc": {"Type": "AWS::EC2::VPC", "Properties": {"CidrBlock": "10.42.0.0/16"}},
+            "Subnet": {
+                "Type": "AWS::EC2::Subnet",
+                "Properties": {"VpcId": {"Ref": "Vpc"}, "CidrBlock": "10.42.1.0/24"},
+            },
+        }
+    }
+    stack_id = cfn.create_stack(StackName="tokens", TemplateBody=json.dumps(template))["StackId"]
+    wait_for(lambda: _stack_status(cfn, stack_id) == "CREATE_COMPLETE")
+    subnet = cfn.describe_stack_resource(StackName=stack_id, LogicalResourceId="Subnet")[
+        "StackResourceDetail"
+    ]["PhysicalResourceId"]
+    eni = ec2.create_network_interface(SubnetId=subnet)["NetworkInterface"]["NetworkInterfaceId"]
+
+    def ended():
+        status = _stack_status(cfn, stack_id)
+        return not status.endswith("_IN_PROGRESS") and status
+
+    cfn.delete_stack(StackName=stack_id, ClientRequestToken="first")
+    assert wait_for(ended) == "DELETE_FAILED"
+    ec2.delete_network_interface(NetworkInterfaceId=eni)
+
+    cfn.delete_stack(StackName=stack_id, ClientRequestToken="first")
+    assert _stack_status(cfn, stack_id) == "DELETE_FAILED"
+
+    cfn.delete_stack(StackName=stack_id, ClientRequestToken="second")
+    assert wait_for(ended) == "DELETE_COMPLETE"

@@ -21,6 +21,8 @@ MODULES = (
     "cfn_ec2_deletion",
     "cfn_delete_order",
     "cfn_stack_failure",
+    "cfn_request_tokens",
+    "cfn_stack_resources",
     "cfn_efs_getatt",
     "cfn_s3_bucket_settings",
     "cfn_update_no_changes",
