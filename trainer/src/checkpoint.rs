@@ -4,9 +4,11 @@
 //!
 //! File `checkpoint-EEEEEE-SSSSSSSS.bin` (epoch, steps done in it), little-endian:
 //! magic `KFAWSCKP`, format version `u32`, epoch `u64`, step `u64`, dataset name length `u8`
-//! and the name (UTF-8, [`DatasetKind::name`]), parameter count `u64`, parameters
-//! `f32 × count`, momentum length `u64` (0 or count), momentum `f32 × length`. Version 1
-//! files, written before the dataset was recorded, are read with an unknown dataset.
+//! and the name (UTF-8, [`DatasetKind::name`]), batch size `u64`, world size `u64`, seed
+//! `u64` ([`Sampling`]), parameter count `u64`, parameters `f32 × count`, momentum length
+//! `u64` (0 or count), momentum `f32 × length`. Version 2 files, written before the sampling
+//! settings were recorded, are read without them; version 1 files, written before the dataset
+//! was too, also with an unknown dataset.
 //!
 //! [`DatasetKind::name`]: kfaws_trainer_contract::DatasetKind::name
 
@@ -14,11 +16,46 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 const MAGIC: &[u8; 8] = b"KFAWSCKP";
-const VERSION: u32 = 2;
-/// The format without the dataset name, still read.
+const VERSION: u32 = 3;
+/// The format without the sampling settings, still read.
+const VERSION_WITHOUT_SAMPLING: u32 = 2;
+/// The format without the dataset name nor the sampling settings, still read.
 const VERSION_WITHOUT_DATASET: u32 = 1;
 /// Checkpoints kept besides the newest, so a crash while writing never leaves none.
 const KEEP: usize = 2;
+
+/// The settings that decide which training examples step `s` of epoch `e` covers, following
+/// PyTorch's `torch.utils.data.DistributedSampler` (shuffle on, `drop_last=False`), as
+/// [`crate::data::DistributedSampler`] does: the training split is shuffled from `seed + e`,
+/// padded and dealt out to `world_size` ranks, and each rank's share is cut into steps of
+/// `batch_size` examples. A position in the middle of an epoch stands for the same examples
+/// only under the same three settings; an epoch boundary (step 0) is the same under any.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sampling {
+    /// Training examples per step on each rank (the `batch-size` hyperparameter).
+    pub batch_size: u64,
+    /// Ranks (processes) training together.
+    pub world_size: u64,
+    /// The `seed` hyperparameter, from which each epoch's shuffle is drawn.
+    pub seed: u64,
+}
+
+impl Sampling {
+    /// The settings of `self` that differ from `other`'s, as `batch-size 64`, `world size 2`,
+    /// `seed 7` joined with "and".
+    fn differences(&self, other: &Sampling) -> String {
+        [
+            ("batch-size", self.batch_size, other.batch_size),
+            ("world size", self.world_size, other.world_size),
+            ("seed", self.seed, other.seed),
+        ]
+        .iter()
+        .filter(|(_, mine, theirs)| mine != theirs)
+        .map(|(name, mine, _)| format!("{name} {mine}"))
+        .collect::<Vec<_>>()
+        .join(" and ")
+    }
+}
 
 /// Where training stands.
 #[derive(Debug, Clone, PartialEq)]
@@ -31,6 +68,9 @@ pub struct Checkpoint {
     /// file did not record it. MNIST and Fashion-MNIST models have the same parameter count,
     /// so only this tells their checkpoints apart.
     pub dataset: String,
+    /// The settings `step` counts in; `None` when a version 1 or 2 file did not record them
+    /// (such a checkpoint is also written in version 2, without them).
+    pub sampling: Option<Sampling>,
     /// Flat model parameters.
     pub params: Vec<f32>,
     /// Flat momentum buffer, empty before the first step.
@@ -89,6 +129,30 @@ pub enum CheckpointError {
         /// The dataset name the checkpoint records.
         found: String,
     },
+    /// Written in the middle of an epoch under another batch size, world size or seed: its
+    /// step would stand for other examples of the epoch ([`Sampling`]).
+    #[error(
+        "checkpoint {path} was written {step} step(s) into epoch {epoch} with {}, but this run \
+         has {}: its steps cover other examples of the epoch (each epoch is shuffled from the \
+         seed, dealt out to the ranks and cut into batch-size steps), so resuming it would \
+         re-train or skip part of the epoch; train with {} to resume it, or remove it or choose \
+         another checkpoint directory to start afresh",
+        .written.differences(.this_run),
+        .this_run.differences(.written),
+        .written.differences(.this_run)
+    )]
+    OtherSampling {
+        /// The newest checkpoint file, the one read.
+        path: PathBuf,
+        /// The epoch it stops in, counted from 1.
+        epoch: u64,
+        /// Steps of that epoch it has done (more than 0).
+        step: u64,
+        /// The settings it was written with.
+        written: Sampling,
+        /// This run's settings.
+        this_run: Sampling,
+    },
 }
 
 impl Checkpoint {
@@ -109,13 +173,22 @@ impl Checkpoint {
         };
         std::fs::create_dir_all(dir).map_err(io)?;
         let mut bytes = MAGIC.to_vec();
-        bytes.extend(VERSION.to_le_bytes());
+        let version = match self.sampling {
+            Some(_) => VERSION,
+            None => VERSION_WITHOUT_SAMPLING,
+        };
+        bytes.extend(version.to_le_bytes());
         bytes.extend(self.epoch.to_le_bytes());
         bytes.extend(self.step.to_le_bytes());
         let dataset = self.dataset.as_bytes();
         let len = u8::try_from(dataset.len()).expect("dataset names are short");
         bytes.push(len);
         bytes.extend(dataset);
+        if let Some(s) = self.sampling {
+            for value in [s.batch_size, s.world_size, s.seed] {
+                bytes.extend(value.to_le_bytes());
+            }
+        }
         for part in [&self.params, &self.velocity] {
             bytes.extend((part.len() as u64).to_le_bytes());
             bytes.extend(part.iter().flat_map(|v| v.to_le_bytes()));
@@ -203,6 +276,29 @@ impl Checkpoint {
         Ok(Some((checkpoint, path.clone())))
     }
 
+    /// Checks that a run under `this_run` may resume this checkpoint, read from `path`: one at
+    /// an epoch boundary (step 0) always may; one in the middle of an epoch only with the
+    /// [`Sampling`] it was written with, since otherwise its step stands for other examples.
+    /// A version 1 or 2 file, which does not record them, passes (the trainer then only
+    /// checks that its step is within this run's epoch).
+    ///
+    /// # Errors
+    /// [`CheckpointError::OtherSampling`] naming each differing setting with both values.
+    pub fn check_sampling(&self, path: &Path, this_run: Sampling) -> Result<(), CheckpointError> {
+        match self.sampling {
+            Some(written) if self.step > 0 && written != this_run => {
+                Err(CheckpointError::OtherSampling {
+                    path: path.to_path_buf(),
+                    epoch: self.epoch,
+                    step: self.step,
+                    written,
+                    this_run,
+                })
+            }
+            _ => Ok(()),
+        }
+    }
+
     fn decode(bytes: &[u8]) -> Result<Self, String> {
         let mut at = 0usize;
         let mut take = |n: usize| -> Result<&[u8], String> {
@@ -217,9 +313,9 @@ impl Checkpoint {
             return Err("not a kfaws-trainer checkpoint (bad magic)".into());
         }
         let version = u32::from_le_bytes(take(4)?.try_into().expect("4"));
-        if version != VERSION && version != VERSION_WITHOUT_DATASET {
+        if !(VERSION_WITHOUT_DATASET..=VERSION).contains(&version) {
             return Err(format!(
-                "format version {version}, this trainer reads {VERSION_WITHOUT_DATASET} and \
+                "format version {version}, this trainer reads {VERSION_WITHOUT_DATASET} to \
                  {VERSION}"
             ));
         }
@@ -231,6 +327,18 @@ impl Checkpoint {
         } else {
             let len = usize::from(take(1)?[0]);
             String::from_utf8(take(len)?.to_vec()).map_err(|_| "dataset name is not UTF-8")?
+        };
+        let sampling = if version == VERSION {
+            let mut u64_ = || -> Result<u64, String> {
+                Ok(u64::from_le_bytes(take(8)?.try_into().expect("8")))
+            };
+            Some(Sampling {
+                batch_size: u64_()?,
+                world_size: u64_()?,
+                seed: u64_()?,
+            })
+        } else {
+            None
         };
         let mut floats = || -> Result<Vec<f32>, String> {
             let n = u64::from_le_bytes(take(8)?.try_into().expect("8")) as usize;
@@ -259,6 +367,7 @@ impl Checkpoint {
             epoch,
             step,
             dataset,
+            sampling,
             params,
             velocity,
         })
@@ -295,11 +404,18 @@ fn list(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
 mod tests {
     use super::*;
 
+    const SAMPLING: Sampling = Sampling {
+        batch_size: 64,
+        world_size: 2,
+        seed: 1 << 40,
+    };
+
     fn sample(epoch: u64, step: u64) -> Checkpoint {
         Checkpoint {
             epoch,
             step,
             dataset: "fashion-mnist".into(),
+            sampling: Some(SAMPLING),
             params: vec![1.5, -2.0, epoch as f32],
             velocity: vec![0.25, 0.0, -1.0],
         }
@@ -502,8 +618,113 @@ mod tests {
             read,
             Checkpoint {
                 dataset: String::new(),
+                sampling: None,
                 ..c
             }
         );
+    }
+
+    #[test]
+    fn the_sampling_settings_round_trip() {
+        let dir = tempfile::tempdir().unwrap();
+        let written = Sampling {
+            batch_size: 1 << 33,
+            world_size: 3,
+            seed: u64::MAX,
+        };
+        let c = Checkpoint {
+            sampling: Some(written),
+            ..sample(2, 9)
+        };
+        let path = c.save(dir.path()).unwrap();
+        let bytes = std::fs::read(&path).unwrap();
+        assert_eq!(bytes[8..12], VERSION.to_le_bytes());
+        let (read, _) = Checkpoint::load_newest(dir.path(), 3, "fashion-mnist")
+            .unwrap()
+            .unwrap();
+        assert_eq!(read.sampling, Some(written));
+        assert_eq!(read, c);
+    }
+
+    /// A file of the format before the sampling settings, as the previous trainer wrote it
+    /// (byte for byte, not through [`Checkpoint::save`]), is read without them.
+    #[test]
+    fn a_version_2_file_is_read_without_sampling_settings() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = sample(3, 1);
+        let mut bytes = MAGIC.to_vec();
+        bytes.extend(2u32.to_le_bytes());
+        bytes.extend(c.epoch.to_le_bytes());
+        bytes.extend(c.step.to_le_bytes());
+        bytes.push(c.dataset.len() as u8);
+        bytes.extend(c.dataset.as_bytes());
+        for part in [&c.params, &c.velocity] {
+            bytes.extend((part.len() as u64).to_le_bytes());
+            bytes.extend(part.iter().flat_map(|v| v.to_le_bytes()));
+        }
+        let path = dir.path().join(c.file_name());
+        std::fs::write(&path, &bytes).unwrap();
+        let (read, _) = Checkpoint::load_newest(dir.path(), 3, "fashion-mnist")
+            .unwrap()
+            .unwrap();
+        let unrecorded = Checkpoint {
+            sampling: None,
+            ..c
+        };
+        assert_eq!(read, unrecorded);
+        // Nothing to compare: resumed as before, whatever this run's settings.
+        let other = Sampling {
+            batch_size: 1,
+            ..SAMPLING
+        };
+        read.check_sampling(&path, other).unwrap();
+        // Saved without them, it is written in that format again.
+        std::fs::remove_file(&path).unwrap();
+        unrecorded.save(dir.path()).unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), bytes);
+    }
+
+    /// Mid-epoch, a step counts in the batch size, world size and seed it was written with:
+    /// other settings are refused, naming each that differs with both values. At an epoch
+    /// boundary any settings resume it.
+    #[test]
+    fn a_mid_epoch_checkpoint_resumes_only_under_its_sampling_settings() {
+        let path = Path::new("/ckpt/checkpoint-000002-00000005.bin");
+        let mid_epoch = sample(2, 5);
+        mid_epoch.check_sampling(path, SAMPLING).unwrap();
+        let this_run = Sampling {
+            batch_size: 32,
+            world_size: 4,
+            ..SAMPLING
+        };
+        let err = mid_epoch.check_sampling(path, this_run).unwrap_err();
+        assert!(
+            matches!(&err, CheckpointError::OtherSampling { written, this_run: run, .. }
+                if *written == SAMPLING && *run == this_run),
+            "{err}"
+        );
+        let text = err.to_string();
+        for part in [
+            "checkpoint /ckpt/checkpoint-000002-00000005.bin was written 5 step(s) into epoch 2 \
+             with batch-size 64 and world size 2, but this run has batch-size 32 and world size 4",
+            "train with batch-size 64 and world size 2 to resume it, or remove it or choose \
+             another checkpoint directory",
+        ] {
+            assert!(text.contains(part), "{text}");
+        }
+        assert!(!text.contains("seed 1"), "the seed is the same: {text}");
+        let reseeded = Sampling {
+            seed: 7,
+            ..SAMPLING
+        };
+        let text = mid_epoch
+            .check_sampling(path, reseeded)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            text.contains("with seed 1099511627776, but this run has seed 7"),
+            "{text}"
+        );
+        sample(3, 0).check_sampling(path, this_run).unwrap();
     }
 }

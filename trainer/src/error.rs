@@ -41,7 +41,9 @@ pub enum TrainError {
         detail: String,
     },
     /// The newest checkpoint resumes `epoch` at `step`, past the `steps` this configuration has
-    /// per epoch: it was written with another batch size, world size or dataset.
+    /// per epoch: it was written with another training split (dataset, `max-train-samples`),
+    /// or, in a format before the batch size and world size were recorded (which
+    /// [`CheckpointError::OtherSampling`] names), with another of those.
     #[error(
         "the newest checkpoint resumes epoch {epoch} at step {step}, but this configuration has {steps} steps per epoch: batch-size, world size or the dataset changed since it was written; train with the settings it was written with, or start from an empty checkpoint directory"
     )]
@@ -87,6 +89,7 @@ impl TrainError {
             Self::Checkpoint(
                 CheckpointError::WrongModel { .. }
                 | CheckpointError::WrongDataset { .. }
+                | CheckpointError::OtherSampling { .. }
                 | CheckpointError::Corrupt { .. },
             ) => EXIT_CONFIG,
             Self::Comm(e) if !e.is_transient() => EXIT_CONFIG,

@@ -10,7 +10,7 @@ use burn::nn::loss::{CrossEntropyLoss, CrossEntropyLossConfig};
 use burn::prelude::*;
 use burn::tensor::TensorData;
 
-use crate::checkpoint::Checkpoint;
+use crate::checkpoint::{Checkpoint, Sampling};
 use crate::contract::{ConfigError, HyperparameterError, RunConfig};
 use crate::data::{self, Dataset, DistributedSampler, Split};
 use crate::dist::{Agreement, Communicator};
@@ -150,10 +150,11 @@ pub fn train(
     RENDEZVOUS_DONE.store(true, std::sync::atomic::Ordering::SeqCst);
     let result = train_connected(config, dataset, stop, on_epoch, &mut comm, model, &device);
     if let Err(err) = &result {
-        // A failure of rank 0's own (its checkpoint or model directory): the workers, waiting
-        // in the next collective, learn why instead of seeing a closed connection. Collective
-        // failures have told them already; a stop and the whole-job verdicts (divergence, a
-        // checkpoint of other settings) are reached by every rank alike.
+        // A failure of rank 0's own (its checkpoint or model directory, or a checkpoint it read
+        // that this run cannot resume): the workers, waiting in the next collective, learn why
+        // instead of seeing a closed connection. Collective failures have told them already; a
+        // stop and the whole-job verdicts (divergence, a resumed step past the epoch's end) are
+        // reached by every rank alike.
         if matches!(
             err,
             TrainError::Checkpoint(_) | TrainError::ModelOutput { .. }
@@ -179,7 +180,12 @@ fn train_connected(
     let rank = comm.rank();
     let world_size = comm.world_size();
 
-    let (start, params, sgd) = initial_state(comm, &model, config, dataset.kind)?;
+    let sampling = Sampling {
+        batch_size: hp.batch_size as u64,
+        world_size: world_size as u64,
+        seed: hp.seed,
+    };
+    let (start, params, sgd) = initial_state(comm, &model, config, dataset.kind, sampling)?;
     let mut learner = Learner::new(
         model,
         params,
@@ -221,7 +227,7 @@ fn train_connected(
             // step, and rank 0's checkpoint is not cut short by a peer that left first.
             if stopping {
                 if rank == 0 {
-                    let checkpoint = learner.checkpoint(epoch, step as u64, dataset.kind);
+                    let checkpoint = learner.checkpoint(epoch, step as u64, dataset.kind, sampling);
                     let path = checkpoint.save(&config.checkpoint_dir)?;
                     tracing::warn!(path = %path.display(), "stopping: checkpoint written");
                 }
@@ -275,7 +281,7 @@ fn train_connected(
         outcome.epochs.push(metrics);
         if rank == 0 {
             learner
-                .checkpoint(epoch + 1, 0, dataset.kind)
+                .checkpoint(epoch + 1, 0, dataset.kind, sampling)
                 .save(&config.checkpoint_dir)?;
         }
     }
@@ -439,12 +445,20 @@ impl Learner {
         })
     }
 
-    /// A checkpoint of the current state, positioned at `epoch`/`step`, of training on `dataset`.
-    pub fn checkpoint(&self, epoch: u64, step: u64, dataset: data::DatasetKind) -> Checkpoint {
+    /// A checkpoint of the current state, positioned at `epoch`/`step` (steps counted under
+    /// `sampling`), of training on `dataset`.
+    pub fn checkpoint(
+        &self,
+        epoch: u64,
+        step: u64,
+        dataset: data::DatasetKind,
+        sampling: Sampling,
+    ) -> Checkpoint {
         Checkpoint {
             epoch,
             step,
             dataset: dataset.name().to_string(),
+            sampling: Some(sampling),
             params: self.params.clone(),
             velocity: self.sgd.velocity.clone(),
         }
@@ -488,12 +502,20 @@ struct Start {
 }
 
 /// Rank 0's starting point — its newest checkpoint, or the fresh model — broadcast to all
-/// ranks: `[epoch, step, has momentum]`, the parameters, then the momentum if any.
+/// ranks: `[epoch, step, has momentum]`, the parameters, then the momentum if any. Only rank 0
+/// reads the checkpoint, so only it finds one unusable; [`train`] then aborts the workers
+/// with its error.
+///
+/// # Errors
+/// On rank 0, [`TrainError::Checkpoint`] when the newest checkpoint cannot be read, is of
+/// another model or dataset, or stops mid-epoch under other `sampling` settings
+/// ([`Checkpoint::check_sampling`]); on any rank, a failed broadcast.
 fn initial_state(
     comm: &mut Communicator,
     model: &Net,
     config: &RunConfig,
     dataset: data::DatasetKind,
+    sampling: Sampling,
 ) -> Result<(Start, Vec<f32>, Sgd), TrainError> {
     let n = model.num_params();
     let mut params = flatten_params(model);
@@ -503,6 +525,7 @@ fn initial_state(
         if let Some((checkpoint, path)) =
             Checkpoint::load_newest(&config.checkpoint_dir, n, dataset.name())?
         {
+            checkpoint.check_sampling(&path, sampling)?;
             tracing::info!(path = %path.display(), epoch = checkpoint.epoch, step = checkpoint.step, "resuming from checkpoint");
             header = [
                 checkpoint.epoch as f32,
@@ -882,13 +905,16 @@ mod tests {
         assert!((accuracy - last.test_acc).abs() < 1e-9, "{accuracy}");
 
         // A checkpoint from a run with smaller batches resumes past this run's steps per
-        // epoch: refused, naming the cause, instead of an epoch that trains nothing.
+        // epoch: refused, naming the cause, instead of an epoch that trains nothing. (Written
+        // without the sampling settings, as before they were recorded: those of this format are
+        // refused sooner, `a_mid_epoch_checkpoint_of_another_batch_size_is_refused`.)
         let mut config = config;
         config.checkpoint_dir = dir.path().join("other-checkpoints");
         crate::checkpoint::Checkpoint {
             epoch: 1,
             step: 40,
             dataset: dataset.kind.name().to_string(),
+            sampling: None,
             params: outcome.params.clone(),
             velocity: Vec::new(),
         }
@@ -907,6 +933,65 @@ mod tests {
             "{refused}"
         );
         assert_eq!(refused.exit_code(), crate::error::EXIT_CONFIG);
+    }
+
+    /// A checkpoint written 3 steps into epoch 1 with batch-size 10 stands for 30 examples of
+    /// each rank's shard; resumed with batch-size 20, step 3 would start 60 examples in. It is
+    /// refused as a configuration error naming both batch sizes. One written at the end of
+    /// epoch 1 with batch-size 10 is the same position under any batch size: it resumes.
+    #[test]
+    fn a_mid_epoch_checkpoint_of_another_batch_size_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        write_synthetic_cifar(dir.path(), 20);
+        let args = single_process_args(dir.path(), &["epochs=2", "batch-size=20"]);
+        let config = resolve(&args, &|_| None).unwrap();
+        let dataset = load_dataset(&config).unwrap();
+        let params = flatten_params(&Net::new(dataset.kind.shape(), &Device::flex()));
+        let written = |epoch, step| Checkpoint {
+            epoch,
+            step,
+            dataset: dataset.kind.name().to_string(),
+            sampling: Some(Sampling {
+                batch_size: 10,
+                world_size: 1,
+                seed: config.hp.seed,
+            }),
+            params: params.clone(),
+            velocity: Vec::new(),
+        };
+
+        let path = written(1, 3).save(&config.checkpoint_dir).unwrap();
+        let Err(refused) = train(&config, &dataset, &AtomicBool::new(false), |_| {}) else {
+            panic!("a checkpoint 3 steps of batch-size 10 into epoch 1 resumed with batch-size 20");
+        };
+        assert!(
+            matches!(
+                &refused,
+                TrainError::Checkpoint(crate::checkpoint::CheckpointError::OtherSampling { .. })
+            ),
+            "{refused}"
+        );
+        assert_eq!(refused.exit_code(), crate::error::EXIT_CONFIG);
+        let text = refused.to_string();
+        for part in [
+            format!(
+                "checkpoint {} was written 3 step(s) into epoch 1",
+                path.display()
+            ),
+            "with batch-size 10, but this run has batch-size 20".into(),
+            "train with batch-size 10 to resume it, or remove it or choose another checkpoint \
+             directory"
+                .into(),
+        ] {
+            assert!(text.contains(&part), "{text}");
+        }
+        assert!(!dir.path().join("model/model.json").exists());
+
+        std::fs::remove_file(&path).unwrap();
+        written(2, 0).save(&config.checkpoint_dir).unwrap();
+        let resumed = train(&config, &dataset, &AtomicBool::new(false), |_| {}).unwrap();
+        let epochs: Vec<u64> = resumed.epochs.iter().map(|m| m.epoch).collect();
+        assert_eq!(epochs, [2], "only epoch 2 is left");
     }
 
     #[test]

@@ -315,6 +315,69 @@ fn rank_0_failing_to_write_its_checkpoint_tells_the_other_rank_why() {
     assert!(!rank1.contains("closed its connection"), "{rank1}");
 }
 
+/// Only rank 0 reads the checkpoint; when it refuses one written mid-epoch with other
+/// sampling settings (batch-size 32 where this run has 64), the other rank reports the same
+/// diagnosis from rank 0's abort rather than a closed connection. Rank 0 exits 1 (a
+/// configuration error, not retried); rank 1 exits 130, as for every abort it is told of
+/// (it cannot tell a configuration error from I/O), and the job fails on rank 0's code.
+#[test]
+fn a_mid_epoch_checkpoint_of_another_batch_size_stops_every_rank_with_the_same_diagnosis() {
+    use kfaws_trainer::checkpoint::Sampling;
+    let data = fashion_mnist();
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let path = Checkpoint {
+        epoch: 1,
+        step: 5,
+        dataset: "fashion-mnist".into(),
+        sampling: Some(Sampling {
+            batch_size: 32,
+            world_size: 2,
+            seed: 1,
+        }),
+        params: vec![0.0; 44_426],
+        velocity: Vec::new(),
+    }
+    .save(&dir.path().join("ckpt-0"))
+    .unwrap();
+    let hp = [
+        "epochs=1",
+        "max-train-samples=2048",
+        "batch-size=64",
+        "seed=1",
+    ];
+    let mut ranks: Vec<_> = (0..2)
+        .map(|rank| {
+            spawn_train(
+                dir.path(),
+                &format!("rank{rank}"),
+                &rank_args(dir.path(), &data, rank, 2, port, &hp),
+                &[],
+            )
+        })
+        .collect();
+    let codes: Vec<i32> = ranks
+        .iter_mut()
+        .map(|p| p.wait(Duration::from_secs(120)))
+        .collect();
+    let (rank0, rank1) = (ranks[0].stderr(), ranks[1].stderr());
+    assert_eq!(
+        codes,
+        [1, 130],
+        "exit codes\nrank 0:\n{rank0}\nrank 1:\n{rank1}"
+    );
+    let diagnosis = format!(
+        "checkpoint {} was written 5 step(s) into epoch 1 with batch-size 32, but this run has \
+         batch-size 64",
+        path.display()
+    );
+    for stderr in [&rank0, &rank1] {
+        assert!(stderr.contains(&diagnosis), "{stderr}");
+    }
+    assert!(rank1.contains("rank 0 aborted the job"), "{rank1}");
+    assert!(ranks[0].stdout().is_empty(), "no epoch ran");
+}
+
 /// 3 ranks with the ring all-reduce (`--all-reduce=ring`: the rank 1 → rank 2 link is a
 /// connection of its own) take the same steps as 3 ranks with the star: only the summation
 /// order of the gradients differs (ring: each chunk from its own rank round the ring; star:
