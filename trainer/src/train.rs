@@ -159,7 +159,10 @@ pub fn train(
             err,
             TrainError::Checkpoint(_) | TrainError::ModelOutput { .. }
         ) {
-            comm.abort(&err.to_string());
+            comm.abort(
+                &err.to_string(),
+                err.exit_code() == crate::error::EXIT_CONFIG,
+            );
         }
     }
     result

@@ -211,7 +211,7 @@ pub(super) fn accept_peers(rv: &Rendezvous, agreement: &Agreement) -> Result<Lin
             Err(Admission::Refused(reason)) => {
                 let mut admitted: Vec<TcpStream> =
                     peers.into_iter().flatten().map(|(s, _)| s).collect();
-                abort_peers(&mut admitted, &reason);
+                abort_peers(&mut admitted, true, &reason);
                 return Err(CommError::Mismatch(reason));
             }
             // A stray connection (port scan, health check) that never says hello is dropped.
@@ -421,7 +421,7 @@ fn handshake(
         // configuration error for every rank (exit 1), not a transient failure to retry.
         Tag::Abort => Err(CommError::Mismatch(format!(
             "rank 0 refused another rank's handshake, so the job cannot start: {}",
-            super::wire::parse_abort(&payload).1
+            super::wire::parse_abort(&payload).2
         ))),
         other => Err(CommError::Protocol {
             rank: 0,

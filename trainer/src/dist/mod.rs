@@ -69,8 +69,9 @@ use wire::{abort_payload, decode_floats, parse_abort, read_frame, write_floats, 
 
 /// Version of the wire protocol; bumped on any incompatible change (2: the all-reduce topology
 /// and ring port in the handshake, the aborting rank in `Abort`; 3: the training configuration
-/// itself after its hash in the handshake, so a mismatch names what differs).
-pub const PROTOCOL_VERSION: u32 = 3;
+/// itself after its hash in the handshake, so a mismatch names what differs; 4: whether an
+/// `Abort` is permanent, so every rank exits with the aborting rank's kind of exit code).
+pub const PROTOCOL_VERSION: u32 = 4;
 
 /// How an all-reduce moves the data (module doc: what each costs, as measured).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -218,18 +219,33 @@ pub enum CommError {
         rank: usize,
         /// That rank's diagnosis: the text of its error.
         reason: String,
+        /// Whether retrying cannot help (that rank's failure is a configuration error), so
+        /// that this rank's exit code says so too (crate::error's exit codes).
+        permanent: bool,
     },
 }
 
 impl CommError {
     /// Whether retrying the job may succeed (everything but a configuration mismatch).
     pub fn is_transient(&self) -> bool {
-        !matches!(self, Self::Mismatch(_) | Self::Bind { .. })
+        !matches!(
+            self,
+            Self::Mismatch(_)
+                | Self::Bind { .. }
+                | Self::Aborted {
+                    permanent: true,
+                    ..
+                }
+        )
     }
 
     fn aborted(payload: &[u8]) -> Self {
-        let (rank, reason) = parse_abort(payload);
-        Self::Aborted { rank, reason }
+        let (rank, permanent, reason) = parse_abort(payload);
+        Self::Aborted {
+            rank,
+            reason,
+            permanent,
+        }
     }
 
     fn from_io(rank: usize, timeout: Duration, source: io::Error) -> Self {
@@ -370,7 +386,7 @@ impl Communicator {
             Role::Root(peers) => {
                 let result = reduce_at_root(peers, values, timeout);
                 if let Err(err) = &result {
-                    abort_peers(peers, &err.to_string());
+                    abort_peers(peers, !err.is_transient(), &err.to_string());
                 }
                 result
             }
@@ -388,11 +404,12 @@ impl Communicator {
     /// reads it on the star link that is also its ring predecessor, and relays it round the
     /// ring). Then every link is shut down. A collective that fails has told the others already
     /// and needs no call. On a worker this only shuts down the ring's links: no worker fails on
-    /// its own past the rendezvous except inside a collective. Best effort: a peer that has
-    /// already gone is skipped.
-    pub fn abort(&mut self, reason: &str) {
+    /// its own past the rendezvous except inside a collective. `permanent`: retrying cannot
+    /// help (a configuration error), which the workers' exit codes then say too. Best effort: a
+    /// peer that has already gone is skipped.
+    pub fn abort(&mut self, reason: &str, permanent: bool) {
         if let Role::Root(peers) = &mut self.role {
-            abort_peers(peers, reason);
+            abort_peers(peers, permanent, reason);
         }
         if let Some(ring) = &self.ring {
             ring.close();
@@ -437,8 +454,8 @@ fn reduce_at_root(
 }
 
 /// Best effort: the job is failing anyway, a peer that cannot hear it will see the close.
-fn abort_peers(peers: &mut [TcpStream], reason: &str) {
-    let payload = abort_payload(0, reason);
+fn abort_peers(peers: &mut [TcpStream], permanent: bool, reason: &str) {
+    let payload = abort_payload(0, permanent, reason);
     for peer in peers.iter_mut() {
         let _ = write_frame(peer, Tag::Abort, &payload);
         let _ = peer.shutdown(std::net::Shutdown::Both);

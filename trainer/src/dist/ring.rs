@@ -147,8 +147,9 @@ fn abort_frame_payload(rank: usize, err: &CommError) -> Vec<u8> {
         CommError::Aborted {
             rank: origin,
             reason,
-        } => abort_payload(*origin, reason),
-        other => abort_payload(rank, &other.to_string()),
+            permanent,
+        } => abort_payload(*origin, *permanent, reason),
+        other => abort_payload(rank, !other.is_transient(), &other.to_string()),
     }
 }
 

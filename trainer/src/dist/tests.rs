@@ -186,7 +186,7 @@ fn an_admitted_worker_fails_as_a_mismatch_when_rank_zero_refuses_another() {
         wire::write_frame(
             &mut stream,
             wire::Tag::Abort,
-            &wire::abort_payload(0, reason),
+            &wire::abort_payload(0, true, reason),
         )
         .unwrap();
     });

@@ -72,21 +72,26 @@ pub fn write_floats(w: &mut impl Write, values: &[f32]) -> io::Result<()> {
     w.flush()
 }
 
-/// An [`Tag::Abort`] payload: the rank that found the failure (`u32`), then the UTF-8 reason.
-pub fn abort_payload(origin: usize, reason: &str) -> Vec<u8> {
+/// An [`Tag::Abort`] payload: the rank that found the failure (`u32`), whether retrying cannot
+/// help (`u8`, 1: a configuration error, 0: transient), then the UTF-8 reason.
+pub fn abort_payload(origin: usize, permanent: bool, reason: &str) -> Vec<u8> {
     let mut out = (origin as u32).to_le_bytes().to_vec();
+    out.push(u8::from(permanent));
     out.extend(reason.as_bytes());
     out
 }
 
-/// Splits an [`Tag::Abort`] payload into the rank that found the failure and the reason.
-pub fn parse_abort(payload: &[u8]) -> (usize, String) {
-    match payload.split_first_chunk::<4>() {
-        Some((origin, reason)) => (
-            u32::from_le_bytes(*origin) as usize,
+/// Splits an [`Tag::Abort`] payload into the rank that found the failure, whether it is
+/// permanent, and the reason. A payload too short to hold the first two reads as rank 0's
+/// transient failure, all of it the reason.
+pub fn parse_abort(payload: &[u8]) -> (usize, bool, String) {
+    match payload.split_first_chunk::<5>() {
+        Some(([o0, o1, o2, o3, permanent], reason)) => (
+            u32::from_le_bytes([*o0, *o1, *o2, *o3]) as usize,
+            *permanent == 1,
             String::from_utf8_lossy(reason).into_owned(),
         ),
-        None => (0, String::from_utf8_lossy(payload).into_owned()),
+        None => (0, false, String::from_utf8_lossy(payload).into_owned()),
     }
 }
 
@@ -150,6 +155,18 @@ pub fn decode_floats(payload: &[u8], out: &mut [f32]) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_abort_carries_its_origin_whether_it_is_permanent_and_its_reason() {
+        for permanent in [true, false] {
+            let payload = abort_payload(3, permanent, "rank 2 closed its connection");
+            assert_eq!(
+                parse_abort(&payload),
+                (3, permanent, "rank 2 closed its connection".to_string())
+            );
+        }
+        assert_eq!(parse_abort(b"abc"), (0, false, "abc".to_string()));
+    }
 
     #[test]
     fn floats_round_trip_bit_exactly() {
