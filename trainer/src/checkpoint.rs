@@ -5,7 +5,7 @@
 //! File `checkpoint-EEEEEE-SSSSSSSS.bin` (epoch, steps done in it), little-endian:
 //! magic `KFAWSCKP`, format version `u32`, epoch `u64`, step `u64`, dataset name length `u8`
 //! and the name (UTF-8, [`DatasetKind::name`]), batch size `u64`, world size `u64`, seed
-//! `u64` ([`Sampling`]), parameter count `u64`, parameters `f32 × count`, momentum length
+//! `u64`, training examples `u64` ([`Sampling`]), parameter count `u64`, parameters `f32 × count`, momentum length
 //! `u64` (0 or count), momentum `f32 × length`. Version 2 files, written before the sampling
 //! settings were recorded, are read without them; version 1 files, written before the dataset
 //! was too, also with an unknown dataset.
@@ -26,10 +26,11 @@ const KEEP: usize = 2;
 
 /// The settings that decide which training examples step `s` of epoch `e` covers, following
 /// PyTorch's `torch.utils.data.DistributedSampler` (shuffle on, `drop_last=False`), as
-/// [`crate::data::DistributedSampler`] does: the training split is shuffled from `seed + e`,
-/// padded and dealt out to `world_size` ranks, and each rank's share is cut into steps of
-/// `batch_size` examples. A position in the middle of an epoch stands for the same examples
-/// only under the same three settings; an epoch boundary (step 0) is the same under any.
+/// [`crate::data::DistributedSampler`] does: the training split (`train_examples` long) is
+/// shuffled from `seed + e`, padded and dealt out to `world_size` ranks, and each rank's share
+/// is cut into steps of `batch_size` examples. A position in the middle of an epoch stands for
+/// the same examples only under the same four settings; an epoch boundary (step 0) is the
+/// same under any.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Sampling {
     /// Training examples per step on each rank (the `batch-size` hyperparameter).
@@ -38,6 +39,8 @@ pub struct Sampling {
     pub world_size: u64,
     /// The `seed` hyperparameter, from which each epoch's shuffle is drawn.
     pub seed: u64,
+    /// Examples in the training split, after `max-train-samples`: what is shuffled and dealt.
+    pub train_examples: u64,
 }
 
 impl Sampling {
@@ -48,6 +51,11 @@ impl Sampling {
             ("batch-size", self.batch_size, other.batch_size),
             ("world size", self.world_size, other.world_size),
             ("seed", self.seed, other.seed),
+            (
+                "training examples",
+                self.train_examples,
+                other.train_examples,
+            ),
         ]
         .iter()
         .filter(|(_, mine, theirs)| mine != theirs)
@@ -129,7 +137,8 @@ pub enum CheckpointError {
         /// The dataset name the checkpoint records.
         found: String,
     },
-    /// Written in the middle of an epoch under another batch size, world size or seed: its
+    /// Written in the middle of an epoch under another batch size, world size, seed or training
+    /// split length: its
     /// step would stand for other examples of the epoch ([`Sampling`]).
     #[error(
         "checkpoint {path} was written {step} step(s) into epoch {epoch} with {}, but this run \
@@ -185,7 +194,7 @@ impl Checkpoint {
         bytes.push(len);
         bytes.extend(dataset);
         if let Some(s) = self.sampling {
-            for value in [s.batch_size, s.world_size, s.seed] {
+            for value in [s.batch_size, s.world_size, s.seed, s.train_examples] {
                 bytes.extend(value.to_le_bytes());
             }
         }
@@ -336,6 +345,7 @@ impl Checkpoint {
                 batch_size: u64_()?,
                 world_size: u64_()?,
                 seed: u64_()?,
+                train_examples: u64_()?,
             })
         } else {
             None
@@ -408,6 +418,7 @@ mod tests {
         batch_size: 64,
         world_size: 2,
         seed: 1 << 40,
+        train_examples: 60_000,
     };
 
     fn sample(epoch: u64, step: u64) -> Checkpoint {
@@ -631,6 +642,7 @@ mod tests {
             batch_size: 1 << 33,
             world_size: 3,
             seed: u64::MAX,
+            train_examples: 1 << 35,
         };
         let c = Checkpoint {
             sampling: Some(written),
@@ -684,7 +696,8 @@ mod tests {
         assert_eq!(std::fs::read(&path).unwrap(), bytes);
     }
 
-    /// Mid-epoch, a step counts in the batch size, world size and seed it was written with:
+    /// Mid-epoch, a step counts in the batch size, world size, seed and training split length
+    /// it was written with:
     /// other settings are refused, naming each that differs with both values. At an epoch
     /// boundary any settings resume it.
     #[test]
@@ -723,6 +736,18 @@ mod tests {
             .to_string();
         assert!(
             text.contains("with seed 1099511627776, but this run has seed 7"),
+            "{text}"
+        );
+        let truncated = Sampling {
+            train_examples: 600,
+            ..SAMPLING
+        };
+        let text = mid_epoch
+            .check_sampling(path, truncated)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            text.contains("with training examples 60000, but this run has training examples 600"),
             "{text}"
         );
         sample(3, 0).check_sampling(path, this_run).unwrap();

@@ -150,9 +150,10 @@ pub fn train(
     RENDEZVOUS_DONE.store(true, std::sync::atomic::Ordering::SeqCst);
     let result = train_connected(config, dataset, stop, on_epoch, &mut comm, model, &device);
     if let Err(err) = &result {
-        // A failure of rank 0's own (its checkpoint or model directory, or a checkpoint it read
-        // that this run cannot resume): the workers, waiting in the next collective, learn why
-        // instead of seeing a closed connection. Collective failures have told them already; a
+        // A failure of rank 0's own (its checkpoint directory, or a checkpoint it read that this
+        // run cannot resume): the workers, waiting in the next collective, learn why instead of
+        // seeing a closed connection. After the last collective (the checkpoint after the last
+        // epoch, the model) they are done and gone; the job fails on rank 0's exit code. Collective failures have told them already; a
         // stop and the whole-job verdicts (divergence, a resumed step past the epoch's end) are
         // reached by every rank alike.
         if matches!(
@@ -187,6 +188,7 @@ fn train_connected(
         batch_size: hp.batch_size as u64,
         world_size: world_size as u64,
         seed: hp.seed,
+        train_examples: dataset.train.len() as u64,
     };
     let (start, params, sgd) = initial_state(comm, &model, config, dataset.kind, sampling)?;
     let mut learner = Learner::new(
@@ -958,6 +960,7 @@ mod tests {
                 batch_size: 10,
                 world_size: 1,
                 seed: config.hp.seed,
+                train_examples: dataset.train.len() as u64,
             }),
             params: params.clone(),
             velocity: Vec::new(),

@@ -226,16 +226,7 @@ fn a_signal_to_one_rank_stops_every_rank_at_the_same_step_with_a_checkpoint() {
     let port = free_port();
     // The whole training set, so the signal lands mid-epoch however fast the machine is.
     let hp = ["epochs=1", "max-train-samples=60000", "log-interval=10"];
-    let mut ranks: Vec<_> = (0..2)
-        .map(|rank| {
-            spawn_train(
-                dir.path(),
-                &format!("rank{rank}"),
-                &rank_args(dir.path(), &data, rank, 2, port, &hp),
-                &[],
-            )
-        })
-        .collect();
+    let mut ranks = spawn_pair(dir.path(), &data, port, &hp);
     ranks[0].wait_for_log("step=20", Duration::from_secs(300));
     assert!(std::process::Command::new("kill")
         .args(["-INT", &ranks[1].child.id().to_string()])
@@ -271,16 +262,7 @@ fn rank_0_failing_to_write_its_checkpoint_tells_the_other_rank_why() {
     let port = free_port();
     // The whole training set, so epoch 1 is still running when the file appears.
     let hp = ["epochs=2", "max-train-samples=60000", "log-interval=10"];
-    let mut ranks: Vec<_> = (0..2)
-        .map(|rank| {
-            spawn_train(
-                dir.path(),
-                &format!("rank{rank}"),
-                &rank_args(dir.path(), &data, rank, 2, port, &hp),
-                &[],
-            )
-        })
-        .collect();
+    let mut ranks = spawn_pair(dir.path(), &data, port, &hp);
     ranks[0].wait_for_log("step=10", Duration::from_secs(300));
     let checkpoints = dir.path().join("ckpt-0");
     assert!(
@@ -334,6 +316,7 @@ fn a_mid_epoch_checkpoint_of_another_batch_size_stops_every_rank_with_the_same_d
             batch_size: 32,
             world_size: 2,
             seed: 1,
+            train_examples: 2048,
         }),
         params: vec![0.0; 44_426],
         velocity: Vec::new(),
@@ -346,16 +329,7 @@ fn a_mid_epoch_checkpoint_of_another_batch_size_stops_every_rank_with_the_same_d
         "batch-size=64",
         "seed=1",
     ];
-    let mut ranks: Vec<_> = (0..2)
-        .map(|rank| {
-            spawn_train(
-                dir.path(),
-                &format!("rank{rank}"),
-                &rank_args(dir.path(), &data, rank, 2, port, &hp),
-                &[],
-            )
-        })
-        .collect();
+    let mut ranks = spawn_pair(dir.path(), &data, port, &hp);
     let codes: Vec<i32> = ranks
         .iter_mut()
         .map(|p| p.wait(Duration::from_secs(120)))
@@ -422,4 +396,19 @@ fn three_ranks_with_the_ring_match_three_with_the_star() {
         .fold(0f32, f32::max);
     eprintln!("max |Δparam| between star and ring, 3 ranks: {max_diff:e}");
     assert!(max_diff <= 1e-5, "max |Δparam| = {max_diff:e}");
+}
+
+/// Ranks 0 and 1 of 2 on loopback `port`, training on `data` with hyperparameters `hp`, each
+/// with its own model and checkpoint directory under `dir` ([`rank_args`]).
+fn spawn_pair(dir: &std::path::Path, data: &std::path::Path, port: u16, hp: &[&str]) -> Vec<Proc> {
+    (0..2)
+        .map(|rank| {
+            spawn_train(
+                dir,
+                &format!("rank{rank}"),
+                &rank_args(dir, data, rank, 2, port, hp),
+                &[],
+            )
+        })
+        .collect()
 }
