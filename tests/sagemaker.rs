@@ -49,6 +49,16 @@ impl Clients {
             .sum()
     }
 
+    /// Whether endpoint `name` is gone (DescribeEndpoint fails: "Could not find endpoint").
+    async fn endpoint_gone(&self, name: &str) -> bool {
+        self.sagemaker
+            .describe_endpoint()
+            .endpoint_name(name)
+            .send()
+            .await
+            .is_err()
+    }
+
     fn image(&self) -> String {
         format!(
             "{}.dkr.ecr.us-east-1.amazonaws.com/kfaws-absent@sha256:{}",
@@ -553,13 +563,7 @@ async fn an_endpoint_that_cannot_start_fails_with_the_reason_and_deletes_cleanly
     assert!(matches!(e, SageMakerError::Failed { .. }), "{e}");
 
     endpoint::delete(&c.sagemaker, &spec.name).await.unwrap();
-    assert!(c
-        .sagemaker
-        .describe_endpoint()
-        .endpoint_name(&spec.name)
-        .send()
-        .await
-        .is_err());
+    assert!(c.endpoint_gone(&spec.name).await);
     assert!(c
         .sagemaker
         .describe_model()
@@ -611,13 +615,7 @@ async fn a_few_failed_endpoint_polls_end_neither_the_deploy_nor_the_delete() {
     let deleted = endpoint::delete(&c.sagemaker, &spec.name).await.unwrap();
     assert_eq!(deleted, [Kind::Endpoint, Kind::EndpointConfig, Kind::Model]);
     assert!(c.sagemaker_calls("DescribeEndpoint") > after_deploy + u64::from(failing));
-    assert!(c
-        .sagemaker
-        .describe_endpoint()
-        .endpoint_name(&spec.name)
-        .send()
-        .await
-        .is_err());
+    assert!(c.endpoint_gone(&spec.name).await);
 }
 
 #[tokio::test]

@@ -17,6 +17,8 @@ pub mod guards;
 pub mod identity;
 pub mod ingress;
 pub mod instance_types;
+#[cfg(test)]
+pub(crate) mod loopback;
 pub mod oidc;
 pub mod stack;
 pub mod token;

@@ -1106,8 +1106,9 @@ pub async fn train(
 
 /// Why training job `job` ended `Failed`, or `Stopped` without this kfaws
 /// stopping it, and, for a stopped job with checkpoints (`checkpoints`, its
-/// `CheckpointConfig.S3Uri`), how to continue it. SageMaker's
-/// `FailureReason` when it gives one, else its `SecondaryStatus`, explained
+/// `CheckpointConfig.S3Uri`), how to continue it. A stopped job is said by
+/// its `SecondaryStatus`, explained, then SageMaker's `FailureReason` if it
+/// gives one; a failed one by its `FailureReason`, else its secondary status
 /// (Amazon SageMaker API Reference, DescribeTrainingJob, `SecondaryStatus`:
 /// <https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_DescribeTrainingJob.html>).
 fn unfinished(
@@ -1117,12 +1118,9 @@ fn unfinished(
 ) -> String {
     let status = outcome.status;
     let secondary = outcome.secondary_status.as_deref();
-    let why = match (outcome.failure_reason.as_deref(), secondary) {
-        (Some(reason), _) => format!("{status}: {reason}"),
-        (None, Some(secondary)) if status != TrainingStatus::Stopped => {
-            format!("{status}: no FailureReason given (secondary status {secondary})")
-        }
-        (None, Some(secondary)) => {
+    let reason = outcome.failure_reason.as_deref();
+    let why = match (reason, secondary) {
+        (_, Some(secondary)) if status == TrainingStatus::Stopped => {
             let explained = match secondary {
                 "MaxRuntimeExceeded" => {
                     " (the job ran past --max-runtime, its StoppingCondition.MaxRuntimeInSeconds)"
@@ -1137,14 +1135,20 @@ fn unfinished(
                 }
                 _ => "",
             };
-            format!("stopped: {secondary}{explained}")
+            let reason = reason.map_or_else(String::new, |r| format!(": {r}"));
+            format!("stopped: {secondary}{explained}{reason}")
+        }
+        (Some(reason), _) => format!("{status}: {reason}"),
+        (None, Some(secondary)) => {
+            format!("{status}: no FailureReason given (secondary status {secondary})")
         }
         (None, None) => format!("{status}: no FailureReason or SecondaryStatus given"),
     };
     let resume = match (status, checkpoints) {
         (TrainingStatus::Stopped, Some(uri)) => format!(
-            "; its checkpoints are in {uri}: `kfaws train --runtime sagemaker --resume-from \
-             {job}` continues it as a new job (with a larger --max-runtime if it needs more time)"
+            "; its checkpoints are in {uri}: to continue it, run the same `kfaws train` with \
+             --resume-from {job} and another --job-name (and a larger --max-runtime if it needs \
+             more time)"
         ),
         _ => String::new(),
     };
@@ -1183,9 +1187,9 @@ mod tests {
             unfinished("fmnist-1", &stopped, checkpoints),
             "training job fmnist-1 stopped: MaxRuntimeExceeded (the job ran past --max-runtime, \
              its StoppingCondition.MaxRuntimeInSeconds); its checkpoints are in \
-             s3://b/kfaws/checkpoints/fmnist-1: `kfaws train --runtime sagemaker --resume-from \
-             fmnist-1` continues it as a new job (with a larger --max-runtime if it needs more \
-             time)"
+             s3://b/kfaws/checkpoints/fmnist-1: to continue it, run the same `kfaws train` with \
+             --resume-from fmnist-1 and another --job-name (and a larger --max-runtime if it \
+             needs more time)"
         );
         assert_eq!(
             unfinished("fmnist-1", &stopped, None),
@@ -1199,8 +1203,11 @@ mod tests {
         );
         let e = unfinished("fmnist-1", &by_hand, checkpoints);
         assert!(
-            e.starts_with("training job fmnist-1 Stopped: stopped by ops; its checkpoints")
-                && e.contains("--resume-from fmnist-1`"),
+            e.starts_with(
+                "training job fmnist-1 stopped: Stopped (StopTrainingJob was called from \
+                 elsewhere: the console, the AWS CLI or another process): stopped by ops; its \
+                 checkpoints"
+            ) && e.contains("--resume-from fmnist-1 and another --job-name"),
             "{e}"
         );
         // A failed job is not continued from its checkpoints by default.

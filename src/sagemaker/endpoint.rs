@@ -707,7 +707,8 @@ pub async fn invoke(
 ///   being updated) after [`DELETE_TIMEOUT`]: nothing was deleted, and the
 ///   delete is to be retried later;
 /// - [`SageMakerError::TimedOut`] when the endpoint is still there
-///   [`DELETE_TIMEOUT`] after the wait began, DeleteEndpoint accepted;
+///   [`DELETE_TIMEOUT`] after the wait began, in any other case (DeleteEndpoint
+///   accepted, or the endpoint being deleted by someone else);
 /// - [`SageMakerError::Api`] for a failed call (DescribeEndpoint: after
 ///   [`Tolerance::LIMIT`] failed polls in a row), including a DeleteEndpoint
 ///   that SageMaker refuses for an endpoint in none of the states above.
@@ -839,73 +840,15 @@ async fn delete_endpoint(
 mod tests {
     use super::*;
     use std::sync::{Arc, Mutex};
-    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
-    /// A loopback SageMaker (JSON 1.1 protocol: the operation in
-    /// `X-Amz-Target`) whose answer to the `n`th call (from 1) of an
-    /// operation is `answer(operation, n)`: an HTTP status and a JSON body.
-    /// Its client makes one attempt per call, so an error answer is one
-    /// failed poll. Returns the client and the operations called, in order.
+    /// A loopback SageMaker ([`crate::aws::loopback::json_service`]) whose answer to the
+    /// `n`th call (from 1) of an operation is `answer(operation, n)`: an HTTP status and a
+    /// JSON body. Its client makes one attempt per call, so an error answer is one failed
+    /// poll. Returns the client and the operations called, in order.
     async fn sagemaker(
         answer: impl Fn(&str, usize) -> (u16, String) + Send + 'static,
     ) -> (Client, Arc<Mutex<Vec<String>>>) {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
-        let calls = Arc::new(Mutex::new(Vec::<String>::new()));
-        let seen = Arc::clone(&calls);
-        tokio::spawn(async move {
-            while let Ok((mut socket, _)) = listener.accept().await {
-                let mut request = Vec::new();
-                let mut buf = [0u8; 4096];
-                // The headers, then as much body as they announce.
-                let (head, length) = loop {
-                    let n = socket.read(&mut buf).await.unwrap_or(0);
-                    request.extend_from_slice(&buf[..n]);
-                    let text = String::from_utf8_lossy(&request).to_string();
-                    if let Some(end) = text.find("\r\n\r\n") {
-                        let length = text[..end]
-                            .lines()
-                            .find_map(|l| {
-                                let (k, v) = l.split_once(':')?;
-                                k.eq_ignore_ascii_case("content-length")
-                                    .then(|| v.trim().parse::<usize>().ok())?
-                            })
-                            .unwrap_or(0);
-                        break (text[..end].to_string(), end + 4 + length);
-                    }
-                    if n == 0 {
-                        break (text, 0);
-                    }
-                };
-                while request.len() < length {
-                    let n = socket.read(&mut buf).await.unwrap_or(0);
-                    if n == 0 {
-                        break;
-                    }
-                    request.extend_from_slice(&buf[..n]);
-                }
-                let operation = head
-                    .lines()
-                    .find_map(|l| {
-                        let (k, v) = l.split_once(':')?;
-                        k.eq_ignore_ascii_case("x-amz-target")
-                            .then(|| v.trim().trim_start_matches("SageMaker.").to_string())
-                    })
-                    .unwrap_or_default();
-                let n = {
-                    let mut calls = seen.lock().unwrap();
-                    calls.push(operation.clone());
-                    calls.iter().filter(|c| **c == operation).count()
-                };
-                let (status, body) = answer(&operation, n);
-                let response = format!(
-                    "HTTP/1.1 {status} X\r\ncontent-type: application/x-amz-json-1.1\r\n\
-                     content-length: {}\r\nconnection: close\r\n\r\n{body}",
-                    body.len()
-                );
-                let _ = socket.write_all(response.as_bytes()).await;
-            }
-        });
+        let (url, calls) = crate::aws::loopback::json_service("SageMaker.", answer).await;
         let config = aws_sdk_sagemaker::Config::builder()
             .behavior_version(aws_sdk_sagemaker::config::BehaviorVersion::latest())
             .region(aws_sdk_sagemaker::config::Region::new("us-east-1"))

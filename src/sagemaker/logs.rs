@@ -25,6 +25,10 @@ use super::SageMakerError;
 /// The log group of all SageMaker training jobs of a region.
 pub const LOG_GROUP: &str = "/aws/sagemaker/TrainingJobs";
 
+/// GetLogEvents pages read per stream in one pass (each up to 10,000 events or 1 MB,
+/// CloudWatch Logs API Reference); the rest is read at the next pass.
+const MAX_PAGES_PER_PASS: usize = 50;
+
 /// One line a training instance wrote.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LogLine {
@@ -104,6 +108,7 @@ pub async fn follow_logs_from(
     let mut lines = Vec::new();
     for stream in streams(logs, job).await? {
         let mut token = cursor.tokens.get(&stream).cloned();
+        let mut pages = 0;
         loop {
             let page = logs
                 .get_log_events()
@@ -130,8 +135,13 @@ pub async fn follow_logs_from(
                         .to_string(),
                 }
             }));
+            // The end of the stream is the token coming back unchanged; a page may be empty
+            // with more events behind its token (GetLogEvents, CloudWatch Logs API
+            // Reference). Pages are capped per pass: a stream still being written is read
+            // on from the saved token at the next pass.
             let forward = page.next_forward_token().map(str::to_string);
-            let done = page.events().is_empty() || forward.is_none() || forward == token;
+            pages += 1;
+            let done = forward.is_none() || forward == token || pages == MAX_PAGES_PER_PASS;
             if let Some(f) = forward.clone() {
                 next.tokens.insert(stream.clone(), f);
             }
@@ -195,6 +205,61 @@ async fn streams(logs: &Client, job: &str) -> Result<Vec<String>, SageMakerError
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A GetLogEvents answer: `messages` (timestamps 1, 2, ...) and the forward token.
+    fn page(messages: &[&str], forward: &str) -> (u16, String) {
+        let events: Vec<serde_json::Value> = messages
+            .iter()
+            .enumerate()
+            .map(|(i, m)| serde_json::json!({"timestamp": i + 1, "message": m, "ingestionTime": 0}))
+            .collect();
+        let body = serde_json::json!({
+            "events": events,
+            "nextForwardToken": forward,
+            "nextBackwardToken": "b/0",
+        });
+        (200, body.to_string())
+    }
+
+    /// GetLogEvents may answer an empty page while more events lie behind its token (CloudWatch
+    /// Logs API Reference): the stream ends only when the token comes back unchanged.
+    #[tokio::test]
+    async fn an_empty_page_with_a_new_token_is_not_the_end_of_the_stream() {
+        let (url, calls) = crate::aws::loopback::json_service("Logs_20140328.", |operation, n| {
+            match (operation, n) {
+                ("DescribeLogStreams", _) => (
+                    200,
+                    r#"{"logStreams":[{"logStreamName":"job-1/algo-1-1700000000"}]}"#.into(),
+                ),
+                ("GetLogEvents", 1) => page(&["epoch=1"], "f/1"),
+                ("GetLogEvents", 2) => page(&[], "f/2"),
+                ("GetLogEvents", 3) => page(&["epoch=2"], "f/3"),
+                ("GetLogEvents", _) => page(&[], "f/3"),
+                _ => (400, r#"{"__type":"InvalidParameterException"}"#.into()),
+            }
+        })
+        .await;
+        let config = aws_sdk_cloudwatchlogs::Config::builder()
+            .behavior_version(aws_sdk_cloudwatchlogs::config::BehaviorVersion::latest())
+            .region(aws_sdk_cloudwatchlogs::config::Region::new("us-east-1"))
+            .endpoint_url(url)
+            .credentials_provider(aws_sdk_cloudwatchlogs::config::Credentials::for_tests())
+            .build();
+        let client = Client::from_conf(config);
+        let mut lines = Vec::new();
+        let cursor = follow_logs(&client, "job-1", None, |l| lines.push(l.message.clone()))
+            .await
+            .unwrap();
+        assert_eq!(lines, ["epoch=1", "epoch=2"]);
+        assert_eq!(cursor.lines, 2);
+        let pages = calls
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|c| *c == "GetLogEvents")
+            .count();
+        assert_eq!(pages, 4, "read until the token came back unchanged");
+    }
 
     #[test]
     fn the_host_comes_from_the_stream_name() {

@@ -30,8 +30,8 @@ pub use aws_sdk_sagemaker::types::MetricDefinition;
 use aws_sdk_sagemaker::types::{
     AlgorithmSpecification, Channel, CheckpointConfig, CompressionType, DataSource,
     FileSystemAccessMode, FileSystemDataSource, FileSystemType, OutputDataConfig, RecordWrapper,
-    ResourceConfig, S3DataDistribution, S3DataSource, S3DataType, StoppingCondition,
-    TrainingInputMode, TrainingInstanceType, TrainingJobStatus,
+    ResourceConfig, S3DataDistribution, S3DataSource, S3DataType, SecondaryStatus,
+    StoppingCondition, TrainingInputMode, TrainingInstanceType, TrainingJobStatus,
 };
 use aws_sdk_sagemaker::Client;
 
@@ -800,6 +800,10 @@ pub async fn describe_training_job(
 /// The events in `job` not reported yet: each secondary status transition
 /// after the first `seen`, and the newest one again when its message or the
 /// job's status changed since `last`. Returns the events and the new `seen`.
+/// Each event but the newest carries the status the job had then
+/// (`InProgress`, or `Stopping` for that secondary status), so that a poll
+/// that sees the job finished with several new transitions reports only the
+/// newest as its end.
 fn new_events(
     job: &DescribeTrainingJobOutput,
     seen: usize,
@@ -810,11 +814,21 @@ fn new_events(
         .training_job_status()
         .map_or_else(|| "Unknown".to_string(), |s| s.as_str().to_string());
     let transitions = job.secondary_status_transitions();
+    let newest = transitions.len().saturating_sub(1);
     let mut events: Vec<TrainingEvent> = transitions
         .iter()
+        .enumerate()
         .skip(seen)
-        .map(|t| TrainingEvent {
-            status: status.clone(),
+        .map(|(i, t)| TrainingEvent {
+            // Only the newest transition is the job's present; an earlier one happened while
+            // the job was still running (or stopping), whatever its status is now.
+            status: if i == newest {
+                status.clone()
+            } else if t.status() == Some(&SecondaryStatus::Stopping) {
+                "Stopping".to_string()
+            } else {
+                "InProgress".to_string()
+            },
             secondary_status: t.status().map(|s| s.as_str().to_string()),
             message: t.status_message().map(str::to_string),
             elapsed,
@@ -1482,7 +1496,7 @@ mod tests {
         assert_eq!(
             labels,
             [
-                "Completed/Training: Training",
+                "InProgress/Training: Training",
                 "Completed/Completed: Training job completed"
             ]
         );
