@@ -30,7 +30,7 @@ use aws_sdk_cloudformation::types::{
 use aws_sdk_cloudformation::Client;
 use serde_json::{json, Value};
 
-use super::wait::{wait_until, Backoff, Poll};
+use super::wait::{wait_until, Backoff, Poll, Tolerance};
 use crate::address::Address;
 use crate::plan::Action;
 use crate::resource::{
@@ -155,7 +155,10 @@ impl StackResource {
     /// ([DescribeStackEvents](https://docs.aws.amazon.com/AWSCloudFormation/latest/APIReference/API_DescribeStackEvents.html)
     /// lists them newest first, a page at a time). The operation begins at the newest
     /// stack-level event in [`OPERATION_STARTS`]; failures of earlier operations are not its
-    /// cause, so the walk stops there (or after [`MAX_EVENT_PAGES`] pages).
+    /// cause, so the walk stops there (or after [`MAX_EVENT_PAGES`] pages). Without a failed
+    /// resource, the stack's own reason for rolling back or failing (a parameter, capability
+    /// or hook that refused the operation); a page that cannot be read ends the walk and is
+    /// said when nothing was found before it.
     async fn first_failure(&self, id: &str) -> String {
         let mut pages = self
             .client
@@ -165,9 +168,17 @@ impl StackResource {
             .send();
         let mut read = 0;
         let mut oldest_failure = None;
+        // The stack's own reason for rolling back or failing, for an operation that failed
+        // without a resource failing (a parameter, capability or hook refused it).
+        let mut stack_reason = None;
+        let mut unread = None;
         'pages: while let Some(page) = pages.next().await {
-            let Ok(page) = page else {
-                break;
+            let page = match page {
+                Ok(page) => page,
+                Err(e) => {
+                    unread = Some(sdk_message(&e));
+                    break;
+                }
             };
             read += 1;
             for e in page.stack_events() {
@@ -175,6 +186,10 @@ impl StackResource {
                 if e.logical_resource_id() == Some(self.stack_name.as_str()) {
                     if OPERATION_STARTS.contains(&status) {
                         break 'pages;
+                    }
+                    let failing = status.ends_with("_FAILED") || status.contains("ROLLBACK_IN");
+                    if let (true, Some(reason)) = (failing, e.resource_status_reason()) {
+                        stack_reason = Some(format!("stack {status}: {reason}"));
                     }
                 } else if status.ends_with("_FAILED") {
                     oldest_failure = Some(format!(
@@ -189,10 +204,12 @@ impl StackResource {
                 break;
             }
         }
-        match (read, oldest_failure) {
-            (_, Some(failure)) => failure,
-            (0, None) => "no stack events available".into(),
-            (_, None) => "no failed resource in the stack events".into(),
+        match (oldest_failure.or(stack_reason), unread) {
+            (Some(failure), _) => failure,
+            (None, Some(error)) => format!(
+                "stack events unreadable after {read} page(s) (DescribeStackEvents: {error})"
+            ),
+            (None, None) => "no failed resource in the stack events".into(),
         }
     }
 
@@ -327,17 +344,14 @@ impl StackResource {
         let schedule = Backoff::with_deadline(self.timeout());
         // A poll that fails even after the SDK's retries (throttling, 5xx)
         // is tolerated a few times in a row before the wait gives up.
-        let failures = std::sync::atomic::AtomicU32::new(0);
+        let tolerance = Tolerance::default();
         wait_until(schedule, || async {
             let stack = match self.describe(id).await {
                 Ok(s) => {
-                    failures.store(0, std::sync::atomic::Ordering::Relaxed);
+                    tolerance.ok();
                     s
                 }
-                Err(e) if failures.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < 3 => {
-                    return Poll::Pending(format!("DescribeStacks failing ({e})"));
-                }
-                Err(e) => return Poll::Failed(e.to_string()),
+                Err(e) => return tolerance.failed(e.to_string()),
             };
             let Some(stack) = stack else {
                 return if gone_ok {
@@ -771,11 +785,11 @@ impl StackResource {
             }
         };
         let set_id = created.id().unwrap_or(name).to_string();
-        let failures = std::sync::atomic::AtomicU32::new(0);
+        let tolerance = Tolerance::default();
         let described = wait_until(Backoff::with_deadline(Duration::from_secs(300)), || async {
             match self.describe_change_set(&set_id).await {
                 Ok((status, reason, changes)) => {
-                    failures.store(0, std::sync::atomic::Ordering::Relaxed);
+                    tolerance.ok();
                     match status.as_str() {
                         "CREATE_COMPLETE" => Poll::Ready(Some(changes)),
                         "FAILED" if no_changes(&reason) => Poll::Ready(None),
@@ -783,10 +797,7 @@ impl StackResource {
                         other => Poll::Pending(other.to_string()),
                     }
                 }
-                Err(e) if failures.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < 3 => {
-                    Poll::Pending(format!("DescribeChangeSet failing ({e})"))
-                }
-                Err(e) => Poll::Failed(e.to_string()),
+                Err(e) => tolerance.failed(e.to_string()),
             }
         })
         .await

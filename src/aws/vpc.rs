@@ -362,7 +362,8 @@ fn vpc_filter(name: &str, vpc_id: &str) -> Filter {
 
 /// Reads what VPC `vpc_id` holds (read-only calls; a deleted VPC holds nothing): every page
 /// of each listing, filtered by the VPC on the server (`vpc-id`, `attachment.vpc-id` for
-/// internet gateways; EC2 API Reference, each Describe* call's filters) and again here.
+/// internet gateways; EC2 API Reference, each Describe* call's filters); endpoints, NAT and
+/// internet gateways are checked against the VPC again here.
 ///
 /// # Errors
 /// The SDK's message of the first failed call.
