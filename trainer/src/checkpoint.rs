@@ -21,7 +21,8 @@ const VERSION: u32 = 3;
 const VERSION_WITHOUT_SAMPLING: u32 = 2;
 /// The format without the dataset name nor the sampling settings, still read.
 const VERSION_WITHOUT_DATASET: u32 = 1;
-/// Checkpoints kept besides the newest, so a crash while writing never leaves none.
+/// Checkpoints kept before the one just written, so a crash while writing never leaves none,
+/// and a newest one that does not decode has older ones to fall back to.
 const KEEP: usize = 2;
 
 /// The settings that decide which training examples step `s` of epoch `e` covers, following
@@ -45,23 +46,25 @@ pub struct Sampling {
 
 impl Sampling {
     /// The settings of `self` that differ from `other`'s, as `batch-size 64`, `world size 2`,
-    /// `seed 7` joined with "and".
+    /// `seed 7`, `600 training examples (max-train-samples)` joined with "and".
     fn differences(&self, other: &Sampling) -> String {
-        [
-            ("batch-size", self.batch_size, other.batch_size),
-            ("world size", self.world_size, other.world_size),
-            ("seed", self.seed, other.seed),
-            (
-                "training examples",
-                self.train_examples,
-                other.train_examples,
-            ),
-        ]
-        .iter()
-        .filter(|(_, mine, theirs)| mine != theirs)
-        .map(|(name, mine, _)| format!("{name} {mine}"))
-        .collect::<Vec<_>>()
-        .join(" and ")
+        let mut said = Vec::new();
+        if self.batch_size != other.batch_size {
+            said.push(format!("batch-size {}", self.batch_size));
+        }
+        if self.world_size != other.world_size {
+            said.push(format!("world size {}", self.world_size));
+        }
+        if self.seed != other.seed {
+            said.push(format!("seed {}", self.seed));
+        }
+        if self.train_examples != other.train_examples {
+            said.push(format!(
+                "{} training examples (max-train-samples)",
+                self.train_examples
+            ));
+        }
+        said.join(" and ")
     }
 }
 
@@ -169,8 +172,9 @@ impl Checkpoint {
         kfaws_trainer_contract::checkpoint::file_name(self.epoch, self.step)
     }
 
-    /// Writes the checkpoint into `dir` (temporary file, fsync, rename) and deletes all but the
-    /// newest `KEEP` + 1. Returns the path written.
+    /// Writes the checkpoint into `dir` (temporary file, fsync, rename) and deletes the
+    /// checkpoints positioned before it but the newest `KEEP`; those positioned after it are
+    /// kept. Returns the path written.
     ///
     /// # Errors
     /// [`CheckpointError::Io`].
@@ -213,7 +217,17 @@ impl Checkpoint {
         std::fs::File::open(dir)
             .and_then(|d| d.sync_all())
             .map_err(io)?;
-        for old in list(dir).map_err(io)?.into_iter().rev().skip(KEEP + 1) {
+        // Only checkpoints positioned before this one go, the newest KEEP of them kept. One
+        // positioned after it (a partial copy that does not decode, which the resume skipped,
+        // or another run's) is left alone: pruning by position alone would delete the
+        // checkpoint just written, and every good one, in its favour.
+        let here = (self.epoch, self.step);
+        let earlier: Vec<PathBuf> = list(dir)
+            .map_err(io)?
+            .into_iter()
+            .filter(|p| position(p).is_some_and(|at| at < here))
+            .collect();
+        for old in earlier.iter().rev().skip(KEEP) {
             std::fs::remove_file(old).map_err(io)?;
         }
         Ok(path)
@@ -392,6 +406,11 @@ impl Checkpoint {
 ///
 /// # Errors
 /// The operating system's error when `dir` exists but cannot be listed.
+/// The (epoch, step) a checkpoint file's name gives; `None` for a name not of this trainer.
+fn position(path: &Path) -> Option<(u64, u64)> {
+    kfaws_trainer_contract::checkpoint::parse_file_name(path.file_name()?.to_str()?)
+}
+
 fn list(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     let entries = match std::fs::read_dir(dir) {
         Ok(entries) => entries,
@@ -400,11 +419,7 @@ fn list(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     };
     let mut files: Vec<((u64, u64), PathBuf)> = entries
         .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter_map(|path| {
-            let name = path.file_name()?.to_str()?;
-            let position = kfaws_trainer_contract::checkpoint::parse_file_name(name)?;
-            Some((position, path))
-        })
+        .filter_map(|path| Some((position(&path)?, path)))
         .collect();
     files.sort();
     Ok(files.into_iter().map(|(_, path)| path).collect())
@@ -443,7 +458,7 @@ mod tests {
                 .unwrap()
                 .is_none()
         );
-        for (epoch, step) in [(2, 0), (10, 0), (10, 7), (3, 5)] {
+        for (epoch, step) in [(2, 0), (3, 5), (10, 0), (10, 7)] {
             sample(epoch, step).save(dir.path()).unwrap();
         }
         let (newest, path) = Checkpoint::load_newest(dir.path(), 3, "fashion-mnist")
@@ -451,7 +466,7 @@ mod tests {
             .unwrap();
         assert_eq!(newest, sample(10, 7));
         assert!(path.ends_with("checkpoint-000010-00000007.bin"));
-        // Older ones beyond KEEP + 1 are pruned; no temporary file is left.
+        // The newest and the KEEP before it are kept; no temporary file is left.
         let names: Vec<_> = std::fs::read_dir(dir.path())
             .unwrap()
             .map(|e| e.unwrap().file_name())
@@ -508,6 +523,44 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(newest, sample(1_000_000, 0));
+    }
+
+    /// Files positioned after the checkpoint being written (here three that do not decode,
+    /// as a partial copy leaves them) are not pruned in its favour: each save keeps itself
+    /// and the newest KEEP before it, and the next start falls back past the bad files to
+    /// the newest good one.
+    #[test]
+    fn later_files_that_do_not_decode_never_push_out_the_checkpoint_just_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let bad = [
+            "checkpoint-000007-00000000.bin",
+            "checkpoint-000008-00000000.bin",
+        ];
+        for name in bad {
+            std::fs::write(dir.path().join(name), b"cut short").unwrap();
+        }
+        for epoch in 3..=6 {
+            sample(epoch, 0).save(dir.path()).unwrap();
+        }
+        let mut names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        assert_eq!(
+            names,
+            [
+                "checkpoint-000004-00000000.bin",
+                "checkpoint-000005-00000000.bin",
+                "checkpoint-000006-00000000.bin",
+                bad[0],
+                bad[1],
+            ]
+        );
+        let (newest, _) = Checkpoint::load_newest(dir.path(), 3, "fashion-mnist")
+            .unwrap()
+            .unwrap();
+        assert_eq!(newest, sample(6, 0));
     }
 
     #[test]
@@ -747,7 +800,10 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            text.contains("with training examples 60000, but this run has training examples 600"),
+            text.contains(
+                "with 60000 training examples (max-train-samples), but this run has 600 \
+                 training examples (max-train-samples)"
+            ),
             "{text}"
         );
         sample(3, 0).check_sampling(path, this_run).unwrap();

@@ -393,6 +393,30 @@ mod tests {
         assert_eq!(ds.train.images, pixels);
     }
 
+    /// Zero bytes after the last member (padding to a block size, which `gzip -d` and
+    /// Python's `gzip` skip) are not data; other bytes there are refused, naming the file.
+    #[test]
+    fn zero_padding_after_a_gzip_file_is_skipped_and_other_bytes_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        write_dataset(dir.path(), true);
+        let path = dir.path().join("train-images-idx3-ubyte.gz");
+        let whole = std::fs::read(&path).unwrap();
+        let mut padded = whole.clone();
+        padded.extend([0u8; 512]);
+        std::fs::write(&path, &padded).unwrap();
+        let ds = load_dir(dir.path(), None).unwrap();
+        assert_eq!(ds.train.len(), 3);
+        let mut junk = whole;
+        junk.extend(b"JUNK");
+        std::fs::write(&path, &junk).unwrap();
+        let err = load_dir(dir.path(), None).unwrap_err().to_string();
+        assert!(
+            err.contains("train-images-idx3-ubyte.gz")
+                && err.contains("bytes after the last gzip member"),
+            "{err}"
+        );
+    }
+
     /// The header's shape and count are checked before its data is read: a header declaring
     /// gigabytes over a short body is refused for its shape, not read and found short.
     #[test]

@@ -356,9 +356,52 @@ struct MaybeGz {
     gzip: bool,
 }
 
+/// Every member of a gzip file, decompressed in order (RFC 1952 §2.2: `cat a.gz b.gz`,
+/// bgzip), as `gzip -d` and Python's `gzip` module read one: zero bytes between or after
+/// members (padding to a block size) are skipped; any other bytes there are an
+/// `InvalidData` error.
+struct GzMembers<R: std::io::BufRead> {
+    /// The member being read; `None` once the file has ended.
+    decoder: Option<flate2::bufread::GzDecoder<R>>,
+}
+
+impl<R: std::io::BufRead> std::io::Read for GzMembers<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        while let Some(decoder) = self.decoder.as_mut() {
+            let n = decoder.read(buf)?;
+            if n > 0 || buf.is_empty() {
+                return Ok(n);
+            }
+            // The member ended: what follows is another member, padding, or the end.
+            let mut rest = self.decoder.take().expect("read above").into_inner();
+            loop {
+                let bytes = rest.fill_buf()?;
+                match bytes.first() {
+                    None => return Ok(0),
+                    Some(0) => {
+                        let zeros = bytes.iter().take_while(|b| **b == 0).count();
+                        rest.consume(zeros);
+                    }
+                    Some(0x1f) => break,
+                    Some(_) => {
+                        return Err(std::io::Error::new(
+                            std::io::ErrorKind::InvalidData,
+                            "bytes after the last gzip member that are neither zero padding nor \
+                             another member",
+                        ))
+                    }
+                }
+            }
+            self.decoder = Some(flate2::bufread::GzDecoder::new(rest));
+        }
+        Ok(0)
+    }
+}
+
 /// Opens a file for reading, decompressing gzip (by its magic bytes, not its name) as it is
 /// read, so that a reader can stop at the size a header declares. Every member of a
-/// multi-member gzip file (RFC 1952 §2.2: `cat a.gz b.gz`, bgzip) is decompressed, in order.
+/// multi-member gzip file is decompressed, in order, and zero padding after them skipped
+/// ([`GzMembers`]).
 ///
 /// # Errors
 /// [`DataError::Io`] when the file cannot be opened or its first bytes read.
@@ -371,7 +414,9 @@ fn open_maybe_gz(path: &Path) -> Result<MaybeGz, DataError> {
     let mut file = std::io::BufReader::new(std::fs::File::open(path).map_err(io)?);
     let gzip = file.fill_buf().map_err(io)?.starts_with(&[0x1f, 0x8b]);
     let reader: Box<dyn std::io::Read> = if gzip {
-        Box::new(flate2::bufread::MultiGzDecoder::new(file))
+        Box::new(GzMembers {
+            decoder: Some(flate2::bufread::GzDecoder::new(file)),
+        })
     } else {
         Box::new(file)
     };
