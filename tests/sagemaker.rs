@@ -49,6 +49,19 @@ impl Clients {
             .sum()
     }
 
+    /// The next `count` calls of SageMaker `operation` in this account fail with HTTP 500
+    /// (the emulator's fault rules).
+    fn fail(&self, operation: &str, count: u32) {
+        common::aws::control(
+            "faults",
+            "POST",
+            &format!(
+                r#"{{"service":"sagemaker","operation":"{operation}","kind":"server_error","count":{count},"account_id":"{}"}}"#,
+                self.account.id
+            ),
+        );
+    }
+
     /// Whether endpoint `name` is gone (DescribeEndpoint fails: "Could not find endpoint").
     async fn endpoint_gone(&self, name: &str) -> bool {
         self.sagemaker
@@ -303,14 +316,7 @@ async fn a_few_failed_polls_do_not_end_the_wait() {
         .await
         .unwrap();
     let failing = kfaws::aws::MAX_ATTEMPTS + 2;
-    common::aws::control(
-        "faults",
-        "POST",
-        &format!(
-            r#"{{"service":"sagemaker","operation":"DescribeTrainingJob","kind":"server_error","count":{failing},"account_id":"{}"}}"#,
-            c.account.id
-        ),
-    );
+    c.fail("DescribeTrainingJob", failing);
     let outcome =
         training::wait_training_job(&c.sagemaker, &spec.name, Duration::from_secs(300), |_| {})
             .await
@@ -590,16 +596,7 @@ async fn a_few_failed_endpoint_polls_end_neither_the_deploy_nor_the_delete() {
     let c = clients().await;
     let spec = endpoint_spec(&c, "ep-flaky-describe");
     let failing = kfaws::aws::MAX_ATTEMPTS + 2;
-    let fault = || {
-        common::aws::control(
-            "faults",
-            "POST",
-            &format!(
-                r#"{{"service":"sagemaker","operation":"DescribeEndpoint","kind":"server_error","count":{failing},"account_id":"{}"}}"#,
-                c.account.id
-            ),
-        )
-    };
+    let fault = || c.fail("DescribeEndpoint", failing);
     fault();
     let e = endpoint::deploy(&c.sagemaker, &spec, Duration::from_secs(300), |_| {})
         .await

@@ -436,6 +436,16 @@ mod tests {
         train_examples: 60_000,
     };
 
+    /// The names of the files in `dir`, sorted.
+    fn names_in(dir: &Path) -> Vec<String> {
+        let mut names: Vec<_> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        names
+    }
+
     fn sample(epoch: u64, step: u64) -> Checkpoint {
         Checkpoint {
             epoch,
@@ -467,10 +477,7 @@ mod tests {
         assert_eq!(newest, sample(10, 7));
         assert!(path.ends_with("checkpoint-000010-00000007.bin"));
         // The newest and the KEEP before it are kept; no temporary file is left.
-        let names: Vec<_> = std::fs::read_dir(dir.path())
-            .unwrap()
-            .map(|e| e.unwrap().file_name())
-            .collect();
+        let names = names_in(dir.path());
         assert_eq!(names.len(), KEEP + 1, "{names:?}");
     }
 
@@ -502,13 +509,8 @@ mod tests {
         for (epoch, step) in [(1, 0), (2, 0), (3, 0), (999_999, 5), (1_000_000, 0)] {
             sample(epoch, step).save(dir.path()).unwrap();
         }
-        let mut names: Vec<_> = std::fs::read_dir(dir.path())
-            .unwrap()
-            .map(|e| e.unwrap().file_name().into_string().unwrap())
-            .collect();
-        names.sort();
         assert_eq!(
-            names,
+            names_in(dir.path()),
             [
                 "checkpoint-000001.bin",
                 "checkpoint-000003-00000000.bin",
@@ -542,13 +544,8 @@ mod tests {
         for epoch in 3..=6 {
             sample(epoch, 0).save(dir.path()).unwrap();
         }
-        let mut names: Vec<_> = std::fs::read_dir(dir.path())
-            .unwrap()
-            .map(|e| e.unwrap().file_name().into_string().unwrap())
-            .collect();
-        names.sort();
         assert_eq!(
-            names,
+            names_in(dir.path()),
             [
                 "checkpoint-000004-00000000.bin",
                 "checkpoint-000005-00000000.bin",
