@@ -92,8 +92,10 @@ pub fn quoted(value: &str) -> String {
     }
 }
 
-/// The hyperparameters of a training run.
+/// The hyperparameters of a training run. Serialised (for the ranks' handshake, which names a
+/// differing field) under the names users give them: `batch-size`, `test-batch-size`, ….
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
 pub struct Hyperparameters {
     /// Per-rank training batch size (PyTorch DDP semantics: the global batch is this × world size).
     pub batch_size: usize,
@@ -393,6 +395,16 @@ fn decode(value: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn serialised_fields_are_named_as_users_spell_them() {
+        let json = serde_json::to_value(super::Hyperparameters::default()).unwrap();
+        let keys: Vec<&String> = json.as_object().unwrap().keys().collect();
+        for key in &keys {
+            assert!(super::KNOWN.contains(&key.as_str()), "{key} in {keys:?}");
+        }
+        assert!(json.get("batch-size").is_some() && json.get("batch_size").is_none());
+    }
+
     #[test]
     fn help_lists_every_known_hyperparameter_in_order() {
         let help = super::help();

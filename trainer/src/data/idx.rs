@@ -125,6 +125,10 @@ impl IdxFile {
                 expected: magic,
                 found,
                 what,
+                named_gz_not_gzip: !file.gzip
+                    && path
+                        .extension()
+                        .is_some_and(|e| e.eq_ignore_ascii_case("gz")),
             });
         }
         let dims_bytes = read_up_to(path, &mut file, 4 * rank, 4, header_expected)?;
@@ -454,6 +458,29 @@ mod tests {
         let err = load_dir(dir.path(), None).unwrap_err().to_string();
         assert!(err.contains("t10k-labels-idx1-ubyte"), "{err}");
         assert!(err.contains("expected 0x00000801"), "{err}");
+    }
+
+    #[test]
+    fn a_gz_name_on_a_file_that_is_not_gzip_is_said_with_the_wrong_magic() {
+        let dir = tempfile::tempdir().unwrap();
+        write_dataset(dir.path(), false);
+        std::fs::remove_file(dir.path().join("t10k-labels-idx1-ubyte")).unwrap();
+        let path = dir.path().join("t10k-labels-idx1-ubyte.gz");
+        std::fs::write(&path, b"<!DOCTYPE html><html>Not Found</html>").unwrap();
+        let err = load_dir(dir.path(), None).unwrap_err().to_string();
+        assert!(err.contains("t10k-labels-idx1-ubyte.gz"), "{err}");
+        assert!(err.contains("expected 0x00000801"), "{err}");
+        assert!(
+            err.contains("the name ends in .gz but the file is not gzip"),
+            "{err}"
+        );
+        // A raw IDX file under its own name gets no such note.
+        std::fs::remove_file(&path).unwrap();
+        let raw = dir.path().join("t10k-labels-idx1-ubyte");
+        std::fs::write(&raw, b"<!DOCTYPE html><html>Not Found</html>").unwrap();
+        let err = load_dir(dir.path(), None).unwrap_err().to_string();
+        assert!(err.contains("wrong magic number"), "{err}");
+        assert!(!err.contains("not gzip"), "{err}");
     }
 
     #[test]

@@ -73,7 +73,15 @@ pub enum DataError {
         source: std::io::Error,
     },
     /// An IDX file starts with the wrong magic number.
-    #[error("{path}: wrong magic number 0x{found:08x}, expected 0x{expected:08x} ({what})")]
+    #[error(
+        "{path}: wrong magic number 0x{found:08x}, expected 0x{expected:08x} ({what}){}",
+        if *named_gz_not_gzip {
+            "; the name ends in .gz but the file is not gzip (it does not start with 1f 8b): \
+             a download that saved an error page?"
+        } else {
+            ""
+        }
+    )]
     BadMagic {
         /// The IDX file.
         path: PathBuf,
@@ -84,6 +92,9 @@ pub enum DataError {
         found: u32,
         /// What the expected magic number means, e.g. `u8 images, 3 dimensions`.
         what: &'static str,
+        /// Whether the file's name ends in `.gz` although it does not start with gzip's magic
+        /// bytes `1f 8b` (RFC 1952 §2.3.1), so it was read as raw IDX.
+        named_gz_not_gzip: bool,
     },
     /// A file is shorter (or longer) than its header or record size says, or its gzip stream
     /// is cut short or corrupt (then `expected` says so, and `found` counts the bytes
