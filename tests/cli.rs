@@ -1772,8 +1772,13 @@ async fn delete_stack_by_hand(cfn: &aws_sdk_cloudformation::Client, name: &str) 
     panic!("stack {name} still deleting after 30 s");
 }
 
+/// A network stack left DELETE_FAILED under the EFS stack's mount targets
+/// (no cluster): the replacement is refused at plan naming them, since it
+/// would delete the network alone and wait out its deadline for them. With
+/// the mount targets gone, the replacement is planned.
 #[tokio::test]
-async fn a_stack_left_in_delete_failed_is_planned_for_replacement_and_destroy_cleans_up() {
+async fn a_stack_left_in_delete_failed_is_replaced_only_once_nothing_holds_it_and_destroy_cleans_up(
+) {
     let d = Deployment::new("");
     // No cluster: a network under one is not replaced (see
     // a_broken_network_under_a_cluster_is_not_replaced_and_the_plan_says_how_to_rebuild).
@@ -1784,6 +1789,40 @@ async fn a_stack_left_in_delete_failed_is_planned_for_replacement_and_destroy_cl
     // so deleting the network stack out of band fails (DependencyViolation).
     let status = delete_stack_by_hand(&cfn, &network).await;
     assert_eq!(status, "DELETE_FAILED");
+    let fs = d.output("stack.efs", "FileSystemId");
+    let stacks = d.live_stack_names().await;
+    let deletes = calls(&d, "DeleteStack");
+    for args in [&["plan"][..], &["apply", "--auto-approve"]] {
+        let err = d.fails(args);
+        assert!(
+            err.contains("the network must be replaced, which deletes VPC vpc-")
+                && err.contains(&format!("EFS mount targets of file system(s) {fs} (eni-"))
+                && err.contains("nothing was changed")
+                && err.contains(
+                    "`kfaws destroy --target stack.network` deletes stack.efs (the file system \
+                     and the files on it) first"
+                ),
+            "{args:?}: {err}"
+        );
+    }
+    assert_eq!(d.live_stack_names().await, stacks);
+    assert_eq!(calls(&d, "DeleteStack"), deletes);
+    // The mount targets deleted by hand: nothing holds the subnets, and the
+    // replacement is planned.
+    let efs = aws_sdk_efs::Client::new(&d.sdk().await);
+    let targets = efs
+        .describe_mount_targets()
+        .file_system_id(&fs)
+        .send()
+        .await
+        .unwrap();
+    for t in targets.mount_targets() {
+        efs.delete_mount_target()
+            .mount_target_id(t.mount_target_id())
+            .send()
+            .await
+            .unwrap();
+    }
     let plan = d.stdout(&["plan", "--target", "stack.efs"]);
     assert!(plan.contains("-/+ stack.network"), "{plan}");
     assert!(

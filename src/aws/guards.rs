@@ -788,6 +788,60 @@ impl VpcGuard {
     /// them (the stack left the state, or the file system is someone
     /// else's), and the network's delete would wait for their interfaces
     /// until its deadline.
+    /// Refuses a replacement of the network while EFS mount targets are in
+    /// its VPC: a replacement deletes the network alone, so its delete would
+    /// wait for them until its deadline. The way out depends on whether the
+    /// file system is the EFS stack's (`state` records it at
+    /// `efs_address`): `kfaws destroy --target` the network takes the EFS
+    /// stack first; another file system's mount targets are the user's to
+    /// delete.
+    fn refuse_replacement_under_mount_targets(
+        &self,
+        vpc_id: &str,
+        survey: &vpc::Survey,
+        state: &crate::state::State,
+    ) -> Result<(), ResourceError> {
+        let recorded = state
+            .resources
+            .get(&self.efs_address)
+            .and_then(|r| r.outputs.get("FileSystemId"))
+            .and_then(serde_json::Value::as_str);
+        let mut held: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+        for eni in &survey.enis {
+            if let Some(fs) = vpc::mount_target_file_system(eni) {
+                held.entry(fs).or_default().push(&eni.id);
+            }
+        }
+        if held.is_empty() {
+            return Ok(());
+        }
+        let list: Vec<String> = held
+            .iter()
+            .map(|(fs, enis)| format!("{fs} ({})", enis.join(", ")))
+            .collect();
+        let way_out = if held.keys().all(|fs| Some(*fs) == recorded) {
+            format!(
+                "`kfaws destroy --target {}` deletes {} (the file system and the files on it) \
+                 first, then the network; then `kfaws apply`",
+                self.address, self.efs_address
+            )
+        } else {
+            format!(
+                "delete the mount targets this deployment does not record yourself ({} records \
+                 {}), then plan again",
+                self.efs_address,
+                recorded.unwrap_or("no file system")
+            )
+        };
+        Err(ResourceError::msg(format!(
+            "the network must be replaced, which deletes VPC {vpc_id}, but EFS mount targets of \
+             file system(s) {} are in its subnets and the replacement does not delete them (its \
+             delete would wait for them until its deadline); nothing was changed. To rebuild the \
+             network, {way_out}",
+            list.join(", ")
+        )))
+    }
+
     fn refuse_stray_mount_targets(
         &self,
         vpc_id: &str,
@@ -882,9 +936,8 @@ impl Guard for VpcGuard {
         };
         // A replacement (a network stack left broken, e.g. DELETE_FAILED)
         // deletes the VPC and makes another, which an EKS cluster cannot
-        // follow: refused while one runs in it. What else the old VPC holds
-        // (the efs stack's mount targets, deleted first) is only known
-        // at `before_delete`.
+        // follow: refused while one runs in it, or while EFS mount targets
+        // (which the replacement does not delete) hold its subnets.
         if check.action == Action::Replace {
             if check.state.resources.contains_key(&self.cluster_address) {
                 return Err(ResourceError::msg(format!(
@@ -896,10 +949,13 @@ impl Guard for VpcGuard {
                     self.cluster, self.cluster_address, self.address
                 )));
             }
-            return self
-                .refuse_while_the_cluster_runs(&vpc_id, NOT_IN_STATE)
+            self.refuse_while_the_cluster_runs(&vpc_id, NOT_IN_STATE)
                 .await
-                .map_err(|e| ResourceError::msg(format!("{e}; nothing was changed")));
+                .map_err(|e| ResourceError::msg(format!("{e}; nothing was changed")))?;
+            let survey = vpc::survey(&self.ec2, &vpc_id)
+                .await
+                .map_err(ResourceError::msg)?;
+            return self.refuse_replacement_under_mount_targets(&vpc_id, &survey, check.state);
         }
         // A destroy is checked before anything is deleted.
         if check.action != Action::Delete {
