@@ -65,7 +65,9 @@ pub enum SageMakerRolePolicy {
     /// `AmazonSageMakerFullAccess` and `AmazonS3FullAccess`, as the Kubeflow on AWS guides do.
     #[default]
     Full,
-    /// Only the artifact bucket and the SageMaker actions kfaws uses.
+    /// Only the artifact bucket and what an execution role needs: ECR pulls, CloudWatch Logs
+    /// and metrics, VPC network interfaces (SageMaker Developer Guide, "CreateTrainingJob API:
+    /// Execution Role Permissions"); no SageMaker API action.
     Scoped,
 }
 
