@@ -1111,6 +1111,48 @@ async fn the_first_interrupt_stops_the_wait_for_a_creating_cluster_and_the_next_
     d.stdout(&["destroy", "--auto-approve"]);
 }
 
+/// A destroy after a create interrupted while the cluster is still
+/// `CREATING` waits for the create to finish, since EKS refuses to delete a
+/// cluster meanwhile (ResourceInUseException), then deletes it with one
+/// DeleteCluster.
+#[tokio::test]
+async fn destroy_waits_out_a_creating_cluster_before_deleting_it() {
+    let d = Deployment::new("");
+    // A 6 s cluster; everything else at once.
+    d.lifecycle(
+        r#"{"scale": 1, "durations": {"eks.cluster.create": 6, "eks.cluster.delete": 0,
+            "eks.cluster.update": 0, "eks.nodegroup.create": 0, "eks.nodegroup.delete": 0,
+            "eks.nodegroup.update": 0, "efs.filesystem.create": 0, "efs.filesystem.delete": 0,
+            "efs.mounttarget.create": 0, "efs.mounttarget.delete": 0,
+            "ec2.natgateway.create": 0, "ec2.natgateway.delete": 0,
+            "cloudformation.stack.create": 0, "cloudformation.stack.update": 0,
+            "cloudformation.stack.delete": 0}}"#,
+    );
+    let eks = aws_sdk_eks::Client::new(&d.sdk().await);
+    let apply = ["apply", "--auto-approve", "--target", "eks.cluster"];
+    let (out, _) = d
+        .interrupt_when(&apply, "CREATING", || async {
+            eks.describe_cluster().name(&d.name).send().await.is_ok()
+        })
+        .await;
+    assert_eq!(
+        out.status.code(),
+        Some(130),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let status = eks.describe_cluster().name(&d.name).send().await.unwrap();
+    assert_eq!(
+        status.cluster().unwrap().status().unwrap().as_str(),
+        "CREATING",
+        "the interrupt came before the cluster was ready"
+    );
+    d.stdout(&["destroy", "--auto-approve"]);
+    assert_eq!(d.calls("DeleteCluster"), 1, "one delete, not refused first");
+    assert!(eks.describe_cluster().name(&d.name).send().await.is_err());
+    assert!(d.live_stack_names().await.is_empty());
+}
+
 /// The first Ctrl-C during a cluster upgrade stops the wait for it (EKS
 /// carries on): exit 130, the entry keeps the unfinished update, and the
 /// next apply waits for the upgrade and asks for none again.

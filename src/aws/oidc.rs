@@ -380,6 +380,7 @@ impl Resource for OidcProviderResource {
                 if !self.owned(&found.tags) {
                     return Err(self.refuse(&found));
                 }
+                self.sync_client_ids(&found).await?;
                 Ok(Self::applied(&found))
             }
             Err(e) => Err(ResourceError::msg(format!(

@@ -122,6 +122,10 @@ pub struct TrustGuard {
     pub stack_name: String,
 }
 
+/// How [`grant`] names the subject or audience of a web-identity statement
+/// that does not pin one with a condition.
+const ANY: &str = "any (no condition)";
+
 /// How [`grant`] names the cluster's own OIDC provider.
 pub const CLUSTER_PROVIDER: &str = "the cluster's OIDC provider";
 
@@ -131,7 +135,8 @@ pub const CLUSTER_PROVIDER: &str = "the cluster's OIDC provider";
 /// "subject": "system:serviceaccount:…", "audience": "sts.amazonaws.com"}`
 /// when `provider_arn` is the cluster's provider; anything else (another or
 /// a second provider or subject, a `StringLike` wildcard, a second
-/// statement) reads differently and so is drift. Pure.
+/// statement, one that pins no `:sub` or no `:aud`) reads differently and
+/// so is drift. Pure.
 pub fn grant(document: &Value, provider_arn: Option<&str>) -> Value {
     let statements = match document.get("Statement") {
         Some(Value::Array(list)) => list.clone(),
@@ -168,6 +173,10 @@ pub fn grant(document: &Value, provider_arn: Option<&str>) -> Value {
             other => providers.push(format!("Principal {}", other.unwrap_or(&Value::Null))),
         }
         let conditions = st.get("Condition").and_then(Value::as_object);
+        // Each statement pins its own subject and audience: a second
+        // statement without them (`{}`, or only `:aud`) lets every service
+        // account of the provider assume the role, whatever the first pins.
+        let (mut pins_subject, mut pins_audience) = (false, false);
         for (operator, keys) in conditions.into_iter().flatten() {
             let prefix = if operator == "StringEquals" {
                 String::new()
@@ -176,8 +185,10 @@ pub fn grant(document: &Value, provider_arn: Option<&str>) -> Value {
             };
             for (key, value) in keys.as_object().into_iter().flatten() {
                 let into = if key.ends_with(":sub") {
+                    pins_subject = true;
                     &mut subjects
                 } else if key.ends_with(":aud") {
+                    pins_audience = true;
                     &mut audiences
                 } else {
                     continue;
@@ -189,9 +200,12 @@ pub fn grant(document: &Value, provider_arn: Option<&str>) -> Value {
                 );
             }
         }
-        if conditions.is_none() {
-            // No condition: any service account of the provider.
-            subjects.push("any (no condition)".into());
+        if !pins_subject {
+            // Any service account of the provider.
+            subjects.push(ANY.into());
+        }
+        if !pins_audience {
+            audiences.push(ANY.into());
         }
     }
     let one_or_all = |mut v: Vec<String>| {
@@ -794,7 +808,32 @@ mod tests {
             .unwrap()
             .remove("Condition");
         assert_eq!(grant(&open, None)["subject"], "any (no condition)");
-        assert_eq!(grant(&open, None)["audience"], json!([]));
+        assert_eq!(grant(&open, None)["audience"], "any (no condition)");
+    }
+
+    #[test]
+    fn a_second_statement_that_pins_no_subject_is_drift_whatever_the_first_pins() {
+        let declared = grant(&document(PROVIDER, ISSUER, SA), Some(PROVIDER));
+        let audience_only = json!({
+            "Effect": "Allow",
+            "Principal": {"Federated": PROVIDER},
+            "Action": "sts:AssumeRoleWithWebIdentity",
+            "Condition": {"StringEquals": {format!("{ISSUER}:aud"): AUDIENCE}}
+        });
+        let mut empty = audience_only.clone();
+        empty["Condition"] = json!({});
+        let mut subject_only = document(PROVIDER, ISSUER, SA)["Statement"][0].clone();
+        subject_only["Condition"]["StringEquals"]
+            .as_object_mut()
+            .unwrap()
+            .remove(&format!("{ISSUER}:aud"));
+        for extra in [audience_only, empty, subject_only] {
+            let mut doc = document(PROVIDER, ISSUER, SA);
+            doc["Statement"].as_array_mut().unwrap().push(extra.clone());
+            let g = grant(&doc, Some(PROVIDER));
+            assert_ne!(g, declared, "{extra}");
+            assert!(g.to_string().contains("any (no condition)"), "{g}");
+        }
     }
 
     #[test]

@@ -106,7 +106,9 @@ pub enum WaitError {
     },
 }
 
-/// Polls `poll` on `schedule` until it is ready, fails, or the deadline passes.
+/// Polls `poll` on `schedule` until it is ready, fails, or the deadline passes. A poll that
+/// does not answer (a `Describe*` call stalled on a connection the SDK set no read timeout
+/// for) is bounded by the same deadline.
 ///
 /// # Errors
 /// [`WaitError`] with the status history.
@@ -118,7 +120,14 @@ where
     let start = Instant::now();
     let mut history = History::default();
     loop {
-        match poll().await {
+        let left = schedule.deadline.saturating_sub(start.elapsed());
+        let Ok(polled) = tokio::time::timeout(left, poll()).await else {
+            return Err(WaitError::TimedOut {
+                after: schedule.deadline,
+                history,
+            });
+        };
+        match polled {
             Poll::Ready(v) => return Ok(v),
             Poll::Failed(message) => return Err(WaitError::Failed { message, history }),
             Poll::Pending(status) => {
@@ -226,6 +235,14 @@ mod tests {
         assert_eq!(b.delay(Duration::from_secs(1)), Duration::from_millis(100));
         assert_eq!(b.delay(Duration::from_secs(30)), Duration::from_millis(600));
         assert_eq!(b.delay(Duration::from_secs(600)), Duration::from_secs(10));
+    }
+
+    #[tokio::test]
+    async fn a_poll_that_never_answers_ends_at_the_deadline() {
+        let e = wait_until(fast(30), || std::future::pending::<Poll<()>>())
+            .await
+            .unwrap_err();
+        assert!(matches!(&e, WaitError::TimedOut { .. }), "{e}");
     }
 
     #[tokio::test]

@@ -72,15 +72,34 @@ pub fn is_webhook_starting(message: &str) -> bool {
         || message.contains("x509:")
 }
 
-/// The server's message for an error, or the client's description.
+/// The server's message for an error, or the client's description. A 401
+/// adds why an EKS cluster refuses credentials of its own account: by
+/// default it admits only the IAM identity that created it (EKS User Guide,
+/// "Grant IAM users and roles access to Kubernetes APIs": the cluster
+/// creator's admin permissions; others need an access entry or an
+/// `aws-auth` mapping).
 pub fn message(err: &kube::Error) -> String {
     match err {
         kube::Error::Api(status) if !status.message.is_empty() => {
-            format!("{} ({} {})", status.message, status.code, status.reason)
+            let hint = if status.code == 401 {
+                UNAUTHORIZED_HINT
+            } else {
+                ""
+            };
+            format!(
+                "{} ({} {}){hint}",
+                status.message, status.code, status.reason
+            )
         }
         other => other.to_string(),
     }
 }
+
+/// What [`message`] adds to a 401.
+const UNAUTHORIZED_HINT: &str = "; the cluster does not admit these credentials. On EKS, only \
+     the IAM identity that created the cluster is admitted unless an access entry or the \
+     aws-auth ConfigMap admits another: run with the creator's credentials (`aws sts \
+     get-caller-identity` shows whose these are), or have it grant yours";
 
 /// Why a retried call failed.
 #[derive(Debug, thiserror::Error)]
@@ -190,6 +209,18 @@ mod tests {
 
     fn api(code: u16, reason: &str, message: &str) -> kube::Error {
         kube::Error::Api(Box::new(Status::failure(message, reason).with_code(code)))
+    }
+
+    #[test]
+    fn a_401_says_which_identity_an_eks_cluster_admits() {
+        let m = message(&api(401, "Unauthorized", "Unauthorized"));
+        assert!(
+            m.starts_with("Unauthorized (401 Unauthorized); the cluster does not admit")
+                && m.contains("only the IAM identity that created the cluster"),
+            "{m}"
+        );
+        let m = message(&api(403, "Forbidden", "forbidden"));
+        assert_eq!(m, "forbidden (403 Forbidden)");
     }
 
     #[test]

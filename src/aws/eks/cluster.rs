@@ -168,6 +168,30 @@ impl ClusterResource {
         Backoff::with_deadline(self.timeout())
     }
 
+    /// Waits while the cluster is `CREATING`, `UPDATING` or `PENDING`: EKS
+    /// refuses to delete it meanwhile (`ResourceInUseException`: "Cannot
+    /// delete because cluster … currently has an update in progress"; a
+    /// create interrupted by Ctrl-C leaves it `CREATING` for minutes).
+    /// Returns it as it then is, or `None` once it is gone or no longer ours.
+    async fn wait_settled(&self) -> Result<Option<Cluster>, ResourceError> {
+        let tolerance = Tolerance::default();
+        wait_until(self.schedule(), || async {
+            let cluster = match self.ours().await {
+                Ok(c) => {
+                    tolerance.ok();
+                    c
+                }
+                Err(e) => return tolerance.failed(e.to_string()),
+            };
+            match cluster.as_ref().and_then(Cluster::status) {
+                Some(s) if busy(s) => Poll::Pending(s.as_str().to_string()),
+                _ => Poll::Ready(cluster),
+            }
+        })
+        .await
+        .map_err(|e| ResourceError::msg(format!("cluster {}: {e}", self.name)))
+    }
+
     /// Waits until the cluster is `ACTIVE`.
     async fn wait_active(&self) -> Result<Cluster, ResourceError> {
         let tolerance = Tolerance::default();
@@ -784,9 +808,19 @@ impl Resource for ClusterResource {
     async fn delete(&self, _recorded: &ResourceState) -> Result<(), ResourceError> {
         // Only a cluster this deployment's state made: a foreign cluster
         // that took our name after ours was deleted is left alone.
-        let Some(cluster) = self.ours().await? else {
+        let Some(mut cluster) = self.ours().await? else {
             return Ok(());
         };
+        if cluster.status().is_some_and(busy) {
+            let what = format!(
+                "EKS cluster {} to finish its operation before it is deleted",
+                self.name
+            );
+            match unless_interrupted(&what, self.wait_settled()).await? {
+                Some(settled) => cluster = settled,
+                None => return Ok(()),
+            }
+        }
         if cluster.status() != Some(&ClusterStatus::Deleting) {
             match self.client.delete_cluster().name(&self.name).send().await {
                 Ok(_) => {}
@@ -811,6 +845,16 @@ impl Resource for ClusterResource {
         let what = format!("EKS cluster {} to be deleted", self.name);
         unless_interrupted(&what, self.wait_gone()).await
     }
+}
+
+/// Whether a cluster in `status` has an operation in progress that EKS lets
+/// no delete interrupt (EKS API Reference, `Cluster.status`; DeleteCluster
+/// answers `ResourceInUseException`).
+fn busy(status: &ClusterStatus) -> bool {
+    matches!(
+        status,
+        ClusterStatus::Creating | ClusterStatus::Updating | ClusterStatus::Pending
+    )
 }
 
 /// The refusal of a DeleteCluster that EKS answered `ResourceInUseException`
@@ -839,6 +883,16 @@ fn in_use(name: &str, message: &str, groups: &[String]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_delete_waits_out_creating_updating_and_pending_only() {
+        for s in ["CREATING", "UPDATING", "PENDING"] {
+            assert!(busy(&ClusterStatus::from(s)), "{s}");
+        }
+        for s in ["ACTIVE", "FAILED", "DELETING"] {
+            assert!(!busy(&ClusterStatus::from(s)), "{s}");
+        }
+    }
 
     #[test]
     fn a_cluster_in_use_names_its_node_groups_or_else_what_else_holds_it() {

@@ -221,12 +221,13 @@ pub fn update_poll(update: &Update) -> Poll<()> {
 
 /// The plan line for a cluster or node group whose live status is
 /// `status` (EKS's `ClusterStatus`/`NodegroupStatus`, e.g. `UPDATING`):
-/// `None` when `ACTIVE`; otherwise it says the apply first waits for the
+/// `None` when `ACTIVE` or a node group's `DEGRADED` (settled: its nodes run
+/// and EKS takes updates); otherwise it says the apply first waits for the
 /// operation in progress, since EKS runs one update at a time and refuses
 /// another meanwhile (`ResourceInUseException`; EKS API reference,
 /// UpdateClusterVersion).
 pub fn waits_for_status(kind: &str, status: Option<&str>) -> Option<Detail> {
-    let status = status.filter(|s| *s != "ACTIVE")?;
+    let status = status.filter(|s| !matches!(*s, "ACTIVE" | "DEGRADED"))?;
     Some(Detail {
         action: "Wait".into(),
         name: format!("status {status}"),
@@ -305,6 +306,7 @@ mod tests {
     #[test]
     fn the_plan_says_it_waits_for_an_operation_in_progress() {
         assert_eq!(waits_for_status("Nodegroup", Some("ACTIVE")), None);
+        assert_eq!(waits_for_status("Nodegroup", Some("DEGRADED")), None);
         let d = waits_for_status("Nodegroup", Some("UPDATING")).unwrap();
         assert_eq!(
             (d.action.as_str(), d.name.as_str(), d.kind.as_str()),

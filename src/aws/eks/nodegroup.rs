@@ -89,6 +89,16 @@ pub fn health(status: &str) -> &str {
     }
 }
 
+/// Whether a node group in `status` has an operation in progress that a
+/// DeleteNodegroup may not interrupt (EKS API Reference, `Nodegroup.status`;
+/// DeleteNodegroup answers `ResourceInUseException` meanwhile).
+fn busy(status: &NodegroupStatus) -> bool {
+    matches!(
+        status,
+        NodegroupStatus::Creating | NodegroupStatus::Updating
+    )
+}
+
 /// The launch template name of node group `nodegroup_name`.
 pub fn launch_template_name(nodegroup_name: &str) -> String {
     format!("kfaws-{nodegroup_name}")
@@ -211,6 +221,25 @@ impl NodegroupResource {
             };
             match group.status() {
                 Some(NodegroupStatus::Active) => Poll::Ready(group),
+                // Settled: its nodes run, EKS names what is wrong, and an
+                // update (more nodes, another version) may be what mends it
+                // (see `health`); waiting for ACTIVE would wait out the
+                // deadline.
+                Some(NodegroupStatus::Degraded) => {
+                    tracing::warn!(
+                        "{} is DEGRADED: {}",
+                        self.what(),
+                        describe_issues(
+                            group
+                                .health()
+                                .map(|h| h.issues())
+                                .unwrap_or_default()
+                                .iter()
+                                .map(|i| (i.code().map(|c| c.as_str()), i.message()))
+                        )
+                    );
+                    Poll::Ready(group)
+                }
                 Some(
                     s @ (NodegroupStatus::CreateFailed
                     | NodegroupStatus::DeleteFailed
@@ -229,6 +258,27 @@ impl NodegroupResource {
                     )
                 )),
                 other => Poll::Pending(other.map_or("UNKNOWN", |s| s.as_str()).to_string()),
+            }
+        })
+        .await
+        .map_err(|e| ResourceError::msg(format!("{}: {e}", self.what())))
+    }
+
+    /// Waits while the group is `CREATING` or `UPDATING` ([`busy`]); returns
+    /// it as it then is, or `None` once it is gone or no longer ours.
+    async fn wait_settled(&self) -> Result<Option<Nodegroup>, ResourceError> {
+        let tolerance = Tolerance::default();
+        wait_until(Backoff::with_deadline(self.timeout()), || async {
+            let group = match self.ours().await {
+                Ok(g) => {
+                    tolerance.ok();
+                    g
+                }
+                Err(e) => return tolerance.failed(e.to_string()),
+            };
+            match group.as_ref().and_then(Nodegroup::status) {
+                Some(s) if busy(s) => Poll::Pending(s.as_str().to_string()),
+                _ => Poll::Ready(group),
             }
         })
         .await
@@ -858,7 +908,15 @@ impl Resource for NodegroupResource {
     }
 
     async fn delete(&self, _recorded: &ResourceState) -> Result<(), ResourceError> {
-        if let Some(group) = self.ours().await? {
+        let mut group = self.ours().await?;
+        if group.as_ref().and_then(Nodegroup::status).is_some_and(busy) {
+            let what = format!(
+                "{} to finish its operation before it is deleted",
+                self.what()
+            );
+            group = unless_interrupted(&what, self.wait_settled()).await?;
+        }
+        if let Some(group) = group {
             if group.status() != Some(&NodegroupStatus::Deleting) {
                 match self
                     .eks
@@ -911,6 +969,22 @@ mod tests {
         }
         for bad in ["CREATE_FAILED", "DELETE_FAILED", "DELETING"] {
             assert_eq!(health(bad), bad);
+        }
+    }
+
+    #[test]
+    fn a_delete_waits_out_creating_and_updating_only() {
+        for s in ["CREATING", "UPDATING"] {
+            assert!(busy(&NodegroupStatus::from(s)), "{s}");
+        }
+        for s in [
+            "ACTIVE",
+            "DEGRADED",
+            "CREATE_FAILED",
+            "DELETE_FAILED",
+            "DELETING",
+        ] {
+            assert!(!busy(&NodegroupStatus::from(s)), "{s}");
         }
     }
 }

@@ -54,6 +54,9 @@ def test_eks_cluster_and_nodegroup_pass_through_creating_and_deleting(aws, accou
     started = time.monotonic()
     created = eks.create_cluster(name="ml", roleArn=role, resourcesVpcConfig={"subnetIds": [subnet]})
     assert created["cluster"]["status"] == "CREATING"
+    with pytest.raises(eks.exceptions.ResourceInUseException) as busy:
+        eks.delete_cluster(name="ml")
+    assert "currently has an update in progress" in str(busy.value)
 
     with pytest.raises(ClientError) as err:
         eks.create_nodegroup(clusterName="ml", nodegroupName="cpu", nodeRole=role, subnets=[subnet])

@@ -3,7 +3,9 @@
 AWS: Cluster.status and Nodegroup.status are CREATING, then ACTIVE; DELETING,
 then the resource is gone (DescribeCluster: ResourceNotFoundException). A
 node group needs an ACTIVE cluster, and a cluster with node groups (in any
-state) cannot be deleted (ResourceInUseException).
+state) cannot be deleted (ResourceInUseException), nor can a cluster still
+CREATING ("Cannot delete because cluster … currently has an update in
+progress", as eksctl-io/eksctl#1069 and aws/containers-roadmap#1511 quote it).
 https://docs.aws.amazon.com/eks/latest/APIReference/API_Cluster.html
 https://docs.aws.amazon.com/eks/latest/APIReference/API_Nodegroup.html
 https://docs.aws.amazon.com/eks/latest/APIReference/API_DeleteCluster.html
@@ -14,6 +16,7 @@ moto 5.2.5 creates both ACTIVE and deletes them at once. Durations:
 
 from __future__ import annotations
 
+from moto.eks.exceptions import ResourceInUseException
 from moto.eks.models import EKSBackend, validate_safe_to_delete
 
 from ..lifecycle import LIFECYCLE
@@ -45,6 +48,13 @@ def apply() -> None:
             seconds = LIFECYCLE.duration("eks.cluster.delete", self.account_id)
             if cluster is None or seconds <= 0:
                 return original(self, name)
+            if cluster.status == "CREATING":
+                raise ResourceInUseException(
+                    clusterName=name,
+                    nodegroupName=None,
+                    addonName=None,
+                    message=f"Cannot delete because cluster {name} currently has an update in progress",
+                )
             if cluster.status != "DELETING":
                 validate_safe_to_delete(cluster)
                 cluster.status = "DELETING"
