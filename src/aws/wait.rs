@@ -239,7 +239,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_poll_that_never_answers_ends_at_the_deadline() {
-        let e = wait_until(fast(30), || std::future::pending::<Poll<()>>())
+        let e = wait_until(fast(30), std::future::pending::<Poll<()>>)
             .await
             .unwrap_err();
         assert!(matches!(&e, WaitError::TimedOut { .. }), "{e}");
