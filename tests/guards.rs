@@ -45,6 +45,23 @@ async fn an_instance_type_offered_in_one_zone_fails_the_plan_before_any_mutating
     );
 }
 
+/// us-east-1e is zone ID use1-az3 in the emulator, in which EKS refuses
+/// cluster subnets: a configured zone there fails the plan before any call
+/// that changes anything.
+#[tokio::test]
+async fn a_configured_zone_eks_does_not_support_fails_the_plan() {
+    let d = Deployment::new("[options]\navailability_zones = [\"us-east-1a\", \"us-east-1e\"]\n");
+    let err = d.fails(&["plan"]);
+    assert!(
+        err.contains(
+            "options.availability_zones: us-east-1e is zone ID use1-az3 in this account, in which \
+             EKS refuses cluster subnets"
+        ),
+        "{err}"
+    );
+    assert_eq!(d.aws().await.mutating_calls(), Vec::<String>::new());
+}
+
 #[tokio::test]
 async fn zones_are_the_first_two_offering_the_type_and_stay_once_recorded() {
     let fresh = Deployment::new("");

@@ -32,6 +32,13 @@ use aws_sdk_ec2::types::{Filter, LocationType};
 /// subnet requirements").
 pub const ZONE_COUNT: usize = 2;
 
+/// Zone IDs in which EKS refuses cluster subnets (CreateCluster answers
+/// `UnsupportedAvailabilityZoneException`): `use1-az3` (us-east-1),
+/// `usw1-az2` (us-west-1), `cac1-az3` (ca-central-1), as eksctl and the
+/// Terraform EKS examples exclude them. Zone IDs, not names: names are mapped
+/// to IDs per account (EC2 User Guide, "AZ IDs").
+pub const EKS_UNSUPPORTED_ZONE_IDS: [&str; 3] = ["use1-az3", "usw1-az2", "cac1-az3"];
+
 /// Where a set of zones came from, for error messages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Source {
@@ -55,8 +62,12 @@ pub struct Wanted {
 pub struct Offerings {
     /// The region.
     pub region: String,
-    /// Zones in state `available` that need no opt-in.
+    /// Zones in state `available` that need no opt-in and whose zone IDs EKS
+    /// takes for cluster subnets.
     pub available: BTreeSet<String>,
+    /// Zones left out of `available` because EKS refuses cluster subnets in
+    /// their zone IDs ([`EKS_UNSUPPORTED_ZONE_IDS`]): name → zone ID.
+    pub eks_unsupported: BTreeMap<String, String>,
     /// Instance type → the zones offering it (any state).
     pub by_type: BTreeMap<String, BTreeSet<String>>,
 }
@@ -135,6 +146,20 @@ pub enum ZoneError {
         /// The usable zones that offer it.
         offered_in: Vec<String>,
     },
+    /// A configured zone is one whose zone ID EKS refuses cluster subnets in.
+    #[error(
+        "options.availability_zones: {zone} is zone ID {zone_id} in this account, in which EKS \
+         refuses cluster subnets (UnsupportedAvailabilityZoneException); choose other zones of \
+         {region}, or leave options.availability_zones out and kfaws chooses"
+    )]
+    EksUnsupported {
+        /// The region.
+        region: String,
+        /// The configured zone's name.
+        zone: String,
+        /// Its zone ID.
+        zone_id: String,
+    },
     /// An EC2 call failed.
     #[error(
         "cannot list the Availability Zones and instance type offerings of {region}: {message}"
@@ -204,6 +229,20 @@ pub fn choose(
         }
     }
     if let Some((zones, source)) = fixed {
+        // A recorded zone is the network's, whatever EKS now says: only a
+        // configured one is refused here.
+        if source == Source::Config {
+            if let Some((zone, zone_id)) = zones
+                .iter()
+                .find_map(|z| offerings.eks_unsupported.get_key_value(z))
+            {
+                return Err(ZoneError::EksUnsupported {
+                    region,
+                    zone: zone.clone(),
+                    zone_id: zone_id.clone(),
+                });
+            }
+        }
         for w in wanted {
             let usable = offerings.usable_for(&w.instance_type);
             if let Some(zone) = zones.iter().find(|z| !usable.contains(*z)) {
@@ -259,6 +298,7 @@ pub async fn offerings(
         .send()
         .await
         .map_err(|e| api(super::error_message(&e)))?;
+    let mut eks_unsupported = BTreeMap::new();
     let available = zones
         .availability_zones()
         .iter()
@@ -271,6 +311,13 @@ pub async fn offerings(
                 && z.opt_in_status()
                     .is_none_or(|s| s.as_str() == "opt-in-not-required")
                 && z.state().map(|s| s.as_str()) == Some("available")
+        })
+        .filter(|z| match (z.zone_name(), z.zone_id()) {
+            (Some(name), Some(id)) if EKS_UNSUPPORTED_ZONE_IDS.contains(&id) => {
+                eks_unsupported.insert(name.to_string(), id.to_string());
+                false
+            }
+            _ => true,
         })
         .filter_map(|z| z.zone_name().map(str::to_string))
         .collect();
@@ -300,6 +347,7 @@ pub async fn offerings(
     Ok(Offerings {
         region: region.to_string(),
         available,
+        eks_unsupported,
         by_type,
     })
 }
@@ -314,6 +362,7 @@ mod tests {
             available: ["us-east-1a", "us-east-1b", "us-east-1c", "us-east-1d"]
                 .map(String::from)
                 .into(),
+            eks_unsupported: BTreeMap::new(),
             by_type: types
                 .iter()
                 .map(|(t, z)| (t.to_string(), z.iter().map(|s| s.to_string()).collect()))
@@ -339,6 +388,27 @@ mod tests {
         ]);
         let w = wanted(&[("cpu", "m5.xlarge"), ("gpu", "g5.xlarge")]);
         assert_eq!(choose(&w, &o, None).unwrap(), ["us-east-1c", "us-east-1d"]);
+    }
+
+    #[test]
+    fn a_configured_zone_eks_refuses_is_named_with_its_zone_id() {
+        let mut o = offerings(&[("m5.xlarge", &["us-east-1a", "us-east-1b", "us-east-1e"])]);
+        o.eks_unsupported
+            .insert("us-east-1e".into(), "use1-az3".into());
+        let zones = ["us-east-1a".to_string(), "us-east-1e".to_string()];
+        let w = wanted(&[("cpu", "m5.xlarge")]);
+        let e = choose(&w, &o, Some((&zones, Source::Config))).unwrap_err();
+        assert_eq!(
+            e,
+            ZoneError::EksUnsupported {
+                region: "us-east-1".into(),
+                zone: "us-east-1e".into(),
+                zone_id: "use1-az3".into(),
+            }
+        );
+        assert!(e.to_string().starts_with(
+            "options.availability_zones: us-east-1e is zone ID use1-az3 in this account"
+        ));
     }
 
     #[test]
