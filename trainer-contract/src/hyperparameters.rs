@@ -4,7 +4,10 @@
 //! so `64` arrives as `"64"` and `"gloo"` as `"\"gloo\""` (sagemaker-python-sdk,
 //! `EstimatorBase.set_hyperparameters` → `json.dumps`). Values that parse as JSON are decoded,
 //! others are taken verbatim. Keys accept `-` or `_` (`batch-size` = `batch_size`); keys
-//! starting with `sagemaker_` belong to the SDK and are ignored.
+//! starting with `sagemaker_` belong to the SDK and are ignored, and so is
+//! `_tuning_objective_metric`, which a `HyperparameterTuner` adds to every trial's
+//! hyperparameters (sagemaker-python-sdk, `tuner.py`: `HyperparameterTuner.TUNING_OBJECTIVE`,
+//! one of its reserved keys).
 
 use std::collections::BTreeMap;
 
@@ -141,6 +144,17 @@ impl Default for Hyperparameters {
             max_train_samples: None,
         }
     }
+}
+
+/// The key a SageMaker `HyperparameterTuner` adds to every trial's `hyperparameters.json`
+/// (the objective metric's name); reserved by the SDK (sagemaker-python-sdk, `tuner.py`,
+/// `HyperparameterTuner.TUNING_OBJECTIVE`), not the trainer's, so it is ignored.
+pub const TUNING_OBJECTIVE_KEY: &str = "_tuning_objective_metric";
+
+/// Whether `key` of SageMaker's `hyperparameters.json` belongs to SageMaker rather than the
+/// trainer: `sagemaker_*` (the SDK's own settings) or [`TUNING_OBJECTIVE_KEY`].
+pub fn is_sagemaker_reserved(key: &str) -> bool {
+    key.starts_with("sagemaker_") || key == TUNING_OBJECTIVE_KEY
 }
 
 /// Names accepted, in their canonical `-` form.
@@ -306,7 +320,8 @@ impl Hyperparameters {
     }
 
     /// Applies SageMaker's `hyperparameters.json` (an object of strings, or of JSON values
-    /// written by hand), skipping `sagemaker_*` keys.
+    /// written by hand), skipping SageMaker's reserved keys ([`is_sagemaker_reserved`]:
+    /// `sagemaker_*` and a tuning job's `_tuning_objective_metric`).
     ///
     /// # Errors
     /// [`HyperparameterError::Json`] when it is not a JSON object;
@@ -330,7 +345,7 @@ impl Hyperparameters {
             });
         }
         for (key, value) in map {
-            if key.starts_with("sagemaker_") {
+            if is_sagemaker_reserved(&key) {
                 continue;
             }
             let raw = match value {
@@ -532,6 +547,22 @@ mod tests {
         hp.apply_sagemaker_json(r#"{"seed": "7", "sagemaker_region": "\"x\""}"#, "hp.json")
             .unwrap();
         assert_eq!(hp.seed, 7);
+    }
+
+    #[test]
+    fn a_tuning_jobs_objective_metric_key_is_ignored() {
+        // What a HyperparameterTuner trial's hyperparameters.json holds (SDK-encoded).
+        let json = r#"{"_tuning_objective_metric": "\"test_acc\"", "lr": "0.05",
+            "sagemaker_estimator_module": "\"sagemaker.estimator\""}"#;
+        let mut hp = Hyperparameters::default();
+        hp.apply_sagemaker_json(json, "hp.json").unwrap();
+        assert_eq!(hp.lr, 0.05);
+        assert!(is_sagemaker_reserved("_tuning_objective_metric"));
+        // Only that exact key: other names starting with `_` are still unknown.
+        let err = Hyperparameters::default()
+            .apply_sagemaker_json(r#"{"_tuning_other": "1"}"#, "hp.json")
+            .unwrap_err();
+        assert!(matches!(err, HyperparameterError::Unknown { .. }), "{err}");
     }
 
     #[test]

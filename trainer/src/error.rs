@@ -68,15 +68,22 @@ pub enum TrainError {
         loss: f64,
     },
     /// SIGTERM or SIGINT arrived (on any rank); all ranks stopped before the same step and
-    /// rank 0 wrote the checkpoint of `epoch`/`step`.
+    /// rank 0 writes the checkpoint of `epoch`/`step`.
     #[error(
-        "stopped by SIGTERM or SIGINT before epoch {epoch} step {step}; rank 0 wrote the checkpoint, the job can resume from it"
+        "stopped by SIGTERM or SIGINT before epoch {epoch} step {step}; {}",
+        match written {
+            true => "rank 0 wrote the checkpoint, the job can resume from it",
+            false => "rank 0 is writing the checkpoint, which the job can resume from",
+        }
     )]
     Terminated {
         /// The epoch stopped in, counted from 1.
         epoch: u64,
         /// Steps of that epoch done: the checkpoint's, and the one training resumes at.
         step: u64,
+        /// Whether this rank wrote the checkpoint: rank 0, once it is saved. A worker stops
+        /// without waiting for rank 0's save, which may still be under way (or fail).
+        written: bool,
     },
 }
 
@@ -111,14 +118,42 @@ mod tests {
         assert_eq!(mismatch.exit_code(), 1);
         let dead = TrainError::from(CommError::PeerClosed { rank: 1 });
         assert!(dead.exit_code() >= 130);
-        assert_eq!(
-            TrainError::Terminated { epoch: 1, step: 2 }.exit_code(),
-            143
-        );
+        for written in [true, false] {
+            let stopped = TrainError::Terminated {
+                epoch: 1,
+                step: 2,
+                written,
+            };
+            assert_eq!(stopped.exit_code(), 143);
+        }
         let diverged = TrainError::Diverged {
             epoch: 1,
             loss: f64::NAN,
         };
         assert_eq!(diverged.exit_code(), 1);
+    }
+
+    /// Only the rank that saved the checkpoint says it was written: a worker stops while rank
+    /// 0 may still be writing it.
+    #[test]
+    fn a_worker_stopped_does_not_claim_the_checkpoint_is_written() {
+        let stopped = |written| {
+            TrainError::Terminated {
+                epoch: 2,
+                step: 7,
+                written,
+            }
+            .to_string()
+        };
+        assert_eq!(
+            stopped(true),
+            "stopped by SIGTERM or SIGINT before epoch 2 step 7; rank 0 wrote the checkpoint, \
+             the job can resume from it"
+        );
+        let worker = stopped(false);
+        assert!(
+            worker.contains("rank 0 is writing the checkpoint") && !worker.contains("wrote"),
+            "{worker}"
+        );
     }
 }

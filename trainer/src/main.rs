@@ -68,6 +68,7 @@ fn main() -> ExitCode {
         Err(e) => {
             let _ = e.print();
             return if e.use_stderr() {
+                write_parse_failure(&e);
                 ExitCode::from(kfaws_trainer::error::EXIT_CONFIG as u8)
             } else {
                 ExitCode::SUCCESS
@@ -99,6 +100,58 @@ fn main() -> ExitCode {
         Command::Sample(args) => run_sample(&args),
         Command::CheckData(args) => run_check_data(&args),
     }
+}
+
+/// Under SageMaker, writes the message of a `train` command whose flags or `TRAINER_*`
+/// variables do not parse to the failure file, as [`fail`] does for every later error: such a
+/// job's FailureReason would otherwise be empty. The SageMaker root is the one `train` would
+/// use (`--sagemaker-root`, else `TRAINER_SAGEMAKER_ROOT`, else `/opt/ml`); nothing is written
+/// where its `resourceconfig.json` is absent, or for another command.
+fn write_parse_failure(error: &clap::Error) {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+    if args.first().and_then(|a| a.to_str()) != Some("train") {
+        return;
+    }
+    let root = sagemaker_root_flag(&args[1..])
+        .or_else(|| std::env::var_os("TRAINER_SAGEMAKER_ROOT"))
+        .unwrap_or_else(|| "/opt/ml".into());
+    let layout = SageMakerLayout { root: root.into() };
+    if !layout.is_present() {
+        return;
+    }
+    // `render` without ANSI styles: the file is read as plain text.
+    let message = error.render().to_string();
+    let path = layout.failure_file();
+    if let Err(e) = write_failure(&path, message.trim_end()) {
+        // The log is not set up yet; a closed stderr loses the line, not the exit code.
+        use std::io::Write as _;
+        let _ = writeln!(
+            std::io::stderr().lock(),
+            "cannot write the failure reason to {}: {e}",
+            path.display()
+        );
+    }
+}
+
+/// The value of `--sagemaker-root VALUE` or `--sagemaker-root=VALUE` among `train`'s
+/// arguments (the last one given, as clap takes it), read without clap because they did
+/// not parse.
+fn sagemaker_root_flag(args: &[std::ffi::OsString]) -> Option<std::ffi::OsString> {
+    const FLAG: &str = "--sagemaker-root";
+    let mut found = None;
+    let mut args = args.iter();
+    while let Some(arg) = args.next() {
+        let Some(text) = arg.to_str() else { continue };
+        if text == "--" {
+            break;
+        }
+        if text == FLAG {
+            found = args.next().cloned();
+        } else if let Some(value) = text.strip_prefix(FLAG).and_then(|v| v.strip_prefix('=')) {
+            found = Some(value.into());
+        }
+    }
+    found
 }
 
 /// A flag set by SIGTERM (how orchestrators stop a container) or SIGINT (Ctrl-C in a
@@ -366,13 +419,16 @@ fn emit(line: &str) {
 fn fail(error: &TrainError, failure_file: Option<&std::path::Path>) -> ExitCode {
     tracing::error!("{error}");
     if let Some(path) = failure_file {
-        let written = path
-            .parent()
-            .map_or(Ok(()), std::fs::create_dir_all)
-            .and_then(|_| std::fs::write(path, error.to_string()));
-        if let Err(e) = written {
+        if let Err(e) = write_failure(path, &error.to_string()) {
             tracing::warn!(path = %path.display(), "cannot write the failure reason: {e}");
         }
     }
     ExitCode::from(u8::try_from(error.exit_code()).unwrap_or(1))
+}
+
+/// Writes `reason` to SageMaker's failure file `path`, creating its directory.
+fn write_failure(path: &std::path::Path, reason: &str) -> std::io::Result<()> {
+    path.parent()
+        .map_or(Ok(()), std::fs::create_dir_all)
+        .and_then(|_| std::fs::write(path, reason))
 }

@@ -236,9 +236,11 @@ fn train_connected(
                     let path = checkpoint.save(&config.checkpoint_dir)?;
                     tracing::warn!(path = %path.display(), "stopping: checkpoint written");
                 }
+                // Workers do not wait for rank 0's save, which may still be under way.
                 return Err(TrainError::Terminated {
                     epoch,
                     step: step as u64,
+                    written: rank == 0,
                 });
             }
             let batch = data::make_batch(&dataset.train, dataset.kind, batch_indices, augment);

@@ -330,6 +330,61 @@ fn sagemaker_configuration_error_exits_1_and_writes_the_failure_reason() {
     );
 }
 
+/// A `TRAINER_*` value that does not parse fails in the flag parser, before the run is
+/// configured: under SageMaker its message still reaches the failure file (FailureReason),
+/// while `--help` and `--version` exit 0 and write nothing there.
+#[test]
+fn sagemaker_flag_parse_error_exits_1_and_writes_the_failure_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("opt-ml");
+    std::fs::create_dir_all(root.join("input/config")).unwrap();
+    std::fs::write(
+        root.join("input/config/resourceconfig.json"),
+        r#"{"current_host": "algo-1", "hosts": ["algo-1"]}"#,
+    )
+    .unwrap();
+    let failure = root.join("output/failure");
+    let run = |args: &[&str], threads: Option<&str>| {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_kfaws-trainer"));
+        command
+            .args(args)
+            .env("TRAINER_SAGEMAKER_ROOT", &root)
+            .env_remove("TRAINER_THREADS")
+            .stdin(std::process::Stdio::null());
+        if let Some(threads) = threads {
+            command.env("TRAINER_THREADS", threads);
+        }
+        command.output().unwrap()
+    };
+    for args in [&["train", "--help"][..], &["--version"], &["--help"]] {
+        let out = run(args, Some("x"));
+        assert_eq!(out.status.code(), Some(0), "{args:?}");
+        assert!(!failure.exists(), "{args:?} wrote {}", failure.display());
+    }
+    let out = run(&["train"], Some("x"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let reason = std::fs::read_to_string(&failure).unwrap();
+    assert!(
+        reason.contains("--threads") && reason.contains("'x'"),
+        "{reason}"
+    );
+    assert!(stderr.contains(reason.trim_end()), "{stderr}\n{reason}");
+    // `--sagemaker-root` names the root as it would for a run that parses.
+    std::fs::remove_file(&failure).unwrap();
+    let elsewhere = dir.path().join("no-sagemaker");
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_kfaws-trainer"));
+    let out = command
+        .args(["train", "--threads=x", "--sagemaker-root"])
+        .arg(&root)
+        .env("TRAINER_SAGEMAKER_ROOT", &elsewhere)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(failure.is_file());
+}
+
 #[test]
 fn missing_dataset_exits_1_naming_the_directory() {
     let dir = tempfile::tempdir().unwrap();

@@ -4,6 +4,12 @@
 //! and `RANK` on every replica (one process per pod). Kubeflow Trainer v2 sets torchrun's
 //! `PET_NNODES`, `PET_NODE_RANK`, `PET_MASTER_ADDR` and `PET_MASTER_PORT`; with one process
 //! per node, rank = node rank and world size = number of nodes.
+//!
+//! The trainer is one process per pod. A PyTorchJob with an integer `nprocPerNode` other than
+//! 1 is refused: the training operator then sets `PET_NPROC_PER_NODE` to it and `WORLD_SIZE` to
+//! replicas × `nprocPerNode` (training-operator v1, `pkg/controller.v1/pytorch/envvar.go`), so
+//! rank 0 would wait for ranks no pod runs. `auto`, `cpu` and `gpu` (torchrun's words, which
+//! leave `WORLD_SIZE` the replica count) and no `PET_NPROC_PER_NODE` at all are accepted.
 
 use super::{ConfigError, Launcher};
 
@@ -33,7 +39,8 @@ const TRAINER_V2: [&str; 4] = [
 ///
 /// # Errors
 /// [`ConfigError::Contract`] when only some variables of a set are present, or one does not
-/// parse (naming the variable).
+/// parse (naming the variable), or a PyTorchJob's `PET_NPROC_PER_NODE` is an integer other
+/// than 1 ([`check_nproc_per_node`]).
 pub fn from_env(
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Option<(Topology, Launcher)>, ConfigError> {
@@ -83,7 +90,32 @@ pub fn from_env(
             world_size: number(2)?,
             rank: number(3)?,
         };
+        if launcher == Launcher::PyTorchJob {
+            check_nproc_per_node(env("PET_NPROC_PER_NODE").as_deref(), topology.world_size)?;
+        }
         return Ok(Some((topology, launcher)));
     }
     Ok(None)
+}
+
+/// Refuses a PyTorchJob's `PET_NPROC_PER_NODE` (its `nprocPerNode`) when it is an integer other
+/// than 1: the operator counted that many processes per pod in `world_size` (`WORLD_SIZE`),
+/// and the trainer runs one. `None`, `auto`, `cpu`, `gpu` and `1` pass.
+///
+/// # Errors
+/// [`ConfigError::Contract`] naming `PET_NPROC_PER_NODE`, `nprocPerNode` and `WORLD_SIZE`.
+pub fn check_nproc_per_node(value: Option<&str>, world_size: usize) -> Result<(), ConfigError> {
+    let Some(value) = value else { return Ok(()) };
+    match value.trim().parse::<u64>() {
+        Ok(n) if n != 1 => Err(ConfigError::Contract {
+            source_name: format!("{:?} environment", Launcher::PyTorchJob),
+            detail: format!(
+                "PET_NPROC_PER_NODE={value:?} (the PyTorchJob's nprocPerNode): the operator \
+                 counts {n} processes per pod in WORLD_SIZE={world_size}, but kfaws-trainer runs \
+                 one process per pod, so rank 0 would wait for ranks that never start; set \
+                 nprocPerNode to 1 or auto, or leave it out"
+            ),
+        }),
+        _ => Ok(()),
+    }
 }

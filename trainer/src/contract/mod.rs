@@ -191,6 +191,10 @@ pub const NCCL_NEEDS_CUDA: &str =
     "gloo: this build has no CUDA support (nccl needs kfaws-trainer built with --features cuda, \
      on an NVIDIA GPU)";
 
+/// Where errors say a `--hp` value came from: the flags, or `TRAINER_HYPERPARAMETERS` when no
+/// `--hp` flag is given (clap reads the variable then); which of the two is not known here.
+pub const HP_ORIGIN: &str = "--hp / TRAINER_HYPERPARAMETERS";
+
 /// Default `MASTER_PORT` where no contract gives one: the port SageMaker's PyTorch toolkit uses.
 pub const DEFAULT_MASTER_PORT: u16 = 7777;
 
@@ -225,7 +229,7 @@ pub fn resolve(
         return Err(HyperparameterError::Duplicate {
             first: first.to_string(),
             second: second.to_string(),
-            origin: "--hp".into(),
+            origin: HP_ORIGIN.into(),
         }
         .into());
     }
@@ -235,10 +239,10 @@ pub fn resolve(
             .ok_or_else(|| HyperparameterError::Invalid {
                 key: pair.clone(),
                 value: String::new(),
-                origin: "--hp".into(),
+                origin: HP_ORIGIN.into(),
                 rule: "written key=value".into(),
             })?;
-        hp.set(key.trim(), value.trim(), "--hp")?;
+        hp.set(key.trim(), value.trim(), HP_ORIGIN)?;
     }
     if hp.backend == "nccl" && !cfg!(feature = "cuda") {
         // Refused before anything is read or connected, naming where the value came from.
@@ -250,7 +254,7 @@ pub fn resolve(
             key: "backend".into(),
             value: hp.backend.clone(),
             origin: if from_flags {
-                "--hp".into()
+                HP_ORIGIN.into()
             } else {
                 sm.hyperparameters().display().to_string()
             },

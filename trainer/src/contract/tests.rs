@@ -160,6 +160,48 @@ fn pytorchjob_environment_gives_the_topology() {
 }
 
 #[test]
+fn a_pytorchjob_with_several_processes_per_pod_is_refused() {
+    let args = TrainArgs {
+        data_dir: Some("/d".into()),
+        ..no_sagemaker()
+    };
+    // What the operator sets for 2 replicas with nprocPerNode: 4.
+    let pytorchjob = |nproc: Option<&str>, world: &str| {
+        let mut pairs = vec![
+            ("MASTER_ADDR", "job-master-0".to_string()),
+            ("MASTER_PORT", "23456".into()),
+            ("WORLD_SIZE", world.into()),
+            ("RANK", "0".into()),
+        ];
+        if let Some(n) = nproc {
+            pairs.push(("PET_NPROC_PER_NODE", n.into()));
+        }
+        let map: HashMap<String, String> =
+            pairs.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+        move |name: &str| map.get(name).cloned()
+    };
+    let err = resolve(&args, &pytorchjob(Some("4"), "8")).unwrap_err();
+    assert!(matches!(err, ConfigError::Contract { .. }), "{err}");
+    let err = err.to_string();
+    assert!(
+        err.contains("PET_NPROC_PER_NODE=\"4\"")
+            && err.contains("nprocPerNode")
+            && err.contains("WORLD_SIZE=8"),
+        "{err}"
+    );
+    assert_eq!(
+        crate::error::TrainError::from(resolve(&args, &pytorchjob(Some("0"), "2")).unwrap_err())
+            .exit_code(),
+        1
+    );
+    // torchrun's words, 1, and no variable at all are one process per pod.
+    for nproc in [None, Some("auto"), Some("cpu"), Some("gpu"), Some("1")] {
+        let config = resolve(&args, &pytorchjob(nproc, "2")).unwrap();
+        assert_eq!(config.rendezvous.world_size, 2, "{nproc:?}");
+    }
+}
+
+#[test]
 fn trainer_v2_pet_environment_gives_the_topology() {
     let env = env_of(&[
         ("PET_MASTER_ADDR", "node-0"),
@@ -293,6 +335,11 @@ fn a_hyperparameter_given_twice_in_flags_is_refused() {
         };
         let err = resolve(&args, &env_of(&[])).unwrap_err().to_string();
         assert!(err.contains("is given twice"), "{pairs:?}: {err}");
+        // Flags and TRAINER_HYPERPARAMETERS arrive alike; the error names both.
+        assert!(
+            err.contains("(from --hp / TRAINER_HYPERPARAMETERS)"),
+            "{pairs:?}: {err}"
+        );
     }
 }
 
@@ -307,7 +354,8 @@ fn nccl_in_a_cpu_build_is_refused_naming_its_source() {
     };
     let err = resolve(&args, &env_of(&[])).unwrap_err().to_string();
     assert!(
-        err.contains("\"backend\" = \"nccl\" (from --hp)") && err.contains("--features cuda"),
+        err.contains("\"backend\" = \"nccl\" (from --hp / TRAINER_HYPERPARAMETERS)")
+            && err.contains("--features cuda"),
         "{err}"
     );
 

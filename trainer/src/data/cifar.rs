@@ -76,7 +76,7 @@ fn read_batch(dir: &Path, name: &str, found: &[String], into: &mut Split) -> Res
             return Err(DataError::BadLabel {
                 path,
                 index,
-                label: record[0],
+                label: i64::from(record[0]),
                 classes: 10,
             });
         }

@@ -40,7 +40,7 @@ const IMAGE_BYTES: usize = 3 * 32 * 32;
 /// [`DataError::MissingFile`] naming an absent batch; [`DataError::Pickle`] naming the file when
 /// it is not a pickle or not a dict with `labels` (ints in `0..10`) and `data` (a one-byte
 /// numpy array of N×3,072 with N = the number of labels); [`DataError::BadLabel`] for a label
-/// above 9.
+/// outside `0..10`, naming it as written (negative ones included).
 pub fn load_cifar10_python(dir: &Path) -> Result<super::Dataset, DataError> {
     let found = super::list_dir(dir)?;
     let mut train = empty_split();
@@ -89,17 +89,21 @@ fn read_batch(dir: &Path, name: &str, found: &[String], into: &mut Split) -> Res
     };
     let labels = labels(&dict).map_err(&fail)?;
     let pixels = pixels(&dict, labels.len()).map_err(&fail)?;
+    let mut classes = Vec::with_capacity(labels.len());
     for (index, &label) in labels.iter().enumerate() {
-        if label >= 10 {
-            return Err(DataError::BadLabel {
-                path,
-                index,
-                label,
-                classes: 10,
-            });
+        match u8::try_from(label) {
+            Ok(class) if class < 10 => classes.push(class),
+            _ => {
+                return Err(DataError::BadLabel {
+                    path,
+                    index,
+                    label,
+                    classes: 10,
+                })
+            }
         }
     }
-    into.labels.extend_from_slice(&labels);
+    into.labels.extend_from_slice(&classes);
     into.images.extend_from_slice(pixels);
     Ok(())
 }
@@ -122,8 +126,8 @@ fn entry<'a>(dict: &'a BTreeMap<HashableValue, Value>, key: &str) -> Result<&'a 
         })
 }
 
-/// `labels`: a list of ints, each stored as one byte (the range is checked by the caller).
-fn labels(dict: &BTreeMap<HashableValue, Value>) -> Result<Vec<u8>, String> {
+/// `labels`: a list of ints, as written (the range is checked by the caller).
+fn labels(dict: &BTreeMap<HashableValue, Value>) -> Result<Vec<i64>, String> {
     let Value::List(items) = entry(dict, "labels")? else {
         return Err("\"labels\" is not a list".into());
     };
@@ -131,7 +135,7 @@ fn labels(dict: &BTreeMap<HashableValue, Value>) -> Result<Vec<u8>, String> {
         .iter()
         .enumerate()
         .map(|(i, item)| match item {
-            Value::I64(v) => Ok(u8::try_from(*v).unwrap_or(u8::MAX)),
+            Value::I64(v) => Ok(*v),
             other => Err(format!("label {i} is {}, not an int", kind(other))),
         })
         .collect()
@@ -340,6 +344,35 @@ mod tests {
         write_all(dir.path(), &batch);
         let err = load_dir(dir.path(), None).unwrap_err().to_string();
         assert!(err.contains("shape [2, 3072], expected [1, 3072]"), "{err}");
+    }
+
+    #[test]
+    fn a_negative_label_is_named_as_written() {
+        let mut batch = python2_batch();
+        let labels_at = batch.windows(6).position(|w| w == b"labels").unwrap();
+        let k1 = labels_at + 6 + 2; // after "labels", ']' '('
+        assert_eq!(&batch[k1..k1 + 2], &[b'K', 9]);
+        // BININT `J`: a signed 4-byte little-endian int, here -1.
+        batch.splice(k1..k1 + 2, [b'J', 0xff, 0xff, 0xff, 0xff]);
+        let dir = tempfile::tempdir().unwrap();
+        write_all(dir.path(), &batch);
+        let err = load_dir(dir.path(), None).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                DataError::BadLabel {
+                    label: -1,
+                    index: 0,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        assert!(
+            err.to_string()
+                .contains("data_batch_1: label -1 of example 0"),
+            "{err}"
+        );
     }
 
     #[test]

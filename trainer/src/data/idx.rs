@@ -50,7 +50,7 @@ pub fn load_idx_pair(dir: &Path, prefix: &str, found: &[String]) -> Result<Split
         return Err(DataError::BadLabel {
             path: labels_path,
             index,
-            label,
+            label: i64::from(label),
             classes: 10,
         });
     }

@@ -133,8 +133,9 @@ pub enum DataError {
         path: PathBuf,
         /// The example's position in that file, counted from 0.
         index: usize,
-        /// The label found (a CIFAR-10 python label outside `0..=255` reads as 255).
-        label: u8,
+        /// The label found: a byte in the binary formats, any int (negative ones included) in a
+        /// CIFAR-10 python batch.
+        label: i64,
         /// Number of classes; labels must be below it (10 for every dataset supported).
         classes: usize,
     },

@@ -167,6 +167,15 @@ pub(super) fn check_hello(
 /// The star's links, and the ring's where the all-reduce is [`AllReduce::Ring`].
 pub(super) type Links = (Role, Option<ring::Ring>);
 
+/// Rank 0's side of the rendezvous: admits every other rank, then welcomes them all.
+///
+/// # Errors
+/// [`CommError::Bind`] when the port cannot be listened on; [`CommError::RendezvousTimeout`]
+/// naming the ranks that did not join; [`CommError::Mismatch`] or
+/// [`CommError::RankClaimed`] for a refused handshake; a peer's I/O error while welcoming.
+/// Past the bind, the ranks already connected are sent an `Abort` with the error (permanent
+/// as [`CommError::is_transient`] says), so that they report rank 0's reason rather than
+/// "rank 0 closed its connection".
 pub(super) fn accept_peers(rv: &Rendezvous, agreement: &Agreement) -> Result<Links, CommError> {
     let addr = format!("{}:{}", rv.bind_addr, rv.master_port);
     let listener = TcpListener::bind(&addr).map_err(|source| CommError::Bind {
@@ -179,8 +188,37 @@ pub(super) fn accept_peers(rv: &Rendezvous, agreement: &Agreement) -> Result<Lin
             addr: addr.clone(),
             source,
         })?;
-    let deadline = Instant::now() + rv.connect_timeout;
     let mut peers: Vec<Option<(TcpStream, Hello)>> = (1..rv.world_size).map(|_| None).collect();
+    if let Err(err) = admit_all(&listener, &addr, rv, agreement, &mut peers) {
+        // The ranks admitted so far wait for a welcome that will not come.
+        let mut admitted: Vec<TcpStream> = peers.into_iter().flatten().map(|(s, _)| s).collect();
+        abort_peers(&mut admitted, !err.is_transient(), &err.to_string());
+        return Err(err);
+    }
+    // Welcome only once everyone is in, so a worker's next wait (the initial broadcast) is
+    // bounded by the collective timeout rather than by how late the last rank joins.
+    let (mut peers, hellos): (Vec<TcpStream>, Vec<Hello>) =
+        peers.into_iter().map(|p| p.expect("all admitted")).unzip();
+    match welcome(&mut peers, &hellos, rv) {
+        Ok(ring) => Ok((Role::Root(peers), ring)),
+        Err(err) => {
+            // Ranks welcomed already wait for the initial broadcast, the others for a welcome.
+            abort_peers(&mut peers, !err.is_transient(), &err.to_string());
+            Err(err)
+        }
+    }
+}
+
+/// Accepts connections on `listener` (bound to `addr`) until every rank `1..world_size` has
+/// an open, admitted connection in `peers` (index `rank − 1`), or the connect timeout passes.
+fn admit_all(
+    listener: &TcpListener,
+    addr: &str,
+    rv: &Rendezvous,
+    agreement: &Agreement,
+    peers: &mut [Option<(TcpStream, Hello)>],
+) -> Result<(), CommError> {
+    let deadline = Instant::now() + rv.connect_timeout;
     // A rank whose process died after its handshake is waited for again: its restarted
     // process takes the closed connection's place ([`admit`]).
     let missing = |peers: &[Option<(TcpStream, Hello)>]| -> Vec<usize> {
@@ -188,40 +226,72 @@ pub(super) fn accept_peers(rv: &Rendezvous, agreement: &Agreement) -> Result<Lin
             .filter(|r| peers[r - 1].as_ref().is_none_or(|(s, _)| closed(s)))
             .collect()
     };
-    while !missing(&peers).is_empty() {
+    // The last accept error logged, so that one repeating every poll is logged once.
+    let mut last_accept_error: Option<String> = None;
+    while !missing(peers).is_empty() {
         let (stream, from) = match listener.accept() {
             Ok(conn) => conn,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+            // Nothing to accept yet (`WouldBlock`), or a failure of one connection.
+            Err(e) if accept_error_is_transient(&e) => {
+                if e.kind() != io::ErrorKind::WouldBlock {
+                    let text = e.to_string();
+                    if last_accept_error.as_ref() != Some(&text) {
+                        tracing::warn!(%addr, "accepting a connection failed, waiting on: {text}");
+                        last_accept_error = Some(text);
+                    }
+                }
                 if Instant::now() >= deadline {
                     return Err(CommError::RendezvousTimeout {
                         timeout: rv.connect_timeout,
-                        missing: missing(&peers),
+                        missing: missing(peers),
                     });
                 }
                 std::thread::sleep(Duration::from_millis(20));
                 continue;
             }
-            Err(source) => return Err(CommError::Bind { addr, source }),
+            Err(source) => {
+                return Err(CommError::Bind {
+                    addr: addr.to_string(),
+                    source,
+                })
+            }
         };
-        match admit(stream, rv, agreement, &peers) {
+        match admit(stream, rv, agreement, peers) {
             Ok((hello, stream)) => {
                 tracing::info!(rank = hello.rank, "peer joined");
                 peers[hello.rank - 1] = Some((stream, hello));
             }
-            Err(Admission::Refused(reason)) => {
-                let mut admitted: Vec<TcpStream> =
-                    peers.into_iter().flatten().map(|(s, _)| s).collect();
-                abort_peers(&mut admitted, true, &reason);
-                return Err(CommError::Mismatch(reason));
-            }
+            Err(Admission::Refused(err)) => return Err(err),
             // A stray connection (port scan, health check) that never says hello is dropped.
             Err(Admission::Ignored(why)) => tracing::warn!(%from, "ignored a connection: {why}"),
         }
     }
-    // Welcome only once everyone is in, so a worker's next wait (the initial broadcast) is
-    // bounded by the collective timeout rather than by how late the last rank joins.
-    let (mut peers, hellos): (Vec<TcpStream>, Vec<Hello>) =
-        peers.into_iter().map(|p| p.expect("all admitted")).unzip();
+    Ok(())
+}
+
+/// Whether an error of `accept(2)` on a listener that works concerns only the connection being
+/// accepted, or a shortage that may pass, so that accepting should go on: everything but
+/// `EINVAL` (the socket is not listening). accept(2), Linux: "Linux accept() passes
+/// already-pending network errors on the new socket as an error code from accept() ... the
+/// application should ... treat them like EAGAIN by retrying" (`ENETDOWN`, `EPROTO`,
+/// `ENOPROTOOPT`, `EHOSTDOWN`, `ENONET`, `EHOSTUNREACH`, `EOPNOTSUPP`, `ENETUNREACH`), besides
+/// `ECONNABORTED`, `EINTR`, `EPERM` (a firewall rule refused this connection) and the limits
+/// `EMFILE`, `ENFILE`, `ENOBUFS`, `ENOMEM` (and `EAGAIN`: nothing to accept yet on a
+/// non-blocking listener). The errors of a broken listener (`EBADF`,
+/// `ENOTSOCK`, `EFAULT`, `EOPNOTSUPP` for a socket that is not a stream) cannot arise from a
+/// [`TcpListener`], which owns a valid stream socket and passes valid buffers.
+pub(super) fn accept_error_is_transient(error: &io::Error) -> bool {
+    error.kind() != io::ErrorKind::InvalidInput
+}
+
+/// Sends each admitted rank (`peers[i]` is rank `i + 1`, `hellos` their handshakes) its
+/// welcome, with its ring successor's address where the all-reduce is the ring, and sets up
+/// rank 0's ring links.
+fn welcome(
+    peers: &mut [TcpStream],
+    hellos: &[Hello],
+    rv: &Rendezvous,
+) -> Result<Option<ring::Ring>, CommError> {
     let timeout = rv.collective_timeout;
     for i in 0..peers.len() {
         // Ring: ranks 1..N−1 connect to their successor's listener (rank N−1's is rank 0).
@@ -238,7 +308,7 @@ pub(super) fn accept_peers(rv: &Rendezvous, agreement: &Agreement) -> Result<Lin
         write_frame(&mut peers[i], Tag::Welcome, successor.as_bytes())
             .map_err(|e| CommError::from_io(i + 1, timeout, e))?;
     }
-    let ring = match rv.all_reduce {
+    Ok(match rv.all_reduce {
         AllReduce::Ring => {
             let last = peers.len() - 1;
             let clone = |i: usize| {
@@ -251,12 +321,13 @@ pub(super) fn accept_peers(rv: &Rendezvous, agreement: &Agreement) -> Result<Lin
             Some(ring)
         }
         AllReduce::Star => None,
-    };
-    Ok((Role::Root(peers), ring))
+    })
 }
 
 enum Admission {
-    Refused(String),
+    /// The handshake is refused, which ends the rendezvous with this error.
+    Refused(CommError),
+    /// Not a handshake at all: the connection is dropped.
     Ignored(String),
 }
 
@@ -267,11 +338,12 @@ fn admit(
     peers: &[Option<(TcpStream, Hello)>],
 ) -> Result<(Hello, TcpStream), Admission> {
     let payload = read_hello(&mut stream, rv.collective_timeout).map_err(Admission::Ignored)?;
-    let verdict = check_hello(&payload, rv.world_size, agreement, rv.all_reduce).and_then(|h| {
-        match &peers[h.rank - 1] {
-            Some((earlier, _)) if !closed(earlier) => {
-                Err(format!("two processes claim rank {}", h.rank))
-            }
+    let verdict = match check_hello(&payload, rv.world_size, agreement, rv.all_reduce) {
+        Err(reason) => Err(CommError::Mismatch(reason)),
+        Ok(h) => match &peers[h.rank - 1] {
+            // After a node is lost without a word its rank's connection can look open for
+            // long, while the rank's pod is already started again elsewhere: transient.
+            Some((earlier, _)) if !closed(earlier) => Err(CommError::RankClaimed { rank: h.rank }),
             // The rank's process died after its handshake and was started again (a pod or
             // container restarted): the new connection takes the closed one's place.
             Some(_) => {
@@ -282,13 +354,24 @@ fn admit(
                 Ok(h)
             }
             None => Ok(h),
-        }
-    });
+        },
+    };
     match verdict {
         Ok(hello) => Ok((hello, stream)),
-        Err(reason) => {
-            let _ = write_frame(&mut stream, Tag::Reject, reason.as_bytes());
-            Err(Admission::Refused(reason))
+        Err(err) => {
+            // A `Reject` is a configuration error to its reader; a transient refusal is an
+            // `Abort` that says it is transient, so that the refused rank is retried too.
+            let _ = match &err {
+                CommError::Mismatch(reason) => {
+                    write_frame(&mut stream, Tag::Reject, reason.as_bytes())
+                }
+                other => write_frame(
+                    &mut stream,
+                    Tag::Abort,
+                    &super::wire::abort_payload(0, !other.is_transient(), &other.to_string()),
+                ),
+            };
+            Err(Admission::Refused(err))
         }
     }
 }
@@ -360,8 +443,10 @@ pub(super) fn try_connect(addr: &str, timeout: Duration) -> Result<TcpStream, St
             Ok(s) => {
                 let configure = s
                     .set_nodelay(true)
+                    // Both 2T: rank 0 waits up to T for every other rank before it reads
+                    // this one's gradients, which may not fit the socket buffers meanwhile.
                     .and_then(|_| s.set_read_timeout(Some(timeout * 2)))
-                    .and_then(|_| s.set_write_timeout(Some(timeout)));
+                    .and_then(|_| s.set_write_timeout(Some(timeout * 2)));
                 return configure.map(|_| s).map_err(|e| e.to_string());
             }
             Err(e) => last = format!("{a}: {e}"),
@@ -417,12 +502,10 @@ fn handshake(
         Tag::Reject => Err(CommError::Mismatch(
             String::from_utf8_lossy(&payload).into_owned(),
         )),
-        // Before the job starts rank 0 aborts only when it refused another rank's handshake: a
-        // configuration error for every rank (exit 1), not a transient failure to retry.
-        Tag::Abort => Err(CommError::Mismatch(format!(
-            "rank 0 refused another rank's handshake, so the job cannot start: {}",
-            super::wire::parse_abort(&payload).2
-        ))),
+        // Rank 0 ended the rendezvous (it refused another rank's handshake, timed out waiting
+        // for a rank, or lost one while welcoming): its reason, and whether retrying can help
+        // (a refused handshake: no, exit 1; a timeout or a lost rank: yes, exit 130).
+        Tag::Abort => Err(CommError::aborted(&payload)),
         other => Err(CommError::Protocol {
             rank: 0,
             detail: format!("answered the handshake with {other:?}"),

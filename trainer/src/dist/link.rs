@@ -7,7 +7,7 @@ use std::io;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
-use super::handshake::{check_hello, hello, read_hello, try_connect};
+use super::handshake::{accept_error_is_transient, check_hello, hello, read_hello, try_connect};
 use super::ring::Ring;
 use super::wire::{write_frame, Tag};
 use super::{Agreement, AllReduce};
@@ -59,7 +59,8 @@ pub(super) fn ring_links(
 }
 
 /// Waits up to the collective timeout for rank `rank − 1` to connect and say a matching
-/// handshake; other connections are dropped.
+/// handshake; other connections are dropped, and so are failed accepts that concern only the
+/// connection ([`accept_error_is_transient`]).
 fn accept_predecessor(
     listener: &TcpListener,
     rv: &Rendezvous,
@@ -69,10 +70,23 @@ fn accept_predecessor(
     let io = |e| CommError::from_io(expected, timeout, e);
     listener.set_nonblocking(true).map_err(io)?;
     let deadline = Instant::now() + timeout;
+    // The last accept error logged, so that one repeating every poll is logged once.
+    let mut last_accept_error: Option<String> = None;
     loop {
         let (mut stream, from) = match listener.accept() {
             Ok(conn) => conn,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+            // Nothing to accept yet (`WouldBlock`), or a failure of one connection.
+            Err(e) if accept_error_is_transient(&e) => {
+                if e.kind() != io::ErrorKind::WouldBlock {
+                    let text = e.to_string();
+                    if last_accept_error.as_ref() != Some(&text) {
+                        tracing::warn!(
+                            "accepting a ring connection failed, still waiting for rank \
+                             {expected}: {text}"
+                        );
+                        last_accept_error = Some(text);
+                    }
+                }
                 if Instant::now() >= deadline {
                     return Err(CommError::PeerTimeout {
                         rank: expected,

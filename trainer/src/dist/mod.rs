@@ -176,6 +176,18 @@ pub enum CommError {
     /// The ranks disagree on something they must share: a configuration error, not transient.
     #[error("handshake refused: {0}")]
     Mismatch(String),
+    /// A second connection said the handshake of a rank whose first connection is still open.
+    /// Transient: after a node is lost without a word, its rank's connection can look open
+    /// until TCP gives up on it while the rank's pod, started again elsewhere, reconnects; a
+    /// retry of the job starts every rank afresh.
+    #[error(
+        "two processes claim rank {rank} (its first connection still looks open: a rank started \
+         again after its node was lost?)"
+    )]
+    RankClaimed {
+        /// The rank claimed twice.
+        rank: usize,
+    },
     /// A peer's connection closed: the process died or was killed.
     #[error("rank {rank} closed its connection (process died or was killed?)")]
     PeerClosed {
@@ -308,8 +320,10 @@ impl Communicator {
     ///
     /// # Errors
     /// [`CommError::Mismatch`] when protocol version, world size, parameter count,
-    /// configuration hash or all-reduce algorithm differ (reported on both sides); timeouts
-    /// naming the missing ranks.
+    /// configuration hash or all-reduce algorithm differ (reported on both sides);
+    /// [`CommError::RankClaimed`] when a second live connection claims a rank (transient);
+    /// timeouts naming the missing ranks. A worker that rank 0 gives up on after admitting it
+    /// returns rank 0's error as [`CommError::Aborted`], permanent as it was on rank 0.
     pub fn connect(rv: &Rendezvous, agreement: &Agreement) -> Result<Self, CommError> {
         if rv.world_size == 1 {
             return Ok(Self::single());
@@ -341,16 +355,21 @@ impl Communicator {
     /// Replaces `values` on every rank with rank 0's.
     ///
     /// # Errors
-    /// A [`CommError`] naming the failed rank.
+    /// A [`CommError`] naming the failed rank; rank 0, failing to send to one, aborts the
+    /// others with its error, which they return as [`CommError::Aborted`].
     pub fn broadcast(&mut self, values: &mut [f32]) -> Result<(), CommError> {
+        let timeout = self.timeout;
         match &mut self.role {
             Role::Single => Ok(()),
             Role::Root(peers) => {
-                for (i, peer) in peers.iter_mut().enumerate() {
-                    write_floats(peer, values)
-                        .map_err(|e| CommError::from_io(i + 1, self.timeout, e))?;
+                let result = peers.iter_mut().enumerate().try_for_each(|(i, peer)| {
+                    write_floats(peer, values).map_err(|e| CommError::from_io(i + 1, timeout, e))
+                });
+                // The other workers are told why, rather than finding rank 0 gone.
+                if let Err(err) = &result {
+                    abort_peers(peers, !err.is_transient(), &err.to_string());
                 }
-                Ok(())
+                result
             }
             Role::Worker(root) => receive_floats(root, values, self.timeout),
         }
@@ -391,7 +410,12 @@ impl Communicator {
                 result
             }
             Role::Worker(root) => {
-                write_floats(root, values).map_err(|e| CommError::from_io(0, timeout, e))?;
+                if let Err(e) = write_floats(root, values) {
+                    // Rank 0 may have given up on another rank and aborted while this one
+                    // was still sending: its reason, if it came, says who hung.
+                    return Err(pending_abort(root)
+                        .unwrap_or_else(|| CommError::from_io(0, timeout * 2, e)));
+                }
                 receive_floats(root, values, timeout)
             }
         }
@@ -459,6 +483,16 @@ fn abort_peers(peers: &mut [TcpStream], permanent: bool, reason: &str) {
     for peer in peers.iter_mut() {
         let _ = write_frame(peer, Tag::Abort, &payload);
         let _ = peer.shutdown(std::net::Shutdown::Both);
+    }
+}
+
+/// An `Abort` rank 0 sent before the connection failed, if it can be read within a second
+/// (what the socket received before a reset is still read first).
+fn pending_abort(root: &mut TcpStream) -> Option<CommError> {
+    root.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
+    match read_frame(root) {
+        Ok((Tag::Abort, payload)) => Some(CommError::aborted(&payload)),
+        _ => None,
     }
 }
 

@@ -153,6 +153,20 @@ fn abort_frame_payload(rank: usize, err: &CommError) -> Vec<u8> {
     }
 }
 
+/// How long step `k` of an all-reduce waits for its predecessor's frame, `timeout` being the
+/// collective timeout T: T for the first (the predecessor sends it at once), then 2T plus
+/// T/4 per step. A rank that hangs after step j stalls its successor at step j + 1, the next
+/// rank at step j + 2, and so on; the successor gives up first and relays an abort naming the
+/// hung rank, which must reach each rank further on before that rank's own, later wait ends
+/// (else it would name its predecessor, which is alive). The T/4 per step is that margin.
+fn step_wait(timeout: Duration, k: usize) -> Duration {
+    if k == 0 {
+        timeout
+    } else {
+        timeout * 2 + timeout / 4 * u32::try_from(k).unwrap_or(u32::MAX)
+    }
+}
+
 /// Receives `steps` float frames from the predecessor, handing each to `apply(step, payload)`.
 fn receive_steps(
     prev: &mut TcpStream,
@@ -162,11 +176,9 @@ fn receive_steps(
     mut apply: impl FnMut(usize, &[u8]) -> Result<(), CommError>,
 ) -> Result<(), CommError> {
     for k in 0..steps {
-        let wait = if k == 0 { timeout } else { timeout * 2 };
-        if k < 2 {
-            prev.set_read_timeout(Some(wait))
-                .map_err(|e| CommError::from_io(prev_rank, wait, e))?;
-        }
+        let wait = step_wait(timeout, k);
+        prev.set_read_timeout(Some(wait))
+            .map_err(|e| CommError::from_io(prev_rank, wait, e))?;
         let (tag, payload) =
             read_frame(prev).map_err(|e| CommError::from_io(prev_rank, wait, e))?;
         match tag {
@@ -181,4 +193,19 @@ fn receive_steps(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_later_step_waits_a_quarter_timeout_longer_than_the_one_before() {
+        let t = Duration::from_secs(120);
+        assert_eq!(step_wait(t, 0), t);
+        assert_eq!(step_wait(t, 1), Duration::from_secs(270));
+        for k in 1..10 {
+            assert_eq!(step_wait(t, k + 1) - step_wait(t, k), t / 4, "step {k}");
+        }
+    }
 }

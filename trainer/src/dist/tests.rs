@@ -175,7 +175,7 @@ fn handshake_mismatches_fail_both_sides_with_the_reason() {
 /// learns it from rank 0's abort: a configuration error for it too (not transient, so not
 /// retried by a restart policy), with the reason.
 #[test]
-fn an_admitted_worker_fails_as_a_mismatch_when_rank_zero_refuses_another() {
+fn an_admitted_worker_fails_permanently_when_rank_zero_refuses_another() {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     let rank_zero = thread::spawn(move || {
@@ -194,7 +194,17 @@ fn an_admitted_worker_fails_as_a_mismatch_when_rank_zero_refuses_another() {
         panic!("rank 0 refused the rendezvous");
     };
     rank_zero.join().unwrap();
-    assert!(matches!(err, CommError::Mismatch(_)), "{err}");
+    assert!(
+        matches!(
+            err,
+            CommError::Aborted {
+                rank: 0,
+                permanent: true,
+                ..
+            }
+        ),
+        "{err}"
+    );
     assert!(!err.is_transient(), "{err}");
     assert!(
         err.to_string()
@@ -271,6 +281,38 @@ fn hung_peer_fails_within_the_timeout_naming_it() {
     );
 }
 
+/// A gradient larger than the socket buffers (8 MB here) leaves a worker blocked writing to
+/// rank 0 while rank 0 waits on the hung rank; the worker must still learn from rank 0's abort
+/// which rank hung, not time out first and blame rank 0.
+#[test]
+fn a_worker_still_sending_a_large_gradient_names_the_hung_rank() {
+    let port = free_port();
+    let results = run_ranks(
+        3,
+        |r| (rendezvous(port, r, 3), agreement(1)),
+        |rank, comm| {
+            let mut comm = comm.unwrap();
+            if rank == 1 {
+                thread::sleep(Duration::from_secs(3)); // hung: never joins the collective
+                return None;
+            }
+            let mut values = vec![1.0f32; 1 << 21];
+            Some(comm.all_reduce_sum(&mut values).unwrap_err())
+        },
+    );
+    let root = results[0].as_ref().unwrap();
+    assert!(
+        matches!(root, CommError::PeerTimeout { rank: 1, .. }),
+        "{root}"
+    );
+    let worker = results[2].as_ref().unwrap();
+    assert!(
+        matches!(worker, CommError::Aborted { rank: 0, .. })
+            && worker.to_string().contains("rank 1 did not respond"),
+        "{worker}"
+    );
+}
+
 #[test]
 fn missing_rank_times_out_the_rendezvous_naming_it() {
     let port = free_port();
@@ -285,6 +327,78 @@ fn missing_rank_times_out_the_rendezvous_naming_it() {
         "{err}"
     );
     assert!(worker.join().unwrap().is_err());
+}
+
+/// Rank 0, giving up on a rank that never started, tells the ranks it admitted why: they
+/// report its reason (not "rank 0 closed its connection"), and as transient (exit 130), as a
+/// timeout is on rank 0.
+#[test]
+fn admitted_workers_report_rank_zeros_rendezvous_timeout_as_transient() {
+    let port = free_port();
+    let setup = move |rank| {
+        let mut rv = rendezvous(port, rank, 3);
+        rv.connect_timeout = Duration::from_secs(1);
+        rv
+    };
+    let root = {
+        let rv = setup(0);
+        thread::spawn(move || Communicator::connect(&rv, &agreement(1)).map(|_| ()))
+    };
+    // Rank 2 is never started.
+    let worker = Communicator::connect(&setup(1), &agreement(1)).map(|_| ());
+    let root = root.join().unwrap().unwrap_err();
+    assert!(
+        matches!(&root, CommError::RendezvousTimeout { missing, .. } if missing == &vec![2]),
+        "{root}"
+    );
+    let worker = worker.unwrap_err();
+    assert!(
+        matches!(
+            worker,
+            CommError::Aborted {
+                rank: 0,
+                permanent: false,
+                ..
+            }
+        ),
+        "{worker}"
+    );
+    assert!(
+        worker.to_string().contains("waited 1s for ranks [2]"),
+        "{worker}"
+    );
+    assert!(worker.is_transient(), "{worker}");
+}
+
+#[test]
+fn accept_errors_of_one_connection_or_a_passing_shortage_are_transient() {
+    use std::io::{Error, ErrorKind};
+    for kind in [
+        ErrorKind::ConnectionAborted,
+        ErrorKind::Interrupted,
+        ErrorKind::NetworkDown,
+        ErrorKind::NetworkUnreachable,
+        ErrorKind::HostUnreachable,
+        ErrorKind::PermissionDenied,
+        ErrorKind::OutOfMemory,
+        ErrorKind::WouldBlock,
+    ] {
+        assert!(
+            handshake::accept_error_is_transient(&Error::from(kind)),
+            "{kind:?}"
+        );
+    }
+    // Linux errno values (asm-generic/errno.h) that std does not name: EPROTO, EMFILE,
+    // ENFILE, ENOBUFS.
+    #[cfg(target_os = "linux")]
+    for errno in [71, 24, 23, 105] {
+        let e = Error::from_raw_os_error(errno);
+        assert!(handshake::accept_error_is_transient(&e), "{e}");
+    }
+    // EINVAL: the socket is not listening.
+    assert!(!handshake::accept_error_is_transient(&Error::from(
+        ErrorKind::InvalidInput
+    )));
 }
 
 #[test]
@@ -349,20 +463,35 @@ fn a_rank_restarted_during_the_rendezvous_takes_its_closed_connections_place() {
     let sums: Vec<f32> = ranks.into_iter().map(|h| h.join().unwrap()).collect();
     assert_eq!((root.join().unwrap(), sums), (6.0, vec![6.0, 6.0]));
 
-    // The first process still connected: the second claim of rank 1 is refused.
+    // The first process still connected: the second claim of rank 1 is refused, as transient
+    // on both sides (a node lost without a word leaves its rank's connection looking open
+    // while the rank's pod starts again elsewhere; a retry of the job can succeed).
     let port = free_port();
     let root = thread::spawn(move || {
-        Communicator::connect(&rendezvous(port, 0, 3), &agreement(1))
-            .err()
-            .map(|e| e.to_string())
+        Communicator::connect(&rendezvous(port, 0, 3), &agreement(1)).expect_err("rank 0 refuses")
     });
     let mut alive = connect_once_listening(port);
     let payload = handshake::hello(1, 3, &agreement(1), AllReduce::Star, 0);
     wire::write_frame(&mut alive, wire::Tag::Hello, &payload).unwrap();
-    let second = Communicator::connect(&rendezvous(port, 1, 3), &agreement(1));
-    let err = root.join().unwrap().expect("rank 0 refuses");
-    assert!(err.contains("two processes claim rank 1"), "{err}");
-    assert!(second.is_err());
+    let Err(second) = Communicator::connect(&rendezvous(port, 1, 3), &agreement(1)) else {
+        panic!("the second claim of rank 1 is refused");
+    };
+    let err = root.join().unwrap();
+    assert!(matches!(err, CommError::RankClaimed { rank: 1 }), "{err}");
+    assert!(
+        err.to_string().contains("two processes claim rank 1"),
+        "{err}"
+    );
+    assert!(err.is_transient(), "{err}");
+    assert!(
+        second.to_string().contains("two processes claim rank 1"),
+        "{second}"
+    );
+    assert!(second.is_transient(), "{second}");
+    // The first connection is told too, as transient.
+    let (tag, abort) = wire::read_frame(&mut alive).unwrap();
+    assert_eq!(tag, wire::Tag::Abort);
+    assert!(!wire::parse_abort(&abort).1);
     drop(alive);
 }
 
