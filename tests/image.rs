@@ -264,6 +264,31 @@ fn bad_input_is_refused_before_anything_is_written() {
         err.contains("/bin/ls is not the kfaws trainer") && err.contains("ls (GNU coreutils)"),
         "{err}"
     );
+    // The trainer's own bytes, its ELF header saying aarch64 (e_machine 183) or a
+    // relocatable object file (e_type 1): neither could run in a linux/amd64 image.
+    let original = std::fs::read(trainer()).unwrap();
+    for (offset, value, expected) in [
+        (
+            18,
+            183u16,
+            "built for aarch64 (e_machine 183); the image is linux/amd64",
+        ),
+        (
+            16,
+            1u16,
+            "a relocatable object file (e_type 1), not a program",
+        ),
+    ] {
+        let mut bytes = original.clone();
+        bytes[offset..offset + 2].copy_from_slice(&value.to_le_bytes());
+        let patched = dir.path().join("patched-trainer");
+        std::fs::write(&patched, &bytes).unwrap();
+        let err = build_refused(dir.path(), &["--trainer".as_ref(), patched.as_os_str()]);
+        assert!(
+            err.contains(&format!("{}: {expected}", patched.display())),
+            "{err}"
+        );
+    }
     let trainer = trainer();
     let err = build_refused(
         dir.path(),

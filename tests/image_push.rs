@@ -337,6 +337,38 @@ async fn push_without_repository_uses_the_name_the_image_was_built_as() {
     );
 }
 
+/// `kfaws train --backend` reads the trainer backends `kfaws image build`
+/// labelled the image with back from the registry, through the pushed
+/// reference and through a reference giving both a tag and the digest (the
+/// digest names the image; the tag is not part of the repository).
+#[tokio::test(flavor = "multi_thread")]
+async fn the_backends_label_is_read_back_from_the_pushed_image() {
+    use kfaws::image::inspect::trainer_backends;
+    let _uploads = UPLOADS.lock().await;
+    let dir = tempfile::tempdir().unwrap();
+    build(dir.path(), "kfaws-trainer:backends");
+    let id = fresh_account();
+    let account = Account::new(&id).await;
+    let repository = format!("backends-{id}/trainer");
+    let (ok, stdout, stderr) = push(dir.path(), &id, &["--repository", &repository]);
+    assert!(ok, "{stderr}");
+    let uri = stdout.trim();
+    let version = StdCommand::new(trainer())
+        .arg("--version")
+        .output()
+        .unwrap();
+    let expected = kfaws::train::trainer_backends(&String::from_utf8_lossy(&version.stdout));
+    assert!(expected.is_some(), "{version:?}");
+    assert_eq!(trainer_backends(&account.sdk, uri).await.unwrap(), expected);
+    let (name, digest) = uri.split_once('@').unwrap();
+    let tagged = format!("{name}:backends@{digest}");
+    assert_eq!(
+        trainer_backends(&account.sdk, &tagged).await.unwrap(),
+        expected,
+        "{tagged}"
+    );
+}
+
 #[test]
 fn bad_input_is_refused_before_any_call() {
     let dir = tempfile::tempdir().unwrap();

@@ -51,19 +51,76 @@ fn check_tag(tag: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// How long `BINARY --version` may take before `kfaws image build` stops
+/// it and refuses the binary, in seconds: the trainer answers at once, so a
+/// binary still running after this ignores `--version` (and would otherwise
+/// hang the build).
+const VERSION_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// How often the `--version` child is polled for its exit.
+const VERSION_POLL: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// Runs `trainer --version`, stdin empty, stderr discarded; kills it and
+/// fails when it has not exited within [`VERSION_TIMEOUT`]. Polls
+/// `try_wait` (this command is synchronous), its stdout read on a thread so
+/// a child writing much cannot block on a full pipe.
+fn run_version(trainer: &Path) -> std::io::Result<Option<std::process::Output>> {
+    use std::io::Read as _;
+    use std::process::Stdio;
+
+    let mut child = std::process::Command::new(trainer)
+        .arg("--version")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()?;
+    let mut stdout = child.stdout.take().expect("stdout is piped");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        let _ = stdout.read_to_end(&mut buf);
+        let _ = tx.send(buf);
+    });
+    let deadline = std::time::Instant::now() + VERSION_TIMEOUT;
+    let status = loop {
+        if let Some(status) = child.try_wait()? {
+            break status;
+        }
+        if std::time::Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Ok(None);
+        }
+        std::thread::sleep(VERSION_POLL);
+    };
+    // A grandchild still holding stdout open: what was read so far is not
+    // waited for beyond the same limit.
+    let stdout = rx
+        .recv_timeout(deadline.saturating_duration_since(std::time::Instant::now()))
+        .unwrap_or_default();
+    Ok(Some(std::process::Output {
+        status,
+        stdout,
+        stderr: Vec::new(),
+    }))
+}
+
 /// Refuses a binary that is not the kfaws trainer (`--trainer /bin/ls`
 /// would make an image every training job fails in): runs `BINARY
 /// --version`, which the trainer answers `kfaws-trainer VERSION (backends:
-/// gloo …)`, and returns those backends. A binary this machine cannot run
-/// (another CPU architecture: exec format error) is let through with a
-/// warning, and its backends are not known (`None`).
+/// gloo …)`, and returns those backends. A binary that has not answered
+/// within [`VERSION_TIMEOUT`] is killed and refused. A binary this machine
+/// cannot run (exec format error: this machine is not x86-64, the image's
+/// architecture, which [`Image::build`] has already checked) is let through
+/// with a warning, and its backends are not known (`None`).
 fn check_is_trainer(trainer: &Path) -> anyhow::Result<Option<Vec<String>>> {
-    let output = match std::process::Command::new(trainer)
-        .arg("--version")
-        .stdin(std::process::Stdio::null())
-        .output()
-    {
-        Ok(output) => output,
+    let output = match run_version(trainer) {
+        Ok(Some(output)) => output,
+        Ok(None) => anyhow::bail!(
+            "{} did not answer --version within {} s: it is not the kfaws trainer, which              answers at once; pass the kfaws-trainer binary built with `cargo build --workspace              --bins`",
+            trainer.display(),
+            VERSION_TIMEOUT.as_secs()
+        ),
         // ENOEXEC, "Exec format error" (errno 8 on Linux, asm-generic/errno-base.h).
         Err(e) if e.raw_os_error() == Some(8) => {
             tracing::warn!(
@@ -219,6 +276,28 @@ pub async fn push(
 
 #[cfg(test)]
 mod tests {
+    /// A `--trainer` that ignores `--version` (here: sleeps) is stopped
+    /// after [`super::VERSION_TIMEOUT`] and refused, not waited for.
+    #[test]
+    fn a_binary_that_does_not_answer_version_is_refused_after_the_time_limit() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let script = dir.path().join("sleeper");
+        std::fs::write(&script, "#!/bin/sh\nsleep 60\n").unwrap();
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let started = std::time::Instant::now();
+        let err = super::check_is_trainer(&script).unwrap_err().to_string();
+        let took = started.elapsed();
+        assert!(
+            err.contains("sleeper did not answer --version within 10 s"),
+            "{err}"
+        );
+        assert!(
+            took >= super::VERSION_TIMEOUT && took < super::VERSION_TIMEOUT * 2,
+            "{took:?}"
+        );
+    }
+
     #[test]
     fn tags_follow_the_docker_reference_grammar() {
         for ok in [

@@ -14,10 +14,13 @@ use super::manifest::BACKENDS_LABEL;
 use super::push::{authorization, PushError, Registry};
 
 /// An image reference in a private ECR registry
-/// (`ACCOUNT.dkr.ecr.REGION.amazonaws.com/REPOSITORY[:TAG|@DIGEST]`, ECR
-/// User Guide, "Pushing an image"; the tag defaults to `latest`).
+/// (`ACCOUNT.dkr.ecr.REGION.amazonaws.com/REPOSITORY[:TAG][@DIGEST]`, ECR
+/// User Guide, "Pushing an image"; the tag defaults to `latest`, and a
+/// digest, when given, is the reference).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EcrImage {
+    /// The registry host, `ACCOUNT.dkr.ecr.REGION.amazonaws.com`.
+    pub host: String,
     /// The 12-digit account (the registry id).
     pub account: String,
     /// The repository, e.g. `kfaws-trainer`.
@@ -36,13 +39,16 @@ impl EcrImage {
             return None;
         };
         let (repository, reference) = match path.split_once('@') {
-            Some((repo, digest)) => (repo, digest),
+            // `NAME:TAG@DIGEST` is valid too (distribution/reference
+            // grammar); the digest names the image, the tag is dropped.
+            Some((repo, digest)) => (repo.split_once(':').map_or(repo, |(r, _)| r), digest),
             None => match path.rsplit_once(':') {
                 Some((repo, tag)) => (repo, tag),
                 None => (path, "latest"),
             },
         };
         Some(Self {
+            host: host.to_string(),
             account: account.to_string(),
             repository: repository.to_string(),
             reference: reference.to_string(),
@@ -82,16 +88,52 @@ pub fn backends_of_config(config: &[u8]) -> Option<Vec<String>> {
     Some(value.split_whitespace().map(str::to_string).collect())
 }
 
+/// The registry endpoint to read `image` from, given the `endpoint`
+/// (`proxyEndpoint`) of the caller's default registry that
+/// `GetAuthorizationToken` answered: the image's own registry host, in the
+/// same scheme, when it is in the same region (the token is good for every
+/// registry of its region the caller may access), or why it cannot be
+/// read: ECR tokens are per region, and the default registry is the SDK
+/// region's. An endpoint that is not an ECR registry host
+/// (`ACCOUNT.dkr.ecr.REGION.amazonaws.com`: a local emulator's loopback
+/// registry, which serves every account's repositories) is used as it is.
+fn registry_endpoint(endpoint: &str, image: &EcrImage) -> Result<String, String> {
+    let Some(url) = url::Url::parse(endpoint).ok() else {
+        return Ok(endpoint.to_string());
+    };
+    let host = url.host_str().unwrap_or_default().to_ascii_lowercase();
+    let labels: Vec<&str> = host.split('.').collect();
+    let region_of = |labels: &[&str]| match labels {
+        [_, "dkr", ecr, region, ..] if ecr.starts_with("ecr") => Some(region.to_string()),
+        _ => None,
+    };
+    let Some(token_region) = region_of(&labels) else {
+        return Ok(endpoint.to_string());
+    };
+    let image_host = image.host.to_ascii_lowercase();
+    let image_labels: Vec<&str> = image_host.split('.').collect();
+    match region_of(&image_labels) {
+        Some(region) if region == token_region => Ok(format!("{}://{image_host}", url.scheme())),
+        region => Err(format!(
+            "it is in region {}, and ECR's token is for this session's region {token_region} \
+             (registry {host}), ECR tokens being per region",
+            region.as_deref().unwrap_or("(unknown)")
+        )),
+    }
+}
+
 /// The collective backends of the trainer in image `uri`, from its config's
-/// [`BACKENDS_LABEL`]. `Ok(None)` when that cannot be known: the image is
-/// not in ECR, not found (its existence is checked elsewhere), or has no
-/// such label (built by an older kfaws, or not by `kfaws image build`).
+/// [`BACKENDS_LABEL`], read from the registry `uri` names (its account's,
+/// with the caller's token: [`registry_endpoint`]). `Ok(None)` when that
+/// cannot be known: the image is not in ECR, is in another region than the
+/// SDK's (with a warning saying so: the token is that region's), is not
+/// found (its existence is checked elsewhere), or has no such label (built
+/// by an older kfaws, or not by `kfaws image build`).
 ///
 /// # Errors
-/// [`PushError`] when ECR's token cannot be had, or the registry (the
-/// caller's default registry, as `GetAuthorizationToken` names it) refuses
-/// or answers bytes of another digest: an image in another account's
-/// registry is refused there.
+/// [`PushError`] when ECR's token cannot be had, or the registry refuses
+/// (an image in another account's registry that the caller may not pull is
+/// refused there) or answers bytes of another digest.
 pub async fn trainer_backends(
     sdk: &SdkConfig,
     uri: &str,
@@ -101,6 +143,13 @@ pub async fn trainer_backends(
     };
     let ecr = crate::aws::client::<aws_sdk_ecr::Client>(sdk);
     let auth = authorization(&ecr).await?;
+    let auth = match registry_endpoint(&auth.endpoint, &image) {
+        Ok(endpoint) => auth.at(endpoint),
+        Err(why) => {
+            tracing::warn!("image {uri}: {why}; its trainer backends are not read");
+            return Ok(None);
+        }
+    };
     let registry = Registry::new(&auth, &image.repository)?;
     let Some(manifest) = registry.manifest(&image.reference).await? else {
         return Ok(None);
@@ -119,22 +168,40 @@ mod tests {
 
     #[test]
     fn ecr_references_parse_and_others_do_not() {
-        let img = |a: &str, r: &str, f: &str| EcrImage {
+        let img = |region: &str, a: &str, r: &str, f: &str| EcrImage {
+            host: format!("{a}.dkr.ecr.{region}.amazonaws.com"),
             account: a.into(),
             repository: r.into(),
             reference: f.into(),
         };
         assert_eq!(
             EcrImage::parse("123456789012.dkr.ecr.us-east-1.amazonaws.com/kfaws-trainer@sha256:ab"),
-            Some(img("123456789012", "kfaws-trainer", "sha256:ab"))
+            Some(img(
+                "us-east-1",
+                "123456789012",
+                "kfaws-trainer",
+                "sha256:ab"
+            ))
+        );
+        // Tag and digest: the digest is the reference, the tag not part of the repository.
+        assert_eq!(
+            EcrImage::parse(
+                "123456789012.dkr.ecr.us-east-1.amazonaws.com/kfaws-trainer:0.1.0@sha256:ab"
+            ),
+            Some(img(
+                "us-east-1",
+                "123456789012",
+                "kfaws-trainer",
+                "sha256:ab"
+            ))
         );
         assert_eq!(
             EcrImage::parse("123456789012.dkr.ecr.eu-west-1.amazonaws.com/team/trainer:1.2"),
-            Some(img("123456789012", "team/trainer", "1.2"))
+            Some(img("eu-west-1", "123456789012", "team/trainer", "1.2"))
         );
         assert_eq!(
             EcrImage::parse("123456789012.dkr.ecr.eu-west-1.amazonaws.com/trainer"),
-            Some(img("123456789012", "trainer", "latest"))
+            Some(img("eu-west-1", "123456789012", "trainer", "latest"))
         );
         for other in [
             "docker.io/library/busybox:1",
@@ -143,6 +210,47 @@ mod tests {
         ] {
             assert_eq!(EcrImage::parse(other), None, "{other}");
         }
+    }
+
+    #[test]
+    fn the_image_is_read_from_its_own_registry_in_the_tokens_region() {
+        let image = EcrImage::parse("123456789012.dkr.ecr.eu-west-1.amazonaws.com/kfaws-trainer:1")
+            .unwrap();
+        let own = Ok("https://123456789012.dkr.ecr.eu-west-1.amazonaws.com".to_string());
+        // The image's own registry is the caller's default registry.
+        assert_eq!(
+            registry_endpoint(
+                "https://123456789012.dkr.ecr.eu-west-1.amazonaws.com",
+                &image
+            ),
+            own
+        );
+        // Another account's registry in the same region: the image's, not the caller's.
+        assert_eq!(
+            registry_endpoint(
+                "https://210987654321.dkr.ecr.eu-west-1.amazonaws.com",
+                &image
+            ),
+            own
+        );
+        // The token is for another region's registries: not read, and why.
+        assert_eq!(
+            registry_endpoint(
+                "https://123456789012.dkr.ecr.us-east-1.amazonaws.com",
+                &image
+            ),
+            Err(
+                "it is in region eu-west-1, and ECR's token is for this session's region \
+                 us-east-1 (registry 123456789012.dkr.ecr.us-east-1.amazonaws.com), ECR tokens \
+                 being per region"
+                    .to_string()
+            )
+        );
+        // A local emulator's registry, not an ECR host: used as it is.
+        assert_eq!(
+            registry_endpoint("http://127.0.0.1:5000", &image),
+            Ok("http://127.0.0.1:5000".to_string())
+        );
     }
 
     #[test]

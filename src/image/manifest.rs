@@ -22,6 +22,10 @@ pub const LAYER_MEDIA_TYPE: &str = "application/vnd.docker.image.rootfs.diff.tar
 /// ("Annotations": "SHOULD be namespaced with a reverse domain notation").
 pub const BACKENDS_LABEL: &str = "io.kfaws.trainer.backends";
 
+/// The image's `architecture` (OCI image config, Go's `GOARCH` value for
+/// x86-64): [`super::elf`] refuses a binary or library built for another.
+pub const ARCHITECTURE: &str = "amd64";
+
 /// `created` of the config and its history: the epoch, for reproducibility.
 const CREATED: &str = "1970-01-01T00:00:00Z";
 
@@ -47,7 +51,7 @@ pub fn config(diff_id: &str, backends: Option<&[String]>) -> Vec<u8> {
         labels[BACKENDS_LABEL] = json!(b.join(" "));
     }
     let config = json!({
-        "architecture": "amd64",
+        "architecture": ARCHITECTURE,
         "os": "linux",
         "created": CREATED,
         "config": {

@@ -3,8 +3,11 @@
 //! One layer holding the trainer binary at [`BINARY_PATH`] and exactly the
 //! shared libraries it loads ([`elf`]), packed reproducibly ([`layer`]: fixed
 //! modification times, owner root, sorted entries, gzip without a timestamp),
-//! so the same binary always gives the same digests. The manifest and config
-//! use the **Docker image manifest v2, schema 2** media types, because
+//! so the same binary and the same host libraries (the interpreter, libc,
+//! libgcc_s, ... copied from this machine) always give the same digests.
+//! The binary and every library must be x86-64 ELF (the image is
+//! `linux/amd64`), the binary an executable. The manifest and config use
+//! the **Docker image manifest v2, schema 2** media types, because
 //! SageMaker accepts only those (SageMaker Developer Guide, "Use your own
 //! training algorithms": "Docker Image Manifest V2 Schema 2"), and are
 //! written twice ([`layout`]): as an OCI image layout directory (OCI Image
@@ -58,6 +61,30 @@ pub enum ImageError {
         path: PathBuf,
         /// What is wrong.
         problem: String,
+    },
+    /// The binary, its interpreter or a library it loads is built for
+    /// another CPU than x86-64 (`e_machine`, System V gABI "ELF Header"):
+    /// it could never run in the image, which is `linux/amd64`.
+    #[error("{}: built for {machine} (e_machine {e_machine}); the image is linux/{}", path.display(), manifest::ARCHITECTURE)]
+    WrongArchitecture {
+        /// The file.
+        path: PathBuf,
+        /// The architecture `e_machine` names, e.g. `aarch64`.
+        machine: String,
+        /// The ELF header's `e_machine` (62 is `EM_X86_64`).
+        e_machine: u16,
+    },
+    /// The binary is an ELF file but no program (`e_type` neither
+    /// `ET_EXEC` nor `ET_DYN`, System V gABI "ELF Header"): e.g. a
+    /// relocatable object file (`.o`), which cannot be executed.
+    #[error("{}: {kind} (e_type {e_type}), not a program", path.display())]
+    NotAProgram {
+        /// The file.
+        path: PathBuf,
+        /// What `e_type` says it is, e.g. `a relocatable object file`.
+        kind: String,
+        /// The ELF header's `e_type`.
+        e_type: u16,
     },
     /// A shared library the binary needs was not found.
     #[error("{} needs {library}, found in none of {}", binary.display(), searched.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "))]

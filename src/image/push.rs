@@ -500,9 +500,24 @@ impl Authorization {
     fn header(&self) -> String {
         format!("Basic {}", self.token)
     }
+
+    /// The same token for the registry at `endpoint` (another account's
+    /// registry in the same region: "the returned authorization token can
+    /// be used to access any Amazon ECR registry that the IAM principal has
+    /// access to", GetAuthorizationToken API reference, `registryIds`).
+    #[must_use]
+    pub fn at(&self, endpoint: String) -> Self {
+        Self {
+            endpoint,
+            token: self.token.clone(),
+        }
+    }
 }
 
-/// Calls `GetAuthorizationToken` for the caller's default registry.
+/// Calls `GetAuthorizationToken` for the caller's default registry. The
+/// token is good for every registry of the client's region that the
+/// caller may access (which is why the API deprecates `registryIds`): see
+/// [`Authorization::at`].
 ///
 /// # Errors
 /// [`PushError::Ecr`] when the call fails; [`PushError::Answer`] when the
