@@ -1449,6 +1449,58 @@ async fn demo_path_trains_on_both_runtimes_serves_the_model_and_destroys_everyth
         "{err}"
     );
 
+    // Ctrl-C while the job is still being checked (DescribeInstanceTypes held 30 s): no
+    // PyTorchJob is created after the interrupt, and kfaws says so at once.
+    let described = d.calls("DescribeInstanceTypes");
+    control(
+        "faults",
+        "POST",
+        &format!(
+            r#"{{"service":"ec2","operation":"DescribeInstanceTypes","kind":"latency","latency_ms":30000,"count":1,"account_id":"{}"}}"#,
+            d.account
+        ),
+    );
+    let run = Watched::spawn(d.process(&[
+        "train",
+        "--runtime",
+        "kubernetes",
+        "--workers",
+        "1",
+        "--data",
+        "efs:/datasets/fashion-mnist",
+        "--job-name",
+        "demo-precheck",
+    ]));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while d.calls("DescribeInstanceTypes") == described {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "DescribeInstanceTypes not called"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let t0 = std::time::Instant::now();
+    let (code, seen, stderr) = run.interrupt();
+    assert_eq!(code, Some(130), "{seen}{stderr}");
+    assert!(
+        seen.contains("Interrupted: training job demo-precheck was not created.")
+            && !seen.contains("PyTorchJob"),
+        "{seen}{stderr}"
+    );
+    assert!(
+        t0.elapsed() < std::time::Duration::from_secs(20),
+        "the checks were waited out: {:?}",
+        t0.elapsed()
+    );
+    assert!(
+        pytorchjobs_api
+            .get_opt("demo-precheck")
+            .await
+            .unwrap()
+            .is_none(),
+        "{seen}"
+    );
+
     // Jobs whose replicas fail: the job fails, and kfaws names the replica,
     // its exit code and the end of its log.
     let failing_job = |name: &str, extra: &[&str]| {

@@ -760,15 +760,10 @@ async fn train_local(
     };
     let codes = || {
         outcome
-            .exit_codes
+            .exits
             .iter()
             .enumerate()
-            .map(|(r, c)| {
-                format!(
-                    "rank {r}: {}",
-                    c.map_or("killed".to_string(), |c| c.to_string())
-                )
-            })
+            .map(|(r, e)| format!("rank {r}: {}", local::describe_exit(*e)))
             .collect::<Vec<_>>()
             .join(", ")
     };
@@ -818,7 +813,7 @@ async fn train_local(
     }
     // Every rank exited 143: stopped by a signal (Ctrl-C here, or a signal sent to a rank),
     // after agreeing on a step and checkpointing.
-    let signalled = outcome.exit_codes.iter().all(|c| *c == Some(143));
+    let signalled = outcome.exits.iter().all(|e| e.code() == Some(143));
     if !outcome.succeeded() && (outcome.interrupted || signalled) {
         match &outcome.checkpoint {
             Some(_) => outln!(
@@ -1095,11 +1090,21 @@ async fn train_kubernetes(
     };
     // Every check, so a job with several problems (no GPU node and a
     // CPU-only image, say) is told all at once.
-    let (served, fits, image) = tokio::join!(
-        served,
-        d.check_replica_fits(&aws, &replica, req.workers),
-        Deployment::image(&aws, args.image.as_ref(), &args.backend)
-    );
+    let interrupted = || -> anyhow::Result<u8> {
+        outln!("Interrupted: training job {} was not created.", req.job)?;
+        Ok(kfaws::engine::interrupt::exit_status())
+    };
+    let checks = super::interruptible(cancel, async {
+        tokio::join!(
+            served,
+            d.check_replica_fits(&aws, &replica, req.workers),
+            Deployment::image(&aws, args.image.as_ref(), &args.backend)
+        )
+    });
+    // A check cut short by the interrupt is no problem of the job's.
+    let Ok((served, fits, image)) = checks.await else {
+        return interrupted();
+    };
     let mut problems = Problems::default();
     problems.check(served);
     problems.check(fits);
@@ -1117,7 +1122,12 @@ async fn train_kubernetes(
         memory: replica.memory,
         gpu: replica.gpus > 0,
         run: pytorchjob::run_id(),
+        max_runtime: Duration::from_secs(req.max_runtime),
     };
+    if cancel.is_cancelled() {
+        // No job is made after the interrupt.
+        return interrupted();
+    }
     pytorchjob::submit(&client, &spec).await?;
     outln!(
         "Training job {} (kubernetes): PyTorchJob {}/{} created, 1 master + {} worker(s), image {}",

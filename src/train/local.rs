@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
+use std::process::{ExitStatus, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -195,8 +195,9 @@ pub struct LocalJob {
 /// How a local run ended.
 #[derive(Debug, Clone)]
 pub struct LocalOutcome {
-    /// Each rank's exit code (`None`: killed by a signal), by rank.
-    pub exit_codes: Vec<Option<i32>>,
+    /// How each rank exited (its code, or the signal that killed it), by rank
+    /// ([`describe_exit`] says which).
+    pub exits: Vec<ExitStatus>,
     /// Where rank 0 wrote the model.
     pub model_dir: PathBuf,
     /// The metrics of rank 0's last metric line (`epoch=… test_acc=…;`), if any.
@@ -211,7 +212,22 @@ impl LocalOutcome {
     /// Whether every rank exited 0 (an interrupt that came after the last
     /// step, while the ranks evaluated or wrote the model, did not stop them).
     pub fn succeeded(&self) -> bool {
-        self.exit_codes.iter().all(|c| *c == Some(0))
+        self.exits.iter().all(ExitStatus::success)
+    }
+}
+
+/// How a rank exited, as `kfaws train` reports it: its exit code (`3`), or
+/// the signal that killed it (`killed by SIGKILL`; `killed by signal N` for
+/// one without a name on this platform).
+pub fn describe_exit(status: ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt as _;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => code.to_string(),
+        (None, Some(sig)) => match nix::sys::signal::Signal::try_from(sig) {
+            Ok(name) => format!("killed by {}", name.as_str()),
+            Err(_) => format!("killed by signal {sig}"),
+        },
+        (None, None) => "stopped".to_string(),
     }
 }
 
@@ -348,14 +364,25 @@ fn threads_per_worker(workers: u32) -> usize {
     (cores / workers.max(1) as usize).max(1)
 }
 
-/// Copies `from`'s lines to `print(rank, line)`; returns the last metric
-/// line seen.
+/// Copies `from`'s lines to `print(rank, line)` until it ends or fails to
+/// read; returns the last metric line seen. Bytes that are not UTF-8 are
+/// shown as U+FFFD (a line of them does not end the copy, whose pipe would
+/// then fill and block the rank).
 async fn pump(from: impl AsyncRead + Unpin, rank: u32, print: LineSink) -> Option<String> {
-    let mut lines = BufReader::new(from).lines();
+    let mut from = BufReader::new(from);
+    let mut buf = Vec::new();
     let mut last = None;
-    while let Ok(Some(line)) = lines.next_line().await {
+    loop {
+        buf.clear();
+        match from.read_until(b'\n', &mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+        let bytes = buf.strip_suffix(b"\n").unwrap_or(&buf);
+        let bytes = bytes.strip_suffix(b"\r").unwrap_or(bytes);
+        let line = String::from_utf8_lossy(bytes);
         if super::is_metrics_line(&line) {
-            last = Some(line.clone());
+            last = Some(line.to_string());
         }
         print(rank, &line);
     }
@@ -409,13 +436,13 @@ pub async fn run(
         pumps.push(tokio::spawn(pump(err, rank, print.clone())));
         children.push(child);
     }
-    let (exit_codes, interrupted) = wait_all(&mut children, cancel, job.tuning.stop_after()).await;
+    let (exits, interrupted) = wait_all(&mut children, cancel, job.tuning.stop_after()).await;
     let mut metrics = Vec::new();
     for p in pumps {
         metrics.push(p.await.ok().flatten());
     }
     Ok(LocalOutcome {
-        exit_codes,
+        exits,
         checkpoint: newest_checkpoint(&job.job_dir),
         model_dir: job.job_dir.join("model"),
         // Rank 0's stdout pump is the first.
@@ -435,8 +462,7 @@ pub async fn run(
 /// its collective timeout runs only while it runs.
 pub const STOP_AFTER: Duration = Duration::from_secs(35);
 
-/// Waits for every rank: each one's exit code (`None`: killed by a
-/// signal), and whether `cancel` fired. On `cancel` every rank is sent
+/// Waits for every rank: how each one exited, and whether `cancel` fired. On `cancel` every rank is sent
 /// SIGTERM (they checkpoint and exit). Once a rank has failed, the others are
 /// sent SIGTERM at once, as torchrun's agent stops a failed group's workers
 /// (a peer still waiting to rendezvous with the failed rank would otherwise
@@ -447,14 +473,14 @@ async fn wait_all(
     children: &mut [Child],
     cancel: &CancellationToken,
     stop_after: Duration,
-) -> (Vec<Option<i32>>, bool) {
+) -> (Vec<ExitStatus>, bool) {
     let pids: Vec<Option<u32>> = children.iter().map(Child::id).collect();
-    let mut codes: Vec<Option<Option<i32>>> = vec![None; children.len()];
+    let mut codes: Vec<Option<ExitStatus>> = vec![None; children.len()];
     let mut interrupted = false;
     // When the ranks still running are sent SIGTERM, then SIGKILL.
     let mut term_at: Option<tokio::time::Instant> = None;
     let mut kill_at: Option<tokio::time::Instant> = None;
-    let running = |codes: &[Option<Option<i32>>]| {
+    let running = |codes: &[Option<ExitStatus>]| {
         pids.iter()
             .zip(codes)
             .filter(|(_, c)| c.is_none())
@@ -465,8 +491,8 @@ async fn wait_all(
         for (i, child) in children.iter_mut().enumerate() {
             if codes[i].is_none() {
                 if let Ok(Some(status)) = child.try_wait() {
-                    codes[i] = Some(status.code());
-                    let failed = status.code() != Some(0);
+                    codes[i] = Some(status);
+                    let failed = !status.success();
                     if failed && kill_at.is_none() {
                         let now = tokio::time::Instant::now();
                         term_at = Some(now);
@@ -504,10 +530,7 @@ async fn wait_all(
             }
         }
     }
-    (
-        codes.into_iter().map(Option::flatten).collect(),
-        interrupted,
-    )
+    (codes.into_iter().flatten().collect(), interrupted)
 }
 
 /// The model directory of a local job under `root` (`./kfaws-jobs/<job>`).
@@ -1162,7 +1185,12 @@ mod tests {
             Duration::from_millis(300),
         )
         .await;
-        assert_eq!(codes, [Some(3), None, None], "killed by signals");
+        let told: Vec<String> = codes.into_iter().map(describe_exit).collect();
+        assert_eq!(
+            told,
+            ["3", "killed by SIGKILL", "killed by SIGTERM"],
+            "the hung rank by SIGKILL, its peer by SIGTERM"
+        );
         assert!(!interrupted);
         assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
     }
@@ -1181,8 +1209,52 @@ mod tests {
             Duration::from_secs(60),
         )
         .await;
-        assert_eq!(codes, [Some(3), None], "the sleeper ended by SIGTERM");
+        let told: Vec<String> = codes.into_iter().map(describe_exit).collect();
+        assert_eq!(
+            told,
+            ["3", "killed by SIGTERM"],
+            "the sleeper ended by SIGTERM"
+        );
         assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
+    }
+
+    /// A rank killed by a signal is told with the signal's name, not only "killed".
+    #[test]
+    fn an_exit_is_told_by_code_or_by_signal_name() {
+        use std::os::unix::process::ExitStatusExt as _;
+        // Wait statuses: the code in the second byte, a signal in the low 7 bits.
+        assert_eq!(describe_exit(ExitStatus::from_raw(0)), "0");
+        assert_eq!(describe_exit(ExitStatus::from_raw(143 << 8)), "143");
+        assert_eq!(describe_exit(ExitStatus::from_raw(9)), "killed by SIGKILL");
+        assert_eq!(describe_exit(ExitStatus::from_raw(15)), "killed by SIGTERM");
+        assert_eq!(describe_exit(ExitStatus::from_raw(11)), "killed by SIGSEGV");
+    }
+
+    /// A line that is not UTF-8 is shown (lossily) and the copy goes on to the lines after
+    /// it, the metric line among them.
+    #[tokio::test]
+    async fn the_output_pump_survives_bytes_that_are_not_utf8() {
+        let seen = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+        let sink: LineSink = {
+            let seen = Arc::clone(&seen);
+            Arc::new(move |rank, line| seen.lock().unwrap().push(format!("{rank}:{line}")))
+        };
+        let input: &[u8] =
+            b"start\n\xff\xfe bad bytes\r\nepoch=1 train_loss=0.5; test_acc=0.9;\nlast";
+        let last = pump(input, 2, sink).await;
+        assert_eq!(
+            *seen.lock().unwrap(),
+            [
+                "2:start",
+                "2:\u{fffd}\u{fffd} bad bytes",
+                "2:epoch=1 train_loss=0.5; test_acc=0.9;",
+                "2:last"
+            ]
+        );
+        assert_eq!(
+            last.as_deref(),
+            Some("epoch=1 train_loss=0.5; test_acc=0.9;")
+        );
     }
 
     #[test]

@@ -2,9 +2,10 @@
 //! printed the same way (`Final metrics: epoch=2 train_loss=0.3589 …`).
 //!
 //! SageMaker records a job's metrics by applying the metric definitions'
-//! regexes ([`METRICS`]) to its log; the local and Kubernetes runtimes apply
-//! the same regexes to the trainer's last epoch line, so the three print the
-//! same names, in the same order, with the same precision.
+//! regexes ([`METRICS`]) to its log; the local and Kubernetes runtimes read
+//! the same fields from the trainer's last metric line, so the three print the
+//! same names, in the same order, with the same precision (those two also show
+//! a diverged run's `NaN`, which SageMaker's numeric metrics cannot record).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -27,14 +28,25 @@ pub fn is_metrics_line(line: &str) -> bool {
 pub struct FinalMetrics(BTreeMap<String, f64>);
 
 impl FinalMetrics {
-    /// The metrics of one trainer epoch line, found with the regexes of the
-    /// SageMaker metric definitions ([`METRICS`]): each regex's first capture
-    /// group, parsed as a number. Fields a regex does not find are absent;
-    /// a line that is not a metric line gives no metrics.
+    /// The metrics of one trainer metric line ([`is_metrics_line`]): each
+    /// field of [`METRICS`] given as `name=value` in it, parsed as a number.
+    /// Values are those the SageMaker metric definitions read, and also the
+    /// non-finite ones Rust prints (`NaN`, `inf`, `-inf`: a diverged run's
+    /// loss), which are shown rather than dropped; `epoch` is read whatever
+    /// follows it, so the trainer's summary line (`epoch=2 test_loss=…;
+    /// test_acc=…;`) gives its epoch too. Fields not found are absent; a line
+    /// that is not a metric line gives no metrics.
     pub fn from_line(line: &str) -> Self {
         let mut metrics = BTreeMap::new();
-        for (name, pattern) in METRICS {
-            let re = regex_lite::Regex::new(pattern).expect("METRICS regexes are valid");
+        if !is_metrics_line(line) {
+            return Self(metrics);
+        }
+        for (name, _) in METRICS {
+            // A field starts the line or follows a space; its value ends at `;`, a space
+            // or the line's end.
+            let pattern =
+                format!(r"(?:^|\s){name}=(-?(?:[0-9.]+|(?i:nan|inf|infinity)))(?:;|\s|$)");
+            let re = regex_lite::Regex::new(&pattern).expect("METRICS names are plain words");
             let value = re
                 .captures(line)
                 .and_then(|c| c.get(1))
@@ -137,6 +149,37 @@ mod tests {
         .map(|(k, v)| (k.to_string(), f64::from(v)))
         .collect();
         assert_eq!(FinalMetrics::from(sagemaker).to_string(), from_line);
+    }
+
+    /// A diverged run's `NaN` (and an infinite loss) is shown, not silently dropped.
+    #[test]
+    fn non_finite_values_are_read_and_shown() {
+        let line = "epoch=3 train_loss=NaN; train_acc=0.1000; test_loss=inf; test_acc=0.1000; \
+                    images_per_sec=4000;";
+        let m = FinalMetrics::from_line(line);
+        assert!(m.get("train_loss").is_some_and(f64::is_nan), "{m:?}");
+        assert_eq!(m.get("test_loss"), Some(f64::INFINITY));
+        assert_eq!(
+            m.to_string(),
+            "epoch=3 train_loss=NaN train_acc=0.1 test_loss=inf test_acc=0.1 images_per_sec=4000"
+        );
+        let m = FinalMetrics::from_line("epoch=1 train_loss=-inf; test_acc=0.1;");
+        assert_eq!(m.get("train_loss"), Some(f64::NEG_INFINITY));
+    }
+
+    /// The trainer's summary line (after a model-only evaluation) names no `train_loss`,
+    /// yet its epoch is read.
+    #[test]
+    fn the_summary_line_gives_its_epoch() {
+        let m = FinalMetrics::from_line("epoch=2 test_loss=0.3911; test_acc=0.8634;");
+        assert_eq!(m.to_string(), "epoch=2 test_loss=0.3911 test_acc=0.8634");
+    }
+
+    /// A field name inside another (`epochs=`) or a malformed value is no metric.
+    #[test]
+    fn only_whole_fields_with_numbers_count() {
+        let m = FinalMetrics::from_line("epoch=2 xtest_loss=1.0; test_loss=abc; test_acc=0.5;");
+        assert_eq!(m.to_string(), "epoch=2 test_acc=0.5");
     }
 
     #[test]

@@ -55,7 +55,27 @@ pub struct PyTorchJobSpec {
     /// them while a later job of the same name, submitted after this one was deleted, starts
     /// afresh instead of resuming this one's epochs under other settings.
     pub run: String,
+    /// `--max-runtime`: the job's `runPolicy.activeDeadlineSeconds` (whole seconds, at least
+    /// 1), after which the operator fails the job (reason `DeadlineExceeded`) and deletes its
+    /// running Pods, whether or not kfaws still waits. It is what bounds a replica that keeps
+    /// exiting with a retryable code (128 and above, e.g. OOMKilled's 137): with `restartPolicy:
+    /// ExitCode` the operator recreates such a Pod without counting it against `backoffLimit`
+    /// (kubeflow/trainer#2045).
+    pub max_runtime: Duration,
 }
+
+/// The job's `runPolicy.backoffLimit`: how many times the operator may restart its replicas
+/// before the job fails. [`wait`] enforces it too, for the restarts the operator does not
+/// count ([`PyTorchJobError::TooManyRestarts`]).
+pub const BACKOFF_LIMIT: u32 = 3;
+
+/// Seconds the kubelet waits between a replica's SIGTERM and its SIGKILL (the Pod's
+/// `terminationGracePeriodSeconds`): the trainer's stop grace (`TRAINER_STOP_GRACE`, 30 s by
+/// default, `trainer/README.md`), after which its stop watchdog makes it exit 143 however far
+/// it got, plus a 15 s margin, so that the trainer ends itself (its checkpoint written or
+/// given up) before the kubelet's SIGKILL. The kubelet's own default, 30 s, would race the
+/// watchdog.
+pub const TERMINATION_GRACE_SECS: i64 = 45;
 
 /// A new submission id: the UTC time to the second and 8 random hex digits
 /// (`20261204T190512Z-1a2b3c4d`), sortable by time.
@@ -103,6 +123,7 @@ impl PyTorchJobSpec {
                 "annotations": {"sidecar.istio.io/inject": "false"},
             },
             "spec": {
+                "terminationGracePeriodSeconds": TERMINATION_GRACE_SECS,
                 "containers": [{
                     "name": "pytorch",
                     "image": self.image,
@@ -154,7 +175,15 @@ impl PyTorchJobSpec {
                 "annotations": {"sidecar.istio.io/inject": "false"},
             },
             "spec": {
-                "runPolicy": {"backoffLimit": 3, "cleanPodPolicy": "None"},
+                "runPolicy": {
+                    "backoffLimit": BACKOFF_LIMIT,
+                    // The operator stops the job at kfaws' deadline even when kfaws is gone.
+                    "activeDeadlineSeconds": self.max_runtime.as_secs().max(1),
+                    // Once the job ended, replicas still running or pending are deleted (a
+                    // failed job's peers would otherwise run on, holding their nodes); those
+                    // that terminated stay, with their logs, for the failure report.
+                    "cleanPodPolicy": "Running",
+                },
                 "pytorchReplicaSpecs": replicas,
             },
         })
@@ -202,11 +231,39 @@ pub enum PyTorchJobError {
         /// a debug dump).
         error: kube::Error,
     },
-    /// The job did not finish in time.
-    #[error("PyTorchJob {name} did not finish within {timeout:?}; last conditions: {conditions}")]
+    /// The job's replicas were restarted more than [`BACKOFF_LIMIT`] times, which the operator
+    /// does not stop when they exit with a retryable code; the job is left on the cluster.
+    #[error(
+        "PyTorchJob {name} restarted its replicas {restarts} times, more than its backoffLimit \
+         of {limit} (the training operator recreates a replica that exits 128 or above, e.g. \
+         OOMKilled, without counting it: kubeflow/trainer#2045); last conditions: \
+         {conditions}. The job is still on the cluster; delete it with: kubectl -n {namespace} \
+         delete pytorchjob {name}"
+    )]
+    TooManyRestarts {
+        /// The job.
+        name: String,
+        /// Its namespace.
+        namespace: String,
+        /// The restarts seen ([`Restarts`]).
+        restarts: u32,
+        /// [`BACKOFF_LIMIT`].
+        limit: u32,
+        /// Its last conditions.
+        conditions: String,
+    },
+    /// The job did not finish in time; it is left on the cluster (its `activeDeadlineSeconds`,
+    /// [`PyTorchJobSpec::max_runtime`], has the operator stop it).
+    #[error(
+        "PyTorchJob {name} did not finish within {timeout:?}; last conditions: {conditions}. \
+         The job is still on the cluster; delete it with: kubectl -n {namespace} delete \
+         pytorchjob {name}"
+    )]
     Timeout {
         /// The job.
         name: String,
+        /// Its namespace.
+        namespace: String,
         /// The limit.
         timeout: Duration,
         /// Its last conditions.
@@ -329,6 +386,40 @@ fn conditions(job: &DynamicObject) -> Vec<(String, String, String, String)> {
         .unwrap_or_default()
 }
 
+/// `(type, status, reason)` of each condition, as errors tell them.
+fn describe(conditions: &[(String, String, String, String)]) -> String {
+    conditions
+        .iter()
+        .map(|c| format!("{}={} ({})", c.0, c.1, c.2))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Counts a job's restarts as its updates arrive: each time its
+/// `Restarting` condition turns `True` (the operator sets it when it
+/// recreates or restarts a replica, and replaces it with `Running` once the
+/// replicas run again). Restarts between two updates are counted once, so the
+/// count never exceeds the operator's.
+#[derive(Debug, Default)]
+struct Restarts {
+    restarting: bool,
+    count: u32,
+}
+
+impl Restarts {
+    /// Takes the job's current conditions; returns the restarts so far.
+    fn observe(&mut self, conditions: &[(String, String, String, String)]) -> u32 {
+        let now = conditions
+            .iter()
+            .any(|c| c.0 == "Restarting" && c.1 == "True");
+        if now && !self.restarting {
+            self.count += 1;
+        }
+        self.restarting = now;
+        self.count
+    }
+}
+
 /// Watches the job until its `Succeeded` or `Failed` condition is `True`,
 /// calling `on_event` with each condition as it turns `True` (`Created`,
 /// `Running`, …), in the order the job's updates arrive. A watch sees every
@@ -338,6 +429,8 @@ fn conditions(job: &DynamicObject) -> Vec<(String, String, String, String)> {
 ///
 /// # Errors
 /// [`PyTorchJobError::Timeout`] after `timeout` with the last conditions;
+/// [`PyTorchJobError::TooManyRestarts`] once its replicas were restarted more
+/// than [`BACKOFF_LIMIT`] times ([`Restarts`]);
 /// [`PyTorchJobError::Deleted`] when the job is or becomes absent;
 /// [`PyTorchJobError::Kube`] when the job's outcome cannot be read.
 pub async fn wait(
@@ -360,6 +453,7 @@ pub async fn wait(
     };
     let mut seen = Vec::new();
     let mut last = Vec::new();
+    let mut restarts = Restarts::default();
     // Whether the current (re)list has shown the job.
     let mut listed = false;
     loop {
@@ -367,14 +461,9 @@ pub async fn wait(
             Err(_) => {
                 return Err(PyTorchJobError::Timeout {
                     name: name.to_string(),
+                    namespace: namespace.to_string(),
                     timeout,
-                    conditions: last
-                        .iter()
-                        .map(|c: &(String, String, String, String)| {
-                            format!("{}={} ({})", c.0, c.1, c.2)
-                        })
-                        .collect::<Vec<_>>()
-                        .join(", "),
+                    conditions: describe(&last),
                 })
             }
             Ok(Ok(Some(event))) => event,
@@ -427,40 +516,31 @@ pub async fn wait(
                 failed_replica,
             });
         }
+        let restarted = restarts.observe(&conds);
+        if restarted > BACKOFF_LIMIT {
+            return Err(PyTorchJobError::TooManyRestarts {
+                name: name.to_string(),
+                namespace: namespace.to_string(),
+                restarts: restarted,
+                limit: BACKOFF_LIMIT,
+                conditions: describe(&conds),
+            });
+        }
         last = conds;
     }
 }
 
-/// The first replica whose `pytorch` container terminated with a non-zero
-/// exit code, with the termination message, or the log's last 20 lines when
-/// there is none and the kubelet serves logs. `None` when no Pod says why.
+/// The replica whose `pytorch` container failed first (the earliest
+/// `finishedAt` of a non-zero termination, [`first_failure`]), with the
+/// termination message, or the log's last 20 lines when there is none and
+/// the kubelet serves logs. `None` when no Pod says why.
 pub async fn failed_replica(client: &Client, namespace: &str, job: &str) -> Option<ReplicaFailure> {
     let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
     let list = pods
         .list(&ListParams::default().labels(&format!("training.kubeflow.org/job-name={job}")))
         .await
         .ok()?;
-    let mut failures: Vec<ReplicaFailure> = list
-        .items
-        .iter()
-        .filter_map(|p| {
-            let status = p.status.as_ref()?.container_statuses.as_ref()?;
-            let c = status.iter().find(|c| c.name == "pytorch")?;
-            let t = c.state.as_ref()?.terminated.as_ref().or(c
-                .last_state
-                .as_ref()?
-                .terminated
-                .as_ref())?;
-            (t.exit_code != 0).then(|| ReplicaFailure {
-                pod: p.metadata.name.clone().unwrap_or_default(),
-                exit_code: Some(t.exit_code),
-                reason: t.reason.clone().unwrap_or_default(),
-                message: t.message.clone().unwrap_or_default(),
-            })
-        })
-        .collect();
-    failures.sort_by(|a, b| a.pod.cmp(&b.pod));
-    let mut first = failures.into_iter().next()?;
+    let mut first = first_failure(&list.items)?;
     if first.message.trim().is_empty() {
         let params = LogParams {
             container: Some("pytorch".into()),
@@ -472,6 +552,41 @@ pub async fn failed_replica(client: &Client, namespace: &str, job: &str) -> Opti
         }
     }
     Some(first)
+}
+
+/// Of `pods`, the one whose `pytorch` container failed first: its current
+/// state's termination, else its last state's (a container restarted in
+/// place), when the exit code is not 0; the earliest `finishedAt` wins (the
+/// replica whose failure made its peers fail), ties and missing times going
+/// by Pod name.
+fn first_failure(pods: &[Pod]) -> Option<ReplicaFailure> {
+    use k8s_openapi::api::core::v1::ContainerStateTerminated;
+    let mut failures: Vec<(&ContainerStateTerminated, String)> = pods
+        .iter()
+        .filter_map(|p| {
+            let status = p.status.as_ref()?.container_statuses.as_ref()?;
+            let c = status.iter().find(|c| c.name == "pytorch")?;
+            let t = c
+                .state
+                .as_ref()
+                .and_then(|s| s.terminated.as_ref())
+                .or_else(|| c.last_state.as_ref()?.terminated.as_ref())?;
+            (t.exit_code != 0).then(|| (t, p.metadata.name.clone().unwrap_or_default()))
+        })
+        .collect();
+    // A termination without a time sorts after every one with a time.
+    let key = |(t, pod): &(&ContainerStateTerminated, String)| {
+        let at = t.finished_at.as_ref().map(|f| f.0);
+        (at.is_none(), at, pod.clone())
+    };
+    failures.sort_by_key(key);
+    let (t, pod) = failures.into_iter().next()?;
+    Some(ReplicaFailure {
+        pod,
+        exit_code: Some(t.exit_code),
+        reason: t.reason.clone().unwrap_or_default(),
+        message: t.message.clone().unwrap_or_default(),
+    })
 }
 
 /// Lines of the master replica's log read for [`final_metrics`]: the
@@ -566,7 +681,172 @@ mod tests {
             memory: "2Gi".into(),
             gpu: false,
             run: "20261204T190512Z-1a2b3c4d".into(),
+            max_runtime: Duration::from_secs(3600),
         }
+    }
+
+    /// The operator itself stops the job at `--max-runtime` (a replica OOM-killed over and
+    /// over is recreated without end under `ExitCode`, kubeflow/trainer#2045), and deletes
+    /// the replicas still running once the job ended, keeping the terminated ones' logs.
+    #[test]
+    fn the_run_policy_bounds_the_job_and_cleans_up_running_replicas() {
+        let m = spec(2).manifest();
+        let policy = &m["spec"]["runPolicy"];
+        assert_eq!(policy["activeDeadlineSeconds"], 3600, "{policy}");
+        assert_eq!(policy["cleanPodPolicy"], "Running", "{policy}");
+        assert_eq!(policy["backoffLimit"], 3, "{policy}");
+        let short = PyTorchJobSpec {
+            max_runtime: Duration::from_secs(90),
+            ..spec(1)
+        }
+        .manifest();
+        assert_eq!(short["spec"]["runPolicy"]["activeDeadlineSeconds"], 90);
+    }
+
+    /// Every replica's kubelet waits past the trainer's stop grace (30 s) before SIGKILL.
+    #[test]
+    fn replicas_get_the_trainers_stop_grace_and_a_margin_before_sigkill() {
+        let m = spec(2).manifest();
+        for t in ["Master", "Worker"] {
+            let grace = &m["spec"]["pytorchReplicaSpecs"][t]["template"]["spec"]
+                ["terminationGracePeriodSeconds"];
+            assert_eq!(grace, 45, "{t}");
+        }
+        let trainer_default =
+            trainer_stop_grace_default().expect("the trainer's TRAINER_STOP_GRACE default");
+        assert!(TERMINATION_GRACE_SECS > trainer_default + 5);
+    }
+
+    /// The trainer's `TRAINER_STOP_GRACE` default, read from its flag's definition (the
+    /// trainer crate is not a dependency of kfaws).
+    fn trainer_stop_grace_default() -> Option<i64> {
+        let src = include_str!("../../trainer/src/contract/mod.rs");
+        let flag = src.find("env = \"TRAINER_STOP_GRACE\"")?;
+        let rest = &src[flag..];
+        let value = rest[rest.find("default_value_t = ")? + "default_value_t = ".len()..]
+            .split(|c: char| !c.is_ascii_digit())
+            .next()?;
+        value.parse().ok()
+    }
+
+    /// Each turn of `Restarting` to `True` is one restart; its staying `True` across updates,
+    /// or its replacement by `Running`, is none.
+    #[test]
+    fn restarts_are_counted_as_the_restarting_condition_turns_true() {
+        let c = |t: &str, status: &str| {
+            (
+                t.to_string(),
+                status.to_string(),
+                String::new(),
+                String::new(),
+            )
+        };
+        let mut r = Restarts::default();
+        let created = [c("Created", "True")];
+        let running = [c("Created", "True"), c("Running", "True")];
+        let restarting = [c("Created", "True"), c("Restarting", "True")];
+        let restarting_false = [c("Created", "True"), c("Restarting", "False")];
+        assert_eq!(r.observe(&created), 0);
+        assert_eq!(r.observe(&running), 0);
+        assert_eq!(r.observe(&restarting), 1);
+        assert_eq!(r.observe(&restarting), 1, "the same restart seen again");
+        assert_eq!(r.observe(&running), 1);
+        assert_eq!(r.observe(&restarting), 2);
+        assert_eq!(r.observe(&restarting_false), 2);
+        assert_eq!(r.observe(&restarting), 3);
+        assert_eq!(r.observe(&running), 3);
+        assert_eq!(
+            r.observe(&restarting),
+            BACKOFF_LIMIT + 1,
+            "one more than the limit"
+        );
+        let e = PyTorchJobError::TooManyRestarts {
+            name: "demo".into(),
+            namespace: "team".into(),
+            restarts: 4,
+            limit: BACKOFF_LIMIT,
+            conditions: describe(&restarting),
+        };
+        let e = e.to_string();
+        assert!(
+            e.starts_with(
+                "PyTorchJob demo restarted its replicas 4 times, more than its backoffLimit of 3"
+            ) && e.ends_with("delete it with: kubectl -n team delete pytorchjob demo"),
+            "{e}"
+        );
+    }
+
+    /// A timeout leaves the job running: the message says so, and how to delete it.
+    #[test]
+    fn a_timeout_says_the_job_is_still_there_and_how_to_delete_it() {
+        let e = PyTorchJobError::Timeout {
+            name: "demo".into(),
+            namespace: "team".into(),
+            timeout: Duration::from_secs(60),
+            conditions: "Created=True (PyTorchJobCreated)".into(),
+        };
+        assert_eq!(
+            e.to_string(),
+            "PyTorchJob demo did not finish within 60s; last conditions: Created=True \
+             (PyTorchJobCreated). The job is still on the cluster; delete it with: kubectl -n \
+             team delete pytorchjob demo"
+        );
+    }
+
+    /// A Pod whose `pytorch` container terminated with `exit_code` at `finished` (seconds),
+    /// in its current state or, `last`, its last state only.
+    fn pod(name: &str, exit_code: i32, finished: Option<i64>, last: bool) -> Pod {
+        let terminated = json!({
+            "exitCode": exit_code,
+            "reason": "Error",
+            "finishedAt": finished.map(|s| {
+                chrono::DateTime::from_timestamp(1_700_000_000 + s, 0).unwrap().to_rfc3339()
+            }),
+        });
+        let state = json!({"terminated": terminated});
+        let status = if last {
+            json!({"name": "pytorch", "state": {"running": {}}, "lastState": state,
+                   "ready": true, "restartCount": 1, "image": "i", "imageID": ""})
+        } else {
+            json!({"name": "pytorch", "state": state,
+                   "ready": false, "restartCount": 0, "image": "i", "imageID": ""})
+        };
+        serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "status": {"containerStatuses": [status]},
+        }))
+        .unwrap()
+    }
+
+    /// The replica that failed first is reported, not the first by name: a worker's crash
+    /// makes the master fail after it.
+    #[test]
+    fn the_earliest_failure_is_reported_not_the_first_pod_by_name() {
+        let pods = [
+            pod("j-master-0", 130, Some(20), false),
+            pod("j-worker-1", 137, Some(5), false),
+            pod("j-worker-0", 0, Some(1), false),
+            pod("j-worker-2", 1, None, false),
+        ];
+        let f = first_failure(&pods).unwrap();
+        assert_eq!((f.pod.as_str(), f.exit_code), ("j-worker-1", Some(137)));
+        // Without a time, by name.
+        let untimed = [
+            pod("j-worker-2", 1, None, false),
+            pod("j-master-0", 1, None, false),
+        ];
+        assert_eq!(first_failure(&untimed).unwrap().pod, "j-master-0");
+    }
+
+    /// A Pod with a current termination and no last state is read (the last state is only
+    /// the fallback), and one restarted in place is read from its last state.
+    #[test]
+    fn a_termination_is_read_with_or_without_a_last_state() {
+        let f = first_failure(&[pod("j-master-0", 1, Some(3), false)]).unwrap();
+        assert_eq!((f.pod.as_str(), f.exit_code), ("j-master-0", Some(1)));
+        let f = first_failure(&[pod("j-worker-0", 2, Some(3), true)]).unwrap();
+        assert_eq!((f.pod.as_str(), f.exit_code), ("j-worker-0", Some(2)));
+        assert!(first_failure(&[pod("j-worker-0", 0, Some(3), false)]).is_none());
     }
 
     #[test]
