@@ -1466,19 +1466,7 @@ async fn artifact_bucket_settings_changed_outside_kfaws_are_drift_and_apply_rest
     d.stdout(&[&["apply", "--auto-approve"][..], &target].concat());
     let efs = aws_sdk_efs::Client::new(&d.sdk().await);
     let fs = d.output("stack.efs", "FileSystemId");
-    let targets = efs
-        .describe_mount_targets()
-        .file_system_id(&fs)
-        .send()
-        .await
-        .unwrap();
-    for t in targets.mount_targets() {
-        efs.delete_mount_target()
-            .mount_target_id(t.mount_target_id())
-            .send()
-            .await
-            .unwrap();
-    }
+    delete_mount_targets(&efs, &fs).await;
     efs.delete_file_system()
         .file_system_id(&fs)
         .send()
@@ -1772,6 +1760,24 @@ async fn delete_stack_by_hand(cfn: &aws_sdk_cloudformation::Client, name: &str) 
     panic!("stack {name} still deleting after 30 s");
 }
 
+/// Deletes every mount target of EFS file system `fs` by hand, as EFS
+/// requires before the file system itself goes.
+async fn delete_mount_targets(efs: &aws_sdk_efs::Client, fs: &str) {
+    let targets = efs
+        .describe_mount_targets()
+        .file_system_id(fs)
+        .send()
+        .await
+        .unwrap();
+    for t in targets.mount_targets() {
+        efs.delete_mount_target()
+            .mount_target_id(t.mount_target_id())
+            .send()
+            .await
+            .unwrap();
+    }
+}
+
 /// A network stack left DELETE_FAILED under the EFS stack's mount targets
 /// (no cluster): the replacement is refused at plan naming them, since it
 /// would delete the network alone and wait out its deadline for them. With
@@ -1810,19 +1816,7 @@ async fn a_stack_left_in_delete_failed_is_replaced_only_once_nothing_holds_it_an
     // The mount targets deleted by hand: nothing holds the subnets, and the
     // replacement is planned.
     let efs = aws_sdk_efs::Client::new(&d.sdk().await);
-    let targets = efs
-        .describe_mount_targets()
-        .file_system_id(&fs)
-        .send()
-        .await
-        .unwrap();
-    for t in targets.mount_targets() {
-        efs.delete_mount_target()
-            .mount_target_id(t.mount_target_id())
-            .send()
-            .await
-            .unwrap();
-    }
+    delete_mount_targets(&efs, &fs).await;
     let plan = d.stdout(&["plan", "--target", "stack.efs"]);
     assert!(plan.contains("-/+ stack.network"), "{plan}");
     assert!(

@@ -783,11 +783,6 @@ impl VpcGuard {
         )))
     }
 
-    /// An error when the VPC holds EFS mount targets of a file system that
-    /// the state's EFS stack does not record: nothing in the plan deletes
-    /// them (the stack left the state, or the file system is someone
-    /// else's), and the network's delete would wait for their interfaces
-    /// until its deadline.
     /// Refuses a replacement of the network while EFS mount targets are in
     /// its VPC: a replacement deletes the network alone, so its delete would
     /// wait for them until its deadline. The way out depends on whether the
@@ -801,24 +796,11 @@ impl VpcGuard {
         survey: &vpc::Survey,
         state: &crate::state::State,
     ) -> Result<(), ResourceError> {
-        let recorded = state
-            .resources
-            .get(&self.efs_address)
-            .and_then(|r| r.outputs.get("FileSystemId"))
-            .and_then(serde_json::Value::as_str);
-        let mut held: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
-        for eni in &survey.enis {
-            if let Some(fs) = vpc::mount_target_file_system(eni) {
-                held.entry(fs).or_default().push(&eni.id);
-            }
-        }
+        let recorded = self.recorded_file_system(state);
+        let held = mount_targets(survey, |_| true);
         if held.is_empty() {
             return Ok(());
         }
-        let list: Vec<String> = held
-            .iter()
-            .map(|(fs, enis)| format!("{fs} ({})", enis.join(", ")))
-            .collect();
         let way_out = if held.keys().all(|fs| Some(*fs) == recorded) {
             format!(
                 "`kfaws destroy --target {}` deletes {} (the file system and the files on it) \
@@ -838,37 +820,35 @@ impl VpcGuard {
              file system(s) {} are in its subnets and the replacement does not delete them (its \
              delete would wait for them until its deadline); nothing was changed. To rebuild the \
              network, {way_out}",
-            list.join(", ")
+            listed(&held)
         )))
     }
 
+    /// The file system the EFS stack's entry in `state` records, if any.
+    fn recorded_file_system<'s>(&self, state: &'s crate::state::State) -> Option<&'s str> {
+        state
+            .resources
+            .get(&self.efs_address)
+            .and_then(|r| r.outputs.get("FileSystemId"))
+            .and_then(serde_json::Value::as_str)
+    }
+
+    /// An error when the VPC holds EFS mount targets of a file system that
+    /// the state's EFS stack does not record: nothing in the plan deletes
+    /// them (the stack left the state, or the file system is someone
+    /// else's), and the network's delete would wait for their interfaces
+    /// until its deadline.
     fn refuse_stray_mount_targets(
         &self,
         vpc_id: &str,
         survey: &vpc::Survey,
         state: &crate::state::State,
     ) -> Result<(), ResourceError> {
-        let recorded = state
-            .resources
-            .get(&self.efs_address)
-            .and_then(|r| r.outputs.get("FileSystemId"))
-            .and_then(serde_json::Value::as_str);
-        let mut stray: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
-        for eni in &survey.enis {
-            match vpc::mount_target_file_system(eni) {
-                Some(fs) if Some(fs) != recorded => {
-                    stray.entry(fs).or_default().push(&eni.id);
-                }
-                _ => {}
-            }
-        }
+        let recorded = self.recorded_file_system(state);
+        let stray = mount_targets(survey, |fs| Some(fs) != recorded);
         if stray.is_empty() {
             return Ok(());
         }
-        let list: Vec<String> = stray
-            .iter()
-            .map(|(fs, enis)| format!("{fs} ({})", enis.join(", ")))
-            .collect();
         Err(ResourceError::msg(format!(
             "VPC {vpc_id} holds EFS mount targets of file system(s) {} that this deployment's \
              state does not record ({} is not in it, or records another), so nothing deletes \
@@ -877,7 +857,7 @@ impl VpcGuard {
              still carries this deployment's tags, `kfaws apply --target {}` imports it and \
              destroy then deletes it; otherwise delete the file system's mount targets \
              yourself, then run destroy again",
-            list.join(", "),
+            listed(&stray),
             self.efs_address,
             self.efs_address,
             self.efs_address
@@ -911,6 +891,27 @@ impl VpcGuard {
         }
         Ok(ours)
     }
+}
+
+/// The EFS mount targets' network interfaces in `survey`, by file system,
+/// for the file systems `keep` selects.
+fn mount_targets(survey: &vpc::Survey, keep: impl Fn(&str) -> bool) -> BTreeMap<&str, Vec<&str>> {
+    let mut by_fs: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for eni in &survey.enis {
+        if let Some(fs) = vpc::mount_target_file_system(eni).filter(|fs| keep(fs)) {
+            by_fs.entry(fs).or_default().push(&eni.id);
+        }
+    }
+    by_fs
+}
+
+/// `fs-1 (eni-1, eni-2), fs-2 (eni-3)`.
+fn listed(by_fs: &BTreeMap<&str, Vec<&str>>) -> String {
+    by_fs
+        .iter()
+        .map(|(fs, enis)| format!("{fs} ({})", enis.join(", ")))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Why a cluster that exists is not deleted before the network: it left

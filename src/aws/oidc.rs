@@ -212,6 +212,17 @@ impl OidcProviderResource {
     }
 
     /// Adds our audience and removes any other, so the provider matches the spec.
+    /// Takes a provider of the cluster's issuer that already exists as this
+    /// create's, if this deployment's tags say it is ours (else refuses it),
+    /// its client ids brought back to the STS audience alone.
+    async fn adopt(&self, found: &Found) -> Result<Applied, ResourceError> {
+        if !self.owned(&found.tags) {
+            return Err(self.refuse(found));
+        }
+        self.sync_client_ids(found).await?;
+        Ok(Self::applied(found))
+    }
+
     async fn sync_client_ids(&self, found: &Found) -> Result<(), ResourceError> {
         let have: BTreeSet<&str> = found.client_ids.iter().map(String::as_str).collect();
         if !have.contains(STS_AUDIENCE) {
@@ -347,11 +358,7 @@ impl Resource for OidcProviderResource {
         })?;
         let host_path = issuer_host_path(issuer);
         if let Some(found) = self.find_by_url(host_path).await? {
-            if !self.owned(&found.tags) {
-                return Err(self.refuse(&found));
-            }
-            self.sync_client_ids(&found).await?;
-            return Ok(Self::applied(&found));
+            return self.adopt(&found).await;
         }
         let sent = self
             .client
@@ -377,11 +384,7 @@ impl Resource for OidcProviderResource {
                         error_message(&e)
                     ))
                 })?;
-                if !self.owned(&found.tags) {
-                    return Err(self.refuse(&found));
-                }
-                self.sync_client_ids(&found).await?;
-                Ok(Self::applied(&found))
+                self.adopt(&found).await
             }
             Err(e) => Err(ResourceError::msg(format!(
                 "CreateOpenIDConnectProvider {issuer}: {}",

@@ -106,9 +106,10 @@ pub enum WaitError {
     },
 }
 
-/// Polls `poll` on `schedule` until it is ready, fails, or the deadline passes. A poll that
-/// does not answer (a `Describe*` call stalled on a connection the SDK set no read timeout
-/// for) is bounded by the same deadline.
+/// Polls `poll` on `schedule` until it is ready, fails, or the deadline passes. Every wait
+/// polls at least once. A poll that does not answer (a `Describe*` call stalled on a
+/// connection the SDK set no read timeout for) is given until the deadline, or the longest
+/// delay between polls (`schedule.max`) when less is left.
 ///
 /// # Errors
 /// [`WaitError`] with the status history.
@@ -118,14 +119,12 @@ where
     Fut: Future<Output = Poll<T>>,
 {
     let start = Instant::now();
+    let deadline = tokio::time::Instant::from_std(start + schedule.deadline);
     let mut history = History::default();
     loop {
-        let left = schedule.deadline.saturating_sub(start.elapsed());
-        let Ok(polled) = tokio::time::timeout(left, poll()).await else {
-            return Err(WaitError::TimedOut {
-                after: schedule.deadline,
-                history,
-            });
+        let bound = deadline.max(tokio::time::Instant::now() + schedule.max);
+        let Ok(polled) = tokio::time::timeout_at(bound, poll()).await else {
+            break;
         };
         match polled {
             Poll::Ready(v) => return Ok(v),
@@ -139,13 +138,14 @@ where
         }
         let left = schedule.deadline.saturating_sub(start.elapsed());
         if left.is_zero() {
-            return Err(WaitError::TimedOut {
-                after: schedule.deadline,
-                history,
-            });
+            break;
         }
         tokio::time::sleep(schedule.delay(start.elapsed()).min(left)).await;
     }
+    Err(WaitError::TimedOut {
+        after: schedule.deadline,
+        history,
+    })
 }
 
 /// A wait that tolerates a few failed polls in a row (after the SDK's own
@@ -235,6 +235,25 @@ mod tests {
         assert_eq!(b.delay(Duration::from_secs(1)), Duration::from_millis(100));
         assert_eq!(b.delay(Duration::from_secs(30)), Duration::from_millis(600));
         assert_eq!(b.delay(Duration::from_secs(600)), Duration::from_secs(10));
+    }
+
+    #[tokio::test]
+    async fn a_wait_without_time_polls_once() {
+        let mut n = 0;
+        let e = wait_until(fast(0), || {
+            n += 1;
+            async {
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                Poll::<()>::Pending("CREATING".into())
+            }
+        })
+        .await
+        .unwrap_err();
+        assert!(
+            matches!(&e, WaitError::TimedOut { history, .. } if history.0.len() == 1),
+            "{e}"
+        );
+        assert_eq!(n, 1);
     }
 
     #[tokio::test]

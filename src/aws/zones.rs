@@ -62,11 +62,11 @@ pub struct Wanted {
 pub struct Offerings {
     /// The region.
     pub region: String,
-    /// Zones in state `available` that need no opt-in and whose zone IDs EKS
-    /// takes for cluster subnets.
+    /// Zones in state `available` that need no opt-in.
     pub available: BTreeSet<String>,
-    /// Zones left out of `available` because EKS refuses cluster subnets in
-    /// their zone IDs ([`EKS_UNSUPPORTED_ZONE_IDS`]): name → zone ID.
+    /// Zones of `available` whose zone IDs EKS refuses cluster subnets in
+    /// ([`EKS_UNSUPPORTED_ZONE_IDS`]), name → zone ID: never chosen, and
+    /// refused when configured.
     pub eks_unsupported: BTreeMap<String, String>,
     /// Instance type → the zones offering it (any state).
     pub by_type: BTreeMap<String, BTreeSet<String>>,
@@ -258,11 +258,14 @@ pub fn choose(
         }
         return Ok(zones.to_vec());
     }
-    let common = wanted
+    let common: BTreeSet<String> = wanted
         .iter()
         .map(|w| offerings.usable_for(&w.instance_type))
         .reduce(|a, b| a.intersection(&b).cloned().collect())
-        .unwrap_or_else(|| offerings.available.clone());
+        .unwrap_or_else(|| offerings.available.clone())
+        .into_iter()
+        .filter(|z| !offerings.eks_unsupported.contains_key(z))
+        .collect();
     if common.len() < ZONE_COUNT {
         return Err(ZoneError::NoCommonZones {
             region,
@@ -312,12 +315,12 @@ pub async fn offerings(
                     .is_none_or(|s| s.as_str() == "opt-in-not-required")
                 && z.state().map(|s| s.as_str()) == Some("available")
         })
-        .filter(|z| match (z.zone_name(), z.zone_id()) {
-            (Some(name), Some(id)) if EKS_UNSUPPORTED_ZONE_IDS.contains(&id) => {
-                eks_unsupported.insert(name.to_string(), id.to_string());
-                false
+        .inspect(|z| {
+            if let (Some(name), Some(id)) = (z.zone_name(), z.zone_id()) {
+                if EKS_UNSUPPORTED_ZONE_IDS.contains(&id) {
+                    eks_unsupported.insert(name.to_string(), id.to_string());
+                }
             }
-            _ => true,
         })
         .filter_map(|z| z.zone_name().map(str::to_string))
         .collect();
@@ -393,6 +396,7 @@ mod tests {
     #[test]
     fn a_configured_zone_eks_refuses_is_named_with_its_zone_id() {
         let mut o = offerings(&[("m5.xlarge", &["us-east-1a", "us-east-1b", "us-east-1e"])]);
+        o.available.insert("us-east-1e".into());
         o.eks_unsupported
             .insert("us-east-1e".into(), "use1-az3".into());
         let zones = ["us-east-1a".to_string(), "us-east-1e".to_string()];
@@ -409,6 +413,16 @@ mod tests {
         assert!(e.to_string().starts_with(
             "options.availability_zones: us-east-1e is zone ID use1-az3 in this account"
         ));
+        // A recorded one is the network's: kept.
+        assert_eq!(
+            choose(&w, &o, Some((&zones, Source::State))).unwrap(),
+            zones
+        );
+        // Never chosen.
+        let mut o = offerings(&[("m5.xlarge", &["us-east-1a", "us-east-1b", "us-east-1c"])]);
+        o.eks_unsupported
+            .insert("us-east-1a".into(), "use1-az3".into());
+        assert_eq!(choose(&w, &o, None).unwrap(), ["us-east-1b", "us-east-1c"]);
     }
 
     #[test]

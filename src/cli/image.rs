@@ -1,6 +1,7 @@
 //! `kfaws image build` and `kfaws image push`.
 
 use std::path::Path;
+use std::time::Duration;
 
 use anyhow::Context as _;
 use kfaws::image::{layout, Image};
@@ -55,16 +56,16 @@ fn check_tag(tag: &str) -> anyhow::Result<()> {
 /// it and refuses the binary, in seconds: the trainer answers at once, so a
 /// binary still running after this ignores `--version` (and would otherwise
 /// hang the build).
-const VERSION_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+const VERSION_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How often the `--version` child is polled for its exit.
 const VERSION_POLL: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// Runs `trainer --version`, stdin empty, stderr discarded; kills it and
-/// fails when it has not exited within [`VERSION_TIMEOUT`]. Polls
+/// answers `None` when it has not exited within `limit`. Polls
 /// `try_wait` (this command is synchronous), its stdout read on a thread so
 /// a child writing much cannot block on a full pipe.
-fn run_version(trainer: &Path) -> std::io::Result<Option<std::process::Output>> {
+fn run_version(trainer: &Path, limit: Duration) -> std::io::Result<Option<std::process::Output>> {
     use std::io::Read as _;
     use std::process::Stdio;
 
@@ -81,7 +82,7 @@ fn run_version(trainer: &Path) -> std::io::Result<Option<std::process::Output>> 
         let _ = stdout.read_to_end(&mut buf);
         let _ = tx.send(buf);
     });
-    let deadline = std::time::Instant::now() + VERSION_TIMEOUT;
+    let deadline = std::time::Instant::now() + limit;
     let status = loop {
         if let Some(status) = child.try_wait()? {
             break status;
@@ -109,17 +110,18 @@ fn run_version(trainer: &Path) -> std::io::Result<Option<std::process::Output>> 
 /// would make an image every training job fails in): runs `BINARY
 /// --version`, which the trainer answers `kfaws-trainer VERSION (backends:
 /// gloo …)`, and returns those backends. A binary that has not answered
-/// within [`VERSION_TIMEOUT`] is killed and refused. A binary this machine
+/// within `limit` ([`VERSION_TIMEOUT`]) is killed and refused. A binary this machine
 /// cannot run (exec format error: this machine is not x86-64, the image's
 /// architecture, which [`Image::build`] has already checked) is let through
 /// with a warning, and its backends are not known (`None`).
-fn check_is_trainer(trainer: &Path) -> anyhow::Result<Option<Vec<String>>> {
-    let output = match run_version(trainer) {
+fn check_is_trainer(trainer: &Path, limit: Duration) -> anyhow::Result<Option<Vec<String>>> {
+    let output = match run_version(trainer, limit) {
         Ok(Some(output)) => output,
         Ok(None) => anyhow::bail!(
-            "{} did not answer --version within {} s: it is not the kfaws trainer, which              answers at once; pass the kfaws-trainer binary built with `cargo build --workspace              --bins`",
+            "{} did not answer --version within {limit:?}: it is not the kfaws trainer, which \
+             answers at once; pass the kfaws-trainer binary built with `cargo build --workspace \
+             --bins`",
             trainer.display(),
-            VERSION_TIMEOUT.as_secs()
         ),
         // ENOEXEC, "Exec format error" (errno 8 on Linux, asm-generic/errno-base.h).
         Err(e) if e.raw_os_error() == Some(8) => {
@@ -160,7 +162,7 @@ pub fn build(trainer: Option<&Path>, output: &Path, tag: Option<&str>) -> anyhow
         trainer.display()
     );
     let mut image = Image::build(&trainer, Path::new("/"))?;
-    if let Some(backends) = check_is_trainer(&trainer)? {
+    if let Some(backends) = check_is_trainer(&trainer, VERSION_TIMEOUT)? {
         image = image.with_backends(&backends);
     }
     let oci = output.join("oci");
@@ -277,7 +279,8 @@ pub async fn push(
 #[cfg(test)]
 mod tests {
     /// A `--trainer` that ignores `--version` (here: sleeps) is stopped
-    /// after [`super::VERSION_TIMEOUT`] and refused, not waited for.
+    /// after the time limit ([`super::VERSION_TIMEOUT`] in use) and refused,
+    /// not waited for.
     #[test]
     fn a_binary_that_does_not_answer_version_is_refused_after_the_time_limit() {
         use std::os::unix::fs::PermissionsExt as _;
@@ -285,17 +288,20 @@ mod tests {
         let script = dir.path().join("sleeper");
         std::fs::write(&script, "#!/bin/sh\nsleep 60\n").unwrap();
         std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let limit = std::time::Duration::from_millis(300);
         let started = std::time::Instant::now();
-        let err = super::check_is_trainer(&script).unwrap_err().to_string();
+        let err = super::check_is_trainer(&script, limit)
+            .unwrap_err()
+            .to_string();
         let took = started.elapsed();
         assert!(
-            err.contains("sleeper did not answer --version within 10 s"),
+            err.contains(
+                "sleeper did not answer --version within 300ms: it is not the kfaws \
+                 trainer, which answers at once; pass the kfaws-trainer binary built with"
+            ),
             "{err}"
         );
-        assert!(
-            took >= super::VERSION_TIMEOUT && took < super::VERSION_TIMEOUT * 2,
-            "{took:?}"
-        );
+        assert!(took >= limit && took < limit * 10, "{took:?}");
     }
 
     #[test]

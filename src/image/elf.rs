@@ -11,10 +11,11 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
+use object::elf::ProgramHeader64;
 use object::elf::{
-    Dyn64, FileHeader64, FileType, Machine, DT_NEEDED, DT_NULL, DT_RUNPATH, DT_STRSZ, DT_STRTAB,
-    EM_386, EM_AARCH64, EM_ARM, EM_LOONGARCH, EM_PPC64, EM_RISCV, EM_S390, EM_X86_64, ET_CORE,
-    ET_DYN, ET_EXEC, ET_REL, PT_INTERP, PT_LOAD,
+    Dyn64, FileType, Machine, DT_NEEDED, DT_NULL, DT_RUNPATH, DT_STRSZ, DT_STRTAB, EM_386,
+    EM_AARCH64, EM_ARM, EM_LOONGARCH, EM_PPC64, EM_RISCV, EM_S390, EM_X86_64, ET_CORE, ET_DYN,
+    ET_EXEC, ET_REL, PT_INTERP, PT_LOAD,
 };
 use object::read::elf::{Dyn, ElfFile64, FileHeader, ProgramHeader};
 use object::read::StringTable;
@@ -170,7 +171,7 @@ fn parse(path: &Path, data: &[u8], program: bool) -> Result<Parsed, ImageError> 
             .strings(endian, data, index)
             .map_err(|e| not(e.to_string()))?;
         collect(dynamic, strings)?;
-    } else if let Some((dynamic, strings)) = dynamic_segment(header, endian, data)
+    } else if let Some((dynamic, strings)) = dynamic_segment(segments, endian, data)
         .map_err(|problem| not(format!("its PT_DYNAMIC segment: {problem}")))?
     {
         // No section headers (stripped with `sstrip`, or never written):
@@ -198,13 +199,10 @@ type DynamicSegment<'data> = (&'data [Dyn64<Endianness>], StringTable<'data>);
 /// `PT_LOAD` segment that maps it), as the dynamic loader reads them (gABI
 /// "Dynamic Section"); `None` without a `PT_DYNAMIC` segment.
 fn dynamic_segment<'data>(
-    header: &FileHeader64<Endianness>,
+    segments: &'data [ProgramHeader64<Endianness>],
     endian: Endianness,
     data: &'data [u8],
 ) -> Result<Option<DynamicSegment<'data>>, String> {
-    let segments = header
-        .program_headers(endian, data)
-        .map_err(|e| e.to_string())?;
     let Some(dynamic) = segments
         .iter()
         .find_map(|ph| ph.dynamic(endian, data).transpose())

@@ -23,6 +23,8 @@ pub struct EcrImage {
     pub host: String,
     /// The 12-digit account (the registry id).
     pub account: String,
+    /// The region, e.g. `us-east-1`.
+    pub region: String,
     /// The repository, e.g. `kfaws-trainer`.
     pub repository: String,
     /// The tag or `sha256:` digest.
@@ -34,7 +36,8 @@ impl EcrImage {
     pub fn parse(uri: &str) -> Option<Self> {
         let (host, path) = uri.split_once('/')?;
         let mut parts = host.split('.');
-        let (Some(account), Some("dkr"), Some("ecr")) = (parts.next(), parts.next(), parts.next())
+        let (Some(account), Some("dkr"), Some("ecr"), Some(region)) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
         else {
             return None;
         };
@@ -50,6 +53,7 @@ impl EcrImage {
         Some(Self {
             host: host.to_string(),
             account: account.to_string(),
+            region: region.to_string(),
             repository: repository.to_string(),
             reference: reference.to_string(),
         })
@@ -98,27 +102,26 @@ pub fn backends_of_config(config: &[u8]) -> Option<Vec<String>> {
 /// (`ACCOUNT.dkr.ecr.REGION.amazonaws.com`: a local emulator's loopback
 /// registry, which serves every account's repositories) is used as it is.
 fn registry_endpoint(endpoint: &str, image: &EcrImage) -> Result<String, String> {
-    let Some(url) = url::Url::parse(endpoint).ok() else {
+    let Ok(url) = url::Url::parse(endpoint) else {
         return Ok(endpoint.to_string());
     };
     let host = url.host_str().unwrap_or_default().to_ascii_lowercase();
-    let labels: Vec<&str> = host.split('.').collect();
-    let region_of = |labels: &[&str]| match labels {
-        [_, "dkr", ecr, region, ..] if ecr.starts_with("ecr") => Some(region.to_string()),
-        _ => None,
+    let token_region = match host.split('.').collect::<Vec<_>>()[..] {
+        [_, "dkr", ecr, region, ..] if ecr.starts_with("ecr") => region.to_string(),
+        _ => return Ok(endpoint.to_string()),
     };
-    let Some(token_region) = region_of(&labels) else {
-        return Ok(endpoint.to_string());
-    };
-    let image_host = image.host.to_ascii_lowercase();
-    let image_labels: Vec<&str> = image_host.split('.').collect();
-    match region_of(&image_labels) {
-        Some(region) if region == token_region => Ok(format!("{}://{image_host}", url.scheme())),
-        region => Err(format!(
+    if image.region.eq_ignore_ascii_case(&token_region) {
+        Ok(format!(
+            "{}://{}",
+            url.scheme(),
+            image.host.to_ascii_lowercase()
+        ))
+    } else {
+        Err(format!(
             "it is in region {}, and ECR's token is for this session's region {token_region} \
              (registry {host}), ECR tokens being per region",
-            region.as_deref().unwrap_or("(unknown)")
-        )),
+            image.region
+        ))
     }
 }
 
@@ -171,6 +174,7 @@ mod tests {
         let img = |region: &str, a: &str, r: &str, f: &str| EcrImage {
             host: format!("{a}.dkr.ecr.{region}.amazonaws.com"),
             account: a.into(),
+            region: region.into(),
             repository: r.into(),
             reference: f.into(),
         };

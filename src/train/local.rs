@@ -457,10 +457,10 @@ pub async fn run(
 
 /// How long the other ranks have to exit once they were sent SIGTERM (one
 /// rank failed, or kfaws was told to stop) before SIGKILL: the trainer's
-/// stop grace (`TRAINER_STOP_GRACE`, 30 s) plus 5 s. A rank stopped or
-/// stuck in uninterruptible I/O would otherwise hold the job forever, since
+/// stop grace (`TRAINER_STOP_GRACE`, [`kfaws_trainer_contract::STOP_GRACE_SECS`]) plus 5 s. A
+/// rank stopped or stuck in uninterruptible I/O would otherwise hold the job forever, since
 /// its collective timeout runs only while it runs.
-pub const STOP_AFTER: Duration = Duration::from_secs(35);
+pub const STOP_AFTER: Duration = Duration::from_secs(kfaws_trainer_contract::STOP_GRACE_SECS + 5);
 
 /// Waits for every rank: how each one exited, and whether `cancel` fired. On `cancel` every rank is sent
 /// SIGTERM (they checkpoint and exit). Once a rank has failed, the others are

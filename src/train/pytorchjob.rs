@@ -70,12 +70,12 @@ pub struct PyTorchJobSpec {
 pub const BACKOFF_LIMIT: u32 = 3;
 
 /// Seconds the kubelet waits between a replica's SIGTERM and its SIGKILL (the Pod's
-/// `terminationGracePeriodSeconds`): the trainer's stop grace (`TRAINER_STOP_GRACE`, 30 s by
-/// default, `trainer/README.md`), after which its stop watchdog makes it exit 143 however far
+/// `terminationGracePeriodSeconds`): the trainer's stop grace (`TRAINER_STOP_GRACE`,
+/// [`kfaws_trainer_contract::STOP_GRACE_SECS`] by default, `trainer/README.md`), after which its stop watchdog makes it exit 143 however far
 /// it got, plus a 15 s margin, so that the trainer ends itself (its checkpoint written or
 /// given up) before the kubelet's SIGKILL. The kubelet's own default, 30 s, would race the
 /// watchdog.
-pub const TERMINATION_GRACE_SECS: i64 = 45;
+pub const TERMINATION_GRACE_SECS: u64 = kfaws_trainer_contract::STOP_GRACE_SECS + 15;
 
 /// A new submission id: the UTC time to the second and 8 random hex digits
 /// (`20261204T190512Z-1a2b3c4d`), sortable by time.
@@ -712,21 +712,6 @@ mod tests {
                 ["terminationGracePeriodSeconds"];
             assert_eq!(grace, 45, "{t}");
         }
-        let trainer_default =
-            trainer_stop_grace_default().expect("the trainer's TRAINER_STOP_GRACE default");
-        assert!(TERMINATION_GRACE_SECS > trainer_default + 5);
-    }
-
-    /// The trainer's `TRAINER_STOP_GRACE` default, read from its flag's definition (the
-    /// trainer crate is not a dependency of kfaws).
-    fn trainer_stop_grace_default() -> Option<i64> {
-        let src = include_str!("../../trainer/src/contract/mod.rs");
-        let flag = src.find("env = \"TRAINER_STOP_GRACE\"")?;
-        let rest = &src[flag..];
-        let value = rest[rest.find("default_value_t = ")? + "default_value_t = ".len()..]
-            .split(|c: char| !c.is_ascii_digit())
-            .next()?;
-        value.parse().ok()
     }
 
     /// Each turn of `Restarting` to `True` is one restart; its staying `True` across updates,

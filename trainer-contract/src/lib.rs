@@ -12,6 +12,11 @@
 /// keeps the trainer's deadline arithmetic (`Instant + timeout`, `timeout * 2`) in range.
 pub const MAX_TIMEOUT_SECS: u64 = 28 * 24 * 3600;
 
+/// The trainer's default stop grace (`TRAINER_STOP_GRACE`), in seconds: how long after SIGTERM
+/// a rank still blocked waiting for its peers has before it exits 143. kfaws gives its local
+/// ranks and its PyTorchJob replicas more than this before SIGKILL.
+pub const STOP_GRACE_SECS: u64 = 30;
+
 /// The most threads (and so model replicas) one trainer process takes: 1,024, above the
 /// vCPUs of any one instance SageMaker or EKS offers (448 for the largest `u7i`); a pool far
 /// above the CPUs only thrashes (100,000 threads turned a one-second job into minutes).

@@ -114,7 +114,7 @@ fn write_parse_failure(error: &clap::Error) {
     }
     let root = sagemaker_root_flag(&args[1..])
         .or_else(|| std::env::var_os("TRAINER_SAGEMAKER_ROOT"))
-        .unwrap_or_else(|| "/opt/ml".into());
+        .unwrap_or_else(|| kfaws_trainer::contract::sagemaker::ROOT.into());
     let layout = SageMakerLayout { root: root.into() };
     if !layout.is_present() {
         return;

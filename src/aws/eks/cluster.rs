@@ -174,22 +174,17 @@ impl ClusterResource {
     /// create interrupted by Ctrl-C leaves it `CREATING` for minutes).
     /// Returns it as it then is, or `None` once it is gone or no longer ours.
     async fn wait_settled(&self) -> Result<Option<Cluster>, ResourceError> {
-        let tolerance = Tolerance::default();
-        wait_until(self.schedule(), || async {
-            let cluster = match self.ours().await {
-                Ok(c) => {
-                    tolerance.ok();
-                    c
-                }
-                Err(e) => return tolerance.failed(e.to_string()),
-            };
-            match cluster.as_ref().and_then(Cluster::status) {
-                Some(s) if busy(s) => Poll::Pending(s.as_str().to_string()),
-                _ => Poll::Ready(cluster),
-            }
-        })
+        super::wait_settled(
+            self.timeout(),
+            &format!("cluster {}", self.name),
+            || self.ours(),
+            |c: &Cluster| {
+                c.status()
+                    .filter(|s| busy(s))
+                    .map(|s| s.as_str().to_string())
+            },
+        )
         .await
-        .map_err(|e| ResourceError::msg(format!("cluster {}: {e}", self.name)))
     }
 
     /// Waits until the cluster is `ACTIVE`.

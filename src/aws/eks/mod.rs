@@ -242,6 +242,46 @@ pub fn waits_for_status(kind: &str, status: Option<&str>) -> Option<Detail> {
     })
 }
 
+/// Waits while what `fetch` answers has an operation in progress that
+/// blocks a delete (`busy` names its status then, e.g. `CREATING`), for at
+/// most `deadline`; returns what it then answers, `None` once it is gone.
+/// `what` names it in the error, e.g. `cluster ml`.
+///
+/// # Errors
+/// [`ResourceError`] with the status history at the deadline, or when
+/// `fetch` fails more than [`Tolerance::LIMIT`] times in a row.
+pub(crate) async fn wait_settled<T, F, Fut>(
+    deadline: Duration,
+    what: &str,
+    mut fetch: F,
+    busy: impl Fn(&T) -> Option<String>,
+) -> Result<Option<T>, ResourceError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<Option<T>, ResourceError>>,
+{
+    let tolerance = Tolerance::default();
+    let (tolerance, busy) = (&tolerance, &busy);
+    wait_until(Backoff::with_deadline(deadline), || {
+        let fetched = fetch();
+        async move {
+            let found = match fetched.await {
+                Ok(found) => {
+                    tolerance.ok();
+                    found
+                }
+                Err(e) => return tolerance.failed(e.to_string()),
+            };
+            match found.as_ref().and_then(busy) {
+                Some(status) => Poll::Pending(status),
+                None => Poll::Ready(found),
+            }
+        }
+    })
+    .await
+    .map_err(|e| ResourceError::msg(format!("{what}: {e}")))
+}
+
 /// Waits until the EKS update `update`, as the call named `call`
 /// (`UpdateClusterVersion`, …) answered it, succeeds, polling
 /// `DescribeUpdate` of the cluster (and node group, if any).

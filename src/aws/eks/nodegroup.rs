@@ -89,6 +89,19 @@ pub fn health(status: &str) -> &str {
     }
 }
 
+/// The health issues EKS reports for `group`, as [`describe_issues`] words
+/// them.
+fn issues(group: &Nodegroup) -> String {
+    describe_issues(
+        group
+            .health()
+            .map(|h| h.issues())
+            .unwrap_or_default()
+            .iter()
+            .map(|i| (i.code().map(|c| c.as_str()), i.message())),
+    )
+}
+
 /// Whether a node group in `status` has an operation in progress that a
 /// DeleteNodegroup may not interrupt (EKS API Reference, `Nodegroup.status`;
 /// DeleteNodegroup answers `ResourceInUseException` meanwhile).
@@ -226,18 +239,7 @@ impl NodegroupResource {
                 // (see `health`); waiting for ACTIVE would wait out the
                 // deadline.
                 Some(NodegroupStatus::Degraded) => {
-                    tracing::warn!(
-                        "{} is DEGRADED: {}",
-                        self.what(),
-                        describe_issues(
-                            group
-                                .health()
-                                .map(|h| h.issues())
-                                .unwrap_or_default()
-                                .iter()
-                                .map(|i| (i.code().map(|c| c.as_str()), i.message()))
-                        )
-                    );
+                    tracing::warn!("{} is DEGRADED: {}", self.what(), issues(&group));
                     Poll::Ready(group)
                 }
                 Some(
@@ -248,14 +250,7 @@ impl NodegroupResource {
                     "{} is {}: {}",
                     self.what(),
                     s.as_str(),
-                    describe_issues(
-                        group
-                            .health()
-                            .map(|h| h.issues())
-                            .unwrap_or_default()
-                            .iter()
-                            .map(|i| (i.code().map(|c| c.as_str()), i.message()))
-                    )
+                    issues(&group)
                 )),
                 other => Poll::Pending(other.map_or("UNKNOWN", |s| s.as_str()).to_string()),
             }
@@ -267,22 +262,17 @@ impl NodegroupResource {
     /// Waits while the group is `CREATING` or `UPDATING` ([`busy`]); returns
     /// it as it then is, or `None` once it is gone or no longer ours.
     async fn wait_settled(&self) -> Result<Option<Nodegroup>, ResourceError> {
-        let tolerance = Tolerance::default();
-        wait_until(Backoff::with_deadline(self.timeout()), || async {
-            let group = match self.ours().await {
-                Ok(g) => {
-                    tolerance.ok();
-                    g
-                }
-                Err(e) => return tolerance.failed(e.to_string()),
-            };
-            match group.as_ref().and_then(Nodegroup::status) {
-                Some(s) if busy(s) => Poll::Pending(s.as_str().to_string()),
-                _ => Poll::Ready(group),
-            }
-        })
+        super::wait_settled(
+            self.timeout(),
+            &self.what(),
+            || self.ours(),
+            |g: &Nodegroup| {
+                g.status()
+                    .filter(|s| busy(s))
+                    .map(|s| s.as_str().to_string())
+            },
+        )
         .await
-        .map_err(|e| ResourceError::msg(format!("{}: {e}", self.what())))
     }
 
     async fn wait_gone(&self) -> Result<(), ResourceError> {

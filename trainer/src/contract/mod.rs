@@ -75,7 +75,7 @@ pub struct TrainArgs {
     #[arg(long, env = "TRAINER_CHECKPOINT_DIR")]
     pub checkpoint_dir: Option<PathBuf>,
     /// Root of the SageMaker layout.
-    #[arg(long, env = "TRAINER_SAGEMAKER_ROOT", default_value = "/opt/ml")]
+    #[arg(long, env = "TRAINER_SAGEMAKER_ROOT", default_value = sagemaker::ROOT)]
     pub sagemaker_root: PathBuf,
     /// This process's rank, `0..world-size`.
     #[arg(long, env = "TRAINER_RANK")]
@@ -117,7 +117,7 @@ pub struct TrainArgs {
     #[arg(
         long,
         env = "TRAINER_STOP_GRACE",
-        default_value_t = 30,
+        default_value_t = kfaws_trainer_contract::STOP_GRACE_SECS,
         value_parser = clap::value_parser!(u64).range(..=MAX_TIMEOUT_SECS)
     )]
     pub stop_grace_secs: u64,

@@ -6,6 +6,9 @@ use std::path::{Path, PathBuf};
 
 use super::ConfigError;
 
+/// The root of the layout in a real SageMaker job.
+pub const ROOT: &str = "/opt/ml";
+
 /// The SageMaker directory layout under `root`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SageMakerLayout {

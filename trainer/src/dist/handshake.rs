@@ -226,28 +226,16 @@ fn admit_all(
             .filter(|r| peers[r - 1].as_ref().is_none_or(|(s, _)| closed(s)))
             .collect()
     };
-    // The last accept error logged, so that one repeating every poll is logged once.
-    let mut last_accept_error: Option<String> = None;
     while !missing(peers).is_empty() {
-        let (stream, from) = match listener.accept() {
-            Ok(conn) => conn,
-            // Nothing to accept yet (`WouldBlock`), or a failure of one connection.
-            Err(e) if accept_error_is_transient(&e) => {
-                if e.kind() != io::ErrorKind::WouldBlock {
-                    let text = e.to_string();
-                    if last_accept_error.as_ref() != Some(&text) {
-                        tracing::warn!(%addr, "accepting a connection failed, waiting on: {text}");
-                        last_accept_error = Some(text);
-                    }
-                }
-                if Instant::now() >= deadline {
-                    return Err(CommError::RendezvousTimeout {
-                        timeout: rv.connect_timeout,
-                        missing: missing(peers),
-                    });
-                }
-                std::thread::sleep(Duration::from_millis(20));
-                continue;
+        let waiting = || format!("the other ranks on {addr}");
+        let accepted = accept_until(listener, deadline, Duration::from_millis(20), waiting);
+        let (stream, from) = match accepted {
+            Ok(Some(conn)) => conn,
+            Ok(None) => {
+                return Err(CommError::RendezvousTimeout {
+                    timeout: rv.connect_timeout,
+                    missing: missing(peers),
+                })
             }
             Err(source) => {
                 return Err(CommError::Bind {
@@ -267,6 +255,43 @@ fn admit_all(
         }
     }
     Ok(())
+}
+
+/// Accepts the next connection on the non-blocking `listener`, polling every `poll`; `None`
+/// once `deadline` passes. Accept errors of one connection or of a shortage that may pass
+/// ([`accept_error_is_transient`]) are waited on, each distinct one logged once with
+/// `waiting` (what is waited for); any other is returned.
+pub(super) fn accept_until(
+    listener: &TcpListener,
+    deadline: Instant,
+    poll: Duration,
+    waiting: impl Fn() -> String,
+) -> io::Result<Option<(TcpStream, std::net::SocketAddr)>> {
+    // The last accept error logged, so that one repeating every poll is logged once.
+    let mut last_error: Option<String> = None;
+    loop {
+        match listener.accept() {
+            Ok(conn) => return Ok(Some(conn)),
+            // Nothing to accept yet (`WouldBlock`), or a failure of one connection.
+            Err(e) if accept_error_is_transient(&e) => {
+                if e.kind() != io::ErrorKind::WouldBlock {
+                    let text = e.to_string();
+                    if last_error.as_ref() != Some(&text) {
+                        tracing::warn!(
+                            "accepting a connection failed, still waiting for {}: {text}",
+                            waiting()
+                        );
+                        last_error = Some(text);
+                    }
+                }
+                if Instant::now() >= deadline {
+                    return Ok(None);
+                }
+                std::thread::sleep(poll);
+            }
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 /// Whether an error of `accept(2)` on a listener that works concerns only the connection being

@@ -7,7 +7,7 @@ use std::io;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
-use super::handshake::{accept_error_is_transient, check_hello, hello, read_hello, try_connect};
+use super::handshake::{accept_until, check_hello, hello, read_hello, try_connect};
 use super::ring::Ring;
 use super::wire::{write_frame, Tag};
 use super::{Agreement, AllReduce};
@@ -60,7 +60,7 @@ pub(super) fn ring_links(
 
 /// Waits up to the collective timeout for rank `rank − 1` to connect and say a matching
 /// handshake; other connections are dropped, and so are failed accepts that concern only the
-/// connection ([`accept_error_is_transient`]).
+/// connection ([`super::handshake::accept_error_is_transient`]).
 fn accept_predecessor(
     listener: &TcpListener,
     rv: &Rendezvous,
@@ -70,31 +70,16 @@ fn accept_predecessor(
     let io = |e| CommError::from_io(expected, timeout, e);
     listener.set_nonblocking(true).map_err(io)?;
     let deadline = Instant::now() + timeout;
-    // The last accept error logged, so that one repeating every poll is logged once.
-    let mut last_accept_error: Option<String> = None;
     loop {
-        let (mut stream, from) = match listener.accept() {
-            Ok(conn) => conn,
-            // Nothing to accept yet (`WouldBlock`), or a failure of one connection.
-            Err(e) if accept_error_is_transient(&e) => {
-                if e.kind() != io::ErrorKind::WouldBlock {
-                    let text = e.to_string();
-                    if last_accept_error.as_ref() != Some(&text) {
-                        tracing::warn!(
-                            "accepting a ring connection failed, still waiting for rank \
-                             {expected}: {text}"
-                        );
-                        last_accept_error = Some(text);
-                    }
-                }
-                if Instant::now() >= deadline {
-                    return Err(CommError::PeerTimeout {
-                        rank: expected,
-                        timeout,
-                    });
-                }
-                std::thread::sleep(Duration::from_millis(5));
-                continue;
+        let waiting = || format!("ring rank {expected}");
+        let accepted = accept_until(listener, deadline, Duration::from_millis(5), waiting);
+        let (mut stream, from) = match accepted {
+            Ok(Some(conn)) => conn,
+            Ok(None) => {
+                return Err(CommError::PeerTimeout {
+                    rank: expected,
+                    timeout,
+                })
             }
             Err(e) => return Err(io(e)),
         };
