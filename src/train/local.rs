@@ -1173,7 +1173,9 @@ mod tests {
     async fn a_hung_rank_is_killed_once_a_peer_failed() {
         let forks = forks();
         let mut children = vec![
-            spawn("exit 3"),
+            // It fails once the hung rank's shell has had time to ignore SIGTERM (a
+            // SIGTERM before its `trap` would kill it as SIGTERM, not SIGKILL).
+            spawn("sleep 1; exit 3"),
             spawn("trap '' TERM; sleep 30 & wait; sleep 30"),
             spawn("sleep 30"),
         ];
