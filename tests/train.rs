@@ -473,8 +473,10 @@ fn local_runtime_ctrl_c_checkpoints_and_resume_continues() {
     );
     assert_eq!(failed.status.code(), Some(1), "{out}{err}");
     assert!(
-        out.contains("signalled to stop while waiting for the other ranks to join")
-            && err.contains("(rank 0: 143, rank 1: 3)"),
+        out.contains(
+            "signalled to stop before training started (loading data, or waiting for the \
+                 other ranks to join)"
+        ) && err.contains("(rank 0: 143, rank 1: 3)"),
         "{out}{err}"
     );
 

@@ -39,6 +39,9 @@ pub enum TrainError {
         path: String,
         /// The error creating it, or writing the model record or `model.json` into it.
         detail: String,
+        /// Whether retrying cannot help ([`io_is_permanent`]): the directory is a file, or
+        /// may not be written.
+        permanent: bool,
     },
     /// The newest checkpoint resumes `epoch` at `step`, past the `steps` this configuration has
     /// per epoch: it was written with another training split (dataset, `max-train-samples`),
@@ -87,12 +90,38 @@ pub enum TrainError {
     },
 }
 
+/// Whether an I/O error of the checkpoint or model directory is one a retry meets again: a
+/// path that is a file where a directory is wanted (or the reverse), or that may not be
+/// written (permissions, a read-only file system), i.e. a misconfigured directory. A full
+/// disk, a network file system's hiccup and the rest may pass.
+pub fn io_is_permanent(kind: std::io::ErrorKind) -> bool {
+    use std::io::ErrorKind as K;
+    matches!(
+        kind,
+        K::NotADirectory
+            | K::IsADirectory
+            | K::AlreadyExists
+            | K::PermissionDenied
+            | K::ReadOnlyFilesystem
+            | K::InvalidFilename
+            | K::InvalidInput
+    )
+}
+
 impl TrainError {
     /// The process exit code for this failure.
     pub fn exit_code(&self) -> i32 {
         match self {
             Self::Config(_) | Self::Data(_) => EXIT_CONFIG,
             Self::CheckpointMismatch { .. } | Self::Diverged { .. } => EXIT_CONFIG,
+            Self::Checkpoint(CheckpointError::Io { source, .. })
+                if io_is_permanent(source.kind()) =>
+            {
+                EXIT_CONFIG
+            }
+            Self::ModelOutput {
+                permanent: true, ..
+            } => EXIT_CONFIG,
             Self::Checkpoint(
                 CheckpointError::WrongModel { .. }
                 | CheckpointError::WrongDataset { .. }
@@ -109,6 +138,26 @@ impl TrainError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_checkpoint_or_model_directory_that_cannot_be_one_exits_1_other_io_130() {
+        let io = |kind: std::io::ErrorKind| {
+            TrainError::from(CheckpointError::Io {
+                path: "ckpt".into(),
+                source: std::io::Error::from(kind),
+            })
+        };
+        assert_eq!(io(std::io::ErrorKind::NotADirectory).exit_code(), 1);
+        assert_eq!(io(std::io::ErrorKind::PermissionDenied).exit_code(), 1);
+        assert_eq!(io(std::io::ErrorKind::StorageFull).exit_code(), 130);
+        let model = |permanent| TrainError::ModelOutput {
+            path: "model".into(),
+            detail: "File exists".into(),
+            permanent,
+        };
+        assert_eq!(model(true).exit_code(), 1);
+        assert_eq!(model(false).exit_code(), 130);
+    }
 
     #[test]
     fn configuration_errors_exit_1_and_transient_ones_130_plus() {

@@ -180,7 +180,10 @@ fn stop_deadline(stop: Arc<AtomicBool>, grace: Duration) {
             std::thread::sleep(Duration::from_millis(100));
         }
         if !train::RENDEZVOUS_DONE.load(Ordering::SeqCst) {
-            tracing::error!("signalled to stop while waiting for the other ranks to join; exiting");
+            tracing::error!(
+                "signalled to stop before training started (loading data, or waiting for the \
+                 other ranks to join); nothing to save, exiting"
+            );
             std::process::exit(EXIT_TERMINATED);
         }
         std::thread::sleep(grace);

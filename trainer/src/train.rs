@@ -701,8 +701,14 @@ pub fn write_model(
     let fail = |detail: String| TrainError::ModelOutput {
         path: dir.display().to_string(),
         detail,
+        permanent: false,
     };
-    std::fs::create_dir_all(dir).map_err(|e| fail(e.to_string()))?;
+    let io = |e: std::io::Error| TrainError::ModelOutput {
+        path: dir.display().to_string(),
+        detail: e.to_string(),
+        permanent: crate::error::io_is_permanent(e.kind()),
+    };
+    std::fs::create_dir_all(dir).map_err(io)?;
     model
         .clone()
         .valid()
@@ -727,7 +733,7 @@ pub fn write_model(
         parameters: model.num_params(),
     };
     let json = serde_json::to_string_pretty(&info).map_err(|e| fail(e.to_string()))?;
-    std::fs::write(dir.join(crate::MODEL_INFO_FILE), json).map_err(|e| fail(e.to_string()))
+    std::fs::write(dir.join(crate::MODEL_INFO_FILE), json).map_err(io)
 }
 
 /// A warning when `batch_size` exceeds a rank's shard (`train_len` images over `world_size`

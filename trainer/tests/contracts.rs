@@ -666,8 +666,10 @@ fn sigterm_while_waiting_for_peers_to_join_exits_at_once() {
         sent.elapsed()
     );
     assert!(
-        p.stderr()
-            .contains("signalled to stop while waiting for the other ranks to join"),
+        p.stderr().contains(
+            "signalled to stop before training started (loading data, or waiting for the \
+                 other ranks to join)"
+        ),
         "{}",
         p.stderr()
     );

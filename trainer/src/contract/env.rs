@@ -98,24 +98,34 @@ pub fn from_env(
     Ok(None)
 }
 
-/// Refuses a PyTorchJob's `PET_NPROC_PER_NODE` (its `nprocPerNode`) when it is an integer other
-/// than 1: the operator counted that many processes per pod in `world_size` (`WORLD_SIZE`),
-/// and the trainer runs one. `None`, `auto`, `cpu`, `gpu` and `1` pass.
+/// Refuses a PyTorchJob's `PET_NPROC_PER_NODE` (its `nprocPerNode`) unless it is unset, empty,
+/// `1`, or one of torchrun's words `auto`, `cpu`, `gpu`: a number other than 1 is what the
+/// operator counted per pod in `world_size` (`WORLD_SIZE`) while the trainer runs one process
+/// per pod, and anything else (`-1`, `2x`) is no value torchrun takes.
 ///
 /// # Errors
 /// [`ConfigError::Contract`] naming `PET_NPROC_PER_NODE`, `nprocPerNode` and `WORLD_SIZE`.
 pub fn check_nproc_per_node(value: Option<&str>, world_size: usize) -> Result<(), ConfigError> {
     let Some(value) = value else { return Ok(()) };
-    match value.trim().parse::<u64>() {
-        Ok(n) if n != 1 => Err(ConfigError::Contract {
-            source_name: format!("{:?} environment", Launcher::PyTorchJob),
-            detail: format!(
-                "PET_NPROC_PER_NODE={value:?} (the PyTorchJob's nprocPerNode): the operator \
-                 counts {n} processes per pod in WORLD_SIZE={world_size}, but kfaws-trainer runs \
-                 one process per pod, so rank 0 would wait for ranks that never start; set \
-                 nprocPerNode to 1 or auto, or leave it out"
-            ),
-        }),
-        _ => Ok(()),
+    let word = value.trim();
+    if word.is_empty() || matches!(word, "auto" | "cpu" | "gpu") || word.parse::<u64>() == Ok(1) {
+        return Ok(());
     }
+    let why = match word.parse::<u64>() {
+        Ok(n) => format!(
+            "the operator counts {n} processes per pod in WORLD_SIZE={world_size}, but \
+             kfaws-trainer runs one process per pod, so rank 0 would wait for ranks that never \
+             start"
+        ),
+        Err(_) => {
+            "not a process count torchrun takes (a positive number, auto, cpu or gpu)".to_string()
+        }
+    };
+    Err(ConfigError::Contract {
+        source_name: format!("{:?} environment", Launcher::PyTorchJob),
+        detail: format!(
+            "PET_NPROC_PER_NODE={value:?} (the PyTorchJob's nprocPerNode): {why}; set \
+             nprocPerNode to 1 or auto, or leave it out"
+        ),
+    })
 }

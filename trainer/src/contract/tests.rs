@@ -194,8 +194,26 @@ fn a_pytorchjob_with_several_processes_per_pod_is_refused() {
             .exit_code(),
         1
     );
+    // Values torchrun does not take are refused too, saying so.
+    for bad in ["-1", "2x"] {
+        let err = resolve(&args, &pytorchjob(Some(bad), "2"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("not a process count torchrun takes"),
+            "{bad}: {err}"
+        );
+    }
     // torchrun's words, 1, and no variable at all are one process per pod.
-    for nproc in [None, Some("auto"), Some("cpu"), Some("gpu"), Some("1")] {
+    for nproc in [
+        None,
+        Some("auto"),
+        Some("cpu"),
+        Some("gpu"),
+        Some("1"),
+        Some(" 1"),
+        Some(""),
+    ] {
         let config = resolve(&args, &pytorchjob(nproc, "2")).unwrap();
         assert_eq!(config.rendezvous.world_size, 2, "{nproc:?}");
     }
