@@ -143,9 +143,17 @@ def identify(environ: dict, body: bytes) -> Operation:
         protocol = default_protocol if default_protocol in ("query", "ec2") else "query"
         return Operation(service, action, protocol, access_key)
     if model and default_protocol in ("rest-json", "rest-xml"):
-        path = urllib.parse.unquote(environ.get("PATH_INFO", "/"))
         header_names = {k[5:].replace("_", "-").lower() for k in environ if k.startswith("HTTP_")}
         header_names |= {k.replace("_", "-").lower() for k in ("CONTENT_TYPE", "CONTENT_LENGTH") if environ.get(k)}
-        operation = _match_rest(service, environ.get("REQUEST_METHOD", "GET"), path, set(query), header_names)
+        method = environ.get("REQUEST_METHOD", "GET")
+        # A label's value may hold an encoded "/" (EKS's principalArn in
+        # /clusters/{name}/access-entries/{principalArn}): matched on the path
+        # as sent (werkzeug's RAW_URI) it stays one segment; decoded, it would
+        # split into several and match no route.
+        raw = (environ.get("RAW_URI") or environ.get("REQUEST_URI") or "").split("?", 1)[0]
+        operation = _match_rest(service, method, raw, set(query), header_names) if raw else "Unknown"
+        if operation == "Unknown":
+            path = urllib.parse.unquote(environ.get("PATH_INFO", "/"))
+            operation = _match_rest(service, method, path, set(query), header_names)
         return Operation(service, operation, default_protocol, access_key)
     return Operation(service, "Unknown", default_protocol, access_key)

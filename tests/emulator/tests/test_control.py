@@ -77,3 +77,29 @@ def test_the_call_log_tells_put_object_from_copy_object(control, aws, account_id
     counts = {c["operation"]: c["calls"] for c in calls if c["service"] == "s3"}
     assert counts.get("PutObject") == 2, counts
     assert counts.get("CopyObject") == 1, counts
+
+
+def test_the_call_log_names_rest_operations_whose_label_holds_an_encoded_slash(control, aws, account_id):
+    # EKS's principalArn (arn:...:role/path/name) is one URL-encoded path
+    # segment of /clusters/{name}/access-entries/{principalArn}: matched on
+    # the decoded path it would split and name no operation.
+    ec2 = aws("ec2")
+    vpc = ec2.create_vpc(CidrBlock="10.97.0.0/16")["Vpc"]["VpcId"]
+    subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.97.1.0/24")["Subnet"]["SubnetId"]
+    eks = aws("eks")
+    eks.create_cluster(
+        name="calls",
+        roleArn=f"arn:aws:iam::{account_id}:role/cluster",
+        resourcesVpcConfig={"subnetIds": [subnet]},
+        accessConfig={"authenticationMode": "API_AND_CONFIG_MAP"},
+    )
+    principal = f"arn:aws:iam::{account_id}:role/team/ml-reader"
+    eks.create_access_entry(clusterName="calls", principalArn=principal)
+    eks.describe_access_entry(clusterName="calls", principalArn=principal)
+    eks.list_associated_access_policies(clusterName="calls", principalArn=principal)
+    eks.delete_access_entry(clusterName="calls", principalArn=principal)
+    _, calls = control.call("GET", f"/calls?account_id={account_id}")
+    counts = {c["operation"]: c["calls"] for c in calls if c["service"] == "eks"}
+    for operation in ("CreateAccessEntry", "DescribeAccessEntry", "ListAssociatedAccessPolicies", "DeleteAccessEntry"):
+        assert counts.get(operation) == 1, counts
+    assert "Unknown" not in counts, counts

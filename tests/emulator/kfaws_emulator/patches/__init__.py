@@ -39,6 +39,8 @@ MODULES = (
     "eks_cluster_endpoint",
     "eks_tagging",
     "eks_oidc_issuer",
+    # after eks_updates (it replaces EKSResponse.update_cluster_config, which this wraps)
+    "eks_access_entries",
     "efs_already_exists_id",
     "efs_mount_target_interface",
     "lifecycle_eks",
