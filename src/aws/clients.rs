@@ -1,11 +1,15 @@
 //! Every AWS service client kfaws uses, made one way: from the shared
 //! [`SdkConfig`] plus what that config cannot carry, the
-//! [`UnreachableNotice`] and [`RetryNotice`] interceptors and the
+//! [`UnreachableNotice`] and [`RetryNotice`] interceptors, the
 //! [`NoRetryOnceStopping`] retry classifier (an `SdkConfig` holds none of
-//! them, so `Client::new(&config)` would leave them out).
+//! them, so `Client::new(&config)` would leave them out) and the timeouts
+//! of each attempt ([`Service::ATTEMPT_TIMEOUT`]), which the S3 client must
+//! not share.
 
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
+use aws_config::timeout::TimeoutConfig;
 use aws_config::SdkConfig;
 use aws_sdk_sts::config::ConfigBag;
 use aws_smithy_runtime_api::box_error::BoxError;
@@ -24,23 +28,40 @@ use aws_smithy_types::retry::RetryConfig;
 
 /// A service client made from an [`SdkConfig`] with kfaws's interceptors.
 pub trait Service: Sized {
-    /// The client for `config`, with the [`UnreachableNotice`] interceptor.
-    fn from_sdk(config: &SdkConfig) -> Self;
+    /// The longest one attempt of a call to this service may take
+    /// ([`super::ATTEMPT_TIMEOUT`], or [`super::INVOKE_ATTEMPT_TIMEOUT`] for
+    /// SageMaker Runtime).
+    const ATTEMPT_TIMEOUT: Duration = super::ATTEMPT_TIMEOUT;
+
+    /// The client for `config`, with kfaws's interceptors and
+    /// [`super::call_timeouts`] of [`Self::ATTEMPT_TIMEOUT`].
+    fn from_sdk(config: &SdkConfig) -> Self {
+        Self::with_timeouts(config, super::call_timeouts(Self::ATTEMPT_TIMEOUT))
+    }
+
+    /// The client for `config`, with kfaws's interceptors and `timeouts`
+    /// (over those of `config`, which fill what `timeouts` leaves unset).
+    fn with_timeouts(config: &SdkConfig, timeouts: TimeoutConfig) -> Self;
 }
 
 /// The client of service `C` (`aws_sdk_eks::Client`, …) for `config`: the
 /// region, credentials, endpoint override and retry configuration of
-/// `config`, plus the [`UnreachableNotice`].
+/// `config`, plus the [`UnreachableNotice`], [`RetryNotice`],
+/// [`NoRetryOnceStopping`] and the service's timeouts
+/// ([`Service::from_sdk`]).
 pub fn client<C: Service>(config: &SdkConfig) -> C {
     C::from_sdk(config)
 }
 
 macro_rules! services {
-    ($($sdk:ident),* $(,)?) => {$(
+    ($($sdk:ident $(=> $attempt:expr)?),* $(,)?) => {$(
         impl Service for $sdk::Client {
-            fn from_sdk(config: &SdkConfig) -> Self {
+            $(const ATTEMPT_TIMEOUT: Duration = $attempt;)?
+
+            fn with_timeouts(config: &SdkConfig, timeouts: TimeoutConfig) -> Self {
                 $sdk::Client::from_conf(
                     $sdk::config::Builder::from(config)
+                        .timeout_config(timeouts)
                         .interceptor(UnreachableNotice)
                         .interceptor(RetryNotice)
                         .retry_classifier(NoRetryOnceStopping(
@@ -62,7 +83,7 @@ services!(
     aws_sdk_eks,
     aws_sdk_iam,
     aws_sdk_sagemaker,
-    aws_sdk_sagemakerruntime,
+    aws_sdk_sagemakerruntime => super::INVOKE_ATTEMPT_TIMEOUT,
     aws_sdk_sts,
 );
 
@@ -348,6 +369,11 @@ mod tests {
             .build()
     }
 
+    /// Held by the tests whose calls cannot reach their endpoint: the
+    /// [`UnreachableNotice`]'s flag ([`SAID`]) is the process's, and one
+    /// test's failures would silence the notice another counts.
+    static UNREACHABLE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
     const ERROR_500: &[u8] =
         b"HTTP/1.1 500 Internal Server Error\r\ncontent-length: 0\r\nconnection: close\r\n\r\n";
 
@@ -551,8 +577,84 @@ mod tests {
         assert_eq!(attempts.load(Ordering::SeqCst), 1);
     }
 
+    /// A client kfaws makes bounds each attempt of a call: an endpoint that
+    /// accepts the connection and the request but never answers (a
+    /// half-open connection, a stalled peer) fails the attempt after its
+    /// attempt timeout, the retries make a bounded number of them, and the
+    /// error says it timed out. Without the timeout the call never returns.
+    #[tokio::test]
+    async fn a_call_to_an_endpoint_that_never_answers_times_out() {
+        let _unreachable = UNREACHABLE.lock().await;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let seen = Arc::clone(&accepted);
+        tokio::spawn(async move {
+            // Each connection is kept open and never written to.
+            let mut open = Vec::new();
+            while let Ok((socket, _)) = listener.accept().await {
+                seen.fetch_add(1, Ordering::SeqCst);
+                open.push(socket);
+            }
+        });
+        // kfaws's timeouts (`call_timeouts`), shortened for the test.
+        let attempt = Duration::from_millis(300);
+        let timeouts = TimeoutConfig::builder()
+            .connect_timeout(Duration::from_secs(1))
+            .operation_attempt_timeout(attempt)
+            .build();
+        let sts = aws_sdk_sts::Client::with_timeouts(&config(&url), timeouts);
+        let start = std::time::Instant::now();
+        let e = tokio::time::timeout(Duration::from_secs(30), sts.get_caller_identity().send())
+            .await
+            .expect("the call hung past 30 s")
+            .unwrap_err();
+        let took = start.elapsed();
+        assert!(
+            matches!(e, aws_sdk_sts::error::SdkError::TimeoutError(_)),
+            "{e:?}"
+        );
+        let text = super::super::error_message(&e);
+        assert_eq!(
+            text,
+            "request has timed out: operation attempt timeout (single attempt) occurred after \
+             300ms"
+        );
+        // The config's 3 attempts, each on a new connection and cut after
+        // 300 ms, with backoffs of a few ms between them.
+        assert_eq!(accepted.load(Ordering::SeqCst), 3);
+        assert!(
+            took >= 3 * attempt && took < Duration::from_secs(5),
+            "{took:?}"
+        );
+    }
+
+    /// The clients kfaws makes carry its timeouts: connecting within
+    /// `CONNECT_TIMEOUT`, each attempt within `ATTEMPT_TIMEOUT`, SageMaker
+    /// Runtime's (InvokeEndpoint, up to 60 s of the model's time) within
+    /// `INVOKE_ATTEMPT_TIMEOUT`.
+    #[tokio::test]
+    async fn every_client_bounds_connecting_and_each_attempt() {
+        let sdk = config("http://127.0.0.1:9");
+        let eks = client::<aws_sdk_eks::Client>(&sdk);
+        let t = eks.config().timeout_config().unwrap();
+        assert_eq!(t.connect_timeout(), Some(super::super::CONNECT_TIMEOUT));
+        assert_eq!(t.operation_attempt_timeout(), Some(Duration::from_secs(60)));
+        let rt = client::<aws_sdk_sagemakerruntime::Client>(&sdk);
+        let t = rt.config().timeout_config().unwrap();
+        assert_eq!(t.connect_timeout(), Some(super::super::CONNECT_TIMEOUT));
+        assert_eq!(
+            t.operation_attempt_timeout(),
+            Some(Duration::from_secs(120))
+        );
+    }
+
     #[tokio::test]
     async fn an_unreachable_endpoint_is_said_once_until_an_answer_comes_back() {
+        let _unreachable = UNREACHABLE.lock().await;
+        // As after an answer: a test before this one may have left no
+        // endpoint reachable.
+        SAID.store(false, Ordering::Relaxed);
         let lines = Lines::default();
         let writer = lines.clone();
         let _guard = tracing_subscriber::fmt()

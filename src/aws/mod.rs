@@ -7,7 +7,9 @@
 //! and instance metadata; [`with_profile`]);
 //! the endpoint from the SDK's standard `AWS_ENDPOINT_URL` override when set
 //! (how tests and `make demo` reach the local emulator). Retries use the SDK's
-//! standard retry mode with a bounded number of attempts.
+//! standard retry mode with a bounded number of attempts, and each attempt
+//! is bounded in time ([`CONNECT_TIMEOUT`], [`ATTEMPT_TIMEOUT`]), so a
+//! stalled connection fails and is retried instead of hanging.
 
 pub mod bucket;
 pub mod clients;
@@ -29,7 +31,10 @@ pub mod zones;
 
 pub use clients::client;
 
+use std::time::Duration;
+
 use aws_config::retry::RetryConfig;
+use aws_config::timeout::TimeoutConfig;
 use aws_config::{BehaviorVersion, Region, SdkConfig};
 use aws_types::os_shim_internal::Env;
 
@@ -42,6 +47,53 @@ use aws_types::os_shim_internal::Env;
 /// now and then. For comparison, the Terraform AWS provider's `max_retries`
 /// defaults to 25.
 pub const MAX_ATTEMPTS: u32 = 8;
+
+/// The longest wait to open a connection to an AWS endpoint, TCP and TLS
+/// handshakes together (the SDK's connect timeout wraps its HTTPS
+/// connector), per attempt. Longer than the SDK's default of 3.1 s (set
+/// from `BehaviorVersion` 2026-01-12, the "standard" smart defaults mode of
+/// the AWS SDKs and Tools Reference Guide), which a lost SYN makes an
+/// attempt miss: Linux resends an unanswered SYN after 1 s, then 2 s and
+/// 4 s later (RFC 6298's initial 1 s timeout, doubled), so 10 s leaves
+/// room for the fourth SYN, at 7 s, and the TLS round trips after it, on
+/// the slow or lossy links (VPNs, hotel Wi-Fi) kfaws is run from.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The longest one attempt of an AWS call may take, from sending the
+/// request to reading the whole response (the SDK's
+/// `operation_attempt_timeout`); a timed-out attempt is retried as a
+/// transient error, up to [`MAX_ATTEMPTS`] in all, so a call whose every
+/// attempt stalls fails after about 8 × 60 s plus the backoffs instead of
+/// never. It bounds what the SDK's read timeout (which ends at the first
+/// byte of the response) cannot: a connection that went silent (a
+/// half-open TCP connection, a peer that never answers) in the middle of
+/// the response body. kfaws's control plane calls (CloudFormation, EC2,
+/// EFS, EKS, IAM, SageMaker, ECR, STS, CloudWatch Logs) send and receive
+/// at most a few hundred KiB and are answered in seconds; 60 s is the AWS
+/// CLI's default read timeout (`--cli-read-timeout`). Image layers go to
+/// ECR through the registry API ([`crate::image::push`]), not the SDK.
+/// Not applied to S3 ([`bucket::client`]): an attempt's time includes
+/// sending the request body (as does the read timeout's), and a PutObject
+/// of a large training data file may take longer than any fixed bound.
+pub const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// [`ATTEMPT_TIMEOUT`] for SageMaker Runtime (InvokeEndpoint): the model
+/// container may take up to 60 s to answer (Amazon SageMaker Runtime API
+/// Reference, InvokeEndpoint, which advises a 70 s SDK socket timeout), and
+/// the attempt also sends and receives up to 6 MiB each way
+/// ([`crate::sagemaker::endpoint::MAX_INVOKE_BODY_BYTES`]): 60 s more is
+/// room for those 12 MiB at 1.6 Mbit/s.
+pub const INVOKE_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// The timeouts of one attempt of each call of a client [`clients::client`]
+/// makes: [`CONNECT_TIMEOUT`] to connect and `attempt` for the whole
+/// attempt ([`ATTEMPT_TIMEOUT`] or [`INVOKE_ATTEMPT_TIMEOUT`]).
+pub fn call_timeouts(attempt: Duration) -> TimeoutConfig {
+    TimeoutConfig::builder()
+        .connect_timeout(CONNECT_TIMEOUT)
+        .operation_attempt_timeout(attempt)
+        .build()
+}
 
 /// The partition of `region`, as `${AWS::Partition}` resolves it in a
 /// template: `aws-cn` for the China regions (`cn-`), `aws-us-gov` for
@@ -129,11 +181,19 @@ pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
 /// [`with_profile`] says for `profile` (`--aws-profile`). Without it, when
 /// both `AWS_PROFILE` and `AWS_ACCESS_KEY_ID` are set, a warning says the
 /// profile is not used (the environment's keys come first in the chain).
+/// Every client made from it connects within [`CONNECT_TIMEOUT`]; the
+/// attempt timeout is added per service by [`clients::client`], since
+/// S3 uploads ([`bucket::client`]) must not have one.
 pub async fn sdk_config(region: &str, profile: Option<&str>) -> SdkConfig {
     warn_if_profile_shadowed(profile);
     let loader = aws_config::defaults(BehaviorVersion::latest())
         .region(Region::new(region.to_string()))
-        .retry_config(RetryConfig::standard().with_max_attempts(MAX_ATTEMPTS));
+        .retry_config(RetryConfig::standard().with_max_attempts(MAX_ATTEMPTS))
+        .timeout_config(
+            TimeoutConfig::builder()
+                .connect_timeout(CONNECT_TIMEOUT)
+                .build(),
+        );
     with_profile(loader, profile).load().await
 }
 
@@ -238,6 +298,22 @@ mod tests {
             text.starts_with("HTTP status 500 with no AWS error code in the response"),
             "{text}"
         );
+    }
+
+    /// The shared config bounds connecting and nothing else: the S3 client
+    /// made from it has no attempt timeout, which would cut the upload of
+    /// a large training data file (PutObject).
+    #[tokio::test]
+    async fn the_sdk_config_bounds_connecting_but_not_s3_uploads() {
+        let sdk = sdk_config("us-east-1", None).await;
+        let t = sdk.timeout_config().unwrap();
+        assert_eq!(t.connect_timeout(), Some(Duration::from_secs(10)));
+        assert_eq!(t.operation_attempt_timeout(), None);
+        assert_eq!(t.read_timeout(), None);
+        let s3 = bucket::client(&sdk);
+        let t = s3.config().timeout_config().unwrap();
+        assert_eq!(t.connect_timeout(), Some(CONNECT_TIMEOUT));
+        assert_eq!(t.operation_attempt_timeout(), None);
     }
 
     #[test]
