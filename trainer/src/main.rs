@@ -392,10 +392,12 @@ fn run_train(args: &TrainArgs) -> ExitCode {
                 Err(e) => tracing::warn!("no metrics endpoint: {e}"),
             }
         }
-        let outcome = train::train(&config, &dataset, &stop, |metrics| {
+        let outcome = train::train(&config, &dataset, &stop, |progress| {
             if is_rank0 {
-                emit(&metrics.line());
-                *latest.lock().expect("metrics lock") = Some(*metrics);
+                if let train::Progress::Epoch(metrics) = &progress {
+                    emit(&metrics.line());
+                }
+                latest.lock().expect("metrics lock").record(progress);
             }
         })?;
         if let (Some(summary), true) = (outcome.evaluated, is_rank0) {

@@ -11,19 +11,50 @@ use hyper::{Request, StatusCode};
 use hyper_util::rt::TokioIo;
 
 use crate::metrics::EpochMetrics;
+use crate::train::Progress;
 
-/// The latest epoch's figures, shared between the training loop and the endpoint.
-pub type Latest = Arc<Mutex<Option<EpochMetrics>>>;
+/// What the endpoint serves, shared between the training loop and the endpoint.
+pub type Latest = Arc<Mutex<Published>>;
 
-/// Help text of the `epoch` gauge, the one gauge served before the first epoch ends.
-const EPOCH_HELP: &str = "Last completed epoch (0 while the first runs).";
+/// The last completed epoch and, once an epoch has ended in this process, its figures.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Published {
+    /// Last completed epoch: 0 while the first runs; after a resume, the checkpoint's last
+    /// completed epoch until the next one ends.
+    pub epoch: u64,
+    /// The figures of the last epoch that ended in this process; `None` before one has (a
+    /// checkpoint records no figures, so a resumed run has none until its first epoch ends).
+    pub metrics: Option<EpochMetrics>,
+}
 
-/// Renders `metrics` as Prometheus gauges. Before the first epoch ends only
-/// `kfaws_trainer_epoch 0` is served: a scrape then tells a running trainer
-/// from a missing one, and no loss or accuracy is made up.
-pub fn render(metrics: Option<&EpochMetrics>) -> String {
-    let Some(m) = metrics else {
-        return gauge("epoch", EPOCH_HELP, 0.0);
+impl Published {
+    /// Takes in what [`crate::train::train`] reports: a resume sets the epoch (the figures of
+    /// an earlier process are not known), an ended epoch sets both.
+    pub fn record(&mut self, progress: Progress) {
+        match progress {
+            Progress::Resumed { completed_epoch } => {
+                self.epoch = completed_epoch;
+                self.metrics = None;
+            }
+            Progress::Epoch(metrics) => {
+                self.epoch = metrics.epoch;
+                self.metrics = Some(metrics);
+            }
+        }
+    }
+}
+
+/// Help text of the `epoch` gauge, the one gauge served before an epoch ends in this process.
+const EPOCH_HELP: &str =
+    "Last completed epoch (0 while the first runs; after a resume, the checkpoint's).";
+
+/// Renders `published` as Prometheus gauges. Before an epoch ends in this process only
+/// `kfaws_trainer_epoch` is served (0, or after a resume the checkpoint's last completed
+/// epoch): a scrape then tells a running trainer from a missing one, and no loss or accuracy
+/// is made up.
+pub fn render(published: &Published) -> String {
+    let Some(m) = &published.metrics else {
+        return gauge("epoch", EPOCH_HELP, published.epoch as f64);
     };
     let gauges = [
         ("epoch", EPOCH_HELP, m.epoch as f64),
@@ -101,7 +132,7 @@ async fn serve(listener: std::net::TcpListener, latest: Latest) {
         let latest = Arc::clone(&latest);
         let service = service_fn(move |request: Request<Incoming>| {
             let answer = if request.uri().path() == "/metrics" {
-                let body = render(latest.lock().expect("metrics lock").as_ref());
+                let body = render(&latest.lock().expect("metrics lock"));
                 (StatusCode::OK, "text/plain; version=0.0.4", body)
             } else {
                 let body = "not found: GET /metrics".to_string();
@@ -142,11 +173,11 @@ mod tests {
             !before.contains("accuracy") && !before.contains("loss"),
             "{before}"
         );
-        *latest.lock().unwrap() = Some(EpochMetrics {
+        latest.lock().unwrap().record(Progress::Epoch(EpochMetrics {
             epoch: 3,
             test_acc: 0.875,
             ..EpochMetrics::default()
-        });
+        }));
         let body = get();
         assert!(body.starts_with("HTTP/1.1 200"), "{body}");
         assert!(
@@ -156,5 +187,27 @@ mod tests {
             "{body}"
         );
         assert!(body.contains("kfaws_trainer_epoch 3\n"), "{body}");
+    }
+
+    /// A run resumed from the checkpoint written after epoch 4 has finished 4 epochs: a
+    /// scrape before its first epoch ends reads 4, not 0, and still makes up no figures.
+    #[test]
+    fn a_resumed_run_serves_the_checkpoint_epoch_until_its_first_ends() {
+        let mut published = Published::default();
+        published.record(Progress::Resumed { completed_epoch: 4 });
+        let body = render(&published);
+        assert!(body.contains("kfaws_trainer_epoch 4\n"), "{body}");
+        assert!(
+            !body.contains("accuracy") && !body.contains("loss"),
+            "{body}"
+        );
+        published.record(Progress::Epoch(EpochMetrics {
+            epoch: 5,
+            train_loss: 0.5,
+            ..EpochMetrics::default()
+        }));
+        let body = render(&published);
+        assert!(body.contains("kfaws_trainer_epoch 5\n"), "{body}");
+        assert!(body.contains("kfaws_trainer_train_loss 0.5\n"), "{body}");
     }
 }

@@ -34,6 +34,20 @@ pub struct Outcome {
     pub evaluated: Option<ModelSummary>,
 }
 
+/// What [`train`] reports while it runs, to its `on_progress`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Progress {
+    /// Resumed from a checkpoint, reported once before any step: `completed_epoch` is the last
+    /// epoch the checkpoint had finished (the one before the epoch it resumes in; 0 for a
+    /// checkpoint written in epoch 1). A checkpoint records no metrics, so none come with it.
+    Resumed {
+        /// Last completed epoch, counted from 1.
+        completed_epoch: u64,
+    },
+    /// An epoch ended: its figures, all-reduced (the same on every rank).
+    Epoch(EpochMetrics),
+}
+
 /// The compute device for the `backend` hyperparameter: `gloo` → burn's flex CPU backend,
 /// `nccl` → CUDA device 0 (only with the `cuda` feature).
 ///
@@ -112,8 +126,15 @@ pub static RENDEZVOUS_DONE: std::sync::atomic::AtomicBool =
 /// Everything the ranks must share, as the JSON object the handshake compares
 /// ([`crate::dist::Agreement::config`]): hyperparameters, dataset kind and sizes, world size.
 pub fn shared_config(config: &RunConfig, dataset: &Dataset) -> String {
+    // Through text, not `json!`: a `serde_json::Value` widens an f32 to f64 (lr 0.01 becomes
+    // 0.009999999776482582, which a handshake mismatch would then show), while the text writer
+    // prints the shortest form that reads back as the same f32, and that text reads back into
+    // a Value as the f64 that prints the same.
+    let hyperparameters: serde_json::Value = serde_json::to_string(&config.hp)
+        .and_then(|text| serde_json::from_str(&text))
+        .expect("hyperparameters (numbers and strings) always serialise");
     serde_json::json!({
-        "hyperparameters": config.hp,
+        "hyperparameters": hyperparameters,
         "dataset": dataset.kind,
         "train_examples": dataset.train.len(),
         "test_examples": dataset.test.len(),
@@ -122,9 +143,10 @@ pub fn shared_config(config: &RunConfig, dataset: &Dataset) -> String {
     .to_string()
 }
 
-/// Trains on `dataset` as rank `config.rendezvous.rank`, calling `on_epoch` with each epoch's
-/// metrics; rank 0 checkpoints every epoch into `config.checkpoint_dir` and resumes from the
-/// newest checkpoint there. `stop` (set by SIGTERM or SIGINT) is this rank's wish to stop:
+/// Trains on `dataset` as rank `config.rendezvous.rank`, calling `on_progress` with
+/// [`Progress::Resumed`] after resuming from a checkpoint and with each epoch's metrics
+/// ([`Progress::Epoch`]); rank 0 checkpoints every epoch into `config.checkpoint_dir` and
+/// resumes from the newest checkpoint there. `stop` (set by SIGTERM or SIGINT) is this rank's wish to stop:
 /// it is all-reduced with every step's gradients, and after the step where any rank wished it,
 /// every rank stops (rank 0 checkpointing first), so no rank leaves a collective the others
 /// are still in.
@@ -135,7 +157,7 @@ pub fn train(
     config: &RunConfig,
     dataset: &Dataset,
     stop: &AtomicBool,
-    on_epoch: impl FnMut(&EpochMetrics),
+    on_progress: impl FnMut(Progress),
 ) -> Result<Outcome, TrainError> {
     let hp = &config.hp;
     let device = device_for(&hp.backend)?;
@@ -148,7 +170,15 @@ pub fn train(
     };
     let mut comm = Communicator::connect(&config.rendezvous, &agreement)?;
     RENDEZVOUS_DONE.store(true, std::sync::atomic::Ordering::SeqCst);
-    let result = train_connected(config, dataset, stop, on_epoch, &mut comm, model, &device);
+    let result = train_connected(
+        config,
+        dataset,
+        stop,
+        on_progress,
+        &mut comm,
+        model,
+        &device,
+    );
     if let Err(err) = &result {
         // A failure of rank 0's own (its checkpoint directory, or a checkpoint it read that this
         // run cannot resume): the workers, waiting in the next collective, learn why instead of
@@ -174,7 +204,7 @@ fn train_connected(
     config: &RunConfig,
     dataset: &Dataset,
     stop: &AtomicBool,
-    mut on_epoch: impl FnMut(&EpochMetrics),
+    mut on_progress: impl FnMut(Progress),
     comm: &mut Communicator,
     model: Net,
     device: &Device,
@@ -191,6 +221,11 @@ fn train_connected(
         train_examples: dataset.train.len() as u64,
     };
     let (start, params, sgd) = initial_state(comm, &model, config, dataset.kind, sampling)?;
+    if (start.epoch, start.step) != (1, 0) {
+        on_progress(Progress::Resumed {
+            completed_epoch: start.epoch.saturating_sub(1),
+        });
+    }
     let mut learner = Learner::new(
         model,
         params,
@@ -284,7 +319,7 @@ fn train_connected(
             test_acc,
             images_per_sec: train.count / train_secs.max(1e-9),
         };
-        on_epoch(&metrics);
+        on_progress(Progress::Epoch(metrics));
         outcome.epochs.push(metrics);
         if rank == 0 {
             learner
@@ -871,8 +906,10 @@ mod tests {
         let dataset = load_dataset(&config).unwrap();
         assert_eq!(dataset.kind, data::DatasetKind::Cifar10);
         let mut lines = Vec::new();
-        let outcome = train(&config, &dataset, &AtomicBool::new(false), |m| {
-            lines.push(m.line())
+        let outcome = train(&config, &dataset, &AtomicBool::new(false), |p| {
+            if let Progress::Epoch(m) = p {
+                lines.push(m.line());
+            }
         })
         .unwrap();
         assert_eq!(lines.len(), 5, "{lines:?}");
@@ -1006,6 +1043,112 @@ mod tests {
         let resumed = train(&config, &dataset, &AtomicBool::new(false), |_| {}).unwrap();
         let epochs: Vec<u64> = resumed.epochs.iter().map(|m| m.epoch).collect();
         assert_eq!(epochs, [2], "only epoch 2 is left");
+    }
+
+    /// Resumed from the checkpoint written after epoch 2 (named epoch 3, step 0), the run
+    /// reports epoch 2 as done before it trains, so the metrics endpoint reads 2 rather than
+    /// 0 until epoch 3 ends; a fresh run reports no resume.
+    #[test]
+    fn a_resumed_run_reports_the_checkpoint_epoch_before_training() {
+        let dir = tempfile::tempdir().unwrap();
+        write_synthetic_cifar(dir.path(), 20);
+        let args = single_process_args(dir.path(), &["epochs=3", "batch-size=20"]);
+        let mut config = resolve(&args, &|_| None).unwrap();
+        let dataset = load_dataset(&config).unwrap();
+        let params = flatten_params(&Net::new(dataset.kind.shape(), &Device::flex()));
+        Checkpoint {
+            epoch: 3,
+            step: 0,
+            dataset: dataset.kind.name().to_string(),
+            sampling: None,
+            params,
+            velocity: Vec::new(),
+        }
+        .save(&config.checkpoint_dir)
+        .unwrap();
+        let latest = crate::prometheus::Latest::default();
+        let mut seen = Vec::new();
+        train(&config, &dataset, &AtomicBool::new(false), |p| {
+            latest.lock().unwrap().record(p);
+            seen.push((p, crate::prometheus::render(&latest.lock().unwrap())));
+        })
+        .unwrap();
+        let (first, scraped) = &seen[0];
+        assert_eq!(*first, Progress::Resumed { completed_epoch: 2 });
+        assert!(scraped.contains("kfaws_trainer_epoch 2\n"), "{scraped}");
+        assert!(!scraped.contains("loss"), "{scraped}");
+        assert!(
+            matches!(seen[1].0, Progress::Epoch(m) if m.epoch == 3),
+            "{seen:?}"
+        );
+        assert_eq!(seen.len(), 2, "{seen:?}");
+
+        config.checkpoint_dir = dir.path().join("fresh-checkpoints");
+        config.hp.epochs = 1;
+        let mut fresh = Vec::new();
+        train(&config, &dataset, &AtomicBool::new(false), |p| {
+            fresh.push(p)
+        })
+        .unwrap();
+        assert!(
+            matches!(fresh[..], [Progress::Epoch(m)] if m.epoch == 1),
+            "{fresh:?}"
+        );
+    }
+
+    /// Ranks whose learning rates differ are refused at the handshake, which names both
+    /// values as the shared configuration holds them: in their shortest f32 form (`0.01`), not
+    /// widened to f64 on the way into JSON (`0.009999999776482582`).
+    #[test]
+    fn a_learning_rate_mismatch_shows_the_rates_as_written() {
+        use crate::dist::{Agreement, CommError, Communicator};
+        let empty = Split {
+            images: Vec::new(),
+            labels: Vec::new(),
+            shape: [1, 28, 28],
+        };
+        let dataset = Dataset {
+            kind: data::DatasetKind::FashionMnist,
+            train: empty.clone(),
+            test: empty,
+        };
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let dir = tempfile::tempdir().unwrap();
+        let ranks: Vec<_> = [(0, "lr=0.02"), (1, "lr=0.01")]
+            .into_iter()
+            .map(|(rank, lr)| {
+                let mut config = resolve(
+                    &single_process_args(dir.path(), &[lr, "momentum=0.3"]),
+                    &|_| None,
+                )
+                .unwrap();
+                config.rendezvous.master_port = port;
+                config.rendezvous.rank = rank;
+                config.rendezvous.world_size = 2;
+                let agreement = Agreement {
+                    param_count: 1,
+                    config: shared_config(&config, &dataset),
+                };
+                std::thread::spawn(move || {
+                    Communicator::connect(&config.rendezvous, &agreement).map(|_| ())
+                })
+            })
+            .collect();
+        for (rank, handle) in ranks.into_iter().enumerate() {
+            let err = handle.join().unwrap().unwrap_err();
+            assert!(matches!(err, CommError::Mismatch(_)), "rank {rank}: {err}");
+            let text = err.to_string();
+            assert!(
+                text.contains("hyperparameters.lr 0.01 on rank 1, 0.02 on rank 0"),
+                "rank {rank}: {text}"
+            );
+            // The one difference: momentum, the same on both, is not listed.
+            assert!(!text.contains("momentum"), "rank {rank}: {text}");
+        }
     }
 
     #[test]

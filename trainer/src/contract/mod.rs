@@ -198,6 +198,30 @@ pub const HP_ORIGIN: &str = "--hp / TRAINER_HYPERPARAMETERS";
 /// Default `MASTER_PORT` where no contract gives one: the port SageMaker's PyTorch toolkit uses.
 pub const DEFAULT_MASTER_PORT: u16 = 7777;
 
+/// A value of `hyperparameters.json` refused, shown as the user gave it to the estimator:
+/// SageMaker's Python SDK JSON-encodes each hyperparameter (`json.dumps`), so `lr="abc"` arrives
+/// as `"\"abc\""`, and the error would quote the quotes. A value that is no JSON string (a
+/// number, or text written into the file by hand) is shown as it stands.
+fn as_in_the_estimator(error: HyperparameterError) -> HyperparameterError {
+    match error {
+        HyperparameterError::Invalid {
+            key,
+            value,
+            origin,
+            rule,
+        } => HyperparameterError::Invalid {
+            key,
+            value: match serde_json::from_str::<serde_json::Value>(&value) {
+                Ok(serde_json::Value::String(decoded)) => decoded,
+                _ => value,
+            },
+            origin,
+            rule,
+        },
+        other => other,
+    }
+}
+
 /// Resolves the run configuration from `args`, the SageMaker layout and the environment
 /// (`env` looks a variable up; `std::env::var(..).ok()` outside tests).
 ///
@@ -219,7 +243,8 @@ pub fn resolve(
                 path: sm.hyperparameters().display().to_string(),
                 detail: e.to_string(),
             })?;
-        hp.apply_sagemaker_json(&text, &sm.hyperparameters().display().to_string())?;
+        hp.apply_sagemaker_json(&text, &sm.hyperparameters().display().to_string())
+            .map_err(as_in_the_estimator)?;
     }
     let keys = args.hyperparameters.iter().map(|pair| {
         pair.split_once('=')

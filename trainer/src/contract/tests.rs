@@ -388,3 +388,35 @@ fn nccl_in_a_cpu_build_is_refused_naming_its_source() {
         "{err}"
     );
 }
+
+/// The SDK writes the estimator's `lr="abc"` as `"\"abc\""`: the refusal quotes `abc` as the
+/// user wrote it, not its JSON encoding; a hand-written unencoded value is quoted as it is.
+#[test]
+fn a_refused_sagemaker_value_is_shown_as_given_to_the_estimator() {
+    for (file, shown) in [
+        (
+            r#"{"lr": "\"abc\""}"#,
+            r#"hyperparameter "lr" = "abc" (from "#,
+        ),
+        (r#"{"lr": "abc"}"#, r#"hyperparameter "lr" = "abc" (from "#),
+        (
+            r#"{"epochs": "-2"}"#,
+            r#"hyperparameter "epochs" = "-2" (from "#,
+        ),
+        (
+            r#"{"backend": "\"mpi\""}"#,
+            r#"hyperparameter "backend" = "mpi" (from "#,
+        ),
+    ] {
+        let root = sagemaker_root("algo-1", &["algo-1"], file);
+        let args = TrainArgs {
+            sagemaker_root: root.path().to_path_buf(),
+            ..no_sagemaker()
+        };
+        let err = resolve(&args, &env_of(&[])).unwrap_err().to_string();
+        assert!(
+            err.contains(shown) && err.contains("hyperparameters.json"),
+            "{file}: {err}"
+        );
+    }
+}

@@ -141,6 +141,15 @@ impl Ring {
     }
 }
 
+#[cfg(test)]
+impl Ring {
+    /// The links to the predecessor and the successor, for tests that play a misbehaving
+    /// rank by hand (one that hangs in the middle of an all-reduce).
+    pub(super) fn links(&mut self) -> (&mut TcpStream, &mut TcpStream) {
+        (&mut self.prev, &mut self.next)
+    }
+}
+
 /// What a failing rank tells its successor: a relayed abort keeps its origin.
 fn abort_frame_payload(rank: usize, err: &CommError) -> Vec<u8> {
     match err {

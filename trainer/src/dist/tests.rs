@@ -700,3 +700,75 @@ fn ring_hung_peer_fails_within_the_timeout_naming_it() {
     );
     assert!(*took < Duration::from_millis(1500), "rank 0 took {took:?}");
 }
+
+/// Rank 2 of 4 takes the first ring step (sends its own chunk, receives its predecessor's)
+/// and then hangs, still connected. Its successor, rank 3, waits `step_wait(T, 1)` = 2.25T
+/// for its second frame and names rank 2; its abort travels on to ranks 0 and 1, whose own
+/// waits for that step's frames end T/4 and 2·T/4 later, so they relay the diagnosis naming
+/// rank 2 rather than timing out on their live predecessor.
+#[test]
+fn ring_rank_hung_mid_all_reduce_is_named_by_every_other_rank() {
+    use std::io::Write as _;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    const T: Duration = Duration::from_secs(2);
+    /// Live ranks that have failed; the hung rank holds its sockets open until all 3 have.
+    static FAILED: AtomicUsize = AtomicUsize::new(0);
+    let port = free_port();
+    let results = run_ranks(
+        4,
+        |r| {
+            let mut rv = ring_rendezvous(port, r, 4);
+            rv.collective_timeout = T;
+            (rv, agreement(4))
+        },
+        |rank, comm| {
+            let mut comm = comm.unwrap();
+            let mut values = [1.0f32, 2.0, 3.0, 4.0];
+            let started = Instant::now();
+            if rank == 2 {
+                let (prev, next) = comm.ring.as_mut().unwrap().links();
+                // Step 0 of the reduce-scatter: its own chunk out, rank 1's chunk in.
+                next.write_all(&wire::floats_frame(&values[2..3])).unwrap();
+                let (tag, _) = wire::read_frame(prev).unwrap();
+                assert_eq!(tag, wire::Tag::Floats);
+                // Hung: sends nothing more, yet stays connected until the others have failed.
+                let deadline = Instant::now() + 6 * T;
+                while FAILED.load(Ordering::SeqCst) < 3 && Instant::now() < deadline {
+                    thread::sleep(Duration::from_millis(20));
+                }
+                return None;
+            }
+            let err = comm.all_reduce_sum(&mut values).unwrap_err();
+            let took = started.elapsed();
+            FAILED.fetch_add(1, Ordering::SeqCst);
+            Some((err, took))
+        },
+    );
+    let (successor, took) = results[3].as_ref().unwrap();
+    assert!(
+        matches!(successor, CommError::PeerTimeout { rank: 2, .. }),
+        "rank 3: {successor}"
+    );
+    for rank in [0, 1] {
+        let (err, _) = results[rank].as_ref().unwrap();
+        assert!(
+            matches!(err, CommError::Aborted { rank: 3, .. }),
+            "rank {rank}: {err}"
+        );
+        assert!(
+            err.to_string().contains("rank 2 did not respond"),
+            "rank {rank}: {err}"
+        );
+        assert!(err.is_transient(), "rank {rank}: {err}");
+    }
+    // Rank 3 gave up at its second receive, 2T + T/4 after the first frame came; the others
+    // heard of it before rank 0's own wait for its third frame (2T + 2·T/4) would have ended.
+    assert!(
+        *took >= T * 2 + T / 4 - Duration::from_millis(100) && *took < T * 2 + T / 2,
+        "rank 3 took {took:?}"
+    );
+    for rank in [0, 1] {
+        let (_, took) = results[rank].as_ref().unwrap();
+        assert!(*took < T * 2 + T / 2, "rank {rank} took {took:?}");
+    }
+}
