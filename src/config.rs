@@ -62,12 +62,15 @@ impl fmt::Display for ProfileName {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum SageMakerRolePolicy {
-    /// `AmazonSageMakerFullAccess` and `AmazonS3FullAccess`, as the Kubeflow on AWS guides do.
-    #[default]
+    /// `AmazonSageMakerFullAccess` and `AmazonS3FullAccess`, as the Kubeflow on AWS guides do:
+    /// every bucket of the account and every SageMaker action, for jobs that read data
+    /// outside the artifact bucket.
     Full,
-    /// Only the artifact bucket and what an execution role needs: ECR pulls, CloudWatch Logs
-    /// and metrics, VPC network interfaces (SageMaker Developer Guide, "CreateTrainingJob API:
-    /// Execution Role Permissions"); no SageMaker API action.
+    /// The default (least privilege): only the artifact bucket and what an execution role
+    /// needs: ECR pulls, CloudWatch Logs and metrics, VPC network interfaces (SageMaker
+    /// Developer Guide, "CreateTrainingJob API: Execution Role Permissions"); no SageMaker API
+    /// action. `kfaws train --runtime sagemaker` uploads its data to the artifact bucket.
+    #[default]
     Scoped,
 }
 
@@ -104,6 +107,67 @@ impl Default for NodeGroup {
     }
 }
 
+/// One EKS access entry (`[access_entries.<name>]`): an IAM principal admitted
+/// to the cluster's Kubernetes API with one EKS access policy (Amazon EKS
+/// User Guide, "Grant IAM users access to Kubernetes with EKS access
+/// entries"). Without one, only the identity that created the cluster can
+/// use it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AccessEntry {
+    /// The IAM role or user, `arn:<partition>:iam::<account>:role/<path><name>`
+    /// or `...:user/...` (a role may have a path; another account is fine:
+    /// EKS User Guide, "Create access entries"). One entry per principal.
+    pub principal_arn: String,
+    /// The access policy: `cluster-admin`, `admin`, `edit` or `view` (EKS's
+    /// `AmazonEKSClusterAdminPolicy`, `AmazonEKSAdminPolicy`,
+    /// `AmazonEKSEditPolicy`, `AmazonEKSViewPolicy`, which mirror the
+    /// Kubernetes user-facing roles: EKS User Guide, "Review access policy
+    /// permissions").
+    pub policy: AccessPolicy,
+    /// The namespaces the policy applies in; left out: the whole cluster.
+    /// Each a DNS-1123 label, or a prefix ending in `*` (EKS
+    /// `AccessScope.namespaces`).
+    #[serde(default)]
+    pub namespaces: Option<Vec<String>>,
+}
+
+/// An EKS access policy ([`AccessEntry::policy`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AccessPolicy {
+    /// `AmazonEKSClusterAdminPolicy`: everything (Kubernetes `cluster-admin`).
+    ClusterAdmin,
+    /// `AmazonEKSAdminPolicy`: most resources (Kubernetes `admin`).
+    Admin,
+    /// `AmazonEKSEditPolicy`: edit most resources (Kubernetes `edit`).
+    Edit,
+    /// `AmazonEKSViewPolicy`: read most resources (Kubernetes `view`).
+    View,
+}
+
+impl AccessPolicy {
+    /// The policy's name in EKS.
+    pub fn eks_name(self) -> &'static str {
+        match self {
+            Self::ClusterAdmin => "AmazonEKSClusterAdminPolicy",
+            Self::Admin => "AmazonEKSAdminPolicy",
+            Self::Edit => "AmazonEKSEditPolicy",
+            Self::View => "AmazonEKSViewPolicy",
+        }
+    }
+
+    /// The policy's ARN in `partition`:
+    /// `arn:<partition>:eks::aws:cluster-access-policy/<name>` (EKS API
+    /// Reference, ListAccessPolicies).
+    pub fn arn(self, partition: &str) -> String {
+        format!(
+            "arn:{partition}:eks::aws:cluster-access-policy/{}",
+            self.eks_name()
+        )
+    }
+}
+
 /// Deployment options; every key has a default.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -112,8 +176,11 @@ pub struct Options {
     pub vpc_cidr: String,
     /// Name of the SageMaker execution role.
     pub sagemaker_role_name: String,
-    /// What the SageMaker execution role may do.
-    pub sagemaker_role_policy: SageMakerRolePolicy,
+    /// What the SageMaker execution role may do. Unset: what the deployment's state records
+    /// (`stack.iam`'s `SageMakerRolePolicy`, so a deployment applied while `full` was the
+    /// default keeps it), else [`SageMakerRolePolicy::Scoped`]; filled in before planning
+    /// ([`crate::profiles`]).
+    pub sagemaker_role_policy: Option<SageMakerRolePolicy>,
     /// Name of the S3 artifact bucket; default `kfaws-<name>-<region>-artifacts`.
     pub artifact_bucket: Option<String>,
     /// The Kubeflow profile namespace users work in.
@@ -160,7 +227,7 @@ impl Default for Options {
         Self {
             vpc_cidr: "10.0.0.0/16".into(),
             sagemaker_role_name: "sagemakerrole".into(),
-            sagemaker_role_policy: SageMakerRolePolicy::Full,
+            sagemaker_role_policy: None,
             artifact_bucket: None,
             user_namespace: "kubeflow-user-example-com".into(),
             availability_zones: None,
@@ -215,6 +282,9 @@ pub struct ConfigFile {
     pub state_dir: Option<PathBuf>,
     /// Node groups by name; default one group `cpu`.
     pub node_groups: Option<BTreeMap<String, NodeGroup>>,
+    /// EKS access entries by name; default none.
+    #[serde(default)]
+    pub access_entries: BTreeMap<String, AccessEntry>,
     /// Options.
     #[serde(default)]
     pub options: Options,
@@ -254,6 +324,9 @@ pub struct Config {
     pub kubernetes_version: String,
     /// Node groups by name.
     pub node_groups: BTreeMap<String, NodeGroup>,
+    /// EKS access entries by name.
+    #[serde(default)]
+    pub access_entries: BTreeMap<String, AccessEntry>,
     /// Options.
     pub options: Options,
     /// The Kubeflow manifests.
@@ -552,6 +625,7 @@ impl ConfigFile {
             node_groups: self.node_groups.unwrap_or_else(|| {
                 BTreeMap::from([(DEFAULT_NODE_GROUP.to_string(), NodeGroup::default())])
             }),
+            access_entries: self.access_entries,
             options: self.options,
             kubeflow: self.kubeflow,
         };
@@ -858,6 +932,41 @@ impl Config {
                 ));
             }
         }
+        let mut principals: BTreeMap<&str, &str> = BTreeMap::new();
+        for (name, entry) in &self.access_entries {
+            let field = |k: &str| format!("access_entries.{name}.{k}");
+            // The name becomes an address segment (eks.access_entry.<name>).
+            if let Some(problem) = naming::DNS1123_LABEL.violation(name) {
+                errors.push(invalid(
+                    "access_entries",
+                    name,
+                    format!(
+                        "the name of table [access_entries.{name}] must be a DNS-1123 label \
+                         ({problem})"
+                    ),
+                ));
+            }
+            if region_known {
+                if let Err(p) = check_principal_arn(&entry.principal_arn, &self.region) {
+                    errors.push(invalid(&field("principal_arn"), &entry.principal_arn, p));
+                }
+            }
+            if let Some(other) = principals.insert(&entry.principal_arn, name) {
+                errors.push(invalid(
+                    &field("principal_arn"),
+                    &entry.principal_arn,
+                    format!(
+                        "is also the principal of [access_entries.{other}]; EKS admits one access \
+                         entry per principal (CreateAccessEntry, principalArn)"
+                    ),
+                ));
+            }
+            if let Some(namespaces) = &entry.namespaces {
+                if let Err(p) = check_scope_namespaces(namespaces) {
+                    errors.push(invalid(&field("namespaces"), &namespaces.join(", "), p));
+                }
+            }
+        }
         for (field, path) in [
             ("kubeflow.manifests", &self.kubeflow.manifests),
             (
@@ -945,6 +1054,91 @@ fn check_policy_arns(arns: &[String], region: &str) -> Result<(), String> {
         }
         if arns[..i].contains(arn) {
             return Err(format!("{arn:?} is listed twice"));
+        }
+    }
+    Ok(())
+}
+
+/// An IAM role or user ARN for an EKS access entry:
+/// `arn:<partition>:iam::<12-digit account>:role/<path><name>` or
+/// `...:user/<path><name>` in the region's partition (IAM User Guide, "IAM
+/// identifiers": a role or user name is 1–64 of `A-Za-z0-9+=,.@_-`, a path
+/// `/`-separated segments of the same). Roles may have a path and another
+/// account (EKS User Guide, "Create access entries"); an STS assumed-role
+/// session ARN is refused there.
+fn check_principal_arn(arn: &str, region: &str) -> Result<(), String> {
+    let partition = crate::aws::partition(region);
+    let expected = format!(
+        "expected arn:{partition}:iam::<12-digit account id>:role/<name> (or :user/<name>; a \
+         role may have a path, role/<path>/<name>)"
+    );
+    if arn.starts_with(&format!("arn:{partition}:sts::")) {
+        return Err(format!(
+            "is an STS session ARN, which EKS refuses for access entries (a session is \
+             temporary); name the IAM role it assumed: {expected}"
+        ));
+    }
+    let rest = arn
+        .strip_prefix(&format!("arn:{partition}:iam::"))
+        .ok_or_else(|| {
+            format!("is not an IAM ARN of partition {partition} (region {region}): {expected}")
+        })?;
+    let (account, resource) = rest.split_once(':').unwrap_or((rest, ""));
+    let account_ok = account.len() == 12 && account.bytes().all(|b| b.is_ascii_digit());
+    let segment_ok = |s: &str| {
+        !s.is_empty()
+            && s.len() <= 64
+            && s.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "+=,.@_-".contains(c))
+    };
+    let path_ok = match resource.split_once('/') {
+        Some(("role" | "user", path)) => path.split('/').all(segment_ok),
+        _ => false,
+    };
+    if !account_ok || !path_ok || resource.len() > 512 + 5 {
+        return Err(format!("is not an IAM role or user ARN: {expected}"));
+    }
+    Ok(())
+}
+
+/// The namespaces of an access policy's scope: at least one, each a DNS-1123
+/// label or a label prefix ending in `*` (EKS API Reference, `AccessScope`:
+/// "a wildcard character (`*`) at the end of a namespace name"), no repeats.
+fn check_scope_namespaces(namespaces: &[String]) -> Result<(), String> {
+    if namespaces.is_empty() {
+        return Err(
+            "is empty; list the namespaces the policy applies in, or leave `namespaces` out for \
+             the whole cluster"
+                .into(),
+        );
+    }
+    for (i, ns) in namespaces.iter().enumerate() {
+        let label = ns.strip_suffix('*').unwrap_or(ns);
+        let problem = match (ns.ends_with('*'), label.is_empty()) {
+            (true, true) => Some(
+                "a lone `*` would match every namespace; leave `namespaces` out \
+                                  for the whole cluster"
+                    .to_string(),
+            ),
+            (true, false) => (!label
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+                || label.starts_with('-')
+                || label.len() > 62)
+                .then(|| {
+                    "a prefix before `*` must be lowercase letters, digits and `-`, not \
+                          starting with `-`"
+                        .to_string()
+                }),
+            (false, _) => naming::DNS1123_LABEL.violation(label),
+        };
+        if let Some(problem) = problem {
+            return Err(format!(
+                "{ns:?} is not a namespace name or prefix: {problem} (EKS AccessScope.namespaces)"
+            ));
+        }
+        if namespaces[..i].contains(ns) {
+            return Err(format!("{ns:?} is listed twice"));
         }
     }
     Ok(())
@@ -1247,6 +1441,120 @@ mod tests {
                 other => panic!("{toml}: expected Invalid {field}, got {other:?}"),
             }
         }
+    }
+
+    #[test]
+    fn access_entries_are_parsed_with_their_policy_and_scope() {
+        let c = resolve(
+            "name = \"ml\"\nregion = \"us-east-1\"\n\
+             [access_entries.platform]\n\
+             principal_arn = \"arn:aws:iam::210987654321:role/teams/platform/Admins\"\n\
+             policy = \"cluster-admin\"\n\
+             [access_entries.data]\n\
+             principal_arn = \"arn:aws:iam::123456789012:user/alice\"\n\
+             policy = \"edit\"\nnamespaces = [\"team-a\", \"team-*\"]\n",
+        )
+        .unwrap();
+        let platform = &c.access_entries["platform"];
+        assert_eq!(platform.policy, AccessPolicy::ClusterAdmin);
+        assert_eq!(platform.namespaces, None);
+        assert_eq!(
+            platform.policy.arn("aws"),
+            "arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy"
+        );
+        assert_eq!(
+            c.access_entries["data"].namespaces.as_deref(),
+            Some(&["team-a".to_string(), "team-*".to_string()][..])
+        );
+        // None by default.
+        assert!(resolve("name = \"ml\"\nregion = \"us-east-1\"")
+            .unwrap()
+            .access_entries
+            .is_empty());
+    }
+
+    #[test]
+    fn bad_access_entries_name_their_field_and_rule() {
+        let entry = |name: &str, body: &str| {
+            format!("name = \"ml\"\nregion = \"us-east-1\"\n[access_entries.{name}]\n{body}")
+        };
+        let role = "principal_arn = \"arn:aws:iam::123456789012:role/Admins\"\npolicy = \"view\"";
+        let cases = [
+            (
+                entry("a", "principal_arn = \"arn:aws:sts::123456789012:assumed-role/Admins/me\"\npolicy = \"view\""),
+                "access_entries.a.principal_arn",
+                "STS session ARN",
+            ),
+            (
+                entry("a", "principal_arn = \"arn:aws-cn:iam::123456789012:role/Admins\"\npolicy = \"view\""),
+                "access_entries.a.principal_arn",
+                "partition aws",
+            ),
+            (
+                entry("a", "principal_arn = \"arn:aws:iam::12345:role/Admins\"\npolicy = \"view\""),
+                "access_entries.a.principal_arn",
+                "12-digit account",
+            ),
+            (
+                entry("a", "principal_arn = \"arn:aws:iam::123456789012:group/Admins\"\npolicy = \"view\""),
+                "access_entries.a.principal_arn",
+                "role or user ARN",
+            ),
+            (
+                entry("a", "principal_arn = \"arn:aws:iam::123456789012:role/\"\npolicy = \"view\""),
+                "access_entries.a.principal_arn",
+                "role or user ARN",
+            ),
+            (entry("Team", role), "access_entries", "DNS-1123 label"),
+            (
+                entry("a", &format!("{role}\nnamespaces = []")),
+                "access_entries.a.namespaces",
+                "is empty",
+            ),
+            (
+                entry("a", &format!("{role}\nnamespaces = [\"*\"]")),
+                "access_entries.a.namespaces",
+                "lone `*`",
+            ),
+            (
+                entry("a", &format!("{role}\nnamespaces = [\"Team_A\"]")),
+                "access_entries.a.namespaces",
+                "not a namespace name",
+            ),
+            (
+                entry("a", &format!("{role}\nnamespaces = [\"x\", \"x\"]")),
+                "access_entries.a.namespaces",
+                "listed twice",
+            ),
+            (
+                format!("{}\n[access_entries.b]\n{role}", entry("a", role)),
+                "access_entries.b.principal_arn",
+                "also the principal of [access_entries.a]",
+            ),
+        ];
+        for (toml, field, words) in cases {
+            match resolve(&toml) {
+                Err(e @ ConfigError::Invalid { .. }) => {
+                    let ConfigError::Invalid { field: f, .. } = &e else {
+                        unreachable!()
+                    };
+                    assert_eq!(f, field, "{toml}");
+                    assert!(e.to_string().contains(words), "{toml}: {e}");
+                }
+                other => panic!("{toml}: expected Invalid {field}, got {other:?}"),
+            }
+        }
+        // An unknown policy is a parse error listing the four.
+        let err = resolve(&entry(
+            "a",
+            "principal_arn = \"arn:aws:iam::123456789012:role/Admins\"\npolicy = \"owner\"",
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("cluster-admin") && err.contains("view"),
+            "{err}"
+        );
     }
 
     /// A desired_size left out takes its default, which the error says when it is the one

@@ -1886,7 +1886,7 @@ async fn the_first_interrupt_stops_the_wait_for_a_stack_update() {
     let stack = format!("kfaws-{}-iam", d.name);
     // Stack updates take 30 s.
     d.lifecycle(r#"{"scale": 1}"#);
-    d.write_config("[options]\nsagemaker_role_policy = \"scoped\"\n");
+    d.write_config("[options]\nsagemaker_role_policy = \"full\"\n");
     let apply = ["apply", "--auto-approve", "--target", "stack.iam"];
     let (out, took) = d
         .interrupt_when(&apply, "UPDATE_IN_PROGRESS", || async {
@@ -1980,28 +1980,6 @@ async fn a_stack_update_is_planned_and_applied_through_a_change_set() {
         "{resources:?}"
     );
 
-    // A parameter change goes through a change set too and reaches IAM:
-    // the scoped SageMaker role keeps no managed policies.
-    std::fs::write(
-        d.dir.path().join("kfaws.toml"),
-        format!(
-            "name = \"{}\"\nregion = \"us-east-1\"\n[options]\nsagemaker_role_policy = \"scoped\"\n",
-            d.name
-        ),
-    )
-    .unwrap();
-    // In place: the inline policy the new setting adds is a change, not a
-    // loss (replacing stack.iam would take the cluster's KMS key).
-    let plan = d.stdout(&["plan", "--target", "stack.iam"]);
-    assert!(
-        plan.contains("~ stack.iam") && !plan.contains("replaced"),
-        "{plan}"
-    );
-    let applied = d.stdout(&["apply", "--auto-approve", "--target", "stack.iam"]);
-    assert!(
-        applied.contains("0 added, 1 changed, 0 destroyed"),
-        "{applied}"
-    );
     let config = aws_config::defaults(aws_config::BehaviorVersion::latest())
         .region(aws_config::Region::new("us-east-1"))
         .endpoint_url(endpoint())
@@ -2009,23 +1987,33 @@ async fn a_stack_update_is_planned_and_applied_through_a_change_set() {
         .load()
         .await;
     let iam = aws_sdk_iam::Client::new(&config);
-    let attached = iam
-        .list_attached_role_policies()
-        .role_name("sagemakerrole")
-        .send()
-        .await
-        .unwrap();
-    assert!(attached.attached_policies().is_empty(), "{attached:?}");
-    let inline = iam
-        .list_role_policies()
-        .role_name("sagemakerrole")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(inline.policy_names(), ["kfaws-scoped"]);
-    d.kfaws(&["plan", "--target", "stack.iam", "--detailed-exitcode"])
-        .assert()
-        .code(0);
+    let attached = |iam: aws_sdk_iam::Client| async move {
+        let out = iam
+            .list_attached_role_policies()
+            .role_name("sagemakerrole")
+            .send()
+            .await
+            .unwrap();
+        let mut names: Vec<String> = out
+            .attached_policies()
+            .iter()
+            .filter_map(|p| p.policy_name().map(str::to_string))
+            .collect();
+        names.sort();
+        names
+    };
+    let inline = |iam: aws_sdk_iam::Client| async move {
+        let out = iam
+            .list_role_policies()
+            .role_name("sagemakerrole")
+            .send()
+            .await
+            .unwrap();
+        out.policy_names().to_vec()
+    };
+    // The default SageMaker role is scoped: one inline policy, no managed ones.
+    assert!(attached(iam.clone()).await.is_empty());
+    assert_eq!(inline(iam.clone()).await, ["kfaws-scoped"]);
 
     // The inline policy deleted outside kfaws is put back in place with the
     // document CloudFormation expects (its drift detection resolves the
@@ -2068,6 +2056,37 @@ async fn a_stack_update_is_planned_and_applied_through_a_change_set() {
     );
     d.stdout(&["apply", "--auto-approve", "--target", "stack.iam"]);
     assert_eq!(document(iam.clone()).await, declared);
+    d.kfaws(&["plan", "--target", "stack.iam", "--detailed-exitcode"])
+        .assert()
+        .code(0);
+
+    // A parameter change goes through a change set too and reaches IAM: the
+    // full SageMaker role has the two managed policies and no inline one.
+    std::fs::write(
+        d.dir.path().join("kfaws.toml"),
+        format!(
+            "name = \"{}\"\nregion = \"us-east-1\"\n[options]\nsagemaker_role_policy = \"full\"\n",
+            d.name
+        ),
+    )
+    .unwrap();
+    // In place: a role's policies change without replacing it (replacing
+    // stack.iam would take the cluster's KMS key).
+    let plan = d.stdout(&["plan", "--target", "stack.iam"]);
+    assert!(
+        plan.contains("~ stack.iam") && !plan.contains("replaced"),
+        "{plan}"
+    );
+    let applied = d.stdout(&["apply", "--auto-approve", "--target", "stack.iam"]);
+    assert!(
+        applied.contains("0 added, 1 changed, 0 destroyed"),
+        "{applied}"
+    );
+    assert_eq!(
+        attached(iam.clone()).await,
+        ["AmazonS3FullAccess", "AmazonSageMakerFullAccess"]
+    );
+    assert!(inline(iam.clone()).await.is_empty());
     d.kfaws(&["plan", "--target", "stack.iam", "--detailed-exitcode"])
         .assert()
         .code(0);

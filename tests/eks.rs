@@ -179,6 +179,23 @@ async fn apply_makes_an_active_cluster_node_group_oidc_provider_and_irsa_roles_a
     assert_eq!(root.device_name(), Some("/dev/xvda"));
     let ebs = root.ebs().unwrap();
     assert_eq!((ebs.encrypted(), ebs.volume_size()), (Some(true), Some(50)));
+    // Nodes and their volumes carry the deployment's tags and the group's name.
+    let specs = data.tag_specifications();
+    for kind in ["instance", "volume"] {
+        let spec = specs
+            .iter()
+            .find(|t| t.resource_type().map(|r| r.as_str()) == Some(kind))
+            .unwrap_or_else(|| panic!("no {kind} tags in {specs:?}"));
+        let tag = |k: &str| {
+            spec.tags()
+                .iter()
+                .find(|t| t.key() == Some(k))
+                .and_then(|t| t.value())
+        };
+        assert_eq!(tag("Name"), Some(format!("{}-cpu", d.name).as_str()));
+        assert_eq!(tag("kfaws:deployment"), Some(d.name.as_str()));
+        assert_eq!(tag("kfaws:address"), Some("eks.nodegroup.cpu"));
+    }
 
     // The OIDC provider of the cluster's issuer, for sts.amazonaws.com.
     let issuer = cluster
@@ -1801,4 +1818,395 @@ async fn a_cluster_deleted_by_hand_comes_back_with_a_new_issuer_and_the_oidc_pro
         .code(0);
     d.stdout(&["destroy", "--auto-approve"]);
     assert!(providers().await.is_empty());
+}
+
+/// `[access_entries]`: each is an EKS access entry with exactly its one policy and scope, on a
+/// cluster created in `API_AND_CONFIG_MAP` mode. A policy associated by hand is drift that
+/// apply disassociates; a scope change is applied in place; a removed table deletes its entry;
+/// an entry for the same principal that the deployment did not make is refused at plan.
+#[tokio::test]
+async fn access_entries_hold_exactly_their_policy_follow_the_config_and_refuse_foreign_ones() {
+    let admins = "arn:aws:iam::210987654321:role/teams/platform/Admins";
+    let viewer = "arn:aws:iam::123456789012:user/alice";
+    let entries = |viewer_namespaces: &str, with_admins: bool| {
+        let mut toml = format!(
+            "[access_entries.viewer]\nprincipal_arn = \"{viewer}\"\npolicy = \"view\"\n\
+             namespaces = [{viewer_namespaces}]\n"
+        );
+        if with_admins {
+            toml.push_str(&format!(
+                "[access_entries.admins]\nprincipal_arn = \"{admins}\"\npolicy = \"cluster-admin\"\n"
+            ));
+        }
+        toml
+    };
+    let d = Deployment::new(&entries("\"team-a\"", true));
+    // An entry for the identity running kfaws, which creates the cluster, would collide with
+    // the admin entry EKS gives the creator: refused at plan.
+    let me = format!("arn:aws:iam::{}:user/moto", d.account);
+    d.write_config(&format!(
+        "{}[access_entries.me]\nprincipal_arn = \"{me}\"\npolicy = \"view\"\n",
+        entries("\"team-a\"", true)
+    ));
+    let err = d.fails(&["plan", "--target", "eks.access-entry.me"]);
+    assert!(
+        err.contains(&format!(
+            "[access_entries.me]: principal_arn {me} is the identity running kfaws"
+        )) && err.contains("remove [access_entries.me] from kfaws.toml"),
+        "{err}"
+    );
+    d.write_config(&entries("\"team-a\"", true));
+    let targets = [
+        "--target",
+        "eks.access-entry.admins",
+        "--target",
+        "eks.access-entry.viewer",
+    ];
+    let plan = d.stdout(&[&["plan"][..], &targets].concat());
+    assert!(
+        plan.contains("+ eks.access-entry.admins") && plan.contains("+ eks.access-entry.viewer"),
+        "{plan}"
+    );
+    d.stdout(&[&["apply", "--auto-approve"][..], &targets].concat());
+
+    let eks = aws_sdk_eks::Client::new(&d.sdk().await);
+    let cluster = eks.describe_cluster().name(&d.name).send().await.unwrap();
+    assert_eq!(
+        cluster
+            .cluster()
+            .unwrap()
+            .access_config()
+            .and_then(|a| a.authentication_mode()),
+        Some(&aws_sdk_eks::types::AuthenticationMode::ApiAndConfigMap)
+    );
+    let policies = |principal: &'static str| {
+        let (eks, name) = (eks.clone(), d.name.clone());
+        async move {
+            let out = eks
+                .list_associated_access_policies()
+                .cluster_name(name)
+                .principal_arn(principal)
+                .send()
+                .await
+                .unwrap();
+            out.associated_access_policies()
+                .iter()
+                .map(|p| {
+                    let scope = p.access_scope().unwrap();
+                    let policy = p.policy_arn().unwrap().rsplit('/').next().unwrap();
+                    let mut namespaces = scope.namespaces().to_vec();
+                    namespaces.sort();
+                    format!(
+                        "{policy} {} {}",
+                        scope.r#type().unwrap().as_str(),
+                        namespaces.join(",")
+                    )
+                })
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(
+        policies(admins).await,
+        ["AmazonEKSClusterAdminPolicy cluster "]
+    );
+    assert_eq!(
+        policies(viewer).await,
+        ["AmazonEKSViewPolicy namespace team-a"]
+    );
+    let entry = eks
+        .describe_access_entry()
+        .cluster_name(&d.name)
+        .principal_arn(viewer)
+        .send()
+        .await
+        .unwrap();
+    let entry = entry.access_entry().unwrap();
+    assert_eq!(entry.r#type(), Some("STANDARD"));
+    assert_eq!(
+        entry
+            .tags()
+            .unwrap()
+            .get("kfaws:address")
+            .map(String::as_str),
+        Some("eks.access-entry.viewer")
+    );
+    assert_eq!(
+        d.state()["resources"]["eks.access-entry.viewer"]["physical_id"],
+        entry.access_entry_arn().unwrap()
+    );
+    let no_changes = |d: &Deployment| {
+        d.kfaws(&[&["plan", "--detailed-exitcode"][..], &targets].concat())
+            .assert()
+            .code(0);
+    };
+    no_changes(&d);
+
+    // A policy associated by hand is drift: the plan shows it and apply
+    // disassociates it, keeping the configured one.
+    eks.associate_access_policy()
+        .cluster_name(&d.name)
+        .principal_arn(viewer)
+        .policy_arn("arn:aws:eks::aws:cluster-access-policy/AmazonEKSEditPolicy")
+        .access_scope(
+            aws_sdk_eks::types::AccessScope::builder()
+                .r#type(aws_sdk_eks::types::AccessScopeType::Cluster)
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let plan = d.stdout(&[&["plan"][..], &targets].concat());
+    assert!(
+        plan.contains("~ eks.access-entry.viewer")
+            && plan.contains("AmazonEKSEditPolicy")
+            && plan.contains("changed outside kfaws"),
+        "{plan}"
+    );
+    d.stdout(&[&["apply", "--auto-approve"][..], &targets].concat());
+    assert_eq!(
+        policies(viewer).await,
+        ["AmazonEKSViewPolicy namespace team-a"]
+    );
+    no_changes(&d);
+
+    // A scope change is applied in place: the same entry, the policy re-associated.
+    d.write_config(&entries("\"team-b\", \"team-a\"", true));
+    let plan = d.stdout(&[&["plan"][..], &targets].concat());
+    assert!(plan.contains("~ eks.access-entry.viewer"), "{plan}");
+    assert!(!plan.contains("-/+ eks.access-entry.viewer"), "{plan}");
+    d.stdout(&[&["apply", "--auto-approve"][..], &targets].concat());
+    assert_eq!(
+        policies(viewer).await,
+        ["AmazonEKSViewPolicy namespace team-a,team-b"]
+    );
+    assert_eq!(d.calls("CreateAccessEntry"), 2, "not replaced");
+
+    // A Kubernetes group added by hand (whatever RBAC binds it to) is drift, removed in place.
+    eks.update_access_entry()
+        .cluster_name(&d.name)
+        .principal_arn(viewer)
+        .kubernetes_groups("system:masters")
+        .send()
+        .await
+        .unwrap();
+    let plan = d.stdout(&[&["plan"][..], &targets].concat());
+    assert!(
+        plan.contains("~ eks.access-entry.viewer") && plan.contains("system:masters"),
+        "{plan}"
+    );
+    d.stdout(&[&["apply", "--auto-approve"][..], &targets].concat());
+    let groups = eks
+        .describe_access_entry()
+        .cluster_name(&d.name)
+        .principal_arn(viewer)
+        .send()
+        .await
+        .unwrap();
+    assert!(groups
+        .access_entry()
+        .unwrap()
+        .kubernetes_groups()
+        .is_empty());
+    no_changes(&d);
+
+    // A new principal replaces the entry: the old principal's is deleted.
+    let other_admins = "arn:aws:iam::210987654321:role/teams/platform/OtherAdmins";
+    d.write_config(&entries("\"team-b\", \"team-a\"", true).replace(admins, other_admins));
+    let plan = d.stdout(&[&["plan"][..], &targets].concat());
+    assert!(
+        plan.contains("-/+ eks.access-entry.admins") && plan.contains("principal_arn"),
+        "{plan}"
+    );
+    d.stdout(&[&["apply", "--auto-approve"][..], &targets].concat());
+    let old = eks
+        .describe_access_entry()
+        .cluster_name(&d.name)
+        .principal_arn(admins)
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(
+        old.as_service_error().and_then(|e| e.meta().code()),
+        Some("ResourceNotFoundException")
+    );
+    assert_eq!(
+        policies(other_admins).await,
+        ["AmazonEKSClusterAdminPolicy cluster "]
+    );
+    no_changes(&d);
+
+    // A removed table deletes its entry (a whole apply: a target cannot name what left the
+    // config).
+    d.write_config(&entries("\"team-b\", \"team-a\"", false));
+    let plan = d.stdout(&["plan"]);
+    assert!(
+        plan.contains("- eks.access-entry.admins")
+            && plan.contains("kfaws.toml has no [access_entries.admins]"),
+        "{plan}"
+    );
+    d.stdout(&["apply", "--auto-approve"]);
+    let gone = eks
+        .describe_access_entry()
+        .cluster_name(&d.name)
+        .principal_arn(other_admins)
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(
+        gone.as_service_error().and_then(|e| e.meta().code()),
+        Some("ResourceNotFoundException")
+    );
+    assert!(d.state()["resources"]["eks.access-entry.admins"].is_null());
+
+    // An entry for a principal made outside this deployment is refused at
+    // plan, with the way out; nothing is created or deleted.
+    let foreign = "arn:aws:iam::123456789012:role/SomeoneElses";
+    eks.create_access_entry()
+        .cluster_name(&d.name)
+        .principal_arn(foreign)
+        .send()
+        .await
+        .unwrap();
+    d.write_config(&format!(
+        "{}[access_entries.other]\nprincipal_arn = \"{foreign}\"\npolicy = \"edit\"\n",
+        entries("\"team-a\"", false)
+    ));
+    let err = d.fails(&["plan", "--target", "eks.access-entry.other"]);
+    assert!(
+        err.contains(&format!(
+            "EKS access entry for {foreign} on cluster {}",
+            d.name
+        )) && err.contains("this deployment did not create it")
+            && err.contains(&format!(
+                "aws eks delete-access-entry --cluster-name {} --principal-arn {foreign}",
+                d.name
+            )),
+        "{err}"
+    );
+    let creates = d.calls("CreateAccessEntry");
+    d.fails(&[
+        "apply",
+        "--auto-approve",
+        "--target",
+        "eks.access-entry.other",
+    ]);
+    assert_eq!(d.calls("CreateAccessEntry"), creates);
+
+    d.write_config(&entries("\"team-a\"", false));
+    d.stdout(&["destroy", "--auto-approve"]);
+    assert!(eks.describe_cluster().name(&d.name).send().await.is_err());
+}
+
+/// A cluster of the deployment in `CONFIG_MAP` mode (made before kfaws set the mode, here by
+/// hand with the deployment's tags, so kfaws imports it) is switched to `API_AND_CONFIG_MAP` in
+/// place, as the plan says, and then admits access entries.
+#[tokio::test]
+async fn a_cluster_in_config_map_mode_is_switched_in_place_to_admit_access_entries() {
+    let d = Deployment::new("");
+    d.stdout(&[
+        "apply",
+        "--auto-approve",
+        "--target",
+        "stack.network",
+        "--target",
+        "stack.iam",
+    ]);
+    let lineage = d.state()["lineage"].as_str().unwrap().to_string();
+    let eks = aws_sdk_eks::Client::new(&d.sdk().await);
+    #[allow(deprecated)]
+    let encryption = aws_sdk_eks::types::EncryptionConfig::builder()
+        .resources("secrets")
+        .provider(
+            aws_sdk_eks::types::Provider::builder()
+                .key_arn(d.output("stack.iam", "SecretsKeyArn"))
+                .build(),
+        )
+        .build();
+    eks.create_cluster()
+        .name(&d.name)
+        .version("1.33")
+        .role_arn(d.output("stack.iam", "ClusterRoleArn"))
+        .resources_vpc_config(
+            aws_sdk_eks::types::VpcConfigRequest::builder()
+                .set_subnet_ids(Some(private_subnets(&d)))
+                .endpoint_public_access(true)
+                .endpoint_private_access(true)
+                .build(),
+        )
+        .encryption_config(encryption)
+        .tags("kfaws:deployment", &d.name)
+        .tags("kfaws:lineage", &lineage)
+        .tags("kfaws:address", "eks.cluster")
+        .send()
+        .await
+        .unwrap();
+    let mode = || {
+        let (eks, name) = (eks.clone(), d.name.clone());
+        async move {
+            eks.describe_cluster()
+                .name(name)
+                .send()
+                .await
+                .unwrap()
+                .cluster()
+                .unwrap()
+                .access_config()
+                .and_then(|a| a.authentication_mode())
+                .cloned()
+        }
+    };
+    assert_eq!(
+        mode().await,
+        Some(aws_sdk_eks::types::AuthenticationMode::ConfigMap)
+    );
+    let created = || {
+        let (eks, name) = (eks.clone(), d.name.clone());
+        async move {
+            let out = eks.describe_cluster().name(name).send().await.unwrap();
+            let c = out.cluster().unwrap();
+            (c.arn().unwrap().to_string(), *c.created_at().unwrap())
+        }
+    };
+    let created_before = created().await;
+    d.stdout(&["apply", "--auto-approve", "--target", "eks.cluster"]);
+    let plan = d.stdout(&["plan", "--target", "eks.cluster"]);
+    assert!(
+        plan.contains("~ eks.cluster")
+            && plan.contains("access_entries: false -> true")
+            && plan.contains("authentication mode CONFIG_MAP -> API_AND_CONFIG_MAP")
+            && plan.contains("EKS cannot switch back to CONFIG_MAP"),
+        "{plan}"
+    );
+    let updates = d.calls("UpdateClusterConfig");
+    d.write_config(
+        "[access_entries.ops]\nprincipal_arn = \"arn:aws:iam::123456789012:role/Ops\"\n\
+         policy = \"admin\"\n",
+    );
+    d.stdout(&[
+        "apply",
+        "--auto-approve",
+        "--target",
+        "eks.access-entry.ops",
+    ]);
+    assert_eq!(
+        mode().await,
+        Some(aws_sdk_eks::types::AuthenticationMode::ApiAndConfigMap)
+    );
+    assert_eq!(d.calls("UpdateClusterConfig"), updates + 1);
+    assert_eq!(created().await, created_before, "not replaced");
+    eks.describe_access_entry()
+        .cluster_name(&d.name)
+        .principal_arn("arn:aws:iam::123456789012:role/Ops")
+        .send()
+        .await
+        .unwrap();
+    d.kfaws(&[
+        "plan",
+        "--detailed-exitcode",
+        "--target",
+        "eks.access-entry.ops",
+    ])
+    .assert()
+    .code(0);
+    d.stdout(&["destroy", "--auto-approve"]);
 }

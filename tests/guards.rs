@@ -287,14 +287,15 @@ async fn renaming_a_role_or_the_bucket_to_one_someone_else_holds_fails_the_plan(
     d.stdout(&["apply", "--auto-approve"]);
     let gone = aws.iam().get_role().role_name("sagemakerrole").send().await;
     assert!(gone.is_err(), "{gone:?}");
-    let attached = aws
+    // With its policy: the default (scoped) role's inline one.
+    let inline = aws
         .iam()
-        .list_attached_role_policies()
+        .list_role_policies()
         .role_name(&renamed)
         .send()
         .await
         .unwrap();
-    assert_eq!(attached.attached_policies().len(), 2, "{attached:?}");
+    assert_eq!(inline.policy_names(), ["kfaws-scoped"], "{inline:?}");
     d.kfaws(&["plan", "--detailed-exitcode"]).assert().code(0);
 
     // Back to the default name, and the destroy leaves the user's role alone.

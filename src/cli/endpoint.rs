@@ -82,6 +82,21 @@ pub async fn deploy(
     };
     endpoint::validate(&spec)?;
     check_model_artifact(&aws, job, &model_data_url).await?;
+    let model_bucket = model_data_url
+        .strip_prefix("s3://")
+        .and_then(|rest| rest.split('/').next());
+    if let (Some(model_bucket), Ok(artifact)) = (
+        model_bucket,
+        d.output("stack.storage", "BucketName", "artifact bucket"),
+    ) {
+        let what = format!("the model artifact {model_data_url} of training job {job}");
+        let policy = super::train_sagemaker::role_policy(&d);
+        if let Some(warning) =
+            super::train_sagemaker::scoped_role_warning(policy, &artifact, &what, model_bucket)
+        {
+            eprintln!("Warning: {warning}");
+        }
+    }
     if let Some(r) = d.state.endpoints.get(name) {
         let same = r.model_data_url == model_data_url
             && r.image == image

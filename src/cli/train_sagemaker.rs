@@ -142,6 +142,37 @@ pub async fn check_image(aws: &SdkConfig, uri: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The SageMaker role policy `stack.iam` was applied with (`full` or `scoped`), if recorded.
+pub(crate) fn role_policy(d: &Deployment) -> Option<&str> {
+    d.state
+        .resources
+        .get(&kfaws::address::Address::new("stack.iam").expect("a valid address"))
+        .and_then(|r| r.spec["parameters"]["SageMakerRolePolicy"].as_str())
+}
+
+/// What to tell a user about `what` (a `--data` channel, a model artifact) in S3 bucket
+/// `bucket` that the deployment's SageMaker execution role cannot read: with `policy` (the
+/// `SageMakerRolePolicy` parameter `stack.iam` was applied with) `scoped`, the role may read
+/// only the `artifact` bucket (`stacks/iam.yaml`), so SageMaker fails to download it
+/// (AccessDenied) minutes after the submit, unless that bucket's own policy grants the role
+/// access. `None` otherwise.
+pub(crate) fn scoped_role_warning(
+    policy: Option<&str>,
+    artifact: &str,
+    what: &str,
+    bucket: &str,
+) -> Option<String> {
+    (policy == Some("scoped") && bucket != artifact).then(|| {
+        format!(
+            "{what}: this deployment's SageMaker execution role is scoped \
+             (options.sagemaker_role_policy = \"scoped\") and may read only the artifact \
+             bucket {artifact}, so SageMaker will fail to read it unless bucket {bucket}'s \
+             policy grants the role access; copy it into s3://{artifact}/, or set \
+             options.sagemaker_role_policy = \"full\" and apply"
+        )
+    })
+}
+
 /// Checks that an S3 data prefix holds at least one object.
 async fn check_s3_prefix(aws: &SdkConfig, bucket: &str, prefix: &str) -> anyhow::Result<()> {
     let out = kfaws::aws::bucket::client(aws)
@@ -776,6 +807,16 @@ pub async fn train(
     };
     problems.finish()?;
     let (role_arn, bucket) = (role_arn.expect("checked"), bucket.expect("checked"));
+    if let DataSource::S3 {
+        bucket: data,
+        prefix,
+    } = &data
+    {
+        let what = format!("--data s3://{data}/{prefix}");
+        if let Some(warning) = scoped_role_warning(role_policy(&d), &bucket, &what, data) {
+            eprintln!("Warning: {warning}");
+        }
+    }
     let aws = match read_aws {
         Some(aws) => aws,
         None => d.aws(g, cancel).await?,
@@ -1157,6 +1198,27 @@ fn unfinished(
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn data_outside_the_artifact_bucket_is_warned_of_only_for_a_scoped_role() {
+        let what = "--data s3://datasets/mnist";
+        let warning = scoped_role_warning(Some("scoped"), "art", what, "datasets").unwrap();
+        assert!(
+            warning.starts_with("--data s3://datasets/mnist: ")
+                && warning.contains("may read only the artifact bucket art")
+                && warning.contains("options.sagemaker_role_policy = \"full\""),
+            "{warning}"
+        );
+        assert_eq!(
+            scoped_role_warning(Some("scoped"), "art", what, "art"),
+            None
+        );
+        assert_eq!(
+            scoped_role_warning(Some("full"), "art", what, "datasets"),
+            None
+        );
+        assert_eq!(scoped_role_warning(None, "art", what, "datasets"), None);
+    }
     use super::*;
     use aws_sdk_s3::types::ChecksumType;
 

@@ -161,7 +161,10 @@ impl Provider for AwsProvider {
             "aws_cloudformation_stack" => {
                 vanilla::stack_from_state(&self.config, &self.aws, self.lineage, address, recorded)
             }
-            "aws_eks_cluster" | "aws_eks_nodegroup" | "aws_iam_oidc_provider" => {
+            "aws_eks_cluster"
+            | "aws_eks_nodegroup"
+            | "aws_eks_access_entry"
+            | "aws_iam_oidc_provider" => {
                 vanilla::eks_from_state(&self.config, &self.aws, self.lineage, address, recorded)
             }
             crate::k8s::resource::KIND => vanilla::bundle_from_state(

@@ -4,13 +4,14 @@
 //! stack.network, stack.iam
 //! eks.cluster          ← stack.network, stack.iam
 //! eks.nodegroup.<g>    ← eks.cluster (and the subnets and node role it runs with)
+//! eks.access-entry.<e> ← eks.cluster                      (config [access_entries.<e>])
 //! iam.oidc             ← eks.cluster
 //! stack.irsa           ← iam.oidc
 //! stack.storage        (the artifact bucket)
 //! stack.efs            ← stack.network                    (the EFS file system, mount targets)
-//! k8s.efs-csi          ← eks.nodegroup.*, stack.irsa      (manifests/efs-csi.yaml)
+//! k8s.efs-csi          ← eks.nodegroup.*, eks.access-entry.*, stack.irsa (manifests/efs-csi.yaml)
 //! k8s.efs-storage      ← k8s.efs-csi, stack.efs           (manifests/efs-storage.yaml)
-//! k8s.kubeflow         ← eks.nodegroup.*                  (config kubeflow.manifests)
+//! k8s.kubeflow         ← eks.nodegroup.*, eks.access-entry.* (config kubeflow.manifests)
 //! k8s.training-operator ← k8s.kubeflow                    (config kubeflow.training_operator)
 //! k8s.user-namespace   ← k8s.kubeflow, k8s.training-operator, k8s.efs-storage, stack.irsa
 //!                                                         (manifests/user-namespace.yaml)
@@ -30,6 +31,7 @@ use aws_config::SdkConfig;
 
 use super::{AwsProvider, Built};
 use crate::address::Address;
+use crate::aws::eks::access_entry::AccessEntryResource;
 use crate::aws::eks::cluster::ClusterResource;
 use crate::aws::eks::nodegroup::NodegroupResource;
 use crate::aws::guards::{
@@ -40,7 +42,7 @@ use crate::aws::oidc::OidcProviderResource;
 use crate::aws::stack::{InputParameter, StackResource};
 use crate::aws::trust::{aws_managed_policy, TrustGuard, TrustedRole, Trustee};
 use crate::aws::zones::{self, Source, Wanted, ZoneError};
-use crate::config::{Config, NodeGroup, SageMakerRolePolicy, EKS_NODE_POLICIES};
+use crate::config::{AccessEntry, Config, NodeGroup, SageMakerRolePolicy, EKS_NODE_POLICIES};
 use crate::k8s::kubeconfig::ExecAuth;
 use crate::k8s::resource::{
     ClusterConnector, InputValue, ManifestsResource, ServedKind, Source as ManifestSource,
@@ -83,6 +85,8 @@ pub const CLUSTER: &str = "eks.cluster";
 pub const OIDC: &str = "iam.oidc";
 /// The prefix of the node groups' addresses, `eks.nodegroup.<group>`.
 pub const NODEGROUP_PREFIX: &str = "eks.nodegroup.";
+/// The prefix of the access entries' addresses, `eks.access-entry.<name>`.
+pub const ACCESS_ENTRY_PREFIX: &str = "eks.access-entry.";
 
 /// Why this config has no resource at `address` that the profile makes
 /// under another config ([`crate::resource::Provider::why_absent`]): a node
@@ -101,6 +105,10 @@ pub fn why_absent(config: &Config, address: &Address) -> Option<String> {
             return Some("kubeflow.training_operator is not set in kfaws.toml".into())
         }
         _ => {}
+    }
+    if let Some(entry) = address.as_str().strip_prefix(ACCESS_ENTRY_PREFIX) {
+        return (!config.access_entries.contains_key(entry))
+            .then(|| format!("kfaws.toml has no [access_entries.{entry}]"));
     }
     let group = address.as_str().strip_prefix(NODEGROUP_PREFIX)?;
     if config.node_groups.contains_key(group) {
@@ -203,7 +211,26 @@ fn recorded_zones(state: &State) -> Option<Vec<String>> {
         .collect()
 }
 
-/// Fills in what the config leaves to AWS, before planning: the network's
+/// The SageMaker role policy `stack.iam` was applied with (its `SageMakerRolePolicy`
+/// parameter), if the state records one.
+fn recorded_role_policy(state: &State) -> Option<SageMakerRolePolicy> {
+    let iam = state.resources.get(&addr("stack.iam"))?;
+    match iam
+        .spec
+        .get("parameters")?
+        .get("SageMakerRolePolicy")?
+        .as_str()?
+    {
+        "full" => Some(SageMakerRolePolicy::Full),
+        "scoped" => Some(SageMakerRolePolicy::Scoped),
+        _ => None,
+    }
+}
+
+/// Fills in what the config leaves to the deployment's history: an unset
+/// `options.sagemaker_role_policy` is the recorded one, else the default
+/// (`scoped`), so a deployment applied while `full` was the default keeps
+/// its role's policies. Then what it leaves to AWS: the network's
 /// Availability Zones ([`zones`]: the configured ones, else the recorded
 /// ones, else the first two that offer every node group's instance type),
 /// checked against the instance type offerings. A destroy needs no choice
@@ -219,6 +246,10 @@ pub async fn prepare(
     destroy: bool,
 ) -> Result<Config, ZoneError> {
     let mut config = config.clone();
+    if config.options.sagemaker_role_policy.is_none() {
+        config.options.sagemaker_role_policy =
+            Some(recorded_role_policy(state).unwrap_or_default());
+    }
     let recorded = recorded_zones(state);
     if destroy {
         // What was applied is found through the ApplySet parents: a destroy
@@ -300,13 +331,14 @@ fn service_roles(config: &Config) -> Vec<TrustedRole> {
             .map(|n| aws_managed_policy(partition, n))
             .collect()
     };
-    let (sagemaker_inline, sagemaker_managed) = match config.options.sagemaker_role_policy {
-        SageMakerRolePolicy::Scoped => (vec!["kfaws-scoped"], vec![]),
-        SageMakerRolePolicy::Full => (
-            vec![],
-            managed(&["AmazonSageMakerFullAccess", "AmazonS3FullAccess"]),
-        ),
-    };
+    let (sagemaker_inline, sagemaker_managed) =
+        match config.options.sagemaker_role_policy.unwrap_or_default() {
+            SageMakerRolePolicy::Scoped => (vec!["kfaws-scoped"], vec![]),
+            SageMakerRolePolicy::Full => (
+                vec![],
+                managed(&["AmazonSageMakerFullAccess", "AmazonS3FullAccess"]),
+            ),
+        };
     vec![
         TrustedRole {
             resource: "ClusterRole",
@@ -571,7 +603,7 @@ fn stacks(config: &Config, aws: &SdkConfig, lineage: uuid::Uuid) -> Vec<StackRes
         ),
         (
             "SageMakerRolePolicy",
-            match config.options.sagemaker_role_policy {
+            match config.options.sagemaker_role_policy.unwrap_or_default() {
                 SageMakerRolePolicy::Full => "full".into(),
                 SageMakerRolePolicy::Scoped => "scoped".into(),
             },
@@ -661,6 +693,33 @@ fn nodegroup(
     }
 }
 
+fn access_entry(
+    config: &Config,
+    aws: &SdkConfig,
+    lineage: uuid::Uuid,
+    name: &str,
+    entry: &AccessEntry,
+) -> AccessEntryResource {
+    let namespaces = entry.namespaces.as_ref().map(|ns| {
+        let mut ns = ns.clone();
+        ns.sort();
+        ns.dedup();
+        ns
+    });
+    AccessEntryResource {
+        address: addr(&format!("{ACCESS_ENTRY_PREFIX}{name}")),
+        cluster: addr(CLUSTER),
+        cluster_name: config.name.clone(),
+        principal_arn: entry.principal_arn.clone(),
+        policy_arn: entry.policy.arn(crate::aws::partition(&config.region)),
+        namespaces,
+        deployment: config.name.clone(),
+        lineage: lineage.to_string(),
+        client: crate::aws::client::<aws_sdk_eks::Client>(aws),
+        sts: crate::aws::client::<aws_sdk_sts::Client>(aws),
+    }
+}
+
 fn oidc(config: &Config, aws: &SdkConfig, lineage: uuid::Uuid) -> OidcProviderResource {
     OidcProviderResource {
         address: addr(OIDC),
@@ -746,12 +805,21 @@ fn bundles(
     sources: &Sources,
 ) -> Result<Vec<ManifestsResource>, SourceError> {
     let connector = connector(config, aws, exec, lineage);
+    // What every bundle follows: the cluster, its nodes, and its access entries, so that a
+    // destroy deletes the entries only after every bundle (a teammate admitted by one would
+    // otherwise lose the cluster half way through the destroy).
     let nodes: Vec<Address> = std::iter::once(addr(CLUSTER))
         .chain(
             config
                 .node_groups
                 .keys()
                 .map(|g| addr(&format!("{NODEGROUP_PREFIX}{g}"))),
+        )
+        .chain(
+            config
+                .access_entries
+                .keys()
+                .map(|e| addr(&format!("{ACCESS_ENTRY_PREFIX}{e}"))),
         )
         .collect();
     let bundle = |address: &str,
@@ -937,6 +1005,9 @@ pub fn build(
     for (group, settings) in &config.node_groups {
         resources.push(Arc::new(nodegroup(config, aws, lineage, group, settings)));
     }
+    for (name, entry) in &config.access_entries {
+        resources.push(Arc::new(access_entry(config, aws, lineage, name, entry)));
+    }
     resources.push(Arc::new(oidc(config, aws, lineage)));
     for b in bundles(config, aws, exec, lineage, sources)? {
         resources.push(Arc::new(b));
@@ -1068,6 +1139,32 @@ pub fn eks_from_state(
                 n.nodegroup_name = name.to_string();
             }
             Some(Arc::new(n))
+        }
+        "aws_eks_access_entry" => {
+            let name = address.as_str().strip_prefix(ACCESS_ENTRY_PREFIX)?;
+            let mut e = match config.access_entries.get(name) {
+                Some(entry) => access_entry(config, aws, lineage, name, entry),
+                // Left the config: only its delete is needed, by the recorded principal.
+                None => access_entry(
+                    config,
+                    aws,
+                    lineage,
+                    name,
+                    &AccessEntry {
+                        principal_arn: recorded_str("principal_arn")?.to_string(),
+                        policy: crate::config::AccessPolicy::View,
+                        namespaces: None,
+                    },
+                ),
+            };
+            e.address = address.clone();
+            if let Some(cluster) = recorded_str("cluster_name") {
+                e.cluster_name = cluster.to_string();
+            }
+            if let Some(principal) = recorded_str("principal_arn") {
+                e.principal_arn = principal.to_string();
+            }
+            Some(Arc::new(e))
         }
         "aws_iam_oidc_provider" => {
             let mut o = oidc(config, aws, lineage);
@@ -1498,5 +1595,111 @@ mod tests {
             .expect("node groups are known to the provider");
         assert_eq!(handle.kind(), "aws_eks_nodegroup");
         assert_eq!(handle.spec()["nodegroup_name"], "ml-gpu");
+    }
+
+    #[tokio::test]
+    async fn every_access_entry_is_a_node_after_the_cluster_and_a_removed_one_can_still_be_deleted()
+    {
+        let entries = "[access_entries.platform]\n\
+                       principal_arn = \"arn:aws:iam::123456789012:role/Platform\"\n\
+                       policy = \"view\"\nnamespaces = [\"team-b\", \"team-a\"]";
+        let built = from_config(&config(entries)).unwrap();
+        let entry = built
+            .resources
+            .iter()
+            .find(|r| r.address().as_str() == "eks.access-entry.platform")
+            .expect("the access entry is a node");
+        assert_eq!(entry.kind(), "aws_eks_access_entry");
+        assert_eq!(entry.dependencies(), [addr(CLUSTER)]);
+        // Every bundle follows it, so a destroy deletes it only after them.
+        let csi = built
+            .resources
+            .iter()
+            .find(|r| r.address().as_str() == EFS_CSI_ADDRESS)
+            .unwrap();
+        assert!(
+            csi.dependencies().contains(entry.address()),
+            "{:?}",
+            csi.dependencies()
+        );
+        assert_eq!(
+            entry.spec()["access_policies"],
+            serde_json::json!({
+                "arn:aws:eks::aws:cluster-access-policy/AmazonEKSViewPolicy":
+                    {"type": "namespace", "namespaces": ["team-a", "team-b"]}
+            })
+        );
+        let recorded = ResourceState {
+            kind: entry.kind().to_string(),
+            status: crate::state::Status::Created,
+            physical_id: None,
+            idempotency_token: None,
+            spec_hash: String::new(),
+            spec: entry.spec(),
+            outputs: Default::default(),
+            dependencies: entry.dependencies(),
+            updating: None,
+            inputs_hash: None,
+            updated_at: chrono::Utc::now(),
+        };
+        let provider = from_config(&config("")).unwrap().provider;
+        assert_eq!(
+            provider.why_absent(entry.address()).as_deref(),
+            Some("kfaws.toml has no [access_entries.platform]")
+        );
+        let handle = provider
+            .handle_for(entry.address(), &recorded)
+            .expect("access entries are known to the provider");
+        assert_eq!(handle.kind(), "aws_eks_access_entry");
+        assert_eq!(
+            handle.spec()["principal_arn"],
+            "arn:aws:iam::123456789012:role/Platform"
+        );
+    }
+
+    /// An unset `options.sagemaker_role_policy` keeps what `stack.iam` was applied with (a
+    /// deployment applied while `full` was the default is not narrowed by an upgrade of
+    /// kfaws), else is `scoped`; a set one wins.
+    #[tokio::test]
+    async fn an_unset_sagemaker_role_policy_keeps_the_recorded_one_else_is_scoped() {
+        let mut state = State::new("ml");
+        let fresh = prepare(&config(""), &aws(), &state, true).await.unwrap();
+        assert_eq!(
+            fresh.options.sagemaker_role_policy,
+            Some(SageMakerRolePolicy::Scoped)
+        );
+        state.resources.insert(
+            addr("stack.iam"),
+            ResourceState {
+                kind: "aws_cloudformation_stack".into(),
+                status: crate::state::Status::Created,
+                physical_id: None,
+                idempotency_token: None,
+                spec_hash: String::new(),
+                spec: serde_json::json!({"parameters": {"SageMakerRolePolicy": "full"}}),
+                outputs: Default::default(),
+                dependencies: vec![],
+                updating: None,
+                inputs_hash: None,
+                updated_at: chrono::Utc::now(),
+            },
+        );
+        let kept = prepare(&config(""), &aws(), &state, true).await.unwrap();
+        assert_eq!(
+            kept.options.sagemaker_role_policy,
+            Some(SageMakerRolePolicy::Full)
+        );
+        let set = prepare(
+            &config("[options]\nsagemaker_role_policy = \"scoped\""),
+            &aws(),
+            &state,
+            true,
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            set.options.sagemaker_role_policy,
+            Some(SageMakerRolePolicy::Scoped)
+        );
     }
 }

@@ -19,14 +19,23 @@
 //!   time (`UpdateClusterVersion`; EKS cannot skip minor versions nor
 //!   downgrade: EKS User Guide, "Update existing cluster to new Kubernetes
 //!   version"); endpoint access changes in place (`UpdateClusterConfig`);
-//!   the name, the role and the secrets encryption only by replacement.
+//!   the name, the role and the secrets encryption only by replacement;
+//! - the authentication mode is `API_AND_CONFIG_MAP`, with the creator's
+//!   admin access entry (`bootstrapClusterCreatorAdminPermissions`), so that
+//!   EKS access entries ([`super::access_entry`]) admit other principals
+//!   while `aws-auth` keeps working (EKS User Guide, "Change authentication
+//!   mode to use access entries"); a cluster in `CONFIG_MAP` mode is moved
+//!   to it in place (`UpdateClusterConfig` `accessConfig`, one-way), one in
+//!   `API` mode (stricter, set outside kfaws) is left as it is.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use aws_sdk_eks::operation::update_cluster_config::builders::UpdateClusterConfigFluentBuilder;
 use aws_sdk_eks::types::{
-    Cluster, ClusterStatus, EncryptionConfig, Provider as KmsProvider, VpcConfigRequest,
+    AuthenticationMode, Cluster, ClusterStatus, CreateAccessConfigRequest, EncryptionConfig,
+    Provider as KmsProvider, UpdateAccessConfigRequest, VpcConfigRequest,
 };
 use aws_sdk_eks::Client;
 use serde_json::{json, Value};
@@ -49,6 +58,17 @@ pub const SUBNETS_OUTPUT: &str = "PrivateSubnetIds";
 pub const ROLE_OUTPUT: &str = "ClusterRoleArn";
 /// The `stack.iam` output with the ARN of the KMS key for secrets.
 pub const KEY_OUTPUT: &str = "SecretsKeyArn";
+
+/// Whether a cluster's authentication mode admits EKS access entries:
+/// `API` or `API_AND_CONFIG_MAP`, not `CONFIG_MAP` (EKS API Reference,
+/// `AccessConfigResponse.authenticationMode`; a cluster that reports no
+/// access config predates access entries and is `CONFIG_MAP`).
+pub fn admits_access_entries(cluster: &Cluster) -> bool {
+    cluster
+        .access_config()
+        .and_then(|a| a.authentication_mode())
+        .is_some_and(|m| *m != AuthenticationMode::ConfigMap)
+}
 
 /// What [`health`] says of a cluster that works or is on its way there.
 const HEALTHY: &str = "healthy";
@@ -397,6 +417,10 @@ impl ClusterResource {
             json!(if encrypted { "kms" } else { "none" }),
         );
         spec.insert(
+            "access_entries".into(),
+            json!(admits_access_entries(cluster)),
+        );
+        spec.insert(
             "health".into(),
             json!(health(cluster.status().map_or("UNKNOWN", |s| s.as_str()))),
         );
@@ -438,6 +462,40 @@ impl ClusterResource {
             physical_id: cluster.arn().unwrap_or_default().to_string(),
             outputs: Self::outputs(cluster),
         }
+    }
+
+    /// Sends `call`, an UpdateClusterConfig of one `part` (EKS takes one kind
+    /// of change per call), with the cluster's name and a new request token,
+    /// then waits for its update and for the cluster to be `ACTIVE` again, each
+    /// wait stopped by the first interrupt (`what` says what was waited for).
+    async fn update_config(
+        &self,
+        call: UpdateClusterConfigFluentBuilder,
+        part: &str,
+        what: &str,
+    ) -> Result<Cluster, ResourceError> {
+        let out = call
+            .name(&self.name)
+            .client_request_token(uuid::Uuid::new_v4().to_string())
+            .send()
+            .await
+            .map_err(|e| {
+                ResourceError::msg(format!(
+                    "UpdateClusterConfig {} ({part}): {}",
+                    self.name,
+                    error_message(&e)
+                ))
+            })?;
+        let updated = wait_for_update(
+            &self.client,
+            &self.name,
+            None,
+            "UpdateClusterConfig",
+            out.update(),
+            self.timeout(),
+        );
+        unless_interrupted(what, updated).await?;
+        unless_interrupted(what, self.wait_active()).await
     }
 
     /// Refuses an update that would need a new cluster: EKS keeps a
@@ -520,6 +578,7 @@ impl Resource for ClusterResource {
             "endpoint_public_access": true,
             "endpoint_private_access": true,
             "secrets_encryption": "kms",
+            "access_entries": true,
             "health": HEALTHY,
         })
     }
@@ -577,6 +636,12 @@ impl Resource for ClusterResource {
                     .build(),
             )
             .encryption_config(secrets_encryption(&wiring.key_arn))
+            .access_config(
+                CreateAccessConfigRequest::builder()
+                    .authentication_mode(AuthenticationMode::ApiAndConfigMap)
+                    .bootstrap_cluster_creator_admin_permissions(true)
+                    .build(),
+            )
             .client_request_token(token)
             .set_tags(Some(tags(&self.deployment, &self.lineage, &self.address)))
             .send()
@@ -661,36 +726,24 @@ impl Resource for ClusterResource {
             vpc.is_some_and(|v| v.endpoint_private_access()),
         );
         if access != (true, true) {
-            let out = self
-                .client
-                .update_cluster_config()
-                .name(&self.name)
-                .resources_vpc_config(
-                    VpcConfigRequest::builder()
-                        .endpoint_public_access(true)
-                        .endpoint_private_access(true)
-                        .build(),
-                )
-                .client_request_token(uuid::Uuid::new_v4().to_string())
-                .send()
-                .await
-                .map_err(|e| {
-                    ResourceError::msg(format!(
-                        "UpdateClusterConfig {}: {}",
-                        self.name,
-                        error_message(&e)
-                    ))
-                })?;
-            let configured = wait_for_update(
-                &self.client,
-                &self.name,
-                None,
-                "UpdateClusterConfig",
-                out.update(),
-                self.timeout(),
+            let call = self.client.update_cluster_config().resources_vpc_config(
+                VpcConfigRequest::builder()
+                    .endpoint_public_access(true)
+                    .endpoint_private_access(true)
+                    .build(),
             );
-            unless_interrupted(&what, configured).await?;
-            live = unless_interrupted(&what, self.wait_active()).await?;
+            live = self
+                .update_config(call, "resourcesVpcConfig", &what)
+                .await?;
+        }
+        if !admits_access_entries(&live) {
+            tracing::info!(cluster = %self.name, "switching the authentication mode to API_AND_CONFIG_MAP");
+            let call = self.client.update_cluster_config().access_config(
+                UpdateAccessConfigRequest::builder()
+                    .authentication_mode(AuthenticationMode::ApiAndConfigMap)
+                    .build(),
+            );
+            live = self.update_config(call, "accessConfig", &what).await?;
         }
         Ok(Self::applied(&live))
     }
@@ -709,6 +762,18 @@ impl Resource for ClusterResource {
             .map_err(|m| ResourceError::msg(format!("cluster {}: {m}", self.name)))?;
         let steps = path.len();
         let waits = super::waits_for_status("Cluster", live.status().map(ClusterStatus::as_str));
+        let mode = (!admits_access_entries(&live)).then(|| Detail {
+            action: "Modify".into(),
+            name: "authentication mode CONFIG_MAP -> API_AND_CONFIG_MAP".into(),
+            kind: "UpdateClusterConfig".into(),
+            replacement: None,
+            condition: None,
+            note: Some(
+                "admits EKS access entries; aws-auth keeps working. One-way: EKS cannot switch \
+                 back to CONFIG_MAP"
+                    .into(),
+            ),
+        });
         Ok(waits
             .into_iter()
             .chain(path.into_iter().enumerate().map(|(i, version)| Detail {
@@ -724,6 +789,7 @@ impl Resource for ClusterResource {
                     )
                 }),
             }))
+            .chain(mode)
             .collect())
     }
 

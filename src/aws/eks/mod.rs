@@ -8,6 +8,7 @@
 //! re-attached to only when both match, so kfaws never adopts (or deletes)
 //! what another tool or another copy of the state made.
 
+pub mod access_entry;
 pub mod cluster;
 pub mod nodegroup;
 

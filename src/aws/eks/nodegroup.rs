@@ -15,7 +15,12 @@
 //!   "Customize managed nodes with launch templates"; EC2 User Guide, "Use
 //!   IMDSv2": "in a container environment, we recommend setting the hop
 //!   limit to 2"). The root device of the EKS-optimized Amazon Linux AMIs
-//!   is `/dev/xvda`;
+//!   is `/dev/xvda`. The template tags the nodes and their volumes with
+//!   the deployment's tags and `Name` = the node group's name (EKS tags
+//!   neither with the node group's own tags: EKS User Guide, "Customize
+//!   managed nodes with launch templates"), for cost allocation and for
+//!   telling the nodes apart in the EC2 console (a node group made by an
+//!   earlier kfaws keeps its untagged template until it is replaced);
 //! - the launch template is created by this resource with EC2
 //!   CreateLaunchTemplate rather than in a CloudFormation stack: it belongs
 //!   to exactly one node group, is made just before it and deleted just
@@ -42,8 +47,8 @@ use async_trait::async_trait;
 use aws_sdk_ec2::types::{
     LaunchTemplateBlockDeviceMappingRequest, LaunchTemplateEbsBlockDeviceRequest,
     LaunchTemplateHttpTokensState, LaunchTemplateInstanceMetadataEndpointState,
-    LaunchTemplateInstanceMetadataOptionsRequest, RequestLaunchTemplateData, ResourceType,
-    Tag as Ec2Tag, TagSpecification, VolumeType,
+    LaunchTemplateInstanceMetadataOptionsRequest, LaunchTemplateTagSpecificationRequest,
+    RequestLaunchTemplateData, ResourceType, Tag as Ec2Tag, TagSpecification, VolumeType,
 };
 use aws_sdk_eks::types::{
     LaunchTemplateSpecification, Nodegroup, NodegroupScalingConfig, NodegroupStatus,
@@ -320,17 +325,39 @@ impl NodegroupResource {
                     .http_put_response_hop_limit(HOP_LIMIT)
                     .build(),
             )
+            .set_tag_specifications(Some(
+                [ResourceType::Instance, ResourceType::Volume]
+                    .into_iter()
+                    .map(|kind| {
+                        LaunchTemplateTagSpecificationRequest::builder()
+                            .resource_type(kind)
+                            .set_tags(Some(self.node_tags()))
+                            .build()
+                    })
+                    .collect(),
+            ))
             .build()
     }
 
-    fn ec2_tags(&self, token: &str) -> Vec<Ec2Tag> {
+    /// The tags of the nodes and their root volumes: the deployment's
+    /// ([`tags`]) and `Name`, the node group's name.
+    fn node_tags(&self) -> Vec<Ec2Tag> {
+        self.ec2_tags_with("Name", &self.nodegroup_name)
+    }
+
+    /// The deployment's tags ([`tags`]) and `key` = `value`, sorted by key.
+    fn ec2_tags_with(&self, key: &str, value: &str) -> Vec<Ec2Tag> {
         let mut t: Vec<Ec2Tag> = tags(&self.deployment, &self.lineage, &self.address)
             .into_iter()
             .map(|(k, v)| Ec2Tag::builder().key(k).value(v).build())
             .collect();
-        t.push(Ec2Tag::builder().key(TOKEN_TAG).value(token).build());
+        t.push(Ec2Tag::builder().key(key).value(value).build());
         t.sort_by(|a, b| a.key().cmp(&b.key()));
         t
+    }
+
+    fn ec2_tags(&self, token: &str) -> Vec<Ec2Tag> {
+        self.ec2_tags_with(TOKEN_TAG, token)
     }
 
     /// The launch template of this node group, if there is one:
