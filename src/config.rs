@@ -932,7 +932,8 @@ impl Config {
                 ));
             }
         }
-        let mut principals: BTreeMap<&str, &str> = BTreeMap::new();
+        let mut principals: BTreeMap<String, &str> = BTreeMap::new();
+        let node_role = self.role_name("eks-node");
         for (name, entry) in &self.access_entries {
             let field = |k: &str| format!("access_entries.{name}.{k}");
             // The name becomes an address segment (eks.access_entry.<name>).
@@ -951,19 +952,34 @@ impl Config {
                     errors.push(invalid(&field("principal_arn"), &entry.principal_arn, p));
                 }
             }
-            if let Some(other) = principals.insert(&entry.principal_arn, name) {
+            if let Some(other) = principals.insert(principal_key(&entry.principal_arn), name) {
                 errors.push(invalid(
                     &field("principal_arn"),
                     &entry.principal_arn,
                     format!(
-                        "is also the principal of [access_entries.{other}]; EKS admits one access \
-                         entry per principal (CreateAccessEntry, principalArn)"
+                        "is also the principal of [access_entries.{other}] (IAM names are unique \
+                         in an account ignoring case and path); EKS admits one access entry per \
+                         principal (CreateAccessEntry, principalArn)"
+                    ),
+                ));
+            }
+            if principal_key(&entry.principal_arn)
+                .ends_with(&format!(":role/{}", node_role.to_ascii_lowercase()))
+            {
+                errors.push(invalid(
+                    &field("principal_arn"),
+                    &entry.principal_arn,
+                    format!(
+                        "is this deployment's node role ({node_role}): EKS gives the role of a \
+                         managed node group an access entry of its own (type EC2_LINUX) so that \
+                         its nodes join; a STANDARD entry for it would collide with that one"
                     ),
                 ));
             }
             if let Some(namespaces) = &entry.namespaces {
                 if let Err(p) = check_scope_namespaces(namespaces) {
-                    errors.push(invalid(&field("namespaces"), &namespaces.join(", "), p));
+                    let shown = format!("[{}]", namespaces.join(", "));
+                    errors.push(invalid(&field("namespaces"), &shown, p));
                 }
             }
         }
@@ -1073,32 +1089,81 @@ fn check_principal_arn(arn: &str, region: &str) -> Result<(), String> {
          role may have a path, role/<path>/<name>)"
     );
     if arn.starts_with(&format!("arn:{partition}:sts::")) {
+        let role = arn
+            .split(':')
+            .nth(5)
+            .and_then(|r| r.strip_prefix("assumed-role/"))
+            .and_then(|r| r.split('/').next());
+        let account = arn.split(':').nth(4).unwrap_or("<account>");
+        let hint = role.map_or(expected.clone(), |role| {
+            format!("name the role it assumed, arn:{partition}:iam::{account}:role/{role}")
+        });
         return Err(format!(
             "is an STS session ARN, which EKS refuses for access entries (a session is \
-             temporary); name the IAM role it assumed: {expected}"
+             temporary); {hint}"
         ));
     }
-    let rest = arn
-        .strip_prefix(&format!("arn:{partition}:iam::"))
-        .ok_or_else(|| {
-            format!("is not an IAM ARN of partition {partition} (region {region}): {expected}")
-        })?;
+    let Some(rest) = arn.strip_prefix(&format!("arn:{partition}:iam::")) else {
+        let why = if arn.trim() != arn {
+            "has leading or trailing white space".to_string()
+        } else if arn.to_ascii_lowercase().starts_with("arn:") && !arn.starts_with("arn:") {
+            "ARNs are case-sensitive: it must start with lowercase `arn:`".to_string()
+        } else {
+            format!("is not an IAM ARN of partition {partition} (region {region})")
+        };
+        return Err(format!("{why}: {expected}"));
+    };
     let (account, resource) = rest.split_once(':').unwrap_or((rest, ""));
-    let account_ok = account.len() == 12 && account.bytes().all(|b| b.is_ascii_digit());
-    let segment_ok = |s: &str| {
-        !s.is_empty()
-            && s.len() <= 64
-            && s.chars()
-                .all(|c| c.is_ascii_alphanumeric() || "+=,.@_-".contains(c))
-    };
-    let path_ok = match resource.split_once('/') {
-        Some(("role" | "user", path)) => path.split('/').all(segment_ok),
-        _ => false,
-    };
-    if !account_ok || !path_ok || resource.len() > 512 + 5 {
+    if !(account.len() == 12 && account.bytes().all(|b| b.is_ascii_digit())) {
+        return Err(format!(
+            "account {account:?} is not a 12-digit account id: {expected}"
+        ));
+    }
+    let Some((kind @ ("role" | "user"), path)) = resource.split_once('/') else {
         return Err(format!("is not an IAM role or user ARN: {expected}"));
+    };
+    let segments: Vec<&str> = path.split('/').collect();
+    let name = segments.last().copied().unwrap_or_default();
+    let chars_ok = |s: &str| {
+        s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "+=,.@_-".contains(c))
+    };
+    if segments.iter().any(|s| s.is_empty()) {
+        return Err(format!(
+            "has an empty {kind} name or path segment (a `/` at the start, at the end or \
+             doubled): {expected}"
+        ));
+    }
+    if let Some(bad) = segments.iter().find(|s| !chars_ok(s)) {
+        return Err(format!(
+            "{kind} name or path segment {bad:?} may hold only A-Za-z0-9+=,.@_- (IAM User \
+             Guide, \"IAM identifiers\")"
+        ));
+    }
+    if name.len() > 64 {
+        return Err(format!(
+            "{kind} name {name:?} is {} characters; IAM names are at most 64",
+            name.len()
+        ));
+    }
+    if path.len() > 512 {
+        return Err(format!("{kind} path is longer than IAM's 512 characters"));
     }
     Ok(())
+}
+
+/// The IAM principal an access entry's ARN names, as IAM tells principals apart: account,
+/// kind and name, ignoring the path and the name's case (IAM User Guide, "IAM identifiers":
+/// names are unique in the account ignoring case, whatever the path).
+fn principal_key(arn: &str) -> String {
+    let mut parts = arn.splitn(6, ':').skip(4);
+    let (account, resource) = (
+        parts.next().unwrap_or_default(),
+        parts.next().unwrap_or_default(),
+    );
+    let (kind, path) = resource.split_once('/').unwrap_or((resource, ""));
+    let name = path.rsplit('/').next().unwrap_or_default();
+    format!("{account}:{kind}/{}", name.to_ascii_lowercase())
 }
 
 /// The namespaces of an access policy's scope: at least one, each a DNS-1123
@@ -1112,12 +1177,13 @@ fn check_scope_namespaces(namespaces: &[String]) -> Result<(), String> {
                 .into(),
         );
     }
+    let mut problems = Vec::new();
     for (i, ns) in namespaces.iter().enumerate() {
         let label = ns.strip_suffix('*').unwrap_or(ns);
         let problem = match (ns.ends_with('*'), label.is_empty()) {
             (true, true) => Some(
-                "a lone `*` would match every namespace; leave `namespaces` out \
-                                  for the whole cluster"
+                "a lone `*` would match every namespace; leave `namespaces` out for the whole \
+                 cluster"
                     .to_string(),
             ),
             (true, false) => (!label
@@ -1127,21 +1193,23 @@ fn check_scope_namespaces(namespaces: &[String]) -> Result<(), String> {
                 || label.len() > 62)
                 .then(|| {
                     "a prefix before `*` must be lowercase letters, digits and `-`, not \
-                          starting with `-`"
+                     starting with `-`"
                         .to_string()
                 }),
             (false, _) => naming::DNS1123_LABEL.violation(label),
         };
         if let Some(problem) = problem {
-            return Err(format!(
+            problems.push(format!(
                 "{ns:?} is not a namespace name or prefix: {problem} (EKS AccessScope.namespaces)"
             ));
-        }
-        if namespaces[..i].contains(ns) {
-            return Err(format!("{ns:?} is listed twice"));
+        } else if namespaces[..i].contains(ns) {
+            problems.push(format!("{ns:?} is listed twice"));
         }
     }
-    Ok(())
+    match problems.is_empty() {
+        true => Ok(()),
+        false => Err(problems.join("; ")),
+    }
 }
 
 /// Two distinct Availability Zone names of `region` (`us-east-1a`: the
@@ -1503,7 +1571,45 @@ mod tests {
             (
                 entry("a", "principal_arn = \"arn:aws:iam::123456789012:role/\"\npolicy = \"view\""),
                 "access_entries.a.principal_arn",
-                "role or user ARN",
+                "has an empty role name",
+            ),
+            (
+                entry("a", &format!("principal_arn = \"arn:aws:iam::123456789012:role/{}\"\npolicy = \"view\"", "r".repeat(65))),
+                "access_entries.a.principal_arn",
+                "is 65 characters; IAM names are at most 64",
+            ),
+            (
+                entry("a", "principal_arn = \"arn:aws:iam::123456789012:role/has space\"\npolicy = \"view\""),
+                "access_entries.a.principal_arn",
+                "\"has space\" may hold only",
+            ),
+            (
+                entry("a", "principal_arn = \"ARN:AWS:IAM::123456789012:role/Admins\"\npolicy = \"view\""),
+                "access_entries.a.principal_arn",
+                "ARNs are case-sensitive",
+            ),
+            (
+                entry("a", "principal_arn = \"arn:aws:sts::123456789012:assumed-role/Admins/me\"\npolicy = \"view\""),
+                "access_entries.a.principal_arn",
+                "name the role it assumed, arn:aws:iam::123456789012:role/Admins",
+            ),
+            (
+                entry("a", "principal_arn = \"arn:aws:iam::123456789012:role/kfaws-ml-us-east-1-eks-node\"\npolicy = \"view\""),
+                "access_entries.a.principal_arn",
+                "is this deployment's node role",
+            ),
+            (
+                format!(
+                    "{}\n[access_entries.b]\nprincipal_arn = \"arn:aws:iam::123456789012:role/teams/admins\"\npolicy = \"view\"",
+                    entry("a", role)
+                ),
+                "access_entries.b.principal_arn",
+                "ignoring case and path",
+            ),
+            (
+                entry("a", &format!("{role}\nnamespaces = [\"Team_A\", \"*\"]")),
+                "access_entries.a.namespaces",
+                "a lone `*`",
             ),
             (entry("Team", role), "access_entries", "DNS-1123 label"),
             (

@@ -281,6 +281,14 @@ pub trait Resource: Send + Sync {
         None
     }
 
+    /// The dependency whose delete deletes this resource too, by the service's own
+    /// rule (an EKS access entry goes with its cluster: EKS API Reference, DeleteCluster);
+    /// `None` (the default) when none does. A whole destroy does not report such a
+    /// resource as left outside the state while that dependency is in it.
+    fn deleted_with(&self) -> Option<&Address> {
+        None
+    }
+
     /// Expected wall time of a create, used for the critical path.
     fn estimate(&self) -> Duration;
 

@@ -1867,6 +1867,15 @@ async fn access_entries_hold_exactly_their_policy_follow_the_config_and_refuse_f
         plan.contains("+ eks.access-entry.admins") && plan.contains("+ eks.access-entry.viewer"),
         "{plan}"
     );
+    // Whom each admits, and with what, before anything is made.
+    assert!(
+        plan.contains(&format!(
+            "+ {admins} (EKS access entry)  # AmazonEKSClusterAdminPolicy cluster-wide"
+        )) && plan.contains(&format!(
+            "+ {viewer} (EKS access entry)  # AmazonEKSViewPolicy in namespaces team-a"
+        )),
+        "{plan}"
+    );
     d.stdout(&[&["apply", "--auto-approve"][..], &targets].concat());
 
     let eks = aws_sdk_eks::Client::new(&d.sdk().await);
@@ -2093,7 +2102,16 @@ async fn access_entries_hold_exactly_their_policy_follow_the_config_and_refuse_f
     assert_eq!(d.calls("CreateAccessEntry"), creates);
 
     d.write_config(&entries("\"team-a\"", false));
-    d.stdout(&["destroy", "--auto-approve"]);
+    // An entry the state forgot goes with the cluster: the destroy does not call it left.
+    d.stdout(&["state", "rm", "eks.access-entry.viewer"]);
+    let out = d.kfaws(&["destroy", "--auto-approve"]).output().unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{said}");
+    assert!(!said.contains("eks.access-entry.viewer"), "{said}");
     assert!(eks.describe_cluster().name(&d.name).send().await.is_err());
 }
 

@@ -197,6 +197,11 @@ async fn find_untracked(
     let outside = desired
         .iter()
         .filter(|r| !state.resources.contains_key(r.address()))
+        // Gone with a dependency the destroy deletes (an access entry with its cluster).
+        .filter(|r| {
+            r.deleted_with()
+                .is_none_or(|d| !state.resources.contains_key(d))
+        })
         .map(|r| ((r.address().clone(), r.kind()), std::sync::Arc::clone(r)));
     let parallelism = usize::from(flags.parallelism);
     let mut found: Vec<_> = plan::preview::lookup_imports(outside, parallelism)

@@ -99,8 +99,8 @@ pub fn message(err: &kube::Error) -> String {
 const UNAUTHORIZED_HINT: &str = "; the cluster does not admit these credentials. On EKS, only \
      the IAM identity that created the cluster is admitted unless an access entry or the \
      aws-auth ConfigMap admits another: run with the creator's credentials (`aws sts \
-     get-caller-identity` shows whose these are), or have it add yours to kfaws.toml's \
-     [access_entries] and apply";
+     get-caller-identity` shows whose these are), or have someone the cluster admits apply an \
+     [access_entries] table of kfaws.toml for yours";
 
 /// Why a retried call failed.
 #[derive(Debug, thiserror::Error)]

@@ -464,16 +464,26 @@ fn field_changes(
         .collect()
 }
 
-/// Whether list `seen` is what an unfinished update of a list field may
-/// have left: every element in the list it wanted (`wanted`) or in the one
-/// before it (`before`), in any mix (a bundle's objects after an update that
-/// applied some new objects and pruned some old ones). Not lists: `false`.
+/// Whether list or map `seen` is what an unfinished update of a list or map
+/// field may have left: every element (list) or entry (map: key and value)
+/// in the one it wanted (`wanted`) or in the one before it (`before`), in any
+/// mix (a bundle's objects after an update that applied some new objects and
+/// pruned some old ones; an access entry's policies after one that associated
+/// the new policy and failed to disassociate the old). Neither: `false`.
 fn partly_updated(seen: &Value, wanted: Option<&Value>, before: Option<&Value>) -> bool {
-    let (Some(seen), Some(wanted), Some(before)) = (
-        seen.as_array(),
-        wanted.and_then(Value::as_array),
-        before.and_then(Value::as_array),
-    ) else {
+    let (Some(wanted), Some(before)) = (wanted, before) else {
+        return false;
+    };
+    if let (Some(seen), Some(wanted), Some(before)) =
+        (seen.as_object(), wanted.as_object(), before.as_object())
+    {
+        return seen
+            .iter()
+            .all(|(k, v)| wanted.get(k) == Some(v) || before.get(k) == Some(v));
+    }
+    let (Some(seen), Some(wanted), Some(before)) =
+        (seen.as_array(), wanted.as_array(), before.as_array())
+    else {
         return false;
     };
     seen.iter()
@@ -764,6 +774,23 @@ pub(crate) mod tests {
         );
         assert_eq!(c.action, Action::NoOp);
         assert!(c.refreshed.iter().all(|f| f.drift) && !c.refreshed.is_empty());
+    }
+
+    #[test]
+    fn a_map_an_unfinished_update_left_half_changed_is_not_drift() {
+        let before = json!({"policies": {"Edit": "cluster"}});
+        let wanted = json!({"policies": {"View": "cluster"}});
+        let mut r = recorded(Status::Created, before);
+        r.updating = Some(wanted.clone());
+        // The update associated the new policy, then failed to disassociate the old one.
+        let half = json!({"policies": {"Edit": "cluster", "View": "cluster"}});
+        let c = one(Some(wanted.clone()), Some(r.clone()), Some(present(half)));
+        assert_eq!(c.action, Action::Update);
+        assert!(!c.drift && !c.fields[0].drift, "{c:?}");
+        // An entry in neither map was added outside kfaws.
+        let other = json!({"policies": {"View": "cluster", "Admin": "cluster"}});
+        let c = one(Some(wanted), Some(r), Some(present(other)));
+        assert!(c.drift && c.fields[0].drift, "{c:?}");
     }
 
     #[test]

@@ -33,7 +33,7 @@ use crate::address::Address;
 use crate::aws::error_message;
 use crate::aws::stack::DEPLOYMENT_TAG;
 use crate::plan::Action;
-use crate::resource::{Applied, Check, Inputs, Observed, Outputs, Resource, ResourceError};
+use crate::resource::{Applied, Check, Detail, Inputs, Observed, Outputs, Resource, ResourceError};
 use crate::state::ResourceState;
 
 /// The only access entry type kfaws makes: a principal using the
@@ -175,8 +175,9 @@ impl AccessEntryResource {
     }
 
     /// The policies associated with the entry: ARN → scope ([`scope_json`]).
-    /// One page: an entry holds at most 25 policies (EKS quotas), well
-    /// under the page size of 100.
+    /// One page of up to 100 (the API's largest `maxResults`): kfaws
+    /// associates one, and EKS offers a dozen access policies in all
+    /// (ListAccessPolicies), each associated at most once.
     async fn policies(&self, principal: &str) -> Result<BTreeMap<String, Value>, ResourceError> {
         let out = self
             .client
@@ -410,6 +411,33 @@ impl Resource for AccessEntryResource {
 
     fn replace_fields(&self) -> &[&str] {
         &["cluster_name", "principal_arn", "type"]
+    }
+
+    /// EKS deletes a cluster's access entries with it.
+    fn deleted_with(&self) -> Option<&Address> {
+        Some(&self.cluster)
+    }
+
+    /// Whom the entry admits and with what, so that a plan (and a saved plan's reviewer)
+    /// sees the grant before it is made.
+    fn preview_create(&self) -> Vec<Detail> {
+        let scope = match &self.namespaces {
+            Some(ns) => format!("in namespaces {}", ns.join(", ")),
+            None => "cluster-wide".to_string(),
+        };
+        let policy = self
+            .policy_arn
+            .rsplit('/')
+            .next()
+            .unwrap_or(&self.policy_arn);
+        vec![Detail {
+            action: "Add".into(),
+            name: self.principal_arn.clone(),
+            kind: "EKS access entry".into(),
+            replacement: None,
+            condition: None,
+            note: Some(format!("{policy} {scope}")),
+        }]
     }
 
     /// Seconds: two API calls.
