@@ -1096,22 +1096,27 @@ mod tests {
         );
     }
 
+    /// A Fashion-MNIST dataset with no images: enough for what reads only its kind and shape.
+    fn empty_fashion_mnist() -> Dataset {
+        let empty = Split {
+            images: Vec::new(),
+            labels: Vec::new(),
+            shape: [1, 28, 28],
+        };
+        Dataset {
+            kind: data::DatasetKind::FashionMnist,
+            train: empty.clone(),
+            test: empty,
+        }
+    }
+
     /// Ranks whose learning rates differ are refused at the handshake, which names both
     /// values as the shared configuration holds them: in their shortest f32 form (`0.01`), not
     /// widened to f64 on the way into JSON (`0.009999999776482582`).
     #[test]
     fn a_learning_rate_mismatch_shows_the_rates_as_written() {
         use crate::dist::{Agreement, CommError, Communicator};
-        let empty = Split {
-            images: Vec::new(),
-            labels: Vec::new(),
-            shape: [1, 28, 28],
-        };
-        let dataset = Dataset {
-            kind: data::DatasetKind::FashionMnist,
-            train: empty.clone(),
-            test: empty,
-        };
+        let dataset = empty_fashion_mnist();
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -1170,16 +1175,7 @@ mod tests {
 
     #[test]
     fn the_same_weights_give_the_same_model_file_bytes() {
-        let empty = Split {
-            images: Vec::new(),
-            labels: Vec::new(),
-            shape: [1, 28, 28],
-        };
-        let dataset = Dataset {
-            kind: data::DatasetKind::FashionMnist,
-            train: empty.clone(),
-            test: empty,
-        };
+        let dataset = empty_fashion_mnist();
         // Two models with the same weights but burn's random parameter ids, as two runs have.
         let device = Device::flex().autodiff();
         let mut files = Vec::new();
