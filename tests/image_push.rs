@@ -522,7 +522,18 @@ async fn an_interrupt_stops_the_push_before_its_next_step() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(1500));
+    // Interrupted once the token request is in flight (the emulator counts a call when it
+    // arrives, before its injected latency): not after a fixed time, which a loaded machine
+    // may spend before the request is sent.
+    let calls = Account::new(&account).await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while count(&calls, "GetAuthorizationToken") == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no GetAuthorizationToken in 60 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
     common::signal(child.id(), "INT");
     let out = child.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -534,7 +545,7 @@ async fn an_interrupt_stops_the_push_before_its_next_step() {
         "{stderr}"
     );
     assert!(out.stdout.is_empty(), "no reference printed");
-    assert_eq!(count(&Account::new(&account).await, "CreateRepository"), 1);
+    assert_eq!(count(&calls, "CreateRepository"), 1);
     let (ok, _, err) = push(dir.path(), &account, &["--repository", &repo]);
     assert!(ok, "{err}");
     assert!(
