@@ -425,12 +425,15 @@ pub struct Deployment {
 }
 
 impl Deployment {
-    /// A deployment named `e2eNNNNN` in us-east-1 with `extra` appended to
+    /// A deployment named `e2eNNNNNNNN` in us-east-1 with `extra` appended to
     /// its kfaws.toml.
     pub fn new(extra: &str) -> Self {
         let _ = endpoint();
         let account = fresh_account();
-        let name = format!("e2e{}", fastrand::u32(10_000..99_999));
+        // Bucket names derived from it are global across the emulator's accounts: 90,000
+        // names made two of a run's few hundred deployments collide now and then (a test then
+        // met "already exists in another AWS account"); 90 million do not.
+        let name = format!("e2e{}", fastrand::u32(10_000_000..99_999_999));
         let dir = tempfile::tempdir().unwrap();
         let d = Self {
             dir,
