@@ -1749,15 +1749,7 @@ async fn apply_killed_at_random_moments_then_rerun_creates_each_stack_once() {
 /// resources), within 30 s.
 async fn delete_stack_by_hand(cfn: &aws_sdk_cloudformation::Client, name: &str) -> String {
     cfn.delete_stack().stack_name(name).send().await.unwrap();
-    for _ in 0..300 {
-        let out = cfn.describe_stacks().stack_name(name).send().await.unwrap();
-        let status = out.stacks()[0].stack_status().unwrap().as_str().to_string();
-        if !status.ends_with("_IN_PROGRESS") {
-            return status;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
-    panic!("stack {name} still deleting after 30 s");
+    settled_status(cfn, name).await
 }
 
 /// Deletes every mount target of EFS file system `fs` by hand, as EFS
@@ -1873,6 +1865,143 @@ async fn a_stack_being_deleted_outside_kfaws_is_planned_for_replacement_and_appl
     );
     d.stdout(&["destroy", "--auto-approve"]);
     assert!(d.live_stack_names().await.is_empty());
+}
+
+/// A stack whose failed update CloudFormation could not roll back (UPDATE_ROLLBACK_FAILED)
+/// takes no update and no change set; deleting and making it again would take the VPC, the
+/// cluster or the file system in it. The plan shows an update in place that continues the
+/// rollback, naming the resource and CloudFormation's reason; an apply whose continued
+/// rollback fails again says how to skip the resource by hand and leaves the stack and its
+/// state entry as they were; once the rollback goes through, the stack is ours again.
+#[tokio::test]
+async fn a_stack_whose_update_rollback_failed_is_rolled_back_in_place_never_replaced() {
+    let d = Deployment::new("");
+    d.stdout(&["apply", "--auto-approve", "--target", "stack.iam"]);
+    let cfn = d.aws().await.cloudformation();
+    let stack = format!("kfaws-{}-iam", d.name);
+    let id = d.state()["resources"]["stack.iam"]["physical_id"].clone();
+    // CloudFormation cannot roll back ClusterRole twice: after the failed update below, and
+    // at the first ContinueUpdateRollback.
+    let reason = "Role was modified outside CloudFormation";
+    control(
+        "cfn/rollback-failures",
+        "POST",
+        &format!(
+            r#"{{"stack_name":"{stack}","logical_id":"ClusterRole","reason":"{reason}","count":2,"account_id":"{}"}}"#,
+            d.account
+        ),
+    );
+    // Someone updates our stack by hand with a role whose managed policy does not exist.
+    update_template_by_hand(&cfn, &stack, |ours| {
+        ours.replacen(
+            "\nResources:\n",
+            "\nResources:\n  HandMade:\n    Type: AWS::IAM::Role\n    Properties:\n      \
+             AssumeRolePolicyDocument:\n        Version: '2012-10-17'\n        Statement: []\n      \
+             ManagedPolicyArns:\n        - arn:aws:iam::aws:policy/NoSuchPolicyAnywhere\n",
+            1,
+        )
+    })
+    .await;
+    assert_eq!(settled_status(&cfn, &stack).await, "UPDATE_ROLLBACK_FAILED");
+
+    let plan = d.stdout(&["plan", "--target", "stack.iam"]);
+    assert!(plan.contains("~ stack.iam"), "{plan}");
+    assert!(!plan.contains("-/+ stack.iam"), "{plan}");
+    assert!(
+        plan.contains("~ update_rollback_failed: true -> false"),
+        "{plan}"
+    );
+    assert!(
+        plan.contains(&format!(
+            "Rollback ClusterRole (AWS::IAM::Role)  # its rollback failed ({reason}); apply \
+             continues the rollback (ContinueUpdateRollback)"
+        )),
+        "{plan}"
+    );
+
+    // The continued rollback fails again: nothing is deleted, and the error says what to do.
+    let out = d.fails_with_output(&["apply", "--auto-approve", "--target", "stack.iam"]);
+    assert!(
+        out.contains(&format!(
+            "stack {stack} is still UPDATE_ROLLBACK_FAILED: CloudFormation could not roll back \
+             ClusterRole (AWS::IAM::Role: {reason})"
+        )) && out.contains(&format!(
+            "aws cloudformation continue-update-rollback --stack-name {stack} \
+             --resources-to-skip ClusterRole"
+        )),
+        "{out}"
+    );
+    assert_eq!(d.calls("ContinueUpdateRollback"), 1);
+    assert_eq!(d.calls("DeleteStack"), 0);
+    assert_eq!(d.state()["resources"]["stack.iam"]["physical_id"], id);
+    assert_eq!(d.state()["resources"]["stack.iam"]["status"], "created");
+
+    // The cause gone (the rule spent), the next apply rolls back and the stack is ours again.
+    let out = d.stdout(&["apply", "--auto-approve", "--target", "stack.iam"]);
+    assert!(out.contains("0 added, 1 changed, 0 destroyed"), "{out}");
+    assert_eq!(d.calls("ContinueUpdateRollback"), 2);
+    assert_eq!(d.calls("DeleteStack"), 0);
+    assert_eq!(
+        settled_status(&cfn, &stack).await,
+        "UPDATE_ROLLBACK_COMPLETE"
+    );
+    assert_eq!(d.state()["resources"]["stack.iam"]["physical_id"], id);
+    d.kfaws(&["plan", "--target", "stack.iam", "--detailed-exitcode"])
+        .assert()
+        .code(0);
+
+    // kfaws's own update fails (a managed policy that does not exist), and so does its
+    // rollback: the error says both, and that the next apply continues the rollback.
+    control(
+        "cfn/rollback-failures",
+        "POST",
+        &format!(
+            r#"{{"stack_name":"{stack}","logical_id":"NodeRole","reason":"{reason}","account_id":"{}"}}"#,
+            d.account
+        ),
+    );
+    d.write_config(
+        "[options]\nnode_role_policies = [\"arn:aws:iam::aws:policy/NoSuchPolicyAnywhere\"]\n",
+    );
+    let out = d.fails_with_output(&["apply", "--auto-approve", "--target", "stack.iam"]);
+    assert!(
+        out.contains(&format!(
+            "stack {stack} is UPDATE_ROLLBACK_FAILED: the update failed"
+        )) && out.contains("NoSuchPolicyAnywhere")
+            && out.contains(&format!(
+                "and CloudFormation could not roll it back: NodeRole (AWS::IAM::Role: {reason}); \
+                 the next apply continues the rollback (ContinueUpdateRollback)"
+            )),
+        "{out}"
+    );
+    assert_eq!(settled_status(&cfn, &stack).await, "UPDATE_ROLLBACK_FAILED");
+    // The policy fixed in the config, the next apply rolls back, then updates.
+    d.write_config("");
+    d.stdout(&["apply", "--auto-approve", "--target", "stack.iam"]);
+    assert_eq!(d.calls("ContinueUpdateRollback"), 3);
+    assert_eq!(d.calls("DeleteStack"), 0);
+    assert_eq!(d.state()["resources"]["stack.iam"]["physical_id"], id);
+    d.kfaws(&["plan", "--target", "stack.iam", "--detailed-exitcode"])
+        .assert()
+        .code(0);
+}
+
+/// The status of `stack` once it is not `*_IN_PROGRESS` (30 s at most).
+async fn settled_status(cfn: &aws_sdk_cloudformation::Client, stack: &str) -> String {
+    for _ in 0..300 {
+        let out = cfn
+            .describe_stacks()
+            .stack_name(stack)
+            .send()
+            .await
+            .unwrap();
+        let status = out.stacks()[0].stack_status().unwrap().as_str().to_string();
+        if !status.ends_with("_IN_PROGRESS") {
+            return status;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    panic!("stack {stack} still in progress after 30 s");
 }
 
 /// The first Ctrl-C while CloudFormation updates a stack stops the wait

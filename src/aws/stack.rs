@@ -17,7 +17,10 @@
 //! - every delete is a DeleteStack request with a token of its own, so a
 //!   stack an earlier delete left `DELETE_FAILED` is deleted again;
 //! - a stack left in `ROLLBACK_COMPLETE` can only be deleted, so create
-//!   deletes it first.
+//!   deletes it first;
+//! - a stack left in `UPDATE_ROLLBACK_FAILED` takes no change set: an update
+//!   continues its rollback first (`ContinueUpdateRollback`, skipping no
+//!   resource), and the plan lists the resources whose rollback failed.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -67,21 +70,29 @@ const HEALTHY: &str = "healthy";
 /// the states a stack is left in after a failure that only deleting it
 /// resolves (AWS CloudFormation User Guide, "Stack status codes":
 /// `ROLLBACK_COMPLETE` and `ROLLBACK_FAILED` after a failed create,
-/// `DELETE_FAILED`, `UPDATE_ROLLBACK_FAILED`), and `DELETE_IN_PROGRESS`: a
-/// delete started outside kfaws cannot be stopped, so the stack is as good as
-/// gone (as the cluster's and node groups' `DELETING`). `UPDATE_ROLLBACK_COMPLETE`
-/// works: the previous template and parameters are back in place.
+/// `DELETE_FAILED`), and `DELETE_IN_PROGRESS`: a delete started outside kfaws
+/// cannot be stopped, so the stack is as good as gone (as the cluster's and
+/// node groups' `DELETING`). `UPDATE_ROLLBACK_COMPLETE` works: the previous
+/// template and parameters are back in place. `UPDATE_ROLLBACK_FAILED` is
+/// not resolved by deleting the stack (with the VPC, the cluster or the
+/// file system in it) but by continuing the rollback
+/// ([ContinueUpdateRollback](https://docs.aws.amazon.com/AWSCloudFormation/latest/APIReference/API_ContinueUpdateRollback.html)):
+/// [`ROLLBACK_FAILED_FIELD`] says so, and an update repairs it in place.
 pub fn health(status: &str) -> &str {
     match status {
-        "ROLLBACK_COMPLETE"
-        | "ROLLBACK_FAILED"
-        | "DELETE_IN_PROGRESS"
-        | "DELETE_FAILED"
-        | "UPDATE_ROLLBACK_FAILED"
+        "ROLLBACK_COMPLETE" | "ROLLBACK_FAILED" | "DELETE_IN_PROGRESS" | "DELETE_FAILED"
         | "CREATE_FAILED" => status,
         _ => HEALTHY,
     }
 }
+
+/// The spec field that is `true` while the stack is `UPDATE_ROLLBACK_FAILED`: CloudFormation
+/// could not roll back a failed update (a resource of the previous template changed or
+/// deleted outside it is the usual cause), and the stack takes no update until the rollback
+/// is continued. The desired value is `false`; the update that repairs it calls
+/// ContinueUpdateRollback first (AWS CloudFormation User Guide, "Continue rolling back an
+/// update").
+pub const ROLLBACK_FAILED_FIELD: &str = "update_rollback_failed";
 
 /// A parameter filled from a dependency's output at apply time.
 #[derive(Debug, Clone)]
@@ -418,6 +429,7 @@ impl Resource for StackResource {
             "template_sha256": self.template_hash(),
             "parameters": self.parameters,
             "health": HEALTHY,
+            ROLLBACK_FAILED_FIELD: false,
         });
         for guard in &self.guards {
             spec.as_object_mut()
@@ -468,6 +480,10 @@ impl Resource for StackResource {
             json!(health(
                 stack.stack_status().map_or("UNKNOWN", |s| s.as_str())
             )),
+        );
+        spec.insert(
+            ROLLBACK_FAILED_FIELD.into(),
+            json!(stack.stack_status() == Some(&StackStatus::UpdateRollbackFailed)),
         );
         spec.insert("parameters".into(), json!(live_params));
         // The template as CloudFormation runs it now: an edit made outside
@@ -576,11 +592,18 @@ impl Resource for StackResource {
             StackStatus::UpdateComplete,
             StackStatus::CreateComplete,
             StackStatus::UpdateRollbackComplete,
+            StackStatus::UpdateRollbackFailed,
         ];
         let what = format!("stack {} to finish updating", self.stack_name);
         // An update an interrupted run left in progress ends first: a stack
         // takes no change set while UPDATE_IN_PROGRESS.
-        unless_interrupted(&what, self.wait_for(id, &settled, false)).await?;
+        let stack = unless_interrupted(&what, self.wait_for(id, &settled, false))
+            .await?
+            .expect("not gone");
+        // Nor while UPDATE_ROLLBACK_FAILED: the rollback is continued first.
+        if stack.stack_status() == Some(&StackStatus::UpdateRollbackFailed) {
+            self.continue_rollback(id).await?;
+        }
         let name = format!("kfaws-apply-{}", uuid::Uuid::new_v4().simple());
         let set = self.change_set(&name, inputs, false).await?;
         if let Some(set) = &set {
@@ -611,6 +634,17 @@ impl Resource for StackResource {
                 self.stack_name
             )));
         }
+        if stack.stack_status() == Some(&StackStatus::UpdateRollbackFailed) {
+            let reason = self.first_failure(id).await;
+            let failures = self.rollback_failures(id).await;
+            return Err(ResourceError::msg(format!(
+                "stack {} is UPDATE_ROLLBACK_FAILED: the update failed (first failure: {reason}) \
+                 and CloudFormation could not roll it back: {}; {}",
+                self.stack_name,
+                said(&failures),
+                self.after_failed_rollback(&failures, true)
+            )));
+        }
         let parameters: BTreeMap<String, String> = self
             .all_parameters(inputs)?
             .into_iter()
@@ -639,7 +673,33 @@ impl Resource for StackResource {
         recorded: &ResourceState,
         inputs: &Inputs,
     ) -> Result<Vec<Detail>, ResourceError> {
-        let _ = recorded;
+        // CloudFormation computes no change set for a stack in UPDATE_ROLLBACK_FAILED: the
+        // plan says which resources the continued rollback retries.
+        if let Some(stack) = self.recorded_stack(Some(recorded)).await? {
+            if stack.stack_status() == Some(&StackStatus::UpdateRollbackFailed) {
+                let id = stack.stack_id().unwrap_or(&self.stack_name);
+                let mut details = self.rollback_failures(id).await;
+                if details.is_empty() {
+                    details.push(Detail {
+                        action: "Rollback".into(),
+                        name: self.stack_name.clone(),
+                        kind: "AWS::CloudFormation::Stack".into(),
+                        replacement: None,
+                        condition: None,
+                        note: None,
+                    });
+                }
+                for d in &mut details {
+                    let failed = d.note.take().unwrap_or_else(|| "no reason given".into());
+                    d.note = Some(format!(
+                        "its rollback failed ({failed}); apply continues the rollback \
+                         (ContinueUpdateRollback), then updates the stack through a change set \
+                         computed after it"
+                    ));
+                }
+                return Ok(details);
+            }
+        }
         let name = format!("kfaws-plan-{}", uuid::Uuid::new_v4().simple());
         // A plan leaves nothing behind: the change set goes whatever it said.
         let set = self.change_set(&name, inputs, true).await?;
@@ -866,6 +926,136 @@ impl StackResource {
         }
     }
 
+    /// Continues the rollback of stack `id`, which is `UPDATE_ROLLBACK_FAILED`, and waits for
+    /// it to end
+    /// ([ContinueUpdateRollback](https://docs.aws.amazon.com/AWSCloudFormation/latest/APIReference/API_ContinueUpdateRollback.html)).
+    /// No resource is skipped: CloudFormation would mark a skipped resource rolled back
+    /// while it is not, so that is left to a person who knows it is
+    /// ([`Self::after_failed_rollback`] says how). A rollback that fails again is an error
+    /// naming the resources and CloudFormation's reasons; the stack stays as it is.
+    async fn continue_rollback(&self, id: &str) -> Result<(), ResourceError> {
+        tracing::info!(stack = %self.stack_name, "UPDATE_ROLLBACK_FAILED: continuing the rollback");
+        crate::engine::progress::report_status("UPDATE_ROLLBACK_FAILED: continuing the rollback");
+        self.client
+            .continue_update_rollback()
+            .stack_name(id)
+            .client_request_token(uuid::Uuid::new_v4().to_string())
+            .send()
+            .await
+            .map_err(|e| {
+                ResourceError::msg(format!(
+                    "ContinueUpdateRollback {}: {}",
+                    self.stack_name,
+                    sdk_message(&e)
+                ))
+            })?;
+        let what = format!("stack {} to finish its rollback", self.stack_name);
+        let stack = unless_interrupted(
+            &what,
+            self.wait_for(
+                id,
+                &[
+                    StackStatus::UpdateRollbackComplete,
+                    StackStatus::UpdateRollbackFailed,
+                ],
+                false,
+            ),
+        )
+        .await?
+        .expect("not gone");
+        if stack.stack_status() == Some(&StackStatus::UpdateRollbackFailed) {
+            let failures = self.rollback_failures(id).await;
+            return Err(ResourceError::msg(format!(
+                "stack {} is still UPDATE_ROLLBACK_FAILED: CloudFormation could not roll back {}; \
+                 {}",
+                self.stack_name,
+                said(&failures),
+                self.after_failed_rollback(&failures, false)
+            )));
+        }
+        Ok(())
+    }
+
+    /// What to do about a stack whose rollback failed on `failures`: fix the cause and apply
+    /// again, or skip what cannot be rolled back with the AWS CLI (the User Guide's
+    /// "Continue rolling back an update" and its troubleshooting entry "Update rollback
+    /// failed"). `first`: the rollback failed for the first time (apply has not yet
+    /// continued it).
+    fn after_failed_rollback(&self, failures: &[Detail], first: bool) -> String {
+        let skip = if failures.is_empty() {
+            "LOGICAL_ID".to_string()
+        } else {
+            failures
+                .iter()
+                .map(|d| d.name.as_str())
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        let again = if first {
+            "the next apply continues the rollback (ContinueUpdateRollback) and then updates \
+             the stack"
+        } else {
+            "apply again to continue the rollback once the cause is fixed (a resource changed or \
+             deleted outside CloudFormation is the usual one: \
+             https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/troubleshooting.html#troubleshooting-errors-update-rollback-failed)"
+        };
+        format!(
+            "{again}. A resource that cannot be rolled back can be skipped by hand, after which \
+             CloudFormation takes it for rolled back whatever its real state: `aws cloudformation \
+             continue-update-rollback --stack-name {} --resources-to-skip {skip}`; kfaws never \
+             deletes or replaces the stack for this",
+            self.stack_name
+        )
+    }
+
+    /// The resources whose rollback failed in stack `id`'s latest rollback, newest first, as
+    /// `Rollback` details whose note is CloudFormation's reason: the resource events with a
+    /// `*_FAILED` status after the stack's latest `UPDATE_ROLLBACK_IN_PROGRESS` event
+    /// (DescribeStackEvents lists newest first). Empty when the events cannot be read (the
+    /// caller says so in general terms).
+    async fn rollback_failures(&self, id: &str) -> Vec<Detail> {
+        let mut pages = self
+            .client
+            .describe_stack_events()
+            .stack_name(id)
+            .into_paginator()
+            .send();
+        let mut failures: Vec<Detail> = Vec::new();
+        let mut read = 0;
+        'pages: while let Some(page) = pages.next().await {
+            let Ok(page) = page else { break };
+            read += 1;
+            for e in page.stack_events() {
+                let status = e.resource_status().map_or("", |s| s.as_str());
+                if e.logical_resource_id() == Some(self.stack_name.as_str()) {
+                    if status == "UPDATE_ROLLBACK_IN_PROGRESS" {
+                        break 'pages;
+                    }
+                    continue;
+                }
+                let name = e.logical_resource_id().unwrap_or("?");
+                if status.ends_with("_FAILED") && !failures.iter().any(|d| d.name == name) {
+                    failures.push(Detail {
+                        action: "Rollback".into(),
+                        name: name.to_string(),
+                        kind: e.resource_type().unwrap_or("?").to_string(),
+                        replacement: None,
+                        condition: None,
+                        note: Some(
+                            e.resource_status_reason()
+                                .unwrap_or("no reason given")
+                                .to_string(),
+                        ),
+                    });
+                }
+            }
+            if read == MAX_EVENT_PAGES {
+                break;
+            }
+        }
+        failures
+    }
+
     /// Deletes the stack `id` (callers have just described it) and waits until it is gone.
     ///
     /// Each call is a new DeleteStack request with a `ClientRequestToken` of its own: the token
@@ -892,6 +1082,26 @@ impl StackResource {
             .await
             .map(|_| ())
     }
+}
+
+/// `failures` ([`StackResource::rollback_failures`]) in a sentence: `Role (AWS::IAM::Role:
+/// reason), ...`, or that the stack events did not say which.
+fn said(failures: &[Detail]) -> String {
+    if failures.is_empty() {
+        return "the stack events do not say which resource".into();
+    }
+    failures
+        .iter()
+        .map(|d| {
+            format!(
+                "{} ({}: {})",
+                d.name,
+                d.kind,
+                d.note.as_deref().unwrap_or("no reason given")
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// The resources a template declares, as a create adds them: logical id and
@@ -933,10 +1143,13 @@ mod tests {
 
     #[test]
     fn only_stacks_left_broken_by_a_failure_or_being_deleted_are_unhealthy() {
+        // A failed rollback of an update is repaired in place (ContinueUpdateRollback), never
+        // by replacing the stack.
         for ok in [
             "CREATE_COMPLETE",
             "UPDATE_COMPLETE",
             "UPDATE_ROLLBACK_COMPLETE",
+            "UPDATE_ROLLBACK_FAILED",
             "CREATE_IN_PROGRESS",
             "UPDATE_IN_PROGRESS",
         ] {
@@ -947,7 +1160,6 @@ mod tests {
             "ROLLBACK_FAILED",
             "DELETE_IN_PROGRESS",
             "DELETE_FAILED",
-            "UPDATE_ROLLBACK_FAILED",
         ] {
             assert_eq!(health(broken), broken);
         }

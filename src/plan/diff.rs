@@ -413,10 +413,13 @@ fn update_reason(fields: &[FieldChange]) -> String {
 /// differs from the desired one. Each was changed outside kfaws to exactly
 /// the desired value (otherwise [`field_changes`] would have listed it), so
 /// `before` is the recorded value and `after` the live (= desired) one.
+/// A field the entry does not record at all is not one of them: the kfaws
+/// that recorded it had no such field, and nothing changed outside it.
 fn refreshed(desired: &Value, recorded: &Value) -> Vec<FieldChange> {
     // With no live view the comparison is desired vs recorded.
     field_changes(desired, recorded, None, None, &[])
         .into_iter()
+        .filter(|f| f.before.is_some())
         .map(|f| FieldChange { drift: true, ..f })
         .collect()
 }
@@ -696,6 +699,20 @@ pub(crate) mod tests {
         assert_eq!(f.before, Some(json!({"a": "1"})));
         assert_eq!(f.after, Some(json!({"a": "2"})));
         assert!(f.drift && !f.forces_replacement);
+    }
+
+    #[test]
+    fn a_field_the_state_never_recorded_is_not_reported_as_changed_outside_kfaws() {
+        // An entry written by a kfaws without the spec field `health`: live and desired
+        // agree on it, so nothing is to do and nothing changed outside kfaws.
+        let want = json!({"cidr": "10.0.0.0/16", "tags": {"a": "1"}, "health": "healthy"});
+        let c = one(
+            Some(want.clone()),
+            Some(recorded(Status::Created, SPEC())),
+            Some(present(want)),
+        );
+        assert_eq!(c.action, Action::NoOp);
+        assert!(c.refreshed.is_empty() && !c.drift, "{c:?}");
     }
 
     #[test]

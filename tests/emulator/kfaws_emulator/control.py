@@ -9,9 +9,12 @@
 | PUT | /_kfaws/faults/seed | ``{"seed": int}`` | makes probabilistic rules reproducible |
 | GET | /_kfaws/lifecycle | ``?account_id=`` optional | scale, durations, effective seconds, pending transitions |
 | PUT | /_kfaws/lifecycle | ``{"scale": s, "durations": {key: seconds}}``, ``?account_id=`` optional | merges the settings, globally or for one account |
+| POST | /_kfaws/cfn/rollback-failures | ``{"stack_name", "logical_id", "reason"?, "count"?, "account_id"?}`` | the next ``count`` (default 1, ``null``: every) rollbacks of failed updates of that stack fail on ``logical_id`` (``patches/cfn_update_rollback_failed.py``); 201 with the rule, its ``id`` and ``fired`` |
+| GET | /_kfaws/cfn/rollback-failures | | the rules, with ``count`` left and ``fired`` |
+| DELETE | /_kfaws/cfn/rollback-failures | ``?account_id=`` optional | removes all rules (or those naming that account) |
 | GET | /_kfaws/calls | ``?account_id=`` optional | calls per account, service, operation |
 | DELETE | /_kfaws/calls | | forgets the call counts |
-| POST | /_kfaws/reset | | forgets all resources, rules, counts, lifecycle settings and registered cluster endpoints |
+| POST | /_kfaws/reset | | forgets all resources, rules (fault and rollback-failure), counts, lifecycle settings and registered cluster endpoints |
 | PUT | /_kfaws/eks/cluster-endpoint | ``{"endpoint", "certificate_authority_data", "account_id"?}`` | EKS clusters of that account (or all) answer this API server |
 | GET | /_kfaws/eks/cluster-endpoint | | the registrations |
 | GET | /_kfaws/eks/cluster-creator | ``?account_id=&region=&name=`` | ``{"arn": ...}``: who created the cluster |
@@ -34,7 +37,7 @@ from . import registry
 from .faults import RuleError
 from .lifecycle import LifecycleError
 from .operations import ACCOUNT_ID
-from .patches import eks_cluster_endpoint
+from .patches import cfn_update_rollback_failed, eks_cluster_endpoint
 from .patches.eks_cluster_endpoint import EndpointError
 
 
@@ -80,6 +83,13 @@ def _route(app, request: Request) -> Response:
         if method == "PUT":
             app.lifecycle.configure(_body(request), account)
             return _json(app.lifecycle.settings(account))
+    if path == "/_kfaws/cfn/rollback-failures":
+        if method == "GET":
+            return _json(cfn_update_rollback_failed.rules())
+        if method == "POST":
+            return _json(cfn_update_rollback_failed.add(_body(request)), status=201)
+        if method == "DELETE":
+            return _json({"removed": cfn_update_rollback_failed.clear(account)})
     if path == "/_kfaws/calls":
         if method == "GET":
             return _json(app.calls.snapshot(account))

@@ -32,7 +32,7 @@ from . import control
 from .faults import FaultRules
 from .lifecycle import LIFECYCLE
 from .operations import ACCOUNT_ID, identify
-from .patches import eks_cluster_endpoint
+from .patches import cfn_update_rollback_failed, eks_cluster_endpoint
 from .patches._common import thread_state
 
 CONTROL_PREFIX = "/_kfaws/"
@@ -129,7 +129,7 @@ class EmulatorApp:
             return list(self.moto(environ, start_response))
 
     def reset(self) -> None:
-        """Forgets every resource in every account, every fault rule, call and lifecycle setting."""
+        """Forgets every resource in every account, every fault and rollback-failure rule, call and lifecycle setting."""
         from moto.moto_api._internal.models import moto_api_backend
 
         with self.moto_lock:
@@ -138,6 +138,7 @@ class EmulatorApp:
             self.calls.clear()
             self.lifecycle.reset()
             eks_cluster_endpoint.reset()
+            cfn_update_rollback_failed.reset()
 
 
 def _reason(status: int) -> str:

@@ -22,6 +22,8 @@ MODULES = (
     "cfn_delete_order",
     "cfn_stack_failure",
     "cfn_request_tokens",
+    # after cfn_stack_failure: wraps its finish_update_rollback
+    "cfn_update_rollback_failed",
     "cfn_stack_resources",
     "cfn_efs_getatt",
     "cfn_s3_bucket_settings",

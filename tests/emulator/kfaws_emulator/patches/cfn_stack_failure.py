@@ -132,6 +132,15 @@ def fail_update(stack: Stack, err: BaseException, before: dict) -> None:
     logical_id = _resource_event(stack, err, "UPDATE_FAILED")
     reason = f"The following resource(s) failed to update: [{logical_id}]. " if logical_id else error_text(err)
     stack._add_stack_event("UPDATE_ROLLBACK_IN_PROGRESS", resource_status_reason=reason)
+    finish_update_rollback(stack)
+
+
+def finish_update_rollback(stack: Stack) -> None:
+    """Ends an update's rollback: ``UPDATE_ROLLBACK_COMPLETE`` and its stack event.
+
+    Looked up as a module global at call time, so patch
+    ``cfn_update_rollback_failed`` can make the rollback fail instead.
+    """
     stack._add_stack_event("UPDATE_ROLLBACK_COMPLETE")
     stack.status = "UPDATE_ROLLBACK_COMPLETE"
 
