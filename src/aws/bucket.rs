@@ -34,16 +34,35 @@ use super::error_message;
 /// DeleteObjects takes at most this many keys per request (S3 API Reference).
 pub const DELETE_BATCH: usize = 1000;
 
-/// An S3 client for `aws`. With an endpoint override (the local emulator)
-/// requests are path-style: a virtual-hosted name under `127.0.0.1` does not
-/// resolve. Against AWS itself addressing stays virtual-hosted, the default
-/// S3 recommends.
+/// An S3 client for `aws`, for every call but uploads ([`upload_client`]): each attempt
+/// within [`super::ATTEMPT_TIMEOUT`] (these calls send and receive a few KiB, or a page of
+/// 1,000 keys), with kfaws's retry notices and no retry once Ctrl-C was pressed, as the other
+/// services' clients ([`super::clients`]). With an endpoint override (the local emulator)
+/// requests are path-style: a virtual-hosted name under `127.0.0.1` does not resolve. Against
+/// AWS itself addressing stays virtual-hosted, the default S3 recommends.
 pub fn client(aws: &SdkConfig) -> Client {
-    let config = aws_sdk_s3::config::Builder::from(aws)
+    build(aws, Some(super::ATTEMPT_TIMEOUT))
+}
+
+/// [`client`] without the attempt timeout, for PutObject of training data: an attempt's time
+/// includes sending the request body, and a large file on a slow link may take longer than
+/// any fixed bound. Connecting stays bounded ([`super::CONNECT_TIMEOUT`], from `aws`).
+pub fn upload_client(aws: &SdkConfig) -> Client {
+    build(aws, None)
+}
+
+fn build(aws: &SdkConfig, attempt: Option<std::time::Duration>) -> Client {
+    let mut config = aws_sdk_s3::config::Builder::from(aws)
         .force_path_style(aws.endpoint_url().is_some())
         .interceptor(super::clients::UnreachableNotice)
-        .build();
-    Client::from_conf(config)
+        .interceptor(super::clients::RetryNotice)
+        .retry_classifier(super::clients::NoRetryOnceStopping(
+            crate::engine::interrupt::stopping(),
+        ));
+    if let Some(attempt) = attempt {
+        config = config.timeout_config(super::call_timeouts(attempt));
+    }
+    Client::from_conf(config.build())
 }
 
 /// Who holds a bucket name (bucket names are global across accounts).
@@ -418,6 +437,32 @@ pub async fn recreate(
 #[cfg(test)]
 mod tests {
     use super::Contents;
+
+    /// Every S3 call but an upload is bounded per attempt as the other services' calls are;
+    /// an upload only in connecting.
+    #[test]
+    fn s3_calls_but_uploads_are_bounded_per_attempt() {
+        let aws = aws_config::SdkConfig::builder()
+            .behavior_version(aws_config::BehaviorVersion::latest())
+            .region(aws_config::Region::new("us-east-1"))
+            .timeout_config(
+                aws_config::timeout::TimeoutConfig::builder()
+                    .connect_timeout(crate::aws::CONNECT_TIMEOUT)
+                    .build(),
+            )
+            .build();
+        let calls = super::client(&aws);
+        let t = calls.config().timeout_config().unwrap();
+        assert_eq!(
+            t.operation_attempt_timeout(),
+            Some(crate::aws::ATTEMPT_TIMEOUT)
+        );
+        assert_eq!(t.connect_timeout(), Some(crate::aws::CONNECT_TIMEOUT));
+        let uploads = super::upload_client(&aws);
+        let t = uploads.config().timeout_config().unwrap();
+        assert_eq!(t.operation_attempt_timeout(), None);
+        assert_eq!(t.connect_timeout(), Some(crate::aws::CONNECT_TIMEOUT));
+    }
 
     #[test]
     fn contents_name_versions_and_delete_markers_apart_and_say_when_there_are_more() {

@@ -33,6 +33,11 @@ pub trait Service: Sized {
     /// SageMaker Runtime).
     const ATTEMPT_TIMEOUT: Duration = super::ATTEMPT_TIMEOUT;
 
+    /// Attempts per call of this service, where it differs from the
+    /// config's ([`super::MAX_ATTEMPTS`]): [`super::INVOKE_MAX_ATTEMPTS`] for
+    /// SageMaker Runtime.
+    const MAX_ATTEMPTS: Option<u32> = None;
+
     /// The client for `config`, with kfaws's interceptors and
     /// [`super::call_timeouts`] of [`Self::ATTEMPT_TIMEOUT`].
     fn from_sdk(config: &SdkConfig) -> Self {
@@ -54,21 +59,24 @@ pub fn client<C: Service>(config: &SdkConfig) -> C {
 }
 
 macro_rules! services {
-    ($($sdk:ident $(=> $attempt:expr)?),* $(,)?) => {$(
+    ($($sdk:ident $(=> $attempt:expr, $attempts:expr)?),* $(,)?) => {$(
         impl Service for $sdk::Client {
             $(const ATTEMPT_TIMEOUT: Duration = $attempt;)?
+            $(const MAX_ATTEMPTS: Option<u32> = Some($attempts);)?
 
             fn with_timeouts(config: &SdkConfig, timeouts: TimeoutConfig) -> Self {
-                $sdk::Client::from_conf(
-                    $sdk::config::Builder::from(config)
-                        .timeout_config(timeouts)
-                        .interceptor(UnreachableNotice)
-                        .interceptor(RetryNotice)
-                        .retry_classifier(NoRetryOnceStopping(
-                            crate::engine::interrupt::stopping(),
-                        ))
-                        .build(),
-                )
+                let mut builder = $sdk::config::Builder::from(config)
+                    .timeout_config(timeouts)
+                    .interceptor(UnreachableNotice)
+                    .interceptor(RetryNotice)
+                    .retry_classifier(NoRetryOnceStopping(
+                        crate::engine::interrupt::stopping(),
+                    ));
+                if let Some(attempts) = Self::MAX_ATTEMPTS {
+                    let retry = config.retry_config().cloned().unwrap_or_else(RetryConfig::standard);
+                    builder = builder.retry_config(retry.with_max_attempts(attempts));
+                }
+                $sdk::Client::from_conf(builder.build())
             }
         }
     )*};
@@ -83,7 +91,7 @@ services!(
     aws_sdk_eks,
     aws_sdk_iam,
     aws_sdk_sagemaker,
-    aws_sdk_sagemakerruntime => super::INVOKE_ATTEMPT_TIMEOUT,
+    aws_sdk_sagemakerruntime => super::INVOKE_ATTEMPT_TIMEOUT, super::INVOKE_MAX_ATTEMPTS,
     aws_sdk_sts,
 );
 
@@ -632,14 +640,27 @@ mod tests {
     /// The clients kfaws makes carry its timeouts: connecting within
     /// `CONNECT_TIMEOUT`, each attempt within `ATTEMPT_TIMEOUT`, SageMaker
     /// Runtime's (InvokeEndpoint, up to 60 s of the model's time) within
-    /// `INVOKE_ATTEMPT_TIMEOUT`.
+    /// `INVOKE_ATTEMPT_TIMEOUT`, and SageMaker Runtime's calls make
+    /// `INVOKE_MAX_ATTEMPTS` attempts where the others make the config's.
     #[tokio::test]
     async fn every_client_bounds_connecting_and_each_attempt() {
-        let sdk = config("http://127.0.0.1:9");
+        let backoff = Duration::from_millis(7);
+        let sdk = config("http://127.0.0.1:9")
+            .into_builder()
+            .retry_config(
+                RetryConfig::standard()
+                    .with_max_attempts(super::super::MAX_ATTEMPTS)
+                    .with_initial_backoff(backoff),
+            )
+            .build();
         let eks = client::<aws_sdk_eks::Client>(&sdk);
         let t = eks.config().timeout_config().unwrap();
         assert_eq!(t.connect_timeout(), Some(super::super::CONNECT_TIMEOUT));
         assert_eq!(t.operation_attempt_timeout(), Some(Duration::from_secs(60)));
+        assert_eq!(
+            eks.config().retry_config().unwrap().max_attempts(),
+            super::super::MAX_ATTEMPTS
+        );
         let rt = client::<aws_sdk_sagemakerruntime::Client>(&sdk);
         let t = rt.config().timeout_config().unwrap();
         assert_eq!(t.connect_timeout(), Some(super::super::CONNECT_TIMEOUT));
@@ -647,6 +668,10 @@ mod tests {
             t.operation_attempt_timeout(),
             Some(Duration::from_secs(120))
         );
+        let retry = rt.config().retry_config().unwrap();
+        assert_eq!(retry.max_attempts(), super::super::INVOKE_MAX_ATTEMPTS);
+        // The rest of the config's retry settings are kept.
+        assert_eq!(retry.initial_backoff(), backoff);
     }
 
     #[tokio::test]

@@ -72,9 +72,10 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// at most a few hundred KiB and are answered in seconds; 60 s is the AWS
 /// CLI's default read timeout (`--cli-read-timeout`). Image layers go to
 /// ECR through the registry API ([`crate::image::push`]), not the SDK.
-/// Not applied to S3 ([`bucket::client`]): an attempt's time includes
-/// sending the request body (as does the read timeout's), and a PutObject
-/// of a large training data file may take longer than any fixed bound.
+/// Not applied to S3 uploads ([`bucket::upload_client`]): an attempt's
+/// time includes sending the request body (as does the read timeout's), and
+/// a PutObject of a large training data file may take longer than any fixed
+/// bound; the other S3 calls ([`bucket::client`]) have it.
 pub const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// [`ATTEMPT_TIMEOUT`] for SageMaker Runtime (InvokeEndpoint): the model
@@ -84,6 +85,15 @@ pub const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(60);
 /// ([`crate::sagemaker::endpoint::MAX_INVOKE_BODY_BYTES`]): 60 s more is
 /// room for those 12 MiB at 1.6 Mbit/s.
 pub const INVOKE_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Attempts per SageMaker Runtime call (InvokeEndpoint), in place of
+/// [`MAX_ATTEMPTS`]: the SDK's default for the standard retry mode (AWS SDKs
+/// and Tools Reference Guide, "Retry behavior"). An attempt may take up to
+/// [`INVOKE_ATTEMPT_TIMEOUT`], and a model that did not answer in one
+/// seldom answers in the next: `kfaws endpoint invoke` gives up after
+/// about 3 × 120 s plus the backoffs, not 8 × 120 s. A model's own error
+/// (`ModelError`) is not retried at all.
+pub const INVOKE_MAX_ATTEMPTS: u32 = 3;
 
 /// The timeouts of one attempt of each call of a client [`clients::client`]
 /// makes: [`CONNECT_TIMEOUT`] to connect and `attempt` for the whole
@@ -182,8 +192,9 @@ pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
 /// both `AWS_PROFILE` and `AWS_ACCESS_KEY_ID` are set, a warning says the
 /// profile is not used (the environment's keys come first in the chain).
 /// Every client made from it connects within [`CONNECT_TIMEOUT`]; the
-/// attempt timeout is added per service by [`clients::client`], since
-/// S3 uploads ([`bucket::client`]) must not have one.
+/// attempt timeout is added per service by [`clients::client`] (and
+/// [`bucket::client`]), since S3 uploads ([`bucket::upload_client`]) must
+/// not have one.
 pub async fn sdk_config(region: &str, profile: Option<&str>) -> SdkConfig {
     warn_if_profile_shadowed(profile);
     let loader = aws_config::defaults(BehaviorVersion::latest())

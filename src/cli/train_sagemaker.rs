@@ -284,7 +284,7 @@ async fn upload_dir(
     prefix: &str,
     cancel: &CancellationToken,
 ) -> anyhow::Result<usize> {
-    let s3 = kfaws::aws::bucket::client(aws);
+    let s3 = kfaws::aws::bucket::upload_client(aws);
     for (uploaded, rel) in files.keys().enumerate() {
         if cancel.is_cancelled() {
             return Ok(uploaded);
