@@ -438,32 +438,6 @@ pub async fn recreate(
 mod tests {
     use super::Contents;
 
-    /// Every S3 call but an upload is bounded per attempt as the other services' calls are;
-    /// an upload only in connecting.
-    #[test]
-    fn s3_calls_but_uploads_are_bounded_per_attempt() {
-        let aws = aws_config::SdkConfig::builder()
-            .behavior_version(aws_config::BehaviorVersion::latest())
-            .region(aws_config::Region::new("us-east-1"))
-            .timeout_config(
-                aws_config::timeout::TimeoutConfig::builder()
-                    .connect_timeout(crate::aws::CONNECT_TIMEOUT)
-                    .build(),
-            )
-            .build();
-        let calls = super::client(&aws);
-        let t = calls.config().timeout_config().unwrap();
-        assert_eq!(
-            t.operation_attempt_timeout(),
-            Some(crate::aws::ATTEMPT_TIMEOUT)
-        );
-        assert_eq!(t.connect_timeout(), Some(crate::aws::CONNECT_TIMEOUT));
-        let uploads = super::upload_client(&aws);
-        let t = uploads.config().timeout_config().unwrap();
-        assert_eq!(t.operation_attempt_timeout(), None);
-        assert_eq!(t.connect_timeout(), Some(crate::aws::CONNECT_TIMEOUT));
-    }
-
     #[test]
     fn contents_name_versions_and_delete_markers_apart_and_say_when_there_are_more() {
         let c = |versions, delete_markers, more| {

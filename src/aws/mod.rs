@@ -311,9 +311,10 @@ mod tests {
         );
     }
 
-    /// The shared config bounds connecting and nothing else: the S3 client
-    /// made from it has no attempt timeout, which would cut the upload of
-    /// a large training data file (PutObject).
+    /// The shared config bounds connecting and nothing else; the S3 client
+    /// for uploads made from it has no attempt timeout, which would cut the
+    /// upload of a large training data file (PutObject), and the one for
+    /// every other S3 call has it.
     #[tokio::test]
     async fn the_sdk_config_bounds_connecting_but_not_s3_uploads() {
         let sdk = sdk_config("us-east-1", None).await;
@@ -321,10 +322,14 @@ mod tests {
         assert_eq!(t.connect_timeout(), Some(Duration::from_secs(10)));
         assert_eq!(t.operation_attempt_timeout(), None);
         assert_eq!(t.read_timeout(), None);
-        let s3 = bucket::client(&sdk);
-        let t = s3.config().timeout_config().unwrap();
+        let uploads = bucket::upload_client(&sdk);
+        let t = uploads.config().timeout_config().unwrap();
         assert_eq!(t.connect_timeout(), Some(CONNECT_TIMEOUT));
         assert_eq!(t.operation_attempt_timeout(), None);
+        let calls = bucket::client(&sdk);
+        let t = calls.config().timeout_config().unwrap();
+        assert_eq!(t.connect_timeout(), Some(CONNECT_TIMEOUT));
+        assert_eq!(t.operation_attempt_timeout(), Some(ATTEMPT_TIMEOUT));
     }
 
     #[test]
