@@ -234,9 +234,19 @@ pub trait Resource: Send + Sync {
     /// resource that left the config can still be deleted ([`Provider`]).
     fn kind(&self) -> &'static str;
 
-    /// Addresses whose outputs this resource needs; they are created first
-    /// and deleted last.
+    /// Addresses whose outputs this resource needs, or that must exist while
+    /// it does; they are created first and deleted last.
     fn dependencies(&self) -> Vec<Address>;
+
+    /// The [`Resource::dependencies`] whose outputs this resource's create or
+    /// update uses (the default: all of them): a change of their outputs, or
+    /// one of them added, re-applies it ([`crate::state::inputs_hash`]). The
+    /// others only order it (created before it, deleted after it): one added
+    /// or removed is recorded in the state without re-applying it, as
+    /// Terraform records a `depends_on` change without a plan entry.
+    fn input_dependencies(&self) -> Vec<Address> {
+        self.dependencies()
+    }
 
     /// Managed or data source.
     fn mode(&self) -> Mode {

@@ -1055,6 +1055,57 @@ async fn replace_recreates_a_bundle_and_a_node_group_and_refuses_what_others_dep
     d.stdout(&["destroy", "--auto-approve"]);
 }
 
+/// An access entry added to an applied deployment is created alone: the bundles that run in
+/// the cluster are not applied again (the entry only orders them, so that a destroy keeps it
+/// until they are gone), and the apply records them after it in the state without a call.
+#[tokio::test]
+async fn an_access_entry_added_later_does_not_re_apply_the_bundles_but_orders_them() {
+    let d = Deployment::new("");
+    d.lifecycle(FAST);
+    d.stdout(&["apply", "--auto-approve"]);
+    d.write_config(
+        "[access_entries.viewer]\nprincipal_arn = \"arn:aws:iam::123456789012:user/alice\"\n\
+         policy = \"view\"\n",
+    );
+    let plan = d.stdout(&["plan"]);
+    assert!(
+        plan.contains("+ eks.access-entry.viewer")
+            && plan.contains("Plan: 1 to add, 0 to change, 0 to destroy."),
+        "{plan}"
+    );
+    let out = d.stdout(&["apply", "--auto-approve"]);
+    assert!(out.contains("1 added, 0 changed, 0 destroyed"), "{out}");
+    let state = d.state();
+    let deps = &state["resources"]["k8s.efs-csi"]["dependencies"];
+    assert!(
+        deps.as_array()
+            .unwrap()
+            .contains(&serde_json::json!("eks.access-entry.viewer")),
+        "{deps}"
+    );
+    d.kfaws(&["plan", "--detailed-exitcode"]).assert().code(0);
+    // Removed again: deleted alone, the bundles not applied again either.
+    d.write_config("");
+    let plan = d.stdout(&["plan"]);
+    assert!(
+        plan.contains("- eks.access-entry.viewer")
+            && plan.contains("Plan: 0 to add, 0 to change, 1 to destroy."),
+        "{plan}"
+    );
+    d.stdout(&["apply", "--auto-approve"]);
+    let state = d.state();
+    let deps = &state["resources"]["k8s.efs-csi"]["dependencies"];
+    assert!(
+        !deps
+            .as_array()
+            .unwrap()
+            .contains(&serde_json::json!("eks.access-entry.viewer")),
+        "{deps}"
+    );
+    d.kfaws(&["plan", "--detailed-exitcode"]).assert().code(0);
+    d.stdout(&["destroy", "--auto-approve"]);
+}
+
 #[tokio::test]
 async fn an_unreachable_cluster_fails_the_refresh_naming_it_and_the_way_out() {
     let d = Deployment::new("");

@@ -26,7 +26,7 @@ use crate::address::Address;
 use crate::graph::GraphError;
 use crate::plan::{Action, Change, Handles, Plan, Step};
 use crate::resource::{DeleteOptions, ErrorKind, Inputs, Observed, Resource};
-use crate::state::{inputs_hash, spec_hash, ResourceState, Status};
+use crate::state::{inputs_hash, inputs_unchanged, spec_hash, ResourceState, Status};
 
 /// Executor settings.
 #[derive(Debug, Clone)]
@@ -205,6 +205,12 @@ pub async fn execute(
     .await;
     let elapsed = elapsed.lock().expect("not poisoned").clone();
     let skipped = skipped.lock().expect("not poisoned").clone();
+    let unchanged = plan
+        .changes
+        .iter()
+        .filter(|c| c.action == Action::NoOp || skipped.contains(&c.address))
+        .map(|c| c.address.clone());
+    record_dependencies(unchanged, handles, &store).await;
     let stopped = stopped.lock().expect("not poisoned").clone();
     let results: Vec<ResourceResult> = changes
         .values()
@@ -242,6 +248,63 @@ pub async fn execute(
         elapsed: started.elapsed(),
         refreshed,
     })
+}
+
+/// Records, in one state write, the dependencies of each resource at `addresses` that the
+/// apply did not change (a no-op, or a conditional update whose inputs were unchanged): a
+/// dependency that only orders it ([`Resource::input_dependencies`] leaves it out) may have
+/// been added or removed, which changes nothing to apply but the order of a later destroy
+/// from the state. Only dependencies in the state are recorded (one whose create failed is
+/// recorded by a later apply) and only on `created` entries; the inputs hash becomes that of
+/// the input dependencies, which [`inputs_unchanged`] found equal to the recorded one. A
+/// failed write is a warning: the next apply records them again.
+async fn record_dependencies(
+    addresses: impl Iterator<Item = Address>,
+    handles: &Handles,
+    store: &SharedStore,
+) {
+    let wanted: Vec<(Address, Vec<Address>, Vec<Address>)> = addresses
+        .filter_map(|a| {
+            let h = handles.get(&a)?;
+            Some((a, h.dependencies(), h.input_dependencies()))
+        })
+        .collect();
+    let stale = store.read(|s| {
+        wanted.iter().any(|(a, deps, _)| {
+            s.resources
+                .get(a)
+                .is_some_and(|r| r.status == Status::Created && r.dependencies != in_state(s, deps))
+        })
+    });
+    if !stale {
+        return;
+    }
+    let result = store
+        .persist(move |s| {
+            for (address, deps, inputs) in wanted {
+                let deps = in_state(s, &deps);
+                let hash = inputs_hash(s, &inputs);
+                if let Some(r) = s.resources.get_mut(&address) {
+                    if r.status == Status::Created && r.dependencies != deps {
+                        r.dependencies = deps;
+                        r.inputs_hash = Some(hash);
+                        r.updated_at = Utc::now();
+                    }
+                }
+            }
+        })
+        .await;
+    if let Err(e) = result {
+        tracing::warn!(error = %e, "could not record the resources' dependencies in the state");
+    }
+}
+
+/// `deps` that `state` holds, in their order.
+fn in_state(state: &crate::state::State, deps: &[Address]) -> Vec<Address> {
+    deps.iter()
+        .filter(|d| state.resources.contains_key(*d))
+        .cloned()
+        .collect()
 }
 
 /// Records the plan's refreshes ([`Plan::refreshes`]) in one state write:
@@ -424,7 +487,7 @@ async fn create(job: &Job, resume: Option<String>) -> Result<(), Failure> {
         job.handle.create(&token, &inputs),
     )
     .await;
-    let deps = job.handle.dependencies();
+    let deps = job.handle.input_dependencies();
     match result {
         Ok(applied) => {
             job.store
@@ -490,9 +553,8 @@ async fn update(job: &Job) -> Result<Action, Failure> {
         )));
     };
     if job.change.conditional {
-        let deps = job.handle.dependencies();
-        let now = job.store.read(|s| inputs_hash(s, &deps));
-        if current.inputs_hash.as_deref() == Some(now.as_str()) {
+        let inputs = job.handle.input_dependencies();
+        if job.store.read(|s| inputs_unchanged(s, &current, &inputs)) {
             tracing::debug!(%address, "dependencies' outputs unchanged; not re-applied");
             return Ok(Action::NoOp);
         }
@@ -526,9 +588,10 @@ async fn update(job: &Job) -> Result<Action, Failure> {
     let mut next = entry(job, Status::Created, current.idempotency_token);
     next.physical_id = Some(applied.physical_id);
     next.outputs = applied.outputs;
+    let deps = job.handle.input_dependencies();
     job.store
         .persist(move |s| {
-            next.inputs_hash = Some(inputs_hash(s, &next.dependencies));
+            next.inputs_hash = Some(inputs_hash(s, &deps));
             s.resources.insert(address, next);
         })
         .await?;

@@ -263,9 +263,16 @@ pub struct ManifestsResource {
     pub values: BTreeMap<String, String>,
     /// Placeholder values from dependencies' outputs.
     pub inputs: Vec<InputValue>,
-    /// Dependencies besides those of `inputs` (the node groups the objects
-    /// run on, the bundles whose kinds they use).
+    /// Dependencies besides those of `inputs` whose change re-applies the
+    /// bundle (the cluster the objects live in, the bundles whose kinds they
+    /// use).
     pub after: Vec<Address>,
+    /// Dependencies that only order the bundle ([`Resource::input_dependencies`]
+    /// leaves them out): the node groups its pods run on and the access
+    /// entries that admit whoever runs kfaws, which must be there before the
+    /// bundle and stay until it is deleted; one added (a node group, a
+    /// teammate's entry) does not re-apply the bundle.
+    pub ordered_after: Vec<Address>,
     /// Kinds that must be served after the apply.
     pub serves: Vec<ServedKind>,
     /// How the cluster is reached.
@@ -1550,6 +1557,12 @@ impl Resource for ManifestsResource {
     }
 
     fn dependencies(&self) -> Vec<Address> {
+        let mut deps: BTreeSet<Address> = self.input_dependencies().into_iter().collect();
+        deps.extend(self.ordered_after.iter().cloned());
+        deps.into_iter().collect()
+    }
+
+    fn input_dependencies(&self) -> Vec<Address> {
         let mut deps: BTreeSet<Address> = self.after.iter().cloned().collect();
         deps.extend(self.inputs.iter().map(|i| i.from.clone()));
         deps.into_iter().collect()

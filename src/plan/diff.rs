@@ -10,7 +10,7 @@ use serde_json::Value;
 use super::{Action, Change, FieldChange};
 use crate::address::Address;
 use crate::resource::{Mode, Observed, Resource};
-use crate::state::{inputs_hash, spec_hash, ResourceState, State, Status};
+use crate::state::{inputs_unchanged, spec_hash, ResourceState, State, Status};
 
 /// Changes for an apply: every desired resource, plus a delete for every
 /// recorded resource that left the config. Sorted by address.
@@ -112,15 +112,22 @@ fn propagate_input_changes(desired: &[Arc<dyn Resource>], changes: &mut [Change]
         .enumerate()
         .map(|(i, c)| (c.address.clone(), i))
         .collect();
+    let inputs: BTreeMap<Address, Vec<Address>> = desired
+        .iter()
+        .map(|r| (r.address().clone(), r.input_dependencies()))
+        .collect();
     for address in dag.topological_order() {
         let i = index[&address];
         if changes[i].action != Action::NoOp {
             continue;
         }
-        // A kept resource changes nothing its dependants read.
-        let moving = dag.dependencies(&address).into_iter().find(|d| {
-            let c = &changes[index[*d]];
-            matches!(c.action, Action::Create | Action::Update | Action::Replace) && !c.kept
+        // A kept resource changes nothing its dependants read; one that only orders
+        // this resource gives it nothing to read.
+        let moving = inputs[&address].iter().find(|d| {
+            index.get(*d).is_some_and(|&j| {
+                let c = &changes[j];
+                matches!(c.action, Action::Create | Action::Update | Action::Replace) && !c.kept
+            })
         });
         if let Some(d) = moving {
             changes[i].action = Action::Update;
@@ -132,7 +139,7 @@ fn propagate_input_changes(desired: &[Arc<dyn Resource>], changes: &mut [Change]
     }
 }
 
-/// Why a resource whose recorded [`inputs_hash`] differs is updated: its
+/// Why a resource whose recorded [`crate::state::inputs_hash`] differs is updated: its
 /// dependencies' outputs changed, or the dependencies themselves (a newer
 /// profile orders it after another resource); the update records them, which
 /// a later destroy of it orders by.
@@ -338,17 +345,15 @@ fn diff_one(
                 };
                 change(Action::Update, &reason)
             } else if fields.is_empty() {
-                let inputs_now = inputs_hash(state, &r.dependencies());
-                if recorded
-                    .inputs_hash
-                    .as_ref()
-                    .is_some_and(|h| *h != inputs_now)
-                {
+                // Only what feeds the resource counts: a dependency that only orders it
+                // (added or gone) is recorded by the apply without re-applying it.
+                let inputs = r.input_dependencies();
+                if recorded.inputs_hash.is_some() && !inputs_unchanged(state, recorded, &inputs) {
                     // A dependency the state does not hold (removed with
                     // `kfaws state rm`, to be imported or created) has no
                     // outputs to compare yet: known after apply.
                     let deps = r.dependencies();
-                    match deps.iter().find(|d| !state.resources.contains_key(*d)) {
+                    match inputs.iter().find(|d| !state.resources.contains_key(*d)) {
                         Some(d) => {
                             let mut c = change(
                                 Action::Update,
@@ -528,6 +533,7 @@ fn replacement_reason(fields: &[FieldChange]) -> String {
 pub(crate) mod tests {
     use super::*;
     use crate::resource::{Applied, Inputs, ResourceError};
+    use crate::state::inputs_hash;
     use async_trait::async_trait;
     use serde_json::json;
     use std::time::Duration;
@@ -540,6 +546,8 @@ pub(crate) mod tests {
         pub(crate) deps: Vec<Address>,
         pub(crate) repairs_in_place: bool,
         pub(crate) replaceable: bool,
+        /// Dependencies besides `deps` that only order it (not inputs).
+        pub(crate) only_order: Vec<Address>,
     }
 
     impl Fake {
@@ -552,6 +560,7 @@ pub(crate) mod tests {
                 mode: Mode::Managed,
                 deps,
                 repairs_in_place: false,
+                only_order: vec![],
                 replaceable: false,
             }
         }
@@ -566,6 +575,9 @@ pub(crate) mod tests {
             "fake"
         }
         fn dependencies(&self) -> Vec<Address> {
+            self.deps.iter().chain(&self.only_order).cloned().collect()
+        }
+        fn input_dependencies(&self) -> Vec<Address> {
             self.deps.clone()
         }
         fn mode(&self) -> Mode {
@@ -615,6 +627,7 @@ pub(crate) mod tests {
             mode: Mode::Managed,
             deps: vec![],
             repairs_in_place: false,
+            only_order: vec![],
 
             replaceable: false,
         })
@@ -1069,6 +1082,7 @@ pub(crate) mod tests {
                 mode: Mode::Managed,
                 deps,
                 repairs_in_place: true,
+                only_order: vec![],
                 replaceable: false,
             })
         };
@@ -1161,6 +1175,7 @@ pub(crate) mod tests {
             mode: Mode::Managed,
             deps: vec![addr()],
             repairs_in_place: false,
+            only_order: vec![],
 
             replaceable: false,
         });
@@ -1258,6 +1273,120 @@ pub(crate) mod tests {
         );
     }
 
+    /// A dependency that only orders a resource (a node group or an access entry before a
+    /// Kubernetes bundle), added since it was applied, or being created in this plan, does
+    /// not re-apply it; an entry hashed over all its dependencies by an older kfaws is
+    /// compared as such; a changed output of an input dependency still re-applies it.
+    #[test]
+    fn a_dependency_that_only_orders_a_resource_does_not_re_apply_it() {
+        let bundle = Address::new("k8s.app").unwrap();
+        let entry = Address::new("eks.access-entry.alice").unwrap();
+        let nodes = Address::new("eks.nodegroup.cpu").unwrap();
+        let r: Arc<dyn Resource> = Arc::new(Fake {
+            only_order: vec![nodes.clone(), entry.clone()],
+            ..Fake::managed(bundle.clone(), vec![addr()])
+        });
+        let mut state = State::new("ml");
+        let mut cluster = recorded(Status::Created, SPEC());
+        cluster
+            .outputs
+            .insert("endpoint".into(), json!("https://a"));
+        state.resources.insert(addr(), cluster);
+        let mut ng = recorded(Status::Created, SPEC());
+        ng.outputs.insert("arn".into(), json!("arn:ng"));
+        state.resources.insert(nodes.clone(), ng);
+        // Applied by an older kfaws: ordered after the cluster and the node group, its hash
+        // over both.
+        let mut b = recorded(Status::Created, SPEC());
+        b.dependencies = vec![addr(), nodes.clone()];
+        b.inputs_hash = Some(inputs_hash(&state, &b.dependencies));
+        state.resources.insert(bundle.clone(), b);
+        let observed = BTreeMap::from([(bundle.clone(), present(SPEC()))]);
+        // The entry is new: created by this plan, not in state.
+        let entry_r: Arc<dyn Resource> = Arc::new(Fake::managed(entry.clone(), vec![addr()]));
+        let desired = [Arc::clone(&r), Arc::clone(&entry_r)];
+        let plan = |state: &State| {
+            diff_apply(&desired, state, &observed, &BTreeSet::new())
+                .into_iter()
+                .find(|c| c.address == bundle)
+                .unwrap()
+        };
+        let c = plan(&state);
+        assert_eq!(c.action, Action::NoOp, "{c:?}");
+        // Recorded the new way (the hash over its input dependencies), the same.
+        let b = state.resources.get_mut(&bundle).unwrap();
+        b.dependencies = vec![addr(), nodes.clone(), entry.clone()];
+        let hash = inputs_hash(&state, &[addr()]);
+        state.resources.get_mut(&bundle).unwrap().inputs_hash = Some(hash);
+        assert_eq!(plan(&state).action, Action::NoOp);
+        // A new output of the node group does not re-apply it either.
+        state
+            .resources
+            .get_mut(&nodes)
+            .unwrap()
+            .outputs
+            .insert("arn".into(), json!("arn:ng2"));
+        assert_eq!(plan(&state).action, Action::NoOp);
+        // The cluster's outputs, which it uses, changed: applied again.
+        state
+            .resources
+            .get_mut(&addr())
+            .unwrap()
+            .outputs
+            .insert("endpoint".into(), json!("https://b"));
+        let c = plan(&state);
+        assert_eq!(c.action, Action::Update, "{c:?}");
+        assert!(c.reason.contains("outputs changed"), "{}", c.reason);
+    }
+
+    /// A dependency that only orders a resource and changes in the plan does not make it a
+    /// conditional update; one it takes inputs from does.
+    #[test]
+    fn only_an_input_dependency_that_changes_makes_a_conditional_update() {
+        let bundle = Address::new("k8s.app").unwrap();
+        let nodes = Address::new("eks.nodegroup.cpu").unwrap();
+        let r: Arc<dyn Resource> = Arc::new(Fake {
+            only_order: vec![nodes.clone()],
+            ..Fake::managed(bundle.clone(), vec![addr()])
+        });
+        let ng: Arc<dyn Resource> = Arc::new(Fake::managed(nodes.clone(), vec![]));
+        let cluster: Arc<dyn Resource> = Arc::new(Fake::managed(addr(), vec![]));
+        let mut state = State::new("ml");
+        state
+            .resources
+            .insert(addr(), recorded(Status::Created, SPEC()));
+        state
+            .resources
+            .insert(nodes.clone(), recorded(Status::Created, SPEC()));
+        let mut b = recorded(Status::Created, SPEC());
+        b.dependencies = vec![addr(), nodes.clone()];
+        b.inputs_hash = Some(inputs_hash(&state, &[addr()]));
+        state.resources.insert(bundle.clone(), b);
+        let changed = json!({"cidr": "10.0.0.0/16", "tags": {"a": "2"}});
+        let desired = |changing: &Address| -> Vec<Arc<dyn Resource>> {
+            let moved: Arc<dyn Resource> = Arc::new(Fake {
+                spec: changed.clone(),
+                ..Fake::managed(changing.clone(), vec![])
+            });
+            let other = if *changing == nodes { &cluster } else { &ng };
+            vec![Arc::clone(&r), moved, Arc::clone(other)]
+        };
+        let observed = BTreeMap::from([
+            (bundle.clone(), present(SPEC())),
+            (addr(), present(SPEC())),
+            (nodes.clone(), present(SPEC())),
+        ]);
+        let bundle_change = |changing: &Address| {
+            diff_apply(&desired(changing), &state, &observed, &BTreeSet::new())
+                .into_iter()
+                .find(|c| c.address == bundle)
+                .unwrap()
+        };
+        assert_eq!(bundle_change(&nodes).action, Action::NoOp);
+        let c = bundle_change(&addr());
+        assert!(c.action == Action::Update && c.conditional, "{c:?}");
+    }
+
     #[test]
     fn the_replace_note_is_left_out_once_the_delete_is_under_way() {
         let nodes = |status: Status| {
@@ -1267,6 +1396,7 @@ pub(crate) mod tests {
                 mode: Mode::Managed,
                 deps: vec![],
                 repairs_in_place: false,
+                only_order: vec![],
                 replaceable: true,
             });
             let mut state = State::new("ml");
@@ -1369,6 +1499,7 @@ pub(crate) mod tests {
             mode: Mode::Data,
             deps: vec![],
             repairs_in_place: false,
+            only_order: vec![],
 
             replaceable: false,
         });

@@ -177,6 +177,7 @@ mod tests {
             deps: deps.iter().map(|d| a(d)).collect(),
             repairs_in_place: false,
             replaceable,
+            only_order: vec![],
         })
     }
 

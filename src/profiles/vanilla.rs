@@ -807,14 +807,13 @@ fn bundles(
     let connector = connector(config, aws, exec, lineage);
     // What every bundle follows: the cluster, its nodes, and its access entries, so that a
     // destroy deletes the entries only after every bundle (a teammate admitted by one would
-    // otherwise lose the cluster half way through the destroy).
-    let nodes: Vec<Address> = std::iter::once(addr(CLUSTER))
-        .chain(
-            config
-                .node_groups
-                .keys()
-                .map(|g| addr(&format!("{NODEGROUP_PREFIX}{g}"))),
-        )
+    // otherwise lose the cluster half way through the destroy). The nodes and entries only
+    // order the bundles: adding a node group or an entry re-applies none of them.
+    let in_cluster: Vec<Address> = vec![addr(CLUSTER)];
+    let ordering: Vec<Address> = config
+        .node_groups
+        .keys()
+        .map(|g| addr(&format!("{NODEGROUP_PREFIX}{g}")))
         .chain(
             config
                 .access_entries
@@ -842,6 +841,7 @@ fn bundles(
             .collect(),
         inputs,
         after,
+        ordered_after: Vec::new(),
         serves: vec![],
         connector: connector.clone(),
         cluster: addr(CLUSTER),
@@ -850,6 +850,11 @@ fn bundles(
         used_elsewhere: BTreeMap::new(),
         replaceable_under_dependants: false,
     };
+    // A bundle whose pods run on the nodes (efs-csi, Kubeflow, the training operator).
+    let on_nodes = |b: ManifestsResource| ManifestsResource {
+        ordered_after: ordering.clone(),
+        ..b
+    };
     let input = |placeholder, from: &str, output| InputValue {
         placeholder,
         from: addr(from),
@@ -857,7 +862,7 @@ fn bundles(
     };
     let template = |file, text| ManifestSource::Template { file, text };
     let mut out = vec![
-        bundle(
+        on_nodes(bundle(
             EFS_CSI_ADDRESS,
             template("manifests/efs-csi.yaml", EFS_CSI),
             &[],
@@ -866,10 +871,10 @@ fn bundles(
                 "stack.irsa",
                 "EfsCsiControllerRoleArn",
             )],
-            nodes.clone(),
+            in_cluster.clone(),
             20,
             300,
-        ),
+        )),
         bundle(
             EFS_STORAGE_ADDRESS,
             template("manifests/efs-storage.yaml", EFS_STORAGE),
@@ -886,23 +891,23 @@ fn bundles(
     } = sources.clone();
     let mut user_after = vec![addr(EFS_STORAGE_ADDRESS)];
     if let Some(source) = kubeflow {
-        out.push(bundle(
+        out.push(on_nodes(bundle(
             KUBEFLOW_ADDRESS,
             source,
             &[],
             vec![],
-            nodes.clone(),
+            in_cluster.clone(),
             120,
             900,
-        ));
+        )));
         user_after.push(addr(KUBEFLOW_ADDRESS));
     }
     if let Some(source) = operator {
-        let mut after = nodes.clone();
+        let mut after = in_cluster.clone();
         if sources.kubeflow.is_some() {
             after.push(addr(KUBEFLOW_ADDRESS));
         }
-        let mut operator = bundle(
+        let mut operator = on_nodes(bundle(
             TRAINING_OPERATOR_ADDRESS,
             source,
             &[],
@@ -910,7 +915,7 @@ fn bundles(
             after,
             30,
             600,
-        );
+        ));
         operator.serves = vec![ServedKind {
             api_version: "kubeflow.org/v1",
             kind: "PyTorchJob",
@@ -1100,6 +1105,7 @@ pub fn bundle_from_state(
         values: BTreeMap::new(),
         inputs: vec![],
         after: recorded.dependencies.clone(),
+        ordered_after: Vec::new(),
         serves: vec![],
         connector: connector(config, aws, exec, lineage),
         cluster: addr(CLUSTER),

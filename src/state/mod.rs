@@ -89,10 +89,13 @@ pub struct ResourceState {
     /// needs them even after the resource left the config.
     #[serde(default)]
     pub dependencies: Vec<Address>,
-    /// [`inputs_hash`] of the dependencies' outputs the resource was last
-    /// created or updated with; when they differ from the outputs recorded
-    /// now (a dependency changed, or this resource's update failed), the
-    /// resource is updated again.
+    /// [`inputs_hash`] of the outputs of the input dependencies
+    /// ([`crate::resource::Resource::input_dependencies`]) the resource was
+    /// last created or updated with (of all its `dependencies` for an entry
+    /// written by a kfaws that did not tell them apart); when they differ
+    /// from the outputs recorded now (a dependency changed, or this
+    /// resource's update failed), the resource is updated again
+    /// ([`inputs_unchanged`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub inputs_hash: Option<String>,
     /// When this entry last changed.
@@ -206,6 +209,21 @@ pub fn inputs_hash(state: &State, dependencies: &[Address]) -> String {
         .map(|d| (d, state.resources.get(d).map(|r| &r.outputs)))
         .collect();
     spec_hash(&serde_json::to_value(inputs).expect("outputs serialize"))
+}
+
+/// Whether the outputs of `inputs` (a resource's input dependencies) in `state` are those
+/// `recorded` was last applied with: its [`ResourceState::inputs_hash`] is their
+/// [`inputs_hash`], or, for an entry that hashed all of its recorded `dependencies` (written
+/// before input dependencies were told apart from those that only order it), their hash when
+/// they include every one of `inputs`: equal outputs of all of them are equal outputs of
+/// `inputs`. `false` without a recorded hash.
+pub fn inputs_unchanged(state: &State, recorded: &ResourceState, inputs: &[Address]) -> bool {
+    let Some(then) = recorded.inputs_hash.as_deref() else {
+        return false;
+    };
+    then == inputs_hash(state, inputs)
+        || (inputs.iter().all(|a| recorded.dependencies.contains(a))
+            && then == inputs_hash(state, &recorded.dependencies))
 }
 
 /// The state belongs to another account or region than the caller's.
