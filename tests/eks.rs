@@ -1855,6 +1855,32 @@ async fn access_entries_hold_exactly_their_policy_follow_the_config_and_refuse_f
         )) && err.contains("remove [access_entries.me] from kfaws.toml"),
         "{err}"
     );
+    // A role of this account that does not exist (a typo, say) is refused at plan, not by
+    // CreateAccessEntry after the cluster's create; once it exists, it is planned.
+    let ops = format!("arn:aws:iam::{}:role/teams/Ops", d.account);
+    d.write_config(&format!(
+        "{}[access_entries.ops]\nprincipal_arn = \"{ops}\"\npolicy = \"view\"\n",
+        entries("\"team-a\"", true)
+    ));
+    let err = d.fails(&["plan", "--target", "eks.access-entry.ops"]);
+    assert!(
+        err.contains(&format!(
+            "[access_entries.ops]: principal_arn {ops}: IAM role Ops does not exist in account {} \
+             (IAM GetRole)",
+            d.account
+        )),
+        "{err}"
+    );
+    aws_sdk_iam::Client::new(&d.sdk().await)
+        .create_role()
+        .role_name("Ops")
+        .path("/teams/")
+        .assume_role_policy_document(r#"{"Version":"2012-10-17","Statement":[]}"#)
+        .send()
+        .await
+        .unwrap();
+    let plan = d.stdout(&["plan", "--target", "eks.access-entry.ops"]);
+    assert!(plan.contains("+ eks.access-entry.ops"), "{plan}");
     d.write_config(&entries("\"team-a\"", true));
     let targets = [
         "--target",

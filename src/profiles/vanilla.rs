@@ -717,6 +717,7 @@ fn access_entry(
         lineage: lineage.to_string(),
         client: crate::aws::client::<aws_sdk_eks::Client>(aws),
         sts: crate::aws::client::<aws_sdk_sts::Client>(aws),
+        iam: crate::aws::client::<aws_sdk_iam::Client>(aws),
     }
 }
 

@@ -63,8 +63,21 @@ pub struct AccessEntryResource {
     /// The client.
     pub client: Client,
     /// STS, to tell whether the principal is the identity running kfaws (the cluster's
-    /// creator when the cluster does not exist yet).
+    /// creator when the cluster does not exist yet) and which account that is.
     pub sts: aws_sdk_sts::Client,
+    /// IAM, to tell whether a principal of that account exists.
+    pub iam: aws_sdk_iam::Client,
+}
+
+/// A principal ARN's `(account, "role" | "user", name)`:
+/// `arn:<p>:iam::<account>:role/<path>/<name>` (IAM User Guide, "IAM identifiers"); `None`
+/// for anything else.
+fn principal_parts(principal: &str) -> Option<(&str, &str, &str)> {
+    let mut parts = principal.splitn(6, ':').skip(4);
+    let (account, resource) = (parts.next()?, parts.next()?);
+    let (kind, path) = resource.split_once('/')?;
+    let name = path.rsplit('/').next()?;
+    matches!(kind, "role" | "user").then_some((account, kind, name))
 }
 
 /// The IAM principal behind a caller ARN as STS GetCallerIdentity gives it, as `(account,
@@ -354,23 +367,14 @@ impl AccessEntryResource {
     /// this apply creates it, and EKS then gives its creator an entry of its own, with cluster
     /// admin (`bootstrapClusterCreatorAdminPermissions`), on which CreateAccessEntry would fail
     /// minutes into the apply.
-    async fn check_not_creator(&self) -> Result<(), ResourceError> {
+    async fn check_not_creator(&self, caller: &str) -> Result<(), ResourceError> {
         if super::describe_cluster(&self.client, &self.cluster_name)
             .await?
             .is_some()
         {
             return Ok(());
         }
-        let caller = match self.sts.get_caller_identity().send().await {
-            Ok(out) => out.arn().unwrap_or_default().to_string(),
-            Err(e) => {
-                return Err(ResourceError::msg(format!(
-                    "GetCallerIdentity: {}",
-                    error_message(&e)
-                )))
-            }
-        };
-        if !is_caller(&self.principal_arn, &caller) {
+        if !is_caller(&self.principal_arn, caller) {
             return Ok(());
         }
         Err(ResourceError::refused(format!(
@@ -382,6 +386,67 @@ impl AccessEntryResource {
             self.cluster_name,
             self.config_table()
         )))
+    }
+
+    /// The ARN of the identity running kfaws (STS GetCallerIdentity).
+    async fn caller(&self) -> Result<String, ResourceError> {
+        match self.sts.get_caller_identity().send().await {
+            Ok(out) => Ok(out.arn().unwrap_or_default().to_string()),
+            Err(e) => Err(ResourceError::msg(format!(
+                "GetCallerIdentity: {}",
+                error_message(&e)
+            ))),
+        }
+    }
+
+    /// Refuses an entry for a principal of the account running kfaws (`caller`'s) that does
+    /// not exist (IAM GetRole or GetUser answers `NoSuchEntity`): EKS resolves the principal
+    /// when the entry is created (EKS User Guide, "Create access entries": an entry made
+    /// before its principal does not work), so a typo in the ARN would fail the apply after
+    /// the cluster's 15 minutes. A principal of another account cannot be read with these
+    /// credentials and is left to EKS; so is one IAM does not let kfaws read (any other
+    /// error: a warning).
+    async fn check_principal_exists(&self, caller: &str) -> Result<(), ResourceError> {
+        let Some((account, kind, name)) = principal_parts(&self.principal_arn) else {
+            return Ok(());
+        };
+        // The caller's account is the fifth field of its ARN, whatever its kind.
+        if caller.split(':').nth(4) != Some(account) {
+            tracing::debug!(principal = %self.principal_arn, "principal of another account: not checked");
+            return Ok(());
+        }
+        let missing = |e: &dyn ProvideErrorMetadata| e.code() == Some("NoSuchEntity");
+        let (call, found) = if kind == "role" {
+            let found = self.iam.get_role().role_name(name).send().await;
+            (
+                "GetRole",
+                found
+                    .map(|_| ())
+                    .map_err(|e| (missing(&e), error_message(&e))),
+            )
+        } else {
+            let found = self.iam.get_user().user_name(name).send().await;
+            (
+                "GetUser",
+                found
+                    .map(|_| ())
+                    .map_err(|e| (missing(&e), error_message(&e))),
+            )
+        };
+        match found {
+            Ok(()) => Ok(()),
+            Err((true, _)) => Err(ResourceError::refused(format!(
+                "{}: principal_arn {}: IAM {kind} {name} does not exist in account {account} \
+                 (IAM {call}), and EKS creates no access entry for a principal that does not \
+                 exist; create the {kind} first, or correct the ARN",
+                self.config_table(),
+                self.principal_arn,
+            ))),
+            Err((_, message)) => {
+                tracing::warn!(principal = %self.principal_arn, "could not check that the principal exists (IAM {call}: {message}); EKS will say if it does not");
+                Ok(())
+            }
+        }
     }
 }
 
@@ -578,13 +643,17 @@ impl Resource for AccessEntryResource {
     /// principal is the identity that is about to create the cluster
     /// (CreateAccessEntry would fail on either).
     async fn check(&self, check: &Check<'_>) -> Result<(), ResourceError> {
-        if check.action != Action::Create {
+        if !matches!(check.action, Action::Create | Action::Replace) {
             return Ok(());
         }
         match self.describe().await? {
             Some(e) if !owned(e.tags(), &self.deployment, &self.lineage) => Err(self.not_ours(&e)),
             Some(_) => Ok(()),
-            None => self.check_not_creator().await,
+            None => {
+                let caller = self.caller().await?;
+                self.check_not_creator(&caller).await?;
+                self.check_principal_exists(&caller).await
+            }
         }
     }
 }
@@ -592,6 +661,20 @@ impl Resource for AccessEntryResource {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_principal_arn_gives_its_account_kind_and_name() {
+        assert_eq!(
+            principal_parts("arn:aws:iam::123456789012:role/teams/platform/Admins"),
+            Some(("123456789012", "role", "Admins"))
+        );
+        assert_eq!(
+            principal_parts("arn:aws-cn:iam::123456789012:user/alice"),
+            Some(("123456789012", "user", "alice"))
+        );
+        assert_eq!(principal_parts("arn:aws:iam::123456789012:root"), None);
+        assert_eq!(principal_parts("arn:aws:iam::123456789012:group/ops"), None);
+    }
 
     #[test]
     fn the_caller_is_matched_by_account_kind_and_name_not_path() {
