@@ -1073,8 +1073,21 @@ async fn an_access_entry_added_later_does_not_re_apply_the_bundles_but_orders_th
             && plan.contains("Plan: 1 to add, 0 to change, 0 to destroy."),
         "{plan}"
     );
-    let out = d.stdout(&["apply", "--auto-approve"]);
+    // Made alone (targeted), then a whole apply records the order it missed, without a call.
+    let out = d.stdout(&[
+        "apply",
+        "--auto-approve",
+        "--target",
+        "eks.access-entry.viewer",
+    ]);
     assert!(out.contains("1 added, 0 changed, 0 destroyed"), "{out}");
+    let plan = d.stdout(&["plan"]);
+    assert!(
+        plan.contains("A resource that only orders k8s.efs-csi (created before, deleted after"),
+        "{plan}"
+    );
+    assert!(plan.contains("No changes."), "{plan}");
+    d.stdout(&["apply", "--auto-approve"]);
     let state = d.state();
     let deps = &state["resources"]["k8s.efs-csi"]["dependencies"];
     assert!(

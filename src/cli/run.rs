@@ -447,7 +447,7 @@ pub async fn apply(
     untracked_note(&p)?;
     if !p.plan.has_changes() {
         // Nothing to ask about: only the state learns what the services report.
-        return if p.plan.refreshes().next().is_some() {
+        return if p.plan.records_state() {
             run(p, usize::from(flags.parallelism), cancel).await
         } else {
             Ok(0)
@@ -525,7 +525,7 @@ pub async fn apply_saved(
     if let Some(what) = disturbs_running_jobs(&saved) {
         refuse_while_jobs_run(&aws, &config, store.state(), what, cancel).await?;
     }
-    if !saved.has_changes() && saved.refreshes().next().is_none() {
+    if !saved.has_changes() && !saved.records_state() {
         outln!("The saved plan has no changes.")?;
         return Ok(0);
     }

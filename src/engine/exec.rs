@@ -24,6 +24,7 @@ use super::store::{PersistError, SharedStore};
 use super::walk::{walk, Outcome};
 use crate::address::Address;
 use crate::graph::GraphError;
+use crate::plan::diff::deps_in_state;
 use crate::plan::{Action, Change, Handles, Plan, Step};
 use crate::resource::{DeleteOptions, ErrorKind, Inputs, Observed, Resource};
 use crate::state::{inputs_hash, inputs_unchanged, spec_hash, ResourceState, Status};
@@ -210,7 +211,7 @@ pub async fn execute(
         .iter()
         .filter(|c| c.action == Action::NoOp || skipped.contains(&c.address))
         .map(|c| c.address.clone());
-    record_dependencies(unchanged, handles, &store).await;
+    record_dependencies(plan, unchanged, handles, &store).await;
     let stopped = stopped.lock().expect("not poisoned").clone();
     let results: Vec<ResourceResult> = changes
         .values()
@@ -256,9 +257,11 @@ pub async fn execute(
 /// been added or removed, which changes nothing to apply but the order of a later destroy
 /// from the state. Only dependencies in the state are recorded (one whose create failed is
 /// recorded by a later apply) and only on `created` entries; the inputs hash becomes that of
-/// the input dependencies, which [`inputs_unchanged`] found equal to the recorded one. A
-/// failed write is a warning: the next apply records them again.
+/// the input dependencies, which the plan (or [`inputs_unchanged`] at apply time) found equal
+/// to the recorded one, also where an older kfaws hashed all dependencies. A failed write is a
+/// warning: the next plan finds the order still to record ([`Change::reordered`]).
 async fn record_dependencies(
+    plan: &Plan,
     addresses: impl Iterator<Item = Address>,
     handles: &Handles,
     store: &SharedStore,
@@ -269,27 +272,44 @@ async fn record_dependencies(
             Some((a, h.dependencies(), h.input_dependencies()))
         })
         .collect();
-    let stale = store.read(|s| {
-        wanted.iter().any(|(a, deps, _)| {
-            s.resources
-                .get(a)
-                .is_some_and(|r| r.status == Status::Created && r.dependencies != in_state(s, deps))
-        })
-    });
-    if !stale {
+    // An input of theirs that this apply changed (or read: a data source) may have new
+    // outputs, which their inputs hash must not absorb; the next plan compares them.
+    let touched: std::collections::BTreeSet<&Address> = plan
+        .changes
+        .iter()
+        .filter(|c| c.action != Action::NoOp)
+        .map(|c| &c.address)
+        .collect();
+    // What to write: other dependencies, and the inputs hash over the input dependencies
+    // where it is not that (an older kfaws hashed all of them) and their inputs are known to
+    // be those it was applied with.
+    let update = |s: &crate::state::State, a: &Address, deps: &[Address], inputs: &[Address]| {
+        let r = s.resources.get(a).filter(|r| r.status == Status::Created)?;
+        let now = deps_in_state(s, deps);
+        let hash = inputs_hash(s, inputs);
+        let known =
+            inputs.iter().all(|i| !touched.contains(i)) || inputs_unchanged(s, r, inputs, deps);
+        let hash = (known && r.inputs_hash.as_deref() != Some(hash.as_str())).then_some(hash);
+        (r.dependencies != now || hash.is_some()).then_some((now, hash))
+    };
+    if !store.read(|s| wanted.iter().any(|(a, d, i)| update(s, a, d, i).is_some())) {
         return;
     }
+    let updates: Vec<(Address, Vec<Address>, Option<String>)> = store.read(|s| {
+        wanted
+            .iter()
+            .filter_map(|(a, d, i)| update(s, a, d, i).map(|(d, h)| (a.clone(), d, h)))
+            .collect()
+    });
     let result = store
         .persist(move |s| {
-            for (address, deps, inputs) in wanted {
-                let deps = in_state(s, &deps);
-                let hash = inputs_hash(s, &inputs);
+            for (address, deps, hash) in updates {
                 if let Some(r) = s.resources.get_mut(&address) {
-                    if r.status == Status::Created && r.dependencies != deps {
-                        r.dependencies = deps;
-                        r.inputs_hash = Some(hash);
-                        r.updated_at = Utc::now();
+                    r.dependencies = deps;
+                    if hash.is_some() {
+                        r.inputs_hash = hash;
                     }
+                    r.updated_at = Utc::now();
                 }
             }
         })
@@ -297,14 +317,6 @@ async fn record_dependencies(
     if let Err(e) = result {
         tracing::warn!(error = %e, "could not record the resources' dependencies in the state");
     }
-}
-
-/// `deps` that `state` holds, in their order.
-fn in_state(state: &crate::state::State, deps: &[Address]) -> Vec<Address> {
-    deps.iter()
-        .filter(|d| state.resources.contains_key(*d))
-        .cloned()
-        .collect()
 }
 
 /// Records the plan's refreshes ([`Plan::refreshes`]) in one state write:
@@ -553,8 +565,11 @@ async fn update(job: &Job) -> Result<Action, Failure> {
         )));
     };
     if job.change.conditional {
-        let inputs = job.handle.input_dependencies();
-        if job.store.read(|s| inputs_unchanged(s, &current, &inputs)) {
+        let (inputs, deps) = (job.handle.input_dependencies(), job.handle.dependencies());
+        if job
+            .store
+            .read(|s| inputs_unchanged(s, &current, &inputs, &deps))
+        {
             tracing::debug!(%address, "dependencies' outputs unchanged; not re-applied");
             return Ok(Action::NoOp);
         }

@@ -223,6 +223,7 @@ fn delete_change(
         details: Vec::new(),
         conditional: false,
         refreshed: Vec::new(),
+        reordered: false,
         import: None,
         // kfaws's own interrupted delete that finished is a destroy; what
         // went outside kfaws, or a create that never made anything, is only
@@ -253,6 +254,7 @@ fn diff_one(
         details: Vec::new(),
         conditional: false,
         refreshed: Vec::new(),
+        reordered: false,
         import: None,
         gone: false,
         kept: false,
@@ -347,12 +349,13 @@ fn diff_one(
             } else if fields.is_empty() {
                 // Only what feeds the resource counts: a dependency that only orders it
                 // (added or gone) is recorded by the apply without re-applying it.
-                let inputs = r.input_dependencies();
-                if recorded.inputs_hash.is_some() && !inputs_unchanged(state, recorded, &inputs) {
+                let (inputs, deps) = (r.input_dependencies(), r.dependencies());
+                if recorded.inputs_hash.is_some()
+                    && !inputs_unchanged(state, recorded, &inputs, &deps)
+                {
                     // A dependency the state does not hold (removed with
                     // `kfaws state rm`, to be imported or created) has no
                     // outputs to compare yet: known after apply.
-                    let deps = r.dependencies();
                     match inputs.iter().find(|d| !state.resources.contains_key(*d)) {
                         Some(d) => {
                             let mut c = change(
@@ -371,6 +374,8 @@ fn diff_one(
                 } else {
                     let mut c = change(Action::NoOp, "up to date");
                     c.refreshed = refreshed(&desired, &recorded.spec);
+                    c.reordered = recorded.status == Status::Created
+                        && deps_in_state(state, &deps) != recorded.dependencies;
                     c
                 }
             } else {
@@ -381,6 +386,15 @@ fn diff_one(
             c
         }
     }
+}
+
+/// `deps` that `state` holds, in their order: the dependencies an apply records
+/// ([`crate::engine`] records only those in the state).
+pub fn deps_in_state(state: &State, deps: &[Address]) -> Vec<Address> {
+    deps.iter()
+        .filter(|d| state.resources.contains_key(*d))
+        .cloned()
+        .collect()
 }
 
 /// Why a recorded resource that left the config is deleted (a provider may

@@ -141,6 +141,13 @@ pub struct Change {
     /// of such a field is not reported as drift.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub refreshed: Vec<FieldChange>,
+    /// For a no-op: the resource's dependencies (those in the state) are
+    /// not the recorded ones, only because one that orders it without
+    /// being an input ([`Resource::input_dependencies`]) was added or
+    /// removed. Nothing is called; apply records them, which a later
+    /// destroy from the state orders by.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub reordered: bool,
     /// For a create of an address the state does not hold: the provider id
     /// of the live resource with this state's tags that the create
     /// re-attaches to ([`Resource::importable`]); the plan says "will be
@@ -327,6 +334,14 @@ impl Plan {
         self.changes
             .iter()
             .filter(|c| (c.action == Action::NoOp || c.conditional) && !c.refreshed.is_empty())
+    }
+
+    /// Whether apply writes anything to the state without calling a
+    /// service: [`Plan::refreshes`], or dependencies to record
+    /// ([`Change::reordered`]). A plan without changes but with these is
+    /// still applied.
+    pub fn records_state(&self) -> bool {
+        self.refreshes().next().is_some() || self.changes.iter().any(|c| c.reordered)
     }
 
     /// The graph of the plan's changes in execution order: for an apply,

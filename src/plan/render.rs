@@ -204,6 +204,25 @@ fn refreshes(plan: &Plan, out: &mut String) {
     }
 }
 
+/// The note on [`Change::reordered`]: resources whose new order apply records without a call.
+fn reorders(plan: &Plan, out: &mut String) {
+    let reordered: Vec<&str> = plan
+        .changes
+        .iter()
+        .filter(|c| c.reordered)
+        .map(|c| c.address.as_str())
+        .collect();
+    if !reordered.is_empty() {
+        let _ = writeln!(
+            out,
+            "A resource that only orders {} (created before, deleted after; nothing of it is an \
+             input) was added or removed: apply records the new order in the state, without \
+             applying them again.\n",
+            reordered.join(", ")
+        );
+    }
+}
+
 /// The plan as text: changed resources, then the summary line.
 pub fn human(plan: &Plan) -> String {
     let mut out = String::new();
@@ -213,6 +232,7 @@ pub fn human(plan: &Plan) -> String {
         .filter(|c| c.action != Action::NoOp)
         .collect();
     refreshes(plan, &mut out);
+    reorders(plan, &mut out);
     if !plan.has_changes() && plan.destroy {
         // Terraform's words for an empty destroy plan.
         out.push_str(
@@ -380,6 +400,7 @@ mod tests {
             details: vec![],
             conditional: false,
             refreshed: vec![],
+            reordered: false,
             import: None,
             gone: false,
             kept: false,

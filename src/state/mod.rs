@@ -211,19 +211,27 @@ pub fn inputs_hash(state: &State, dependencies: &[Address]) -> String {
     spec_hash(&serde_json::to_value(inputs).expect("outputs serialize"))
 }
 
-/// Whether the outputs of `inputs` (a resource's input dependencies) in `state` are those
-/// `recorded` was last applied with: its [`ResourceState::inputs_hash`] is their
-/// [`inputs_hash`], or, for an entry that hashed all of its recorded `dependencies` (written
-/// before input dependencies were told apart from those that only order it), their hash when
-/// they include every one of `inputs`: equal outputs of all of them are equal outputs of
-/// `inputs`. `false` without a recorded hash.
-pub fn inputs_unchanged(state: &State, recorded: &ResourceState, inputs: &[Address]) -> bool {
+/// Whether the resource at `recorded` takes the same inputs as when it was last applied: its
+/// [`ResourceState::inputs_hash`] is the [`inputs_hash`] of `inputs` (its input dependencies)
+/// in `state`. An entry written before input dependencies were told apart from those that
+/// only order a resource hashed all of its recorded `dependencies`: it takes the same inputs
+/// when that hash is unchanged, every one of `inputs` is among them (equal outputs of all are
+/// equal outputs of `inputs`) and none of them left `dependencies` (the resource's now: one
+/// that did may have been an input it must stop using). `false` without a recorded hash.
+pub fn inputs_unchanged(
+    state: &State,
+    recorded: &ResourceState,
+    inputs: &[Address],
+    dependencies: &[Address],
+) -> bool {
     let Some(then) = recorded.inputs_hash.as_deref() else {
         return false;
     };
+    let then_all = &recorded.dependencies;
     then == inputs_hash(state, inputs)
-        || (inputs.iter().all(|a| recorded.dependencies.contains(a))
-            && then == inputs_hash(state, &recorded.dependencies))
+        || (inputs.iter().all(|a| then_all.contains(a))
+            && then_all.iter().all(|a| dependencies.contains(a))
+            && then == inputs_hash(state, then_all))
 }
 
 /// The state belongs to another account or region than the caller's.
