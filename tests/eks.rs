@@ -1889,6 +1889,17 @@ async fn access_entries_hold_exactly_their_policy_follow_the_config_and_refuse_f
         .unwrap();
     let plan = d.stdout(&["plan", "--target", "eks.access-entry.ops"]);
     assert!(plan.contains("+ eks.access-entry.ops"), "{plan}");
+    // The role's path given wrong is refused too (EKS takes it with its path or without).
+    let wrong = format!("arn:aws:iam::{}:role/team/Ops", d.account);
+    d.write_config(&format!(
+        "{}[access_entries.ops]\nprincipal_arn = \"{wrong}\"\npolicy = \"view\"\n",
+        entries("\"team-a\"", true)
+    ));
+    let err = d.fails(&["plan", "--target", "eks.access-entry.ops"]);
+    assert!(
+        err.contains(&format!("IAM role Ops of account {} is {ops}", d.account)),
+        "{err}"
+    );
     d.write_config(&entries("\"team-a\"", true));
     let targets = [
         "--target",

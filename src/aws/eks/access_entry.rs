@@ -421,7 +421,7 @@ impl AccessEntryResource {
             (
                 "GetRole",
                 found
-                    .map(|_| ())
+                    .map(|out| out.role().map(|r| r.arn().to_string()))
                     .map_err(|e| (missing(&e), error_message(&e))),
             )
         } else {
@@ -429,12 +429,23 @@ impl AccessEntryResource {
             (
                 "GetUser",
                 found
-                    .map(|_| ())
+                    .map(|out| out.user().map(|u| u.arn().to_string()))
                     .map_err(|e| (missing(&e), error_message(&e))),
             )
         };
+        // EKS takes a role's ARN with its path or without (EKS User Guide, "Create access
+        // entries"); one with a path must have the principal's.
+        let with_path = self.principal_arn.matches('/').count() > 1;
         match found {
-            Ok(()) => Ok(()),
+            Ok(Some(arn)) if with_path && !arn.eq_ignore_ascii_case(&self.principal_arn) => {
+                Err(ResourceError::refused(format!(
+                    "{}: principal_arn {}: IAM {kind} {name} of account {account} is {arn} \
+                     (IAM {call}): correct the path, or leave it out",
+                    self.config_table(),
+                    self.principal_arn,
+                )))
+            }
+            Ok(_) => Ok(()),
             Err((true, _)) => Err(ResourceError::refused(format!(
                 "{}: principal_arn {}: IAM {kind} {name} does not exist in account {account} \
                  (IAM {call}), and EKS creates no access entry for a principal that does not \
