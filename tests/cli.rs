@@ -1903,6 +1903,12 @@ async fn a_stack_whose_update_rollback_failed_is_rolled_back_in_place_never_repl
     })
     .await;
     assert_eq!(settled_status(&cfn, &stack).await, "UPDATE_ROLLBACK_FAILED");
+    // Forgotten by the state, the stack is imported again as it is, not tainted and replaced.
+    d.kfaws(&["state", "rm", "stack.iam"]).assert().success();
+    let out = d.stdout(&["apply", "--auto-approve", "--target", "stack.iam"]);
+    assert!(out.contains("1 imported"), "{out}");
+    assert_eq!(d.state()["resources"]["stack.iam"]["status"], "created");
+    assert_eq!(d.state()["resources"]["stack.iam"]["physical_id"], id);
 
     let plan = d.stdout(&["plan", "--target", "stack.iam"]);
     assert!(plan.contains("~ stack.iam"), "{plan}");
@@ -1975,10 +1981,16 @@ async fn a_stack_whose_update_rollback_failed_is_rolled_back_in_place_never_repl
         "{out}"
     );
     assert_eq!(settled_status(&cfn, &stack).await, "UPDATE_ROLLBACK_FAILED");
-    // The policy fixed in the config, the next apply rolls back, then updates.
-    d.write_config("");
+    // The policy corrected in the config, the next apply rolls back, then updates the stack
+    // through a change set computed after the rollback.
+    let executed = d.calls("ExecuteChangeSet");
+    d.write_config(
+        "[options]\nnode_role_policies = [\"arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore\"]\n",
+    );
     d.stdout(&["apply", "--auto-approve", "--target", "stack.iam"]);
     assert_eq!(d.calls("ContinueUpdateRollback"), 3);
+    assert_eq!(d.calls("ExecuteChangeSet"), executed + 1);
+    assert_eq!(settled_status(&cfn, &stack).await, "UPDATE_COMPLETE");
     assert_eq!(d.calls("DeleteStack"), 0);
     assert_eq!(d.state()["resources"]["stack.iam"]["physical_id"], id);
     d.kfaws(&["plan", "--target", "stack.iam", "--detailed-exitcode"])

@@ -529,6 +529,8 @@ impl Resource for StackResource {
                     // result was recorded): re-attach. A stack whose last
                     // update rolled back works too (the previous template
                     // is back); the next plan updates it as it would any.
+                    // One whose rollback failed is re-attached as well, never
+                    // replaced: the next plan continues its rollback.
                     let stack = self
                         .wait_for(
                             &id,
@@ -536,6 +538,7 @@ impl Resource for StackResource {
                                 StackStatus::CreateComplete,
                                 StackStatus::UpdateComplete,
                                 StackStatus::UpdateRollbackComplete,
+                                StackStatus::UpdateRollbackFailed,
                             ],
                             false,
                         )
