@@ -171,32 +171,16 @@ impl StackResource {
     /// or hook that refused the operation); a page that cannot be read ends the walk and is
     /// said when nothing was found before it.
     async fn first_failure(&self, id: &str) -> String {
-        let mut pages = self
-            .client
-            .describe_stack_events()
-            .stack_name(id)
-            .into_paginator()
-            .send();
-        let mut read = 0;
         let mut oldest_failure = None;
         // The stack's own reason for rolling back or failing, for an operation that failed
         // without a resource failing (a parameter, capability or hook refused it).
         let mut stack_reason = None;
-        let mut unread = None;
-        'pages: while let Some(page) = pages.next().await {
-            let page = match page {
-                Ok(page) => page,
-                Err(e) => {
-                    unread = Some(sdk_message(&e));
-                    break;
-                }
-            };
-            read += 1;
-            for e in page.stack_events() {
+        let (read, unread) = self
+            .walk_events(id, |e| {
                 let status = e.resource_status().map_or("", |s| s.as_str());
                 if e.logical_resource_id() == Some(self.stack_name.as_str()) {
                     if OPERATION_STARTS.contains(&status) {
-                        break 'pages;
+                        return false;
                     }
                     let failing = status.ends_with("_FAILED") || status.contains("ROLLBACK_IN");
                     if let (true, Some(reason)) = (failing, e.resource_status_reason()) {
@@ -210,11 +194,9 @@ impl StackResource {
                         e.resource_status_reason().unwrap_or("no reason given")
                     ));
                 }
-            }
-            if read == MAX_EVENT_PAGES {
-                break;
-            }
-        }
+                true
+            })
+            .await;
         match (oldest_failure.or(stack_reason), unread) {
             (Some(failure), _) => failure,
             (None, Some(error)) => format!(
@@ -1017,46 +999,60 @@ impl StackResource {
     /// (DescribeStackEvents lists newest first). Empty when the events cannot be read (the
     /// caller says so in general terms).
     async fn rollback_failures(&self, id: &str) -> Vec<Detail> {
+        let mut failures: Vec<Detail> = Vec::new();
+        self.walk_events(id, |e| {
+            let status = e.resource_status().map_or("", |s| s.as_str());
+            if e.logical_resource_id() == Some(self.stack_name.as_str()) {
+                return status != "UPDATE_ROLLBACK_IN_PROGRESS";
+            }
+            let name = e.logical_resource_id().unwrap_or("?");
+            if status.ends_with("_FAILED") && !failures.iter().any(|d| d.name == name) {
+                failures.push(Detail {
+                    action: "Rollback".into(),
+                    name: name.to_string(),
+                    kind: e.resource_type().unwrap_or("?").to_string(),
+                    replacement: None,
+                    condition: None,
+                    note: Some(
+                        e.resource_status_reason()
+                            .unwrap_or("no reason given")
+                            .to_string(),
+                    ),
+                });
+            }
+            true
+        })
+        .await;
+        failures
+    }
+
+    /// Calls `visit` on stack `id`'s events, newest first
+    /// ([DescribeStackEvents](https://docs.aws.amazon.com/AWSCloudFormation/latest/APIReference/API_DescribeStackEvents.html),
+    /// a page at a time), until it answers `false` or [`MAX_EVENT_PAGES`] pages were read.
+    /// Returns the pages read and, when a page could not be read (which ends the walk), why.
+    async fn walk_events(
+        &self,
+        id: &str,
+        mut visit: impl FnMut(&aws_sdk_cloudformation::types::StackEvent) -> bool,
+    ) -> (usize, Option<String>) {
         let mut pages = self
             .client
             .describe_stack_events()
             .stack_name(id)
             .into_paginator()
             .send();
-        let mut failures: Vec<Detail> = Vec::new();
         let mut read = 0;
-        'pages: while let Some(page) = pages.next().await {
-            let Ok(page) = page else { break };
+        while let Some(page) = pages.next().await {
+            let page = match page {
+                Ok(page) => page,
+                Err(e) => return (read, Some(sdk_message(&e))),
+            };
             read += 1;
-            for e in page.stack_events() {
-                let status = e.resource_status().map_or("", |s| s.as_str());
-                if e.logical_resource_id() == Some(self.stack_name.as_str()) {
-                    if status == "UPDATE_ROLLBACK_IN_PROGRESS" {
-                        break 'pages;
-                    }
-                    continue;
-                }
-                let name = e.logical_resource_id().unwrap_or("?");
-                if status.ends_with("_FAILED") && !failures.iter().any(|d| d.name == name) {
-                    failures.push(Detail {
-                        action: "Rollback".into(),
-                        name: name.to_string(),
-                        kind: e.resource_type().unwrap_or("?").to_string(),
-                        replacement: None,
-                        condition: None,
-                        note: Some(
-                            e.resource_status_reason()
-                                .unwrap_or("no reason given")
-                                .to_string(),
-                        ),
-                    });
-                }
-            }
-            if read == MAX_EVENT_PAGES {
+            if !page.stack_events().iter().all(&mut visit) || read == MAX_EVENT_PAGES {
                 break;
             }
         }
-        failures
+        (read, None)
     }
 
     /// Deletes the stack `id` (callers have just described it) and waits until it is gone.
