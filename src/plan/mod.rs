@@ -445,6 +445,25 @@ pub enum PlanError {
         /// The addresses recording it, sorted.
         addresses: Vec<Address>,
     },
+    /// A create re-attaches to (imports) the resource that a delete of the
+    /// same plan removes: the configuration names it at a new address, the
+    /// state at the old one (a renamed `[access_entries.NAME]` table, say).
+    /// The apply would delete it, then fail to import it.
+    #[error(
+        "{import} would import {physical_id}, which the delete of {deleted} removes in the same \
+         apply (the configuration names it {import} now, the state {deleted}); nothing was \
+         changed. To keep it under the new name: `kfaws state rm {deleted}` (forgets it, deletes \
+         nothing), then `kfaws apply` imports it as {import}. To make it again instead: `kfaws \
+         destroy --target {deleted}`, then `kfaws apply`"
+    )]
+    ImportOfDeleted {
+        /// The address whose create imports it.
+        import: Address,
+        /// The address whose delete removes it.
+        deleted: Address,
+        /// The resource's id.
+        physical_id: String,
+    },
     /// A destroy `--target` names a resource of the configuration that the
     /// state does not hold: kfaws has nothing of it to delete.
     #[error(
@@ -511,7 +530,9 @@ pub type Handles = BTreeMap<Address, Arc<dyn Resource>>;
 
 /// The `--target` selection and the `--replace` checks of a plan, which
 /// need no call: the targets with their dependencies (apply, from the graph
-/// of `desired`) or their dependants (destroy, from the graph of `state`),
+/// of `desired`) or the dependants they feed (destroy, from the graph of
+/// `state` without the edges that only order a desired resource:
+/// [`Resource::input_dependencies`]),
 /// or `None` without targets. [`make_plan`] runs it before the refresh; the
 /// CLI runs it on resources built offline before the credentials are
 /// looked up, so a mistyped address fails before the first AWS call (the
@@ -550,7 +571,7 @@ pub fn select(
             if let Some(t) = targets.iter().find(|t| !state.resources.contains_key(*t)) {
                 return Err(PlanError::TargetNotInState(t.clone()));
             }
-            Some(state_graph(state)?.select(targets, Closure::Dependants)?)
+            Some(inputs_graph(desired, state)?.select(targets, Closure::Dependants)?)
         }
         targets => Some(desired_graph.select(targets, Closure::Dependencies)?),
     };
@@ -611,6 +632,9 @@ pub async fn make_plan(req: PlanRequest<'_>) -> Result<(Plan, Handles), PlanErro
     )
     .await?;
     preview::preview(&mut changes, &handles, req.state, req.parallelism).await?;
+    if let Some(conflict) = import_of_deleted(&changes, req.state) {
+        return Err(conflict);
+    }
     let plan = Plan {
         format_version: PLAN_FORMAT_VERSION,
         destroy: req.destroy,
@@ -623,6 +647,49 @@ pub async fn make_plan(req: PlanRequest<'_>) -> Result<(Plan, Handles), PlanErro
         changes,
     };
     Ok((plan, handles))
+}
+
+/// The first create of `changes` that imports a resource another change deletes (same
+/// physical id as the deleted address records in `state`): [`PlanError::ImportOfDeleted`].
+fn import_of_deleted(changes: &[Change], state: &State) -> Option<PlanError> {
+    changes.iter().find_map(|c| {
+        let id = c.import.as_deref()?;
+        let deleted = changes.iter().find(|d| {
+            matches!(d.action, Action::Delete | Action::Replace)
+                && d.address != c.address
+                && state
+                    .resources
+                    .get(&d.address)
+                    .and_then(|r| r.physical_id.as_deref())
+                    == Some(id)
+        })?;
+        Some(PlanError::ImportOfDeleted {
+            import: c.address.clone(),
+            deleted: deleted.address.clone(),
+            physical_id: id.to_string(),
+        })
+    })
+}
+
+/// [`state_graph`] without the edges from a dependency that only orders a resource of
+/// `desired` ([`Resource::input_dependencies`] leaves it out): what a destroy `--target` of a
+/// resource takes with it. Destroying an access entry or a node group does not destroy the
+/// Kubernetes bundles that merely follow it; destroying the cluster does.
+fn inputs_graph(desired: &[Arc<dyn Resource>], state: &State) -> Result<Dag, GraphError> {
+    let inputs: BTreeMap<&Address, Vec<Address>> = desired
+        .iter()
+        .map(|r| (r.address(), r.input_dependencies()))
+        .collect();
+    Dag::new(state.resources.iter().map(|(a, r)| {
+        let deps = r
+            .dependencies
+            .iter()
+            .filter(|d| state.resources.contains_key(*d))
+            .filter(|d| inputs.get(a).is_none_or(|i| i.contains(d)))
+            .cloned()
+            .collect();
+        (a.clone(), deps)
+    }))
 }
 
 /// The graph recorded in state (what exists and what it depended on).
@@ -668,4 +735,103 @@ pub fn handles(
         out.insert(address.clone(), handle);
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::diff::tests::{recorded, Fake};
+    use crate::state::Status;
+    use serde_json::json;
+
+    fn a(s: &str) -> Address {
+        Address::new(s).unwrap()
+    }
+
+    fn change(address: &str, action: Action, import: Option<&str>) -> Change {
+        Change {
+            address: a(address),
+            kind: "fake".into(),
+            action,
+            reason: String::new(),
+            drift: false,
+            fields: vec![],
+            dependencies: vec![],
+            spec_hash: None,
+            resume_token: None,
+            details: vec![],
+            conditional: false,
+            refreshed: vec![],
+            reordered: false,
+            import: import.map(str::to_string),
+            gone: false,
+            kept: false,
+            released: vec![],
+        }
+    }
+
+    /// A table renamed in the config: the new address would import what the old one's delete
+    /// removes. Refused, naming both; an import of anything else is not.
+    #[test]
+    fn an_import_of_what_the_same_plan_deletes_is_refused() {
+        let mut state = State::new("ml");
+        let mut old = recorded(Status::Created, json!({}));
+        old.physical_id = Some("arn:entry/alice".into());
+        state.resources.insert(a("eks.access-entry.viewer"), old);
+        let mut changes = vec![
+            change(
+                "eks.access-entry.alice",
+                Action::Create,
+                Some("arn:entry/alice"),
+            ),
+            change("eks.access-entry.viewer", Action::Delete, None),
+        ];
+        let e = import_of_deleted(&changes, &state).unwrap();
+        assert!(
+            matches!(&e, PlanError::ImportOfDeleted { import, deleted, .. }
+                if *import == a("eks.access-entry.alice") && *deleted == a("eks.access-entry.viewer")),
+            "{e}"
+        );
+        assert!(
+            e.to_string()
+                .contains("`kfaws state rm eks.access-entry.viewer`"),
+            "{e}"
+        );
+        changes[0].import = Some("arn:entry/bob".into());
+        assert!(import_of_deleted(&changes, &state).is_none());
+    }
+
+    /// A destroy `--target` takes the dependants that take its outputs, not those that only
+    /// follow it.
+    #[test]
+    fn a_destroy_target_takes_only_the_dependants_it_feeds() {
+        let (cluster, entry, bundle) = (a("eks.cluster"), a("eks.access-entry.x"), a("k8s.app"));
+        let mut state = State::new("ml");
+        for (addr, deps) in [
+            (&cluster, vec![]),
+            (&entry, vec![cluster.clone()]),
+            (&bundle, vec![cluster.clone(), entry.clone()]),
+        ] {
+            let mut r = recorded(Status::Created, json!({}));
+            r.dependencies = deps;
+            state.resources.insert(addr.clone(), r);
+        }
+        let desired: Vec<Arc<dyn Resource>> = vec![
+            Arc::new(Fake::managed(cluster.clone(), vec![])),
+            Arc::new(Fake::managed(entry.clone(), vec![cluster.clone()])),
+            Arc::new(Fake {
+                only_order: vec![entry.clone()],
+                ..Fake::managed(bundle.clone(), vec![cluster.clone()])
+            }),
+        ];
+        let graph = inputs_graph(&desired, &state).unwrap();
+        let keep = graph
+            .select(std::slice::from_ref(&entry), Closure::Dependants)
+            .unwrap();
+        assert!(keep.contains(&entry) && !keep.contains(&bundle));
+        let keep = graph
+            .select(std::slice::from_ref(&cluster), Closure::Dependants)
+            .unwrap();
+        assert!(keep.contains(&bundle) && keep.contains(&entry));
+    }
 }

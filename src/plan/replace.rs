@@ -105,11 +105,19 @@ pub fn check_dependants(
         if survives {
             continue;
         }
+        // A dependant that only follows it (not an input of the dependant's) keeps working.
+        let input_of = |a: &Address| {
+            desired
+                .iter()
+                .find(|r| r.address() == a)
+                .is_none_or(|r| r.input_dependencies().contains(address))
+        };
         let dependants: Vec<Address> = state
             .resources
             .iter()
             .filter(|(a, r)| {
                 r.dependencies.contains(address)
+                    && input_of(a)
                     && !matches!(observed.get(*a), Some(Observed::Gone))
             })
             .map(|(a, _)| a.clone())
@@ -242,6 +250,26 @@ mod tests {
             (a("cluster"), present(json!({}))),
         ]);
         check_dependants(&[a("nodes")], &desired, &state, &observed).unwrap();
+    }
+
+    /// A dependant that only follows the resource (it is no input of the dependant's, as an
+    /// access entry before a Kubernetes bundle) keeps working across its replacement.
+    #[test]
+    fn a_dependant_that_only_follows_it_does_not_refuse_a_replacement() {
+        let (mut desired, state) = world(false);
+        // `app` follows `nodes` without taking anything of it.
+        desired[4] = Arc::new(Fake {
+            address: a("app"),
+            spec: json!({}),
+            mode: Mode::Managed,
+            deps: vec![],
+            repairs_in_place: false,
+            replaceable: false,
+            only_order: vec![a("nodes")],
+        });
+        check_dependants(&[a("nodes")], &desired, &state, &BTreeMap::new()).unwrap();
+        // Its input, the cluster, still refuses.
+        assert!(check_dependants(&[a("cluster")], &desired, &state, &BTreeMap::new()).is_err());
     }
 
     #[test]
