@@ -1083,7 +1083,11 @@ async fn an_access_entry_added_later_does_not_re_apply_the_bundles_but_orders_th
     assert!(out.contains("1 added, 0 changed, 0 destroyed"), "{out}");
     let plan = d.stdout(&["plan"]);
     assert!(
-        plan.contains("A resource that only orders k8s.efs-csi (created before, deleted after"),
+        plan.contains(
+            "Resources that only order k8s.efs-csi (created before, deleted after; nothing of \
+             theirs is an input) were added or removed: apply records the new order in the \
+             state, without applying it again."
+        ),
         "{plan}"
     );
     assert!(plan.contains("No changes."), "{plan}");

@@ -1010,7 +1010,11 @@ impl StackResource {
                 failures.push(Detail {
                     action: "Rollback".into(),
                     name: name.to_string(),
-                    kind: e.resource_type().unwrap_or("?").to_string(),
+                    kind: e
+                        .resource_type()
+                        .filter(|t| !t.is_empty())
+                        .unwrap_or("type not given")
+                        .to_string(),
                     replacement: None,
                     condition: None,
                     note: Some(

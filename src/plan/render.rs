@@ -215,10 +215,11 @@ fn reorders(plan: &Plan, out: &mut String) {
     if !reordered.is_empty() {
         let _ = writeln!(
             out,
-            "A resource that only orders {} (created before, deleted after; nothing of it is an \
-             input) was added or removed: apply records the new order in the state, without \
-             applying them again.\n",
-            reordered.join(", ")
+            "Resources that only order {} (created before, deleted after; nothing of theirs is \
+             an input) were added or removed: apply records the new order in the state, without \
+             applying {} again.\n",
+            reordered.join(", "),
+            if reordered.len() == 1 { "it" } else { "them" }
         );
     }
 }
