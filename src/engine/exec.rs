@@ -292,15 +292,15 @@ async fn record_dependencies(
         let hash = (known && r.inputs_hash.as_deref() != Some(hash.as_str())).then_some(hash);
         (r.dependencies != now || hash.is_some()).then_some((now, hash))
     };
-    if !store.read(|s| wanted.iter().any(|(a, d, i)| update(s, a, d, i).is_some())) {
-        return;
-    }
     let updates: Vec<(Address, Vec<Address>, Option<String>)> = store.read(|s| {
         wanted
             .iter()
             .filter_map(|(a, d, i)| update(s, a, d, i).map(|(d, h)| (a.clone(), d, h)))
             .collect()
     });
+    if updates.is_empty() {
+        return;
+    }
     let result = store
         .persist(move |s| {
             for (address, deps, hash) in updates {

@@ -750,23 +750,8 @@ mod tests {
 
     fn change(address: &str, action: Action, import: Option<&str>) -> Change {
         Change {
-            address: a(address),
-            kind: "fake".into(),
-            action,
-            reason: String::new(),
-            drift: false,
-            fields: vec![],
-            dependencies: vec![],
-            spec_hash: None,
-            resume_token: None,
-            details: vec![],
-            conditional: false,
-            refreshed: vec![],
-            reordered: false,
             import: import.map(str::to_string),
-            gone: false,
-            kept: false,
-            released: vec![],
+            ..crate::plan::render::tests::change(address, action)
         }
     }
 

@@ -381,13 +381,14 @@ pub fn json(plan: &Plan) -> Value {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::address::Address;
     use crate::config::{ConfigFile, Overrides};
     use crate::plan::{FieldChange, PLAN_FORMAT_VERSION};
 
-    fn change(address: &str, action: Action) -> Change {
+    /// A change of kind `fake` at `address`, with nothing else to it.
+    pub(crate) fn change(address: &str, action: Action) -> Change {
         Change {
             address: Address::new(address).unwrap(),
             kind: "fake".into(),
