@@ -487,12 +487,50 @@ impl ConfigFile {
     /// [`ConfigError::Parse`] with line and column for syntax errors,
     /// duplicate keys, unknown keys and wrong types.
     pub fn parse(path: &Path, text: &str) -> Result<Self, ConfigError> {
-        let mut file: Self = toml::from_str(text).map_err(|e| ConfigError::Parse {
+        let (file, invalid) = Self::parse_reporting(path, text)?;
+        combine(invalid, Ok(())).map(|()| file)
+    }
+
+    /// [`ConfigFile::parse`], except that a fixed-choice field whose value is
+    /// not one of its choices (`profile`, `training_runtime`,
+    /// `options.sagemaker_role_policy`, an access entry's `policy`) is not a
+    /// parse error: it comes back as a [`ConfigError::Invalid`] naming the
+    /// field and the choices, beside the file read without it (an access
+    /// entry's `policy`, which is required, reads as `view`), so that
+    /// [`ConfigFile::resolve_reporting`] reports it with the config's other
+    /// problems in one run. The file is for that alone while the list is not
+    /// empty.
+    ///
+    /// # Errors
+    /// As [`ConfigFile::parse`] for any other problem; when the file has
+    /// another one beside bad choices, the parser's first error, with its
+    /// line.
+    pub fn parse_reporting(
+        path: &Path,
+        text: &str,
+    ) -> Result<(Self, Vec<ConfigError>), ConfigError> {
+        let parse_error = |e: toml::de::Error| ConfigError::Parse {
             path: path.to_path_buf(),
             message: e.to_string().trim_end().to_string(),
-        })?;
+        };
+        let (mut file, invalid) = match toml::from_str::<Self>(text) {
+            Ok(file) => (file, Vec::new()),
+            Err(strict) => {
+                let Ok(mut table) = toml::from_str::<toml::Table>(text) else {
+                    return Err(parse_error(strict));
+                };
+                let invalid = take_bad_choices(&mut table);
+                if invalid.is_empty() {
+                    return Err(parse_error(strict));
+                }
+                match toml::Value::Table(table).try_into::<Self>() {
+                    Ok(file) => (file, invalid),
+                    Err(_) => return Err(parse_error(strict)),
+                }
+            }
+        };
         file.kubeflow.rebase(path.parent().unwrap_or(Path::new("")));
-        file.refuse_empty_state_dir()
+        Ok((file.refuse_empty_state_dir()?, invalid))
     }
 
     /// Reads and parses a config file; a missing file at the default path is
@@ -501,9 +539,24 @@ impl ConfigFile {
     /// # Errors
     /// [`ConfigError::Read`] or [`ConfigError::Parse`].
     pub fn load(path: &Path, explicit: bool) -> Result<Self, ConfigError> {
+        let (file, invalid) = Self::load_reporting(path, explicit)?;
+        combine(invalid, Ok(())).map(|()| file)
+    }
+
+    /// [`ConfigFile::load`] that returns bad fixed-choice values beside the
+    /// file, as [`ConfigFile::parse_reporting`].
+    ///
+    /// # Errors
+    /// As [`ConfigFile::load`].
+    pub fn load_reporting(
+        path: &Path,
+        explicit: bool,
+    ) -> Result<(Self, Vec<ConfigError>), ConfigError> {
         match std::fs::read_to_string(path) {
-            Ok(text) => Self::parse(path, &text),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !explicit => Ok(Self::default()),
+            Ok(text) => Self::parse_reporting(path, &text),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !explicit => {
+                Ok((Self::default(), Vec::new()))
+            }
             Err(source) => Err(ConfigError::Read {
                 path: path.to_path_buf(),
                 source,
@@ -595,23 +648,40 @@ impl ConfigFile {
         overrides: &Overrides,
         env_region: Option<String>,
     ) -> Result<Config, ConfigError> {
-        let name = overrides
-            .name
-            .clone()
-            .or(self.name)
-            .ok_or(ConfigError::Missing {
-                field: "name",
-                hint: "pass --name or set `name` in kfaws.toml",
-            })?;
-        let region = overrides
-            .region
-            .clone()
-            .or(self.region)
-            .or(env_region)
-            .ok_or(ConfigError::Missing {
-                field: "region",
-                hint: "pass --region, set `region` in kfaws.toml, or export AWS_REGION",
-            })?;
+        self.resolve_reporting(Vec::new(), overrides, env_region)
+    }
+
+    /// [`ConfigFile::resolve`] that reports `earlier` (the bad fixed-choice
+    /// values of [`ConfigFile::parse_reporting`]) first among the config's
+    /// problems, as one [`ConfigError::Several`] with them all.
+    ///
+    /// # Errors
+    /// As [`ConfigFile::resolve`]; a missing name or region is among the
+    /// others when `earlier` is not empty.
+    pub fn resolve_reporting(
+        self,
+        mut earlier: Vec<ConfigError>,
+        overrides: &Overrides,
+        env_region: Option<String>,
+    ) -> Result<Config, ConfigError> {
+        let name = overrides.name.clone().or(self.name);
+        let region = overrides.region.clone().or(self.region).or(env_region);
+        let (name, region) = match (name, region) {
+            (Some(name), Some(region)) => (name, region),
+            (name, _) => {
+                earlier.push(match name {
+                    None => ConfigError::Missing {
+                        field: "name",
+                        hint: "pass --name or set `name` in kfaws.toml",
+                    },
+                    Some(_) => ConfigError::Missing {
+                        field: "region",
+                        hint: "pass --region, set `region` in kfaws.toml, or export AWS_REGION",
+                    },
+                });
+                return Err(combine(earlier, Ok(())).expect_err("a problem was pushed"));
+            }
+        };
         let config = Config {
             name,
             region,
@@ -629,9 +699,106 @@ impl ConfigFile {
             options: self.options,
             kubeflow: self.kubeflow,
         };
-        config.check(!overrides.destroy)?;
+        combine(earlier, config.check(!overrides.destroy))?;
         Ok(config)
     }
+}
+
+/// `earlier` and `result`'s problems as one error: none is `Ok`, one is
+/// itself, more are [`ConfigError::Several`] (a `Several` in `result`
+/// flattened into it).
+fn combine(
+    mut earlier: Vec<ConfigError>,
+    result: Result<(), ConfigError>,
+) -> Result<(), ConfigError> {
+    match result {
+        Ok(()) => {}
+        Err(ConfigError::Several(more)) => earlier.extend(more),
+        Err(e) => earlier.push(e),
+    }
+    match earlier.len() {
+        0 => Ok(()),
+        1 => Err(earlier.remove(0)),
+        _ => Err(ConfigError::Several(earlier)),
+    }
+}
+
+/// Checks a fixed-choice value by deserializing it as `T`; the error is
+/// serde's, which lists the choices (`unknown variant `k8s`, expected one of
+/// `local`, `kubernetes`, `sagemaker``).
+fn choice<T: serde::de::DeserializeOwned>(value: &toml::Value) -> Result<(), String> {
+    T::deserialize(value.clone())
+        .map(drop)
+        .map_err(|e| e.to_string().trim_end().to_string())
+}
+
+/// Takes each fixed-choice field whose value is not one of its choices out of
+/// `table` (a TOML document as parsed), one [`ConfigError::Invalid`] each, in
+/// the order `profile`, `options.sagemaker_role_policy`,
+/// `access_entries.<name>.policy`, `training_runtime`. An access entry's
+/// `policy` is required: it is replaced by `view` rather than removed, so the
+/// entry's other fields are still checked.
+fn take_bad_choices(table: &mut toml::Table) -> Vec<ConfigError> {
+    type Check = fn(&toml::Value) -> Result<(), String>;
+    let mut errors = Vec::new();
+    let mut take =
+        |t: &mut toml::Table, key: &str, field: String, check: Check, keep: Option<&str>| {
+            let Some(value) = t.get(key) else { return };
+            let Err(problem) = check(value) else { return };
+            errors.push(ConfigError::Invalid {
+                field,
+                value: match value {
+                    toml::Value::String(s) => s.clone(),
+                    other => other.to_string(),
+                },
+                problem,
+            });
+            match keep {
+                Some(placeholder) => {
+                    t.insert(key.into(), toml::Value::String(placeholder.into()));
+                }
+                None => {
+                    t.remove(key);
+                }
+            }
+        };
+    take(
+        table,
+        "profile",
+        "profile".into(),
+        choice::<ProfileName>,
+        None,
+    );
+    if let Some(toml::Value::Table(options)) = table.get_mut("options") {
+        take(
+            options,
+            "sagemaker_role_policy",
+            "options.sagemaker_role_policy".into(),
+            choice::<SageMakerRolePolicy>,
+            None,
+        );
+    }
+    if let Some(toml::Value::Table(entries)) = table.get_mut("access_entries") {
+        for (name, entry) in entries.iter_mut() {
+            if let toml::Value::Table(entry) = entry {
+                take(
+                    entry,
+                    "policy",
+                    format!("access_entries.{name}.policy"),
+                    choice::<AccessPolicy>,
+                    Some("view"),
+                );
+            }
+        }
+    }
+    take(
+        table,
+        "training_runtime",
+        "training_runtime".into(),
+        choice::<crate::train::Runtime>,
+        None,
+    );
+    errors
 }
 
 impl Config {
@@ -1282,8 +1449,10 @@ mod tests {
         }
     }
 
+    /// `toml` resolved as the commands that plan resolve it.
     fn resolve(toml: &str) -> Result<Config, ConfigError> {
-        ConfigFile::parse(Path::new("kfaws.toml"), toml)?.resolve(&Overrides::default(), None)
+        let (file, invalid) = ConfigFile::parse_reporting(Path::new("kfaws.toml"), toml)?;
+        file.resolve_reporting(invalid, &Overrides::default(), None)
     }
 
     fn names_error(toml: &str) -> Vec<NameError> {
@@ -1386,10 +1555,14 @@ mod tests {
     }
 
     #[test]
-    fn unknown_profile_lists_nothing_silently() {
+    fn unknown_profile_names_its_field_and_the_profiles() {
         let e = resolve("name = \"ml\"\nregion = \"us-east-1\"\nprofile = \"k8s\"\n").unwrap_err();
         let msg = e.to_string();
-        assert!(msg.contains("line 3") && msg.contains("vanilla"), "{msg}");
+        assert!(
+            msg.starts_with("profile \"k8s\" is invalid: unknown variant `k8s`")
+                && msg.contains("`vanilla`"),
+            "{msg}"
+        );
     }
 
     #[test]
@@ -1702,6 +1875,100 @@ mod tests {
                 other => panic!("{toml}: expected Invalid {field}, got {other:?}"),
             }
         }
+    }
+
+    /// The fields of a [`ConfigError::Several`] or single [`ConfigError::Invalid`] /
+    /// [`ConfigError::Missing`], in order.
+    fn fields(e: &ConfigError) -> Vec<String> {
+        match e {
+            ConfigError::Several(all) => all.iter().flat_map(fields).collect(),
+            ConfigError::Invalid { field, .. } => vec![field.clone()],
+            ConfigError::Missing { field, .. } => vec![(*field).to_string()],
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_bad_fixed_choice_is_reported_with_the_other_problems_naming_the_choices() {
+        let toml = "name = \"ml\"\nregion = \"us-east-1\"\nprofile = \"vanila\"\n\
+                    training_runtime = \"k8s\"\n\
+                    [options]\nsagemaker_role_policy = \"fulll\"\nvpc_cidr = \"10.0.0.0/30\"\n\
+                    [access_entries.alice]\n\
+                    principal_arn = \"arn:aws:iam::123456789012:role/alice\"\n\
+                    policy = \"owner\"\nnamespaces = [\"Bad_NS\"]\n";
+        let e = resolve(toml).unwrap_err();
+        assert_eq!(
+            fields(&e),
+            [
+                "profile",
+                "options.sagemaker_role_policy",
+                "access_entries.alice.policy",
+                "training_runtime",
+                "options.vpc_cidr",
+                "access_entries.alice.namespaces",
+            ]
+        );
+        let text = e.to_string();
+        assert!(text.starts_with("6 problems in the config:"), "{text}");
+        for (line, choices) in [
+            (
+                "profile \"vanila\" is invalid",
+                &["vanilla", "rds-s3", "cognito"][..],
+            ),
+            (
+                "options.sagemaker_role_policy \"fulll\" is invalid",
+                &["full", "scoped"],
+            ),
+            (
+                "access_entries.alice.policy \"owner\" is invalid",
+                &["cluster-admin", "admin", "edit", "view"],
+            ),
+            (
+                "training_runtime \"k8s\" is invalid",
+                &["local", "kubernetes", "sagemaker"],
+            ),
+        ] {
+            let found = text
+                .lines()
+                .find(|l| l.contains(line))
+                .unwrap_or_else(|| panic!("no {line:?} in {text}"));
+            for choice in choices {
+                assert!(found.contains(&format!("`{choice}`")), "{found}");
+            }
+        }
+        // Without the other problems, the parse alone refuses them (for the commands that
+        // read the file without resolving it: `kfaws train`'s runtime).
+        let e =
+            ConfigFile::parse(Path::new("kfaws.toml"), "training_runtime = \"k8s\"").unwrap_err();
+        assert_eq!(fields(&e), ["training_runtime"]);
+        let e = ConfigFile::parse(
+            Path::new("kfaws.toml"),
+            "profile = 3\n[options]\nsagemaker_role_policy = \"fulll\"",
+        )
+        .unwrap_err();
+        assert_eq!(
+            fields(&e),
+            ["profile", "options.sagemaker_role_policy"],
+            "{e}"
+        );
+        // A missing name is among them.
+        let (file, invalid) =
+            ConfigFile::parse_reporting(Path::new("kfaws.toml"), "profile = \"x\"").unwrap();
+        let e = file
+            .resolve_reporting(invalid, &Overrides::default(), Some("us-east-1".into()))
+            .unwrap_err();
+        assert_eq!(fields(&e), ["profile", "name"]);
+    }
+
+    #[test]
+    fn a_bad_fixed_choice_beside_a_schema_error_is_the_parser_s_first_error() {
+        let e =
+            resolve("name = \"ml\"\nregion = \"us-east-1\"\nprofile = \"vanila\"\nregoin = \"x\"")
+                .unwrap_err();
+        let ConfigError::Parse { message, .. } = &e else {
+            panic!("expected Parse, got {e:?}");
+        };
+        assert!(message.contains("line 3"), "{message}");
     }
 
     #[test]

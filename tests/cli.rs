@@ -558,6 +558,30 @@ fn broken_manifests_and_an_unavailable_profile_fail_before_any_api_call_naming_e
         .stderr(predicate::str::contains(
             "kubernetes_version \"1\" is invalid",
         ));
+    // So is a value outside a field's fixed choices: not a parse error that hides the rest.
+    let d = Deployment::new(
+        "profile = \"vanila\"\nkubernetes_version = \"1\"\n[options]\n\
+         sagemaker_role_policy = \"fulll\"\n",
+    );
+    for args in [&["plan"][..], &["validate"]] {
+        d.kfaws(args)
+            .env("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
+            .assert()
+            .code(1)
+            .stderr(predicate::str::contains("3 problems in the config"))
+            .stderr(predicate::str::contains(
+                "profile \"vanila\" is invalid: unknown variant `vanila`, expected one of \
+                 `vanilla`, `rds-s3`",
+            ))
+            .stderr(predicate::str::contains(
+                "options.sagemaker_role_policy \"fulll\" is invalid: unknown variant `fulll`, \
+                 expected `full` or `scoped`",
+            ))
+            .stderr(predicate::str::contains(
+                "kubernetes_version \"1\" is invalid",
+            ))
+            .stderr(predicate::str::contains("connect").not());
+    }
 }
 
 /// `cmd` with no credentials anywhere the AWS SDK's default chain looks:

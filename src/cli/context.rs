@@ -34,6 +34,16 @@ pub fn read_file(g: &Global) -> anyhow::Result<(ConfigFile, PathBuf)> {
     with_state_dir(g, file, &path)
 }
 
+/// [`read_file`] that returns the bad fixed-choice values beside the file
+/// ([`ConfigFile::load_reporting`]), for [`load_for`] to report with the
+/// config's other problems.
+fn read_file_reporting(g: &Global) -> anyhow::Result<(ConfigFile, Vec<ConfigError>, PathBuf)> {
+    let path = config_path(g);
+    let (file, invalid) = ConfigFile::load_reporting(&path, g.config.is_some())?;
+    let (file, state_dir) = with_state_dir(g, file, &path)?;
+    Ok((file, invalid, state_dir))
+}
+
 fn config_path(g: &Global) -> PathBuf {
     g.config
         .clone()
@@ -82,7 +92,11 @@ pub fn deployment(g: &Global) -> anyhow::Result<(String, PathBuf)> {
     let path = config_path(g);
     let file = match ConfigFile::load(&path, g.config.is_some()) {
         Ok(file) => file,
-        Err(strict @ (ConfigError::Parse { .. } | ConfigError::Invalid { .. })) => {
+        Err(
+            strict @ (ConfigError::Parse { .. }
+            | ConfigError::Invalid { .. }
+            | ConfigError::Several(_)),
+        ) => {
             match ConfigFile::load_location(&path, g.config.is_some()) {
                 Ok(file) => {
                     tracing::warn!(
@@ -150,7 +164,7 @@ pub fn load(g: &Global, profile: Option<ProfileName>) -> anyhow::Result<Loaded> 
 /// [`load`] for a destroy (`destroy`), which reads no `[kubeflow]` manifests:
 /// their paths need not exist.
 pub fn load_for(g: &Global, profile: Option<ProfileName>, destroy: bool) -> anyhow::Result<Loaded> {
-    let (file, state_dir) = read_file(g)?;
+    let (file, invalid, state_dir) = read_file_reporting(g)?;
     let name = g.name.clone().or_else(|| file.name.clone());
     let recorded = name
         .as_deref()
@@ -171,7 +185,7 @@ pub fn load_for(g: &Global, profile: Option<ProfileName>, destroy: bool) -> anyh
         destroy,
     };
     let config = file
-        .resolve(&overrides, env_region())
+        .resolve_reporting(invalid, &overrides, env_region())
         .map_err(|e| match e {
             ConfigError::Missing { .. } => anyhow::anyhow!("{e}{}", missing_file(g)),
             e => e.into(),
