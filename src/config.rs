@@ -168,6 +168,28 @@ impl AccessPolicy {
     }
 }
 
+/// How the EKS cluster authenticates IAM principals (`options.authentication_mode`; EKS API
+/// Reference, `CreateAccessConfigRequest` / `UpdateAccessConfigRequest` `authenticationMode`).
+///
+/// EKS changes a cluster's mode one way only, `CONFIG_MAP` -> `API_AND_CONFIG_MAP` -> `API`,
+/// and never back (Amazon EKS User Guide, "Change authentication mode to use access
+/// entries"), so a cluster once in `API` stays there whatever this option later says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AuthenticationMode {
+    /// The default: EKS `API_AND_CONFIG_MAP`, both EKS access entries and the `aws-auth`
+    /// ConfigMap admit principals. A cluster in `CONFIG_MAP` mode is switched to it in
+    /// place; one already in `API` (stricter: set outside kfaws, or by an earlier `api`) is
+    /// left so.
+    #[default]
+    ApiAndConfigMap,
+    /// EKS `API`: access entries alone admit principals and the `aws-auth` ConfigMap is
+    /// ignored, the mode the EKS Best Practices Guide recommends (Security, "Identity and
+    /// Access Management"). A cluster in another mode is switched to it in place (from
+    /// `CONFIG_MAP` through `API_AND_CONFIG_MAP`); one-way.
+    Api,
+}
+
 /// Deployment options; every key has a default.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -197,6 +219,11 @@ pub struct Options {
     /// three: any other policy attached outside kfaws is drift and apply
     /// detaches it. At most [`MAX_EXTRA_NODE_POLICIES`].
     pub node_role_policies: Vec<String>,
+    /// The EKS cluster's authentication mode ([`AuthenticationMode`]): `api-and-config-map`
+    /// (the default) or `api`. A deployment whose cluster kfaws switched to `API` keeps it
+    /// when this is set back or left out (filled in before planning, [`crate::profiles`]):
+    /// EKS cannot switch back.
+    pub authentication_mode: AuthenticationMode,
 }
 
 /// The purposes of the IAM roles a deployment names itself
@@ -232,6 +259,7 @@ impl Default for Options {
             user_namespace: "kubeflow-user-example-com".into(),
             availability_zones: None,
             node_role_policies: Vec::new(),
+            authentication_mode: AuthenticationMode::default(),
         }
     }
 }
@@ -493,7 +521,8 @@ impl ConfigFile {
 
     /// [`ConfigFile::parse`], except that a fixed-choice field whose value is
     /// not one of its choices (`profile`, `training_runtime`,
-    /// `options.sagemaker_role_policy`, an access entry's `policy`) is not a
+    /// `options.sagemaker_role_policy`, `options.authentication_mode`, an
+    /// access entry's `policy`) is not a
     /// parse error: it comes back as a [`ConfigError::Invalid`] naming the
     /// field and the choices, beside the file read without it (an access
     /// entry's `policy`, which is required, reads as `view`), so that
@@ -735,7 +764,8 @@ fn choice<T: serde::de::DeserializeOwned>(value: &toml::Value) -> Result<(), Str
 /// Takes each fixed-choice field whose value is not one of its choices out of
 /// `table` (a TOML document as parsed), one [`ConfigError::Invalid`] each, in
 /// the order `profile`, `options.sagemaker_role_policy`,
-/// `access_entries.<name>.policy`, `training_runtime`. An access entry's
+/// `options.authentication_mode`, `access_entries.<name>.policy`,
+/// `training_runtime` (a removed option takes its default). An access entry's
 /// `policy` is required: it is replaced by `view` rather than removed, so the
 /// entry's other fields are still checked.
 fn take_bad_choices(table: &mut toml::Table) -> Vec<ConfigError> {
@@ -775,6 +805,13 @@ fn take_bad_choices(table: &mut toml::Table) -> Vec<ConfigError> {
             "sagemaker_role_policy",
             "options.sagemaker_role_policy".into(),
             choice::<SageMakerRolePolicy>,
+            None,
+        );
+        take(
+            options,
+            "authentication_mode",
+            "options.authentication_mode".into(),
+            choice::<AuthenticationMode>,
             None,
         );
     }
@@ -1893,6 +1930,7 @@ mod tests {
         let toml = "name = \"ml\"\nregion = \"us-east-1\"\nprofile = \"vanila\"\n\
                     training_runtime = \"k8s\"\n\
                     [options]\nsagemaker_role_policy = \"fulll\"\nvpc_cidr = \"10.0.0.0/30\"\n\
+                    authentication_mode = \"API\"\n\
                     [access_entries.alice]\n\
                     principal_arn = \"arn:aws:iam::123456789012:role/alice\"\n\
                     policy = \"owner\"\nnamespaces = [\"Bad_NS\"]\n";
@@ -1902,6 +1940,7 @@ mod tests {
             [
                 "profile",
                 "options.sagemaker_role_policy",
+                "options.authentication_mode",
                 "access_entries.alice.policy",
                 "training_runtime",
                 "options.vpc_cidr",
@@ -1909,7 +1948,7 @@ mod tests {
             ]
         );
         let text = e.to_string();
-        assert!(text.starts_with("6 problems in the config:"), "{text}");
+        assert!(text.starts_with("7 problems in the config:"), "{text}");
         for (line, choices) in [
             (
                 "profile \"vanila\" is invalid",
@@ -1918,6 +1957,10 @@ mod tests {
             (
                 "options.sagemaker_role_policy \"fulll\" is invalid",
                 &["full", "scoped"],
+            ),
+            (
+                "options.authentication_mode \"API\" is invalid",
+                &["api-and-config-map", "api"],
             ),
             (
                 "access_entries.alice.policy \"owner\" is invalid",
@@ -1958,6 +2001,25 @@ mod tests {
             .resolve_reporting(invalid, &Overrides::default(), Some("us-east-1".into()))
             .unwrap_err();
         assert_eq!(fields(&e), ["profile", "name"]);
+    }
+
+    #[test]
+    fn authentication_mode_is_api_and_config_map_unless_set_to_api() {
+        let base = "name = \"ml\"\nregion = \"us-east-1\"\n";
+        for (options, want) in [
+            ("", AuthenticationMode::ApiAndConfigMap),
+            (
+                "[options]\nauthentication_mode = \"api-and-config-map\"\n",
+                AuthenticationMode::ApiAndConfigMap,
+            ),
+            (
+                "[options]\nauthentication_mode = \"api\"\n",
+                AuthenticationMode::Api,
+            ),
+        ] {
+            let config = resolve(&format!("{base}{options}")).unwrap();
+            assert_eq!(config.options.authentication_mode, want, "{options}");
+        }
     }
 
     #[test]

@@ -2163,22 +2163,28 @@ async fn access_entries_hold_exactly_their_policy_follow_the_config_and_refuse_f
     assert!(eks.describe_cluster().name(&d.name).send().await.is_err());
 }
 
-/// A cluster of the deployment in `CONFIG_MAP` mode (made before kfaws set the mode, here by
-/// hand with the deployment's tags, so kfaws imports it) is switched to `API_AND_CONFIG_MAP` in
-/// place, as the plan says, and then admits access entries.
-#[tokio::test]
-async fn a_cluster_in_config_map_mode_is_switched_in_place_to_admit_access_entries() {
-    let d = Deployment::new("");
-    d.stdout(&[
-        "apply",
-        "--auto-approve",
-        "--target",
-        "stack.network",
-        "--target",
-        "stack.iam",
-    ]);
+/// The live authentication mode of the deployment's cluster.
+async fn authentication_mode(
+    eks: &aws_sdk_eks::Client,
+    d: &Deployment,
+) -> Option<aws_sdk_eks::types::AuthenticationMode> {
+    eks.describe_cluster()
+        .name(&d.name)
+        .send()
+        .await
+        .unwrap()
+        .cluster()
+        .unwrap()
+        .access_config()
+        .and_then(|a| a.authentication_mode())
+        .cloned()
+}
+
+/// Makes the deployment's cluster by hand in `CONFIG_MAP` mode (EKS's default through the API,
+/// as a cluster made before kfaws set the mode) on the applied `stack.network` and `stack.iam`,
+/// with the deployment's tags, so that kfaws imports it.
+async fn config_map_cluster(d: &Deployment, eks: &aws_sdk_eks::Client) {
     let lineage = d.state()["lineage"].as_str().unwrap().to_string();
-    let eks = aws_sdk_eks::Client::new(&d.sdk().await);
     #[allow(deprecated)]
     let encryption = aws_sdk_eks::types::EncryptionConfig::builder()
         .resources("secrets")
@@ -2194,7 +2200,7 @@ async fn a_cluster_in_config_map_mode_is_switched_in_place_to_admit_access_entri
         .role_arn(d.output("stack.iam", "ClusterRoleArn"))
         .resources_vpc_config(
             aws_sdk_eks::types::VpcConfigRequest::builder()
-                .set_subnet_ids(Some(private_subnets(&d)))
+                .set_subnet_ids(Some(private_subnets(d)))
                 .endpoint_public_access(true)
                 .endpoint_private_access(true)
                 .build(),
@@ -2206,25 +2212,31 @@ async fn a_cluster_in_config_map_mode_is_switched_in_place_to_admit_access_entri
         .send()
         .await
         .unwrap();
-    let mode = || {
-        let (eks, name) = (eks.clone(), d.name.clone());
-        async move {
-            eks.describe_cluster()
-                .name(name)
-                .send()
-                .await
-                .unwrap()
-                .cluster()
-                .unwrap()
-                .access_config()
-                .and_then(|a| a.authentication_mode())
-                .cloned()
-        }
-    };
     assert_eq!(
-        mode().await,
+        authentication_mode(eks, d).await,
         Some(aws_sdk_eks::types::AuthenticationMode::ConfigMap)
     );
+}
+
+/// A cluster of the deployment in `CONFIG_MAP` mode (made before kfaws set the mode, here by
+/// hand with the deployment's tags, so kfaws imports it) is switched to `API_AND_CONFIG_MAP` in
+/// place, as the plan says, and then admits access entries. Then `options.authentication_mode
+/// = "api"` takes the same cluster on to `API` in place (one-way), and taking the option out
+/// again plans no change.
+#[tokio::test]
+async fn a_cluster_in_config_map_mode_is_switched_in_place_to_admit_access_entries() {
+    let d = Deployment::new("");
+    d.stdout(&[
+        "apply",
+        "--auto-approve",
+        "--target",
+        "stack.network",
+        "--target",
+        "stack.iam",
+    ]);
+    let eks = aws_sdk_eks::Client::new(&d.sdk().await);
+    config_map_cluster(&d, &eks).await;
+    let mode = || authentication_mode(&eks, &d);
     let created = || {
         let (eks, name) = (eks.clone(), d.name.clone());
         async move {
@@ -2244,10 +2256,9 @@ async fn a_cluster_in_config_map_mode_is_switched_in_place_to_admit_access_entri
         "{plan}"
     );
     let updates = d.calls("UpdateClusterConfig");
-    d.write_config(
-        "[access_entries.ops]\nprincipal_arn = \"arn:aws:iam::123456789012:role/Ops\"\n\
-         policy = \"admin\"\n",
-    );
+    let ops = "[access_entries.ops]\nprincipal_arn = \"arn:aws:iam::123456789012:role/Ops\"\n\
+               policy = \"admin\"\n";
+    d.write_config(ops);
     d.stdout(&[
         "apply",
         "--auto-approve",
@@ -2274,5 +2285,99 @@ async fn a_cluster_in_config_map_mode_is_switched_in_place_to_admit_access_entri
     ])
     .assert()
     .code(0);
+
+    // This default deployment set to `api`: the cluster goes on to API in place, a config
+    // change the plan shows with its one-way note.
+    d.write_config(&format!("[options]\nauthentication_mode = \"api\"\n{ops}"));
+    let out = d
+        .kfaws(&["plan", "--detailed-exitcode", "--target", "eks.cluster"])
+        .assert()
+        .code(2);
+    let plan = String::from_utf8_lossy(&out.get_output().stdout).to_string();
+    assert!(
+        plan.contains("~ eks.cluster")
+            && plan.contains("authentication mode API_AND_CONFIG_MAP -> API")
+            && plan.contains("the aws-auth ConfigMap stops admitting anyone")
+            && plan.contains("EKS cannot switch back")
+            && plan.contains("0 to add, 1 to change, 0 to destroy")
+            && plan.contains("config changed: authentication_mode")
+            && !plan.contains("changed outside kfaws"),
+        "{plan}"
+    );
+    d.stdout(&["apply", "--auto-approve", "--target", "eks.cluster"]);
+    assert_eq!(
+        mode().await,
+        Some(aws_sdk_eks::types::AuthenticationMode::Api)
+    );
+    assert_eq!(d.calls("UpdateClusterConfig"), updates + 2);
+    assert_eq!(created().await, created_before, "not replaced");
+    let no_changes = |d: &Deployment| {
+        d.kfaws(&["plan", "--detailed-exitcode", "--target", "eks.cluster"])
+            .assert()
+            .code(0)
+            .stdout(predicate::str::contains("authentication").not());
+    };
+    no_changes(&d);
+    // Taken out again: EKS cannot switch back, and nothing is planned.
+    d.write_config(ops);
+    no_changes(&d);
+    d.stdout(&["destroy", "--auto-approve"]);
+}
+
+/// `options.authentication_mode = "api"`: a new cluster is created in `API` mode (with the
+/// creator's admin entry) and plans no change after; a cluster of the deployment in
+/// `CONFIG_MAP` mode goes to `API` in one apply through `API_AND_CONFIG_MAP`, one
+/// UpdateClusterConfig each (EKS refuses `CONFIG_MAP` -> `API`).
+#[tokio::test]
+async fn authentication_mode_api_creates_an_api_cluster_and_takes_a_config_map_one_in_two_steps() {
+    let d = Deployment::new("[options]\nauthentication_mode = \"api\"\n");
+    d.stdout(&["apply", "--auto-approve", "--target", "eks.cluster"]);
+    let eks = aws_sdk_eks::Client::new(&d.sdk().await);
+    assert_eq!(
+        authentication_mode(&eks, &d).await,
+        Some(aws_sdk_eks::types::AuthenticationMode::Api)
+    );
+    let entries = eks
+        .list_access_entries()
+        .cluster_name(&d.name)
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        entries
+            .access_entries()
+            .iter()
+            .any(|e| e.ends_with(&format!(":{}:user/moto", d.account))),
+        "the creator's admin entry: {entries:?}"
+    );
+    let clean = |d: &Deployment| {
+        d.kfaws(&["plan", "--detailed-exitcode", "--target", "eks.cluster"])
+            .assert()
+            .code(0);
+    };
+    clean(&d);
+    assert_eq!(d.calls("UpdateClusterConfig"), 0);
+
+    d.stdout(&["destroy", "--auto-approve", "--target", "eks.cluster"]);
+    config_map_cluster(&d, &eks).await;
+    // Imported (the create re-attaches), then both steps planned and applied.
+    d.stdout(&["apply", "--auto-approve", "--target", "eks.cluster"]);
+    let plan = d.stdout(&["plan", "--target", "eks.cluster"]);
+    let (first, second) = (
+        plan.find("authentication mode CONFIG_MAP -> API_AND_CONFIG_MAP"),
+        plan.find("authentication mode API_AND_CONFIG_MAP -> API"),
+    );
+    assert!(
+        matches!((first, second), (Some(a), Some(b)) if a < b)
+            && plan.contains("0 to add, 1 to change, 0 to destroy"),
+        "{plan}"
+    );
+    d.stdout(&["apply", "--auto-approve", "--target", "eks.cluster"]);
+    assert_eq!(
+        authentication_mode(&eks, &d).await,
+        Some(aws_sdk_eks::types::AuthenticationMode::Api)
+    );
+    assert_eq!(d.calls("UpdateClusterConfig"), 2);
+    clean(&d);
     d.stdout(&["destroy", "--auto-approve"]);
 }

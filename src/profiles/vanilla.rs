@@ -32,7 +32,7 @@ use aws_config::SdkConfig;
 use super::{AwsProvider, Built};
 use crate::address::Address;
 use crate::aws::eks::access_entry::AccessEntryResource;
-use crate::aws::eks::cluster::ClusterResource;
+use crate::aws::eks::cluster::{ClusterResource, MODE_FIELD};
 use crate::aws::eks::nodegroup::NodegroupResource;
 use crate::aws::guards::{
     BucketGuard, FileSystemGuard, FixedRole, InUseGuard, Kept, Owner, RolesGuard, VpcGuard,
@@ -42,7 +42,9 @@ use crate::aws::oidc::OidcProviderResource;
 use crate::aws::stack::{InputParameter, StackResource};
 use crate::aws::trust::{aws_managed_policy, TrustGuard, TrustedRole, Trustee};
 use crate::aws::zones::{self, Source, Wanted, ZoneError};
-use crate::config::{AccessEntry, Config, NodeGroup, SageMakerRolePolicy, EKS_NODE_POLICIES};
+use crate::config::{
+    AccessEntry, AuthenticationMode, Config, NodeGroup, SageMakerRolePolicy, EKS_NODE_POLICIES,
+};
 use crate::k8s::kubeconfig::ExecAuth;
 use crate::k8s::resource::{
     ClusterConnector, InputValue, ManifestsResource, ServedKind, Source as ManifestSource,
@@ -227,10 +229,25 @@ fn recorded_role_policy(state: &State) -> Option<SageMakerRolePolicy> {
     }
 }
 
+/// Whether the state records the cluster applied with
+/// `options.authentication_mode = "api"` (its spec's
+/// [`MODE_FIELD`]).
+fn recorded_api_mode(state: &State) -> bool {
+    state
+        .resources
+        .get(&addr(CLUSTER))
+        .and_then(|c| c.spec.get(MODE_FIELD))
+        .and_then(serde_json::Value::as_str)
+        == Some(aws_sdk_eks::types::AuthenticationMode::Api.as_str())
+}
+
 /// Fills in what the config leaves to the deployment's history: an unset
 /// `options.sagemaker_role_policy` is the recorded one, else the default
 /// (`scoped`), so a deployment applied while `full` was the default keeps
-/// its role's policies. Then what it leaves to AWS: the network's
+/// its role's policies; `options.authentication_mode` is `api` once the
+/// cluster was applied with it, whatever the config now says (EKS cannot
+/// switch a cluster back from `API`: the plan shows no change). Then what it
+/// leaves to AWS: the network's
 /// Availability Zones ([`zones`]: the configured ones, else the recorded
 /// ones, else the first two that offer every node group's instance type),
 /// checked against the instance type offerings. A destroy needs no choice
@@ -249,6 +266,9 @@ pub async fn prepare(
     if config.options.sagemaker_role_policy.is_none() {
         config.options.sagemaker_role_policy =
             Some(recorded_role_policy(state).unwrap_or_default());
+    }
+    if recorded_api_mode(state) {
+        config.options.authentication_mode = AuthenticationMode::Api;
     }
     let recorded = recorded_zones(state);
     if destroy {
@@ -666,6 +686,7 @@ fn cluster(config: &Config, aws: &SdkConfig, lineage: uuid::Uuid) -> ClusterReso
         lineage: lineage.to_string(),
         network: addr("stack.network"),
         iam: addr("stack.iam"),
+        authentication_mode: config.options.authentication_mode,
         client: crate::aws::client::<aws_sdk_eks::Client>(aws),
     }
 }
@@ -1708,5 +1729,73 @@ mod tests {
             set.options.sagemaker_role_policy,
             Some(SageMakerRolePolicy::Scoped)
         );
+    }
+
+    /// `options.authentication_mode = "api"` adds the mode to the cluster's spec, the default
+    /// adds nothing (a deployment applied before the option plans no change); once the state
+    /// records the cluster applied with `api`, it stays `api` whatever the config says (EKS
+    /// cannot switch back), so taking the option out plans no change either.
+    #[tokio::test]
+    async fn authentication_mode_api_is_in_the_cluster_spec_and_stays_once_applied() {
+        let spec = |config: &Config| {
+            let built = from_config(config).unwrap();
+            let cluster = built
+                .resources
+                .iter()
+                .find(|r| r.address().as_str() == CLUSTER)
+                .unwrap()
+                .spec();
+            cluster.get(MODE_FIELD).cloned()
+        };
+        let api = config("[options]\nauthentication_mode = \"api\"");
+        assert_eq!(spec(&api), Some(serde_json::json!("API")));
+        assert_eq!(spec(&config("")), None);
+        assert_eq!(
+            spec(&config(
+                "[options]\nauthentication_mode = \"api-and-config-map\""
+            )),
+            None
+        );
+
+        let mut state = State::new("ml");
+        let fresh = prepare(&config(""), &aws(), &state, true).await.unwrap();
+        assert_eq!(
+            fresh.options.authentication_mode,
+            AuthenticationMode::ApiAndConfigMap
+        );
+        let applied = from_config(&api).unwrap();
+        let cluster = applied
+            .resources
+            .iter()
+            .find(|r| r.address().as_str() == CLUSTER)
+            .unwrap();
+        state.resources.insert(
+            addr(CLUSTER),
+            ResourceState {
+                kind: cluster.kind().into(),
+                status: crate::state::Status::Created,
+                physical_id: None,
+                idempotency_token: None,
+                spec_hash: String::new(),
+                spec: cluster.spec(),
+                outputs: Default::default(),
+                dependencies: vec![],
+                updating: None,
+                inputs_hash: None,
+                updated_at: chrono::Utc::now(),
+            },
+        );
+        for left in [
+            "",
+            "[options]\nauthentication_mode = \"api-and-config-map\"",
+        ] {
+            let kept = prepare(&config(left), &aws(), &state, true).await.unwrap();
+            assert_eq!(
+                kept.options.authentication_mode,
+                AuthenticationMode::Api,
+                "{left}"
+            );
+            assert_eq!(spec(&kept), Some(serde_json::json!("API")), "{left}");
+        }
     }
 }

@@ -20,13 +20,16 @@
 //!   downgrade: EKS User Guide, "Update existing cluster to new Kubernetes
 //!   version"); endpoint access changes in place (`UpdateClusterConfig`);
 //!   the name, the role and the secrets encryption only by replacement;
-//! - the authentication mode is `API_AND_CONFIG_MAP`, with the creator's
-//!   admin access entry (`bootstrapClusterCreatorAdminPermissions`), so that
-//!   EKS access entries ([`super::access_entry`]) admit other principals
-//!   while `aws-auth` keeps working (EKS User Guide, "Change authentication
-//!   mode to use access entries"); a cluster in `CONFIG_MAP` mode is moved
-//!   to it in place (`UpdateClusterConfig` `accessConfig`, one-way), one in
-//!   `API` mode (stricter, set outside kfaws) is left as it is.
+//! - the authentication mode is `API_AND_CONFIG_MAP` by default, with the
+//!   creator's admin access entry (`bootstrapClusterCreatorAdminPermissions`),
+//!   so that EKS access entries ([`super::access_entry`]) admit other
+//!   principals while `aws-auth` keeps working (EKS User Guide, "Change
+//!   authentication mode to use access entries"); a cluster in `CONFIG_MAP`
+//!   mode is moved to it in place (`UpdateClusterConfig` `accessConfig`,
+//!   one-way), one in `API` mode (stricter, set outside kfaws) is left as it
+//!   is. With `options.authentication_mode = "api"` the mode is `API` (access
+//!   entries alone, `aws-auth` ignored): created so, or reached in place one
+//!   step at a time ([`mode_steps`]).
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -46,6 +49,7 @@ use super::{
 use crate::address::Address;
 use crate::aws::error_message;
 use crate::aws::wait::{wait_until, Backoff, Poll};
+use crate::config::AuthenticationMode as Configured;
 use crate::plan::Action;
 use crate::resource::{
     unless_interrupted, Applied, Check, Detail, Inputs, Observed, Outputs, Resource, ResourceError,
@@ -68,6 +72,80 @@ pub fn admits_access_entries(cluster: &Cluster) -> bool {
         .access_config()
         .and_then(|a| a.authentication_mode())
         .is_some_and(|m| *m != AuthenticationMode::ConfigMap)
+}
+
+/// The spec field recording the authentication mode, present only while it
+/// is `API` (`options.authentication_mode = "api"`): a deployment applied
+/// with the default has no such field, and plans no change for it.
+pub const MODE_FIELD: &str = "authentication_mode";
+
+/// The EKS authentication mode `configured` asks for.
+fn wanted_mode(configured: Configured) -> AuthenticationMode {
+    match configured {
+        Configured::ApiAndConfigMap => AuthenticationMode::ApiAndConfigMap,
+        Configured::Api => AuthenticationMode::Api,
+    }
+}
+
+/// The authentication modes a cluster in `live` mode (`None`: it reports no
+/// access config, so it predates access entries and is `CONFIG_MAP`) is
+/// switched through for `configured`, one `UpdateClusterConfig` each, in
+/// order. EKS moves a cluster one way only, one step at a time: `CONFIG_MAP`
+/// -> `API_AND_CONFIG_MAP` -> `API` (EKS User Guide, "Change authentication
+/// mode to use access entries"; UpdateClusterConfig refuses `CONFIG_MAP` ->
+/// `API` and every step back). So the default leaves an `API` cluster as it
+/// is, and a mode this SDK does not know is left alone. Pure.
+pub fn mode_steps(
+    live: Option<&AuthenticationMode>,
+    configured: Configured,
+) -> Vec<AuthenticationMode> {
+    let api = configured == Configured::Api;
+    match live {
+        None | Some(AuthenticationMode::ConfigMap) => {
+            let mut steps = vec![AuthenticationMode::ApiAndConfigMap];
+            if api {
+                steps.push(AuthenticationMode::Api);
+            }
+            steps
+        }
+        Some(AuthenticationMode::ApiAndConfigMap) if api => vec![AuthenticationMode::Api],
+        _ => Vec::new(),
+    }
+}
+
+/// The plan's line for the step from `from` to `to` ([`mode_steps`]).
+fn mode_detail(from: &AuthenticationMode, to: &AuthenticationMode) -> Detail {
+    let note = match to {
+        AuthenticationMode::Api => {
+            "access entries alone admit principals; the aws-auth ConfigMap stops admitting \
+             anyone. One-way: EKS cannot switch back"
+        }
+        _ => {
+            "admits EKS access entries; aws-auth keeps working. One-way: EKS cannot switch \
+             back to CONFIG_MAP"
+        }
+    };
+    Detail {
+        action: "Modify".into(),
+        name: format!("authentication mode {} -> {}", from.as_str(), to.as_str()),
+        kind: "UpdateClusterConfig".into(),
+        replacement: None,
+        condition: None,
+        note: Some(note.into()),
+    }
+}
+
+/// Whether [`Resource::read`] reports the live authentication mode, the
+/// [`MODE_FIELD`] of `live` (the cluster's [`ClusterResource::live_spec`]):
+/// where the `recorded` spec has the field (an `api` deployment, for which
+/// a live mode other than `API` is drift), or the live mode is `API`
+/// already. Otherwise it is left out and the record (without the field)
+/// stands for it, so that a deployment set to `api` plans the switch as a
+/// config change, not as one made outside kfaws; with the default neither
+/// the spec nor the record has the field, so nothing is compared. Pure.
+fn reports_mode(live: &serde_json::Map<String, Value>, recorded: Option<&ResourceState>) -> bool {
+    recorded.is_some_and(|r| r.spec.get(MODE_FIELD).is_some())
+        || live.get(MODE_FIELD).and_then(Value::as_str) == Some(AuthenticationMode::Api.as_str())
 }
 
 /// What [`health`] says of a cluster that works or is on its way there.
@@ -138,6 +216,9 @@ pub struct ClusterResource {
     pub network: Address,
     /// The IAM stack, for [`ROLE_OUTPUT`] and [`KEY_OUTPUT`].
     pub iam: Address,
+    /// `options.authentication_mode`: `API` is created or reached in place
+    /// ([`mode_steps`]); the default leaves an `API` cluster so.
+    pub authentication_mode: Configured,
     /// The client.
     pub client: Client,
 }
@@ -421,6 +502,13 @@ impl ClusterResource {
             json!(admits_access_entries(cluster)),
         );
         spec.insert(
+            MODE_FIELD.into(),
+            json!(cluster
+                .access_config()
+                .and_then(|a| a.authentication_mode())
+                .map_or("CONFIG_MAP", AuthenticationMode::as_str)),
+        );
+        spec.insert(
             "health".into(),
             json!(health(cluster.status().map_or("UNKNOWN", |s| s.as_str()))),
         );
@@ -570,8 +658,10 @@ impl Resource for ClusterResource {
         deps
     }
 
+    /// [`MODE_FIELD`] only with `API` configured, so that the spec of a
+    /// deployment applied before the option existed is unchanged.
     fn spec(&self) -> Value {
-        json!({
+        let mut spec = json!({
             "name": self.name,
             "kubernetes_version": self.kubernetes_version,
             "role_name": self.role_name,
@@ -580,7 +670,11 @@ impl Resource for ClusterResource {
             "secrets_encryption": "kms",
             "access_entries": true,
             "health": HEALTHY,
-        })
+        });
+        if self.authentication_mode == Configured::Api {
+            spec[MODE_FIELD] = json!(AuthenticationMode::Api.as_str());
+        }
+        spec
     }
 
     fn replace_fields(&self) -> &[&str] {
@@ -613,9 +707,13 @@ impl Resource for ClusterResource {
             return Ok(Observed::Gone);
         }
         let applied = Self::applied(&cluster);
+        let mut spec = Self::live_spec(&cluster);
+        if !reports_mode(&spec, recorded) {
+            spec.remove(MODE_FIELD);
+        }
         Ok(Observed::Present {
             physical_id: Some(applied.physical_id),
-            spec: Self::live_spec(&cluster),
+            spec,
             outputs: applied.outputs,
         })
     }
@@ -638,7 +736,7 @@ impl Resource for ClusterResource {
             .encryption_config(secrets_encryption(&wiring.key_arn))
             .access_config(
                 CreateAccessConfigRequest::builder()
-                    .authentication_mode(AuthenticationMode::ApiAndConfigMap)
+                    .authentication_mode(wanted_mode(self.authentication_mode))
                     .bootstrap_cluster_creator_admin_permissions(true)
                     .build(),
             )
@@ -736,11 +834,12 @@ impl Resource for ClusterResource {
                 .update_config(call, "resourcesVpcConfig", &what)
                 .await?;
         }
-        if !admits_access_entries(&live) {
-            tracing::info!(cluster = %self.name, "switching the authentication mode to API_AND_CONFIG_MAP");
+        let from = live.access_config().and_then(|a| a.authentication_mode());
+        for mode in mode_steps(from, self.authentication_mode) {
+            tracing::info!(cluster = %self.name, mode = mode.as_str(), "switching the authentication mode");
             let call = self.client.update_cluster_config().access_config(
                 UpdateAccessConfigRequest::builder()
-                    .authentication_mode(AuthenticationMode::ApiAndConfigMap)
+                    .authentication_mode(mode)
                     .build(),
             );
             live = self.update_config(call, "accessConfig", &what).await?;
@@ -749,7 +848,8 @@ impl Resource for ClusterResource {
     }
 
     /// The Kubernetes versions an update passes through, one
-    /// `UpdateClusterVersion` each ([`upgrade_path`]).
+    /// `UpdateClusterVersion` each ([`upgrade_path`]), then the
+    /// authentication modes, one `UpdateClusterConfig` each ([`mode_steps`]).
     async fn preview_update(
         &self,
         _recorded: &ResourceState,
@@ -762,18 +862,16 @@ impl Resource for ClusterResource {
             .map_err(|m| ResourceError::msg(format!("cluster {}: {m}", self.name)))?;
         let steps = path.len();
         let waits = super::waits_for_status("Cluster", live.status().map(ClusterStatus::as_str));
-        let mode = (!admits_access_entries(&live)).then(|| Detail {
-            action: "Modify".into(),
-            name: "authentication mode CONFIG_MAP -> API_AND_CONFIG_MAP".into(),
-            kind: "UpdateClusterConfig".into(),
-            replacement: None,
-            condition: None,
-            note: Some(
-                "admits EKS access entries; aws-auth keeps working. One-way: EKS cannot switch \
-                 back to CONFIG_MAP"
-                    .into(),
-            ),
-        });
+        let mut from = live
+            .access_config()
+            .and_then(|a| a.authentication_mode())
+            .cloned()
+            .unwrap_or(AuthenticationMode::ConfigMap);
+        let mut mode = Vec::new();
+        for to in mode_steps(Some(&from), self.authentication_mode) {
+            mode.push(mode_detail(&from, &to));
+            from = to;
+        }
         Ok(waits
             .into_iter()
             .chain(path.into_iter().enumerate().map(|(i, version)| Detail {
@@ -978,6 +1076,66 @@ mod tests {
     }
 
     #[test]
+    fn the_authentication_mode_moves_one_way_one_step_at_a_time() {
+        use AuthenticationMode::{Api, ApiAndConfigMap, ConfigMap};
+        let default = Configured::ApiAndConfigMap;
+        assert_eq!(mode_steps(None, default), [ApiAndConfigMap]);
+        assert_eq!(mode_steps(Some(&ConfigMap), default), [ApiAndConfigMap]);
+        assert!(mode_steps(Some(&ApiAndConfigMap), default).is_empty());
+        // The default means "at least access entries": an API cluster is left so.
+        assert!(mode_steps(Some(&Api), default).is_empty());
+        // EKS refuses CONFIG_MAP -> API: through API_AND_CONFIG_MAP.
+        let api = Configured::Api;
+        assert_eq!(mode_steps(None, api), [ApiAndConfigMap, Api]);
+        assert_eq!(mode_steps(Some(&ConfigMap), api), [ApiAndConfigMap, Api]);
+        assert_eq!(mode_steps(Some(&ApiAndConfigMap), api), [Api]);
+        assert!(mode_steps(Some(&Api), api).is_empty());
+        assert!(mode_steps(Some(&AuthenticationMode::from("NEW_MODE")), api).is_empty());
+        let d = mode_detail(&ApiAndConfigMap, &Api);
+        assert_eq!(d.name, "authentication mode API_AND_CONFIG_MAP -> API");
+        assert_eq!(d.kind, "UpdateClusterConfig");
+        let note = d.note.unwrap();
+        assert!(
+            note.contains("aws-auth ConfigMap stops admitting anyone")
+                && note.contains("EKS cannot switch back"),
+            "{note}"
+        );
+    }
+
+    #[test]
+    fn the_live_mode_is_compared_only_for_an_api_record_or_an_api_cluster() {
+        let live = |mode: &str| {
+            let mut m = serde_json::Map::new();
+            m.insert(MODE_FIELD.into(), json!(mode));
+            m
+        };
+        let recorded = |spec: Value| ResourceState {
+            kind: "aws_eks_cluster".into(),
+            status: crate::state::Status::Created,
+            physical_id: None,
+            idempotency_token: None,
+            spec_hash: String::new(),
+            spec,
+            outputs: Default::default(),
+            dependencies: vec![],
+            updating: None,
+            inputs_hash: None,
+            updated_at: chrono::Utc::now(),
+        };
+        let default = recorded(json!({"access_entries": true}));
+        let api = recorded(json!({"access_entries": true, MODE_FIELD: "API"}));
+        // A default deployment: left out, so a switch to `api` is a config change (the
+        // record, without the field, stands for it), not drift.
+        assert!(!reports_mode(&live("API_AND_CONFIG_MAP"), Some(&default)));
+        assert!(!reports_mode(&live("CONFIG_MAP"), None));
+        // Already API: reported, so `api` configured over it plans nothing.
+        assert!(reports_mode(&live("API"), Some(&default)));
+        // An `api` deployment: any live mode is compared (not API is drift).
+        assert!(reports_mode(&live("API_AND_CONFIG_MAP"), Some(&api)));
+        assert!(reports_mode(&live("API"), Some(&api)));
+    }
+
+    #[test]
     fn only_failed_and_deleting_clusters_are_unhealthy() {
         for ok in ["ACTIVE", "CREATING", "UPDATING", "PENDING"] {
             assert_eq!(health(ok), "healthy", "{ok}");
@@ -1024,6 +1182,9 @@ mod tests {
         assert_eq!(spec["endpoint_private_access"], false);
         assert_eq!(spec["secrets_encryption"], "kms");
         assert_eq!(spec["health"], "healthy");
+        // No access config: a cluster older than access entries, CONFIG_MAP.
+        assert_eq!(spec[MODE_FIELD], "CONFIG_MAP");
+        assert_eq!(spec["access_entries"], false);
         let out = ClusterResource::outputs(&cluster);
         let keys: Vec<&str> = out.keys().map(String::as_str).collect();
         assert_eq!(
