@@ -299,6 +299,13 @@ pub trait Resource: Send + Sync {
         None
     }
 
+    /// Spec fields whose values a plan never shows (only that they change): a
+    /// hash over content that holds secrets, which a dictionary attack could
+    /// reverse from plan output kept in CI logs. Default none.
+    fn sensitive_fields(&self) -> &'static [&'static str] {
+        &[]
+    }
+
     /// Expected wall time of a create, used for the critical path.
     fn estimate(&self) -> Duration;
 

@@ -721,6 +721,7 @@ mod tests {
         .unwrap();
         let mut change = change;
         change.fields.push(FieldChange {
+            sensitive: false,
             field: "parameters".into(),
             before: Some(before),
             after: Some(after),

@@ -84,8 +84,19 @@ pub fn list(g: &Global) -> anyhow::Result<u8> {
 /// `kfaws state show ADDR`.
 pub fn show(g: &Global, address: &Address) -> anyhow::Result<u8> {
     let (store, _, name) = open(g)?;
-    let r = entry(&store, address, &name)?;
-    outln!("{}", serde_json::to_string_pretty(r)?)?;
+    let mut r = entry(&store, address, &name)?.clone();
+    // As in a plan: a bundle's hashes cover its Secret values (see
+    // `Resource::sensitive_fields`); the state file keeps them.
+    if r.kind == kfaws::k8s::resource::KIND {
+        let hidden = serde_json::json!("(sensitive value)");
+        if let Some(v) = r.spec.get_mut("sha256") {
+            *v = hidden.clone();
+        }
+        if let Some(v) = r.outputs.get_mut("manifest_sha256") {
+            *v = hidden;
+        }
+    }
+    outln!("{}", serde_json::to_string_pretty(&r)?)?;
     Ok(0)
 }
 

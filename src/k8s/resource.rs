@@ -1584,6 +1584,13 @@ impl Resource for ManifestsResource {
         })
     }
 
+    /// `sha256`, the hash of the whole bundle, covers Secret values (so that an edited one
+    /// is applied) and is unsalted: with the rest of the manifests known (a public Kubeflow
+    /// release), a weak password could be found from it by trying a dictionary.
+    fn sensitive_fields(&self) -> &'static [&'static str] {
+        &["sha256"]
+    }
+
     fn estimate(&self) -> Duration {
         self.estimate
     }

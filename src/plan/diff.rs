@@ -234,7 +234,25 @@ fn delete_change(
     }
 }
 
+/// [`diff_one_shown`] with the values of the resource's
+/// [`Resource::sensitive_fields`] hidden ([`FieldChange::hide`]).
 fn diff_one(
+    r: &dyn Resource,
+    state: &State,
+    recorded: Option<&ResourceState>,
+    observed: Option<&Observed>,
+) -> Change {
+    let mut change = diff_one_shown(r, state, recorded, observed);
+    let hidden = r.sensitive_fields();
+    for f in change.fields.iter_mut().chain(change.refreshed.iter_mut()) {
+        if hidden.contains(&f.field.as_str()) {
+            f.hide();
+        }
+    }
+    change
+}
+
+fn diff_one_shown(
     r: &dyn Resource,
     state: &State,
     recorded: Option<&ResourceState>,
@@ -279,7 +297,7 @@ fn diff_one(
             status: Status::Created,
             ..recorded.clone()
         };
-        let mut c = diff_one(r, state, Some(&as_created), observed);
+        let mut c = diff_one_shown(r, state, Some(&as_created), observed);
         if c.action != Action::Replace {
             let kept = "an earlier delete did not take effect: it is still there and whole, so it \
                         is kept and recorded as created again";
@@ -475,6 +493,7 @@ fn field_changes(
                 None => (was, false),
             };
             (want != now).then(|| FieldChange {
+                sensitive: false,
                 field: k.clone(),
                 before: now.cloned(),
                 after: want.cloned(),
@@ -603,6 +622,10 @@ pub(crate) mod tests {
         fn replace_fields(&self) -> &[&str] {
             &["cidr", "zone"]
         }
+        /// The spec field `secret` (no other test's spec has one).
+        fn sensitive_fields(&self) -> &'static [&'static str] {
+            &["secret"]
+        }
         fn repairs_taint_in_place(&self) -> bool {
             self.repairs_in_place
         }
@@ -726,6 +749,45 @@ pub(crate) mod tests {
         assert_eq!(f.before, Some(json!({"a": "1"})));
         assert_eq!(f.after, Some(json!({"a": "2"})));
         assert!(f.drift && !f.forces_replacement);
+    }
+
+    #[test]
+    fn a_sensitive_field_s_values_are_hidden_in_the_change_the_text_and_the_json() {
+        let spec = |s: &str| json!({"cidr": "10.0.0.0/16", "tags": {"a": "1"}, "secret": s});
+        // Changed in the config, and changed outside kfaws to the desired value.
+        let c = one(
+            Some(spec("pw-new-2")),
+            Some(recorded(Status::Created, spec("pw-old-1"))),
+            Some(present(spec("pw-live-3"))),
+        );
+        assert_eq!(c.action, Action::Update);
+        let f = &c.fields[0];
+        assert_eq!(f.field, "secret");
+        assert!(f.sensitive && f.drift, "{f:?}");
+        assert_eq!(
+            (&f.before, &f.after),
+            (&Some(Value::Null), &Some(Value::Null))
+        );
+        assert_eq!(f.recorded, None);
+        let refreshed = one(
+            Some(spec("pw-new-2")),
+            Some(recorded(Status::Created, spec("pw-old-1"))),
+            Some(present(spec("pw-new-2"))),
+        );
+        assert!(refreshed.refreshed[0].sensitive, "{refreshed:?}");
+        let plan = crate::plan::render::tests::plan(vec![c, refreshed]);
+        let text = crate::plan::render::human(&plan);
+        let json = serde_json::to_string(&crate::plan::render::json(&plan)).unwrap();
+        for out in [&text, &json] {
+            assert!(!out.contains("pw-"), "a value shows: {out}");
+        }
+        assert!(
+            text.contains(
+                "~ secret: (sensitive value) -> (sensitive value)  # changed outside kfaws"
+            ),
+            "{text}"
+        );
+        assert!(json.contains("\"sensitive\":true"), "{json}");
     }
 
     #[test]

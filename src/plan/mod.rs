@@ -100,6 +100,25 @@ pub struct FieldChange {
     /// drift because another key drifted).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recorded: Option<Value>,
+    /// The values are not shown ([`crate::resource::Resource::sensitive_fields`]):
+    /// `before` and `after` are JSON `null` where set (`None` where unset) and
+    /// `recorded` is `None`, in the text, the JSON and a saved plan alike.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub sensitive: bool,
+}
+
+impl FieldChange {
+    /// Drops the values, keeping only whether each side is set
+    /// ([`FieldChange::sensitive`]).
+    pub fn hide(&mut self) {
+        for v in [&mut self.before, &mut self.after] {
+            if v.is_some() {
+                *v = Some(Value::Null);
+            }
+        }
+        self.recorded = None;
+        self.sensitive = true;
+    }
 }
 
 /// The planned action for one address.

@@ -43,6 +43,9 @@ fn detail_symbol(d: &Detail) -> &str {
     }
 }
 
+/// How a [`FieldChange::sensitive`] value is shown.
+const SENSITIVE: &str = "(sensitive value)";
+
 fn value(v: &Option<Value>) -> String {
     match v {
         Some(v) => v.to_string(),
@@ -179,6 +182,14 @@ fn refreshes(plan: &Plan, out: &mut String) {
         }
         let _ = writeln!(out, "\n  # {} ({})", c.address, c.kind);
         for f in &c.refreshed {
+            if f.sensitive {
+                let _ = writeln!(
+                    out,
+                    "      ~ {}: {SENSITIVE}  # changed outside kfaws",
+                    f.field
+                );
+                continue;
+            }
             let mut lines = Vec::new();
             nested(
                 &f.field,
@@ -264,6 +275,27 @@ pub fn human(plan: &Plan) -> String {
             c.reason
         );
         for f in &c.fields {
+            if f.sensitive {
+                let mut notes = String::new();
+                if f.drift {
+                    notes.push_str("  # changed outside kfaws");
+                }
+                if f.forces_replacement {
+                    notes.push_str("  # forces replacement");
+                }
+                let side = |v: &Option<Value>| match v {
+                    Some(_) => SENSITIVE,
+                    None => "(unset)",
+                };
+                let _ = writeln!(
+                    out,
+                    "      ~ {}: {} -> {}{notes}",
+                    f.field,
+                    side(&f.before),
+                    side(&f.after)
+                );
+                continue;
+            }
             let mut lines = Vec::new();
             let recorded = f.recorded.as_ref().map(Some);
             nested(
@@ -410,7 +442,8 @@ pub(crate) mod tests {
         }
     }
 
-    fn plan(changes: Vec<Change>) -> Plan {
+    /// A plan of `changes` for deployment `ml` in us-east-1.
+    pub(crate) fn plan(changes: Vec<Change>) -> Plan {
         let config = ConfigFile::parse(
             std::path::Path::new("k"),
             "name = \"ml\"\nregion = \"us-east-1\"",
@@ -460,6 +493,7 @@ pub(crate) mod tests {
     fn summary_line_counts_replace_as_add_and_destroy() {
         let mut replace = change("c", Action::Replace);
         replace.fields.push(FieldChange {
+            sensitive: false,
             field: "cidr".into(),
             before: Some(json!("10.0.0.0/16")),
             after: Some(json!("10.1.0.0/16")),
@@ -520,6 +554,7 @@ pub(crate) mod tests {
     fn a_changed_object_field_shows_only_the_keys_that_differ() {
         let mut update = change("stack.iam", Action::Update);
         update.fields.push(FieldChange {
+            sensitive: false,
             field: "trust".into(),
             before: Some(json!({"ClusterRole": {"service": "eks.amazonaws.com"},
                 "NodeRole": {"service": "ec2.amazonaws.com", "other_statements": [1]}})),
@@ -545,6 +580,7 @@ pub(crate) mod tests {
     fn a_changed_list_of_names_shows_what_goes_and_what_comes() {
         let mut update = change("stack.iam", Action::Update);
         update.fields.push(FieldChange {
+            sensitive: false,
             field: "policies".into(),
             before: Some(json!({"NodeRole": {"managed": ["Admin", "ECR", "Worker"]}})),
             after: Some(json!({"NodeRole": {"managed": ["ECR", "Worker", "CNI"]}})),
@@ -564,6 +600,7 @@ pub(crate) mod tests {
         // Order alone, or lists of objects, print whole.
         let mut reordered = change("s", Action::Update);
         reordered.fields.push(FieldChange {
+            sensitive: false,
             field: "order".into(),
             before: Some(json!(["a", "b"])),
             after: Some(json!(["b", "a"])),
@@ -584,6 +621,7 @@ pub(crate) mod tests {
         // Live: `sc` deleted and `stray` added outside kfaws; the config
         // drops `old` and adds `new`, which are no drift.
         update.fields.push(FieldChange {
+            sensitive: false,
             field: "objects".into(),
             before: Some(json!(["old", "pv", "stray"])),
             after: Some(json!(["new", "pv", "sc"])),
@@ -612,6 +650,7 @@ pub(crate) mod tests {
         let edit =
             "ServiceAccount kube-system/sa: metadata.annotations[eks.amazonaws.com/role-arn]";
         update.fields.push(FieldChange {
+            sensitive: false,
             field: crate::k8s::resource::EDITED.into(),
             before: Some(json!([edit])),
             after: Some(json!([])),
@@ -633,6 +672,7 @@ pub(crate) mod tests {
     fn only_the_keys_changed_outside_kfaws_are_marked_so() {
         let mut update = change("stack.iam", Action::Update);
         update.fields.push(FieldChange {
+            sensitive: false,
             field: "parameters".into(),
             before: Some(json!({"A": "edited", "B": "1"})),
             after: Some(json!({"A": "a", "B": "2"})),
@@ -676,6 +716,7 @@ pub(crate) mod tests {
     fn fields_changed_outside_kfaws_to_the_desired_value_are_noted_before_the_changes() {
         let mut refreshed = change("eks.cluster", Action::NoOp);
         refreshed.refreshed.push(FieldChange {
+            sensitive: false,
             field: "kubernetes_version".into(),
             before: Some(json!("1.33")),
             after: Some(json!("1.34")),
