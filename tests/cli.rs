@@ -1980,8 +1980,9 @@ async fn a_stack_whose_update_rollback_failed_is_rolled_back_in_place_never_repl
         .assert()
         .code(0);
 
-    // kfaws's own update fails (a managed policy that does not exist), and so does its
-    // rollback: the error says both, and that the next apply continues the rollback.
+    // kfaws's own update fails (a managed policy that does not exist, of another account, which
+    // the plan does not check), and so does its rollback: the error says both, and that the
+    // next apply continues the rollback.
     control(
         "cfn/rollback-failures",
         "POST",
@@ -1991,7 +1992,7 @@ async fn a_stack_whose_update_rollback_failed_is_rolled_back_in_place_never_repl
         ),
     );
     d.write_config(
-        "[options]\nnode_role_policies = [\"arn:aws:iam::aws:policy/NoSuchPolicyAnywhere\"]\n",
+        "[options]\nnode_role_policies = [\"arn:aws:iam::210987654321:policy/NoSuchPolicyAnywhere\"]\n",
     );
     let out = d.fails_with_output(&["apply", "--auto-approve", "--target", "stack.iam"]);
     assert!(
@@ -2020,6 +2021,54 @@ async fn a_stack_whose_update_rollback_failed_is_rolled_back_in_place_never_repl
     d.kfaws(&["plan", "--target", "stack.iam", "--detailed-exitcode"])
         .assert()
         .code(0);
+}
+
+/// A managed policy of `options.node_role_policies` that does not exist (a typo) would fail
+/// the node role, and so stack.iam, half way through an apply: the plan refuses it before any
+/// stack is made, naming the field, every such ARN (AWS managed, or of this account) and the
+/// rule, and leaves another account's policy unchecked. Corrected, the stack plans and applies;
+/// an update that adds such a policy is refused too.
+#[tokio::test]
+async fn a_node_role_policy_that_does_not_exist_is_refused_by_the_plan() {
+    let typo = "arn:aws:iam::aws:policy/NoSuchPolicyXYZ";
+    let ssm = "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore";
+    let other = "arn:aws:iam::210987654321:policy/Theirs";
+    let d = Deployment::new("");
+    let mine = format!("arn:aws:iam::{}:policy/Mine", d.account);
+    d.write_config(&format!(
+        "[options]\nnode_role_policies = [{typo:?}, {ssm:?}, {mine:?}, {other:?}]\n"
+    ));
+    for command in [&["plan"][..], &["apply", "--auto-approve"]] {
+        let err = d.fails(command);
+        assert!(
+            err.contains(&format!(
+                "options.node_role_policies: IAM managed policies {typo}, {mine} do not exist \
+                 (IAM GetPolicy: NoSuchEntity), and a policy must exist to be attached to a role \
+                 (IAM AttachRolePolicy; CloudFormation AWS::IAM::Role ManagedPolicyArns)"
+            )) && !err.contains(other),
+            "{command:?}: {err}"
+        );
+    }
+    assert_eq!(d.calls("CreateStack") + d.calls("CreateChangeSet"), 0);
+
+    d.write_config(&format!("[options]\nnode_role_policies = [{ssm:?}]\n"));
+    let out = d.stdout(&["apply", "--auto-approve", "--target", "stack.iam"]);
+    assert!(out.contains("1 added, 0 changed, 0 destroyed"), "{out}");
+    d.kfaws(&["plan", "--target", "stack.iam", "--detailed-exitcode"])
+        .assert()
+        .code(0);
+
+    d.write_config(&format!(
+        "[options]\nnode_role_policies = [{ssm:?}, {typo:?}]\n"
+    ));
+    let err = d.fails(&["plan", "--target", "stack.iam"]);
+    assert!(
+        err.contains(&format!(
+            "options.node_role_policies: IAM managed policy {typo} does not exist"
+        )),
+        "{err}"
+    );
+    d.stdout(&["destroy", "--auto-approve"]);
 }
 
 /// The status of `stack` once it is not `*_IN_PROGRESS` (30 s at most).

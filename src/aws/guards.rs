@@ -8,6 +8,9 @@
 //!   this deployment did not make would fail CreateStack half way with
 //!   `EntityAlreadyExists`. Checked with GetRole before the plan is
 //!   accepted.
+//! - [`PoliciesGuard`] (`stack.iam`): a managed policy of
+//!   `options.node_role_policies` that does not exist would fail the node
+//!   role, and so CreateStack or the update, half way; checked with GetPolicy.
 //! - [`BucketGuard`] (`stack.storage`): the bucket name is global across
 //!   accounts (HeadBucket: 403 is another account's); a bucket that holds
 //!   object versions stops a destroy before anything is deleted, unless
@@ -186,6 +189,132 @@ impl Guard for RolesGuard {
         } else {
             Err(ResourceError::msg(problems.join("\n")))
         }
+    }
+}
+
+/// Refuses a plan whose stack would attach managed policies that do not exist (IAM
+/// `AttachRolePolicy` answers `NoSuchEntity`, and CloudFormation fails the
+/// `AWS::IAM::Role` whose `ManagedPolicyArns` names one, half way through an apply).
+/// Rule: IAM API Reference, AttachRolePolicy (`NoSuchEntity`: "a resource entity that does
+/// not exist"); CloudFormation Template Reference, AWS::IAM::Role `ManagedPolicyArns`.
+pub struct PoliciesGuard {
+    /// The IAM client (GetPolicy).
+    pub iam: aws_sdk_iam::Client,
+    /// The STS client: the caller's account, asked only for a policy not AWS managed.
+    pub sts: aws_sdk_sts::Client,
+    /// The stack parameter holding the ARNs, comma-separated (a `CommaDelimitedList`).
+    pub parameter: &'static str,
+    /// The config field the checked ARNs come from.
+    pub field: &'static str,
+    /// The ARNs of [`PoliciesGuard::field`], as the config lists them.
+    pub policies: Vec<String>,
+}
+
+/// The account of a managed policy's ARN (`arn:PARTITION:iam::ACCOUNT:policy/...`):
+/// `aws` for an AWS managed policy; `None` for anything else.
+fn policy_account(arn: &str) -> Option<&str> {
+    let mut fields = arn.splitn(6, ':');
+    let (Some("arn"), Some(_), Some("iam"), Some(""), Some(account), Some(resource)) = (
+        fields.next(),
+        fields.next(),
+        fields.next(),
+        fields.next(),
+        fields.next(),
+        fields.next(),
+    ) else {
+        return None;
+    };
+    resource.starts_with("policy/").then_some(account)
+}
+
+/// What [`PoliciesGuard`] asks about: every one of `policies` for a create or replacement, and
+/// for an update those the stack's `recorded` list (comma-separated) does not hold (the update
+/// attaches only those); none otherwise.
+fn added<'a>(policies: &'a [String], action: Action, recorded: Option<&str>) -> Vec<&'a str> {
+    let recorded: BTreeSet<&str> = match action {
+        a if creates(a) => BTreeSet::new(),
+        Action::Update => recorded
+            .map(|list| list.split(',').map(str::trim).collect())
+            .unwrap_or_default(),
+        _ => return Vec::new(),
+    };
+    policies
+        .iter()
+        .map(String::as_str)
+        .filter(|arn| !recorded.contains(arn))
+        .collect()
+}
+
+impl PoliciesGuard {
+    /// The caller's account (STS GetCallerIdentity), or `None` with a warning.
+    async fn caller_account(&self) -> Option<String> {
+        match self.sts.get_caller_identity().send().await {
+            Ok(out) => out.account().map(str::to_string),
+            Err(e) => {
+                tracing::warn!(
+                    "could not check {}: STS GetCallerIdentity: {}",
+                    self.field,
+                    error_message(&e)
+                );
+                None
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl Guard for PoliciesGuard {
+    /// An AWS managed policy, or one of the caller's account, that IAM GetPolicy does not
+    /// find (`NoSuchEntity`) is refused, all of them in one message. Another account's
+    /// policy is not checked (these credentials may not read it), and any other error of
+    /// GetPolicy is a warning: CloudFormation will say.
+    async fn check(&self, check: &Check<'_>) -> Result<(), ResourceError> {
+        let recorded = check.recorded.and_then(|r| {
+            r.spec
+                .get("parameters")
+                .and_then(|p| p.get(self.parameter))
+                .and_then(serde_json::Value::as_str)
+        });
+        let added = added(&self.policies, check.action, recorded);
+        let mut caller = None;
+        let mut missing = Vec::new();
+        for arn in added {
+            let Some(account) = policy_account(arn) else {
+                continue;
+            };
+            if account != "aws" {
+                if caller.is_none() {
+                    caller = Some(self.caller_account().await);
+                }
+                if caller.as_ref().and_then(Option::as_deref) != Some(account) {
+                    tracing::debug!(policy = %arn, "policy of another account: not checked");
+                    continue;
+                }
+            }
+            match self.iam.get_policy().policy_arn(arn).send().await {
+                Ok(_) => {}
+                Err(e) if e.code() == Some("NoSuchEntity") => missing.push(arn),
+                Err(e) => tracing::warn!(
+                    policy = %arn,
+                    "could not check that the policy exists (IAM GetPolicy: {}); CloudFormation will say if it does not",
+                    error_message(&e)
+                ),
+            }
+        }
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let (what, verb) = match missing.len() {
+            1 => ("managed policy", "does"),
+            _ => ("managed policies", "do"),
+        };
+        Err(ResourceError::refused(format!(
+            "{}: IAM {what} {} {verb} not exist (IAM GetPolicy: NoSuchEntity), and a policy must \
+             exist to be attached to a role (IAM AttachRolePolicy; CloudFormation \
+             AWS::IAM::Role ManagedPolicyArns): correct the ARN, or create the policy first",
+            self.field,
+            missing.join(", "),
+        )))
     }
 }
 
@@ -1176,7 +1305,8 @@ impl Guard for InUseGuard {
 mod tests {
     use aws_sdk_efs::types::FileSystemSize;
 
-    use super::file_system_removed;
+    use super::{added, file_system_removed, policy_account};
+    use crate::plan::Action;
 
     #[test]
     fn a_deleted_file_system_is_named_with_its_metered_size_and_time() {
@@ -1202,5 +1332,44 @@ mod tests {
             note.starts_with("deleted with every file on it, "),
             "{note}"
         );
+    }
+
+    #[test]
+    fn a_policy_arn_gives_its_account() {
+        assert_eq!(
+            policy_account("arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore"),
+            Some("aws")
+        );
+        assert_eq!(
+            policy_account("arn:aws-cn:iam::123456789012:policy/team/Mine"),
+            Some("123456789012")
+        );
+        assert_eq!(policy_account("arn:aws:iam::123456789012:role/Mine"), None);
+        assert_eq!(policy_account("AmazonSSMManagedInstanceCore"), None);
+    }
+
+    #[test]
+    fn a_create_checks_every_policy_an_update_only_those_it_adds() {
+        let policies = vec![
+            "arn:aws:iam::aws:policy/A".to_string(),
+            "arn:aws:iam::aws:policy/B".to_string(),
+        ];
+        let all = ["arn:aws:iam::aws:policy/A", "arn:aws:iam::aws:policy/B"];
+        let recorded = Some("arn:aws:iam::aws:policy/X,arn:aws:iam::aws:policy/A");
+        assert_eq!(added(&policies, Action::Create, recorded), all);
+        assert_eq!(added(&policies, Action::Replace, recorded), all);
+        assert_eq!(
+            added(&policies, Action::Update, recorded),
+            ["arn:aws:iam::aws:policy/B"]
+        );
+        assert_eq!(added(&policies, Action::Update, None), all);
+        assert!(added(
+            &policies,
+            Action::Update,
+            Some("arn:aws:iam::aws:policy/B,arn:aws:iam::aws:policy/A")
+        )
+        .is_empty());
+        assert!(added(&policies, Action::Delete, None).is_empty());
+        assert!(added(&policies, Action::NoOp, None).is_empty());
     }
 }

@@ -35,7 +35,8 @@ use crate::aws::eks::access_entry::AccessEntryResource;
 use crate::aws::eks::cluster::{ClusterResource, MODE_FIELD};
 use crate::aws::eks::nodegroup::NodegroupResource;
 use crate::aws::guards::{
-    BucketGuard, FileSystemGuard, FixedRole, InUseGuard, Kept, Owner, RolesGuard, VpcGuard,
+    BucketGuard, FileSystemGuard, FixedRole, InUseGuard, Kept, Owner, PoliciesGuard, RolesGuard,
+    VpcGuard,
 };
 use crate::aws::ingress::IngressGuard;
 use crate::aws::oidc::OidcProviderResource;
@@ -495,6 +496,13 @@ fn guards(
                     },
                 ],
                 owner,
+            }),
+            Arc::new(PoliciesGuard {
+                iam: crate::aws::client::<aws_sdk_iam::Client>(aws),
+                sts: crate::aws::client::<aws_sdk_sts::Client>(aws),
+                parameter: "NodeRolePolicies",
+                field: "options.node_role_policies",
+                policies: config.options.node_role_policies.clone(),
             }),
             Arc::new(InUseGuard {
                 eks: crate::aws::client::<aws_sdk_eks::Client>(aws),

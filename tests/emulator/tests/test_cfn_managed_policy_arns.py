@@ -102,3 +102,90 @@ def test_an_update_puts_the_new_inline_policies_and_deletes_the_old_ones_only(aw
     cfn.update_stack(StackName="iam", TemplateBody=_template(POLICIES), Capabilities=["CAPABILITY_NAMED_IAM"])
     wait_for(lambda: _status(cfn, "iam") == "UPDATE_COMPLETE")
     assert iam.list_role_policies(RoleName="kfaws-node")["PolicyNames"] == ["mine"]
+
+
+# As kfaws' stacks/iam.yaml: a role that attaches the policies of a CommaDelimitedList
+# parameter, one that attaches an existing policy, and outputs that read both roles.
+STACK_IAM = json.dumps(
+    {
+        "Parameters": {"NodeRolePolicies": {"Type": "CommaDelimitedList"}},
+        "Resources": {
+            "ClusterRole": {
+                "Type": "AWS::IAM::Role",
+                "Properties": {
+                    "RoleName": "kfaws-cluster",
+                    "AssumeRolePolicyDocument": ASSUME_EKS,
+                    "ManagedPolicyArns": ["arn:aws:iam::aws:policy/AmazonEKSClusterPolicy"],
+                },
+            },
+            "NodeRole": {
+                "Type": "AWS::IAM::Role",
+                "DependsOn": "ClusterRole",
+                "Properties": {
+                    "RoleName": "kfaws-node",
+                    "AssumeRolePolicyDocument": ASSUME_EKS,
+                    "ManagedPolicyArns": {"Ref": "NodeRolePolicies"},
+                },
+            },
+        },
+        "Outputs": {
+            "ClusterRoleArn": {"Value": {"Fn::GetAtt": ["ClusterRole", "Arn"]}},
+            "NodeRoleArn": {"Value": {"Fn::GetAtt": ["NodeRole", "Arn"]}},
+        },
+    }
+)
+TYPO = "arn:aws:iam::aws:policy/NoSuchPolicyXYZ"
+
+
+@pytest.mark.parametrize(
+    ("on_failure", "final"), [("ROLLBACK", "ROLLBACK_COMPLETE"), ("DO_NOTHING", "CREATE_FAILED")]
+)
+def test_a_create_with_a_policy_that_does_not_exist_fails_and_the_stack_still_answers(
+    aws, lifecycle, on_failure, final
+):
+    """CloudFormation: the role is CREATE_FAILED with IAM's reason, the stack fails (no outputs:
+    they exist only once a create completes), and DescribeStacks and DeleteStack keep working.
+
+    moto resolved the outputs of the failed stack on each DescribeStacks, which created its
+    rolled-back roles again and failed the call (HTTP 500) on the missing policy.
+    """
+    cfn, iam = aws("cloudformation"), aws("iam")
+    lifecycle({"cloudformation.stack.create": 0.3, "cloudformation.stack.delete": 0.1})
+    stack_id = cfn.create_stack(
+        StackName="iam",
+        TemplateBody=STACK_IAM,
+        Parameters=[
+            {
+                "ParameterKey": "NodeRolePolicies",
+                "ParameterValue": f"arn:aws:iam::aws:policy/AmazonEKSWorkerNodePolicy,{TYPO}",
+            }
+        ],
+        Capabilities=["CAPABILITY_NAMED_IAM"],
+        OnFailure=on_failure,
+    )["StackId"]
+
+    # Answers while in progress too, and again and again once it has failed.
+    assert _status(cfn, stack_id) == "CREATE_IN_PROGRESS"
+    assert wait_for(lambda: _status(cfn, stack_id) == final)
+    for _ in range(3):
+        stack = cfn.describe_stacks(StackName="iam")["Stacks"][0]
+        assert stack["StackStatus"] == final
+        assert "Outputs" not in stack
+    failed = [
+        e
+        for e in cfn.describe_stack_events(StackName="iam")["StackEvents"]
+        if e["ResourceStatus"] == "CREATE_FAILED" and e["LogicalResourceId"] != "iam"
+    ]
+    assert [e["LogicalResourceId"] for e in failed] == ["NodeRole"]
+    assert failed[0]["ResourceType"] == "AWS::IAM::Role"
+    assert f"Policy {TYPO} does not exist or is not attachable." in failed[0]["ResourceStatusReason"]
+    with pytest.raises(iam.exceptions.NoSuchEntityException):
+        iam.get_role(RoleName="kfaws-node")
+    if on_failure == "ROLLBACK":
+        with pytest.raises(iam.exceptions.NoSuchEntityException):
+            iam.get_role(RoleName="kfaws-cluster")
+
+    cfn.delete_stack(StackName=stack_id)
+    assert wait_for(lambda: _status(cfn, stack_id) == "DELETE_COMPLETE")
+    with pytest.raises(iam.exceptions.NoSuchEntityException):
+        iam.get_role(RoleName="kfaws-cluster")

@@ -16,7 +16,12 @@ moto 5.2.5 raises the resource's error from CreateStack / ExecuteChangeSet /
 DeleteStack themselves, leaves a created stack in ``CREATE_IN_PROGRESS``
 forever, drops a stack whose deletion failed, and records no resource
 events; a failed update keeps the new template's parameters and outputs in
-DescribeStacks. Limits: a failed *update* reports the failure and the
+DescribeStacks; and a failed create's outputs are resolved on every
+DescribeStacks, which creates the rolled-back resources they name again and,
+where one fails again (a role whose managed policy does not exist), fails
+DescribeStacks and DeleteStack themselves (HTTP 500). A stack whose create
+failed describes no outputs here, as in AWS (outputs are set once a create
+completes). Limits: a failed *update* reports the failure and the
 rollback status, and the stack describes its previous template, parameters
 and outputs again, but the resources already changed are not reverted;
 rollback does not emit per-resource DELETE events.
@@ -25,6 +30,7 @@ rollback does not emit per-resource DELETE events.
 from __future__ import annotations
 
 from moto.cloudformation import parsing
+from moto.cloudformation.parsing import OutputMap
 from moto.cloudformation.models import CloudFormationBackend, Event, Stack
 from moto.cloudformation.responses import CloudFormationResponse
 
@@ -71,6 +77,8 @@ def _rollback(stack: Stack) -> bool:
 
 def fail_creation(backend: CloudFormationBackend, stack: Stack, err: BaseException, on_failure: str) -> None:
     """Moves a stack whose creation raised ``err`` to the state ``on_failure`` asks for."""
+    # No outputs: resolving them would create the resources they name again.
+    stack.output_map = OutputMap(stack.resource_map, {"Outputs": {}}, stack.stack_id)
     logical_id = _resource_event(stack, err, "CREATE_FAILED")
     failed = f"The following resource(s) failed to create: [{logical_id}]. " if logical_id else error_text(err)
     if on_failure == "DO_NOTHING":
