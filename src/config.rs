@@ -320,8 +320,8 @@ pub struct ConfigFile {
     #[serde(default)]
     pub kubeflow: Kubeflow,
     /// Where `kfaws train` runs when `--runtime` is not given: `local`,
-    /// `kubernetes` or `sagemaker` (any other value is a parse error that
-    /// lists these, case C18).
+    /// `kubernetes` or `sagemaker` (any other value is an error that lists
+    /// these, case C18: [`ConfigFile::parse_reporting`]).
     pub training_runtime: Option<crate::train::Runtime>,
 }
 
@@ -559,7 +559,10 @@ impl ConfigFile {
             }
         };
         file.kubeflow.rebase(path.parent().unwrap_or(Path::new("")));
-        Ok((file.refuse_empty_state_dir()?, invalid))
+        match file.refuse_empty_state_dir() {
+            Ok(file) => Ok((file, invalid)),
+            Err(e) => Err(combine(invalid, Err(e)).expect_err("one problem at least")),
+        }
     }
 
     /// Reads and parses a config file; a missing file at the default path is
@@ -773,14 +776,14 @@ fn take_bad_choices(table: &mut toml::Table) -> Vec<ConfigError> {
     let mut errors = Vec::new();
     let mut take =
         |t: &mut toml::Table, key: &str, field: String, check: Check, keep: Option<&str>| {
-            let Some(value) = t.get(key) else { return };
+            // A value of another type is the parser's error, with its line and column.
+            let Some(value @ toml::Value::String(s)) = t.get(key) else {
+                return;
+            };
             let Err(problem) = check(value) else { return };
             errors.push(ConfigError::Invalid {
                 field,
-                value: match value {
-                    toml::Value::String(s) => s.clone(),
-                    other => other.to_string(),
-                },
+                value: s.clone(),
                 problem,
             });
             match keep {
@@ -1986,7 +1989,7 @@ mod tests {
         assert_eq!(fields(&e), ["training_runtime"]);
         let e = ConfigFile::parse(
             Path::new("kfaws.toml"),
-            "profile = 3\n[options]\nsagemaker_role_policy = \"fulll\"",
+            "profile = \"x\"\n[options]\nsagemaker_role_policy = \"fulll\"\n",
         )
         .unwrap_err();
         assert_eq!(
@@ -1994,6 +1997,17 @@ mod tests {
             ["profile", "options.sagemaker_role_policy"],
             "{e}"
         );
+        // An empty state_dir, checked at parse, is among them.
+        let e = ConfigFile::parse(Path::new("kfaws.toml"), "profile = \"x\"\nstate_dir = \"\"")
+            .unwrap_err();
+        assert_eq!(fields(&e), ["profile", "state_dir"], "{e}");
+        // A value of another type is the parser's error, with its line and column.
+        let e =
+            ConfigFile::parse(Path::new("kfaws.toml"), "name = \"ml\"\nprofile = 3\n").unwrap_err();
+        let ConfigError::Parse { message, .. } = &e else {
+            panic!("expected Parse, got {e:?}");
+        };
+        assert!(message.contains("line 2"), "{message}");
         // A missing name is among them.
         let (file, invalid) =
             ConfigFile::parse_reporting(Path::new("kfaws.toml"), "profile = \"x\"").unwrap();

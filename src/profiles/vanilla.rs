@@ -231,15 +231,18 @@ fn recorded_role_policy(state: &State) -> Option<SageMakerRolePolicy> {
 }
 
 /// Whether the state records the cluster applied with
-/// `options.authentication_mode = "api"` (its spec's
-/// [`MODE_FIELD`]).
+/// `options.authentication_mode = "api"` (its spec's [`MODE_FIELD`]), or an
+/// update to it that did not finish (its `updating` spec: the switch may
+/// have been sent).
 fn recorded_api_mode(state: &State) -> bool {
+    let api = |spec: &serde_json::Value| {
+        spec.get(MODE_FIELD).and_then(serde_json::Value::as_str)
+            == Some(aws_sdk_eks::types::AuthenticationMode::Api.as_str())
+    };
     state
         .resources
         .get(&addr(CLUSTER))
-        .and_then(|c| c.spec.get(MODE_FIELD))
-        .and_then(serde_json::Value::as_str)
-        == Some(aws_sdk_eks::types::AuthenticationMode::Api.as_str())
+        .is_some_and(|c| api(&c.spec) || c.updating.as_ref().is_some_and(api))
 }
 
 /// Fills in what the config leaves to the deployment's history: an unset
@@ -1805,5 +1808,12 @@ mod tests {
             );
             assert_eq!(spec(&kept), Some(serde_json::json!("API")), "{left}");
         }
+        // An apply that sent the switch and stopped (interrupted, failed) records it only as
+        // the unfinished update: kept all the same.
+        let entry = state.resources.get_mut(&addr(CLUSTER)).unwrap();
+        entry.updating = Some(entry.spec.clone());
+        entry.spec.as_object_mut().unwrap().remove(MODE_FIELD);
+        let kept = prepare(&config(""), &aws(), &state, true).await.unwrap();
+        assert_eq!(kept.options.authentication_mode, AuthenticationMode::Api);
     }
 }
