@@ -16,13 +16,14 @@ use std::fs;
 use std::io::{self, Write as _};
 use std::path::{Path, PathBuf};
 
-/// Writes `bytes` to `path` atomically, following a symbolic link at `path`.
-/// `prefix` starts the temporary file's name (e.g. `.state-`).
+/// Writes `bytes` to `path` atomically, following a symbolic link at `path`
+/// (one whose target does not exist yet creates it). `prefix` starts the
+/// temporary file's name (e.g. `.state-`).
 ///
 /// # Errors
-/// The path that failed and why: a symbolic link whose target does not
-/// exist (`NotFound`), a destination that is not a regular file
-/// (`InvalidInput`), a missing directory or any other I/O error.
+/// The path that failed and why: a destination that is not a regular file or
+/// a loop of symbolic links (`InvalidInput`), a missing directory or any
+/// other I/O error.
 pub fn replace_file(path: &Path, bytes: &[u8], prefix: &str) -> Result<(), (PathBuf, io::Error)> {
     let target = destination(path).map_err(|e| (path.to_path_buf(), e))?;
     let dir = match target.parent() {
@@ -82,22 +83,45 @@ pub fn ensure_regular(path: &Path) -> io::Result<()> {
 }
 
 /// The file a write to `path` must replace: `path` itself, or the file a
-/// symbolic link at `path` resolves to.
+/// symbolic link at `path` resolves to, through a chain of links, each
+/// relative to its own directory. A link whose target does not exist yet
+/// (a dangling one) names the file to create, as open(2) with `O_CREAT`
+/// follows it (and kubectl writes through it).
+///
+/// # Errors
+/// `InvalidInput` for a target that is not a regular file or for more than
+/// [`MAX_LINKS`] links in a row (a loop); any other metadata error.
 fn destination(path: &Path) -> io::Result<PathBuf> {
-    let target = match fs::symlink_metadata(path) {
-        Ok(meta) if meta.file_type().is_symlink() => fs::canonicalize(path).map_err(|e| {
-            io::Error::new(
-                e.kind(),
-                format!("is a symbolic link whose target cannot be resolved: {e}"),
-            )
-        })?,
-        Ok(_) => path.to_path_buf(),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(path.to_path_buf()),
-        Err(e) => return Err(e),
-    };
-    ensure_regular(&target)?;
-    Ok(target)
+    let mut at = path.to_path_buf();
+    for _ in 0..=MAX_LINKS {
+        match fs::symlink_metadata(&at) {
+            Ok(meta) if meta.file_type().is_symlink() => {
+                let next = fs::read_link(&at)?;
+                // An absolute `next` replaces the whole path.
+                at = at
+                    .parent()
+                    .map_or_else(|| next.clone(), |dir| dir.join(&next));
+            }
+            Ok(_) => {
+                ensure_regular(&at)?;
+                return Ok(at);
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(at),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(io::Error::new(
+        io::ErrorKind::InvalidInput,
+        format!(
+            "is a chain of more than {MAX_LINKS} symbolic links (a loop?), ending at {}",
+            at.display()
+        ),
+    ))
 }
+
+/// The most symbolic links followed in a row: Linux's limit for a path
+/// lookup (path_resolution(7): `ELOOP` after 40).
+const MAX_LINKS: usize = 40;
 
 #[cfg(test)]
 mod tests {
@@ -117,6 +141,27 @@ mod tests {
             .file_type()
             .is_symlink());
         assert_eq!(fs::read(&real).unwrap(), b"new");
+    }
+
+    #[test]
+    fn a_dangling_link_is_written_through_and_a_loop_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        // Relative to the link's own directory, through a second link.
+        fs::create_dir(dir.path().join("sub")).unwrap();
+        std::os::unix::fs::symlink("real", dir.path().join("sub/inner")).unwrap();
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink("sub/inner", &link).unwrap();
+        replace_file(&link, b"new", ".t-").unwrap();
+        assert_eq!(fs::read(dir.path().join("sub/real")).unwrap(), b"new");
+        assert!(fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_symlink());
+        let looped = dir.path().join("loop");
+        std::os::unix::fs::symlink("loop", &looped).unwrap();
+        let (_, e) = replace_file(&looped, b"x", ".t-").unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput, "{e}");
+        assert!(e.to_string().contains("symbolic links (a loop?)"), "{e}");
     }
 
     #[test]
@@ -154,12 +199,13 @@ mod tests {
     }
 
     #[test]
-    fn a_dangling_link_is_an_error() {
+    fn a_dangling_link_into_a_missing_directory_is_an_error_naming_it() {
         let dir = tempfile::tempdir().unwrap();
         let link = dir.path().join("link");
         std::os::unix::fs::symlink(dir.path().join("gone/x"), &link).unwrap();
-        let (_, e) = replace_file(&link, b"x", ".t-").unwrap_err();
-        assert!(e.to_string().contains("symbolic link"), "{e}");
+        let (failed, e) = replace_file(&link, b"x", ".t-").unwrap_err();
+        assert_eq!(failed, dir.path().join("gone"));
+        assert!(e.to_string().contains("no such directory"), "{e}");
         assert!(fs::symlink_metadata(&link)
             .unwrap()
             .file_type()
