@@ -2286,8 +2286,31 @@ async fn a_cluster_in_config_map_mode_is_switched_in_place_to_admit_access_entri
     .assert()
     .code(0);
 
-    // This default deployment set to `api`: the cluster goes on to API in place, a config
-    // change the plan shows with its one-way note.
+    // This default deployment set to `api`: refused while the identity running kfaws has no
+    // access entry (it made the cluster in CONFIG_MAP mode, so EKS gave it none, and API
+    // ignores aws-auth): the plan names the entry to add.
+    d.write_config(&format!("[options]\nauthentication_mode = \"api\"\n{ops}"));
+    let me = format!("arn:aws:iam::{}:user/moto", d.account);
+    let err = d.fails(&["plan", "--target", "eks.cluster"]);
+    assert!(
+        // (The emulator's caller ARN is `arn:aws:sts::ACCOUNT:user/moto`; the entry names
+        // the IAM user.)
+        err.contains(&format!(
+            "switches cluster {} to API, where only access entries admit principals, and the \
+             identity running kfaws (",
+            d.name
+        )) && err.contains(":user/moto) has none")
+            && err.contains(&format!(
+                "principal_arn = \"{me}\", policy = \"cluster-admin\""
+            )),
+        "{err}"
+    );
+    assert_eq!(d.calls("UpdateClusterConfig"), updates + 1);
+    // With an entry for it in the config (created in the same apply, after the switch): the
+    // cluster goes on to API in place, a config change the plan shows with its one-way note.
+    let ops =
+        format!("{ops}[access_entries.me]\nprincipal_arn = \"{me}\"\npolicy = \"cluster-admin\"\n");
+    let ops = ops.as_str();
     d.write_config(&format!("[options]\nauthentication_mode = \"api\"\n{ops}"));
     let out = d
         .kfaws(&["plan", "--detailed-exitcode", "--target", "eks.cluster"])
@@ -2360,6 +2383,13 @@ async fn authentication_mode_api_creates_an_api_cluster_and_takes_a_config_map_o
 
     d.stdout(&["destroy", "--auto-approve", "--target", "eks.cluster"]);
     config_map_cluster(&d, &eks).await;
+    // Its maker (the identity running kfaws) has no access entry in CONFIG_MAP mode: one in
+    // the config keeps it admitted after the switch.
+    d.write_config(&format!(
+        "[options]\nauthentication_mode = \"api\"\n[access_entries.me]\n\
+         principal_arn = \"arn:aws:iam::{}:user/moto\"\npolicy = \"cluster-admin\"\n",
+        d.account
+    ));
     // Imported (the create re-attaches), then both steps planned and applied.
     d.stdout(&["apply", "--auto-approve", "--target", "eks.cluster"]);
     let plan = d.stdout(&["plan", "--target", "eks.cluster"]);

@@ -698,7 +698,13 @@ fn cluster(config: &Config, aws: &SdkConfig, lineage: uuid::Uuid) -> ClusterReso
         network: addr("stack.network"),
         iam: addr("stack.iam"),
         authentication_mode: config.options.authentication_mode,
+        entry_principals: config
+            .access_entries
+            .values()
+            .map(|e| e.principal_arn.clone())
+            .collect(),
         client: crate::aws::client::<aws_sdk_eks::Client>(aws),
+        sts: crate::aws::client::<aws_sdk_sts::Client>(aws),
     }
 }
 

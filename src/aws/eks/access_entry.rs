@@ -84,7 +84,7 @@ fn principal_parts(principal: &str) -> Option<(&str, &str, &str)> {
 /// "role" | "user", name)`: `arn:<p>:sts::<account>:assumed-role/<role>/<session>` is the role
 /// (STS drops the role's path), `arn:<p>:iam::<account>:user/<path>/<name>` the user; the
 /// account root and federated users are neither (`None`). IAM User Guide, "IAM identifiers".
-fn caller_principal(caller: &str) -> Option<(&str, &'static str, &str)> {
+pub(crate) fn caller_principal(caller: &str) -> Option<(&str, &'static str, &str)> {
     let mut parts = caller.splitn(6, ':').skip(4);
     let (account, resource) = (parts.next()?, parts.next()?);
     if let Some(rest) = resource.strip_prefix("assumed-role/") {
@@ -97,7 +97,7 @@ fn caller_principal(caller: &str) -> Option<(&str, &'static str, &str)> {
 /// Whether `principal` (an IAM role or user ARN) is the IAM principal behind `caller`:
 /// same account, kind and name (IAM names are unique ignoring case, and STS drops a role's
 /// path, so the path is not compared).
-fn is_caller(principal: &str, caller: &str) -> bool {
+pub(crate) fn is_caller(principal: &str, caller: &str) -> bool {
     let Some((account, kind, name)) = caller_principal(caller) else {
         return false;
     };

@@ -148,6 +148,28 @@ fn reports_mode(live: &serde_json::Map<String, Value>, recorded: Option<&Resourc
         || live.get(MODE_FIELD).and_then(Value::as_str) == Some(AuthenticationMode::Api.as_str())
 }
 
+/// The IAM principal ARN to give an access entry when none of `entries` (principal ARNs)
+/// admits `caller` (an STS GetCallerIdentity ARN); `None` when one does, or when no entry can
+/// name the caller (the account root, a federated user). Pure.
+pub fn lacks_entry(caller: &str, entries: &[String]) -> Option<String> {
+    if entries
+        .iter()
+        .any(|p| super::access_entry::is_caller(p, caller))
+    {
+        return None;
+    }
+    let (account, kind, name) = super::access_entry::caller_principal(caller)?;
+    let partition = caller.split(':').nth(1)?;
+    let resource = match kind {
+        // A user's, path included (the caller's own ARN, in the IAM namespace).
+        "user" => caller.splitn(6, ':').nth(5)?.to_string(),
+        // An assumed role's: STS drops the role's path, which EKS accepts left out (EKS
+        // User Guide, "Create access entries").
+        _ => format!("{kind}/{name}"),
+    };
+    Some(format!("arn:{partition}:iam::{account}:{resource}"))
+}
+
 /// What [`health`] says of a cluster that works or is on its way there.
 const HEALTHY: &str = "healthy";
 
@@ -219,8 +241,13 @@ pub struct ClusterResource {
     /// `options.authentication_mode`: `API` is created or reached in place
     /// ([`mode_steps`]); the default leaves an `API` cluster so.
     pub authentication_mode: Configured,
+    /// The principal ARNs of the config's `[access_entries]`: entries this apply
+    /// creates after a switch to `API` ([`ClusterResource::check_api_access`]).
+    pub entry_principals: Vec<String>,
     /// The client.
     pub client: Client,
+    /// STS: the identity running kfaws, which a switch to `API` must keep admitted.
+    pub sts: aws_sdk_sts::Client,
 }
 
 /// What the cluster is made from at apply time: dependencies' outputs.
@@ -413,6 +440,62 @@ impl ClusterResource {
     /// deployment's state (by eksctl, the console, another state), or one
     /// of its own that left the state (`kfaws state rm`), would stop the
     /// destroy after everything before the cluster was gone.
+    /// Refuses a switch of `live` to `API` ([`mode_steps`]) that would shut the identity
+    /// running kfaws out of the cluster: `API` admits only access entries, `aws-auth` no more
+    /// (EKS User Guide, "Change authentication mode to use access entries"), so one admitted
+    /// through `aws-auth` alone would get 401 from this apply's Kubernetes steps on. It needs
+    /// an access entry already ([`lacks_entry`]), or one in the config (created after the
+    /// switch, before the Kubernetes bundles). An identity that no entry can name (the
+    /// account root, a federated user) and an error reading the caller or the entries are
+    /// warnings.
+    async fn check_api_access(&self, live: &Cluster) -> Result<(), ResourceError> {
+        let from = live.access_config().and_then(|a| a.authentication_mode());
+        if !mode_steps(from, self.authentication_mode).contains(&AuthenticationMode::Api) {
+            return Ok(());
+        }
+        let warn = |what: &str, message: String| {
+            tracing::warn!(
+                cluster = %self.name,
+                "could not check that the identity running kfaws keeps access after the switch                  to API ({what}: {message})"
+            );
+        };
+        let caller = match self.sts.get_caller_identity().send().await {
+            Ok(out) => out.arn().unwrap_or_default().to_string(),
+            Err(e) => {
+                warn("STS GetCallerIdentity", error_message(&e));
+                return Ok(());
+            }
+        };
+        let mut entries = self.entry_principals.clone();
+        let mut pages = self
+            .client
+            .list_access_entries()
+            .cluster_name(&self.name)
+            .into_paginator()
+            .send();
+        while let Some(page) = pages.next().await {
+            match page {
+                Ok(page) => entries.extend(page.access_entries().iter().cloned()),
+                Err(e) => {
+                    warn("EKS ListAccessEntries", error_message(&e));
+                    return Ok(());
+                }
+            }
+        }
+        let Some(principal) = lacks_entry(&caller, &entries) else {
+            return Ok(());
+        };
+        Err(ResourceError::refused(format!(
+            "options.authentication_mode = \"api\" switches cluster {} to API, where only \
+             access entries admit principals, and the identity running kfaws ({caller}) has none \
+             (aws-auth, which admits it now, is ignored in API mode): this apply's Kubernetes \
+             steps, and every later one, would be refused. Add an entry for it and plan again: \
+             [access_entries.<name>] principal_arn = \"{principal}\", policy = \"cluster-admin\" \
+             (created in the same apply, right after the switch)",
+            self.name
+        )))
+    }
+
     async fn check_delete(&self, state: &crate::state::State) -> Result<(), ResourceError> {
         if self.ours().await?.is_none() {
             return Ok(());
@@ -924,6 +1007,7 @@ impl Resource for ClusterResource {
         let Some(live) = self.ours().await? else {
             return Ok(());
         };
+        self.check_api_access(&live).await?;
         let from = live.version().unwrap_or_default();
         let path = upgrade_path(from, &self.kubernetes_version)
             .map_err(|m| ResourceError::msg(format!("cluster {}: {m}", self.name)))?;
@@ -1100,6 +1184,34 @@ mod tests {
                 && note.contains("EKS cannot switch back"),
             "{note}"
         );
+    }
+
+    #[test]
+    fn a_caller_without_an_access_entry_is_named_with_the_principal_to_add() {
+        let caller = "arn:aws:sts::123456789012:assumed-role/Admins/alice@example.com";
+        let role = "arn:aws:iam::123456789012:role/Admins".to_string();
+        assert_eq!(lacks_entry(caller, &[]), Some(role.clone()));
+        let other = "arn:aws:iam::123456789012:role/Others".to_string();
+        assert_eq!(
+            lacks_entry(caller, std::slice::from_ref(&other)),
+            Some(role.clone())
+        );
+        // An entry for the role (with its path or without) admits every session of it.
+        assert_eq!(lacks_entry(caller, &[other, role]), None);
+        assert_eq!(
+            lacks_entry(
+                caller,
+                &["arn:aws:iam::123456789012:role/teams/Admins".into()]
+            ),
+            None
+        );
+        let user = "arn:aws-cn:iam::123456789012:user/ops/bob";
+        assert_eq!(
+            lacks_entry(user, &[]),
+            Some("arn:aws-cn:iam::123456789012:user/ops/bob".into())
+        );
+        // No entry can name the account root: not refused here.
+        assert_eq!(lacks_entry("arn:aws:iam::123456789012:root", &[]), None);
     }
 
     #[test]
