@@ -102,14 +102,18 @@ pub enum CheckpointError {
         #[source]
         source: std::io::Error,
     },
-    /// Not a checkpoint of this format, or cut short.
-    #[error("checkpoint {path} is corrupt: {detail}")]
-    Corrupt {
-        /// The newest checkpoint file, the one read.
+    /// Written by a newer trainer, in a format this one cannot read: not corrupt, so not
+    /// trained over (that would replace the newer trainer's progress).
+    #[error(
+        "checkpoint {path} is in format version {version}, written by a newer kfaws-trainer; \
+         this one reads versions {VERSION_WITHOUT_DATASET} to {VERSION}: run the newer trainer, \
+         or choose another checkpoint directory"
+    )]
+    NewerFormat {
+        /// The file.
         path: PathBuf,
-        /// What decoding found wrong: bad magic, an unknown format version, a dataset name that
-        /// is not UTF-8, or the byte at which the file ends short.
-        detail: String,
+        /// Its format version.
+        version: u32,
     },
     /// Written for another model.
     #[error(
@@ -237,12 +241,16 @@ impl Checkpoint {
     /// checked against the model's parameter count and the dataset's name (a version 1 file,
     /// which does not record it, is taken on its parameter count alone). A corrupt newest file
     /// (cut short by a crash or a copy, e.g. a checkpoint sync to S3) is skipped with a warning
-    /// for the one before it: the older ones are kept for that ([`Checkpoint::save`]).
+    /// for the one before it: the older ones are kept for that ([`Checkpoint::save`]). When
+    /// none decodes, there is nothing to resume: a warning names them and says training starts
+    /// from the beginning, and `None` is returned, as for an empty directory (the new run's
+    /// checkpoints then replace them by name, or prune them as older ones); a run that failed
+    /// on the same files at every restart (exit 1) could never finish.
     ///
     /// # Errors
-    /// [`CheckpointError::Corrupt`] (the newest file's) when every file is corrupt;
-    /// [`CheckpointError`] when a file cannot be read, or the first that decodes is for
-    /// another model or dataset.
+    /// [`CheckpointError::NewerFormat`] for a file a newer trainer wrote (met before one that
+    /// decodes); [`CheckpointError`] when a file cannot be read, or the first that decodes is
+    /// for another model or dataset.
     pub fn load_newest(
         dir: &Path,
         param_count: usize,
@@ -252,9 +260,9 @@ impl Checkpoint {
             path: dir.to_path_buf(),
             source,
         })?;
-        let mut newest_corrupt = None;
+        let mut corrupt = Vec::new();
         let mut found = None;
-        for path in files.iter().rev() {
+        for (i, path) in files.iter().enumerate().rev() {
             let bytes = std::fs::read(path).map_err(|source| CheckpointError::Io {
                 path: path.clone(),
                 source,
@@ -264,23 +272,36 @@ impl Checkpoint {
                     found = Some((checkpoint, path));
                     break;
                 }
+                Err(_) if newer_format(&bytes).is_some() => {
+                    return Err(CheckpointError::NewerFormat {
+                        path: path.clone(),
+                        version: newer_format(&bytes).expect("checked"),
+                    });
+                }
                 Err(detail) => {
+                    let next = if i > 0 {
+                        "trying the one before it"
+                    } else {
+                        "it is the oldest"
+                    };
                     tracing::warn!(
-                        "checkpoint {} is corrupt ({detail}); trying the one before it",
+                        "checkpoint {} is corrupt ({detail}); {next}",
                         path.display()
                     );
-                    newest_corrupt.get_or_insert(CheckpointError::Corrupt {
-                        path: path.clone(),
-                        detail,
-                    });
+                    corrupt.push(path.display().to_string());
                 }
             }
         }
         let Some((checkpoint, path)) = found else {
-            return match newest_corrupt {
-                Some(e) => Err(e),
-                None => Ok(None),
-            };
+            if !corrupt.is_empty() {
+                tracing::warn!(
+                    "no checkpoint in {} reads back (corrupt: {}); training starts from the \
+                     beginning, and its checkpoints will replace them",
+                    dir.display(),
+                    corrupt.join(", ")
+                );
+            }
+            return Ok(None);
         };
         if checkpoint.params.len() != param_count {
             return Err(CheckpointError::WrongModel {
@@ -423,6 +444,13 @@ fn list(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
         .collect();
     files.sort();
     Ok(files.into_iter().map(|(_, path)| path).collect())
+}
+
+/// The format version of `bytes` when they start as a checkpoint of a version newer than
+/// this trainer's ([`VERSION`]), whatever follows.
+fn newer_format(bytes: &[u8]) -> Option<u32> {
+    let version = u32::from_le_bytes(bytes.get(8..12)?.try_into().ok()?);
+    (bytes.starts_with(MAGIC) && version > VERSION).then_some(version)
 }
 
 #[cfg(test)]
@@ -578,50 +606,62 @@ mod tests {
     }
 
     #[test]
-    fn corrupt_and_foreign_checkpoints_are_errors_naming_the_file() {
+    fn foreign_checkpoints_are_errors_naming_the_file_and_corrupt_ones_are_skipped() {
         let dir = tempfile::tempdir().unwrap();
         let path = sample(1, 0).save(dir.path()).unwrap();
         let err = Checkpoint::load_newest(dir.path(), 4, "fashion-mnist")
             .unwrap_err()
             .to_string();
         assert!(
-            err.contains("holds 3 parameters but this model has 4"),
+            err.contains("checkpoint-000001-00000000.bin holds 3 parameters but this model has 4"),
             "{err}"
         );
+        // Cut short, bytes past the data, and a momentum of another length are corrupt: the
+        // only file decoding to nothing, there is nothing to resume.
         let bytes = std::fs::read(&path).unwrap();
-        std::fs::write(&path, &bytes[..bytes.len() - 3]).unwrap();
-        let err = Checkpoint::load_newest(dir.path(), 3, "fashion-mnist")
-            .unwrap_err()
-            .to_string();
-        assert!(
-            err.contains("checkpoint-000001-00000000.bin is corrupt"),
-            "{err}"
-        );
-        // Bytes past the data, and a momentum of another length, are corrupt too.
         let mut longer = bytes.clone();
         longer.push(0);
-        std::fs::write(&path, &longer).unwrap();
+        let odd = {
+            let odd = Checkpoint {
+                velocity: vec![1.0],
+                ..sample(1, 0)
+            };
+            odd.save(dir.path()).unwrap();
+            std::fs::read(&path).unwrap()
+        };
+        for (corrupt, detail) in [
+            (&bytes[..bytes.len() - 3], "ends at byte"),
+            (&longer[..], "1 bytes follow the end of its data"),
+            (&odd[..], "its momentum holds 1 values for 3 parameters"),
+        ] {
+            let err = Checkpoint::decode(corrupt).unwrap_err();
+            assert!(err.contains(detail), "{err}");
+            std::fs::write(&path, corrupt).unwrap();
+            assert!(
+                Checkpoint::load_newest(dir.path(), 3, "fashion-mnist")
+                    .unwrap()
+                    .is_none(),
+                "{detail}"
+            );
+        }
+        // A newer trainer's format is not corrupt: refused, never trained over.
+        let mut newer = bytes.clone();
+        newer[8..12].copy_from_slice(&(VERSION + 1).to_le_bytes());
+        std::fs::write(&path, &newer).unwrap();
         let err = Checkpoint::load_newest(dir.path(), 3, "fashion-mnist").unwrap_err();
         assert!(
-            err.to_string()
-                .contains("1 bytes follow the end of its data"),
+            matches!(&err, CheckpointError::NewerFormat { version, .. } if *version == VERSION + 1),
             "{err}"
         );
-        let odd = Checkpoint {
-            velocity: vec![1.0],
-            ..sample(1, 0)
-        };
-        odd.save(dir.path()).unwrap();
-        let err = Checkpoint::load_newest(dir.path(), 3, "fashion-mnist").unwrap_err();
         assert!(
-            err.to_string()
-                .contains("its momentum holds 1 values for 3 parameters"),
+            err.to_string().contains("written by a newer kfaws-trainer"),
             "{err}"
         );
     }
 
     /// A newest file cut short (a crash, an interrupted copy) falls back to the one before it;
-    /// only when every file is corrupt is the newest one's error returned.
+    /// when every file is corrupt (cut short, empty), there is nothing to resume: `None`, as
+    /// for an empty directory, so training starts again rather than failing on every restart.
     #[test]
     fn a_corrupt_newest_checkpoint_falls_back_to_the_one_before_it() {
         let dir = tempfile::tempdir().unwrap();
@@ -635,12 +675,21 @@ mod tests {
         assert_eq!(read, sample(1, 0));
         assert!(path.ends_with("checkpoint-000001-00000000.bin"), "{path:?}");
         let older = dir.path().join(sample(1, 0).file_name());
-        std::fs::write(&older, b"KFAWSCKP").unwrap();
-        let err = Checkpoint::load_newest(dir.path(), 3, "fashion-mnist").unwrap_err();
-        assert!(
-            matches!(&err, CheckpointError::Corrupt { path, .. } if *path == newest),
-            "{err}"
-        );
+        std::fs::write(&older, b"").unwrap();
+        assert!(Checkpoint::load_newest(dir.path(), 3, "fashion-mnist")
+            .unwrap()
+            .is_none());
+        // A checkpoint of another model behind the corrupt ones is still refused.
+        let foreign = Checkpoint {
+            params: vec![1.0; 4],
+            velocity: vec![],
+            ..sample(0, 5)
+        };
+        foreign.save(dir.path()).unwrap();
+        assert!(matches!(
+            Checkpoint::load_newest(dir.path(), 3, "fashion-mnist").unwrap_err(),
+            CheckpointError::WrongModel { found: 4, .. }
+        ));
     }
 
     #[test]

@@ -126,7 +126,7 @@ impl TrainError {
                 CheckpointError::WrongModel { .. }
                 | CheckpointError::WrongDataset { .. }
                 | CheckpointError::OtherSampling { .. }
-                | CheckpointError::Corrupt { .. },
+                | CheckpointError::NewerFormat { .. },
             ) => EXIT_CONFIG,
             Self::Comm(e) if !e.is_transient() => EXIT_CONFIG,
             Self::Comm(_) | Self::Checkpoint(_) | Self::ModelOutput { .. } => EXIT_TRANSIENT,

@@ -65,3 +65,116 @@ pub struct ModelInfo {
     /// Number of parameters.
     pub parameters: usize,
 }
+
+/// Why a `model.json` cannot describe the model beside it: each variant names `model.json`,
+/// the field and the rule it breaks.
+#[derive(Debug, thiserror::Error)]
+pub enum ModelInfoError {
+    /// The file is not JSON of [`ModelInfo`]'s shape (a field missing or of the wrong type).
+    #[error("model.json does not parse: {0}")]
+    Json(#[from] serde_json::Error),
+    /// A field breaks a rule, on its own, against another field, or against `model.bpk`.
+    #[error("model.json: `{field}` {rule}")]
+    Field {
+        /// The field of `model.json`: `classes`, `input_shape`, `mean` or `std`.
+        field: &'static str,
+        /// What it holds and the rule it breaks.
+        rule: String,
+    },
+}
+
+fn field_error(field: &'static str, rule: String) -> ModelInfoError {
+    ModelInfoError::Field { field, rule }
+}
+
+impl ModelInfo {
+    /// Parses `model.json` and checks it against itself ([`ModelInfo::check`]).
+    ///
+    /// # Errors
+    /// [`ModelInfoError::Json`] when it does not parse, [`ModelInfoError::Field`] as
+    /// [`ModelInfo::check`].
+    pub fn from_json(text: &str) -> Result<Self, ModelInfoError> {
+        let info: Self = serde_json::from_str(text)?;
+        info.check()?;
+        Ok(info)
+    }
+
+    /// Checks the fields against each other and against the network of [`model::Net`]:
+    /// `classes` is not empty; `input_shape` is `[C, H, W]` with at least one channel and a
+    /// size the network takes (at least 16×16 pixels, two 5×5 convolutions and two 2×2 pools:
+    /// [`model::flat_features`]); `mean` and `std` hold one value per channel, every mean is
+    /// finite and every standard deviation finite and above 0 (pixels are divided by it).
+    ///
+    /// # Errors
+    /// [`ModelInfoError::Field`] naming the first field that breaks its rule.
+    pub fn check(&self) -> Result<(), ModelInfoError> {
+        if self.classes.is_empty() {
+            return Err(field_error(
+                "classes",
+                "is empty; it must name one class per output of the model".into(),
+            ));
+        }
+        let [channels, height, width] = self.input_shape;
+        if channels == 0 {
+            return Err(field_error(
+                "input_shape",
+                format!("{:?} has 0 channels; it is [channels, height, width] with at least one channel", self.input_shape),
+            ));
+        }
+        if model::flat_features(self.input_shape).is_none() {
+            return Err(field_error(
+                "input_shape",
+                format!(
+                    "{:?} is {height}×{width} pixels; the network takes at least 16×16 \
+                     (two 5×5 convolutions and two 2×2 pools)",
+                    self.input_shape
+                ),
+            ));
+        }
+        for (field, values) in [("mean", &self.mean), ("std", &self.std)] {
+            if values.len() != channels {
+                return Err(field_error(
+                    field,
+                    format!(
+                        "has {} values; it must have one per channel of `input_shape` {:?} ({channels})",
+                        values.len(),
+                        self.input_shape
+                    ),
+                ));
+            }
+        }
+        if let Some(m) = self.mean.iter().find(|m| !m.is_finite()) {
+            return Err(field_error(
+                "mean",
+                format!("holds {m}; every mean must be finite"),
+            ));
+        }
+        if let Some(s) = self.std.iter().find(|s| !(s.is_finite() && **s > 0.0)) {
+            return Err(field_error(
+                "std",
+                format!("holds {s}; every standard deviation must be finite and above 0"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Checks the fields against the loaded network `net` (from `model.bpk`): as many
+    /// `classes` as the network has outputs. (`input_shape` is checked by loading the record
+    /// into a network built for it: burn refuses tensors of other shapes.)
+    ///
+    /// # Errors
+    /// [`ModelInfoError::Field`] naming `classes`.
+    pub fn check_against(&self, net: &model::Net) -> Result<(), ModelInfoError> {
+        let outputs = net.outputs();
+        if self.classes.len() != outputs {
+            return Err(field_error(
+                "classes",
+                format!(
+                    "has {} entries; the model (model.bpk) has {outputs} outputs, one class each",
+                    self.classes.len()
+                ),
+            ));
+        }
+        Ok(())
+    }
+}

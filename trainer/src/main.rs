@@ -55,6 +55,10 @@ struct SampleArgs {
     /// Index of the example in the test split.
     #[arg(long, default_value_t = 0)]
     index: usize,
+    /// The dataset to read, as the `dataset` hyperparameter: mnist, fashion-mnist, cifar10
+    /// (needed where the directory holds two datasets).
+    #[arg(long)]
+    dataset: Option<String>,
     /// The PNG file to write.
     #[arg(long)]
     output: std::path::PathBuf,
@@ -228,12 +232,22 @@ fn runs(pid: u32) -> bool {
     })
 }
 
+/// The dataset a `--dataset` flag names, if given.
+fn dataset_hint(name: Option<&str>) -> Result<Option<kfaws_trainer_contract::DatasetKind>, String> {
+    name.map(|name| {
+        kfaws_trainer_contract::DatasetKind::parse(name)
+            .ok_or_else(|| format!("--dataset {name}: not one of mnist, fashion-mnist, cifar10"))
+    })
+    .transpose()
+}
+
 /// Writes test image `index` as PNG (grey for one channel, RGB for three) and prints
 /// `label=<class name> index=<class index>` on stdout.
 fn run_sample(args: &SampleArgs) -> ExitCode {
     let written = (|| -> Result<String, String> {
+        let hint = dataset_hint(args.dataset.as_deref())?;
         let dataset =
-            kfaws_trainer::data::load_dir(&args.data_dir, None).map_err(|e| e.to_string())?;
+            kfaws_trainer::data::load_dir(&args.data_dir, hint).map_err(|e| e.to_string())?;
         let split = &dataset.test;
         if args.index >= split.len() {
             return Err(format!(
@@ -286,12 +300,7 @@ fn run_sample(args: &SampleArgs) -> ExitCode {
 fn run_check_data(args: &CheckDataArgs) -> ExitCode {
     use std::io::Write as _;
     let checked = (|| -> Result<String, String> {
-        let hint = match &args.dataset {
-            Some(name) => Some(kfaws_trainer_contract::DatasetKind::parse(name).ok_or_else(
-                || format!("--dataset {name}: not one of mnist, fashion-mnist, cifar10"),
-            )?),
-            None => None,
-        };
+        let hint = dataset_hint(args.dataset.as_deref())?;
         let dataset =
             kfaws_trainer::data::load_dir(&args.data_dir, hint).map_err(|e| e.to_string())?;
         let [c, h, w] = dataset.train.shape;

@@ -57,6 +57,11 @@ impl Net {
         }
     }
 
+    /// Outputs (classes) of the last linear layer.
+    pub fn outputs(&self) -> usize {
+        self.fc3.weight.val().dims()[1]
+    }
+
     /// ReLU then 2×2 max-pool: the fused kernel of [`crate::pool`] for f32 on the CPU backend,
     /// burn's modules elsewhere (they compute the same function).
     fn relu_pool(&self, x: Tensor<4>, kernels: bool) -> Tensor<4> {

@@ -155,7 +155,9 @@ impl Classifier {
     /// Loads `model.json` and `model.bpk` from `dir` onto burn's CPU backend.
     ///
     /// # Errors
-    /// [`ServeError::Model`] naming the file that is missing or unreadable.
+    /// [`ServeError::Model`] naming the file that is missing or unreadable, or naming
+    /// `model.json` when it does not describe itself or `model.bpk` consistently
+    /// ([`ModelInfo::check`], [`ModelInfo::check_against`]).
     pub fn load(dir: &Path) -> Result<Self, ServeError> {
         let info_path = dir.join(crate::MODEL_INFO_FILE);
         let model_err = |path: &Path, detail: String| ServeError::Model {
@@ -164,13 +166,27 @@ impl Classifier {
         };
         let text = std::fs::read_to_string(&info_path)
             .map_err(|e| model_err(&info_path, e.to_string()))?;
-        let info: ModelInfo =
-            serde_json::from_str(&text).map_err(|e| model_err(&info_path, e.to_string()))?;
+        // Checked before the network is built: `Net::new` panics on an input under 16×16.
+        let info = ModelInfo::from_json(&text).map_err(|e| model_err(&info_path, e.to_string()))?;
         let device = Device::flex();
         let weights = dir.join(crate::MODEL_FILE);
         let net = Net::new(info.input_shape, &device)
             .try_load_file(&weights)
-            .map_err(|e| model_err(&weights, e.to_string()))?;
+            .map_err(|e| match e {
+                // Tensors of other shapes than the network built for `input_shape` has.
+                burn::store::RecordError::Validation(_) => model_err(
+                    &weights,
+                    format!(
+                        "it does not fit the network that model.json's `input_shape` {:?} \
+                         describes (`input_shape` must have the model's channels and the size \
+                         it was trained for): {e}",
+                        info.input_shape
+                    ),
+                ),
+                burn::store::RecordError::Io(_) => model_err(&weights, e.to_string()),
+            })?;
+        info.check_against(&net)
+            .map_err(|e| model_err(&info_path, e.to_string()))?;
         Ok(Self {
             net,
             info,
@@ -868,5 +884,115 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let err = Classifier::load(dir.path()).unwrap_err().to_string();
         assert!(err.contains("model.json"), "{err}");
+    }
+
+    /// `model.json` of an untrained Fashion-MNIST model changed by `edit`, loaded: each
+    /// description that does not fit itself or `model.bpk` is refused naming `model.json`,
+    /// the field and the rule, and none panics (a 14×14 `input_shape` used to panic in
+    /// `Net::new`, too few classes served three rows of scores, too many panicked per request).
+    #[test]
+    fn a_model_json_that_does_not_fit_the_model_is_refused() {
+        let cases: [(&str, serde_json::Value, &[&str]); 13] = [
+            (
+                "classes",
+                serde_json::json!(["a", "b", "c"]),
+                &["`classes` has 3 entries", "10 outputs"],
+            ),
+            (
+                "classes",
+                serde_json::json!(vec!["x"; 12]),
+                &["`classes` has 12 entries", "10 outputs"],
+            ),
+            ("classes", serde_json::json!([]), &["`classes` is empty"]),
+            (
+                "std",
+                serde_json::json!([0.0]),
+                &["`std` holds 0", "finite and above 0"],
+            ),
+            (
+                "std",
+                serde_json::json!([-1.0]),
+                &["`std` holds -1", "finite and above 0"],
+            ),
+            (
+                "std",
+                serde_json::json!([0.3, 0.3]),
+                &["`std` has 2 values", "one per channel"],
+            ),
+            (
+                "mean",
+                serde_json::json!([0.2, 0.2]),
+                &["`mean` has 2 values", "one per channel"],
+            ),
+            (
+                "mean",
+                serde_json::json!([]),
+                &["`mean` has 0 values", "one per channel"],
+            ),
+            (
+                "input_shape",
+                serde_json::json!([1, 14, 14]),
+                &["`input_shape` [1, 14, 14]", "at least 16×16"],
+            ),
+            (
+                "input_shape",
+                serde_json::json!([0, 0, 0]),
+                &["`input_shape` [0, 0, 0] has 0 channels"],
+            ),
+            (
+                "input_shape",
+                serde_json::json!([1, 32, 32]),
+                &[
+                    "model.json's `input_shape` [1, 32, 32]",
+                    "must have the model's channels and the size",
+                ],
+            ),
+            // Three channels with three means and deviations: consistent, but not this model.
+            (
+                "input_shape",
+                serde_json::json!([3, 28, 28]),
+                &[
+                    "model.json's `input_shape` [3, 28, 28]",
+                    "must have the model's channels",
+                    "shape mismatch",
+                ],
+            ),
+            // Parsed as f32, 1e39 is infinite.
+            (
+                "std",
+                serde_json::json!([1e39]),
+                &["`std` holds inf", "finite and above 0"],
+            ),
+        ];
+        for (field, value, expected) in cases {
+            let (dir, _) = classifier();
+            let path = dir.path().join(crate::MODEL_INFO_FILE);
+            let mut info: serde_json::Value =
+                serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+            info[field] = value.clone();
+            if value == serde_json::json!([3, 28, 28]) {
+                info["mean"] = serde_json::json!([0.5, 0.5, 0.5]);
+                info["std"] = serde_json::json!([0.2, 0.2, 0.2]);
+            }
+            std::fs::write(&path, info.to_string()).unwrap();
+            let err = Classifier::load(dir.path())
+                .err()
+                .unwrap_or_else(|| panic!("{field} = {value} accepted"))
+                .to_string();
+            assert!(err.contains("model.json"), "{field} = {value}: {err}");
+            for part in expected {
+                assert!(err.contains(part), "{field} = {value}: {err}");
+            }
+        }
+        // NaN and infinity are not JSON numbers, so a non-finite mean cannot be written; the
+        // rule is checked all the same.
+        let (_dir, c) = classifier();
+        let mut info = c.info().clone();
+        info.mean = vec![f32::NAN];
+        assert!(info
+            .check()
+            .unwrap_err()
+            .to_string()
+            .contains("model.json: `mean` holds NaN; every mean must be finite"));
     }
 }

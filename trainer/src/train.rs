@@ -895,6 +895,41 @@ mod tests {
         }
     }
 
+    /// Every checkpoint cut short or empty (a crash during the first save, a partial copy):
+    /// nothing reads back, so training starts from the beginning, as with no checkpoint, and
+    /// its own checkpoints replace the corrupt ones (a restart used to fail with exit 1 on
+    /// them every time).
+    #[test]
+    fn corrupt_checkpoints_only_start_training_from_the_beginning() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("cifar-10-batches-bin");
+        std::fs::create_dir(&data).unwrap();
+        write_synthetic_cifar(&data, 20);
+        let args = single_process_args(dir.path(), &["epochs=2", "batch-size=20"]);
+        let config = resolve(&args, &|_| None).unwrap();
+        std::fs::create_dir_all(&config.checkpoint_dir).unwrap();
+        let empty = config.checkpoint_dir.join("checkpoint-000002-00000000.bin");
+        let cut = config.checkpoint_dir.join("checkpoint-000003-00000000.bin");
+        std::fs::write(&empty, b"").unwrap();
+        std::fs::write(&cut, b"KFAWSCKP\x03\x00\x00\x00").unwrap();
+        let dataset = load_dataset(&config).unwrap();
+        let mut epochs = 0;
+        let outcome = train(&config, &dataset, &AtomicBool::new(false), |p| {
+            if let Progress::Epoch(_) = p {
+                epochs += 1;
+            }
+        })
+        .unwrap();
+        assert_eq!((epochs, outcome.epochs.len()), (2, 2));
+        let (checkpoint, path) =
+            crate::checkpoint::Checkpoint::load_newest(&config.checkpoint_dir, 62_006, "cifar10")
+                .unwrap()
+                .unwrap();
+        assert_eq!((checkpoint.epoch, checkpoint.step), (3, 0));
+        assert_eq!(path, cut);
+        assert!(std::fs::metadata(&empty).unwrap().len() > 0, "replaced");
+    }
+
     #[test]
     fn trains_cifar10_shaped_data_end_to_end_in_process() {
         let dir = tempfile::tempdir().unwrap();

@@ -831,3 +831,67 @@ fn a_rank_stops_when_its_launcher_is_gone_even_when_it_is_not_the_parent() {
         "{log}"
     );
 }
+
+/// `serve` with a `model.json` whose `input_shape` the network cannot take (14×14) exits 1
+/// naming the file, the field and the rule, before it listens (it used to panic, exit 101);
+/// and one with too few `classes` for the model's 10 outputs exits 1 too, never answering
+/// `/ping`.
+#[test]
+fn serve_refuses_a_model_json_that_does_not_fit_the_model() {
+    use burn::module::Module as _;
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("model");
+    std::fs::create_dir(&model).unwrap();
+    let kind = DatasetKind::FashionMnist;
+    kfaws_trainer::model::Net::new(kind.shape(), &burn::tensor::Device::flex())
+        .save_file(model.join(kfaws_trainer::MODEL_FILE))
+        .unwrap();
+    let (mean, std) = kind.normalisation();
+    let info = kfaws_trainer::ModelInfo {
+        dataset: kind,
+        classes: kind.classes().iter().map(|c| c.to_string()).collect(),
+        input_shape: kind.shape(),
+        mean,
+        std,
+        test_accuracy: None,
+        test_loss: None,
+        epochs: 0,
+        parameters: 44_426,
+    };
+    let cases = [
+        (
+            kfaws_trainer::ModelInfo {
+                input_shape: [1, 14, 14],
+                ..info.clone()
+            },
+            "`input_shape` [1, 14, 14] is 14×14 pixels; the network takes at least 16×16",
+        ),
+        (
+            kfaws_trainer::ModelInfo {
+                classes: info.classes[..3].to_vec(),
+                ..info.clone()
+            },
+            "`classes` has 3 entries; the model (model.bpk) has 10 outputs",
+        ),
+    ];
+    for (bad, expected) in cases {
+        std::fs::write(
+            model.join(kfaws_trainer::MODEL_INFO_FILE),
+            serde_json::to_string(&bad).unwrap(),
+        )
+        .unwrap();
+        let port = free_port();
+        let mut server = spawn_serve(dir.path(), &model, port, &[]);
+        assert_eq!(
+            server.wait(Duration::from_secs(30)),
+            1,
+            "{}",
+            server.stderr()
+        );
+        assert!(
+            server.stderr().contains("model.json") && server.stderr().contains(expected),
+            "{}",
+            server.stderr()
+        );
+    }
+}

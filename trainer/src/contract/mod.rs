@@ -86,7 +86,8 @@ pub struct TrainArgs {
     /// Host name or address of rank 0.
     #[arg(long, env = "TRAINER_MASTER_ADDR")]
     pub master_addr: Option<String>,
-    /// Port rank 0 listens on.
+    /// Port rank 0 listens on; not 0 when the world size is above 1 (the other ranks must
+    /// know it).
     #[arg(long, env = "TRAINER_MASTER_PORT")]
     pub master_port: Option<u16>,
     /// Address rank 0's listener binds.
@@ -334,12 +335,31 @@ pub fn resolve(
             detail,
         });
     }
+    let master_port = args
+        .master_port
+        .or(placement.master_port)
+        .unwrap_or(DEFAULT_MASTER_PORT);
+    // Port 0 binds whatever port the operating system picks, which the other ranks cannot
+    // know: they would retry until `--connect-timeout-secs`, and rank 0 wait for them, a
+    // transient failure (exit 130) that no retry mends. One process never listens.
+    if master_port == 0 && world_size > 1 {
+        let source_name = match (args.master_port, launcher) {
+            (Some(_), _) => "--master-port (TRAINER_MASTER_PORT)",
+            (None, Launcher::TrainerV2) => "PET_MASTER_PORT",
+            (None, _) => "MASTER_PORT",
+        };
+        return Err(ConfigError::Contract {
+            source_name: source_name.into(),
+            detail: format!(
+                "port 0 with world size {world_size}: rank 0 would listen on a port the \
+                 operating system picks, which the other ranks cannot know; give the port \
+                 rank 0 listens on (1 to 65535), the same on every rank"
+            ),
+        });
+    }
     let rendezvous = Rendezvous {
         master_addr: args.master_addr.clone().unwrap_or(placement.master_addr),
-        master_port: args
-            .master_port
-            .or(placement.master_port)
-            .unwrap_or(DEFAULT_MASTER_PORT),
+        master_port,
         bind_addr: args.bind_addr.clone(),
         rank,
         world_size,

@@ -420,3 +420,77 @@ fn a_refused_sagemaker_value_is_shown_as_given_to_the_estimator() {
         );
     }
 }
+
+/// Port 0 with several ranks: rank 0 would listen on a port the operating system picks, and
+/// the others could never find it (rank 0 then waited for them and exited 130, retryable).
+/// Refused at resolution, naming the flag or variable; one process, which never listens,
+/// keeps accepting it.
+#[test]
+fn master_port_0_with_several_ranks_is_refused_naming_its_source() {
+    let rule = "port 0 with world size 2";
+    let flags = TrainArgs {
+        data_dir: Some("/d".into()),
+        rank: Some(1),
+        world_size: Some(2),
+        master_port: Some(0),
+        ..no_sagemaker()
+    };
+    let err = resolve(&flags, &env_of(&[])).unwrap_err();
+    assert!(matches!(err, ConfigError::Contract { .. }), "{err}");
+    let err = err.to_string();
+    assert!(
+        err.starts_with("--master-port (TRAINER_MASTER_PORT): ") && err.contains(rule),
+        "{err}"
+    );
+    assert!(err.contains("the other ranks cannot know"), "{err}");
+    let args = TrainArgs {
+        data_dir: Some("/d".into()),
+        ..no_sagemaker()
+    };
+    for (names, source) in [
+        (
+            ["MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK"],
+            "MASTER_PORT: ",
+        ),
+        (
+            [
+                "PET_MASTER_ADDR",
+                "PET_MASTER_PORT",
+                "PET_NNODES",
+                "PET_NODE_RANK",
+            ],
+            "PET_MASTER_PORT: ",
+        ),
+    ] {
+        let env = env_of(&[
+            (names[0], "m"),
+            (names[1], "0"),
+            (names[2], "2"),
+            (names[3], "0"),
+        ]);
+        let err = resolve(&args, &env).unwrap_err().to_string();
+        assert!(err.starts_with(source) && err.contains(rule), "{err}");
+    }
+    // A flag naming a real port wins over the environment's 0.
+    let env = env_of(&[
+        ("MASTER_ADDR", "m"),
+        ("MASTER_PORT", "0"),
+        ("WORLD_SIZE", "2"),
+        ("RANK", "0"),
+    ]);
+    let fixed = TrainArgs {
+        master_port: Some(23456),
+        ..args.clone()
+    };
+    assert_eq!(resolve(&fixed, &env).unwrap().rendezvous.master_port, 23456);
+    // One process never listens: port 0 is harmless.
+    let single = TrainArgs {
+        master_port: Some(0),
+        ..args
+    };
+    let config = resolve(&single, &env_of(&[])).unwrap();
+    assert_eq!(
+        (config.rendezvous.world_size, config.rendezvous.master_port),
+        (1, 0)
+    );
+}

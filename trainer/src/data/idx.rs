@@ -19,7 +19,8 @@ pub const IDX_LABELS_MAGIC: u32 = 0x0000_0801;
 /// a header declaring another shape or count is refused without reading what it declares.
 ///
 /// # Errors
-/// [`DataError::MissingFile`], [`DataError::BadMagic`], [`DataError::WrongShape`] (images not
+/// [`DataError::MissingFile`], [`DataError::TwoCopies`] (the file both plain and gzipped),
+/// [`DataError::BadMagic`], [`DataError::WrongShape`] (images not
 /// 28×28), [`DataError::CountMismatch`], [`DataError::WrongSize`] (truncated or longer than
 /// the header says, or a gzip stream cut short or corrupt) or [`DataError::BadLabel`], each
 /// naming the file.
@@ -61,13 +62,16 @@ pub fn load_idx_pair(dir: &Path, prefix: &str, found: &[String]) -> Result<Split
     })
 }
 
-/// The path of `stem` or, when it is absent, `stem.gz` in `dir` (logged: when both exist the
-/// uncompressed file is read).
+/// The path of `stem` or `stem.gz` in `dir` (logged), refused when both exist: which one is
+/// current cannot be told (e.g. a `gunzip -k` followed by a new download of the `.gz`).
 fn find(dir: &Path, stem: &str, found: &[String]) -> Result<PathBuf, DataError> {
-    let path = [stem.to_string(), format!("{stem}.gz")]
-        .into_iter()
-        .map(|name| dir.join(name))
-        .find(|path| path.is_file());
+    let (plain, gz) = (dir.join(stem), dir.join(format!("{stem}.gz")));
+    let path = match (plain.is_file(), gz.is_file()) {
+        (true, true) => return Err(DataError::TwoCopies { plain, gz }),
+        (true, false) => Some(plain),
+        (false, true) => Some(gz),
+        (false, false) => None,
+    };
     if let Some(path) = &path {
         tracing::info!(path = %path.display(), "reading");
     }
@@ -333,6 +337,58 @@ mod tests {
             .to_string();
         assert!(
             err.contains("says cifar10") && err.contains("holds IDX files"),
+            "{err}"
+        );
+    }
+
+    /// IDX files beside CIFAR-10 binary batches (one record per file): the `dataset`
+    /// hyperparameter picks either; without it the directory is refused naming both (CIFAR-10
+    /// used to win silently, and `dataset=fashion-mnist` was refused).
+    #[test]
+    fn a_directory_of_two_datasets_is_read_as_the_one_asked_for_else_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        write_dataset(dir.path(), true);
+        for name in (1..=5)
+            .map(|i| format!("data_batch_{i}.bin"))
+            .chain(["test_batch.bin".to_string()])
+        {
+            std::fs::write(dir.path().join(name), vec![3u8; 3073]).unwrap();
+        }
+        let ds = load_dir(dir.path(), Some(DatasetKind::FashionMnist)).unwrap();
+        assert_eq!((ds.kind, ds.train.len()), (DatasetKind::FashionMnist, 3));
+        let ds = load_dir(dir.path(), Some(DatasetKind::Mnist)).unwrap();
+        assert_eq!(ds.kind, DatasetKind::Mnist);
+        let ds = load_dir(dir.path(), Some(DatasetKind::Cifar10)).unwrap();
+        assert_eq!((ds.kind, ds.train.len()), (DatasetKind::Cifar10, 5));
+        let err = load_dir(dir.path(), None).unwrap_err();
+        assert!(matches!(err, DataError::TwoDatasets { .. }), "{err:?}");
+        let err = err.to_string();
+        assert!(
+            err.contains("holds two datasets, CIFAR-10 binary batches and IDX files")
+                && err.contains("set the dataset hyperparameter"),
+            "{err}"
+        );
+    }
+
+    /// `train-labels-idx1-ubyte` beside `train-labels-idx1-ubyte.gz` (as `gunzip -k` leaves
+    /// them, or a fresh download beside an old copy): refused naming both, instead of the
+    /// uncompressed one read silently.
+    #[test]
+    fn an_idx_file_both_plain_and_gzipped_is_refused_naming_both() {
+        let dir = tempfile::tempdir().unwrap();
+        write_dataset(dir.path(), true);
+        std::fs::write(
+            dir.path().join("train-labels-idx1-ubyte"),
+            idx(IDX_LABELS_MAGIC, &[3], &[9, 9, 9]),
+        )
+        .unwrap();
+        let err = load_dir(dir.path(), Some(DatasetKind::FashionMnist)).unwrap_err();
+        assert!(matches!(err, DataError::TwoCopies { .. }), "{err:?}");
+        let err = err.to_string();
+        assert!(
+            err.contains("train-labels-idx1-ubyte and ")
+                && err.contains("train-labels-idx1-ubyte.gz are both present")
+                && err.contains("remove one of them"),
             "{err}"
         );
     }

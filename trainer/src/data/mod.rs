@@ -167,6 +167,29 @@ pub enum DataError {
         /// `IDX files (MNIST or Fashion-MNIST)`.
         found: &'static str,
     },
+    /// The directory holds two datasets and the `dataset` hyperparameter does not choose.
+    #[error(
+        "{dir} holds two datasets, {first} and {second}: set the dataset hyperparameter \
+         (dataset=cifar10, dataset=fashion-mnist or dataset=mnist) to choose one, or give a \
+         directory holding only one"
+    )]
+    TwoDatasets {
+        /// The data directory.
+        dir: PathBuf,
+        /// The first found, e.g. `CIFAR-10 binary batches`.
+        first: &'static str,
+        /// The second found, e.g. `IDX files (MNIST or Fashion-MNIST)`.
+        second: &'static str,
+    },
+    /// An IDX file is there both uncompressed and gzipped: which one is current (the other
+    /// may be a stale or partial copy) cannot be told, so neither is read.
+    #[error("{plain} and {gz} are both present, and may hold different data: remove one of them")]
+    TwoCopies {
+        /// The uncompressed file.
+        plain: PathBuf,
+        /// The gzipped file.
+        gz: PathBuf,
+    },
 }
 
 /// One split: `labels.len()` images of `shape`, pixels concatenated channel-major.
@@ -224,46 +247,65 @@ pub struct Dataset {
 /// Fashion-MNIST, so `hint` (the `dataset` hyperparameter) decides, else a directory path
 /// containing "fashion", else the training images' mean pixel value.
 ///
+/// A directory holding both CIFAR-10 and IDX files is read as the dataset `hint` names;
+/// without a hint it is refused.
+///
 /// # Errors
 /// [`DataError`] naming the file that is missing, truncated or has the wrong magic number;
-/// [`DataError::NotTheDataset`] when `hint` names a dataset other than the files' (CIFAR-10
-/// asked of IDX files, or MNIST / Fashion-MNIST of CIFAR-10 batches).
+/// [`DataError::NotTheDataset`] when `hint` names a dataset the directory does not hold
+/// (CIFAR-10 asked of IDX files, or MNIST / Fashion-MNIST of CIFAR-10 batches);
+/// [`DataError::TwoDatasets`] when it holds both and `hint` is `None`;
+/// [`DataError::TwoCopies`] when an IDX file is there both plain and gzipped.
 pub fn load_dir(dir: &Path, hint: Option<DatasetKind>) -> Result<Dataset, DataError> {
     let found = list_dir(dir)?;
-    let not_the_dataset = |found: &'static str| match hint {
-        Some(asked) => Err(DataError::NotTheDataset {
-            dir: dir.to_path_buf(),
-            asked: asked.name(),
-            found,
-        }),
-        None => Ok(()),
-    };
-    for cifar_dir in [dir.to_path_buf(), dir.join("cifar-10-batches-bin")] {
-        if cifar_dir.join("data_batch_1.bin").exists() || cifar_dir.join("test_batch.bin").exists()
-        {
-            if hint != Some(DatasetKind::Cifar10) {
-                not_the_dataset("CIFAR-10 binary batches")?;
-            }
-            return load_cifar10(&cifar_dir);
-        }
-    }
-    for cifar_dir in [dir.to_path_buf(), dir.join("cifar-10-batches-py")] {
-        if cifar_dir.join(PYTHON_TRAIN_FILES[0]).is_file()
-            || cifar_dir.join(PYTHON_TEST_FILE).is_file()
-        {
-            if hint != Some(DatasetKind::Cifar10) {
-                not_the_dataset("CIFAR-10 python batches")?;
-            }
-            return load_cifar10_python(&cifar_dir);
-        }
-    }
-    if found
+    const CIFAR_BIN: &str = "CIFAR-10 binary batches";
+    const CIFAR_PY: &str = "CIFAR-10 python batches";
+    const IDX: &str = "IDX files (MNIST or Fashion-MNIST)";
+    let cifar_bin = [dir.to_path_buf(), dir.join("cifar-10-batches-bin")]
+        .into_iter()
+        .find(|d| d.join("data_batch_1.bin").exists() || d.join("test_batch.bin").exists());
+    let cifar_py = [dir.to_path_buf(), dir.join("cifar-10-batches-py")]
+        .into_iter()
+        .find(|d| d.join(PYTHON_TRAIN_FILES[0]).is_file() || d.join(PYTHON_TEST_FILE).is_file());
+    let idx = found
         .iter()
-        .any(|name| name.contains("idx1-ubyte") || name.contains("idx3-ubyte"))
-    {
-        if hint == Some(DatasetKind::Cifar10) {
-            not_the_dataset("IDX files (MNIST or Fashion-MNIST)")?;
+        .any(|name| name.contains("idx1-ubyte") || name.contains("idx3-ubyte"));
+    // CIFAR-10's binary batches win over its python ones: the same dataset either way.
+    let cifar = cifar_bin
+        .map(|d| (d, CIFAR_BIN))
+        .or(cifar_py.map(|d| (d, CIFAR_PY)));
+    let not_the_dataset = |asked: DatasetKind, found: &'static str| DataError::NotTheDataset {
+        dir: dir.to_path_buf(),
+        asked: asked.name(),
+        found,
+    };
+    // The `dataset` hyperparameter chooses among the datasets present; without it, two are
+    // refused rather than one picked silently.
+    let use_cifar = match (hint, &cifar, idx) {
+        (Some(DatasetKind::Cifar10), Some(_), _) => true,
+        (Some(asked @ DatasetKind::Cifar10), None, true) => {
+            return Err(not_the_dataset(asked, IDX))
         }
+        (Some(_), _, true) => false,
+        (Some(asked), Some((_, what)), false) => return Err(not_the_dataset(asked, what)),
+        (None, Some((_, what)), true) => {
+            return Err(DataError::TwoDatasets {
+                dir: dir.to_path_buf(),
+                first: what,
+                second: IDX,
+            })
+        }
+        (None, Some(_), false) => true,
+        (_, None, _) => false,
+    };
+    if let (true, Some((cifar_dir, what))) = (use_cifar, &cifar) {
+        return if *what == CIFAR_BIN {
+            load_cifar10(cifar_dir)
+        } else {
+            load_cifar10_python(cifar_dir)
+        };
+    }
+    if idx {
         let train = load_idx_pair(dir, "train", &found)?;
         let test = load_idx_pair(dir, "t10k", &found)?;
         let kind = match hint {
