@@ -431,6 +431,12 @@ pub fn render(text: &str, values: &BTreeMap<String, String>) -> Result<String, S
 }
 
 /// Hex SHA-256 over the objects of `bundle` (canonical JSON, in order).
+/// A bundle's spec fields that hash its Secret values ([`Resource::sensitive_fields`]).
+pub const SENSITIVE_FIELDS: &[&str] = &["sha256"];
+
+/// A bundle's outputs that hash its Secret values, never printed either (`kfaws state show`).
+pub const SENSITIVE_OUTPUTS: &[&str] = &["manifest_sha256"];
+
 fn content_hash(bundle: &Bundle) -> String {
     let mut hash = Sha256::new();
     for m in &bundle.objects {
@@ -1588,7 +1594,7 @@ impl Resource for ManifestsResource {
     /// is applied) and is unsalted: with the rest of the manifests known (a public Kubeflow
     /// release), a weak password could be found from it by trying a dictionary.
     fn sensitive_fields(&self) -> &'static [&'static str] {
-        &["sha256"]
+        SENSITIVE_FIELDS
     }
 
     fn estimate(&self) -> Duration {

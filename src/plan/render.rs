@@ -43,8 +43,8 @@ fn detail_symbol(d: &Detail) -> &str {
     }
 }
 
-/// How a [`FieldChange::sensitive`] value is shown.
-const SENSITIVE: &str = "(sensitive value)";
+/// How a [`crate::plan::FieldChange::sensitive`] value is shown (also by `kfaws state show`).
+pub const SENSITIVE: &str = "(sensitive value)";
 
 fn value(v: &Option<Value>) -> String {
     match v {

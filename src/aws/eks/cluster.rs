@@ -242,7 +242,8 @@ pub struct ClusterResource {
     /// ([`mode_steps`]); the default leaves an `API` cluster so.
     pub authentication_mode: Configured,
     /// The principal ARNs of the config's `[access_entries]`: entries this apply
-    /// creates after a switch to `API` ([`ClusterResource::check_api_access`]).
+    /// creates after a switch to `API`, which keep their principals admitted (the plan
+    /// refuses a switch that would shut out the identity running kfaws).
     pub entry_principals: Vec<String>,
     /// The client.
     pub client: Client,
@@ -1221,19 +1222,8 @@ mod tests {
             m.insert(MODE_FIELD.into(), json!(mode));
             m
         };
-        let recorded = |spec: Value| ResourceState {
-            kind: "aws_eks_cluster".into(),
-            status: crate::state::Status::Created,
-            physical_id: None,
-            idempotency_token: None,
-            spec_hash: String::new(),
-            spec,
-            outputs: Default::default(),
-            dependencies: vec![],
-            updating: None,
-            inputs_hash: None,
-            updated_at: chrono::Utc::now(),
-        };
+        let recorded =
+            |spec: Value| crate::plan::diff::tests::recorded(crate::state::Status::Created, spec);
         let default = recorded(json!({"access_entries": true}));
         let api = recorded(json!({"access_entries": true, MODE_FIELD: "API"}));
         // A default deployment: left out, so a switch to `api` is a config change (the
