@@ -2383,15 +2383,28 @@ async fn authentication_mode_api_creates_an_api_cluster_and_takes_a_config_map_o
 
     d.stdout(&["destroy", "--auto-approve", "--target", "eks.cluster"]);
     config_map_cluster(&d, &eks).await;
-    // Its maker (the identity running kfaws) has no access entry in CONFIG_MAP mode: one in
-    // the config keeps it admitted after the switch.
+    d.stdout(&["apply", "--auto-approve", "--target", "eks.cluster"]);
+    // Its maker (the identity running kfaws) has no access entry in CONFIG_MAP mode (none can
+    // be listed there): the switch is refused, also with an entry that could not apply
+    // everything (`view`); a cluster-wide `cluster-admin` one in the config keeps it admitted.
+    let me = format!("arn:aws:iam::{}:user/moto", d.account);
+    for entry in [
+        "",
+        "[access_entries.me]\nprincipal_arn = \"ME\"\npolicy = \"view\"\n",
+    ] {
+        d.write_config(&format!(
+            "[options]\nauthentication_mode = \"api\"\n{}",
+            entry.replace("ME", &me)
+        ));
+        let err = d.fails(&["plan", "--target", "eks.cluster"]);
+        assert!(err.contains(":user/moto) has none"), "{entry}: {err}");
+    }
     d.write_config(&format!(
         "[options]\nauthentication_mode = \"api\"\n[access_entries.me]\n\
          principal_arn = \"arn:aws:iam::{}:user/moto\"\npolicy = \"cluster-admin\"\n",
         d.account
     ));
-    // Imported (the create re-attaches), then both steps planned and applied.
-    d.stdout(&["apply", "--auto-approve", "--target", "eks.cluster"]);
+    // Imported above (the create re-attaches); both steps planned and applied.
     let plan = d.stdout(&["plan", "--target", "eks.cluster"]);
     let (first, second) = (
         plan.find("authentication mode CONFIG_MAP -> API_AND_CONFIG_MAP"),

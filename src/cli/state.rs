@@ -87,19 +87,7 @@ pub fn show(g: &Global, address: &Address) -> anyhow::Result<u8> {
     let mut r = entry(&store, address, &name)?.clone();
     // As in a plan: a bundle's hashes cover its Secret values (see
     // `Resource::sensitive_fields`); the state file keeps them.
-    if r.kind == kfaws::k8s::resource::KIND {
-        let hidden = serde_json::json!(kfaws::plan::render::SENSITIVE);
-        for field in kfaws::k8s::resource::SENSITIVE_FIELDS {
-            if let Some(v) = r.spec.get_mut(*field) {
-                *v = hidden.clone();
-            }
-        }
-        for output in kfaws::k8s::resource::SENSITIVE_OUTPUTS {
-            if let Some(v) = r.outputs.get_mut(*output) {
-                *v = hidden.clone();
-            }
-        }
-    }
+    kfaws::k8s::resource::hide_sensitive(&mut r, kfaws::plan::render::SENSITIVE);
     outln!("{}", serde_json::to_string_pretty(&r)?)?;
     Ok(0)
 }

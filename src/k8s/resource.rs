@@ -437,6 +437,34 @@ pub const SENSITIVE_FIELDS: &[&str] = &["sha256"];
 /// A bundle's outputs that hash its Secret values, never printed either (`kfaws state show`).
 pub const SENSITIVE_OUTPUTS: &[&str] = &["manifest_sha256"];
 
+/// `entry` (a state entry) as `kfaws state show` prints it: for a bundle, `shown` in place of
+/// every value that hashes its Secret values: the [`SENSITIVE_FIELDS`] of its spec and of an
+/// unfinished update's (`updating`), its [`SENSITIVE_OUTPUTS`], and the hashes over them
+/// (`spec_hash`; `inputs_hash`, over inputs that may be another bundle's outputs). Another
+/// kind is left as it is.
+pub fn hide_sensitive(entry: &mut ResourceState, shown: &str) {
+    if entry.kind != KIND {
+        return;
+    }
+    let hidden = Value::String(shown.to_string());
+    for spec in std::iter::once(&mut entry.spec).chain(entry.updating.as_mut()) {
+        for field in SENSITIVE_FIELDS {
+            if let Some(v) = spec.get_mut(*field) {
+                *v = hidden.clone();
+            }
+        }
+    }
+    for output in SENSITIVE_OUTPUTS {
+        if let Some(v) = entry.outputs.get_mut(*output) {
+            *v = hidden.clone();
+        }
+    }
+    entry.spec_hash = shown.to_string();
+    if entry.inputs_hash.is_some() {
+        entry.inputs_hash = Some(shown.to_string());
+    }
+}
+
 fn content_hash(bundle: &Bundle) -> String {
     let mut hash = Sha256::new();
     for m in &bundle.objects {
@@ -1835,6 +1863,37 @@ fn failed(message: String) -> ResourceError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn state_show_hides_every_hash_of_a_bundle_s_secrets_and_nothing_of_other_kinds() {
+        let spec = json!({"bundle": "kubeflow", "sha256": "aaa-secret-hash"});
+        let mut entry = crate::plan::diff::tests::recorded(crate::state::Status::Created, spec);
+        entry.kind = KIND.into();
+        entry.updating = Some(json!({"bundle": "kubeflow", "sha256": "bbb-secret-hash"}));
+        entry
+            .outputs
+            .insert("manifest_sha256".into(), json!("ccc-secret-hash"));
+        entry.outputs.insert("objects".into(), json!(3));
+        entry.inputs_hash = Some("ddd-secret-hash".into());
+        let other = {
+            let mut other = entry.clone();
+            other.kind = "aws_cloudformation_stack".into();
+            other
+        };
+        let mut hidden = entry.clone();
+        hide_sensitive(&mut hidden, "(sensitive value)");
+        let shown = serde_json::to_string(&hidden).unwrap();
+        assert!(!shown.contains("secret-hash"), "{shown}");
+        assert_eq!(hidden.spec_hash, "(sensitive value)");
+        assert_eq!(hidden.outputs["objects"], json!(3));
+        assert_eq!(hidden.spec["bundle"], json!("kubeflow"));
+        let mut kept = other.clone();
+        hide_sensitive(&mut kept, "(sensitive value)");
+        assert_eq!(
+            serde_json::to_value(&kept).unwrap(),
+            serde_json::to_value(&other).unwrap()
+        );
+    }
 
     #[test]
     fn a_live_object_in_default_takes_the_key_of_its_manifest_without_a_namespace() {

@@ -231,6 +231,7 @@ fn delete_change(
         gone: gone && recorded.status != Status::Deleting,
         kept: false,
         released: Vec::new(),
+        sensitive: false,
     }
 }
 
@@ -244,6 +245,7 @@ fn diff_one(
 ) -> Change {
     let mut change = diff_one_shown(r, state, recorded, observed);
     let hidden = r.sensitive_fields();
+    change.sensitive = !hidden.is_empty();
     for f in change.fields.iter_mut().chain(change.refreshed.iter_mut()) {
         if hidden.contains(&f.field.as_str()) {
             f.hide();
@@ -277,6 +279,7 @@ fn diff_one_shown(
         gone: false,
         kept: false,
         released: Vec::new(),
+        sensitive: false,
     };
     if r.mode() == Mode::Data {
         return change(Action::Read, "data source, read for its outputs");
@@ -788,6 +791,9 @@ pub(crate) mod tests {
             "{text}"
         );
         assert!(json.contains("\"sensitive\":true"), "{json}");
+        // Nor the hash of the whole spec, which covers the field (the saved plan keeps it).
+        assert!(!json.contains("spec_hash"), "{json}");
+        assert!(serde_json::to_string(&plan).unwrap().contains("spec_hash"));
     }
 
     #[test]

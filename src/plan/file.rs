@@ -72,11 +72,12 @@ fn made_against(serial: u64, lineage: &uuid::Uuid) -> String {
 /// # Errors
 /// [`PlanFileError::Io`] naming the path or the missing directory.
 pub fn check_writable(path: &Path) -> Result<(), PlanFileError> {
-    crate::state::replace::ensure_regular(path).map_err(|e| PlanFileError::Io {
+    // Where `save` will write: through a symbolic link, its target's directory.
+    let target = crate::state::replace::destination(path).map_err(|e| PlanFileError::Io {
         path: path.to_path_buf(),
         message: e.to_string(),
     })?;
-    match path.parent() {
+    match target.parent() {
         Some(dir) if !dir.as_os_str().is_empty() && !dir.is_dir() => Err(PlanFileError::Io {
             path: path.to_path_buf(),
             message: format!("{}: no such directory", dir.display()),
@@ -174,6 +175,19 @@ pub fn check(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A link (dangling, as kubectl and editors leave them) into a directory that does not
+    /// exist is refused before the plan, naming the directory, not after it.
+    #[test]
+    fn a_dangling_link_into_a_missing_directory_is_refused_before_planning() {
+        let dir = tempfile::tempdir().unwrap();
+        let link = dir.path().join("plan.json");
+        std::os::unix::fs::symlink(dir.path().join("gone/plan.json"), &link).unwrap();
+        let e = check_writable(&link).unwrap_err().to_string();
+        assert!(e.contains("gone: no such directory"), "{e}");
+        std::fs::create_dir(dir.path().join("gone")).unwrap();
+        check_writable(&link).unwrap();
+    }
 
     #[test]
     fn a_plan_made_before_any_state_does_not_name_a_lineage() {

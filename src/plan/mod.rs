@@ -190,6 +190,11 @@ pub struct Change {
     /// it).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub released: Vec<Address>,
+    /// The resource has sensitive fields ([`crate::resource::Resource::sensitive_fields`]):
+    /// `--json` leaves out its `spec_hash`, which covers them (the saved plan, private,
+    /// keeps it for `apply PLANFILE`'s check).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub sensitive: bool,
 }
 
 impl Change {

@@ -408,6 +408,18 @@ pub fn human(plan: &Plan) -> String {
 /// The plan as JSON: the [`Plan`] document plus its summary.
 pub fn json(plan: &Plan) -> Value {
     let mut v = serde_json::to_value(plan).expect("a plan serializes");
+    // A hash over sensitive fields is as guessable as they are ([`FieldChange::hide`]).
+    for (change, json) in plan.changes.iter().zip(
+        v["changes"]
+            .as_array_mut()
+            .expect("changes serialize as a list"),
+    ) {
+        if change.sensitive {
+            json.as_object_mut()
+                .expect("a change serializes as an object")
+                .remove("spec_hash");
+        }
+    }
     v["summary"] = json!(plan.summary());
     v
 }
@@ -439,6 +451,7 @@ pub(crate) mod tests {
             gone: false,
             kept: false,
             released: Vec::new(),
+            sensitive: false,
         }
     }
 

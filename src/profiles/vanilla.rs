@@ -701,6 +701,9 @@ fn cluster(config: &Config, aws: &SdkConfig, lineage: uuid::Uuid) -> ClusterReso
         entry_principals: config
             .access_entries
             .values()
+            .filter(|e| {
+                e.policy == crate::config::AccessPolicy::ClusterAdmin && e.namespaces.is_none()
+            })
             .map(|e| e.principal_arn.clone())
             .collect(),
         client: crate::aws::client::<aws_sdk_eks::Client>(aws),

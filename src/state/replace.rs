@@ -86,16 +86,31 @@ pub fn ensure_regular(path: &Path) -> io::Result<()> {
 /// symbolic link at `path` resolves to, through a chain of links, each
 /// relative to its own directory. A link whose target does not exist yet
 /// (a dangling one) names the file to create, as open(2) with `O_CREAT`
-/// follows it (and kubectl writes through it).
+/// follows it (and kubectl writes through it), provided every link on the
+/// way is this user's: a file is never created through another user's link
+/// (one planted in a shared directory such as `/tmp` could otherwise make
+/// kfaws create a file anywhere this user may write; the kernel's
+/// `protected_symlinks` does not apply to links resolved here).
 ///
 /// # Errors
-/// `InvalidInput` for a target that is not a regular file or for more than
-/// [`MAX_LINKS`] links in a row (a loop); any other metadata error.
-fn destination(path: &Path) -> io::Result<PathBuf> {
+/// `InvalidInput` for a target that is not a regular file, for more than
+/// [`MAX_LINKS`] links in a row (a loop), or for a missing target behind
+/// another user's link; any other metadata error.
+pub fn destination(path: &Path) -> io::Result<PathBuf> {
+    destination_for(path, nix::unistd::getuid().as_raw())
+}
+
+/// [`destination`] for the user `uid`.
+fn destination_for(path: &Path, uid: u32) -> io::Result<PathBuf> {
+    use std::os::unix::fs::MetadataExt as _;
     let mut at = path.to_path_buf();
+    let mut foreign = None;
     for _ in 0..=MAX_LINKS {
         match fs::symlink_metadata(&at) {
             Ok(meta) if meta.file_type().is_symlink() => {
+                if meta.uid() != uid {
+                    foreign.get_or_insert((at.clone(), meta.uid()));
+                }
                 let next = fs::read_link(&at)?;
                 // An absolute `next` replaces the whole path.
                 at = at
@@ -106,7 +121,21 @@ fn destination(path: &Path) -> io::Result<PathBuf> {
                 ensure_regular(&at)?;
                 return Ok(at);
             }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(at),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return match foreign {
+                    None => Ok(at),
+                    Some((link, owner)) => Err(io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        format!(
+                            "leads through {}, a symbolic link of another user (uid {owner}), to \
+                             {}, which does not exist: kfaws creates no file through another \
+                             user's link",
+                            link.display(),
+                            at.display()
+                        ),
+                    )),
+                };
+            }
             Err(e) => return Err(e),
         }
     }
@@ -162,6 +191,32 @@ mod tests {
         let (_, e) = replace_file(&looped, b"x", ".t-").unwrap_err();
         assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput, "{e}");
         assert!(e.to_string().contains("symbolic links (a loop?)"), "{e}");
+    }
+
+    #[test]
+    fn a_missing_file_is_not_created_through_another_user_s_link() {
+        use std::os::unix::fs::MetadataExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink("target", &link).unwrap();
+        let owner = fs::symlink_metadata(&link).unwrap().uid();
+        // As seen by another user than the link's.
+        let e = super::destination_for(&link, owner.wrapping_add(1)).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput, "{e}");
+        assert!(
+            e.to_string()
+                .contains(&format!("a symbolic link of another user (uid {owner})")),
+            "{e}"
+        );
+        // An existing target is written through it, as before; the owner's own link creates.
+        fs::write(dir.path().join("target"), "old").unwrap();
+        let to = super::destination_for(&link, owner.wrapping_add(1)).unwrap();
+        assert_eq!(to, dir.path().join("target"));
+        fs::remove_file(dir.path().join("target")).unwrap();
+        assert_eq!(
+            super::destination_for(&link, owner).unwrap(),
+            dir.path().join("target")
+        );
     }
 
     #[test]

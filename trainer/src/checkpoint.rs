@@ -296,7 +296,8 @@ impl Checkpoint {
             if !corrupt.is_empty() {
                 tracing::warn!(
                     "no checkpoint in {} reads back (corrupt: {}); training starts from the \
-                     beginning, and its checkpoints will replace them",
+                     beginning (its own saves replace a file of the same name and prune those \
+                     positioned before them, as always)",
                     dir.display(),
                     corrupt.join(", ")
                 );

@@ -83,6 +83,12 @@ pub enum ModelInfoError {
     },
 }
 
+/// The most channels a `model.json`'s `input_shape` may have ([`ModelInfo::check`]).
+pub const MAX_INPUT_CHANNELS: usize = 4;
+/// The largest height and width a `model.json`'s `input_shape` may have
+/// ([`ModelInfo::check`]): a first linear layer of 16 × 61 × 61 inputs (7 M weights, 28 MB).
+pub const MAX_INPUT_SIDE: usize = 256;
+
 fn field_error(field: &'static str, rule: String) -> ModelInfoError {
     ModelInfoError::Field { field, rule }
 }
@@ -127,6 +133,19 @@ impl ModelInfo {
                 format!(
                     "{:?} is {height}×{width} pixels; the network takes at least 16×16 \
                      (two 5×5 convolutions and two 2×2 pools)",
+                    self.input_shape
+                ),
+            ));
+        }
+        // Checked before the network is built for it: a typo such as [3, 3200, 3200] would
+        // first allocate a first linear layer of about 1.2 G weights.
+        if channels > MAX_INPUT_CHANNELS || height > MAX_INPUT_SIDE || width > MAX_INPUT_SIDE {
+            return Err(field_error(
+                "input_shape",
+                format!(
+                    "{:?} is larger than any model this trainer writes (at most \
+                     {MAX_INPUT_CHANNELS} channels of {MAX_INPUT_SIDE}×{MAX_INPUT_SIDE}; its \
+                     datasets are 1×28×28 and 3×32×32)",
                     self.input_shape
                 ),
             ));

@@ -892,7 +892,7 @@ mod tests {
     /// `Net::new`, too few classes served three rows of scores, too many panicked per request).
     #[test]
     fn a_model_json_that_does_not_fit_the_model_is_refused() {
-        let cases: [(&str, serde_json::Value, &[&str]); 13] = [
+        let cases: [(&str, serde_json::Value, &[&str]); 14] = [
             (
                 "classes",
                 serde_json::json!(["a", "b", "c"]),
@@ -933,6 +933,11 @@ mod tests {
                 "input_shape",
                 serde_json::json!([1, 14, 14]),
                 &["`input_shape` [1, 14, 14]", "at least 16×16"],
+            ),
+            (
+                "input_shape",
+                serde_json::json!([3, 3200, 3200]),
+                &["`input_shape` [3, 3200, 3200] is larger than any model"],
             ),
             (
                 "input_shape",

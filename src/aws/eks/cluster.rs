@@ -241,9 +241,10 @@ pub struct ClusterResource {
     /// `options.authentication_mode`: `API` is created or reached in place
     /// ([`mode_steps`]); the default leaves an `API` cluster so.
     pub authentication_mode: Configured,
-    /// The principal ARNs of the config's `[access_entries]`: entries this apply
-    /// creates after a switch to `API`, which keep their principals admitted (the plan
-    /// refuses a switch that would shut out the identity running kfaws).
+    /// The principal ARNs of the config's cluster-wide `cluster-admin` `[access_entries]`:
+    /// entries this apply creates after a switch to `API`, which keep their principals able
+    /// to apply everything (the plan refuses a switch that would shut out the identity
+    /// running kfaws).
     pub entry_principals: Vec<String>,
     /// The client.
     pub client: Client,
@@ -434,20 +435,14 @@ impl ClusterResource {
         Ok(out)
     }
 
-    /// Refuses, at plan, a delete DeleteCluster would refuse half way
-    /// through a destroy: EKS deletes a cluster only once it has no node
-    /// groups (DeleteCluster: `ResourceInUseException`), and kfaws deletes
-    /// only the node groups its state records, so one made outside this
-    /// deployment's state (by eksctl, the console, another state), or one
-    /// of its own that left the state (`kfaws state rm`), would stop the
-    /// destroy after everything before the cluster was gone.
     /// Refuses a switch of `live` to `API` ([`mode_steps`]) that would shut the identity
     /// running kfaws out of the cluster: `API` admits only access entries, `aws-auth` no more
     /// (EKS User Guide, "Change authentication mode to use access entries"), so one admitted
     /// through `aws-auth` alone would get 401 from this apply's Kubernetes steps on. It needs
-    /// an access entry already ([`lacks_entry`]), or one in the config (created after the
-    /// switch, before the Kubernetes bundles). An identity that no entry can name (the
-    /// account root, a federated user) and an error reading the caller or the entries are
+    /// an access entry already ([`lacks_entry`]; a `CONFIG_MAP` cluster has none to list), or
+    /// a cluster-wide `cluster-admin` one in the config ([`ClusterResource::entry_principals`],
+    /// created after the switch, before the Kubernetes bundles). An identity that no entry can
+    /// name (the account root, a federated user) and an error reading the caller or the entries are
     /// warnings.
     async fn check_api_access(&self, live: &Cluster) -> Result<(), ResourceError> {
         let from = live.access_config().and_then(|a| a.authentication_mode());
@@ -457,7 +452,8 @@ impl ClusterResource {
         let warn = |what: &str, message: String| {
             tracing::warn!(
                 cluster = %self.name,
-                "could not check that the identity running kfaws keeps access after the switch                  to API ({what}: {message})"
+                "could not check that the identity running kfaws keeps access after the switch \
+                 to API ({what}: {message})"
             );
         };
         let caller = match self.sts.get_caller_identity().send().await {
@@ -468,18 +464,21 @@ impl ClusterResource {
             }
         };
         let mut entries = self.entry_principals.clone();
-        let mut pages = self
-            .client
-            .list_access_entries()
-            .cluster_name(&self.name)
-            .into_paginator()
-            .send();
-        while let Some(page) = pages.next().await {
-            match page {
-                Ok(page) => entries.extend(page.access_entries().iter().cloned()),
-                Err(e) => {
-                    warn("EKS ListAccessEntries", error_message(&e));
-                    return Ok(());
+        // A CONFIG_MAP cluster has no access entries: EKS refuses to list them.
+        if from.is_some_and(|m| *m != AuthenticationMode::ConfigMap) {
+            let mut pages = self
+                .client
+                .list_access_entries()
+                .cluster_name(&self.name)
+                .into_paginator()
+                .send();
+            while let Some(page) = pages.next().await {
+                match page {
+                    Ok(page) => entries.extend(page.access_entries().iter().cloned()),
+                    Err(e) => {
+                        warn("EKS ListAccessEntries", error_message(&e));
+                        return Ok(());
+                    }
                 }
             }
         }
@@ -497,6 +496,13 @@ impl ClusterResource {
         )))
     }
 
+    /// Refuses, at plan, a delete DeleteCluster would refuse half way
+    /// through a destroy: EKS deletes a cluster only once it has no node
+    /// groups (DeleteCluster: `ResourceInUseException`), and kfaws deletes
+    /// only the node groups its state records, so one made outside this
+    /// deployment's state (by eksctl, the console, another state), or one
+    /// of its own that left the state (`kfaws state rm`), would stop the
+    /// destroy after everything before the cluster was gone.
     async fn check_delete(&self, state: &crate::state::State) -> Result<(), ResourceError> {
         if self.ours().await?.is_none() {
             return Ok(());
