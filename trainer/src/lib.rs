@@ -94,6 +94,24 @@ fn field_error(field: &'static str, rule: String) -> ModelInfoError {
 }
 
 impl ModelInfo {
+    /// The description of a model of `parameters` parameters for `dataset`: its classes, input
+    /// shape and normalisation, which the dataset fixes; no test figures, 0 epochs (set them
+    /// once trained).
+    pub fn for_dataset(dataset: data::DatasetKind, parameters: usize) -> Self {
+        let (mean, std) = dataset.normalisation();
+        Self {
+            dataset,
+            classes: dataset.classes().iter().map(|c| c.to_string()).collect(),
+            input_shape: dataset.shape(),
+            mean,
+            std,
+            test_accuracy: None,
+            test_loss: None,
+            epochs: 0,
+            parameters,
+        }
+    }
+
     /// Parses `model.json` and checks it against itself ([`ModelInfo::check`]).
     ///
     /// # Errors

@@ -675,18 +675,7 @@ mod tests {
         Net::new(kind.shape(), &Device::flex())
             .save_file(dir.path().join(crate::MODEL_FILE))
             .unwrap();
-        let (mean, std) = kind.normalisation();
-        let info = ModelInfo {
-            dataset: kind,
-            classes: kind.classes().iter().map(|c| c.to_string()).collect(),
-            input_shape: kind.shape(),
-            mean,
-            std,
-            test_accuracy: None,
-            test_loss: None,
-            epochs: 0,
-            parameters: 44_426,
-        };
+        let info = ModelInfo::for_dataset(kind, 44_426);
         std::fs::write(
             dir.path().join(crate::MODEL_INFO_FILE),
             serde_json::to_string(&info).unwrap(),

@@ -750,22 +750,11 @@ pub fn write_model(
         .map(&mut SequentialParamIds(0))
         .save_file(dir.join(crate::MODEL_FILE))
         .map_err(|e| fail(e.to_string()))?;
-    let (mean, std) = dataset.kind.normalisation();
     let info = crate::ModelInfo {
-        dataset: dataset.kind,
-        classes: dataset
-            .kind
-            .classes()
-            .iter()
-            .map(|c| c.to_string())
-            .collect(),
-        input_shape: dataset.kind.shape(),
-        mean,
-        std,
         test_accuracy: summary.map(|s| s.test_acc),
         test_loss: summary.map(|s| s.test_loss),
         epochs: summary.map(|s| s.epochs).unwrap_or(0),
-        parameters: model.num_params(),
+        ..crate::ModelInfo::for_dataset(dataset.kind, model.num_params())
     };
     let json = serde_json::to_string_pretty(&info).map_err(|e| fail(e.to_string()))?;
     std::fs::write(dir.join(crate::MODEL_INFO_FILE), json).map_err(io)

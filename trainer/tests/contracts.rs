@@ -846,18 +846,7 @@ fn serve_refuses_a_model_json_that_does_not_fit_the_model() {
     kfaws_trainer::model::Net::new(kind.shape(), &burn::tensor::Device::flex())
         .save_file(model.join(kfaws_trainer::MODEL_FILE))
         .unwrap();
-    let (mean, std) = kind.normalisation();
-    let info = kfaws_trainer::ModelInfo {
-        dataset: kind,
-        classes: kind.classes().iter().map(|c| c.to_string()).collect(),
-        input_shape: kind.shape(),
-        mean,
-        std,
-        test_accuracy: None,
-        test_loss: None,
-        epochs: 0,
-        parameters: 44_426,
-    };
+    let info = kfaws_trainer::ModelInfo::for_dataset(kind, 44_426);
     let cases = [
         (
             kfaws_trainer::ModelInfo {
