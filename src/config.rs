@@ -672,7 +672,8 @@ impl ConfigFile {
     /// used when neither the flag nor the file sets one.
     ///
     /// # Errors
-    /// [`ConfigError::Missing`] for a missing name or region,
+    /// [`ConfigError::Missing`] for a missing name or region ([`ConfigError::Several`] when
+    /// both are),
     /// [`ConfigError::Invalid`] for a bad value, [`ConfigError::Names`] with
     /// every derived name that breaks its rule.
     pub fn resolve(
@@ -700,17 +701,19 @@ impl ConfigFile {
         let region = overrides.region.clone().or(self.region).or(env_region);
         let (name, region) = match (name, region) {
             (Some(name), Some(region)) => (name, region),
-            (name, _) => {
-                earlier.push(match name {
-                    None => ConfigError::Missing {
+            (name, region) => {
+                if name.is_none() {
+                    earlier.push(ConfigError::Missing {
                         field: "name",
                         hint: "pass --name or set `name` in kfaws.toml",
-                    },
-                    Some(_) => ConfigError::Missing {
+                    });
+                }
+                if region.is_none() {
+                    earlier.push(ConfigError::Missing {
                         field: "region",
                         hint: "pass --region, set `region` in kfaws.toml, or export AWS_REGION",
-                    },
-                });
+                    });
+                }
                 return Err(combine(earlier, Ok(())).expect_err("a problem was pushed"));
             }
         };
@@ -1563,6 +1566,12 @@ mod tests {
         assert!(e.to_string().contains("--name"), "{e}");
         let e = resolve("name = \"x\"").unwrap_err();
         assert!(e.to_string().contains("AWS_REGION"), "{e}");
+    }
+
+    #[test]
+    fn a_missing_name_and_region_are_reported_together() {
+        let e = resolve("").unwrap_err();
+        assert_eq!(fields(&e), ["name", "region"], "{e}");
     }
 
     #[test]
