@@ -214,6 +214,11 @@ pub struct Check<'a> {
     /// does): what goes with this resource's dependencies, e.g. the cluster
     /// a Kubernetes bundle's objects live in.
     pub deletes: &'a std::collections::BTreeSet<Address>,
+    /// Every address the plan creates (a replace's create too, and a create that re-attaches
+    /// to a live resource): what the apply makes or takes into the state; what a `--target`
+    /// leaves out is not among them, e.g. the access entries that keep a cluster usable after
+    /// its switch to API mode.
+    pub creates: &'a std::collections::BTreeSet<Address>,
     /// The whole state the plan was made against.
     pub state: &'a crate::state::State,
     /// For a create that re-attaches to a live resource of this state's (an interrupted

@@ -2306,14 +2306,27 @@ async fn a_cluster_in_config_map_mode_is_switched_in_place_to_admit_access_entri
         "{err}"
     );
     assert_eq!(d.calls("UpdateClusterConfig"), updates + 1);
-    // With an entry for it in the config (created in the same apply, after the switch): the
-    // cluster goes on to API in place, a config change the plan shows with its one-way note.
+    // With an entry for it in the config, but left out by --target (it would come only with a
+    // later apply, and the Kubernetes steps before it would be refused): refused, naming it.
     let ops =
         format!("{ops}[access_entries.me]\nprincipal_arn = \"{me}\"\npolicy = \"cluster-admin\"\n");
     let ops = ops.as_str();
     d.write_config(&format!("[options]\nauthentication_mode = \"api\"\n{ops}"));
+    let err = d.fails(&["plan", "--target", "eks.cluster"]);
+    assert!(
+        err.contains("the entry that admits the identity running kfaws (")
+            && err.contains("eks.access-entry.me, is not in this plan (left out by --target)")
+            && err.contains("Add --target eks.access-entry.me"),
+        "{err}"
+    );
+    assert_eq!(d.calls("UpdateClusterConfig"), updates + 1);
+    // In the plan (created in the same apply, after the switch): the cluster goes on to API
+    // in place, a config change the plan shows with its one-way note. (The entry's plan-time
+    // check asks IAM for the user; the emulator's caller has none until made.)
+    create_caller_user(&d).await;
+    let both = ["--target", "eks.cluster", "--target", "eks.access-entry.me"];
     let out = d
-        .kfaws(&["plan", "--detailed-exitcode", "--target", "eks.cluster"])
+        .kfaws(&[&["plan", "--detailed-exitcode"][..], &both[..]].concat())
         .assert()
         .code(2);
     let plan = String::from_utf8_lossy(&out.get_output().stdout).to_string();
@@ -2322,12 +2335,12 @@ async fn a_cluster_in_config_map_mode_is_switched_in_place_to_admit_access_entri
             && plan.contains("authentication mode API_AND_CONFIG_MAP -> API")
             && plan.contains("the aws-auth ConfigMap stops admitting anyone")
             && plan.contains("EKS cannot switch back")
-            && plan.contains("0 to add, 1 to change, 0 to destroy")
+            && plan.contains("1 to add, 1 to change, 0 to destroy")
             && plan.contains("config changed: authentication_mode")
             && !plan.contains("changed outside kfaws"),
         "{plan}"
     );
-    d.stdout(&["apply", "--auto-approve", "--target", "eks.cluster"]);
+    d.stdout(&[&["apply", "--auto-approve"][..], &both[..]].concat());
     assert_eq!(
         mode().await,
         Some(aws_sdk_eks::types::AuthenticationMode::Api)
@@ -2345,6 +2358,17 @@ async fn a_cluster_in_config_map_mode_is_switched_in_place_to_admit_access_entri
     d.write_config(ops);
     no_changes(&d);
     d.stdout(&["destroy", "--auto-approve"]);
+}
+
+/// Creates the IAM user `moto` behind the emulator's caller ARN (`arn:aws:sts::ACCOUNT:user/moto`),
+/// which an access entry's plan-time check looks up with IAM GetUser.
+async fn create_caller_user(d: &Deployment) {
+    aws_sdk_iam::Client::new(&d.sdk().await)
+        .create_user()
+        .user_name("moto")
+        .send()
+        .await
+        .unwrap();
 }
 
 /// `options.authentication_mode = "api"`: a new cluster is created in `API` mode (with the
@@ -2404,18 +2428,21 @@ async fn authentication_mode_api_creates_an_api_cluster_and_takes_a_config_map_o
          principal_arn = \"arn:aws:iam::{}:user/moto\"\npolicy = \"cluster-admin\"\n",
         d.account
     ));
-    // Imported above (the create re-attaches); both steps planned and applied.
-    let plan = d.stdout(&["plan", "--target", "eks.cluster"]);
+    // Imported above (the create re-attaches); both steps planned and applied, and the
+    // entry created after them.
+    create_caller_user(&d).await;
+    let both = ["--target", "eks.cluster", "--target", "eks.access-entry.me"];
+    let plan = d.stdout(&[&["plan"][..], &both[..]].concat());
     let (first, second) = (
         plan.find("authentication mode CONFIG_MAP -> API_AND_CONFIG_MAP"),
         plan.find("authentication mode API_AND_CONFIG_MAP -> API"),
     );
     assert!(
         matches!((first, second), (Some(a), Some(b)) if a < b)
-            && plan.contains("0 to add, 1 to change, 0 to destroy"),
+            && plan.contains("1 to add, 1 to change, 0 to destroy"),
         "{plan}"
     );
-    d.stdout(&["apply", "--auto-approve", "--target", "eks.cluster"]);
+    d.stdout(&[&["apply", "--auto-approve"][..], &both[..]].concat());
     assert_eq!(
         authentication_mode(&eks, &d).await,
         Some(aws_sdk_eks::types::AuthenticationMode::Api)

@@ -37,7 +37,7 @@ fn render(failures: &[(Address, String)]) -> String {
 
 /// Runs the check of every change that creates, updates, replaces or
 /// deletes, at most `parallelism` at once; all run, so every problem is
-/// reported together. Each is told what else the plan deletes.
+/// reported together. Each is told what else the plan deletes and creates.
 ///
 /// # Errors
 /// [`CheckError`] listing every failed check.
@@ -57,6 +57,12 @@ pub async fn check(
         .map(|c| c.address.clone())
         .collect();
     let deletes = &deletes;
+    let creates: BTreeSet<Address> = changes
+        .iter()
+        .filter(|c| matches!(c.action, Action::Create | Action::Replace))
+        .map(|c| c.address.clone())
+        .collect();
+    let creates = &creates;
     let checks = changes.iter().filter(|c| c.action.is_change()).map(|c| {
         let handle = handles
             .get(&c.address)
@@ -66,6 +72,7 @@ pub async fn check(
             recorded: state.resources.get(&c.address),
             options,
             deletes,
+            creates,
             state,
             held: &NOTHING_HELD,
         };

@@ -91,6 +91,11 @@ pub const NODEGROUP_PREFIX: &str = "eks.nodegroup.";
 /// The prefix of the access entries' addresses, `eks.access-entry.<name>`.
 pub const ACCESS_ENTRY_PREFIX: &str = "eks.access-entry.";
 
+/// The address of the config's `[access_entries.<name>]`, `eks.access-entry.<name>`.
+fn access_entry_address(name: &str) -> Address {
+    addr(&format!("{ACCESS_ENTRY_PREFIX}{name}"))
+}
+
 /// Why this config has no resource at `address` that the profile makes
 /// under another config ([`crate::resource::Provider::why_absent`]): a node
 /// group without its `[node_groups.<group>]` table (the default group
@@ -700,11 +705,11 @@ fn cluster(config: &Config, aws: &SdkConfig, lineage: uuid::Uuid) -> ClusterReso
         authentication_mode: config.options.authentication_mode,
         entry_principals: config
             .access_entries
-            .values()
-            .filter(|e| {
+            .iter()
+            .filter(|(_, e)| {
                 e.policy == crate::config::AccessPolicy::ClusterAdmin && e.namespaces.is_none()
             })
-            .map(|e| e.principal_arn.clone())
+            .map(|(name, e)| (access_entry_address(name), e.principal_arn.clone()))
             .collect(),
         client: crate::aws::client::<aws_sdk_eks::Client>(aws),
         sts: crate::aws::client::<aws_sdk_sts::Client>(aws),
@@ -748,7 +753,7 @@ fn access_entry(
         ns
     });
     AccessEntryResource {
-        address: addr(&format!("{ACCESS_ENTRY_PREFIX}{name}")),
+        address: access_entry_address(name),
         cluster: addr(CLUSTER),
         cluster_name: config.name.clone(),
         principal_arn: entry.principal_arn.clone(),
@@ -860,7 +865,7 @@ fn bundles(
             config
                 .access_entries
                 .keys()
-                .map(|e| addr(&format!("{ACCESS_ENTRY_PREFIX}{e}"))),
+                .map(|e| access_entry_address(e)),
         )
         .collect();
     let bundle = |address: &str,

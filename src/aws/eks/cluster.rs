@@ -241,11 +241,12 @@ pub struct ClusterResource {
     /// `options.authentication_mode`: `API` is created or reached in place
     /// ([`mode_steps`]); the default leaves an `API` cluster so.
     pub authentication_mode: Configured,
-    /// The principal ARNs of the config's cluster-wide `cluster-admin` `[access_entries]`:
-    /// entries this apply creates after a switch to `API`, which keep their principals able
-    /// to apply everything (the plan refuses a switch that would shut out the identity
-    /// running kfaws).
-    pub entry_principals: Vec<String>,
+    /// The config's cluster-wide `cluster-admin` `[access_entries]`, as `(address, principal
+    /// ARN)`: entries an apply creates after a switch to `API`, which keep their principals
+    /// able to apply everything (the plan refuses a switch that would shut out the identity
+    /// running kfaws; an entry counts only where the plan creates it, not where `--target`
+    /// leaves it out).
+    pub entry_principals: Vec<(Address, String)>,
     /// The client.
     pub client: Client,
     /// STS: the identity running kfaws, which a switch to `API` must keep admitted.
@@ -440,11 +441,16 @@ impl ClusterResource {
     /// (EKS User Guide, "Change authentication mode to use access entries"), so one admitted
     /// through `aws-auth` alone would get 401 from this apply's Kubernetes steps on. It needs
     /// an access entry already ([`lacks_entry`]; a `CONFIG_MAP` cluster has none to list), or
-    /// a cluster-wide `cluster-admin` one in the config ([`ClusterResource::entry_principals`],
-    /// created after the switch, before the Kubernetes bundles). An identity that no entry can
-    /// name (the account root, a federated user) and an error reading the caller or the entries are
+    /// a cluster-wide `cluster-admin` one in the config ([`ClusterResource::entry_principals`])
+    /// that the plan `creates` (after the switch, before the Kubernetes bundles; one a
+    /// `--target` leaves out is named in the refusal). An identity that no entry can name (the
+    /// account root, a federated user) and an error reading the caller or the entries are
     /// warnings.
-    async fn check_api_access(&self, live: &Cluster) -> Result<(), ResourceError> {
+    async fn check_api_access(
+        &self,
+        live: &Cluster,
+        creates: &BTreeSet<Address>,
+    ) -> Result<(), ResourceError> {
         let from = live.access_config().and_then(|a| a.authentication_mode());
         if !mode_steps(from, self.authentication_mode).contains(&AuthenticationMode::Api) {
             return Ok(());
@@ -463,7 +469,12 @@ impl ClusterResource {
                 return Ok(());
             }
         };
-        let mut entries = self.entry_principals.clone();
+        let mut entries: Vec<String> = self
+            .entry_principals
+            .iter()
+            .filter(|(address, _)| creates.contains(address))
+            .map(|(_, principal)| principal.clone())
+            .collect();
         // A CONFIG_MAP cluster has no access entries: EKS refuses to list them.
         if from.is_some_and(|m| *m != AuthenticationMode::ConfigMap) {
             let mut pages = self
@@ -485,6 +496,21 @@ impl ClusterResource {
         let Some(principal) = lacks_entry(&caller, &entries) else {
             return Ok(());
         };
+        if let Some((address, _)) = self
+            .entry_principals
+            .iter()
+            .find(|(_, p)| super::access_entry::is_caller(p, &caller))
+        {
+            return Err(ResourceError::refused(format!(
+                "options.authentication_mode = \"api\" switches cluster {} to API, where only \
+                 access entries admit principals, and the entry that admits the identity running \
+                 kfaws ({caller}), {address}, is not in this plan (left out by --target): until \
+                 an apply creates it, this identity could not reach the cluster's Kubernetes API \
+                 (kubectl, `kfaws train --runtime kubernetes`, the Kubernetes steps of `kfaws \
+                 destroy`). Add --target {address}, or apply without --target",
+                self.name
+            )));
+        }
         Err(ResourceError::refused(format!(
             "options.authentication_mode = \"api\" switches cluster {} to API, where only \
              access entries admit principals, and the identity running kfaws ({caller}) has none \
@@ -1014,7 +1040,7 @@ impl Resource for ClusterResource {
         let Some(live) = self.ours().await? else {
             return Ok(());
         };
-        self.check_api_access(&live).await?;
+        self.check_api_access(&live, check.creates).await?;
         let from = live.version().unwrap_or_default();
         let path = upgrade_path(from, &self.kubernetes_version)
             .map_err(|m| ResourceError::msg(format!("cluster {}: {m}", self.name)))?;
