@@ -6,9 +6,13 @@
 //! magic `KFAWSCKP`, format version `u32`, epoch `u64`, step `u64`, dataset name length `u8`
 //! and the name (UTF-8, [`DatasetKind::name`]), batch size `u64`, world size `u64`, seed
 //! `u64`, training examples `u64` ([`Sampling`]), parameter count `u64`, parameters `f32 × count`, momentum length
-//! `u64` (0 or count), momentum `f32 × length`. Version 2 files, written before the sampling
-//! settings were recorded, are read without them; version 1 files, written before the dataset
-//! was too, also with an unknown dataset.
+//! `u64` (0 or count), momentum `f32 × length`, then (version 4) the SHA-256 of every byte
+//! before it (FIPS 180-4), 32 bytes: a file changed after it was written past its format
+//! version — a flipped bit, a zeroed block, not only one cut short — does not decode, so the resume skips it for the one
+//! before it instead of training on from damaged parameters. Version 3 files, written before
+//! the checksum, are read without it; version 2 files, written before the sampling settings
+//! were recorded, are read without them (and written so again); version 1 files, written before
+//! the dataset was too, also with an unknown dataset.
 //!
 //! [`DatasetKind::name`]: kfaws_trainer_contract::DatasetKind::name
 
@@ -16,7 +20,11 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 const MAGIC: &[u8; 8] = b"KFAWSCKP";
-const VERSION: u32 = 3;
+const VERSION: u32 = 4;
+/// The format with the sampling settings but without the checksum, still read.
+const VERSION_WITHOUT_CHECKSUM: u32 = 3;
+/// Bytes of the SHA-256 trailer of a [`VERSION`] file.
+const CHECKSUM_LEN: usize = 32;
 /// The format without the sampling settings, still read.
 const VERSION_WITHOUT_SAMPLING: u32 = 2;
 /// The format without the dataset name nor the sampling settings, still read.
@@ -210,6 +218,10 @@ impl Checkpoint {
             bytes.extend((part.len() as u64).to_le_bytes());
             bytes.extend(part.iter().flat_map(|v| v.to_le_bytes()));
         }
+        if version == VERSION {
+            let checksum = checksum(&bytes);
+            bytes.extend(checksum);
+        }
         let tmp = dir.join(format!(".{}.tmp", self.file_name()));
         let mut file = std::fs::File::create(&tmp).map_err(io)?;
         file.write_all(&bytes)
@@ -345,6 +357,30 @@ impl Checkpoint {
     }
 
     fn decode(bytes: &[u8]) -> Result<Self, String> {
+        let version = bytes
+            .get(8..12)
+            .map(|v| u32::from_le_bytes(v.try_into().expect("4")));
+        let bytes = match version {
+            Some(VERSION) if bytes.starts_with(MAGIC) => {
+                let Some(split) = bytes.len().checked_sub(CHECKSUM_LEN).filter(|&n| n >= 12) else {
+                    return Err(format!(
+                        "ends at byte {} of at least {}",
+                        bytes.len(),
+                        12 + CHECKSUM_LEN
+                    ));
+                };
+                let (body, written) = bytes.split_at(split);
+                if checksum(body) != written {
+                    return Err(
+                        "its SHA-256 checksum does not match its contents: the file was \
+                         changed or damaged after it was written"
+                            .into(),
+                    );
+                }
+                body
+            }
+            _ => bytes,
+        };
         let mut at = 0usize;
         let mut take = |n: usize| -> Result<&[u8], String> {
             let end = at.checked_add(n).ok_or("length overflow")?;
@@ -373,7 +409,7 @@ impl Checkpoint {
             let len = usize::from(take(1)?[0]);
             String::from_utf8(take(len)?.to_vec()).map_err(|_| "dataset name is not UTF-8")?
         };
-        let sampling = if version == VERSION {
+        let sampling = if version >= VERSION_WITHOUT_CHECKSUM {
             let mut u64_ = || -> Result<u64, String> {
                 Ok(u64::from_le_bytes(take(8)?.try_into().expect("8")))
             };
@@ -447,6 +483,12 @@ fn list(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     Ok(files.into_iter().map(|(_, path)| path).collect())
 }
 
+/// The SHA-256 of `bytes`, the trailer of a [`VERSION`] file.
+fn checksum(bytes: &[u8]) -> [u8; CHECKSUM_LEN] {
+    use sha2::Digest as _;
+    sha2::Sha256::digest(bytes).into()
+}
+
 /// The format version of `bytes` when they start as a checkpoint of a version newer than
 /// this trainer's ([`VERSION`]), whatever follows.
 fn newer_format(bytes: &[u8]) -> Option<u32> {
@@ -473,6 +515,31 @@ mod tests {
             .collect();
         names.sort();
         names
+    }
+
+    /// `c` in format `version` (1 to 3, before the checksum), byte for byte as the trainers
+    /// of those formats wrote it, independently of [`Checkpoint::save`]: version 1 without the
+    /// dataset, 2 with it, 3 with `c`'s sampling settings too.
+    fn written_by_hand(c: &Checkpoint, version: u32) -> Vec<u8> {
+        let mut bytes = MAGIC.to_vec();
+        bytes.extend(version.to_le_bytes());
+        bytes.extend(c.epoch.to_le_bytes());
+        bytes.extend(c.step.to_le_bytes());
+        if version >= VERSION_WITHOUT_SAMPLING {
+            bytes.push(c.dataset.len() as u8);
+            bytes.extend(c.dataset.as_bytes());
+        }
+        if version == VERSION_WITHOUT_CHECKSUM {
+            let s = c.sampling.expect("version 3 records the sampling settings");
+            for value in [s.batch_size, s.world_size, s.seed, s.train_examples] {
+                bytes.extend(value.to_le_bytes());
+            }
+        }
+        for part in [&c.params, &c.velocity] {
+            bytes.extend((part.len() as u64).to_le_bytes());
+            bytes.extend(part.iter().flat_map(|v| v.to_le_bytes()));
+        }
+        bytes
     }
 
     fn sample(epoch: u64, step: u64) -> Checkpoint {
@@ -617,8 +684,8 @@ mod tests {
             err.contains("checkpoint-000001-00000000.bin holds 3 parameters but this model has 4"),
             "{err}"
         );
-        // Cut short, bytes past the data, and a momentum of another length are corrupt: the
-        // only file decoding to nothing, there is nothing to resume.
+        // Cut short, bytes past the data (both fail the checksum), and a momentum of another
+        // length are corrupt: the only file decoding to nothing, there is nothing to resume.
         let bytes = std::fs::read(&path).unwrap();
         let mut longer = bytes.clone();
         longer.push(0);
@@ -631,8 +698,9 @@ mod tests {
             std::fs::read(&path).unwrap()
         };
         for (corrupt, detail) in [
-            (&bytes[..bytes.len() - 3], "ends at byte"),
-            (&longer[..], "1 bytes follow the end of its data"),
+            (&bytes[..bytes.len() - 3], "checksum does not match"),
+            (&longer[..], "checksum does not match"),
+            (&bytes[..20], "ends at byte 20 of at least 44"),
             (&odd[..], "its momentum holds 1 values for 3 parameters"),
         ] {
             let err = Checkpoint::decode(corrupt).unwrap_err();
@@ -713,14 +781,7 @@ mod tests {
     fn a_version_1_file_is_read_without_a_dataset() {
         let dir = tempfile::tempdir().unwrap();
         let c = sample(3, 1);
-        let mut bytes = MAGIC.to_vec();
-        bytes.extend(VERSION_WITHOUT_DATASET.to_le_bytes());
-        bytes.extend(c.epoch.to_le_bytes());
-        bytes.extend(c.step.to_le_bytes());
-        for part in [&c.params, &c.velocity] {
-            bytes.extend((part.len() as u64).to_le_bytes());
-            bytes.extend(part.iter().flat_map(|v| v.to_le_bytes()));
-        }
+        let bytes = written_by_hand(&c, VERSION_WITHOUT_DATASET);
         std::fs::write(dir.path().join(c.file_name()), bytes).unwrap();
         let (read, _) = Checkpoint::load_newest(dir.path(), 3, "mnist")
             .unwrap()
@@ -758,22 +819,65 @@ mod tests {
         assert_eq!(read, c);
     }
 
+    /// A byte changed anywhere past the format version — the position, the parameters, the
+    /// momentum, the checksum itself — fails the SHA-256 check (a changed version reads as
+    /// another format, refused or corrupt, never trained on): the file is corrupt, and the resume
+    /// falls back to the one before it rather than training on from damaged values (a flipped
+    /// bit in a parameter decodes to a finite float that trains on to a broken model).
+    #[test]
+    fn a_byte_changed_past_the_version_fails_the_checksum_and_the_one_before_is_resumed() {
+        let dir = tempfile::tempdir().unwrap();
+        sample(1, 0).save(dir.path()).unwrap();
+        let newest = sample(2, 0).save(dir.path()).unwrap();
+        let bytes = std::fs::read(&newest).unwrap();
+        assert_eq!(bytes[8..12], VERSION.to_le_bytes());
+        for at in [
+            12,
+            20,
+            bytes.len() / 2,
+            bytes.len() - CHECKSUM_LEN - 1,
+            bytes.len() - 1,
+        ] {
+            let mut changed = bytes.clone();
+            changed[at] ^= 0x10;
+            let err = Checkpoint::decode(&changed).unwrap_err();
+            assert!(
+                err.contains("SHA-256 checksum does not match"),
+                "byte {at}: {err}"
+            );
+            std::fs::write(&newest, &changed).unwrap();
+            let (read, path) = Checkpoint::load_newest(dir.path(), 3, "fashion-mnist")
+                .unwrap()
+                .unwrap();
+            assert_eq!(
+                (read, path.file_name()),
+                (sample(1, 0), Some(sample(1, 0).file_name().as_ref())),
+                "byte {at}"
+            );
+        }
+    }
+
+    /// A file of the format before the checksum, as the previous trainer wrote it (byte for
+    /// byte), is read as before, sampling settings included.
+    #[test]
+    fn a_version_3_file_is_read_without_a_checksum() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = sample(3, 1);
+        let bytes = written_by_hand(&c, VERSION_WITHOUT_CHECKSUM);
+        std::fs::write(dir.path().join(c.file_name()), &bytes).unwrap();
+        let (read, _) = Checkpoint::load_newest(dir.path(), 3, "fashion-mnist")
+            .unwrap()
+            .unwrap();
+        assert_eq!(read, c);
+    }
+
     /// A file of the format before the sampling settings, as the previous trainer wrote it
     /// (byte for byte, not through [`Checkpoint::save`]), is read without them.
     #[test]
     fn a_version_2_file_is_read_without_sampling_settings() {
         let dir = tempfile::tempdir().unwrap();
         let c = sample(3, 1);
-        let mut bytes = MAGIC.to_vec();
-        bytes.extend(2u32.to_le_bytes());
-        bytes.extend(c.epoch.to_le_bytes());
-        bytes.extend(c.step.to_le_bytes());
-        bytes.push(c.dataset.len() as u8);
-        bytes.extend(c.dataset.as_bytes());
-        for part in [&c.params, &c.velocity] {
-            bytes.extend((part.len() as u64).to_le_bytes());
-            bytes.extend(part.iter().flat_map(|v| v.to_le_bytes()));
-        }
+        let bytes = written_by_hand(&c, VERSION_WITHOUT_SAMPLING);
         let path = dir.path().join(c.file_name());
         std::fs::write(&path, &bytes).unwrap();
         let (read, _) = Checkpoint::load_newest(dir.path(), 3, "fashion-mnist")

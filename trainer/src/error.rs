@@ -43,6 +43,17 @@ pub enum TrainError {
         /// may not be written.
         permanent: bool,
     },
+    /// Rank 0 cannot write into its checkpoint or model directory, found before the first step
+    /// (the trainer creates and removes a file in each).
+    #[error("cannot write into the {what} directory {}: {source}", .path.display())]
+    OutputDir {
+        /// `checkpoint` or `model`.
+        what: &'static str,
+        /// The directory (the run configuration's `checkpoint_dir` or `model_dir`).
+        path: std::path::PathBuf,
+        /// The error creating the directory or the file in it.
+        source: std::io::Error,
+    },
     /// The newest checkpoint resumes `epoch` at `step`, past the `steps` this configuration has
     /// per epoch: it was written with another training split (dataset, `max-train-samples`),
     /// or, in a format before the batch size and world size were recorded (which
@@ -122,6 +133,15 @@ impl TrainError {
             Self::ModelOutput {
                 permanent: true, ..
             } => EXIT_CONFIG,
+            // Before any training: a directory that cannot even be made (NotFound, where its
+            // parents are made first: a file system that refuses it, such as /proc) is as
+            // permanent as one that may not be written.
+            Self::OutputDir { source, .. }
+                if io_is_permanent(source.kind())
+                    || source.kind() == std::io::ErrorKind::NotFound =>
+            {
+                EXIT_CONFIG
+            }
             Self::Checkpoint(
                 CheckpointError::WrongModel { .. }
                 | CheckpointError::WrongDataset { .. }
@@ -129,7 +149,10 @@ impl TrainError {
                 | CheckpointError::NewerFormat { .. },
             ) => EXIT_CONFIG,
             Self::Comm(e) if !e.is_transient() => EXIT_CONFIG,
-            Self::Comm(_) | Self::Checkpoint(_) | Self::ModelOutput { .. } => EXIT_TRANSIENT,
+            Self::Comm(_)
+            | Self::Checkpoint(_)
+            | Self::ModelOutput { .. }
+            | Self::OutputDir { .. } => EXIT_TRANSIENT,
             Self::Terminated { .. } => EXIT_TERMINATED,
         }
     }
@@ -157,6 +180,18 @@ mod tests {
         };
         assert_eq!(model(true).exit_code(), 1);
         assert_eq!(model(false).exit_code(), 130);
+        // Found before training: one that cannot be made is permanent too.
+        let unwritable = |kind: std::io::ErrorKind| TrainError::OutputDir {
+            what: "checkpoint",
+            path: "ckpt".into(),
+            source: std::io::Error::from(kind),
+        };
+        assert_eq!(unwritable(std::io::ErrorKind::NotFound).exit_code(), 1);
+        assert_eq!(
+            unwritable(std::io::ErrorKind::ReadOnlyFilesystem).exit_code(),
+            1
+        );
+        assert_eq!(unwritable(std::io::ErrorKind::StorageFull).exit_code(), 130);
     }
 
     #[test]

@@ -188,7 +188,9 @@ pub fn train(
         // reached by every rank alike.
         if matches!(
             err,
-            TrainError::Checkpoint(_) | TrainError::ModelOutput { .. }
+            TrainError::Checkpoint(_)
+                | TrainError::ModelOutput { .. }
+                | TrainError::OutputDir { .. }
         ) {
             comm.abort(
                 &err.to_string(),
@@ -336,10 +338,17 @@ fn train_connected(
         // Restarted after the last epoch (a retried SageMaker job, a restarted pod): nothing is
         // left to train, so model.json gets the checkpointed model's own test figures.
         None => {
-            tracing::info!(
-                epochs = hp.epochs,
-                "every epoch is already done according to the checkpoint; evaluating it"
-            );
+            // A warning, not news: a run started in the directory of a finished one (with other
+            // hyperparameters, say) trains nothing, which its user may not expect.
+            if rank == 0 {
+                tracing::warn!(
+                    epochs = hp.epochs,
+                    checkpoint_dir = %config.checkpoint_dir.display(),
+                    "every epoch is already done according to the checkpoint: nothing is trained, the \
+                     checkpointed model is evaluated and written again. To train afresh, give another \
+                     model or checkpoint directory, or remove its checkpoints"
+                );
+            }
             let test =
                 evaluate_test_split(&learner.model, dataset, hp.test_batch_size, device, comm)?;
             let (test_loss, test_acc) = test.means();
@@ -549,7 +558,8 @@ struct Start {
 /// with its error.
 ///
 /// # Errors
-/// On rank 0, [`TrainError::Checkpoint`] when the newest checkpoint cannot be read, is of
+/// On rank 0, [`TrainError::OutputDir`] when its checkpoint or model directory cannot be
+/// written ([`check_writable`]), [`TrainError::Checkpoint`] when the newest checkpoint cannot be read, is of
 /// another model or dataset, or stops mid-epoch under other `sampling` settings
 /// ([`Checkpoint::check_sampling`]); on any rank, a failed broadcast.
 fn initial_state(
@@ -564,6 +574,7 @@ fn initial_state(
     let mut sgd = Sgd::new(config.hp.lr, config.hp.momentum);
     let mut header = [1.0f32, 0.0, 0.0];
     if comm.rank() == 0 {
+        check_writable(config)?;
         if let Some((checkpoint, path)) =
             Checkpoint::load_newest(&config.checkpoint_dir, n, dataset.name())?
         {
@@ -720,6 +731,34 @@ impl burn::module::ModuleMapper for SequentialParamIds {
         self.0 += 1;
         burn::module::Param::from_mapped_value(id, value, mapper)
     }
+}
+
+/// Checks, before the first step, that rank 0 can write into its checkpoint and model
+/// directories (creating them, as saving does), by creating and removing a file in each:
+/// otherwise a directory that cannot be one (read-only, not permitted, on a file system that
+/// refuses it) would fail only at the first checkpoint, an epoch — hours, on real data — later,
+/// or at the model after the last one.
+///
+/// # Errors
+/// [`TrainError::OutputDir`] naming the directory, with the operating system's error.
+fn check_writable(config: &RunConfig) -> Result<(), TrainError> {
+    let probe = |dir: &Path| -> std::io::Result<()> {
+        std::fs::create_dir_all(dir)?;
+        let path = dir.join(format!(".kfaws-trainer-write-check-{}", std::process::id()));
+        std::fs::File::create(&path)?;
+        std::fs::remove_file(&path)
+    };
+    for (what, dir) in [
+        ("checkpoint", &config.checkpoint_dir),
+        ("model", &config.model_dir),
+    ] {
+        probe(dir).map_err(|source| TrainError::OutputDir {
+            what,
+            path: dir.clone(),
+            source,
+        })?;
+    }
+    Ok(())
 }
 
 /// Writes `model.bpk` (burn record, parameters numbered in order: byte-identical for identical
@@ -1180,6 +1219,39 @@ mod tests {
         }
     }
 
+    /// A checkpoint or model directory that cannot be made (here under /proc, which refuses
+    /// new directories: NotFound) fails before the first step, exit 1, not after an epoch.
+    #[test]
+    fn an_output_directory_that_cannot_be_made_fails_before_training() {
+        let dir = tempfile::tempdir().unwrap();
+        write_synthetic_cifar(dir.path(), 40);
+        let args = single_process_args(dir.path(), &["epochs=1", "batch-size=20"]);
+        let base = resolve(&args, &|_| None).unwrap();
+        let dataset = load_dataset(&base).unwrap();
+        let refused = std::path::PathBuf::from("/proc/kfaws-trainer-test/out");
+        for (checkpoint_dir, model_dir) in [
+            (refused.clone(), base.model_dir.clone()),
+            (base.checkpoint_dir.clone(), refused.clone()),
+        ] {
+            let config = RunConfig {
+                checkpoint_dir,
+                model_dir,
+                ..base.clone()
+            };
+            let mut epochs = 0;
+            let error = train(&config, &dataset, &AtomicBool::new(false), |p| {
+                epochs += usize::from(matches!(p, Progress::Epoch(_)));
+            })
+            .unwrap_err();
+            assert_eq!(epochs, 0, "{error}");
+            assert_eq!(error.exit_code(), crate::error::EXIT_CONFIG, "{error}");
+            assert!(
+                error.to_string().contains("/proc/kfaws-trainer-test/out"),
+                "{error}"
+            );
+        }
+    }
+
     #[test]
     fn a_diverging_run_fails_without_writing_a_model() {
         let dir = tempfile::tempdir().unwrap();
@@ -1194,7 +1266,13 @@ mod tests {
         );
         assert_eq!(error.exit_code(), crate::error::EXIT_CONFIG);
         assert!(!dir.path().join("model/model.json").exists());
-        assert!(!dir.path().join("model/checkpoints").exists());
+        // (Made empty at the start, when rank 0 checks it can write there.)
+        assert_eq!(
+            std::fs::read_dir(dir.path().join("model/checkpoints"))
+                .unwrap()
+                .count(),
+            0
+        );
     }
 
     #[test]
