@@ -118,6 +118,13 @@ pub async fn deploy(
     endpoint::check_existing(&sm, &spec, d.state.endpoints.contains_key(name))
         .await
         .map_err(|e| anyhow::anyhow!("{e} (--endpoint-name NAME deploys under another name)"))?;
+    // Interrupted during the checks: nothing was created, nothing is recorded.
+    if cancel.is_cancelled() {
+        say(&format!(
+            "Stopped before anything of endpoint {name} was created."
+        ));
+        return Ok(kfaws::engine::interrupt::exit_status());
+    }
     // Recorded before the first call: a crash leaves it known to destroy.
     let record = EndpointRecord {
         job: job.to_string(),
@@ -134,7 +141,14 @@ pub async fn deploy(
     say(&format!(
         "Deploying endpoint {name}: model {model_data_url}, {instance_count} × {instance_type}"
     ));
-    let deploying = endpoint::deploy(&sm, &spec, ENDPOINT_TIMEOUT, |e| say(&format!("  {e}")));
+    // Whether the endpoint itself exists (asked for, or there already): what an interrupt says.
+    let endpoint_asked = std::cell::Cell::new(false);
+    let deploying = endpoint::deploy(&sm, &spec, ENDPOINT_TIMEOUT, |e| {
+        if endpoint::endpoint_exists_event(e, name) {
+            endpoint_asked.set(true);
+        }
+        say(&format!("  {e}"));
+    });
     let info = match super::interruptible(cancel, deploying).await {
         Ok(Ok(info)) => info,
         Ok(Err(e)) => {
@@ -149,15 +163,31 @@ pub async fn deploy(
                  or `kfaws destroy` removes what was created)"
             )));
         }
+        Err(_) if endpoint_asked.get() => {
+            say(&format!(
+                "Stopped waiting; endpoint {name} is recorded in the state with its model and \
+                 endpoint config, and SageMaker goes on creating the endpoint (billed once \
+                 InService). `kfaws endpoint delete {name}` or `kfaws destroy` removes it: \
+                 SageMaker refuses to delete an endpoint while it is Creating, so they first \
+                 wait for it to be InService or Failed (up to {} minutes; past that they fail \
+                 and are to be run again later).",
+                endpoint::DELETE_TIMEOUT.as_secs() / 60
+            ));
+            return Ok(kfaws::engine::interrupt::exit_status());
+        }
         Err(_) => {
             say(&format!(
-                "Stopped waiting; endpoint {name} is recorded in the state with whatever of its \
-                 model, endpoint config and endpoint was created, and SageMaker goes on creating \
-                 the endpoint (billed once InService). `kfaws endpoint delete {name}` or `kfaws \
-                 destroy` removes it: SageMaker refuses to delete an endpoint while it is \
-                 Creating, so they first wait for it to be InService or Failed (up to {} \
-                 minutes; past that they fail and are to be run again later).",
-                endpoint::DELETE_TIMEOUT.as_secs() / 60
+                "Stopped before the endpoint was confirmed created: endpoint {name} is recorded \
+                 in the state with whatever of its model, endpoint config and endpoint exists \
+                 (a CreateEndpoint call under way when stopped may have created the endpoint; \
+                 nothing is billed unless it did). `kfaws endpoint deploy --job {job}{}` again \
+                 goes on from there; `kfaws endpoint delete {name}` or `kfaws destroy` removes \
+                 what exists.",
+                if name == job {
+                    String::new()
+                } else {
+                    format!(" --endpoint-name {name}")
+                }
             ));
             return Ok(kfaws::engine::interrupt::exit_status());
         }

@@ -353,7 +353,8 @@ enum EndpointCommand {
         #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(i32).range(1..))]
         instance_count: i32,
     },
-    /// Classify an image (PNG or JPEG, any size) or send JSON instances; prints the class and scores.
+    /// Classify an image (PNG or JPEG of up to 4096 × 4096 pixels, resized to the model's input) or
+    /// send JSON instances; prints the class and scores.
     Invoke {
         /// The endpoint.
         #[arg(id = "endpoint", value_name = "ENDPOINT")]
@@ -745,6 +746,11 @@ async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
                  to exit at once."
             }
         },
+        Command::Endpoint(EndpointCommand::Deploy { .. }) => {
+            "stopping: nothing is created after the call in flight, if any, and kfaws stops \
+             waiting for the endpoint (what was created stays recorded, for `kfaws endpoint \
+             delete` or destroy). Interrupt again to exit at once."
+        }
         Command::Image(ImageCommand::Push { .. }) => {
             "stopping: the push stops after the call in flight (no further \
              blob or tag is written). Interrupt again to exit at once."

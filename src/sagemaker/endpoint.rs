@@ -316,7 +316,7 @@ pub async fn deploy(
         .send()
         .await;
     match sent {
-        Ok(_) => on_event(&format!("CreateEndpoint {name}")),
+        Ok(_) => on_event(&endpoint_requested(name)),
         Err(e) if already_exists(&e) => {
             let existing = describe(client, name).await?;
             let differences = endpoint_differences(existing.as_ref(), name);
@@ -335,13 +335,28 @@ pub async fn deploy(
                     differences,
                 });
             }
-            on_event(&format!(
-                "endpoint {name} exists with the same configuration"
-            ));
+            on_event(&endpoint_existed(name));
         }
         Err(e) => return Err(SageMakerError::api("CreateEndpoint", name, &e)),
     }
     wait_in_service(client, name, timeout, on_event).await
+}
+
+/// [`deploy`]'s event once CreateEndpoint was accepted for endpoint `name`.
+fn endpoint_requested(name: &str) -> String {
+    format!("CreateEndpoint {name}")
+}
+
+/// [`deploy`]'s event when endpoint `name` existed already with the same configuration.
+fn endpoint_existed(name: &str) -> String {
+    format!("endpoint {name} exists with the same configuration")
+}
+
+/// Whether `event`, one of [`deploy`]'s, says endpoint `name` itself exists (CreateEndpoint
+/// accepted, or the same endpoint there already): from then on SageMaker creates it whether
+/// or not anyone waits.
+pub fn endpoint_exists_event(event: &str, name: &str) -> bool {
+    event == endpoint_requested(name) || event == endpoint_existed(name)
 }
 
 /// The tag whose value names the kfaws deployment that made a resource;
@@ -840,6 +855,24 @@ async fn delete_endpoint(
 mod tests {
     use super::*;
     use std::sync::{Arc, Mutex};
+
+    /// Only the events that say the endpoint itself exists count, for any endpoint name.
+    #[test]
+    fn only_the_endpoint_s_own_events_say_it_exists() {
+        for name in ["ep1", "configuration"] {
+            assert!(endpoint_exists_event(&endpoint_requested(name), name));
+            assert!(endpoint_exists_event(&endpoint_existed(name), name));
+            for other in [
+                format!("CreateModel {name}"),
+                format!("CreateEndpointConfig {name}"),
+                format!("model {name} exists with the same spec"),
+                format!("endpoint configuration {name} exists with the same spec"),
+            ] {
+                assert!(!endpoint_exists_event(&other, name), "{other}");
+            }
+        }
+        assert!(!endpoint_exists_event(&endpoint_requested("a"), "b"));
+    }
 
     /// A loopback SageMaker ([`crate::aws::loopback::json_service`]) whose answer to the
     /// `n`th call (from 1) of an operation is `answer(operation, n)`: an HTTP status and a

@@ -124,6 +124,11 @@ impl PyTorchJobSpec {
             },
             "spec": {
                 "terminationGracePeriodSeconds": TERMINATION_GRACE_SECS,
+                // The trainer never calls the Kubernetes API: no token in its pods.
+                "automountServiceAccountToken": false,
+                // The container runtime's default seccomp profile (Pod Security Standards,
+                // "restricted"; unconfined otherwise on most clusters).
+                "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
                 "containers": [{
                     "name": "pytorch",
                     "image": self.image,
@@ -857,7 +862,16 @@ mod tests {
                 pod["metadata"]["labels"]["sidecar.istio.io/inject"],
                 "false"
             );
+            // Least privilege: no API token, the runtime's seccomp profile, no privilege
+            // escalation, no capabilities.
+            assert_eq!(pod["spec"]["automountServiceAccountToken"], false);
+            assert_eq!(
+                pod["spec"]["securityContext"]["seccompProfile"]["type"],
+                "RuntimeDefault"
+            );
             let c = &pod["spec"]["containers"][0];
+            assert_eq!(c["securityContext"]["allowPrivilegeEscalation"], false);
+            assert_eq!(c["securityContext"]["capabilities"]["drop"], json!(["ALL"]));
             assert_eq!(c["name"], "pytorch");
             assert_eq!(c["args"], json!(["train", "--hp", "epochs=2"]));
             assert_eq!(c["volumeMounts"][0]["mountPath"], EFS_MOUNT);
