@@ -81,7 +81,7 @@ impl Rule {
 /// The trainer's variables that are not [`TUNING_VARS`] (`kfaws-trainer train --help`
 /// and `serve --help`): where it reads, writes and meets, which this runner sets itself,
 /// and the serving container's, which `train` does not read.
-pub const OTHER_TRAINER_VARS: [&str; 18] = [
+pub const OTHER_TRAINER_VARS: [&str; 19] = [
     "TRAINER_BIND_ADDR",
     "TRAINER_CHANNEL",
     "TRAINER_CHECKPOINT_DIR",
@@ -92,6 +92,7 @@ pub const OTHER_TRAINER_VARS: [&str; 18] = [
     "TRAINER_MODEL_DIR",
     "TRAINER_PARENT_PID",
     "TRAINER_RANK",
+    "TRAINER_REQUIRE_CHECKPOINT",
     "TRAINER_SAGEMAKER_ROOT",
     "TRAINER_WORLD_SIZE",
     "TRAINER_BODY_TIMEOUT",

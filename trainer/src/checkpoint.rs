@@ -110,6 +110,18 @@ pub enum CheckpointError {
         #[source]
         source: std::io::Error,
     },
+    /// The run requires a checkpoint to resume from (`--require-checkpoint`) and the directory
+    /// holds none that can be read.
+    #[error(
+        "no checkpoint to resume from in {}, and this run requires one (--require-checkpoint, \
+         TRAINER_REQUIRE_CHECKPOINT): the run it continues wrote none, or they were removed; \
+         start a new run instead",
+        .dir.display()
+    )]
+    Missing {
+        /// The checkpoint directory.
+        dir: PathBuf,
+    },
     /// Written by a newer trainer, in a format this one cannot read: not corrupt, so not
     /// trained over (that would replace the newer trainer's progress).
     #[error(

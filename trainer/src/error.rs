@@ -146,7 +146,8 @@ impl TrainError {
                 CheckpointError::WrongModel { .. }
                 | CheckpointError::WrongDataset { .. }
                 | CheckpointError::OtherSampling { .. }
-                | CheckpointError::NewerFormat { .. },
+                | CheckpointError::NewerFormat { .. }
+                | CheckpointError::Missing { .. },
             ) => EXIT_CONFIG,
             Self::Comm(e) if !e.is_transient() => EXIT_CONFIG,
             Self::Comm(_)

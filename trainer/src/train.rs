@@ -10,7 +10,7 @@ use burn::nn::loss::{CrossEntropyLoss, CrossEntropyLossConfig};
 use burn::prelude::*;
 use burn::tensor::TensorData;
 
-use crate::checkpoint::{Checkpoint, Sampling};
+use crate::checkpoint::{Checkpoint, CheckpointError, Sampling};
 use crate::contract::{ConfigError, HyperparameterError, RunConfig};
 use crate::data::{self, Dataset, DistributedSampler, Split};
 use crate::dist::{Agreement, Communicator};
@@ -575,9 +575,14 @@ fn initial_state(
     let mut header = [1.0f32, 0.0, 0.0];
     if comm.rank() == 0 {
         check_writable(config)?;
-        if let Some((checkpoint, path)) =
-            Checkpoint::load_newest(&config.checkpoint_dir, n, dataset.name())?
-        {
+        let newest = Checkpoint::load_newest(&config.checkpoint_dir, n, dataset.name())?;
+        if newest.is_none() && config.require_checkpoint {
+            return Err(CheckpointError::Missing {
+                dir: config.checkpoint_dir.clone(),
+            }
+            .into());
+        }
+        if let Some((checkpoint, path)) = newest {
             checkpoint.check_sampling(&path, sampling)?;
             tracing::info!(path = %path.display(), epoch = checkpoint.epoch, step = checkpoint.step, "resuming from checkpoint");
             header = [
@@ -1217,6 +1222,43 @@ mod tests {
             // The one difference: momentum, the same on both, is not listed.
             assert!(!text.contains("momentum"), "rank {rank}: {text}");
         }
+    }
+
+    /// With `require_checkpoint`, an empty checkpoint directory fails before the first step
+    /// (exit 1, naming the directory); with a checkpoint there, the run resumes from it.
+    #[test]
+    fn a_required_checkpoint_that_is_missing_fails_before_training() {
+        let dir = tempfile::tempdir().unwrap();
+        write_synthetic_cifar(dir.path(), 40);
+        let args = single_process_args(dir.path(), &["epochs=2", "batch-size=20"]);
+        let config = RunConfig {
+            require_checkpoint: true,
+            ..resolve(&args, &|_| None).unwrap()
+        };
+        let dataset = load_dataset(&config).unwrap();
+        let mut epochs = 0;
+        let error = train(&config, &dataset, &AtomicBool::new(false), |p| {
+            epochs += usize::from(matches!(p, Progress::Epoch(_)));
+        })
+        .unwrap_err();
+        assert_eq!(epochs, 0, "{error}");
+        assert!(
+            matches!(&error, TrainError::Checkpoint(CheckpointError::Missing { dir }) if *dir == config.checkpoint_dir),
+            "{error}"
+        );
+        assert_eq!(error.exit_code(), crate::error::EXIT_CONFIG, "{error}");
+
+        // One epoch written by a run that did not require it; the requiring run resumes it.
+        let mut first = config.clone();
+        first.require_checkpoint = false;
+        first.hp.epochs = 1;
+        train(&first, &dataset, &AtomicBool::new(false), |_| {}).unwrap();
+        let mut progress = Vec::new();
+        train(&config, &dataset, &AtomicBool::new(false), |p| {
+            progress.push(p)
+        })
+        .unwrap();
+        assert_eq!(progress[0], Progress::Resumed { completed_epoch: 1 });
     }
 
     /// A checkpoint or model directory that cannot be made (here under /proc, which refuses

@@ -74,6 +74,16 @@ pub struct TrainArgs {
     /// Where rank 0 writes a checkpoint every epoch, and every rank resumes from.
     #[arg(long, env = "TRAINER_CHECKPOINT_DIR")]
     pub checkpoint_dir: Option<PathBuf>,
+    /// Refuse to train without a checkpoint to resume from in the checkpoint directory (exit
+    /// 1, before the first step): for a run that continues another's checkpoints (`kfaws
+    /// train --runtime kubernetes --resume-from`), where starting again from the first epoch
+    /// would pass for a resume.
+    #[arg(
+        long,
+        env = "TRAINER_REQUIRE_CHECKPOINT",
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
+    pub require_checkpoint: bool,
     /// Root of the SageMaker layout.
     #[arg(long, env = "TRAINER_SAGEMAKER_ROOT", default_value = sagemaker::ROOT)]
     pub sagemaker_root: PathBuf,
@@ -173,6 +183,9 @@ pub struct RunConfig {
     pub model_dir: PathBuf,
     /// Checkpoint directory.
     pub checkpoint_dir: PathBuf,
+    /// Whether rank 0 refuses to start without a checkpoint to resume from
+    /// ([`TrainArgs::require_checkpoint`]).
+    pub require_checkpoint: bool,
     /// Where to write the failure reason (SageMaker), if anywhere.
     pub failure_file: Option<PathBuf>,
     /// Hyperparameters.
@@ -402,6 +415,7 @@ pub fn resolve(
         data_dir,
         model_dir,
         checkpoint_dir,
+        require_checkpoint: args.require_checkpoint,
         failure_file: on_sagemaker.then(|| sm.failure_file()),
         hp,
         rendezvous,
