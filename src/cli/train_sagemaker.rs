@@ -1006,18 +1006,10 @@ pub async fn train(
         spec.instance_count, spec.instance_type, spec.image
     ));
     if let Some(r) = &resumed {
-        let changed = resume::changed(&r.previous, &spec.hyperparameters);
-        let changed = match changed.is_empty() {
-            true => String::new(),
-            false => format!(
-                "; changed: {}",
-                changed
-                    .iter()
-                    .map(|(k, was, now)| format!("{k} {was} -> {now}"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-        };
+        let changed = kfaws::train::resume::describe_changed(&kfaws::train::resume::changed(
+            &r.previous.hyperparameters,
+            &spec.hyperparameters,
+        ));
         say(&format!(
             "  resumes training job {} ({}) from the newest checkpoint in {}: epoch {}, step \
              {}{changed}",

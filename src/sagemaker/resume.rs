@@ -12,17 +12,16 @@
 //! The new job must read the same data in the same order, or the
 //! checkpoint's (epoch, step) would name other examples: the same instance
 //! count (world size), data source, batch size, seed, sample count and
-//! dataset ([`JobRecord::resume_mismatches`], the rule `kfaws train --resume`
+//! dataset ([`resume::shard_problems`], the rule `kfaws train --resume`
 //! applies to local jobs).
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 
 use aws_sdk_sagemaker::Client;
 
 use super::training::{ChannelSource, CHANNEL};
 use super::{is_not_found, tags_of, validate_name, Kind, SageMakerError};
-use crate::train::local::JobRecord;
+use crate::train::resume;
 
 /// A training job as `--resume-from` needs it: DescribeTrainingJob and
 /// ListTags.
@@ -179,7 +178,7 @@ pub fn same_source(a: &ChannelSource, b: &ChannelSource) -> bool {
 ///   write the same checkpoints;
 /// - it must have a `CheckpointConfig`;
 /// - the instance count, the data source and the hyperparameters that fix
-///   each epoch's shards must be the same ([`JobRecord::resume_mismatches`]).
+///   each epoch's shards must be the same ([`resume::shard_problems`]).
 pub fn problems(previous: &PreviousJob, requested: &Requested<'_>) -> Vec<String> {
     let old = &previous.name;
     let mut out = Vec::new();
@@ -232,18 +231,11 @@ pub fn problems(previous: &PreviousJob, requested: &Requested<'_>) -> Vec<String
         _ => {}
     }
     // The world size is told above, with its own remedy; the data too.
-    let was = record(requested.instance_count, &previous.hyperparameters);
-    let now = record(requested.instance_count, requested.hyperparameters);
-    for (setting, recorded, asked) in was.resume_mismatches(&now) {
-        let flag = match setting.as_str() {
-            "batch-size" => "--batch-size".to_string(),
-            other => format!("--hp {other}"),
-        };
-        out.push(format!(
-            "--resume-from {old}: it ran with {setting} {recorded}, this job asks for {asked}: \
-             the checkpoint's position in the data holds only for the same {setting} ({flag})"
-        ));
-    }
+    out.extend(resume::shard_problems(
+        old,
+        &previous.hyperparameters,
+        requested.hyperparameters,
+    ));
     out
 }
 
@@ -279,12 +271,7 @@ pub fn checkpoint_problem<'a>(
              without --resume-from"
         ));
     };
-    let mut parsed = kfaws_trainer_contract::Hyperparameters::default();
-    for (k, v) in hyperparameters {
-        // Checked before: a value the trainer refuses is reported on its own.
-        let _ = parsed.set(k, v, "--hp");
-    }
-    let epochs = parsed.epochs;
+    let epochs = resume::epochs(hyperparameters);
     (epoch > epochs).then(|| {
         format!(
             "--resume-from {old}: the newest checkpoint under {uri} ({name}) starts epoch {epoch} \
@@ -294,49 +281,24 @@ pub fn checkpoint_problem<'a>(
     })
 }
 
-/// The settings of a job as a local job's record holds them, less the data (compared
-/// apart, by channel source or by files).
-fn record(instance_count: i32, hyperparameters: &BTreeMap<String, String>) -> JobRecord {
-    JobRecord {
-        workers: u32::try_from(instance_count).unwrap_or(0),
-        data_dir: PathBuf::new(),
-        hyperparameters: hyperparameters.clone(),
-        data: None,
-    }
-}
-
 /// The instance count and hyperparameters a job resuming `previous` runs with: those of
 /// `requested` that `given` names (`workers` for `--workers`, a hyperparameter key for its
-/// flag or `--hp`), `previous`'s for the rest, as a local `--resume` takes its record's
-/// ([`JobRecord::resumed_with`]). Pure.
+/// flag or `--hp`), `previous`'s for the rest ([`resume::settings`]). Pure.
 pub fn settings(
     previous: &PreviousJob,
     requested: &Requested<'_>,
     given: &std::collections::BTreeSet<String>,
 ) -> (i32, BTreeMap<String, String>) {
-    let merged = record(previous.instance_count, &previous.hyperparameters).resumed_with(
-        &record(requested.instance_count, requested.hyperparameters),
+    let count = |n: i32| u32::try_from(n).unwrap_or(0);
+    let (workers, hyperparameters) = resume::settings(
+        (count(previous.instance_count), &previous.hyperparameters),
+        (count(requested.instance_count), requested.hyperparameters),
         given,
     );
     (
-        i32::try_from(merged.workers).expect("from an i32"),
-        merged.hyperparameters,
+        i32::try_from(workers).expect("from an i32"),
+        hyperparameters,
     )
-}
-
-/// The hyperparameters the new job sets to other values than `previous`
-/// (e.g. `epochs`, `lr`), as `(name, was, now)` ([`JobRecord::changed`]), less a
-/// `dataset` named on one side only (the same data: the same dataset).
-pub fn changed(
-    previous: &PreviousJob,
-    hyperparameters: &BTreeMap<String, String>,
-) -> Vec<(String, String, String)> {
-    record(0, &previous.hyperparameters)
-        .changed(&record(0, hyperparameters))
-        .into_iter()
-        // Unset on one side, the trainer detects the same dataset from the same files.
-        .filter(|(k, was, now)| !(k == "dataset" && (was == "default" || now == "default")))
-        .collect()
 }
 
 /// The first difference between the files of a local directory and the
@@ -460,7 +422,7 @@ mod tests {
             Vec::<String>::new()
         );
         assert_eq!(
-            changed(&previous(), &h),
+            resume::changed(&previous().hyperparameters, &h),
             vec![
                 ("epochs".to_string(), "2".to_string(), "5".to_string()),
                 ("lr".to_string(), "0.02".to_string(), "0.01".to_string()),

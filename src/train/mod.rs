@@ -9,6 +9,7 @@ pub mod local;
 pub mod metrics;
 pub mod name;
 pub mod pytorchjob;
+pub mod resume;
 
 pub use metrics::{is_metrics_line, FinalMetrics};
 
