@@ -1382,6 +1382,103 @@ async fn demo_path_trains_on_both_runtimes_serves_the_model_and_destroys_everyth
     );
     let runs = std::fs::read_dir(&checkpoints).unwrap().count();
     assert_eq!(runs, 2, "one checkpoint directory per submission");
+
+    // --resume-from: a new PyTorchJob continues demo-k8s's checkpoints. Every reason it cannot
+    // is told before a job is created; settings left out are demo-k8s's (1 replica,
+    // max-train-samples 2000), and so is its data.
+    let resume = |extra: &[&'static str]| {
+        [
+            &["train", "--runtime", "kubernetes", "--resume-from"][..],
+            extra,
+        ]
+        .concat()
+    };
+    let err = d.fails(&resume(&["demo-k8s", "--epochs", "1"]));
+    assert!(
+        err.contains("--resume-from demo-k8s: it completed its 1 epoch(s), so its newest checkpoint starts epoch 2; --epochs 1 would train nothing: pass --epochs 2 or more"),
+        "{err}"
+    );
+    let err = d.fails(&resume(&[
+        "demo-k8s",
+        "--epochs",
+        "2",
+        "--workers",
+        "2",
+        "--batch-size",
+        "64",
+        "--job-name",
+        "demo-k8s",
+    ]));
+    assert!(
+        err.contains("3 problems with the job; nothing was created")
+            && err.contains("the new job needs a name of its own")
+            && err.contains("it ran 1 replica(s), --workers is 2")
+            && err.contains("it ran with batch-size 32, this job asks for 64"),
+        "{err}"
+    );
+    let err = d.fails(&resume(&["demo-nothing", "--epochs", "2"]));
+    assert!(
+        err.contains(&format!(
+            "--resume-from demo-nothing: no PyTorchJob demo-nothing in namespace {USER_NS}"
+        )),
+        "{err}"
+    );
+    let more = d.stdout(&resume(&[
+        "demo-k8s",
+        "--epochs",
+        "2",
+        "--job-name",
+        "demo-k8s-more",
+    ]));
+    // demo-k8s's run directory: the newer of the two (run ids sort by time).
+    let run_dir = std::fs::read_dir(&checkpoints)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .max()
+        .unwrap();
+    let run_name = run_dir.file_name().unwrap().to_str().unwrap().to_string();
+    assert!(
+        more.contains("--data efs:/datasets/fashion-mnist: the data PyTorchJob demo-k8s read")
+            && more.contains(&format!(
+                "resumes PyTorchJob demo-k8s (Succeeded) from the newest checkpoint in \
+                 efs:/checkpoints/demo-k8s/{run_name}; changed: epochs 1 -> 2"
+            ))
+            && more.contains("Training job demo-k8s-more succeeded")
+            && more.contains("Final metrics: epoch=2 "),
+        "{more}"
+    );
+    let master_log = d.cluster().replica_log(USER_NS, "demo-k8s-more-master-0");
+    assert!(
+        master_log.contains("resuming from checkpoint") && master_log.contains("world_size=1"),
+        "{master_log}"
+    );
+    // Its checkpoints went on in demo-k8s's directory; its model is its own.
+    assert!(run_dir.join("checkpoint-000003-00000000.bin").exists());
+    assert_eq!(std::fs::read_dir(&checkpoints).unwrap().count(), 2);
+    assert!(!checkpoints.with_file_name("demo-k8s-more").exists());
+    let efs = Path::new(root["root"].as_str().unwrap()).join(&fs);
+    assert!(efs.join("models/demo-k8s-more/model.json").exists());
+    // Nothing left there to resume from: the resumed job fails at once (exit 1, not retried)
+    // rather than training from the first epoch, and kfaws says how to go on.
+    for f in std::fs::read_dir(&run_dir).unwrap() {
+        std::fs::remove_file(f.unwrap().path()).unwrap();
+    }
+    let err = d.fails(&resume(&[
+        "demo-k8s-more",
+        "--epochs",
+        "3",
+        "--job-name",
+        "demo-k8s-empty",
+    ]));
+    assert!(
+        err.contains("PyTorchJob demo-k8s-empty failed")
+            && err.contains("no checkpoint to resume from in ")
+            && err.contains(&format!(
+                "checkpoints/demo-k8s/{run_name}, and this run requires one"
+            ))
+            && err.contains("--resume-from demo-k8s-empty and another --job-name"),
+        "{err}"
+    );
     // A job deleted while kfaws waits for it: kfaws says so (it printed the API server's 404
     // Status).
     let waiting = d

@@ -15,6 +15,7 @@ use kfaws::state::State;
 use kfaws::train::capacity::{NodeGroupSize, ReplicaRequest};
 use kfaws::train::data::DataSource;
 use kfaws::train::name::{JobName, MAX_REPLICAS};
+use kfaws::train::pytorchjob::resume::PreviousPyTorchJob;
 use kfaws::train::pytorchjob::{self, PyTorchJobSpec};
 use kfaws::train::{hyperparameters, local, parse_hyperparameter, Runtime};
 use tokio_util::sync::CancellationToken;
@@ -55,8 +56,8 @@ pub struct TrainArgs {
     #[arg(long = "hp", value_name = "KEY=VALUE", value_parser = parse_hyperparameter)]
     pub hp: Vec<(String, String)>,
     /// The dataset: s3://bucket/prefix, efs:/path (in the deployment's file system) or a local
-    /// directory. A local --resume without it uses the job's recorded data, a SageMaker
-    /// --resume-from the channel the job resumed read.
+    /// directory. A local --resume without it uses the job's recorded data, a --resume-from
+    /// the data the job resumed read (a SageMaker job's channel, a PyTorchJob's EFS directory).
     #[arg(long, value_name = "SOURCE", required_unless_present_any = ["resume", "resume_from"])]
     pub data: Option<String>,
     /// The job name [default: kfaws-train-<UTC time>-<random>].
@@ -107,19 +108,21 @@ pub struct TrainArgs {
     /// flags and --hp keys left out keep the job's recorded values, not their defaults (local).
     #[arg(long, requires = "job_name")]
     pub resume: bool,
-    /// Start the new job from the checkpoints of training job JOB (Stopped, Failed or Completed,
-    /// started by this deployment): it gets the same CheckpointConfig S3 URI, so the trainer
-    /// resumes from the newest checkpoint. Same --workers, --batch-size, --data, seed and
+    /// Start the new job from the checkpoints of job JOB, so the trainer resumes from the
+    /// newest one: a SageMaker training job (Stopped, Failed or Completed, started by this
+    /// deployment) gives its CheckpointConfig S3 URI; a PyTorchJob in the user namespace
+    /// (Succeeded or Failed, created by kfaws) its checkpoint directory on EFS, which the new
+    /// job must find a checkpoint in. Same --workers, --batch-size, --data, seed and
     /// max-train-samples (they fix each epoch's shards); epochs and lr may change; --data,
-    /// --workers, hyperparameter flags and --hp keys left out keep JOB's values, not their
-    /// defaults (sagemaker).
+    /// --workers, hyperparameter flags and --hp keys (and a PyTorchJob's --cpu and --memory)
+    /// left out keep JOB's values, not their defaults (kubernetes, sagemaker).
     #[arg(long, value_name = "JOB")]
     pub resume_from: Option<String>,
     /// The hyperparameter flags given on the command line or by their
     /// environment variable, not left to their defaults, as the keys they set
     /// (`workers`, `epochs`, `batch-size`, `lr`, `backend`): a local
-    /// `--resume` takes the others from the job's record, a SageMaker
-    /// `--resume-from` from the job resumed ([`TrainArgs::note_given`]).
+    /// `--resume` takes the others from the job's record, a `--resume-from`
+    /// from the job resumed ([`TrainArgs::note_given`]).
     #[arg(skip)]
     pub given: std::collections::BTreeSet<String>,
 }
@@ -206,7 +209,11 @@ impl TrainArgs {
                 &[Kubernetes, Sagemaker],
             ),
             ("--resume", self.resume, &[Local]),
-            ("--resume-from", self.resume_from.is_some(), &[Sagemaker]),
+            (
+                "--resume-from",
+                self.resume_from.is_some(),
+                &[Kubernetes, Sagemaker],
+            ),
         ];
         given
             .into_iter()
@@ -347,7 +354,12 @@ fn request(args: &TrainArgs, runtime: Runtime) -> anyhow::Result<Request> {
                 " (a training job name cannot be reused); --resume-from JOB starts a new job from \
                  JOB's checkpoints"
             }
-            "--resume" => " (a PyTorchJob of the same name cannot be created again)",
+            "--resume" if runtime == Runtime::Kubernetes => {
+                " (a PyTorchJob of the same name cannot be created again); --resume-from JOB \
+                 starts a new job from JOB's checkpoints"
+            }
+            "--resume-from" => "; a local job continues with --job-name NAME --resume",
+            "--resume" => "",
             "--no-wait" => "; a local job runs in this process",
             _ => "",
         };
@@ -358,10 +370,20 @@ fn request(args: &TrainArgs, runtime: Runtime) -> anyhow::Result<Request> {
         };
         problems.push(format!("{flag} applies to {runtimes}, not {chosen}{why}"));
     }
-    if let (Runtime::Sagemaker, Some(old)) = (runtime, &args.resume_from) {
-        if let Err(e) = kfaws::sagemaker::validate_name(kfaws::sagemaker::Kind::TrainingJob, old) {
-            problems.push(format!("--resume-from: {e}"));
+    match (runtime, &args.resume_from) {
+        (Runtime::Sagemaker, Some(old)) => {
+            if let Err(e) =
+                kfaws::sagemaker::validate_name(kfaws::sagemaker::Kind::TrainingJob, old)
+            {
+                problems.push(format!("--resume-from: {e}"));
+            }
         }
+        (Runtime::Kubernetes, Some(old)) => {
+            if let Err(e) = JobName::parse(old) {
+                problems.push(format!("--resume-from: {e}"));
+            }
+        }
+        _ => {}
     }
     if let (Runtime::Sagemaker, Some(image)) = (runtime, &args.image) {
         if let Err(e) =
@@ -464,9 +486,10 @@ pub async fn train(g: &Global, args: &TrainArgs, cancel: &CancellationToken) -> 
              or set training_runtime in kfaws.toml",
         )?,
     };
-    // A local --resume without --data takes the job's recorded data directory; a SageMaker
-    // --resume-from, the channel the job resumed read.
+    // A local --resume without --data takes the job's recorded data directory; a
+    // --resume-from, the data the job resumed read.
     let mut read_before = None;
+    let mut cluster_before = None;
     let recorded_data = match (&args.data, &args.job_name, runtime) {
         (None, Some(name), Runtime::Local) if JobName::parse(name).is_ok() => {
             local::JobRecord::read(&local::job_dir(args.output_dir(), name))?
@@ -476,6 +499,31 @@ pub async fn train(g: &Global, args: &TrainArgs, cancel: &CancellationToken) -> 
             Some(old) => {
                 let (data, read) = super::train_sagemaker::channel_of(g, old, cancel).await?;
                 read_before = Some(read);
+                Some(data)
+            }
+            None => None,
+        },
+        (None, _, Runtime::Kubernetes) => match &args.resume_from {
+            Some(old) => {
+                if let Err(e) = JobName::parse(old) {
+                    bail!("--resume-from: {e}");
+                }
+                let cluster = Cluster::connect(g, cancel).await?;
+                let previous = cluster.previous_job(old).await?;
+                let data = previous
+                    .data_path
+                    .as_ref()
+                    .map(|path| format!("efs:{path}"))
+                    .with_context(|| {
+                        format!(
+                            "--resume-from {old}: PyTorchJob {old} reads no data under {} (its \
+                             TRAINER_DATA_DIR), so it was not started by `kfaws train` and \
+                             cannot be continued by it",
+                            pytorchjob::EFS_MOUNT
+                        )
+                    })?;
+                outln!("--data {data}: the data PyTorchJob {old} read")?;
+                cluster_before = Some((cluster, previous));
                 Some(data)
             }
             None => None,
@@ -508,7 +556,7 @@ pub async fn train(g: &Global, args: &TrainArgs, cancel: &CancellationToken) -> 
                 ),
                 _ => bail!(
                     "--data is required: only a local --resume of a job that ran (its job.json) \
-                     and a SageMaker --resume-from take the data of the job they continue"
+                     and a --resume-from take the data of the job they continue"
                 ),
             }
         }
@@ -517,7 +565,7 @@ pub async fn train(g: &Global, args: &TrainArgs, cancel: &CancellationToken) -> 
     let req = request(args, runtime)?;
     match runtime {
         Runtime::Local => train_local(args, req, cancel).await,
-        Runtime::Kubernetes => train_kubernetes(g, args, req, cancel).await,
+        Runtime::Kubernetes => train_kubernetes(g, args, req, cluster_before, cancel).await,
         Runtime::Sagemaker => {
             super::train_sagemaker::train(g, args, req, read_before, cancel).await
         }
@@ -1041,33 +1089,195 @@ async fn check_image_backend(
     }
 }
 
+/// The deployment's cluster, connected, with the user namespace jobs run in.
+struct Cluster {
+    d: Deployment,
+    aws: aws_config::SdkConfig,
+    client: kube::Client,
+    namespace: String,
+}
+
+impl Cluster {
+    /// Loads the deployment, checks the caller's identity and connects to its EKS cluster.
+    async fn connect(g: &Global, cancel: &CancellationToken) -> anyhow::Result<Self> {
+        let d = Deployment::load(g)?;
+        let cluster_name = d.output("eks.cluster", "name", "EKS cluster")?;
+        let aws = d.aws(g, cancel).await?;
+        let connector = ClusterConnector {
+            cluster_name: cluster_name.clone(),
+            region: d.loaded.config.region.clone(),
+            eks: kfaws::aws::client::<aws_sdk_eks::Client>(&aws),
+            exec: context::exec_auth(g)?,
+            owner: Some((d.loaded.config.name.clone(), d.state.lineage.to_string())),
+        };
+        let client = connector
+            .connect()
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?
+            .with_context(|| {
+                format!("EKS cluster {cluster_name} does not exist: run `kfaws apply`")
+            })?;
+        let namespace = d.loaded.config.options.user_namespace.clone();
+        Ok(Self {
+            d,
+            aws,
+            client,
+            namespace,
+        })
+    }
+
+    /// PyTorchJob `old` of the user namespace, which `--resume-from` names.
+    async fn previous_job(&self, old: &str) -> anyhow::Result<PreviousPyTorchJob> {
+        let ns = &self.namespace;
+        pytorchjob::resume::previous_job(&self.client, ns, old)
+            .await
+            .with_context(|| format!("--resume-from {old}"))?
+            .with_context(|| {
+                format!(
+                    "--resume-from {old}: no PyTorchJob {old} in namespace {ns}: kfaws continues \
+                     a job that still exists (a deleted job's checkpoints stay on the file \
+                     system, but not the settings they were written with)"
+                )
+            })
+    }
+}
+
+/// What `--resume-from` settled for a PyTorchJob: the job continued, the world size and
+/// hyperparameters the new one runs with, and every reason it cannot run.
+struct K8sResume {
+    previous: PreviousPyTorchJob,
+    workers: u32,
+    hyperparameters: BTreeMap<String, String>,
+    problems: Vec<anyhow::Error>,
+}
+
+/// `--resume-from OLD` on the kubernetes runtime: reads PyTorchJob `OLD` (unless read before,
+/// `read`), settles the new job's world size and hyperparameters (the flags given, `OLD`'s for
+/// the rest) and finds every reason it cannot continue `OLD`'s checkpoints
+/// ([`pytorchjob::resume::problems`]), including replicas of `OLD` and other jobs that may
+/// still write them.
+///
+/// # Errors
+/// When `OLD` cannot be read.
+async fn resume_pytorchjob(
+    cluster: &Cluster,
+    old: &str,
+    read: Option<PreviousPyTorchJob>,
+    args: &TrainArgs,
+    req: &Request,
+    data_path: &str,
+) -> anyhow::Result<K8sResume> {
+    let previous = match read {
+        Some(p) => p,
+        None => cluster.previous_job(old).await?,
+    };
+    let (workers, hyperparameters) = kfaws::train::resume::settings(
+        (previous.workers, &previous.hyperparameters),
+        (req.workers, &req.hyperparameters),
+        &args.given_keys(),
+    );
+    let name = req.job.to_string();
+    let requested = pytorchjob::resume::Requested {
+        name: &name,
+        namespace: &cluster.namespace,
+        workers,
+        hyperparameters: &hyperparameters,
+        data_path,
+    };
+    let mut problems: Vec<anyhow::Error> = pytorchjob::resume::problems(&previous, &requested)
+        .into_iter()
+        .map(anyhow::Error::msg)
+        .collect();
+    let ns = &cluster.namespace;
+    // Only an ended job's replicas are looked at: a running job is refused as such.
+    if previous.ended() {
+        match pytorchjob::resume::replicas_still_running(&cluster.client, ns, old).await {
+            Ok(live) => problems.extend(live.into_iter().map(|(pod, what)| {
+                anyhow::anyhow!(
+                    "--resume-from {old}: PyTorchJob {old} has ended, but its replica {pod} is \
+                     {what} and may still write a checkpoint: wait until it has stopped \
+                     (`kubectl -n {ns} get pod {pod}`)"
+                )
+            })),
+            Err(e) => problems.push(anyhow::Error::new(e).context(format!("--resume-from {old}"))),
+        }
+    }
+    if let Some(checkpoints) = &previous.checkpoints {
+        match pytorchjob::resume::jobs_writing(&cluster.client, ns, checkpoints, old).await {
+            Ok(jobs) => problems.extend(jobs.into_iter().map(|(job, state)| {
+                anyhow::anyhow!(
+                    "--resume-from {old}: PyTorchJob {job} (resumed from the same checkpoints) \
+                     is {state} and writes to efs:{checkpoints}; two jobs would write the same \
+                     checkpoints: wait for it to end, or stop it (`kubectl -n {ns} delete \
+                     pytorchjob {job}`)"
+                )
+            })),
+            Err(e) => problems.push(anyhow::Error::new(e).context(format!("--resume-from {old}"))),
+        }
+    }
+    Ok(K8sResume {
+        previous,
+        workers,
+        hyperparameters,
+        problems,
+    })
+}
+
 async fn train_kubernetes(
     g: &Global,
     args: &TrainArgs,
     req: Request,
+    before: Option<(Cluster, PreviousPyTorchJob)>,
     cancel: &CancellationToken,
 ) -> anyhow::Result<u8> {
-    let DataSource::Efs(data_path) = req.data else {
+    let DataSource::Efs(data_path) = req.data.clone() else {
         unreachable!("checked by check_runtime")
     };
-    let d = Deployment::load(g)?;
-    let cluster_name = d.output("eks.cluster", "name", "EKS cluster")?;
-    let aws = d.aws(g, cancel).await?;
-    let connector = ClusterConnector {
-        cluster_name: cluster_name.clone(),
-        region: d.loaded.config.region.clone(),
-        eks: kfaws::aws::client::<aws_sdk_eks::Client>(&aws),
-        exec: context::exec_auth(g)?,
-        owner: Some((d.loaded.config.name.clone(), d.state.lineage.to_string())),
+    let (cluster, read) = match before {
+        Some((cluster, previous)) => (cluster, Some(previous)),
+        None => (Cluster::connect(g, cancel).await?, None),
     };
-    let client = connector
-        .connect()
-        .await
-        .map_err(|e| anyhow::anyhow!("{e}"))?
-        .with_context(|| format!("EKS cluster {cluster_name} does not exist: run `kfaws apply`"))?;
-    let namespace = d.loaded.config.options.user_namespace.clone();
+    let interrupted = || -> anyhow::Result<u8> {
+        outln!("Interrupted: training job {} was not created.", req.job)?;
+        Ok(kfaws::engine::interrupt::exit_status())
+    };
+    let mut problems = Problems::default();
+    // The settings a resumed job runs with decide the replicas checked below.
+    let resumed = match &args.resume_from {
+        Some(old) => {
+            let resumed = super::interruptible(
+                cancel,
+                resume_pytorchjob(&cluster, old, read, args, &req, &data_path),
+            );
+            match resumed.await {
+                Err(_) => return interrupted(),
+                Ok(Ok(mut r)) => {
+                    std::mem::take(&mut r.problems)
+                        .into_iter()
+                        .for_each(|e| problems.add(e));
+                    Some(r)
+                }
+                Ok(Err(e)) => {
+                    problems.add(e);
+                    None
+                }
+            }
+        }
+        None => None,
+    };
+    let (workers, hyperparameters) = match &resumed {
+        Some(r) => (r.workers, r.hyperparameters.clone()),
+        None => (req.workers, req.hyperparameters.clone()),
+    };
+    let Cluster {
+        d,
+        aws,
+        client,
+        namespace,
+    } = &cluster;
+    let namespace = namespace.clone();
     let served = async {
-        match pytorchjob::preflight(&client, &namespace).await {
+        match pytorchjob::preflight(client, &namespace).await {
             // Case C9 where kfaws installs the operator: its CRD is missing although the
             // config asks for it, so it was removed outside kfaws (or never applied).
             Err(pytorchjob::PyTorchJobError::NotServed(_))
@@ -1083,29 +1293,38 @@ async fn train_kubernetes(
             other => Ok(other?),
         }
     };
+    // A resumed job's backend may be the job's it continues.
+    let backend = hyperparameters
+        .get("backend")
+        .cloned()
+        .unwrap_or_else(|| args.backend.clone());
+    // A resumed job keeps the resources of the job it continues, unless given.
+    let (cpu, memory) = resumed
+        .as_ref()
+        .map(|r| r.previous.resources.clone())
+        .unwrap_or_default();
     let replica = ReplicaRequest {
-        cpu: args.cpu.clone().unwrap_or_else(|| "1".into()),
-        memory: args.memory.clone().unwrap_or_else(|| "2Gi".into()),
-        gpus: u32::from(args.backend == "nccl"),
+        cpu: args.cpu.clone().or(cpu).unwrap_or_else(|| "1".into()),
+        memory: args
+            .memory
+            .clone()
+            .or(memory)
+            .unwrap_or_else(|| "2Gi".into()),
+        gpus: u32::from(backend == "nccl"),
     };
     // Every check, so a job with several problems (no GPU node and a
     // CPU-only image, say) is told all at once.
-    let interrupted = || -> anyhow::Result<u8> {
-        outln!("Interrupted: training job {} was not created.", req.job)?;
-        Ok(kfaws::engine::interrupt::exit_status())
-    };
     let checks = super::interruptible(cancel, async {
         tokio::join!(
             served,
-            d.check_replica_fits(&aws, &replica, req.workers),
-            Deployment::image(&aws, args.image.as_ref(), &args.backend)
+            d.check_replica_fits(aws, &replica, workers),
+            Deployment::image(aws, args.image.as_ref(), &backend)
         )
     });
     // A check cut short by the interrupt is no problem of the job's.
     let Ok((served, fits, image)) = checks.await else {
         return interrupted();
     };
-    let mut problems = Problems::default();
     problems.check(served);
     problems.check(fits);
     let image = problems.check(image);
@@ -1115,20 +1334,24 @@ async fn train_kubernetes(
         name: req.job.to_string(),
         namespace,
         image,
-        workers: req.workers,
-        hyperparameters: req.hyperparameters,
+        workers,
+        hyperparameters,
         data_path,
         cpu: replica.cpu,
         memory: replica.memory,
         gpu: replica.gpus > 0,
-        run: pytorchjob::run_id(),
+        checkpoints: match &resumed {
+            Some(r) => r.previous.checkpoints.clone().expect("checked"),
+            None => pytorchjob::new_checkpoint_path(req.job.as_str()),
+        },
+        require_checkpoint: resumed.is_some(),
         max_runtime: Duration::from_secs(req.max_runtime),
     };
     if cancel.is_cancelled() {
         // No job is made after the interrupt.
         return interrupted();
     }
-    pytorchjob::submit(&client, &spec).await?;
+    pytorchjob::submit(client, &spec).await?;
     outln!(
         "Training job {} (kubernetes): PyTorchJob {}/{} created, 1 master + {} worker(s), image {}",
         spec.name,
@@ -1137,6 +1360,18 @@ async fn train_kubernetes(
         spec.workers - 1,
         spec.image
     )?;
+    if let Some(r) = &resumed {
+        let changed = kfaws::train::resume::describe_changed(&kfaws::train::resume::changed(
+            &r.previous.hyperparameters,
+            &spec.hyperparameters,
+        ));
+        outln!(
+            "  resumes PyTorchJob {} ({}) from the newest checkpoint in efs:{}{changed}",
+            r.previous.name,
+            r.previous.state,
+            spec.checkpoints
+        )?;
+    }
     if args.no_wait {
         outln!(
             "Not waiting (--no-wait). Watch it with: kubectl -n {} get pytorchjob {}",
@@ -1159,7 +1394,7 @@ async fn train_kubernetes(
         })
     });
     let waiting = pytorchjob::wait(
-        &client,
+        client,
         &spec.namespace,
         &spec.name,
         Duration::from_secs(req.max_runtime),
@@ -1201,12 +1436,19 @@ async fn train_kubernetes(
             pytorchjob::EFS_CLAIM,
             spec.namespace
         )?;
-        if let Some(m) = pytorchjob::final_metrics(&client, &spec.namespace, &spec.name).await {
+        if let Some(m) = pytorchjob::final_metrics(client, &spec.namespace, &spec.name).await {
             outln!("Final metrics: {m}")?;
         }
         return Ok(0);
     }
     let mut msg = format!("PyTorchJob {} failed: {}", spec.name, outcome.message);
+    // After the log's tail, so that the way on is the last thing said.
+    let resume_hint = format!(
+        "\n  Its checkpoints, if it wrote any, stay in efs:{}: once the cause is fixed, continue \
+         from the newest with the same `kfaws train` with --resume-from {} and another \
+         --job-name.",
+        spec.checkpoints, spec.name
+    );
     if let Some(f) = outcome.failed_replica {
         msg.push_str(&format!(
             "\n  replica {} exited {} ({})",
@@ -1230,6 +1472,8 @@ async fn train_kubernetes(
             }
         }
     }
+    let mut msg = msg.trim_end().to_string();
+    msg.push_str(&resume_hint);
     bail!(msg)
 }
 

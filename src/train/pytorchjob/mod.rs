@@ -20,6 +20,8 @@ use serde_json::{json, Value};
 
 use crate::k8s::discovery::{provider, Served};
 
+pub mod resume;
+
 /// Where the EFS claim is mounted in every replica.
 pub const EFS_MOUNT: &str = "/mnt/efs";
 /// The claim the user namespace holds (`manifests/user-namespace.yaml`).
@@ -50,11 +52,17 @@ pub struct PyTorchJobSpec {
     /// NVIDIA device plugin's extended resource `nvidia.com/gpu: 1` in the limits, which
     /// Kubernetes also takes as the request (Kubernetes docs, "Schedule GPUs").
     pub gpu: bool,
-    /// This submission's id ([`run_id`]): the job's checkpoints go to
-    /// `/checkpoints/<name>/<run>`, so the job's own restarts (`restartPolicy: ExitCode`) resume
-    /// them while a later job of the same name, submitted after this one was deleted, starts
-    /// afresh instead of resuming this one's epochs under other settings.
-    pub run: String,
+    /// Where rank 0 checkpoints, inside the file system: for a new job
+    /// `/checkpoints/<name>/<run>` ([`new_checkpoint_path`]), one directory per submission, so
+    /// the job's own restarts (`restartPolicy: ExitCode`) resume them while a later job of the
+    /// same name, submitted after this one was deleted, starts afresh instead of resuming this
+    /// one's epochs under other settings; for a job that continues another's (`--resume-from`,
+    /// [`resume`]), that job's.
+    pub checkpoints: String,
+    /// Whether the trainer must find a checkpoint to resume from in [`Self::checkpoints`]
+    /// (`TRAINER_REQUIRE_CHECKPOINT`: exit 1 before the first step otherwise), as a job that
+    /// continues another's must.
+    pub require_checkpoint: bool,
     /// `--max-runtime`: the job's `runPolicy.activeDeadlineSeconds` (whole seconds, at least
     /// 1), after which the operator fails the job (reason `DeadlineExceeded`) and deletes its
     /// running Pods, whether or not kfaws still waits. It is what bounds a replica that keeps
@@ -88,15 +96,16 @@ pub fn run_id() -> String {
     )
 }
 
+/// The checkpoint directory of a new job `name`, inside the file system:
+/// `/checkpoints/<name>/<run>` with a new [`run_id`].
+pub fn new_checkpoint_path(name: &str) -> String {
+    format!("/checkpoints/{name}/{}", run_id())
+}
+
 impl PyTorchJobSpec {
     /// Where rank 0 writes the model, inside the file system.
     pub fn model_path(&self) -> String {
         format!("/models/{}", self.name)
-    }
-
-    /// Where rank 0 checkpoints, inside the file system: one directory per submission.
-    pub fn checkpoint_path(&self) -> String {
-        format!("/checkpoints/{}/{}", self.name, self.run)
     }
 
     /// The `PyTorchJob` object.
@@ -105,6 +114,14 @@ impl PyTorchJobSpec {
         for (k, v) in &self.hyperparameters {
             args.push("--hp".into());
             args.push(format!("{k}={v}"));
+        }
+        let mut env = vec![
+            json!({"name": "TRAINER_DATA_DIR", "value": format!("{EFS_MOUNT}{}", self.data_path)}),
+            json!({"name": "TRAINER_MODEL_DIR", "value": format!("{EFS_MOUNT}{}", self.model_path())}),
+            json!({"name": "TRAINER_CHECKPOINT_DIR", "value": format!("{EFS_MOUNT}{}", self.checkpoints)}),
+        ];
+        if self.require_checkpoint {
+            env.push(json!({"name": "TRAINER_REQUIRE_CHECKPOINT", "value": "true"}));
         }
         let mut limits = json!({"cpu": self.cpu, "memory": self.memory});
         if self.gpu {
@@ -134,11 +151,7 @@ impl PyTorchJobSpec {
                     "image": self.image,
                     "command": ["kfaws-trainer"],
                     "args": args,
-                    "env": [
-                        {"name": "TRAINER_DATA_DIR", "value": format!("{EFS_MOUNT}{}", self.data_path)},
-                        {"name": "TRAINER_MODEL_DIR", "value": format!("{EFS_MOUNT}{}", self.model_path())},
-                        {"name": "TRAINER_CHECKPOINT_DIR", "value": format!("{EFS_MOUNT}{}", self.checkpoint_path())},
-                    ],
+                    "env": env,
                     "ports": [{"name": "pytorchjob-port", "containerPort": MASTER_PORT}],
                     "resources": {
                         "requests": {"cpu": self.cpu, "memory": self.memory},
@@ -685,7 +698,8 @@ mod tests {
             cpu: "1".into(),
             memory: "2Gi".into(),
             gpu: false,
-            run: "20261204T190512Z-1a2b3c4d".into(),
+            checkpoints: "/checkpoints/kfaws-train-1/20261204T190512Z-1a2b3c4d".into(),
+            require_checkpoint: false,
             max_runtime: Duration::from_secs(3600),
         }
     }
@@ -891,11 +905,31 @@ mod tests {
                 env["TRAINER_CHECKPOINT_DIR"],
                 "/mnt/efs/checkpoints/kfaws-train-1/20261204T190512Z-1a2b3c4d"
             );
+            assert!(!env.contains_key("TRAINER_REQUIRE_CHECKPOINT"));
         }
         let single = spec(1).manifest();
         assert!(single["spec"]["pytorchReplicaSpecs"]
             .get("Worker")
             .is_none());
+    }
+
+    #[test]
+    fn a_job_that_continues_anothers_checkpoints_requires_one() {
+        let m = PyTorchJobSpec {
+            require_checkpoint: true,
+            ..spec(2)
+        }
+        .manifest();
+        for t in ["Master", "Worker"] {
+            let env =
+                &m["spec"]["pytorchReplicaSpecs"][t]["template"]["spec"]["containers"][0]["env"];
+            assert!(
+                env.as_array()
+                    .unwrap()
+                    .contains(&json!({"name": "TRAINER_REQUIRE_CHECKPOINT", "value": "true"})),
+                "{t}: {env}"
+            );
+        }
     }
 
     #[test]
