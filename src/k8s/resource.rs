@@ -430,7 +430,6 @@ pub fn render(text: &str, values: &BTreeMap<String, String>) -> Result<String, S
     }
 }
 
-/// Hex SHA-256 over the objects of `bundle` (canonical JSON, in order).
 /// A bundle's spec fields that hash its Secret values ([`Resource::sensitive_fields`]).
 pub const SENSITIVE_FIELDS: &[&str] = &["sha256"];
 
@@ -465,6 +464,7 @@ pub fn hide_sensitive(entry: &mut ResourceState, shown: &str) {
     }
 }
 
+/// Hex SHA-256 over the objects of `bundle` (canonical JSON, in order).
 fn content_hash(bundle: &Bundle) -> String {
     let mut hash = Sha256::new();
     for m in &bundle.objects {
