@@ -404,6 +404,35 @@ fn missing_dataset_exits_1_naming_the_directory() {
     );
 }
 
+/// `TRAINER_REQUIRE_CHECKPOINT` (here spelled `1`, as a shell would) with an empty checkpoint
+/// directory: exit 1 before any epoch, naming the directory.
+#[test]
+fn a_required_checkpoint_that_is_missing_exits_1() {
+    let data = fashion_mnist();
+    let dir = tempfile::tempdir().unwrap();
+    let checkpoints = dir.path().join("ckpt");
+    let mut p = spawn_train(
+        dir.path(),
+        "p",
+        &[
+            format!("--data-dir={}", data.display()),
+            format!("--model-dir={}", dir.path().join("model").display()),
+            format!("--checkpoint-dir={}", checkpoints.display()),
+            "--hp=max-train-samples=200".into(),
+        ],
+        &[("TRAINER_REQUIRE_CHECKPOINT", "1".into())],
+    );
+    assert_eq!(p.wait(Duration::from_secs(120)), 1, "{}", p.stderr());
+    assert!(
+        p.stderr().contains(&format!(
+            "no checkpoint to resume from in {}, and this run requires one",
+            checkpoints.display()
+        )) && !p.stdout().contains("epoch="),
+        "{}",
+        p.stderr()
+    );
+}
+
 /// `kfaws-trainer train | head`: a closed stdout loses the metric lines, not the run. The
 /// trainer finishes, writes its model and exits 0 (a panic on the failed write would exit 101
 /// with no model).
