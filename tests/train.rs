@@ -1741,6 +1741,8 @@ async fn demo_path_trains_on_both_runtimes_serves_the_model_and_destroys_everyth
         "demo-sm",
         "--image",
         &image,
+        "--instance-type",
+        "ml.m5.2xlarge",
         "--follow",
     ]);
     assert!(sm.contains("Training job demo-sm completed"), "{sm}");
@@ -1883,8 +1885,8 @@ async fn demo_path_trains_on_both_runtimes_serves_the_model_and_destroys_everyth
     assert_eq!(d.calls("PutObject"), puts, "nothing uploaded: {err}");
     assert_eq!(d.calls("CreateTrainingJob"), creates, "{err}");
     // The same directory, the same settings (the dataset it detected need not be named, and
-    // --workers left out is demo-sm's 2, not the default 1): its files are not uploaded again,
-    // and the new job trains a second epoch from demo-sm's last checkpoint.
+    // --workers and --instance-type left out are demo-sm's, not the defaults): its files are
+    // not uploaded again, and the new job trains a second epoch from demo-sm's last checkpoint.
     let resumed = d.stdout(&[
         "train",
         "--runtime",
@@ -1908,7 +1910,7 @@ async fn demo_path_trains_on_both_runtimes_serves_the_model_and_destroys_everyth
         )) && resumed.contains(&format!(
             "resumes training job demo-sm (Completed) from the newest checkpoint in \
              s3://{bucket}/kfaws/checkpoints/demo-sm: epoch 2, step 0; changed: epochs 1 -> 2\n"
-        )) && resumed.contains("Training job demo-sm-2 (sagemaker): 2 × ")
+        )) && resumed.contains("Training job demo-sm-2 (sagemaker): 2 × ml.m5.2xlarge, ")
             && resumed.contains("resuming from checkpoint")
             && resumed.contains("Training job demo-sm-2 completed")
             && resumed.contains("Final metrics: epoch=2 "),

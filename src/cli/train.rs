@@ -66,7 +66,8 @@ pub struct TrainArgs {
     /// The trainer image (kubernetes, sagemaker) [default: kfaws-trainer:<this version> in ECR, as `kfaws image push` pushes it].
     #[arg(long, value_name = "URI")]
     pub image: Option<String>,
-    /// SageMaker instance type (sagemaker) [default: ml.m5.xlarge].
+    /// SageMaker instance type (sagemaker) [default: ml.m5.xlarge; with --resume-from, the
+    /// resumed job's].
     #[arg(long)]
     pub instance_type: Option<String>,
     /// CPU request and limit of each replica, a Kubernetes quantity (kubernetes) [default: 1].
@@ -110,7 +111,8 @@ pub struct TrainArgs {
     pub resume: bool,
     /// Start the new job from the checkpoints of job JOB, so the trainer resumes from the
     /// newest one: a SageMaker training job (Stopped, Failed or Completed, started by this
-    /// deployment) gives its CheckpointConfig S3 URI; a PyTorchJob in the user namespace
+    /// deployment) gives its CheckpointConfig S3 URI (and its instance type, unless
+    /// --instance-type is given); a PyTorchJob in the user namespace
     /// (Succeeded or Failed, created by kfaws) its checkpoint directory on EFS, which the new
     /// job must find a checkpoint in. Same --workers, --batch-size, --data, seed and
     /// max-train-samples (they fix each epoch's shards); epochs and lr may change; --data,
@@ -335,9 +337,11 @@ fn request(args: &TrainArgs, runtime: Runtime) -> anyhow::Result<Request> {
         // An unknown type is named so, not described as one without a GPU.
         match kfaws::sagemaker::training::validate_instance_type(args.instance_type()) {
             Err(e) => problems.push(format!("--instance-type: {e}")),
+            // Resumed without --instance-type, the type is the resumed job's: checked then.
             Ok(())
                 if args.backend == "nccl"
-                    && !kfaws::train::has_nvidia_gpu(args.instance_type()) =>
+                    && !kfaws::train::has_nvidia_gpu(args.instance_type())
+                    && (args.resume_from.is_none() || args.instance_type.is_some()) =>
             {
                 problems.push(format!(
                     "--backend nccl trains on CUDA, but --instance-type {} has no NVIDIA GPU; \
@@ -1054,7 +1058,7 @@ impl Deployment {
 /// ([`kfaws::image::inspect::trainer_backends`]): the job would fail in
 /// every replica after its pods or instances started. An image that does
 /// not say, or whose config cannot be read, is let through with a warning.
-async fn check_image_backend(
+pub(super) async fn check_image_backend(
     aws: &aws_config::SdkConfig,
     image: &str,
     backend: &str,

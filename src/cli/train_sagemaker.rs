@@ -869,6 +869,36 @@ pub async fn train(
             None
         }
     };
+    // A resumed job keeps the instance type and backend of the job it continues unless given:
+    // what the request checked with the flags' defaults is checked again with those.
+    let instance_type = match (&args.instance_type, &resumed) {
+        (Some(given), _) => given.clone(),
+        (None, Some(r)) => r
+            .previous
+            .instance_type
+            .clone()
+            .unwrap_or_else(|| args.instance_type().to_string()),
+        (None, None) => args.instance_type().to_string(),
+    };
+    if let Some(backend) = resumed
+        .as_ref()
+        .and_then(|r| r.hyperparameters.get("backend"))
+    {
+        // The request checked a --backend nccl given with an --instance-type given.
+        let checked = args.backend == "nccl" && args.instance_type.is_some();
+        if backend == "nccl" && !checked && !kfaws::train::has_nvidia_gpu(&instance_type) {
+            problems.add(anyhow::anyhow!(
+                "--resume-from {}: the job trains with backend nccl (CUDA), but instance type \
+                 {instance_type} has no NVIDIA GPU; pick a P or G --instance-type, or pass \
+                 --backend gloo",
+                args.resume_from.as_deref().unwrap_or_default()
+            ));
+        }
+        // The image was checked with --backend.
+        if let (Some(image), true) = (&image, backend != &args.backend) {
+            problems.check(super::train::check_image_backend(&aws, image, backend).await);
+        }
+    }
     if cancel.is_cancelled() {
         // A check cut short by the interrupt is no problem of the job's.
         say(&format!("Interrupted: training job {job} was not created."));
@@ -924,7 +954,7 @@ pub async fn train(
         name: job.to_string(),
         image,
         role_arn,
-        instance_type: args.instance_type().to_string(),
+        instance_type,
         instance_count: workers,
         volume_size_gb: 30,
         hyperparameters,

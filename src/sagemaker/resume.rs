@@ -36,6 +36,9 @@ pub struct PreviousJob {
     pub checkpoint_s3_uri: Option<String>,
     /// `ResourceConfig.InstanceCount`: its world size.
     pub instance_count: i32,
+    /// `ResourceConfig.InstanceType` (`ml.g5.xlarge`), which a job resuming it keeps unless
+    /// `--instance-type` says otherwise.
+    pub instance_type: Option<String>,
     /// `HyperParameters`, as the job was created with them.
     pub hyperparameters: BTreeMap<String, String>,
     /// The source of its `train` channel, when it has one of S3 or EFS.
@@ -102,6 +105,10 @@ pub async fn previous_job(client: &Client, name: &str) -> Result<PreviousJob, Sa
             .resource_config()
             .and_then(|r| r.instance_count())
             .unwrap_or(1),
+        instance_type: job
+            .resource_config()
+            .and_then(|r| r.instance_type())
+            .map(|t| t.as_str().to_string()),
         hyperparameters: job
             .hyper_parameters()
             .map(|h| h.clone().into_iter().collect())
@@ -362,6 +369,7 @@ mod tests {
             status: "Stopped".into(),
             checkpoint_s3_uri: Some("s3://b/kfaws/checkpoints/first".into()),
             instance_count: 2,
+            instance_type: Some("ml.m5.xlarge".into()),
             hyperparameters: hp(&[("epochs", "2"), ("batch-size", "32"), ("lr", "0.02")]),
             input: Some(ChannelSource::S3 {
                 uri: "s3://b/data/".into(),
