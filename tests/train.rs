@@ -1454,6 +1454,17 @@ async fn demo_path_trains_on_both_runtimes_serves_the_model_and_destroys_everyth
     );
     // Its checkpoints went on in demo-k8s's directory; its model is its own.
     assert!(run_dir.join("checkpoint-000003-00000000.bin").exists());
+    // Resumed again from demo-k8s, a job would start where demo-k8s-more left off: the epochs
+    // to pass are counted from there.
+    let err = d.fails(&resume(&["demo-k8s", "--epochs", "2"]));
+    assert!(
+        err.contains(
+            "--resume-from demo-k8s: PyTorchJob demo-k8s-more, which continued the same \
+             checkpoints, completed 2 epoch(s), so the newest checkpoint there starts epoch 3 or \
+             later"
+        ) && err.contains("pass --epochs 3 or more"),
+        "{err}"
+    );
     assert_eq!(std::fs::read_dir(&checkpoints).unwrap().count(), 2);
     assert!(!checkpoints.with_file_name("demo-k8s-more").exists());
     let efs = Path::new(root["root"].as_str().unwrap()).join(&fs);

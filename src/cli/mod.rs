@@ -735,14 +735,15 @@ async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
                  to exit at once."
             }
             Some(kfaws::train::Runtime::Kubernetes) => {
-                "kfaws stops waiting; the PyTorchJob keeps running. \
-                 Interrupt again to exit at once."
+                "stopping: no PyTorchJob is created after this, and one already created \
+                 keeps running (kfaws stops waiting). Interrupt again to exit at once."
             }
             // The runtime comes from kfaws.toml, read later.
             None => {
                 "stopping the training job (local: every rank checkpoints \
                  and exits; sagemaker: StopTrainingJob once created, none created after this; \
-                 kubernetes: kfaws stops waiting, the PyTorchJob keeps running). Interrupt again \
+                 kubernetes: none created after this, one created keeps running while kfaws stops \
+                 waiting). Interrupt again \
                  to exit at once."
             }
         },

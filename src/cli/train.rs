@@ -512,7 +512,15 @@ pub async fn train(g: &Global, args: &TrainArgs, cancel: &CancellationToken) -> 
                 if let Err(e) = JobName::parse(old) {
                     bail!("--resume-from: {e}");
                 }
-                let cluster = Cluster::connect(g, cancel).await?;
+                let cluster = match Cluster::connect(g, cancel).await {
+                    Ok(cluster) => cluster,
+                    // As in `train_kubernetes`: the token command got the interrupt too.
+                    Err(_) if cancel.is_cancelled() => {
+                        outln!("Interrupted: no training job was created.")?;
+                        return Ok(kfaws::engine::interrupt::exit_status());
+                    }
+                    Err(e) => return Err(e),
+                };
                 let previous = cluster.previous_job(old).await?;
                 let data = previous
                     .data_path
@@ -526,7 +534,10 @@ pub async fn train(g: &Global, args: &TrainArgs, cancel: &CancellationToken) -> 
                             pytorchjob::EFS_MOUNT
                         )
                     })?;
-                outln!("--data {data}: the data PyTorchJob {old} read")?;
+                // A job kfaws did not create is refused with the other problems, not described.
+                if previous.by_kfaws {
+                    outln!("--data {data}: the data PyTorchJob {old} read")?;
+                }
                 cluster_before = Some((cluster, previous));
                 Some(data)
             }
@@ -1207,15 +1218,22 @@ async fn resume_pytorchjob(
         }
     }
     if let Some(checkpoints) = &previous.checkpoints {
-        match pytorchjob::resume::jobs_writing(&cluster.client, ns, checkpoints, old).await {
-            Ok(jobs) => problems.extend(jobs.into_iter().map(|(job, state)| {
-                anyhow::anyhow!(
-                    "--resume-from {old}: PyTorchJob {job} (resumed from the same checkpoints) \
-                     is {state} and writes to efs:{checkpoints}; two jobs would write the same \
-                     checkpoints: wait for it to end, or stop it (`kubectl -n {ns} delete \
-                     pytorchjob {job}`)"
-                )
-            })),
+        match pytorchjob::resume::jobs_sharing(&cluster.client, ns, checkpoints, old).await {
+            Ok(jobs) => {
+                problems.extend(
+                    pytorchjob::resume::furthest_problem(&previous, &hyperparameters, &jobs)
+                        .map(anyhow::Error::msg),
+                );
+                problems.extend(jobs.iter().filter(|j| !j.ended()).map(|j| {
+                    anyhow::anyhow!(
+                        "--resume-from {old}: PyTorchJob {} (resumed from the same checkpoints) \
+                         is {} and writes to efs:{checkpoints}; two jobs would write the same \
+                         checkpoints: wait for it to end",
+                        j.name,
+                        j.state
+                    )
+                }));
+            }
             Err(e) => problems.push(anyhow::Error::new(e).context(format!("--resume-from {old}"))),
         }
     }
@@ -1237,13 +1255,19 @@ async fn train_kubernetes(
     let DataSource::Efs(data_path) = req.data.clone() else {
         unreachable!("checked by check_runtime")
     };
-    let (cluster, read) = match before {
-        Some((cluster, previous)) => (cluster, Some(previous)),
-        None => (Cluster::connect(g, cancel).await?, None),
-    };
     let interrupted = || -> anyhow::Result<u8> {
         outln!("Interrupted: training job {} was not created.", req.job)?;
         Ok(kfaws::engine::interrupt::exit_status())
+    };
+    let (cluster, read) = match before {
+        Some((cluster, previous)) => (cluster, Some(previous)),
+        None => match Cluster::connect(g, cancel).await {
+            Ok(cluster) => (cluster, None),
+            // The interrupt reaches the token command (`kfaws eks get-token`, in the same
+            // process group) too: its failure is the interrupt's, not the cluster's.
+            Err(_) if cancel.is_cancelled() => return interrupted(),
+            Err(e) => return Err(e),
+        },
     };
     let mut problems = Problems::default();
     // The settings a resumed job runs with decide the replicas checked below.
@@ -1421,7 +1445,8 @@ async fn train_kubernetes(
         }
         Err(_) => {
             outln!(
-                "Stopped waiting. The job keeps running; delete it with: kubectl -n {} delete pytorchjob {}",
+                "Stopped waiting. The job keeps running; delete it with: kubectl -n {} delete \
+                 pytorchjob {} (a deleted job cannot be continued with --resume-from)",
                 spec.namespace,
                 spec.name
             )?;
@@ -1450,7 +1475,8 @@ async fn train_kubernetes(
     let resume_hint = format!(
         "\n  Its checkpoints, if it wrote any, stay in efs:{}: once the cause is fixed, continue \
          from the newest with the same `kfaws train` with --resume-from {} and another \
-         --job-name.",
+         --job-name (a cause in a setting the checkpoints fix, such as the dataset, needs a new \
+         job instead).",
         spec.checkpoints, spec.name
     );
     if let Some(f) = outcome.failed_replica {

@@ -143,17 +143,17 @@ pub async fn previous_job(
     Ok(job.as_ref().map(PreviousPyTorchJob::from_object))
 }
 
-/// The PyTorchJobs of `namespace` other than `except` that have not ended and checkpoint into
-/// `checkpoints` (jobs resumed from the same checkpoints), with their state.
+/// The PyTorchJobs of `namespace` other than `except` that checkpoint into `checkpoints`: jobs
+/// that continued, or continue, the same checkpoints, whatever their state.
 ///
 /// # Errors
 /// [`PyTorchJobError::Kube`] when they cannot be listed.
-pub async fn jobs_writing(
+pub async fn jobs_sharing(
     client: &Client,
     namespace: &str,
     checkpoints: &str,
     except: &str,
-) -> Result<Vec<(String, String)>, PyTorchJobError> {
+) -> Result<Vec<PreviousPyTorchJob>, PyTorchJobError> {
     let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &resource());
     let list = api
         .list(&ListParams::default())
@@ -163,11 +163,41 @@ pub async fn jobs_writing(
         .items
         .iter()
         .map(PreviousPyTorchJob::from_object)
-        .filter(|job| {
-            job.name != except && !job.ended() && job.checkpoints.as_deref() == Some(checkpoints)
-        })
-        .map(|job| (job.name, job.state))
+        .filter(|job| job.name != except && job.checkpoints.as_deref() == Some(checkpoints))
         .collect())
+}
+
+/// Why the new job (`asked`, its hyperparameters) would train nothing because a job that
+/// continued the same checkpoints (`sharing`, [`jobs_sharing`]) got further than `previous`:
+/// the most epochs a `Succeeded` one completed, `N`, means the newest checkpoint there starts
+/// epoch `N + 1` or later. `None` when `asked` has more epochs, or when [`problems`] already
+/// says so of `previous` itself. Pure.
+pub fn furthest_problem(
+    previous: &PreviousPyTorchJob,
+    asked: &BTreeMap<String, String>,
+    sharing: &[PreviousPyTorchJob],
+) -> Option<String> {
+    let old = &previous.name;
+    let asked = resume::epochs(asked);
+    let own = match previous.state.as_str() {
+        "Succeeded" => resume::epochs(&previous.hyperparameters),
+        _ => 0,
+    };
+    let (done, furthest) = sharing
+        .iter()
+        .filter(|job| job.state == "Succeeded")
+        .map(|job| (resume::epochs(&job.hyperparameters), &job.name))
+        .max()?;
+    (asked > own && asked <= done).then(|| {
+        format!(
+            "--resume-from {old}: PyTorchJob {furthest}, which continued the same checkpoints, \
+             completed {done} epoch(s), so the newest checkpoint there starts epoch {} or later \
+             (a job resumed from {old} continues from it, not from {old}'s own); --epochs {asked} \
+             would train nothing: pass --epochs {} or more",
+            done + 1,
+            done + 1
+        )
+    })
 }
 
 /// The replica Pods of a job (`pods`) that may still write: not yet `Succeeded` or `Failed`,
@@ -460,6 +490,44 @@ mod tests {
         // A job that failed may have stopped in any epoch: kfaws cannot see its checkpoints.
         let failed = previous(2, &[("Failed", "True")]);
         assert!(problems(&failed, &requested(&hp, 2)).is_empty());
+    }
+
+    #[test]
+    fn a_job_that_continued_the_same_checkpoints_further_sets_the_epochs_to_pass() {
+        let old = previous(2, &[("Succeeded", "True")]);
+        let mut later = spec(2);
+        later.name = "fmnist-3".into();
+        later.hyperparameters.insert("epochs".into(), "6".into());
+        let later = read(object(&later, &[("Succeeded", "True")]));
+        let mut hp = spec(2).hyperparameters;
+        hp.insert("epochs".into(), "5".into());
+        assert_eq!(
+            furthest_problem(&old, &hp, std::slice::from_ref(&later)).as_deref(),
+            Some(
+                "--resume-from fmnist-1: PyTorchJob fmnist-3, which continued the same \
+                 checkpoints, completed 6 epoch(s), so the newest checkpoint there starts epoch 7 \
+                 or later (a job resumed from fmnist-1 continues from it, not from fmnist-1's \
+                 own); --epochs 5 would train nothing: pass --epochs 7 or more"
+            )
+        );
+        hp.insert("epochs".into(), "7".into());
+        assert_eq!(
+            furthest_problem(&old, &hp, std::slice::from_ref(&later)),
+            None
+        );
+        // Told of the job itself by `problems`, once.
+        hp.insert("epochs".into(), "2".into());
+        assert_eq!(
+            furthest_problem(&old, &hp, std::slice::from_ref(&later)),
+            None
+        );
+        // A job that failed may have stopped anywhere: only one that succeeded counts.
+        let failed = PreviousPyTorchJob {
+            state: "Failed".into(),
+            ..later
+        };
+        hp.insert("epochs".into(), "5".into());
+        assert_eq!(furthest_problem(&old, &hp, &[failed]), None);
     }
 
     #[test]
