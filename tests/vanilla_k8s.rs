@@ -1605,9 +1605,11 @@ async fn release(held: &Api<ConfigMap>) {
     .unwrap();
 }
 
-/// Runs kfaws with `args`, sends SIGINT `wait` after its stdout shows a line
-/// containing `marker`, and returns its exit status, how long it took to exit
-/// after the signal, its stdout lines joined, and its stderr.
+/// Runs kfaws with `args` in a process group of its own, sends SIGINT to the
+/// group `wait` after its stdout shows a line containing `marker` (a
+/// terminal's Ctrl-C: kfaws and whatever it runs get it), and returns its exit
+/// status, how long it took to exit after the signal, its stdout lines joined,
+/// and its stderr.
 fn interrupt_after(
     d: &Deployment,
     args: &[&str],
@@ -1620,11 +1622,13 @@ fn interrupt_after(
     String,
 ) {
     use std::io::{BufRead, BufReader, Read};
+    use std::os::unix::process::CommandExt as _;
     use std::process::Stdio;
     use std::time::{Duration, Instant};
 
     let mut child = d
         .process(args)
+        .process_group(0)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -1645,7 +1649,7 @@ fn interrupt_after(
     }
     std::thread::sleep(wait);
     let interrupted = Instant::now();
-    common::signal(child.id(), "INT");
+    common::signal_group(child.id(), "INT");
     let status = child.wait().unwrap();
     let took = interrupted.elapsed();
     let mut stderr = String::new();

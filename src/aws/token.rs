@@ -242,8 +242,22 @@ pub fn decode(token: &str) -> Result<Url, TokenError> {
 /// # Errors
 /// [`TokenError`]: no region, no credentials, endpoint or signing failures.
 pub async fn get_token(sdk: &SdkConfig, cluster: &str) -> Result<EksToken, TokenError> {
-    check_cluster_name(cluster)?;
     let region = sdk.region().ok_or(TokenError::NoRegion)?.to_string();
+    get_token_in(sdk, cluster, &region).await
+}
+
+/// Makes a token for `cluster` of `region` with the SDK config's
+/// credentials and STS endpoint ([`sts_endpoint`] for `region`), signed now.
+///
+/// # Errors
+/// [`TokenError`]: a bad cluster name, no credentials, endpoint or signing failures.
+pub async fn get_token_in(
+    sdk: &SdkConfig,
+    cluster: &str,
+    region: &str,
+) -> Result<EksToken, TokenError> {
+    check_cluster_name(cluster)?;
+    let region = region.to_string();
     let endpoint = sts_endpoint(sdk, &region).await?;
     let provider = sdk.credentials_provider().ok_or_else(|| {
         TokenError::Credentials("the SDK config has no credentials provider".into())

@@ -222,7 +222,6 @@ pub async fn check_identity(
 ///
 /// [`read_sources`]: kfaws::profiles::read_sources
 pub fn build_offline(
-    g: &Global,
     c: &Config,
     sources: &kfaws::profiles::Sources,
 ) -> anyhow::Result<kfaws::profiles::Built> {
@@ -234,7 +233,6 @@ pub fn build_offline(
         c,
         &offline,
         uuid::Uuid::nil(),
-        &exec_auth(g)?,
         sources,
     )?)
 }
@@ -244,7 +242,7 @@ pub fn validate(g: &Global, profile: Option<ProfileName>) -> anyhow::Result<u8> 
     let loaded = load(g, profile)?;
     let c = &loaded.config;
     let sources = kfaws::profiles::read_sources(c)?;
-    let built = build_offline(g, c, &sources)?;
+    let built = build_offline(c, &sources)?;
     outln!(
         "The configuration is valid: deployment {:?}, profile {}, region {}, Kubernetes {}.\n",
         c.name,
@@ -293,7 +291,7 @@ pub fn state_path(state_dir: &Path, name: &str) -> PathBuf {
     kfaws::state::store::deployment_dir(state_dir, name).join("state.json")
 }
 
-/// The exec credential plugin kubeconfigs and the Kubernetes resources use:
+/// The exec credential plugin the kubeconfig `kfaws kubeconfig` writes uses:
 /// this binary's `eks get-token`, with the AWS profile chosen by
 /// `--aws-profile` or `AWS_PROFILE`.
 pub fn exec_auth(g: &Global) -> anyhow::Result<kfaws::k8s::kubeconfig::ExecAuth> {

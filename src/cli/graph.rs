@@ -56,13 +56,7 @@ pub async fn graph(
         config = super::interruptible(cancel, preparing).await??;
     }
     let config = &config;
-    let built = profiles::build(
-        config,
-        &aws,
-        store.state().lineage,
-        &context::exec_auth(g)?,
-        &sources,
-    )?;
+    let built = profiles::build(config, &aws, store.state().lineage, &sources)?;
     let mut dag = Dag::new(
         built
             .resources

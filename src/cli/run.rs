@@ -85,7 +85,7 @@ async fn make(
     // Bad manifests are refused before the first call; the addresses depend
     // on the config alone, so a mistyped --target or a refused --replace
     // fails before the credentials are looked up too.
-    let offline = context::build_offline(g, &loaded.config, &sources)?;
+    let offline = context::build_offline(&loaded.config, &sources)?;
     let lock = StateLock::acquire(&loaded.state_dir, &loaded.config.name, operation)?;
     let store = StateStore::open(&loaded.state_dir, &loaded.config.name)?;
     plan::select(
@@ -108,8 +108,7 @@ async fn make(
     let preparing = profiles::prepare(&loaded.config, &aws, store.state(), goal.destroy);
     loaded.config = interruptible(cancel, preparing).await??;
     let config = &loaded.config;
-    let exec = context::exec_auth(g)?;
-    let built = profiles::build(config, &aws, store.state().lineage, &exec, &sources)?;
+    let built = profiles::build(config, &aws, store.state().lineage, &sources)?;
     let planning = make_plan(PlanRequest {
         config,
         desired: &built.resources,
@@ -136,7 +135,7 @@ async fn make(
                             false => Vec::new(),
                         }
                     },
-                    profiles::bundles_outside_state(config, &aws, &exec, store.state()),
+                    profiles::bundles_outside_state(config, &aws, store.state()),
                     async {
                         match whole {
                             true => profiles::left_behind(config, &aws, store.state()).await,
@@ -501,7 +500,6 @@ pub async fn apply_saved(
         &config,
         &aws,
         store.state().lineage,
-        &context::exec_auth(g)?,
         &profiles::read_sources(&config)?,
     )?;
     let id = interruptible(

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context as _};
 use clap::Args;
+use kfaws::k8s::auth::EksTokens;
 use kfaws::k8s::resource::ClusterConnector;
 use kfaws::state::store::StateStore;
 use kfaws::state::State;
@@ -514,7 +515,7 @@ pub async fn train(g: &Global, args: &TrainArgs, cancel: &CancellationToken) -> 
                 }
                 let cluster = match Cluster::connect(g, cancel).await {
                     Ok(cluster) => cluster,
-                    // As in `train_kubernetes`: the token command got the interrupt too.
+                    // As in `train_kubernetes`: a connect the interrupt stopped.
                     Err(_) if cancel.is_cancelled() => {
                         outln!("Interrupted: no training job was created.")?;
                         return Ok(kfaws::engine::interrupt::exit_status());
@@ -1122,7 +1123,11 @@ impl Cluster {
             cluster_name: cluster_name.clone(),
             region: d.loaded.config.region.clone(),
             eks: kfaws::aws::client::<aws_sdk_eks::Client>(&aws),
-            exec: context::exec_auth(g)?,
+            tokens: EksTokens::new(
+                aws.clone(),
+                cluster_name.clone(),
+                d.loaded.config.region.clone(),
+            ),
             owner: Some((d.loaded.config.name.clone(), d.state.lineage.to_string())),
         };
         let client = connector
@@ -1263,8 +1268,7 @@ async fn train_kubernetes(
         Some((cluster, previous)) => (cluster, Some(previous)),
         None => match Cluster::connect(g, cancel).await {
             Ok(cluster) => (cluster, None),
-            // The interrupt reaches the token command (`kfaws eks get-token`, in the same
-            // process group) too: its failure is the interrupt's, not the cluster's.
+            // A connect stopped by the interrupt (the identity check gives way to it).
             Err(_) if cancel.is_cancelled() => return interrupted(),
             Err(e) => return Err(e),
         },

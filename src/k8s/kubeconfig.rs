@@ -202,19 +202,9 @@ pub fn merge(
     alias: Option<&str>,
 ) -> String {
     let context_name = alias.unwrap_or(&access.arn).to_string();
-    upsert(
-        &mut config.clusters,
-        NamedCluster {
-            name: access.arn.clone(),
-            cluster: Some(Cluster {
-                server: Some(access.endpoint.clone()),
-                certificate_authority_data: Some(access.certificate_authority_data.clone()),
-                ..Cluster::default()
-            }),
-            ..NamedCluster::default()
-        },
-        |c| c.name.as_str(),
-    );
+    upsert(&mut config.clusters, named_cluster(access), |c| {
+        c.name.as_str()
+    });
     let mut args: Vec<String> = ["eks", "get-token", "--cluster-name", &access.name]
         .into_iter()
         .map(str::to_string)
@@ -267,6 +257,41 @@ pub fn merge(
     config.kind.get_or_insert_with(|| "Config".to_string());
     config.api_version.get_or_insert_with(|| "v1".to_string());
     context_name
+}
+
+/// A kubeconfig of `access`'s cluster alone: its endpoint and CA, a current
+/// context without a user. For a client whose requests carry their own
+/// `Authorization` ([`crate::k8s::auth`]): kube-client, like client-go,
+/// loads a context without a user as one without credentials.
+pub fn without_user(access: &ClusterAccess) -> Kubeconfig {
+    Kubeconfig {
+        clusters: vec![named_cluster(access)],
+        contexts: vec![NamedContext {
+            name: access.arn.clone(),
+            context: Some(Context {
+                cluster: access.arn.clone(),
+                ..Context::default()
+            }),
+            ..NamedContext::default()
+        }],
+        current_context: Some(access.arn.clone()),
+        kind: Some("Config".to_string()),
+        api_version: Some("v1".to_string()),
+        ..Kubeconfig::default()
+    }
+}
+
+/// The cluster entry of `access`, named by its ARN (as `aws eks update-kubeconfig`).
+fn named_cluster(access: &ClusterAccess) -> NamedCluster {
+    NamedCluster {
+        name: access.arn.clone(),
+        cluster: Some(Cluster {
+            server: Some(access.endpoint.clone()),
+            certificate_authority_data: Some(access.certificate_authority_data.clone()),
+            ..Cluster::default()
+        }),
+        ..NamedCluster::default()
+    }
 }
 
 /// Replaces the entry named like `entry` in place (dropping any duplicates

@@ -2,7 +2,8 @@
 //! what the cluster serves, server-side applied in phases with bounded
 //! retries, tracked as an ApplySet for prune and destroy), and access to the
 //! deployment's cluster (kubeconfig entries, the exec credential protocol
-//! `kfaws eks get-token` speaks).
+//! `kfaws eks get-token` speaks for kubectl, tokens made in this process for
+//! kfaws's own clients).
 //!
 //! | module | one job |
 //! |---|---|
@@ -19,6 +20,7 @@
 //! | [`resource`] | a bundle as a graph resource (`k8s.*` of the vanilla profile), reaching the cluster through EKS |
 //! | [`kubeconfig`] | write or merge the deployment's cluster, user and context |
 //! | [`exec_credential`] | the client-go exec credential plugin's `ExecCredential` |
+//! | [`auth`] | kfaws's own clients' EKS tokens, made in this process |
 //!
 //! A graph resource holding a [`kube::Client`] and a [`Bundle`] calls
 //! [`Applier::check`] at plan time, [`Applier::apply`] from `create` and
@@ -42,6 +44,7 @@
 
 pub mod apply;
 pub mod applyset;
+pub mod auth;
 pub mod bundle;
 pub mod delete;
 pub mod discovery;

@@ -23,9 +23,9 @@
 //!   delete removes, saying what goes with a namespace or a CRD.
 //!
 //! The cluster is found by name through EKS `DescribeCluster` on every
-//! call, and reached like any EKS cluster: its endpoint and CA, and a token
-//! from this binary's `eks get-token` run as a client-go exec credential
-//! plugin (the kubeconfig `kfaws kubeconfig` writes). A cluster that does not
+//! call, and reached like any EKS cluster: its endpoint and CA, and the EKS
+//! token `kfaws eks get-token` prints for kubectl, made in this process
+//! ([`super::auth`]). A cluster that does not
 //! exist holds no objects: `read` reports them gone and `delete` succeeds.
 
 use std::borrow::Cow;
@@ -38,17 +38,19 @@ use async_trait::async_trait;
 use aws_sdk_eks::types::ClusterStatus;
 use futures::future::BoxFuture;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::client::ClientBuilder;
+use kube::config::KubeConfigOptions;
 use kube::Client;
 use regex_lite::Regex;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
 use super::apply::{Applier, ApplyOptions};
+use super::auth::{EksAuthLayer, EksTokens};
 use super::bundle::Bundle;
 use super::discovery::Served;
 use super::efs;
-use super::kubeconfig::{self, ClusterAccess, ExecAuth};
+use super::kubeconfig::{self, ClusterAccess};
 use super::object::GroupKind;
 use crate::address::Address;
 use crate::aws::eks::describe_cluster;
@@ -74,8 +76,9 @@ pub struct ClusterConnector {
     pub region: String,
     /// EKS client for `DescribeCluster`.
     pub eks: aws_sdk_eks::Client,
-    /// The credential plugin: this binary's `eks get-token`.
-    pub exec: ExecAuth,
+    /// The tokens its clients send, one cache for every client of this
+    /// connector and its clones ([`EksTokens::new`] for the cluster and region above).
+    pub tokens: EksTokens,
     /// `(deployment, lineage)`: the `kfaws:deployment` and `kfaws:lineage` tags the cluster
     /// must carry to be this state's ([`crate::aws::eks::owned`]); a cluster of the name
     /// without them is refused, so that nothing is applied to or deleted from a cluster that
@@ -183,22 +186,26 @@ impl ClusterConnector {
                 .to_string(),
             region: self.region.clone(),
         };
-        let mut config = Kubeconfig::default();
-        kubeconfig::merge(&mut config, &access, &self.exec, None);
-        let config = kube::Config::from_custom_kubeconfig(config, &KubeConfigOptions::default())
-            .await
-            .map_err(|e| {
-                ResourceError::msg(format!(
-                    "cannot configure a client for EKS cluster {} at {}: {e}",
-                    self.cluster_name, access.endpoint
-                ))
-            })?;
-        Client::try_from(config).map_err(|e| {
+        let config = kube::Config::from_custom_kubeconfig(
+            kubeconfig::without_user(&access),
+            &KubeConfigOptions::default(),
+        )
+        .await
+        .map_err(|e| {
+            ResourceError::msg(format!(
+                "cannot configure a client for EKS cluster {} at {}: {e}",
+                self.cluster_name, access.endpoint
+            ))
+        })?;
+        let builder = ClientBuilder::try_from(config).map_err(|e| {
             ResourceError::msg(format!(
                 "cannot make a client for EKS cluster {} at {}: {e}",
                 self.cluster_name, access.endpoint
             ))
-        })
+        })?;
+        Ok(builder
+            .with_layer(&EksAuthLayer::new(self.tokens.clone()))
+            .build())
     }
 }
 

@@ -9,7 +9,6 @@ use aws_config::SdkConfig;
 
 use crate::address::Address;
 use crate::config::{Config, ProfileName};
-use crate::k8s::kubeconfig::ExecAuth;
 use crate::resource::{Provider, Resource};
 use crate::state::{ResourceState, State};
 
@@ -53,8 +52,8 @@ pub fn read_sources(config: &Config) -> Result<Sources, ProfileError> {
 
 /// Builds the resources of the config's profile for the state of lineage
 /// `lineage` (resources tag what they create with it); Kubernetes
-/// resources authenticate to the cluster with `exec` (this binary's `eks
-/// get-token`); the manifests named in config are `sources`
+/// resources authenticate to the cluster with EKS tokens signed with
+/// `aws`'s credentials ([`crate::k8s::auth`]); the manifests named in config are `sources`
 /// ([`read_sources`] of this config; [`Sources::default`] for a destroy,
 /// whose [`prepare`] drops them).
 ///
@@ -65,11 +64,10 @@ pub fn build(
     config: &Config,
     aws: &SdkConfig,
     lineage: uuid::Uuid,
-    exec: &ExecAuth,
     sources: &Sources,
 ) -> Result<Built, ProfileError> {
     match config.profile {
-        ProfileName::Vanilla => Ok(vanilla::build(config, aws, lineage, exec, sources)?),
+        ProfileName::Vanilla => Ok(vanilla::build(config, aws, lineage, sources)?),
         other => Err(ProfileError::NotAvailable(other)),
     }
 }
@@ -118,11 +116,10 @@ pub async fn left_behind(
 pub async fn bundles_outside_state(
     config: &Config,
     aws: &SdkConfig,
-    exec: &ExecAuth,
     state: &State,
 ) -> Result<Vec<(Address, String)>, crate::resource::ResourceError> {
     match config.profile {
-        ProfileName::Vanilla => vanilla::bundles_outside_state(config, aws, exec, state).await,
+        ProfileName::Vanilla => vanilla::bundles_outside_state(config, aws, state).await,
         _ => Ok(vec![]),
     }
 }
@@ -152,7 +149,6 @@ pub struct AwsProvider {
     config: Config,
     aws: SdkConfig,
     lineage: uuid::Uuid,
-    exec: ExecAuth,
 }
 
 impl Provider for AwsProvider {
@@ -167,14 +163,9 @@ impl Provider for AwsProvider {
             | "aws_iam_oidc_provider" => {
                 vanilla::eks_from_state(&self.config, &self.aws, self.lineage, address, recorded)
             }
-            crate::k8s::resource::KIND => vanilla::bundle_from_state(
-                &self.config,
-                &self.aws,
-                &self.exec,
-                self.lineage,
-                address,
-                recorded,
-            ),
+            crate::k8s::resource::KIND => {
+                vanilla::bundle_from_state(&self.config, &self.aws, self.lineage, address, recorded)
+            }
             _ => None,
         }
     }

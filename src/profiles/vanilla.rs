@@ -46,7 +46,7 @@ use crate::aws::zones::{self, Source, Wanted, ZoneError};
 use crate::config::{
     AccessEntry, AuthenticationMode, Config, NodeGroup, SageMakerRolePolicy, EKS_NODE_POLICIES,
 };
-use crate::k8s::kubeconfig::ExecAuth;
+use crate::k8s::auth::EksTokens;
 use crate::k8s::resource::{
     ClusterConnector, InputValue, ManifestsResource, ServedKind, Source as ManifestSource,
     SourceError,
@@ -779,17 +779,12 @@ fn oidc(config: &Config, aws: &SdkConfig, lineage: uuid::Uuid) -> OidcProviderRe
     }
 }
 
-fn connector(
-    config: &Config,
-    aws: &SdkConfig,
-    exec: &ExecAuth,
-    lineage: uuid::Uuid,
-) -> ClusterConnector {
+fn connector(config: &Config, aws: &SdkConfig, lineage: uuid::Uuid) -> ClusterConnector {
     ClusterConnector {
         cluster_name: config.name.clone(),
         region: config.region.clone(),
         eks: crate::aws::client::<aws_sdk_eks::Client>(aws),
-        exec: exec.clone(),
+        tokens: EksTokens::new(aws.clone(), config.name.clone(), config.region.clone()),
         owner: Some((config.name.clone(), lineage.to_string())),
     }
 }
@@ -847,11 +842,10 @@ pub fn read_sources(config: &Config) -> Result<Sources, SourceError> {
 fn bundles(
     config: &Config,
     aws: &SdkConfig,
-    exec: &ExecAuth,
     lineage: uuid::Uuid,
     sources: &Sources,
 ) -> Result<Vec<ManifestsResource>, SourceError> {
-    let connector = connector(config, aws, exec, lineage);
+    let connector = connector(config, aws, lineage);
     // What every bundle follows: the cluster, its nodes, and its access entries, so that a
     // destroy deletes the entries only after every bundle (a teammate admitted by one would
     // otherwise lose the cluster half way through the destroy). The nodes and entries only
@@ -1036,7 +1030,8 @@ fn bundles(
 }
 
 /// The vanilla profile's resources, for the state of lineage `lineage`;
-/// the Kubernetes bundles authenticate with `exec`; the `[kubeflow]`
+/// the Kubernetes bundles authenticate with EKS tokens made from `aws`'s
+/// credentials ([`crate::k8s::auth`]); the `[kubeflow]`
 /// bundles are those of `sources` (read from this config by
 /// [`read_sources`], or empty for a destroy, which reads none).
 ///
@@ -1046,7 +1041,6 @@ pub fn build(
     config: &Config,
     aws: &SdkConfig,
     lineage: uuid::Uuid,
-    exec: &ExecAuth,
     sources: &Sources,
 ) -> Result<Built, SourceError> {
     let mut resources: Vec<Arc<dyn Resource>> = stacks(config, aws, lineage)
@@ -1061,7 +1055,7 @@ pub fn build(
         resources.push(Arc::new(access_entry(config, aws, lineage, name, entry)));
     }
     resources.push(Arc::new(oidc(config, aws, lineage)));
-    for b in bundles(config, aws, exec, lineage, sources)? {
+    for b in bundles(config, aws, lineage, sources)? {
         resources.push(Arc::new(b));
     }
     Ok(Built {
@@ -1070,7 +1064,6 @@ pub fn build(
             config: config.clone(),
             aws: aws.clone(),
             lineage,
-            exec: exec.clone(),
         }),
     })
 }
@@ -1092,10 +1085,9 @@ pub fn build(
 pub async fn bundles_outside_state(
     config: &Config,
     aws: &SdkConfig,
-    exec: &ExecAuth,
     state: &State,
 ) -> Result<Vec<(Address, String)>, crate::resource::ResourceError> {
-    let connector = connector(config, aws, exec, state.lineage);
+    let connector = connector(config, aws, state.lineage);
     let Some(client) = connector.connect_if_ready().await? else {
         return Ok(Vec::new());
     };
@@ -1136,7 +1128,6 @@ pub async fn bundles_outside_state(
 pub fn bundle_from_state(
     config: &Config,
     aws: &SdkConfig,
-    exec: &ExecAuth,
     lineage: uuid::Uuid,
     address: &Address,
     recorded: &ResourceState,
@@ -1154,7 +1145,7 @@ pub fn bundle_from_state(
         after: recorded.dependencies.clone(),
         ordered_after: Vec::new(),
         serves: vec![],
-        connector: connector(config, aws, exec, lineage),
+        connector: connector(config, aws, lineage),
         cluster: addr(CLUSTER),
         estimate: Duration::from_secs(5),
         timeout: Duration::from_secs(600),
@@ -1353,22 +1344,9 @@ mod tests {
         assert_eq!(why_absent(&both, &a(TRAINING_OPERATOR_ADDRESS)), None);
     }
 
-    fn exec() -> ExecAuth {
-        ExecAuth {
-            command: "/usr/bin/kfaws".into(),
-            aws_profile: None,
-        }
-    }
-
     /// The graph of `config`, its manifests read as a plan reads them.
     fn from_config(config: &Config) -> Result<Built, SourceError> {
-        build(
-            config,
-            &aws(),
-            uuid::Uuid::nil(),
-            &exec(),
-            &read_sources(config)?,
-        )
+        build(config, &aws(), uuid::Uuid::nil(), &read_sources(config)?)
     }
 
     fn aws() -> SdkConfig {

@@ -46,6 +46,17 @@ pub fn signal(pid: u32, name: &str) {
     assert!(status.success(), "kill -{name} {pid}: {status}");
 }
 
+/// Sends signal `name` to process group `pgid`, as a terminal's Ctrl-C signals
+/// every process of its foreground group (the child must have been spawned as
+/// the leader of its own group: `CommandExt::process_group(0)`).
+pub fn signal_group(pgid: u32, name: &str) {
+    let status = std::process::Command::new("kill")
+        .args([format!("-{name}"), "--".to_string(), format!("-{pgid}")])
+        .status()
+        .unwrap();
+    assert!(status.success(), "kill -{name} -- -{pgid}: {status}");
+}
+
 /// Fault injection, persisted in the world directory.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Faults {
