@@ -24,6 +24,70 @@ use serde_json::Value;
 use super::{conditions, kube_err, resource, PyTorchJobError, EFS_MOUNT};
 use crate::train::resume;
 
+/// Where a PyTorchJob stands, from its `status.conditions` (the training operator's
+/// `JobConditionType`s, Kubeflow Training Operator API `kubeflow.org/v1`): `Succeeded` or
+/// `Failed` once one is `True`, else the newest `True` condition, else [`JobState::Pending`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JobState {
+    /// No condition is `True` yet (the operator has not seen the job).
+    Pending,
+    /// `Created`: the operator made its replicas' Pods and Services.
+    Created,
+    /// `Running`: its replicas run.
+    Running,
+    /// `Restarting`: a replica is being restarted.
+    Restarting,
+    /// `Suspended` (`runPolicy.suspend`).
+    Suspended,
+    /// `Succeeded`: it ended, its master replica exited 0.
+    Succeeded,
+    /// `Failed`: it ended otherwise (a replica failed, or `activeDeadlineSeconds` passed).
+    Failed,
+    /// A condition type this build does not know, as written.
+    Other(String),
+}
+
+impl JobState {
+    /// The state of a job whose `True` condition types are `true_ones`, oldest first. Pure.
+    fn from_true_conditions<'a>(
+        true_ones: impl DoubleEndedIterator<Item = &'a str> + Clone,
+    ) -> Self {
+        let ended = true_ones
+            .clone()
+            .find(|kind| matches!(*kind, "Succeeded" | "Failed"));
+        match ended.or_else(|| true_ones.clone().next_back()) {
+            None => Self::Pending,
+            Some("Created") => Self::Created,
+            Some("Running") => Self::Running,
+            Some("Restarting") => Self::Restarting,
+            Some("Suspended") => Self::Suspended,
+            Some("Succeeded") => Self::Succeeded,
+            Some("Failed") => Self::Failed,
+            Some(other) => Self::Other(other.to_string()),
+        }
+    }
+
+    /// Whether the job ended: `Succeeded` or `Failed`.
+    pub fn ended(&self) -> bool {
+        matches!(self, Self::Succeeded | Self::Failed)
+    }
+}
+
+impl std::fmt::Display for JobState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Pending => "Pending",
+            Self::Created => "Created",
+            Self::Running => "Running",
+            Self::Restarting => "Restarting",
+            Self::Suspended => "Suspended",
+            Self::Succeeded => "Succeeded",
+            Self::Failed => "Failed",
+            Self::Other(kind) => kind,
+        })
+    }
+}
+
 /// A PyTorchJob as `--resume-from` needs it, read from the object the API server holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PreviousPyTorchJob {
@@ -31,9 +95,8 @@ pub struct PreviousPyTorchJob {
     pub name: String,
     /// Whether kfaws created it (label `app.kubernetes.io/managed-by: kfaws`).
     pub by_kfaws: bool,
-    /// `Succeeded` or `Failed` once it ended; else the type of its newest condition that is
-    /// `True` (`Created`, `Running`, `Restarting`, `Suspended`), or `Pending` without one.
-    pub state: String,
+    /// Where it stands ([`JobState`]).
+    pub state: JobState,
     /// Its replicas, `Master` and `Worker` together: its world size.
     pub workers: u32,
     /// The hyperparameters its master replica was started with (its `--hp KEY=VALUE`
@@ -103,11 +166,12 @@ impl PreviousPyTorchJob {
                 .map(str::to_string)
         };
         let conditions = conditions(job);
-        let true_ones = || conditions.iter().filter(|c| c.1 == "True").map(|c| &c.0);
-        let state = true_ones()
-            .find(|kind| *kind == "Succeeded" || *kind == "Failed")
-            .or_else(|| true_ones().next_back())
-            .map_or_else(|| "Pending".to_string(), Clone::clone);
+        let state = JobState::from_true_conditions(
+            conditions
+                .iter()
+                .filter(|c| c.1 == "True")
+                .map(|c| c.0.as_str()),
+        );
         Self {
             name: job.metadata.name.clone().unwrap_or_default(),
             by_kfaws,
@@ -122,7 +186,7 @@ impl PreviousPyTorchJob {
 
     /// Whether it ended: `Succeeded` or `Failed`.
     pub fn ended(&self) -> bool {
-        matches!(self.state.as_str(), "Succeeded" | "Failed")
+        self.state.ended()
     }
 }
 
@@ -179,13 +243,13 @@ pub fn furthest_problem(
 ) -> Option<String> {
     let old = &previous.name;
     let asked = resume::epochs(asked);
-    let own = match previous.state.as_str() {
-        "Succeeded" => resume::epochs(&previous.hyperparameters),
+    let own = match previous.state {
+        JobState::Succeeded => resume::epochs(&previous.hyperparameters),
         _ => 0,
     };
     let (done, furthest) = sharing
         .iter()
-        .filter(|job| job.state == "Succeeded")
+        .filter(|job| job.state == JobState::Succeeded)
         .map(|job| (resume::epochs(&job.hyperparameters), &job.name))
         .max()?;
     (asked > own && asked <= done).then(|| {
@@ -328,7 +392,7 @@ pub fn problems(previous: &PreviousPyTorchJob, requested: &Requested<'_>) -> Vec
         resume::epochs(&previous.hyperparameters),
         resume::epochs(requested.hyperparameters),
     );
-    if previous.state == "Succeeded" && asked <= done {
+    if previous.state == JobState::Succeeded && asked <= done {
         out.push(format!(
             "--resume-from {old}: it completed its {done} epoch(s), so its newest checkpoint \
              starts epoch {}; --epochs {asked} would train nothing: pass --epochs {} or more",
@@ -415,7 +479,7 @@ mod tests {
             PreviousPyTorchJob {
                 name: "fmnist-1".into(),
                 by_kfaws: true,
-                state: "Failed".into(),
+                state: JobState::Failed,
                 workers: 3,
                 hyperparameters: spec(3).hyperparameters,
                 data_path: Some("/datasets/fmnist".into()),
@@ -424,11 +488,20 @@ mod tests {
             }
         );
         assert!(job.ended());
-        assert_eq!(previous(1, &[]).state, "Pending");
+        assert_eq!(previous(1, &[]).state, JobState::Pending);
         assert_eq!(previous(1, &[]).workers, 1);
         let running = previous(2, &[("Created", "True"), ("Running", "True")]);
-        assert_eq!(running.state, "Running");
+        assert_eq!(running.state, JobState::Running);
         assert!(!running.ended());
+        // A job restarted after it ran is Restarting; an ended one stays ended whatever came after.
+        let restarting = previous(2, &[("Running", "True"), ("Restarting", "True")]);
+        assert_eq!(restarting.state.to_string(), "Restarting");
+        let failed = previous(2, &[("Failed", "True"), ("Running", "True")]);
+        assert_eq!(failed.state, JobState::Failed);
+        let unknown = previous(2, &[("Created", "True"), ("Queued", "True")]);
+        assert_eq!(unknown.state, JobState::Other("Queued".into()));
+        assert_eq!(unknown.state.to_string(), "Queued");
+        assert!(!unknown.ended());
     }
 
     #[test]
@@ -523,7 +596,7 @@ mod tests {
         );
         // A job that failed may have stopped anywhere: only one that succeeded counts.
         let failed = PreviousPyTorchJob {
-            state: "Failed".into(),
+            state: JobState::Failed,
             ..later
         };
         hp.insert("epochs".into(), "5".into());
