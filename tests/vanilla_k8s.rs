@@ -1,8 +1,9 @@
 //! The Kubernetes half of the vanilla profile end to end: `kfaws apply`
 //! against the local AWS emulator, whose EKS cluster is a real
 //! kube-apiserver (`tests/apiserver`) reached exactly as EKS is — endpoint
-//! and CA from DescribeCluster, a `kfaws eks get-token` token checked by the
-//! harness's webhook against the emulator's STS. Checks every object the
+//! and CA from DescribeCluster, an EKS token (what `kfaws eks get-token`
+//! prints, made in process) checked by the harness's webhook against the
+//! emulator's STS. Checks every object the
 //! profile installs, field by field, against the AWS outputs it is built
 //! from; drift repair; and that destroy removes every object kfaws applied.
 //!
@@ -1629,10 +1630,22 @@ fn interrupt_after(
     let mut child = d
         .process(args)
         .process_group(0)
+        .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    // A test that fails before the group ends leaves none of it behind.
+    struct KillGroup(u32);
+    impl Drop for KillGroup {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("kill")
+                .args(["-KILL", "--", &format!("-{}", self.0)])
+                .stderr(Stdio::null())
+                .status();
+        }
+    }
+    let _group = KillGroup(child.id());
     let stdout = child.stdout.take().unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {

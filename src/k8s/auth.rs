@@ -16,7 +16,8 @@
 //! cannot be made fails that request with [`AuthError`], not the client: the
 //! next request tries again (kube's `Client` puts its service behind a
 //! `tower::buffer::Buffer`, which an error from `poll_ready` would close for
-//! good).
+//! good). kfaws's own retries ([`super::retry`]) do not retry an
+//! [`AuthError`]: credentials that are gone stay gone.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -32,11 +33,17 @@ use tower::{BoxError, Layer, Service};
 
 use crate::aws::token::{self, TokenError};
 
-/// How long before its expiration a token is replaced: a request signed
-/// with it must still reach the API server in time (client-go's exec
-/// plugin renews at expiry; kube-client 10 s before; one minute leaves room
-/// for a slow connection).
-pub const REFRESH_BEFORE: chrono::TimeDelta = chrono::TimeDelta::seconds(60);
+/// How long before its expiration a token is replaced, so a token is used
+/// for 9 of its 14 minutes ([`token::TOKEN_LIFETIME`]). The layer sits above
+/// kube's own retry of 429 and 5xx answers, whose tries reuse the token they
+/// started with: 15 tries doubling from 5 ms, about 164 s in all (kube-client
+/// 5.0 `RetryPolicy::server_retry`), must end before the token does.
+pub const REFRESH_BEFORE: chrono::TimeDelta = chrono::TimeDelta::minutes(5);
+
+/// How long making a token may take before the request fails: the
+/// credentials provider may run a `credential_process`, refresh an SSO
+/// session or ask the instance metadata service, any of which can hang.
+pub const FETCH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Why a request went without a token.
 #[derive(Debug, thiserror::Error)]
@@ -94,7 +101,8 @@ impl EksTokens {
     /// Concurrent callers wait for one new token.
     ///
     /// # Errors
-    /// [`AuthError`] when no token can be made ([`token::get_token_in`]).
+    /// [`AuthError`] when no token can be made ([`token::get_token_in`]) within
+    /// [`FETCH_TIMEOUT`].
     async fn bearer(&self, now: DateTime<Utc>) -> Result<Bearer, AuthError> {
         let mut cached = self.cached.lock().await;
         if let Some(bearer) = cached.as_ref().filter(|(_, until)| fresh(*until, now)) {
@@ -104,8 +112,15 @@ impl EksTokens {
             cluster: self.cluster.clone(),
             source,
         };
-        let t = token::get_token_in(&self.sdk, &self.cluster, &self.region)
+        let making = token::get_token_in(&self.sdk, &self.cluster, &self.region);
+        let t = tokio::time::timeout(FETCH_TIMEOUT, making)
             .await
+            .map_err(|_| {
+                err(TokenError::Credentials(format!(
+                    "the credentials provider did not answer within {} s",
+                    FETCH_TIMEOUT.as_secs()
+                )))
+            })?
             .map_err(err)?;
         let mut value = HeaderValue::from_str(&format!("Bearer {}", t.token))
             .map_err(|e| err(TokenError::Malformed(e.to_string())))?;
@@ -143,7 +158,8 @@ impl<S> Layer<S> for EksAuthLayer {
         EksAuth {
             inner,
             tokens: self.tokens.clone(),
-            ready: None,
+            bearer: None,
+            failed: None,
             pending: None,
         }
     }
@@ -153,9 +169,12 @@ impl<S> Layer<S> for EksAuthLayer {
 pub struct EksAuth<S> {
     inner: S,
     tokens: EksTokens,
-    /// What the next call sends: the token, or why there is none.
-    ready: Option<Result<Bearer, AuthError>>,
-    /// The token being fetched.
+    /// The token calls send while it is fresh.
+    bearer: Option<Bearer>,
+    /// Why there is no token: the next call fails with it, and takes it, so
+    /// that the readiness after that call tries again.
+    failed: Option<AuthError>,
+    /// The token being made.
     pending: Option<BoxFuture<'static, Result<Bearer, AuthError>>>,
 }
 
@@ -171,39 +190,38 @@ where
     type Future = Pin<Box<dyn Future<Output = Result<S::Response, BoxError>> + Send>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
-        let usable = match &self.ready {
-            Some(Ok((_, until))) => fresh(*until, Utc::now()),
-            // A failure is held for the next call; a retry comes after it.
-            Some(Err(_)) => true,
-            None => false,
-        };
-        if !usable {
+        let usable = |b: &Option<Bearer>| b.as_ref().is_some_and(|(_, t)| fresh(*t, Utc::now()));
+        if self.failed.is_none() && !usable(&self.bearer) {
             let tokens = self.tokens.clone();
             let pending = self
                 .pending
                 .get_or_insert_with(|| Box::pin(async move { tokens.bearer(Utc::now()).await }));
             let got = ready!(pending.as_mut().poll(cx));
             self.pending = None;
-            self.ready = Some(got);
+            match got {
+                Ok(bearer) => self.bearer = Some(bearer),
+                Err(e) => self.failed = Some(e),
+            }
         }
-        self.inner.poll_ready(cx).map_err(Into::into)
+        match self.failed {
+            // Ready to fail the next call, which does not reach the inner service.
+            Some(_) => Poll::Ready(Ok(())),
+            None => self.inner.poll_ready(cx).map_err(Into::into),
+        }
     }
 
     fn call(&mut self, mut request: Request<B>) -> Self::Future {
-        match self.ready.take() {
-            Some(Ok(bearer)) => {
-                request
-                    .headers_mut()
-                    .insert(AUTHORIZATION, bearer.0.clone());
-                self.ready = Some(Ok(bearer));
-                let response = self.inner.call(request);
-                Box::pin(async move { response.await.map_err(Into::into) })
-            }
-            Some(Err(e)) => Box::pin(std::future::ready(Err(e.into()))),
-            None => Box::pin(std::future::ready(Err(
-                "EksAuth called before poll_ready returned Ready".into(),
-            ))),
+        if let Some(e) = self.failed.take() {
+            return Box::pin(std::future::ready(Err(e.into())));
         }
+        let Some((header, _)) = &self.bearer else {
+            return Box::pin(std::future::ready(Err(
+                "EksAuth called before poll_ready returned Ready".into(),
+            )));
+        };
+        request.headers_mut().insert(AUTHORIZATION, header.clone());
+        let response = self.inner.call(request);
+        Box::pin(async move { response.await.map_err(Into::into) })
     }
 }
 
@@ -211,26 +229,57 @@ where
 mod tests {
     use super::*;
     use aws_config::{BehaviorVersion, Region};
-    use aws_credential_types::provider::SharedCredentialsProvider;
+    use aws_credential_types::provider::{future, ProvideCredentials, SharedCredentialsProvider};
     use aws_credential_types::Credentials;
     use std::future::poll_fn;
+    use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Mutex;
 
-    fn sdk(credentials: bool) -> SdkConfig {
-        let mut b = SdkConfig::builder()
-            .behavior_version(BehaviorVersion::latest())
-            .region(Region::new("eu-west-1"))
-            .endpoint_url("http://127.0.0.1:5000");
-        if credentials {
-            b = b.credentials_provider(SharedCredentialsProvider::new(Credentials::new(
-                "AKIDEXAMPLE",
-                "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY",
-                None,
-                None,
-                "test",
-            )));
+    fn credentials() -> Credentials {
+        Credentials::new(
+            "AKIDEXAMPLE",
+            "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY",
+            None,
+            None,
+            "test",
+        )
+    }
+
+    /// Credentials that fail the first `failures` times they are asked for.
+    #[derive(Debug)]
+    struct Flaky {
+        failures: usize,
+        asked: AtomicUsize,
+    }
+
+    impl ProvideCredentials for Flaky {
+        fn provide_credentials<'a>(&'a self) -> future::ProvideCredentials<'a>
+        where
+            Self: 'a,
+        {
+            match self.asked.fetch_add(1, Ordering::SeqCst) < self.failures {
+                true => future::ProvideCredentials::ready(Err(
+                    aws_credential_types::provider::error::CredentialsError::not_loaded(
+                        "the SSO session expired",
+                    ),
+                )),
+                false => future::ProvideCredentials::ready(Ok(credentials())),
+            }
         }
-        b.build()
+    }
+
+    /// An SDK config of region us-east-1 (the tokens say which region they sign for) whose
+    /// credentials fail `failures` times first.
+    fn sdk(failures: usize) -> SdkConfig {
+        SdkConfig::builder()
+            .behavior_version(BehaviorVersion::latest())
+            .region(Region::new("us-east-1"))
+            .endpoint_url("http://127.0.0.1:5000")
+            .credentials_provider(SharedCredentialsProvider::new(Flaky {
+                failures,
+                asked: AtomicUsize::new(0),
+            }))
+            .build()
     }
 
     /// An inner service that records the `Authorization` of each request.
@@ -256,16 +305,24 @@ mod tests {
         }
     }
 
+    fn service(failures: usize) -> (EksAuth<Recorder>, Recorder) {
+        let recorder = Recorder::default();
+        let tokens = EksTokens::new(sdk(failures), "ml", "eu-west-1");
+        (EksAuthLayer::new(tokens).layer(recorder.clone()), recorder)
+    }
+
+    /// Readiness (which must be `Ok` whatever the token: an error would close kube's
+    /// buffer), then the call.
     async fn send(service: &mut EksAuth<Recorder>) -> Result<(), BoxError> {
-        poll_fn(|cx| service.poll_ready(cx)).await?;
+        poll_fn(|cx| service.poll_ready(cx))
+            .await
+            .expect("readiness never fails");
         service.call(Request::new(())).await
     }
 
     #[tokio::test]
     async fn every_request_carries_a_token_for_the_cluster_signed_for_its_region() {
-        let recorder = Recorder::default();
-        let tokens = EksTokens::new(sdk(true), "ml", "eu-west-1");
-        let mut service = EksAuthLayer::new(tokens).layer(recorder.clone());
+        let (mut service, recorder) = service(0);
         send(&mut service).await.unwrap();
         send(&mut service).await.unwrap();
         let sent = recorder.0.lock().unwrap().clone();
@@ -280,6 +337,7 @@ mod tests {
             query["X-Amz-SignedHeaders"].contains(token::CLUSTER_ID_HEADER),
             "{query:?}"
         );
+        // The cluster's region, not the SDK config's.
         assert!(
             query["X-Amz-Credential"].contains("/eu-west-1/sts/aws4_request"),
             "{query:?}"
@@ -287,44 +345,78 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_token_is_replaced_once_it_is_within_a_minute_of_its_expiration() {
-        let tokens = EksTokens::new(sdk(true), "ml", "eu-west-1");
+    async fn a_token_is_replaced_once_it_is_within_five_minutes_of_its_expiration() {
+        let tokens = EksTokens::new(sdk(0), "ml", "eu-west-1");
         let now = Utc::now();
         let (_, first) = tokens.bearer(now).await.unwrap();
+        let lifetime = first - now;
         assert!(
-            first - now > chrono::TimeDelta::minutes(13),
-            "{first} {now}"
+            lifetime > chrono::TimeDelta::seconds(14 * 60 - 5)
+                && lifetime <= chrono::TimeDelta::seconds(14 * 60 + 5),
+            "{lifetime}"
         );
-        let (_, again) = tokens.bearer(now).await.unwrap();
-        assert_eq!(again, first, "cached");
-        // Later, with 59 s left: a new token, expiring 14 minutes after its signing.
-        let later = first - chrono::TimeDelta::seconds(59);
-        let (_, renewed) = tokens.bearer(later).await.unwrap();
-        assert_ne!(renewed, first);
+        let (_, again) = tokens
+            .bearer(first - chrono::TimeDelta::seconds(301))
+            .await
+            .unwrap();
+        assert_eq!(again, first, "cached with more than 5 minutes left");
+        let (_, renewed) = tokens
+            .bearer(first - chrono::TimeDelta::seconds(299))
+            .await
+            .unwrap();
+        assert_ne!(renewed, first, "renewed with less than 5 minutes left");
+        assert!(
+            renewed - Utc::now() > chrono::TimeDelta::minutes(13),
+            "{renewed}"
+        );
+
+        // The service asks again once its own token is that close to its expiration.
+        let (mut service, _) = service(0);
+        send(&mut service).await.unwrap();
+        let held = service.bearer.clone().unwrap();
+        send(&mut service).await.unwrap();
         assert_eq!(
-            tokens.cached.lock().await.as_ref().map(|(_, until)| *until),
-            Some(renewed)
+            service.bearer.as_ref().unwrap().1,
+            held.1,
+            "kept while fresh"
+        );
+        *service.tokens.cached.lock().await = None;
+        service.bearer = Some((held.0, Utc::now() + chrono::TimeDelta::seconds(200)));
+        send(&mut service).await.unwrap();
+        assert!(
+            service.bearer.as_ref().unwrap().1 - Utc::now() > chrono::TimeDelta::minutes(13),
+            "a new token"
         );
     }
 
     #[tokio::test]
-    async fn a_token_that_cannot_be_made_fails_the_request_not_the_service() {
-        let recorder = Recorder::default();
-        let mut service = EksAuthLayer::new(EksTokens::new(sdk(false), "ml", "eu-west-1"))
-            .layer(recorder.clone());
+    async fn a_token_that_cannot_be_made_fails_that_request_and_the_next_one_tries_again() {
+        let (mut service, recorder) = service(2);
         for _ in 0..2 {
-            let err = send(&mut service).await.unwrap_err().to_string();
+            let err = send(&mut service).await.unwrap_err();
+            assert!(err.is::<AuthError>(), "{err}");
+            let err = err.to_string();
             assert!(
-                err.starts_with("cannot make an EKS token for cluster ml: no AWS credentials"),
+                err.starts_with("cannot make an EKS token for cluster ml: no AWS credentials")
+                    && err.contains("the SSO session expired"),
                 "{err}"
             );
         }
         assert!(recorder.0.lock().unwrap().is_empty(), "nothing was sent");
+        send(&mut service).await.unwrap();
+        let sent = recorder.0.lock().unwrap().clone();
+        assert!(
+            sent.len() == 1
+                && sent[0]
+                    .as_deref()
+                    .is_some_and(|h| h.starts_with("Bearer k8s-aws-v1.")),
+            "{sent:?}"
+        );
     }
 
     #[test]
     fn the_debug_form_shows_no_token() {
-        let tokens = EksTokens::new(sdk(true), "ml", "eu-west-1");
+        let tokens = EksTokens::new(sdk(0), "ml", "eu-west-1");
         *tokens.cached.try_lock().unwrap() = Some((
             HeaderValue::from_static("Bearer k8s-aws-v1.secret"),
             Utc::now(),

@@ -7,7 +7,9 @@
 //! `connection refused`, `no endpoints available` or an `x509` error inside),
 //! 409 conflicts, 429 throttling (API Priority and Fairness), every 5xx,
 //! and connection errors and timeouts (but not a 409 for a failed uid
-//! precondition). Everything else (400 invalid, 403
+//! precondition, nor an EKS token that could not be made,
+//! [`super::auth::AuthError`]: credentials that are gone or a bad endpoint
+//! stay so). Everything else (400 invalid, 403
 //! forbidden, 404 for a missing namespace, 422 rejected by validation or by a
 //! webhook that answered "denied") fails at once with the server's message:
 //! retrying would only delay the same answer.
@@ -58,9 +60,16 @@ pub fn is_transient(err: &kube::Error) -> bool {
                 _ => is_webhook_starting(message),
             }
         }
-        kube::Error::HyperError(_) | kube::Error::Service(_) => true,
+        kube::Error::HyperError(_) => true,
+        kube::Error::Service(e) => !is_auth_error(e.as_ref()),
         _ => false,
     }
+}
+
+/// Whether `err` is, or was caused by, an EKS token that could not be made
+/// ([`super::auth::AuthError`]).
+fn is_auth_error(err: &(dyn std::error::Error + 'static)) -> bool {
+    std::iter::successors(Some(err), |e| e.source()).any(|e| e.is::<super::auth::AuthError>())
 }
 
 /// Whether a message says a webhook could not be called (as opposed to a
@@ -255,6 +264,14 @@ mod tests {
         for e in &permanent {
             assert!(!is_transient(e), "{e}");
         }
+        // A connection that broke is retried; a token that cannot be made is not.
+        let broken = kube::Error::Service("connection reset by peer".into());
+        assert!(is_transient(&broken));
+        let no_token = kube::Error::Service(Box::new(crate::k8s::auth::AuthError {
+            cluster: "ml".into(),
+            source: crate::aws::token::TokenError::Credentials("the SSO session expired".into()),
+        }));
+        assert!(!is_transient(&no_token), "{no_token}");
     }
 
     #[tokio::test]
