@@ -1393,9 +1393,9 @@ async fn train_kubernetes(
         spec.image
     )?;
     if let Some(r) = &resumed {
-        let changed = kfaws::train::resume::describe_changed(&kfaws::train::resume::changed(
-            &r.previous.hyperparameters,
-            &spec.hyperparameters,
+        let changed = kfaws::train::resume::describe_changed(&pytorchjob::resume::changed(
+            &r.previous,
+            &spec,
         ));
         outln!(
             "  resumes PyTorchJob {} ({}) from the newest checkpoint in efs:{}{changed}",

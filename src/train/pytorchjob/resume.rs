@@ -190,6 +190,25 @@ impl PreviousPyTorchJob {
     }
 }
 
+/// What the new job `spec` runs with that `previous`, the job it continues, did not, as
+/// `(name, was, now)`: the hyperparameters ([`resume::changed`]), then the CPU and memory its
+/// replicas request (`cpu`, `memory`, as the flags and the manifest write them; `(none)` where
+/// `previous` requested nothing). Pure.
+pub fn changed(
+    previous: &PreviousPyTorchJob,
+    spec: &super::PyTorchJobSpec,
+) -> Vec<(String, String, String)> {
+    let mut out = resume::changed(&previous.hyperparameters, &spec.hyperparameters);
+    let (cpu, memory) = &previous.resources;
+    for (name, was, now) in [("cpu", cpu, &spec.cpu), ("memory", memory, &spec.memory)] {
+        if was.as_deref() != Some(now.as_str()) {
+            let was = was.clone().unwrap_or_else(|| "(none)".to_string());
+            out.push((name.to_string(), was, now.clone()));
+        }
+    }
+    out
+}
+
 /// PyTorchJob `name` in `namespace`; `None` when there is none.
 ///
 /// # Errors
@@ -502,6 +521,28 @@ mod tests {
         assert_eq!(unknown.state, JobState::Other("Queued".into()));
         assert_eq!(unknown.state.to_string(), "Queued");
         assert!(!unknown.ended());
+    }
+
+    #[test]
+    fn what_changed_lists_hyperparameters_then_resources() {
+        let old = previous(2, &[("Failed", "True")]);
+        let mut new = spec(2);
+        assert_eq!(changed(&old, &new), Vec::new(), "the same settings");
+        new.hyperparameters.insert("epochs".into(), "4".into());
+        new.memory = "3Gi".into();
+        let t = |k: &str, was: &str, now: &str| (k.to_string(), was.to_string(), now.to_string());
+        assert_eq!(
+            changed(&old, &new),
+            vec![t("epochs", "2", "4"), t("memory", "2Gi", "3Gi")]
+        );
+        let unrequested = PreviousPyTorchJob {
+            resources: (None, Some("2Gi".into())),
+            ..old
+        };
+        assert_eq!(
+            changed(&unrequested, &spec(2)),
+            vec![t("cpu", "(none)", "1")]
+        );
     }
 
     #[test]
