@@ -357,6 +357,11 @@ pub async fn plan(
         plan::file::check_writable(file)?;
     }
     let mut p = make(g, flags, goal, "plan", cancel).await?;
+    // An interrupt that came as the last read finished: the plan is not shown, as the
+    // interrupt said ("stopping"), and the exit status is the interrupt's.
+    if cancel.is_cancelled() {
+        return Err(super::Interrupted.into());
+    }
     // The account the plan was made in: shown by --json, checked by `apply FILE`.
     p.plan.account_id = Some(p.account.clone());
     if json {

@@ -141,9 +141,7 @@ pub enum DeleteError {
     },
     /// The first interrupt stopped the wait of a step
     /// ([`super::wait::STOPPED`]); the next run deletes and waits again.
-    #[error("deleting {step}: {}; {} object(s) still present after {}s:\n  {}",
-        super::wait::STOPPED, .remaining.len(), .after.as_secs(),
-        .remaining.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n  "))]
+    #[error("deleting {step}: {}; {}", super::wait::STOPPED, left_when_interrupted(.remaining, *.after))]
     Interrupted {
         /// The step, e.g. "namespaces".
         step: &'static str,
@@ -168,6 +166,27 @@ pub enum DeleteError {
         /// The message.
         message: String,
     },
+}
+
+/// What [`DeleteError::Interrupted`] says was left: the objects its wait last saw present
+/// (none means that no check had finished: the wait ends as soon as one finds none).
+fn left_when_interrupted(remaining: &[Remaining], after: Duration) -> String {
+    match remaining.is_empty() {
+        true => format!(
+            "after {}s, before it had checked which of them are gone",
+            after.as_secs()
+        ),
+        false => format!(
+            "{} object(s) still present after {}s:\n  {}",
+            remaining.len(),
+            after.as_secs(),
+            remaining
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("\n  ")
+        ),
+    }
 }
 
 /// What a deletion did.
@@ -836,6 +855,38 @@ mod tests {
             "Namespace c6 (finalizers: kubernetes; Some content in the namespace has finalizers \
              remaining: x.test/cleanup in 1 resource instances)\n    \
              held by Widget c6/held (finalizers: x.test/cleanup)"
+        );
+    }
+
+    #[test]
+    fn an_interrupted_wait_names_what_it_last_saw_or_that_it_saw_nothing_yet() {
+        let interrupted = |remaining| DeleteError::Interrupted {
+            step: "workloads and other objects",
+            after: Duration::from_secs(3),
+            remaining,
+        };
+        let early = interrupted(vec![]).to_string();
+        assert_eq!(
+            early,
+            "deleting workloads and other objects: stopped waiting: interrupted; after 3s, before \
+             it had checked which of them are gone"
+        );
+        let held = Remaining {
+            object: ObjectRef {
+                gk: GroupKind::new("", "ConfigMap"),
+                namespace: Some("kubeflow".into()),
+                name: "big-1".into(),
+            },
+            finalizers: vec![],
+            conditions: vec![],
+            holders: vec![],
+        };
+        let later = interrupted(vec![held]).to_string();
+        assert!(
+            later.ends_with(
+                "1 object(s) still present after 3s:\n  ConfigMap kubeflow/big-1 (no finalizers)"
+            ),
+            "{later}"
         );
     }
 

@@ -1083,9 +1083,9 @@ impl ManifestsResource {
             .unwrap_or(("", wanted.api_version));
         let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
         loop {
-            let served = Served::fetch(client)
-                .await
-                .map_err(|e| ResourceError::msg(format!("API discovery: {e}")))?;
+            let served = Served::fetch(client).await.map_err(|e| {
+                ResourceError::msg(format!("API discovery: {}", super::retry::message(&e)))
+            })?;
             if served.get(group, version, wanted.kind).is_some() {
                 return Ok(());
             }

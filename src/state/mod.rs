@@ -239,8 +239,9 @@ pub fn inputs_unchanged(
 #[error(
     "deployment {deployment:?} lives in account {state_account} region {state_region}, but the \
      credentials are for account {account} and the region is {region}; switch credentials \
-     (AWS_PROFILE / --aws-profile) or region before planning -- otherwise kfaws would find \
-     nothing and plan to create everything again"
+     (AWS_PROFILE / --aws-profile) or region: kfaws works on a deployment only in its own \
+     account and region (a plan elsewhere would find nothing and plan to create everything \
+     again)"
 )]
 pub struct IdentityMismatch {
     /// The deployment.

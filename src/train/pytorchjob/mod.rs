@@ -290,12 +290,11 @@ pub enum PyTorchJobError {
 }
 
 /// The API server's message for a refused call (its `Status`), else the
-/// error itself; kube's own rendering repeats the whole `Status`.
+/// error itself; kube's own rendering repeats the whole `Status`. A 401 says
+/// whom an EKS cluster admits ([`crate::k8s::retry::message`]): those who
+/// train are often not who made the cluster.
 fn message(e: &kube::Error) -> String {
-    match e {
-        kube::Error::Api(s) => format!("{} ({} {})", s.message, s.code, s.reason),
-        other => other.to_string(),
-    }
+    crate::k8s::retry::message(e)
 }
 
 fn kube_err(what: impl Into<String>) -> impl FnOnce(kube::Error) -> PyTorchJobError {
@@ -686,6 +685,19 @@ pub async fn follow_master_log(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_401_says_whom_an_eks_cluster_admits() {
+        let status = kube::core::Status::failure("Unauthorized", "Unauthorized").with_code(401);
+        let err = kube_err("API discovery")(kube::Error::Api(Box::new(status))).to_string();
+        assert!(
+            err.starts_with(
+                "API discovery: Unauthorized (401 Unauthorized); the cluster does not \
+                             admit these credentials"
+            ) && err.contains("[access_entries]"),
+            "{err}"
+        );
+    }
 
     fn spec(workers: u32) -> PyTorchJobSpec {
         PyTorchJobSpec {
