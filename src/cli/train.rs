@@ -516,7 +516,7 @@ pub async fn train(g: &Global, args: &TrainArgs, cancel: &CancellationToken) -> 
                 let cluster = match Cluster::connect(g, cancel).await {
                     Ok(cluster) => cluster,
                     // As in `train_kubernetes`: a connect the interrupt stopped.
-                    Err(_) if cancel.is_cancelled() => {
+                    Err(e) if e.is::<super::Interrupted>() => {
                         outln!("Interrupted: no training job was created.")?;
                         return Ok(kfaws::engine::interrupt::exit_status());
                     }
@@ -1268,8 +1268,9 @@ async fn train_kubernetes(
         Some((cluster, previous)) => (cluster, Some(previous)),
         None => match Cluster::connect(g, cancel).await {
             Ok(cluster) => (cluster, None),
-            // A connect stopped by the interrupt (the identity check gives way to it).
-            Err(_) if cancel.is_cancelled() => return interrupted(),
+            // A connect stopped by the interrupt (the identity check gives way to it); any
+            // other failure is the connect's own, interrupt or not.
+            Err(e) if e.is::<super::Interrupted>() => return interrupted(),
             Err(e) => return Err(e),
         },
     };
